@@ -1,0 +1,249 @@
+//! [`LockHandle`]: the one implementation of [`DistributedLock`], on top of any
+//! [`LockBackend`]. Reentrancy, deadlines, cancellation and the release of dropped guards
+//! live here and nowhere else.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::pin;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Waker};
+use std::time::Instant;
+
+use async_trait::async_trait;
+use tokio::sync::{oneshot, watch};
+use tracing::Instrument;
+
+use crate::backend::{AcquireRequest, Grant, HeldLock, LockBackend};
+use crate::{AcquireOptions, Deadline, DistributedLock, Error, FencingToken, HoldSignal, LockGuard, LockName, Result};
+
+/// A handle on one named lock, on any backend: one owner, reentrant.
+///
+/// Obtained from [`LockProvider::lock`](crate::LockProvider::lock) (boxed) or
+/// [`LockHandle::new`]. Clones share one owner: a guard taken through one clone is reentered
+/// through another.
+#[derive(Clone)]
+pub struct LockHandle {
+    inner: Arc<HandleInner>,
+}
+
+pub(crate) struct HandleInner {
+    backend: Arc<dyn LockBackend>,
+    backend_name: &'static str,
+    lock: LockName,
+    state: Mutex<HandleState>,
+    /// Serialises fresh acquisitions of this handle, so that one owner never asks the store
+    /// for a lock twice at once.
+    acquiring: tokio::sync::Mutex<()>,
+}
+
+#[derive(Default)]
+struct HandleState {
+    active: Option<ActiveHold>,
+    /// Completes when the last release of this handle has reached the store.
+    releasing: Option<watch::Receiver<bool>>,
+}
+
+struct ActiveHold {
+    token: FencingToken,
+    signal: HoldSignal,
+    held: Box<dyn HeldLock>,
+    guards: usize,
+    /// The runtime the hold was granted on, where a dropped guard's release is spawned.
+    runtime: Option<tokio::runtime::Handle>,
+}
+
+impl LockHandle {
+    /// A handle for `lock` on `backend`.
+    pub fn new(backend: Arc<dyn LockBackend>, lock: LockName) -> Self {
+        let backend_name = backend.name();
+        Self {
+            inner: Arc::new(HandleInner {
+                backend,
+                backend_name,
+                lock,
+                state: Mutex::default(),
+                acquiring: tokio::sync::Mutex::new(()),
+            }),
+        }
+    }
+
+    async fn acquire_inner(&self, deadline: Deadline) -> Result<Option<LockGuard>> {
+        if let Some(guard) = self.inner.reenter()? {
+            return Ok(Some(guard));
+        }
+        let Some(_serial) = within(deadline, self.inner.acquiring.lock()).await else {
+            return Ok(None);
+        };
+        // Another task of this owner may have acquired while we queued behind it.
+        if let Some(guard) = self.inner.reenter()? {
+            return Ok(Some(guard));
+        }
+        let releasing = self.inner.state().releasing.clone();
+        if let Some(mut releasing) = releasing {
+            // Our own previous hold is still being freed; asking the store now would find it
+            // held by ourselves. A closed channel means the release task is gone: go on.
+            if within(deadline, releasing.wait_for(|done| *done)).await.is_none() {
+                return Ok(None);
+            }
+        }
+        let request = AcquireRequest::new(self.inner.lock.clone(), deadline);
+        // The backend sees the deadline too; dropping its future at the deadline is the
+        // backstop, and its cancel safety leaves no trace.
+        let granted = match deadline {
+            Deadline::At(_) => within(deadline, self.inner.backend.acquire(request)).await.unwrap_or(Ok(None))?,
+            Deadline::Now | Deadline::Never => self.inner.backend.acquire(request).await?,
+        };
+        let Some(grant) = granted else {
+            tracing::debug!("not granted");
+            return Ok(None);
+        };
+        // From here to the guard there is no await: a grant cannot be lost to cancellation.
+        tracing::debug!(token = grant.token.get(), "granted");
+        Ok(Some(self.inner.install(grant)))
+    }
+}
+
+/// Runs `future` until `deadline`; `None` when the deadline came first. With
+/// [`Deadline::Now`] the future gets exactly one poll.
+async fn within<F: Future>(deadline: Deadline, future: F) -> Option<F::Output> {
+    match deadline {
+        Deadline::Never => Some(future.await),
+        Deadline::At(at) => tokio::time::timeout_at(at.into(), future).await.ok(),
+        Deadline::Now => {
+            let mut future = pin!(future);
+            std::future::poll_fn(|cx| match future.as_mut().poll(cx) {
+                Poll::Ready(output) => Poll::Ready(Some(output)),
+                Poll::Pending => Poll::Ready(None),
+            })
+            .await
+        }
+    }
+}
+
+impl HandleInner {
+    fn state(&self) -> MutexGuard<'_, HandleState> {
+        // No code panics while holding this lock; recover the data if a panic ever did.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn lost_error(&self, reason: crate::LossReason) -> Error {
+        Error::lost(self.backend_name, &self.lock, reason)
+    }
+
+    /// A new guard on the hold this handle already has, if it has one.
+    fn reenter(self: &Arc<Self>) -> Result<Option<LockGuard>> {
+        let mut state = self.state();
+        let Some(active) = state.active.as_mut() else {
+            return Ok(None);
+        };
+        if let Some(reason) = active.signal.loss() {
+            return Err(self.lost_error(reason));
+        }
+        active.guards += 1;
+        tracing::debug!(token = active.token.get(), depth = active.guards, "reentered");
+        Ok(Some(LockGuard::new(Arc::clone(self), active.token, active.signal.clone())))
+    }
+
+    fn install(self: &Arc<Self>, grant: Grant) -> LockGuard {
+        let Grant { token, signal, held } = grant;
+        let guard = LockGuard::new(Arc::clone(self), token, signal.clone());
+        let previous = self.state().active.replace(ActiveHold {
+            token,
+            signal,
+            held,
+            guards: 1,
+            runtime: tokio::runtime::Handle::try_current().ok(),
+        });
+        debug_assert!(previous.is_none(), "a handle acquired a lock it already held");
+        guard
+    }
+
+    /// Called once per guard: forgets it, and when it was the last one hands back the hold
+    /// to free.
+    pub(crate) fn detach_guard(&self) -> Option<(Box<dyn HeldLock>, Option<tokio::runtime::Handle>)> {
+        let mut state = self.state();
+        let active = state.active.as_mut()?;
+        active.guards = active.guards.saturating_sub(1);
+        if active.guards > 0 {
+            return None;
+        }
+        let active = state.active.take()?;
+        Some((active.held, active.runtime))
+    }
+
+    /// Frees a hold on the store in a task of its own, so that neither cancellation of the
+    /// caller nor the end of the guard's scope can leave it half done. The result arrives on
+    /// the returned channel; the handle's next acquisition waits for it.
+    pub(crate) fn start_release(
+        &self,
+        held: Box<dyn HeldLock>,
+        runtime: Option<tokio::runtime::Handle>,
+    ) -> oneshot::Receiver<Result<()>> {
+        let (done_tx, done_rx) = watch::channel(false);
+        let (result_tx, result_rx) = oneshot::channel();
+        self.state().releasing = Some(done_rx);
+        let span = tracing::info_span!("lockkit.release", backend = self.backend_name, lock = %self.lock);
+        let task = async move {
+            let outcome = held.release().await;
+            if let Err(error) = &outcome {
+                tracing::debug!(%error, "release did not complete cleanly");
+            }
+            let _ = result_tx.send(outcome);
+            let _ = done_tx.send(true);
+        }
+        .instrument(span);
+        match tokio::runtime::Handle::try_current().ok().or(runtime) {
+            // Spawning onto a runtime that has shut down drops the task without panicking;
+            // the hold is then freed by the store's lease or session expiry.
+            Some(runtime) => drop(runtime.spawn(task)),
+            None => poll_once(task),
+        }
+        result_rx
+    }
+}
+
+/// Without any runtime, gives a release one poll: enough for in-process backends, whose
+/// release completes at once. Anything else is left to the store's expiry.
+fn poll_once(task: impl Future<Output = ()>) {
+    let mut task = pin!(task);
+    let mut cx = Context::from_waker(Waker::noop());
+    if task.as_mut().poll(&mut cx).is_pending() {
+        tracing::warn!("a guard was dropped outside any runtime; the store will free the hold when its lease ends");
+    }
+}
+
+impl fmt::Debug for LockHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockHandle")
+            .field("backend", &self.inner.backend_name)
+            .field("lock", &self.inner.lock)
+            .field("held", &self.is_held())
+            .finish()
+    }
+}
+
+#[async_trait]
+impl DistributedLock for LockHandle {
+    fn name(&self) -> &LockName {
+        &self.inner.lock
+    }
+
+    fn backend_name(&self) -> &'static str {
+        self.inner.backend_name
+    }
+
+    fn is_held(&self) -> bool {
+        self.inner.state().active.as_ref().is_some_and(|active| active.signal.is_held())
+    }
+
+    async fn acquire_with(&self, options: AcquireOptions) -> Result<Option<LockGuard>> {
+        let deadline = Deadline::from_wait(options.wait, Instant::now());
+        let span = tracing::info_span!(
+            "lockkit.acquire",
+            backend = self.inner.backend_name,
+            lock = %self.inner.lock,
+            wait = ?options.wait,
+        );
+        self.acquire_inner(deadline).instrument(span).await
+    }
+}

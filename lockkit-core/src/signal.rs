@@ -1,0 +1,298 @@
+//! The state of one hold, shared between the backend that keeps it and the guards that
+//! read it: its local deadline, and how it ended.
+//!
+//! A backend creates a [`HoldSignal`] when it grants a lock, keeps a clone to report renewals
+//! ([`HoldSignal::extend`]) and loss ([`HoldSignal::lose`]), and hands the other to the core,
+//! which gives guards and [`HoldWatcher`]s a read-only view. Deadline expiry needs no timer
+//! task: whoever looks at the signal after the deadline sees the loss, and
+//! [`HoldWatcher::ended`] sleeps until the deadline itself.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+
+use crate::{LockName, LossReason};
+
+/// How a hold ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HoldEnd {
+    /// The owner released it.
+    Released,
+    /// It was lost; see the reason.
+    Lost(LossReason),
+}
+
+#[derive(Clone, Debug)]
+struct HoldState {
+    valid_until: Option<Instant>,
+    end: Option<HoldEnd>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    backend: &'static str,
+    lock: LockName,
+    state: watch::Sender<HoldState>,
+}
+
+/// The backend's side of a hold: report renewals and loss here.
+///
+/// Clones share one state. The first end (release or loss) wins; later calls change nothing.
+#[derive(Clone, Debug)]
+pub struct HoldSignal(Arc<Shared>);
+
+impl HoldSignal {
+    /// A live hold of `lock` on `backend`, guaranteed until `valid_until` (`None`: until
+    /// released or lost, with no lease).
+    pub fn new(backend: &'static str, lock: LockName, valid_until: Option<Instant>) -> Self {
+        let (state, _) = watch::channel(HoldState { valid_until, end: None });
+        Self(Arc::new(Shared { backend, lock, state }))
+    }
+
+    /// Records a confirmed renewal: the hold is now guaranteed until `valid_until`, which the
+    /// backend computes from the *send* time of the renewal minus its drift margin
+    /// (see [`lease_deadline`]).
+    ///
+    /// Returns `false`, and changes nothing, when the hold has already ended or its previous
+    /// deadline has already passed: a late confirmation never revives a hold that the
+    /// guard may already have reported lost. A deadline earlier than the current one is
+    /// ignored.
+    pub fn extend(&self, valid_until: Instant) -> bool {
+        let now = Instant::now();
+        let mut extended = false;
+        let mut expired = false;
+        self.0.state.send_if_modified(|state| {
+            if state.end.is_some() {
+                return false;
+            }
+            match state.valid_until {
+                Some(current) if now >= current => {
+                    expired = true;
+                    false
+                }
+                Some(current) if valid_until <= current => {
+                    extended = true;
+                    false
+                }
+                _ => {
+                    state.valid_until = Some(valid_until);
+                    extended = true;
+                    true
+                }
+            }
+        });
+        if expired {
+            self.lose(LossReason::DeadlineExpired);
+        }
+        extended
+    }
+
+    /// Declares the hold lost. Returns `true` when this call ended the hold (the first end
+    /// wins); the loss is logged once, at warn level, in a `lockkit.loss` span.
+    pub fn lose(&self, reason: LossReason) -> bool {
+        let ended = self.end(HoldEnd::Lost(reason.clone()));
+        if ended {
+            let span = tracing::warn_span!("lockkit.loss", backend = self.0.backend, lock = %self.0.lock);
+            span.in_scope(|| tracing::warn!(%reason, "lock lost"));
+        }
+        ended
+    }
+
+    /// Marks the hold released by its owner unless it already ended; returns the loss reason
+    /// when the hold had been lost before (a passed deadline counts as lost).
+    pub fn release(&self) -> Option<LossReason> {
+        self.check_deadline();
+        self.end(HoldEnd::Released);
+        match self.0.state.borrow().end.clone() {
+            Some(HoldEnd::Lost(reason)) => Some(reason),
+            Some(HoldEnd::Released) | None => None,
+        }
+    }
+
+    fn end(&self, end: HoldEnd) -> bool {
+        self.0.state.send_if_modified(|state| {
+            if state.end.is_some() {
+                return false;
+            }
+            state.end = Some(end);
+            true
+        })
+    }
+
+    /// Turns a passed deadline into a recorded loss.
+    fn check_deadline(&self) {
+        let passed = {
+            let state = self.0.state.borrow();
+            state.end.is_none() && state.valid_until.is_some_and(|until| Instant::now() >= until)
+        };
+        if passed {
+            self.lose(LossReason::DeadlineExpired);
+        }
+    }
+
+    /// A read-only view for guards and users.
+    pub fn watcher(&self) -> HoldWatcher {
+        HoldWatcher(self.clone())
+    }
+
+    /// Whether the hold is still guaranteed: not ended and its deadline not passed.
+    pub fn is_held(&self) -> bool {
+        self.check_deadline();
+        self.0.state.borrow().end.is_none()
+    }
+
+    /// The loss reason, if the hold was lost.
+    pub fn loss(&self) -> Option<LossReason> {
+        self.check_deadline();
+        match &self.0.state.borrow().end {
+            Some(HoldEnd::Lost(reason)) => Some(reason.clone()),
+            _ => None,
+        }
+    }
+
+    /// The local deadline until which the hold is guaranteed, or `None` for a hold without
+    /// a lease.
+    pub fn valid_until(&self) -> Option<Instant> {
+        self.0.state.borrow().valid_until
+    }
+
+    /// The lock this hold is of.
+    pub fn lock(&self) -> &LockName {
+        &self.0.lock
+    }
+
+    /// The backend that keeps this hold.
+    pub fn backend(&self) -> &'static str {
+        self.0.backend
+    }
+
+    /// Waits until the hold ends, declaring loss itself when the deadline passes unrenewed.
+    pub async fn ended(&self) -> HoldEnd {
+        let mut changes = self.0.state.subscribe();
+        loop {
+            let (end, deadline) = {
+                let state = changes.borrow_and_update();
+                (state.end.clone(), state.valid_until)
+            };
+            if let Some(end) = end {
+                return end;
+            }
+            match deadline {
+                Some(deadline) => {
+                    tokio::select! {
+                        _ = changes.changed() => {}
+                        () = tokio::time::sleep_until(deadline.into()) => self.check_deadline(),
+                    }
+                }
+                None => {
+                    // The sender lives in `self`, so the channel cannot close while we wait.
+                    let _ = changes.changed().await;
+                }
+            }
+        }
+    }
+}
+
+/// A read-only, cloneable view of one hold, for tasks that must stop when it ends.
+///
+/// Obtained from [`LockGuard::watcher`](crate::LockGuard::watcher); it stays usable after the
+/// guard is released, and then reports [`HoldEnd::Released`].
+#[derive(Clone, Debug)]
+pub struct HoldWatcher(HoldSignal);
+
+impl HoldWatcher {
+    /// Whether the hold is still guaranteed.
+    pub fn is_held(&self) -> bool {
+        self.0.is_held()
+    }
+
+    /// The loss reason, if the hold was lost.
+    pub fn loss(&self) -> Option<LossReason> {
+        self.0.loss()
+    }
+
+    /// The local deadline of the hold (`None` without a lease).
+    pub fn valid_until(&self) -> Option<Instant> {
+        self.0.valid_until()
+    }
+
+    /// Resolves when the hold ends, by release or by loss.
+    ///
+    /// # Cancel Safety
+    ///
+    /// Cancel safe: dropping the future changes nothing.
+    pub async fn ended(&self) -> HoldEnd {
+        self.0.ended().await
+    }
+
+    /// Resolves when the hold is lost; never resolves when it ends by release.
+    ///
+    /// # Cancel Safety
+    ///
+    /// Cancel safe: dropping the future changes nothing.
+    pub async fn lost(&self) -> LossReason {
+        match self.0.ended().await {
+            HoldEnd::Lost(reason) => reason,
+            HoldEnd::Released => std::future::pending().await,
+        }
+    }
+}
+
+/// The local deadline of a lease confirmed for a request *sent* at `sent_at`: `sent_at + ttl
+/// - drift`. Counting from the send time, not the reply, makes the deadline fall before the
+/// store's own expiry whatever the reply's delay; the drift margin covers the rate
+/// difference between the two clocks.
+pub fn lease_deadline(sent_at: Instant, ttl: Duration, drift: Duration) -> Instant {
+    sent_at + ttl.saturating_sub(drift)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn signal(valid_for: Option<Duration>) -> HoldSignal {
+        HoldSignal::new("test", LockName::new("l").unwrap(), valid_for.map(|d| Instant::now() + d))
+    }
+
+    #[test]
+    fn first_end_wins() {
+        let s = signal(None);
+        assert!(s.lose(LossReason::RecordGone));
+        assert!(!s.lose(LossReason::SessionExpired));
+        assert_eq!(s.release(), Some(LossReason::RecordGone));
+        assert!(!s.is_held());
+    }
+
+    #[test]
+    fn a_passed_deadline_is_a_loss_and_extension_cannot_revive_it() {
+        let s = signal(Some(Duration::ZERO));
+        assert!(!s.extend(Instant::now() + Duration::from_secs(10)));
+        assert_eq!(s.loss(), Some(LossReason::DeadlineExpired));
+    }
+
+    #[test]
+    fn extension_moves_the_deadline_forward_only() {
+        let s = signal(Some(Duration::from_secs(10)));
+        let before = s.valid_until().unwrap();
+        assert!(s.extend(before + Duration::from_secs(1)));
+        assert!(s.extend(before));
+        assert_eq!(s.valid_until(), Some(before + Duration::from_secs(1)));
+    }
+
+    #[tokio::test]
+    async fn ended_fires_at_the_deadline() {
+        let s = signal(Some(Duration::from_millis(30)));
+        let end = tokio::time::timeout(Duration::from_secs(5), s.ended()).await.unwrap();
+        assert_eq!(end, HoldEnd::Lost(LossReason::DeadlineExpired));
+    }
+
+    #[tokio::test]
+    async fn released_watcher_reports_release() {
+        let s = signal(None);
+        let w = s.watcher();
+        assert_eq!(s.release(), None);
+        assert_eq!(w.ended().await, HoldEnd::Released);
+    }
+}
