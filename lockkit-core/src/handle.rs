@@ -82,7 +82,9 @@ impl LockHandle {
         if let Some(mut releasing) = releasing {
             // Our own previous hold is still being freed; asking the store now would find it
             // held by ourselves. A closed channel means the release task is gone: go on.
-            if within(deadline, releasing.wait_for(|done| *done)).await.is_none() {
+            // Even `try_acquire` waits for this: it is our own hold, not another owner's.
+            let own = if deadline == Deadline::Now { Deadline::Never } else { deadline };
+            if within(own, releasing.wait_for(|done| *done)).await.is_none() {
                 return Ok(None);
             }
         }
@@ -192,23 +194,19 @@ impl HandleInner {
             let _ = done_tx.send(true);
         }
         .instrument(span);
-        match tokio::runtime::Handle::try_current().ok().or(runtime) {
-            // Spawning onto a runtime that has shut down drops the task without panicking;
-            // the hold is then freed by the store's lease or session expiry.
-            Some(runtime) => drop(runtime.spawn(task)),
-            None => poll_once(task),
+        // One poll here sends the release at once (an in-process backend completes in it);
+        // whatever remains runs as a task. Spawning onto a runtime that has shut down drops
+        // the task without panicking; the store's lease or session expiry then frees the hold.
+        let mut task = Box::pin(task);
+        if task.as_mut().poll(&mut Context::from_waker(Waker::noop())).is_pending() {
+            match tokio::runtime::Handle::try_current().ok().or(runtime) {
+                Some(runtime) => drop(runtime.spawn(task)),
+                None => tracing::warn!(
+                    "a guard was dropped outside any runtime; the store will free the hold when its lease ends"
+                ),
+            }
         }
         result_rx
-    }
-}
-
-/// Without any runtime, gives a release one poll: enough for in-process backends, whose
-/// release completes at once. Anything else is left to the store's expiry.
-fn poll_once(task: impl Future<Output = ()>) {
-    let mut task = pin!(task);
-    let mut cx = Context::from_waker(Waker::noop());
-    if task.as_mut().poll(&mut cx).is_pending() {
-        tracing::warn!("a guard was dropped outside any runtime; the store will free the hold when its lease ends");
     }
 }
 

@@ -52,6 +52,7 @@ mod options;
 mod signal;
 mod token;
 
+pub use backend::{HolderInfo, LockInfo};
 pub use capabilities::Capabilities;
 pub use error::{BoxError, Error, LossReason, Result};
 pub use guard::LockGuard;

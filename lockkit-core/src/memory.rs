@@ -702,7 +702,6 @@ impl HeldLock for MemoryHeld {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::DistributedLock as _;
 
     #[tokio::test]
     async fn cancelled_waiter_is_removed_and_next_is_granted() {

@@ -1,1 +1,175 @@
-//! placeholder
+//! The lockkit conformance kit, and the real-server test tools behind it.
+//!
+//! - [`conformance!`]: one line runs every case of the lock contract against a backend, as
+//!   one named `#[test]` per case, on a runtime owned by the kit. The macro holds the only
+//!   list of cases, so a backend gains new cases when it upgrades the kit.
+//! - [`Harness`]: what a backend provides: fresh independent clients, its time bounds, and
+//!   the fault hooks it has (kill, blackhole, delete the record, restart the store).
+//! - [`cases`]: the cases themselves, one documented `pub async fn` per behaviour.
+//! - [`fixture`]: `redis-server`, standalone ZooKeeper and a three-node ensemble on free
+//!   loopback ports; [`proxy`]: a fault-injecting TCP proxy.
+//! - [`History`] and [`FencedResource`]: the mutual-exclusion checker and the fenced store.
+//!
+//! # Running the kit on a backend
+//!
+//! ```no_run
+//! // tests/conformance.rs of a backend crate
+//! lockkit_testkit::conformance!(lockkit_testkit::memory::MemoryHarness::with_lease());
+//! ```
+//!
+//! The argument is an expression evaluated once per test process inside an async block, so
+//! it may `.await` (to start a server, say).
+
+pub mod cases;
+mod fenced;
+pub mod fixture;
+mod harness;
+mod history;
+pub mod memory;
+pub mod proxy;
+
+use std::future::Future;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+pub use fenced::{FencedResource, StaleToken};
+pub use harness::{ClientFaults, FaultResult, Harness, NoFaults, TestClient, Timing, Unsupported};
+pub use history::{History, Hold, Violation};
+
+/// The longest one case may run before it fails as hung.
+pub const CASE_LIMIT: Duration = Duration::from_secs(120);
+
+/// The multi-thread runtime every case runs on, shared by the whole test process so that
+/// fixtures, proxies and background releases outlive any single test.
+pub fn runtime() -> &'static tokio::runtime::Runtime {
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().thread_name("lockkit-test").build() {
+            Ok(runtime) => runtime,
+            Err(error) => panic!("lockkit-testkit could not start its test runtime: {error}"),
+        }
+    })
+}
+
+/// Runs one case: makes the harness on first use (shared by the process), then runs the case
+/// on the kit's runtime with a time limit. Used by [`conformance!`]; not for direct use.
+#[doc(hidden)]
+pub fn run_case<M, MF, C, CF>(cell: &'static tokio::sync::OnceCell<Arc<dyn Harness>>, make: M, name: &str, case: C)
+where
+    M: FnOnce() -> MF,
+    MF: Future<Output = Arc<dyn Harness>>,
+    C: FnOnce(Arc<dyn Harness>) -> CF,
+    CF: Future<Output = ()>,
+{
+    // The case runs on the test's own thread (block_on), so its panic message is captured
+    // with the test's output; the tasks it spawns run on the shared workers.
+    runtime().block_on(async {
+        let harness = cell.get_or_init(make).await.clone();
+        let backend = harness.name().to_owned();
+        if tokio::time::timeout(CASE_LIMIT, case(harness)).await.is_err() {
+            panic!("[{backend} / {name}] the case did not finish within {CASE_LIMIT:?}");
+        }
+    });
+}
+
+#[doc(hidden)]
+pub mod __private {
+    pub use tokio::sync::OnceCell;
+}
+
+/// Stamps out one `#[test]` per conformance case for the harness built by `$harness`.
+///
+/// `$harness` is an expression whose value implements [`Harness`]; it is evaluated once per
+/// test process, inside an async block, so it may `.await`. The tests are grouped in modules
+/// by topic, named after the behaviour they check: `acquire::try_acquire_leaves_no_trace`.
+#[macro_export]
+macro_rules! conformance {
+    ($harness:expr) => {
+        $crate::__conformance_cases! {
+            $harness;
+            mutual_exclusion {
+                second_owner_cannot_acquire_while_held,
+                two_handles_of_one_client_exclude_each_other,
+                one_holder_at_a_time_under_contention,
+                different_names_are_independent,
+                names_are_case_sensitive,
+                unusual_names_are_accepted_and_never_collide,
+                empty_name_is_rejected,
+                oversized_name_is_rejected,
+            }
+            acquire {
+                try_acquire_returns_none_while_held,
+                try_acquire_leaves_no_trace,
+                acquire_timeout_fails_close_to_the_timeout,
+                acquire_timeout_leaves_no_trace,
+                extreme_timeouts_are_handled,
+                acquire_timeout_succeeds_when_released_in_time,
+                release_wakes_waiter_promptly,
+                dropped_acquire_leaves_no_trace,
+                cancelled_waiter_does_not_block_others,
+                acquire_cancelled_at_any_point_leaves_no_trace,
+                acquire_dropped_after_grant_frees_the_lock,
+                waiters_are_granted_in_arrival_order,
+            }
+            reentrancy {
+                reentrant_acquire_returns_same_token_at_once,
+                lock_is_freed_only_after_every_reentrant_guard,
+                another_handle_in_the_same_client_contends,
+                reentry_after_loss_fails_with_lock_lost,
+            }
+            fencing {
+                tokens_increase_with_every_acquisition,
+                tokens_increase_across_clients,
+                tokens_increase_across_store_restart,
+                fenced_resource_refuses_the_stale_holder,
+            }
+            release {
+                release_frees_the_lock,
+                release_admits_next_waiter,
+                release_after_loss_fails_and_spares_the_new_holder,
+                dropped_guard_frees_the_lock_promptly,
+                reacquire_right_after_drop_succeeds,
+                guard_dropped_after_runtime_shutdown_does_not_panic,
+                dead_holder_frees_the_lock_after_the_lease_not_before,
+            }
+            loss {
+                loss_is_signalled_when_the_record_is_deleted,
+                normal_release_is_not_a_loss,
+                loss_is_signalled_when_the_client_dies,
+                loss_is_signalled_before_another_owner_can_acquire,
+                lease_is_renewed_while_the_guard_lives,
+            }
+            errors {
+                errors_name_the_backend_and_the_lock,
+                unreachable_store_gives_retryable_errors,
+                bad_configuration_is_refused_when_building,
+            }
+        }
+    };
+}
+
+/// The expansion of [`conformance!`]; not for direct use.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __conformance_cases {
+    ($harness:expr; $($group:ident { $($case:ident),* $(,)? })*) => {
+        static __LOCKKIT_HARNESS: $crate::__private::OnceCell<::std::sync::Arc<dyn $crate::Harness>> =
+            $crate::__private::OnceCell::const_new();
+
+        $(
+            mod $group {
+                $(
+                    #[test]
+                    fn $case() {
+                        $crate::run_case(
+                            &super::__LOCKKIT_HARNESS,
+                            || async { ::std::sync::Arc::new($harness) as ::std::sync::Arc<dyn $crate::Harness> },
+                            stringify!($case),
+                            |harness| async move { $crate::cases::$group::$case(&*harness).await },
+                        );
+                    }
+                )*
+            }
+        )*
+    };
+}

@@ -1,0 +1,173 @@
+//! The conformance cases: one documented `pub async fn` per behaviour of the contract,
+//! grouped by topic. The [`conformance!`](crate::conformance) macro holds the one list of them.
+//!
+//! Every case draws fresh, uuid-based lock names, so cases run in parallel against one
+//! server. Failures name the backend, the case, the lock and the step.
+
+pub mod acquire;
+pub mod errors;
+pub mod fencing;
+pub mod loss;
+pub mod mutual_exclusion;
+pub mod reentrancy;
+pub mod release;
+
+use std::fmt::Debug;
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use lockkit_core::{DistributedLock, LockGuard, LockInfo, Result};
+
+use crate::harness::{FaultResult, Harness, TestClient};
+
+/// The context of one running case: the harness, the case name and a fresh lock name, used
+/// to make every failure message say where it happened.
+pub(crate) struct Ctx<'h> {
+    pub(crate) h: &'h dyn Harness,
+    pub(crate) case: &'static str,
+    pub(crate) name: String,
+}
+
+impl<'h> Ctx<'h> {
+    pub(crate) fn new(h: &'h dyn Harness, case: &'static str) -> Self {
+        Self { h, case, name: unique_name(case) }
+    }
+
+    #[track_caller]
+    pub(crate) fn fail(&self, step: &str, detail: impl Debug) -> ! {
+        panic!("[{} / {}] lock {:?}: {step}: {detail:?}", self.h.name(), self.case, self.name)
+    }
+
+    /// Unwraps `result` or fails the case at `step`.
+    #[track_caller]
+    pub(crate) fn ok<T>(&self, result: Result<T>, step: &str) -> T {
+        match result {
+            Ok(value) => value,
+            Err(error) => self.fail(step, format!("unexpected error: {error}")),
+        }
+    }
+
+    #[track_caller]
+    pub(crate) fn check(&self, condition: bool, step: &str) {
+        if !condition {
+            self.fail(step, "check failed");
+        }
+    }
+
+    pub(crate) async fn client(&self) -> TestClient {
+        match self.h.client().await {
+            Ok(client) => client,
+            Err(error) => self.fail("connect a client", format!("{error}")),
+        }
+    }
+
+    #[track_caller]
+    pub(crate) fn lock(&self, client: &TestClient) -> Box<dyn DistributedLock> {
+        self.lock_named(client, &self.name)
+    }
+
+    #[track_caller]
+    pub(crate) fn lock_named(&self, client: &TestClient, name: &str) -> Box<dyn DistributedLock> {
+        self.ok(client.provider.lock(name), "make a lock handle")
+    }
+
+    /// Awaits `future`, failing the case when it takes longer than `bound`.
+    pub(crate) async fn within<F: Future>(&self, bound: Duration, step: &str, future: F) -> F::Output {
+        match tokio::time::timeout(bound, future).await {
+            Ok(output) => output,
+            Err(_) => self.fail(step, format!("did not complete within {bound:?}")),
+        }
+    }
+
+    /// Acquires, failing the case on error or when it takes longer than the operation bound.
+    pub(crate) async fn acquire(&self, lock: &dyn DistributedLock, step: &str) -> LockGuard {
+        let bound = self.h.timing().operation;
+        self.ok(self.within(bound, step, lock.acquire()).await, step)
+    }
+
+    /// `try_acquire`, failing the case on error or when it takes longer than the operation bound.
+    pub(crate) async fn try_acquire(&self, lock: &dyn DistributedLock, step: &str) -> Option<LockGuard> {
+        let bound = self.h.timing().operation;
+        self.ok(self.within(bound, step, lock.try_acquire()).await, step)
+    }
+
+    pub(crate) async fn release(&self, guard: LockGuard, step: &str) {
+        let bound = self.h.timing().operation;
+        self.ok(self.within(bound, step, guard.release()).await, step);
+    }
+
+    /// Polls `condition` until it holds, failing the case after `bound`.
+    pub(crate) async fn eventually<F, Fut>(&self, bound: Duration, step: &str, mut condition: F)
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = bool>,
+    {
+        let deadline = Instant::now() + bound;
+        loop {
+            if condition().await {
+                return;
+            }
+            if Instant::now() >= deadline {
+                self.fail(step, format!("condition still false after {bound:?}"));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Waits until another client can take the lock at once, proving no trace was left.
+    pub(crate) async fn assert_free(&self, client: &TestClient, step: &str) {
+        let lock = self.lock(client);
+        let bound = self.h.timing().operation;
+        let mut last = None;
+        let deadline = Instant::now() + bound;
+        while Instant::now() < deadline {
+            if let Some(guard) = self.try_acquire(&*lock, step).await {
+                self.release(guard, step).await;
+                return;
+            }
+            last = Some(self.inspect(client).await);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        self.fail(step, format!("the lock is still taken (inspect: {last:?})"))
+    }
+
+    /// What the backend reports about this case's lock, when it can inspect.
+    pub(crate) async fn inspect(&self, client: &TestClient) -> Option<LockInfo> {
+        if !client.provider.capabilities().inspect {
+            return None;
+        }
+        Some(self.ok(client.provider.inspect(&self.name).await, "inspect the lock"))
+    }
+
+    /// Waits until `count` waiters are queued, when the backend can count them.
+    pub(crate) async fn await_waiters(&self, client: &TestClient, count: usize) -> bool {
+        if !client.provider.capabilities().waiter_count {
+            return false;
+        }
+        let bound = self.h.timing().operation;
+        self.eventually(bound, &format!("wait for {count} queued waiters"), || async {
+            self.inspect(client).await.and_then(|info| info.waiters) == Some(count)
+        })
+        .await;
+        true
+    }
+
+    /// Prints why a case cannot check its behaviour on this backend; the case then passes.
+    pub(crate) fn skip(&self, why: &str) {
+        println!("[{} / {}] not checked: {why}", self.h.name(), self.case);
+    }
+
+    /// Applies a fault hook; `false` (after saying so) when the harness lacks it.
+    pub(crate) fn applied(&self, outcome: FaultResult, hook: &str) -> bool {
+        if outcome.is_err() {
+            self.skip(&format!("the harness has no `{hook}` fault hook"));
+            return false;
+        }
+        true
+    }
+}
+
+/// A fresh lock name for `case`, unique across runs and processes.
+pub fn unique_name(case: &str) -> String {
+    format!("lockkit-test/{case}/{}", uuid::Uuid::new_v4().simple())
+}

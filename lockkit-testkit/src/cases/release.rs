@@ -1,0 +1,135 @@
+//! Contract 11-14: release, release after loss, dropped guards, dead holders.
+
+use std::time::Instant;
+
+use lockkit_core::Error;
+
+use super::Ctx;
+use crate::harness::Harness;
+
+/// Contract 11: `release` frees the lock; the same and other clients can take it again.
+pub async fn release_frees_the_lock(h: &dyn Harness) {
+    let cx = Ctx::new(h, "release_frees_the_lock");
+    let (a, b) = (cx.client().await, cx.client().await);
+    let lock = cx.lock(&a);
+    let guard = cx.acquire(&*lock, "acquire").await;
+    cx.release(guard, "release").await;
+    cx.check(!lock.is_held(), "the handle no longer holds");
+    cx.assert_free(&b, "another client takes it").await;
+    let again = cx.try_acquire(&*lock, "the first handle takes it again").await;
+    cx.check(again.is_some(), "the first handle can take it again");
+}
+
+/// Contract 11: `release` hands the lock to the next waiter.
+pub async fn release_admits_next_waiter(h: &dyn Harness) {
+    let cx = Ctx::new(h, "release_admits_next_waiter");
+    let (a, b) = (cx.client().await, cx.client().await);
+    let guard = cx.acquire(&*cx.lock(&a), "holder acquires").await;
+    let lock_b = cx.lock(&b);
+    let waiter = tokio::spawn(async move { lock_b.acquire().await.map(|g| g.token()) });
+    cx.await_waiters(&a, 1).await;
+    let token = guard.token();
+    cx.release(guard, "holder releases").await;
+    let got = cx.within(h.timing().wake + h.timing().operation, "the waiter acquires", waiter).await;
+    match got {
+        Ok(Ok(next)) => cx.check(next > token, "the waiter's token is greater"),
+        other => cx.fail("the waiter acquires", other),
+    }
+}
+
+/// Contract 12: releasing a hold that was lost returns `LockLost` and leaves the new holder
+/// untouched.
+pub async fn release_after_loss_fails_and_spares_the_new_holder(h: &dyn Harness) {
+    let cx = Ctx::new(h, "release_after_loss_fails_and_spares_the_new_holder");
+    let (a, b, c) = (cx.client().await, cx.client().await, cx.client().await);
+    let stale = cx.acquire(&*cx.lock(&a), "first holder acquires").await;
+    if !cx.applied(h.delete_record(&cx.name).await, "delete_record") {
+        return;
+    }
+    let fresh = cx.acquire(&*cx.lock(&b), "second holder acquires").await;
+    match stale.release().await {
+        Err(Error::LockLost { .. }) => {}
+        other => cx.fail("release the lost hold", format!("expected LockLost, got {other:?}")),
+    }
+    cx.check(fresh.is_held(), "the new holder still holds");
+    cx.check(cx.try_acquire(&*cx.lock(&c), "a third client tries").await.is_none(), "the lock is still the new holder's");
+    cx.release(fresh, "the new holder releases").await;
+}
+
+/// Contract 13: dropping a guard frees the lock promptly, well before any lease runs out.
+pub async fn dropped_guard_frees_the_lock_promptly(h: &dyn Harness) {
+    let cx = Ctx::new(h, "dropped_guard_frees_the_lock_promptly");
+    let (a, b) = (cx.client().await, cx.client().await);
+    let guard = cx.acquire(&*cx.lock(&a), "acquire").await;
+    let lock_b = cx.lock(&b);
+    let waiter = tokio::spawn(async move { lock_b.acquire().await.map(|g| g.token()) });
+    cx.await_waiters(&a, 1).await;
+    drop(guard);
+    let got = cx.within(h.timing().wake + h.timing().operation, "a waiter acquires after the drop", waiter).await;
+    cx.check(matches!(got, Ok(Ok(_))), &format!("the waiter acquires: {got:?}"));
+}
+
+/// Contract 13: dropping the guard and acquiring again on the same handle works at once
+/// (the handle waits for its own background release).
+pub async fn reacquire_right_after_drop_succeeds(h: &dyn Harness) {
+    let cx = Ctx::new(h, "reacquire_right_after_drop_succeeds");
+    let a = cx.client().await;
+    let lock = cx.lock(&a);
+    for _ in 0..5 {
+        let guard = cx.acquire(&*lock, "acquire").await;
+        drop(guard);
+        let again = cx.try_acquire(&*lock, "try right after the drop").await;
+        cx.check(again.is_some(), "the handle's own dropped hold does not block it");
+    }
+}
+
+/// Contract 13: a guard dropped after its runtime shut down does not panic.
+pub async fn guard_dropped_after_runtime_shutdown_does_not_panic(h: &dyn Harness) {
+    let cx = Ctx::new(h, "guard_dropped_after_runtime_shutdown_does_not_panic");
+    let a = cx.client().await;
+    let lock = cx.lock(&a);
+    let outcome = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+        let guard = runtime.block_on(lock.acquire()).map_err(|e| e.to_string())?;
+        drop(runtime);
+        drop(guard);
+        Ok::<_, String>(())
+    })
+    .join();
+    match outcome {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => cx.fail("acquire on a private runtime", error),
+        Err(_) => cx.fail("drop the guard after its runtime ended", "it panicked"),
+    }
+}
+
+/// Contract 14: a holder that dies frees the lock after the lease or session timeout, and
+/// not before.
+pub async fn dead_holder_frees_the_lock_after_the_lease_not_before(h: &dyn Harness) {
+    let cx = Ctx::new(h, "dead_holder_frees_the_lock_after_the_lease_not_before");
+    let (a, b) = (cx.client().await, cx.client().await);
+    let guard = cx.acquire(&*cx.lock(&a), "holder acquires").await;
+    let killed_at = Instant::now();
+    if !cx.applied(a.faults.kill().await, "kill") {
+        return;
+    }
+    let lock_b = cx.lock(&b);
+    match h.timing().lease {
+        Some(lease) => {
+            let early = lease.mul_f32(0.5);
+            let outcome = lock_b.acquire_timeout(early).await;
+            let after = killed_at.elapsed();
+            cx.check(
+                matches!(outcome, Err(Error::Timeout { .. })),
+                &format!("the lock was free within {after:?} of the holder's death, under half the lease {lease:?}"),
+            );
+            let got = cx.within(lease + h.timing().operation * 2, "the lock frees after the lease", lock_b.acquire()).await;
+            drop(cx.ok(got, "acquire after the lease"));
+        }
+        None => {
+            let got = cx.within(h.timing().operation * 2, "the lock frees when the holder dies", lock_b.acquire()).await;
+            drop(cx.ok(got, "acquire after the holder died"));
+        }
+    }
+    drop(guard);
+}

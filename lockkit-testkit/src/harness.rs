@@ -1,0 +1,170 @@
+//! What a backend provides to the conformance kit.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lockkit_core::LockProvider;
+
+/// The answer of a fault hook the backend's harness does not have. A case that needs the
+/// hook prints why it cannot check its behaviour and passes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Unsupported;
+
+/// The result of a fault hook.
+pub type FaultResult = Result<(), Unsupported>;
+
+/// The time bounds of a backend's clients, as the cases need them.
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct Timing {
+    /// The longest one operation may take without waiting on another owner (a few round
+    /// trips on a loaded machine). Used as a liveness bound, never to measure speed.
+    pub operation: Duration,
+    /// The longest a release may take to reach a waiting acquirer. Far below the lease, so a
+    /// backend that polls at lease granularity fails the notification case.
+    pub wake: Duration,
+    /// How long a dead holder's hold outlives it (lease or session timeout), when holds
+    /// expire at all.
+    pub lease: Option<Duration>,
+    /// How late a timed-out acquisition may return past its timeout.
+    pub late: Duration,
+}
+
+impl Timing {
+    /// Bounds for a backend whose holds do not expire.
+    pub fn new() -> Self {
+        Self {
+            operation: Duration::from_secs(3),
+            wake: Duration::from_millis(1500),
+            lease: None,
+            late: Duration::from_millis(750),
+        }
+    }
+
+    /// Sets the lease or session timeout after which a dead holder's hold ends.
+    pub fn with_lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// Sets the bound on a single operation.
+    pub fn with_operation(mut self, operation: Duration) -> Self {
+        self.operation = operation;
+        self
+    }
+
+    /// Sets the bound on a release reaching a waiter.
+    pub fn with_wake(mut self, wake: Duration) -> Self {
+        self.wake = wake;
+        self
+    }
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Faults that act on one client: its session or connection.
+#[async_trait]
+pub trait ClientFaults: Send + Sync {
+    /// The client dies as a killed process would: it sends nothing more, and its holds end
+    /// only when the store notices (lease or session expiry, or a closed connection).
+    async fn kill(&self) -> FaultResult {
+        Err(Unsupported)
+    }
+
+    /// Silently cuts the client off the store (a blackhole: no reset, no reply).
+    async fn blackhole(&self) -> FaultResult {
+        Err(Unsupported)
+    }
+
+    /// Undoes [`blackhole`](Self::blackhole).
+    async fn heal(&self) -> FaultResult {
+        Err(Unsupported)
+    }
+
+    /// Breaks the client's connections now (the client sees a reset and may reconnect).
+    async fn cut_connection(&self) -> FaultResult {
+        Err(Unsupported)
+    }
+}
+
+/// A client that has no fault hooks.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoFaults;
+
+impl ClientFaults for NoFaults {}
+
+/// One independent client for a case: a second client is a second session or connection.
+#[derive(Clone)]
+pub struct TestClient {
+    /// The client, behind the core trait.
+    pub provider: Arc<dyn LockProvider>,
+    /// Its fault hooks.
+    pub faults: Arc<dyn ClientFaults>,
+}
+
+impl TestClient {
+    /// A client with fault hooks.
+    pub fn new(provider: Arc<dyn LockProvider>, faults: Arc<dyn ClientFaults>) -> Self {
+        Self { provider, faults }
+    }
+
+    /// A client without fault hooks.
+    pub fn without_faults(provider: Arc<dyn LockProvider>) -> Self {
+        Self { provider, faults: Arc::new(NoFaults) }
+    }
+}
+
+/// What a backend implements to run the conformance kit.
+///
+/// One harness is made per test process and shared by every case; cases run in parallel and
+/// draw fresh lock names, so they never disturb each other, except the server-wide faults
+/// ([`restart_store`](Self::restart_store)), which a harness should apply to a store of its own.
+#[async_trait]
+pub trait Harness: Send + Sync + 'static {
+    /// The backend's name in failure messages.
+    fn name(&self) -> &str;
+
+    /// A fresh, independent client.
+    ///
+    /// # Errors
+    ///
+    /// When the client cannot connect; the case fails with this error.
+    async fn client(&self) -> lockkit_core::Result<TestClient>;
+
+    /// The time bounds of this backend's clients.
+    fn timing(&self) -> Timing {
+        Timing::new()
+    }
+
+    /// Deletes the record of lock `name` behind its holder's back (an administrator deleting
+    /// the key or znode).
+    async fn delete_record(&self, name: &str) -> FaultResult {
+        let _ = name;
+        Err(Unsupported)
+    }
+
+    /// A harness on a store of its own (a dedicated server), for the cases that apply
+    /// server-wide faults such as [`restart_store`](Self::restart_store) without disturbing
+    /// the cases running in parallel on the shared one.
+    async fn isolated(&self) -> Result<Arc<dyn Harness>, Unsupported> {
+        Err(Unsupported)
+    }
+
+    /// Restarts the store, keeping its data where the backend is configured to. Only called
+    /// on a harness from [`isolated`](Self::isolated).
+    async fn restart_store(&self) -> FaultResult {
+        Err(Unsupported)
+    }
+
+    /// Tries to build clients with settings that must be refused, returning a description of
+    /// each attempt and its outcome. Every outcome must be
+    /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig).
+    async fn invalid_configs(&self) -> Vec<(String, lockkit_core::Result<()>)> {
+        Vec::new()
+    }
+}
