@@ -1,1 +1,41 @@
-fn main() {}
+//! Several workers contend for one lock; each prints the fencing token it was granted.
+//!
+//! Runs on the in-process memory backend, the embedded default:
+//! `cargo run -p lockkit-examples --example quickstart`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockkit::memory::MemoryLockProvider;
+use lockkit::LockProvider;
+
+#[tokio::main]
+async fn main() -> lockkit::Result<()> {
+    let provider: Arc<dyn LockProvider> = Arc::new(MemoryLockProvider::new());
+    let mut workers = tokio::task::JoinSet::new();
+    for worker in 0..4 {
+        // One handle per worker: each worker is its own owner.
+        let lock = provider.lock("quickstart/report")?;
+        workers.spawn(async move {
+            for round in 0..2 {
+                let guard = lock.acquire().await?;
+                println!(
+                    "worker {worker} round {round}: holding {} with fencing token {}",
+                    guard.name(),
+                    guard.token()
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                guard.release().await?;
+            }
+            Ok::<_, lockkit::Error>(())
+        });
+    }
+    while let Some(done) = workers.join_next().await {
+        match done {
+            Ok(result) => result?,
+            Err(panicked) => eprintln!("a worker failed: {panicked}"),
+        }
+    }
+    println!("every worker held the lock alone, each time with a greater token");
+    Ok(())
+}

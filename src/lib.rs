@@ -1,1 +1,24 @@
-//! placeholder
+//! lockkit: distributed locks with fencing tokens and loss signals, written once against
+//! one [`DistributedLock`] trait and run on ZooKeeper, Redis, in process, or a third-party
+//! backend.
+//!
+//! This is the facade crate: application code depends on `lockkit` alone. It re-exports
+//! [`lockkit_core`] and holds no lock logic. The Redis and ZooKeeper backends arrive behind
+//! the `redis` and `zk` features; the in-process [`memory`] backend is always present.
+//!
+//! ```
+//! use lockkit::memory::MemoryLockProvider;
+//! use lockkit::{DistributedLock, LockProvider};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> lockkit::Result<()> {
+//! let provider = MemoryLockProvider::new();
+//! let lock = provider.lock("invoices/2026-11")?;
+//! let guard = lock.acquire().await?;
+//! // Send guard.token() with every write; stop when guard.lost() fires.
+//! guard.release().await?;
+//! # Ok(())
+//! # }
+//! ```
+
+pub use lockkit_core::*;

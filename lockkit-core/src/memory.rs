@@ -39,8 +39,7 @@ use uuid::Uuid;
 
 use crate::backend::{AcquireRequest, Grant, HeldLock, HolderInfo, LockBackend, LockInfo};
 use crate::{
-    Capabilities, Error, FencingToken, HoldSignal, LockName, LockProvider, LossReason, Result,
-    lease_deadline,
+    Capabilities, Error, FencingToken, HoldSignal, LockName, LockProvider, LossReason, Result, lease_deadline,
 };
 
 const BACKEND: &str = "memory";
@@ -209,12 +208,11 @@ impl StoreState {
 
     fn uninstall_holder(&mut self, name: &LockName, attempt: Uuid) {
         let Some(entry) = self.locks.get_mut(name) else { return };
-        if entry.holder.as_ref().is_some_and(|h| h.attempt == attempt) {
-            if let Some(holder) = entry.holder.take()
-                && let Some(session) = self.sessions.get_mut(&holder.session)
-            {
-                session.holds.remove(name);
-            }
+        if entry.holder.as_ref().is_some_and(|h| h.attempt == attempt)
+            && let Some(holder) = entry.holder.take()
+            && let Some(session) = self.sessions.get_mut(&holder.session)
+        {
+            session.holds.remove(name);
         }
     }
 
@@ -405,14 +403,18 @@ impl MemoryLockProviderBuilder {
                 if renew.is_zero() || renew >= ttl {
                     return Err(Error::invalid_config(
                         BACKEND,
-                        format!("renew_every ({renew:?}) must be above zero and below the lease ({ttl:?}); a third of the lease is a good choice"),
+                        format!(
+                            "renew_every ({renew:?}) must be above zero and below the lease ({ttl:?}); a third of the lease is a good choice"
+                        ),
                     ));
                 }
                 let drift = self.drift.unwrap_or(ttl / 50);
                 if drift + renew >= ttl {
                     return Err(Error::invalid_config(
                         BACKEND,
-                        format!("drift ({drift:?}) plus renew_every ({renew:?}) must stay below the lease ({ttl:?}), or holds expire between renewals"),
+                        format!(
+                            "drift ({drift:?}) plus renew_every ({renew:?}) must stay below the lease ({ttl:?}), or holds expire between renewals"
+                        ),
                     ));
                 }
             }
@@ -598,7 +600,8 @@ impl LockBackend for MemoryClient {
             Admission::Busy => return Ok(None),
             Admission::Queued(id, receiver) => (id, receiver),
         };
-        let mut waiting = QueuedWaiter { store: self.store.clone(), lock: request.lock.clone(), id, receiver, done: false };
+        let mut waiting =
+            QueuedWaiter { store: self.store.clone(), lock: request.lock.clone(), id, receiver, done: false };
         let span = tracing::debug_span!("lockkit.wait", backend = BACKEND, lock = %request.lock);
         async {
             loop {
@@ -722,7 +725,8 @@ mod tests {
 
     #[test]
     fn bad_leases_are_refused_with_advice() {
-        let err = MemoryLockProvider::builder().lease(Duration::from_secs(1)).renew_every(Duration::from_secs(2)).build();
+        let err =
+            MemoryLockProvider::builder().lease(Duration::from_secs(1)).renew_every(Duration::from_secs(2)).build();
         assert!(err.unwrap_err().to_string().contains("renew_every"));
         assert!(MemoryLockProvider::builder().lease(Duration::ZERO).build().is_err());
         assert!(MemoryLockProvider::builder().drift(Duration::from_millis(1)).build().is_err());

@@ -24,10 +24,7 @@ impl LockName {
     /// [`Error::InvalidName`] when the name is empty or longer than [`LockName::MAX_LEN`] bytes.
     pub fn new(name: &str) -> Result<Self> {
         if name.is_empty() {
-            return Err(Error::InvalidName {
-                name: String::new(),
-                reason: "a lock name must not be empty".into(),
-            });
+            return Err(Error::InvalidName { name: String::new(), reason: "a lock name must not be empty".into() });
         }
         if name.len() > Self::MAX_LEN {
             return Err(Error::InvalidName {
@@ -102,8 +99,7 @@ mod tests {
     #[test]
     fn hex_encoding_is_injective_on_tricky_names() {
         let names = ["a/b", "a%2Fb", "A/B", "a b", "ä", "a\0b"];
-        let encoded: std::collections::HashSet<_> =
-            names.iter().map(|n| LockName::new(n).unwrap().to_hex()).collect();
+        let encoded: std::collections::HashSet<_> = names.iter().map(|n| LockName::new(n).unwrap().to_hex()).collect();
         assert_eq!(encoded.len(), names.len());
     }
 }

@@ -239,8 +239,8 @@ impl HoldWatcher {
     }
 }
 
-/// The local deadline of a lease confirmed for a request *sent* at `sent_at`: `sent_at + ttl
-/// - drift`. Counting from the send time, not the reply, makes the deadline fall before the
+/// The local deadline of a lease confirmed for a request *sent* at `sent_at`, that is
+/// `sent_at + ttl - drift`. Counting from the send time, not the reply, makes the deadline fall before the
 /// store's own expiry whatever the reply's delay; the drift margin covers the rate
 /// difference between the two clocks.
 pub fn lease_deadline(sent_at: Instant, ttl: Duration, drift: Duration) -> Instant {

@@ -44,7 +44,12 @@ pub const CASE_LIMIT: Duration = Duration::from_secs(120);
 pub fn runtime() -> &'static tokio::runtime::Runtime {
     static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
     RUNTIME.get_or_init(|| {
-        match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().thread_name("lockkit-test").build() {
+        match tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .thread_name("lockkit-test")
+            .build()
+        {
             Ok(runtime) => runtime,
             Err(error) => panic!("lockkit-testkit could not start its test runtime: {error}"),
         }

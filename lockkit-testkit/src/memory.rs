@@ -102,12 +102,18 @@ impl Harness for MemoryHarness {
                 "renewal slower than the lease",
                 MemoryLockProvider::builder().lease(Duration::from_secs(1)).renew_every(Duration::from_secs(2)),
             ),
-            attempt("a zero renewal interval", MemoryLockProvider::builder().lease(Duration::from_secs(1)).renew_every(Duration::ZERO)),
+            attempt(
+                "a zero renewal interval",
+                MemoryLockProvider::builder().lease(Duration::from_secs(1)).renew_every(Duration::ZERO),
+            ),
             attempt(
                 "a drift margin as long as the lease",
                 MemoryLockProvider::builder().lease(Duration::from_secs(1)).drift(Duration::from_secs(1)),
             ),
-            attempt("renewal settings without a lease", MemoryLockProvider::builder().renew_every(Duration::from_secs(1))),
+            attempt(
+                "renewal settings without a lease",
+                MemoryLockProvider::builder().renew_every(Duration::from_secs(1)),
+            ),
         ]
     }
 }

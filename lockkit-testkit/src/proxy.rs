@@ -88,27 +88,12 @@ impl FaultProxy {
     pub async fn start(upstream: SocketAddr) -> io::Result<FaultProxy> {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
         let addr = listener.local_addr()?;
-        let (control, control_rx) = watch::channel(Control {
-            blackhole: false,
-            latency: Duration::ZERO,
-            refuse_new: false,
-            cut_generation: 0,
-        });
+        let (control, control_rx) =
+            watch::channel(Control { blackhole: false, latency: Duration::ZERO, refuse_new: false, cut_generation: 0 });
         let connections = Arc::new(AtomicUsize::new(0));
-        let accept_task = tokio::spawn(accept_loop(
-            listener,
-            upstream,
-            control_rx,
-            Arc::clone(&connections),
-        ))
-        .abort_handle();
-        Ok(FaultProxy {
-            addr,
-            upstream,
-            control,
-            connections,
-            accept_task,
-        })
+        let accept_task =
+            tokio::spawn(accept_loop(listener, upstream, control_rx, Arc::clone(&connections))).abort_handle();
+        Ok(FaultProxy { addr, upstream, control, connections, accept_task })
     }
 
     /// Returns the address clients should connect to instead of the upstream.
@@ -236,13 +221,7 @@ async fn accept_loop(
             continue;
         }
         let counted = Counted::new(&connections);
-        tokio::spawn(run_connection(
-            down,
-            upstream,
-            control.clone(),
-            now.cut_generation,
-            counted,
-        ));
+        tokio::spawn(run_connection(down, upstream, control.clone(), now.cut_generation, counted));
     }
 }
 
@@ -256,17 +235,11 @@ fn reset(stream: TcpStream) {
 /// Resolves when the connection must be cut: `cut_all` was called after it was accepted, or
 /// the proxy was dropped.
 async fn cut_signal(mut control: watch::Receiver<Control>, generation: u64) {
-    let _ = control
-        .wait_for(|c| c.cut_generation != generation)
-        .await
-        .map(drop);
+    let _ = control.wait_for(|c| c.cut_generation != generation).await.map(drop);
 }
 
 /// Waits while blackholed, then connects upstream.
-async fn connect_when_passing(
-    upstream: SocketAddr,
-    mut control: watch::Receiver<Control>,
-) -> io::Result<TcpStream> {
+async fn connect_when_passing(upstream: SocketAddr, mut control: watch::Receiver<Control>) -> io::Result<TcpStream> {
     let passing = control.wait_for(|c| !c.blackhole).await.map(drop);
     if passing.is_err() {
         return Err(io::Error::other("the proxy was stopped"));
@@ -299,10 +272,7 @@ async fn run_connection(
         let (down_read, down_write) = down.split();
         let (up_read, up_write) = up.split();
         let both = async {
-            tokio::try_join!(
-                pump(down_read, up_write, control.clone()),
-                pump(up_read, down_write, control.clone()),
-            )
+            tokio::try_join!(pump(down_read, up_write, control.clone()), pump(up_read, down_write, control.clone()),)
         };
         tokio::select! {
             biased;
@@ -321,11 +291,7 @@ async fn run_connection(
 ///
 /// A reader stores each chunk with the time it arrived; a writer delivers chunks in order once
 /// the proxy is not blackholed and the chunk's latency has passed.
-async fn pump(
-    mut from: ReadHalf<'_>,
-    mut to: WriteHalf<'_>,
-    control: watch::Receiver<Control>,
-) -> Result<(), ()> {
+async fn pump(mut from: ReadHalf<'_>, mut to: WriteHalf<'_>, control: watch::Receiver<Control>) -> Result<(), ()> {
     let (held_tx, mut held) = mpsc::channel::<(Instant, Vec<u8>)>(HELD_CHUNKS);
     let reader = async move {
         let mut buf = vec![0u8; CHUNK_SIZE];

@@ -51,9 +51,7 @@ async fn redis_conn(url: &str) -> redis::RedisResult<redis::aio::MultiplexedConn
     let config = AsyncConnectionConfig::new()
         .set_response_timeout(Some(Duration::from_millis(300)))
         .set_connection_timeout(Some(Duration::from_millis(300)));
-    redis::Client::open(url)?
-        .get_multiplexed_async_connection_with_config(&config)
-        .await
+    redis::Client::open(url)?.get_multiplexed_async_connection_with_config(&config).await
 }
 
 async fn ping(url: &str) -> redis::RedisResult<String> {
@@ -92,10 +90,7 @@ async fn redis_restart_without_persistence_loses_keys() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_restart_with_aof_keeps_keys_and_counters() {
-    let config = RedisConfig {
-        persistence: Persistence::Aof,
-        ..RedisConfig::default()
-    };
+    let config = RedisConfig { persistence: Persistence::Aof, ..RedisConfig::default() };
     let mut server = ok(RedisServer::start_with(config).await);
     let mut conn = redis_conn(&server.url()).await.unwrap();
     let () = redis::cmd("SET").arg("k").arg("v").query_async(&mut conn).await.unwrap();
@@ -118,10 +113,7 @@ async fn redis_pause_blocks_replies_until_resume() {
     let url = server.url();
     let mut conn = redis_conn(&url).await.unwrap();
     ok(server.pause());
-    let err = redis::cmd("PING")
-        .query_async::<String>(&mut conn)
-        .await
-        .expect_err("a paused server must not answer");
+    let err = redis::cmd("PING").query_async::<String>(&mut conn).await.expect_err("a paused server must not answer");
     assert!(err.is_timeout(), "expected a timeout, got {err}");
     ok(server.resume());
     eventually(Duration::from_secs(5), "PING after resume", || {
@@ -161,12 +153,7 @@ async fn redis_shared_is_one_server() {
 /// The shared server outlives the runtime that started it.
 #[test]
 fn redis_shared_survives_the_runtime_that_started_it() {
-    let runtime = || {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-    };
+    let runtime = || tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let shared = runtime().block_on(async { ok(RedisServer::shared().await) });
     // The first runtime is gone now.
     let reply = runtime().block_on(async { ping(&shared.url()).await });
@@ -270,10 +257,9 @@ async fn zk_ensemble_survives_losing_the_clients_member() {
     let client = zk_client(&ensemble.connect_string()).await;
     client.create("/survivor", b"1", &persistent()).await.unwrap();
     let session = client.session_id().to_string();
-    let victim = eventually(Duration::from_secs(5), "the member serving the session", || {
-        member_serving(&ensemble, &session)
-    })
-    .await;
+    let victim =
+        eventually(Duration::from_secs(5), "the member serving the session", || member_serving(&ensemble, &session))
+            .await;
 
     let pid = ensemble.member_pid(victim).unwrap();
     ok(ensemble.stop_member(victim).await);
@@ -343,20 +329,14 @@ fn child_test(name: &str) -> Command {
 
 #[test]
 fn missing_programs_fail_with_an_installation_hint() {
-    let output = child_test("child_missing_programs")
-        .env("PATH", "/nonexistent")
-        .output()
-        .unwrap();
+    let output = child_test("child_missing_programs").env("PATH", "/nonexistent").output().unwrap();
     assert!(
         output.status.success(),
         "child failed:\n{}\n{}",
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
-    let output = child_test("child_missing_jar")
-        .env("LOCKKIT_ZK_JAR", "/nonexistent/zookeeper.jar")
-        .output()
-        .unwrap();
+    let output = child_test("child_missing_jar").env("LOCKKIT_ZK_JAR", "/nonexistent/zookeeper.jar").output().unwrap();
     assert!(
         output.status.success(),
         "child failed:\n{}\n{}",
@@ -439,10 +419,7 @@ fn servers_do_not_outlive_a_killed_test_process() {
     child.wait().unwrap();
     let started = Instant::now();
     while pids.iter().any(|&pid| process_exists(pid)) {
-        assert!(
-            started.elapsed() < Duration::from_secs(15),
-            "servers {pids:?} survived the killed test process"
-        );
+        assert!(started.elapsed() < Duration::from_secs(15), "servers {pids:?} survived the killed test process");
         std::thread::sleep(Duration::from_millis(20));
     }
     eprintln!("servers gone {:?} after SIGKILL of the test process", started.elapsed());

@@ -117,9 +117,15 @@ pub async fn release_wakes_waiter_promptly(h: &dyn Harness) {
     let released_at = Instant::now();
     cx.release(guard, "holder releases").await;
     let bound = h.timing().wake;
-    let (acquired_at, _guard) = cx.ok(cx.within(bound * 2, "the waiter wakes", waiter).await.unwrap_or_else(|e| cx.fail("join", e)), "waiter acquires");
+    let (acquired_at, _guard) = cx.ok(
+        cx.within(bound * 2, "the waiter wakes", waiter).await.unwrap_or_else(|e| cx.fail("join", e)),
+        "waiter acquires",
+    );
     let woke = acquired_at.saturating_duration_since(released_at);
-    cx.check(woke <= bound, &format!("the waiter woke {woke:?} after the release, over the {bound:?} bound: is it polling?"));
+    cx.check(
+        woke <= bound,
+        &format!("the waiter woke {woke:?} after the release, over the {bound:?} bound: is it polling?"),
+    );
 }
 
 /// Contract 7: dropping a waiting `acquire` future leaves no trace.

@@ -34,7 +34,9 @@ pub async fn unreachable_store_gives_retryable_errors(h: &dyn Harness) {
     if !cx.applied(a.faults.blackhole().await, "blackhole") {
         return;
     }
-    let outcome = cx.within(h.timing().operation * 3, "acquire while cut off", lock.acquire_timeout(Duration::from_millis(500))).await;
+    let outcome = cx
+        .within(h.timing().operation * 3, "acquire while cut off", lock.acquire_timeout(Duration::from_millis(500)))
+        .await;
     let _ = a.faults.heal().await;
     match outcome {
         Err(error) if error.is_retryable() => {

@@ -83,7 +83,10 @@ pub async fn loss_is_signalled_before_another_owner_can_acquire(h: &dyn Harness)
     let acquired_at = Instant::now();
     let taken = cx.ok(taken, "another owner acquires");
     let _ = a.faults.heal().await;
-    let lost_at = cx.within(h.timing().operation, "the holder's loss fired", loss_seen).await.unwrap_or_else(|e| cx.fail("join", e));
+    let lost_at = cx
+        .within(h.timing().operation, "the holder's loss fired", loss_seen)
+        .await
+        .unwrap_or_else(|e| cx.fail("join", e));
     cx.check(lost_at <= acquired_at, &format!("loss fired {:?} after the other owner acquired", lost_at - acquired_at));
     if let Some(until) = watcher.valid_until() {
         cx.check(until <= acquired_at, "the holder's valid_until lies before the other owner's acquisition");

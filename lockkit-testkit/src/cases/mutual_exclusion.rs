@@ -16,7 +16,10 @@ pub async fn second_owner_cannot_acquire_while_held(h: &dyn Harness) {
     let cx = Ctx::new(h, "second_owner_cannot_acquire_while_held");
     let (a, b) = (cx.client().await, cx.client().await);
     let guard = cx.acquire(&*cx.lock(&a), "first client acquires").await;
-    cx.check(cx.try_acquire(&*cx.lock(&b), "second client tries").await.is_none(), "second client must not get a held lock");
+    cx.check(
+        cx.try_acquire(&*cx.lock(&b), "second client tries").await.is_none(),
+        "second client must not get a held lock",
+    );
     cx.release(guard, "first client releases").await;
     let second = cx.try_acquire(&*cx.lock(&b), "second client tries after release").await;
     cx.check(second.is_some(), "second client gets the lock after release");

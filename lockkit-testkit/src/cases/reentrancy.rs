@@ -64,7 +64,13 @@ pub async fn reentry_after_loss_fails_with_lock_lost(h: &dyn Harness) {
     if !cx.applied(h.delete_record(&cx.name).await, "delete_record") {
         return;
     }
-    let reason = cx.within(h.timing().lease.unwrap_or(Duration::ZERO) + h.timing().operation * 2, "loss is signalled", guard.lost()).await;
+    let reason = cx
+        .within(
+            h.timing().lease.unwrap_or(Duration::ZERO) + h.timing().operation * 2,
+            "loss is signalled",
+            guard.lost(),
+        )
+        .await;
     let _: LossReason = reason;
     match lock.acquire().await {
         Err(Error::LockLost { .. }) => {}

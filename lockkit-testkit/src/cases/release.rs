@@ -52,7 +52,10 @@ pub async fn release_after_loss_fails_and_spares_the_new_holder(h: &dyn Harness)
         other => cx.fail("release the lost hold", format!("expected LockLost, got {other:?}")),
     }
     cx.check(fresh.is_held(), "the new holder still holds");
-    cx.check(cx.try_acquire(&*cx.lock(&c), "a third client tries").await.is_none(), "the lock is still the new holder's");
+    cx.check(
+        cx.try_acquire(&*cx.lock(&c), "a third client tries").await.is_none(),
+        "the lock is still the new holder's",
+    );
     cx.release(fresh, "the new holder releases").await;
 }
 
@@ -123,11 +126,13 @@ pub async fn dead_holder_frees_the_lock_after_the_lease_not_before(h: &dyn Harne
                 matches!(outcome, Err(Error::Timeout { .. })),
                 &format!("the lock was free within {after:?} of the holder's death, under half the lease {lease:?}"),
             );
-            let got = cx.within(lease + h.timing().operation * 2, "the lock frees after the lease", lock_b.acquire()).await;
+            let got =
+                cx.within(lease + h.timing().operation * 2, "the lock frees after the lease", lock_b.acquire()).await;
             drop(cx.ok(got, "acquire after the lease"));
         }
         None => {
-            let got = cx.within(h.timing().operation * 2, "the lock frees when the holder dies", lock_b.acquire()).await;
+            let got =
+                cx.within(h.timing().operation * 2, "the lock frees when the holder dies", lock_b.acquire()).await;
             drop(cx.ok(got, "acquire after the holder died"));
         }
     }
