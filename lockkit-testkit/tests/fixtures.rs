@@ -387,58 +387,64 @@ async fn child_missing_jar() {
 // ------------------------------------------------------------------------------------- orphans
 
 /// Kills a test process that holds shared servers in statics with SIGKILL, then checks that
-/// the servers die too.
+/// the servers die too and their directories are removed.
 #[test]
 fn servers_do_not_outlive_a_killed_test_process() {
     let dir = tempfile::tempdir().unwrap();
-    let pid_file = dir.path().join("pids");
+    let report = dir.path().join("report");
     let mut child = child_test("child_hold_shared_servers")
-        .env("LOCKKIT_FIXTURE_PID_FILE", &pid_file)
+        .env("LOCKKIT_FIXTURE_REPORT", &report)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
     let started = Instant::now();
-    let pids: Vec<u32> = loop {
-        if let Ok(text) = std::fs::read_to_string(&pid_file)
-            && text.ends_with('\n')
-        {
-            break text.split_whitespace().map(|p| p.parse().unwrap()).collect();
+    let text = loop {
+        if let Ok(text) = std::fs::read_to_string(&report) {
+            break text;
         }
         if let Some(status) = child.try_wait().unwrap() {
             panic!("the child exited early with {status}");
         }
-        assert!(started.elapsed() < Duration::from_secs(60), "the child wrote no PIDs");
+        assert!(started.elapsed() < Duration::from_secs(90), "the child reported nothing");
         std::thread::sleep(Duration::from_millis(20));
     };
-    assert_eq!(pids.len(), 2);
+    let mut lines = text.lines();
+    let pids: Vec<u32> = lines.next().unwrap().split_whitespace().map(|p| p.parse().unwrap()).collect();
+    let dirs: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!((pids.len(), dirs.len()), (5, 3), "{text}");
     for &pid in &pids {
         assert!(process_exists(pid));
     }
     child.kill().unwrap(); // SIGKILL: no destructor, no atexit handler runs
     child.wait().unwrap();
     let started = Instant::now();
-    while pids.iter().any(|&pid| process_exists(pid)) {
-        assert!(started.elapsed() < Duration::from_secs(15), "servers {pids:?} survived the killed test process");
+    while pids.iter().any(|&pid| process_exists(pid)) || dirs.iter().any(|d| Path::new(d).exists()) {
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "servers {pids:?} or directories {dirs:?} survived the killed test process"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
-    eprintln!("servers gone {:?} after SIGKILL of the test process", started.elapsed());
+    eprintln!("servers and directories gone {:?} after SIGKILL of the test process", started.elapsed());
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "helper run by servers_do_not_outlive_a_killed_test_process"]
 async fn child_hold_shared_servers() {
     if std::env::var(CHILD_ENV).as_deref() != Ok("child_hold_shared_servers") {
         return;
     }
-    let redis = ok(RedisServer::shared().await);
-    let zk = ok(ZkServer::shared().await);
-    let redis_pid = redis.server().and_then(RedisServer::pid).unwrap();
-    let zk_pid = zk.server().and_then(ZkServer::pid).unwrap();
-    let pid_file = std::env::var("LOCKKIT_FIXTURE_PID_FILE").unwrap();
-    let temp = format!("{pid_file}.tmp");
-    std::fs::write(&temp, format!("{redis_pid} {zk_pid}\n")).unwrap();
-    std::fs::rename(&temp, &pid_file).unwrap();
+    let (redis, zk, ensemble) = tokio::join!(RedisServer::shared(), ZkServer::shared(), ZkEnsemble::shared());
+    let (redis, zk, ensemble) = (ok(redis).server().unwrap(), ok(zk).server().unwrap(), ok(ensemble));
+    let mut pids = vec![redis.pid().unwrap(), zk.pid().unwrap()];
+    pids.extend((0..3).map(|i| ensemble.member_pid(i).unwrap()));
+    let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
+    let dirs = [redis.dir(), zk.dir(), ensemble.dir()].map(|d| d.display().to_string());
+    let report = std::env::var("LOCKKIT_FIXTURE_REPORT").unwrap();
+    let temp = format!("{report}.tmp");
+    std::fs::write(&temp, format!("{}\n{}\n", pids.join(" "), dirs.join(" "))).unwrap();
+    std::fs::rename(&temp, &report).unwrap();
     // Wait to be killed.
     tokio::time::sleep(Duration::from_secs(120)).await;
 }
