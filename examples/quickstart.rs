@@ -6,8 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockkit::memory::MemoryLockProvider;
 use lockkit::LockProvider;
+use lockkit::memory::MemoryLockProvider;
 
 #[tokio::main]
 async fn main() -> lockkit::Result<()> {

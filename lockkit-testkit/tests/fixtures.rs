@@ -394,6 +394,7 @@ fn servers_do_not_outlive_a_killed_test_process() {
     let report = dir.path().join("report");
     let mut child = child_test("child_hold_shared_servers")
         .env("LOCKKIT_FIXTURE_REPORT", &report)
+        .stdin(Stdio::piped()) // the child ends if this process dies and the pipe closes
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -445,6 +446,10 @@ async fn child_hold_shared_servers() {
     let temp = format!("{report}.tmp");
     std::fs::write(&temp, format!("{}\n{}\n", pids.join(" "), dirs.join(" "))).unwrap();
     std::fs::rename(&temp, &report).unwrap();
-    // Wait to be killed.
-    tokio::time::sleep(Duration::from_secs(120)).await;
+    // Wait to be killed; also end when the parent test process goes away (stdin reaches
+    // end-of-file), so that killing the parent does not leave this process behind.
+    let stdin_closed = tokio::task::spawn_blocking(|| {
+        let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+    });
+    let _ = tokio::time::timeout(Duration::from_secs(120), stdin_closed).await;
 }
