@@ -29,7 +29,7 @@ impl std::error::Error for StaleToken {}
 /// use lockkit_core::FencingToken;
 /// use lockkit_testkit::FencedResource;
 ///
-/// let resource = FencedResource::new();
+/// let resource: FencedResource = FencedResource::new();
 /// resource.write(FencingToken::new(34), "from the new holder").unwrap();
 /// assert!(resource.write(FencingToken::new(33), "from the paused old holder").is_err());
 /// assert_eq!(resource.accepted().len(), 1);
