@@ -1,0 +1,550 @@
+//! The lock recipe: an EPHEMERAL_SEQUENTIAL contender node per acquisition under the lock's
+//! znode, the lowest sequence holds, each waiter watches only its predecessor.
+//!
+//! # Round trips
+//!
+//! zookeeper-client sends a request when its future is *created*, and one session's requests
+//! are answered in order. An acquisition therefore creates its node and lists the children
+//! in one round trip (both requests are issued before either reply is awaited); on the first
+//! acquisition of a name by this provider, the create of the lock's container znode joins
+//! the same batch. Release is one delete.
+//!
+//! # Cancel safety
+//!
+//! From the moment its create is sent, an acquisition owns a [`PendingNode`]. Dropping it
+//! (timeout, cancellation, `try_acquire` that lost, an error) deletes the node in the
+//! background: by path when the create's reply arrived, otherwise by listing the children and
+//! deleting the one that carries the attempt id (the list is sent after the create, so it
+//! sees it). A grant that arrived while the future was being dropped is freed the same way.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime};
+
+use async_trait::async_trait;
+use lockkit_core::backend::{AcquireRequest, Grant, HeldLock, HolderInfo, LockBackend, LockInfo};
+use lockkit_core::{Capabilities, Deadline, Error, FencingToken, HoldEnd, HoldSignal, LockName, LossReason, Result};
+use tokio::runtime::Handle;
+use tracing::Instrument;
+use uuid::Uuid;
+use zookeeper_client as zk;
+
+use crate::config::Config;
+use crate::error::{BACKEND, map};
+use crate::names::{Contender, node_prefix, queue};
+use crate::session::Session;
+
+/// How many times one step is retried after a lost connection before giving up.
+const RETRIES: usize = 8;
+
+/// How long the hold's watch task waits for the notification of our own delete after a
+/// release, so that the watch ends by firing instead of by a removal request.
+const RELEASE_GRACE: Duration = Duration::from_secs(5);
+
+/// Lock parents this provider created or found, so that later acquisitions skip the create.
+const KNOWN_PARENTS_LIMIT: usize = 4096;
+
+/// The ZooKeeper backend: one provider's current session and the recipe.
+pub(crate) struct ZkBackend {
+    config: Arc<Config>,
+    runtime: Handle,
+    current: tokio::sync::Mutex<Arc<Session>>,
+    known_parents: Mutex<HashSet<String>>,
+}
+
+impl std::fmt::Debug for ZkBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZkBackend")
+            .field("hosts", &self.config.hosts)
+            .field("root", &self.config.root)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ZkBackend {
+    pub(crate) async fn open(config: Config) -> Result<ZkBackend> {
+        let runtime = Handle::try_current().map_err(|_| {
+            Error::invalid_config(
+                BACKEND,
+                "build the ZooKeeper provider inside a Tokio runtime (it runs the session there)",
+            )
+        })?;
+        let config = Arc::new(config);
+        let session = Session::open(config.clone(), runtime.clone()).await?;
+        Ok(ZkBackend {
+            config,
+            runtime,
+            current: tokio::sync::Mutex::new(session),
+            known_parents: Mutex::new(HashSet::new()),
+        })
+    }
+
+    pub(crate) fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The live session, or a new one when the last has ended (expired or closed).
+    async fn session(&self, lock: &LockName) -> Result<Arc<Session>> {
+        let mut current = self.current.lock().await;
+        if !current.is_ended() {
+            return Ok(current.clone());
+        }
+        tracing::info!(backend = BACKEND, "the zk session ended; opening a new one");
+        let fresh = Session::open(self.config.clone(), self.runtime.clone()).await.map_err(|e| match e {
+            Error::Connection { source, .. } => Error::connection(BACKEND, Some(lock), source),
+            other => other,
+        })?;
+        *current = fresh.clone();
+        self.parents().clear();
+        Ok(fresh)
+    }
+
+    fn parents(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.known_parents.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn parent_known(&self, parent: &str) -> bool {
+        self.parents().contains(parent)
+    }
+
+    fn remember_parent(&self, parent: &str, exists: bool) {
+        let mut parents = self.parents();
+        if !exists {
+            parents.remove(parent);
+            return;
+        }
+        if parents.len() >= KNOWN_PARENTS_LIMIT {
+            parents.clear();
+        }
+        parents.insert(parent.to_owned());
+    }
+
+    /// Creates our contender node and lists the queue, in one round trip. Returns the node's
+    /// path, its czxid, the children and the send time of the list.
+    async fn enqueue(
+        &self,
+        session: &Arc<Session>,
+        lock: &LockName,
+        parent: &str,
+        pending: &mut PendingNode,
+    ) -> Result<Enqueued> {
+        let prefix = node_prefix(parent, pending.attempt);
+        let client = &session.client;
+        let node_options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(&session.acls));
+        let parent_options = zk::CreateMode::Container.with_acls(zk::Acls::new(&session.acls));
+        for _ in 0..RETRIES {
+            let sent_at = Instant::now();
+            // Each call below sends its request at once; the replies come back in this order.
+            let make_parent = (!self.parent_known(parent)).then(|| client.create(parent, &[], &parent_options));
+            let create = client.create(&prefix, &[], &node_options);
+            pending.sent = true;
+            let list = client.list_children(parent);
+            if let Some(make_parent) = make_parent {
+                match make_parent.await {
+                    Ok(_) | Err(zk::Error::NodeExists) => self.remember_parent(parent, true),
+                    Err(zk::Error::NoNode) => {
+                        // The base path itself is gone (deleted by an administrator): remake it.
+                        let _ = (create.await, list.await);
+                        self.make_root(session, lock).await?;
+                        continue;
+                    }
+                    Err(zk::Error::ConnectionLoss) => {}
+                    Err(error) => {
+                        let _ = (create.await, list.await);
+                        return Err(map(error, Some(lock)));
+                    }
+                }
+            }
+            let (created, listed) = tokio::join!(create, list);
+            let (path, czxid) = match created {
+                Ok((stat, sequence)) => (format!("{prefix}{sequence}"), stat.czxid),
+                Err(zk::Error::NoNode) => {
+                    // The container was deleted by the server when empty: make it again.
+                    self.remember_parent(parent, false);
+                    continue;
+                }
+                Err(zk::Error::ConnectionLoss) => {
+                    // The create may or may not have happened: look for our node by attempt id.
+                    match self.find_own(session, lock, parent, pending.attempt).await? {
+                        Some((path, czxid, children, listed_at)) => {
+                            pending.path = Some(path.clone());
+                            return Ok(Enqueued { path, czxid, children, listed_at });
+                        }
+                        None => continue,
+                    }
+                }
+                Err(error) => return Err(map(error, Some(lock))),
+            };
+            pending.path = Some(path.clone());
+            let czxid = if czxid > 0 { czxid } else { self.czxid_of(session, lock, &path).await? };
+            let (children, listed_at) = match listed {
+                Ok(children) => (children, sent_at),
+                Err(_) => self.list(session, lock, parent).await?,
+            };
+            return Ok(Enqueued { path, czxid, children, listed_at });
+        }
+        Err(Error::connection(BACKEND, Some(lock), "could not create the lock node: the connection kept failing"))
+    }
+
+    async fn make_root(&self, session: &Session, lock: &LockName) -> Result<()> {
+        let options = zk::CreateMode::Persistent.with_acls(zk::Acls::new(&session.acls));
+        session.client.mkdir(&self.config.root, &options).await.map_err(|e| map(e, Some(lock)))
+    }
+
+    /// Lists the children, retrying on lost connections; returns them and the send time.
+    async fn list(&self, session: &Session, lock: &LockName, parent: &str) -> Result<(Vec<String>, Instant)> {
+        let mut last = zk::Error::ConnectionLoss;
+        for _ in 0..RETRIES {
+            let sent_at = Instant::now();
+            match session.client.list_children(parent).await {
+                Ok(children) => return Ok((children, sent_at)),
+                Err(zk::Error::NoNode) => return Ok((Vec::new(), sent_at)),
+                Err(zk::Error::ConnectionLoss) => last = zk::Error::ConnectionLoss,
+                Err(error) => return Err(map(error, Some(lock))),
+            }
+        }
+        Err(map(last, Some(lock)))
+    }
+
+    async fn czxid_of(&self, session: &Session, lock: &LockName, path: &str) -> Result<i64> {
+        for _ in 0..RETRIES {
+            match session.client.check_stat(path).await {
+                Ok(Some(stat)) => return Ok(stat.czxid),
+                Ok(None) => return Err(Error::lost(BACKEND, lock, LossReason::RecordGone)),
+                Err(zk::Error::ConnectionLoss) => continue,
+                Err(error) => return Err(map(error, Some(lock))),
+            }
+        }
+        Err(Error::connection(BACKEND, Some(lock), "could not read the lock node: the connection kept failing"))
+    }
+
+    /// After a create whose reply was lost: finds our node among the children by attempt id.
+    async fn find_own(
+        &self,
+        session: &Session,
+        lock: &LockName,
+        parent: &str,
+        attempt: Uuid,
+    ) -> Result<Option<(String, i64, Vec<String>, Instant)>> {
+        let (children, listed_at) = self.list(session, lock, parent).await?;
+        let Some(own) = queue(&children).into_iter().find(|c| c.attempt == attempt) else {
+            tracing::debug!(backend = BACKEND, %lock, "the lost create did not happen; creating again");
+            return Ok(None);
+        };
+        let path = format!("{parent}/{}", own.name);
+        tracing::debug!(backend = BACKEND, %lock, %path, "found our node after a lost create reply");
+        match self.czxid_of(session, lock, &path).await {
+            Ok(czxid) => Ok(Some((path, czxid, children, listed_at))),
+            Err(Error::LockLost { .. }) => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+
+    async fn acquire_in(&self, request: &AcquireRequest) -> Result<Option<Grant>> {
+        let lock = &request.lock;
+        let session = self.session(lock).await?;
+        let parent = self.config.lock_path(lock);
+        let mut pending = PendingNode::new(session.clone(), parent.clone(), request.attempt);
+        let Enqueued { mut path, mut czxid, mut children, mut listed_at } =
+            self.enqueue(&session, lock, &parent, &mut pending).await?;
+        loop {
+            let queue = queue(&children);
+            let Some(position) = queue.iter().position(|c| c.attempt == request.attempt) else {
+                // Our node vanished while we waited (deleted by an administrator): queue again.
+                tracing::debug!(backend = BACKEND, %lock, "our queued node vanished; queueing again");
+                pending.path = None;
+                Enqueued { path, czxid, children, listed_at } =
+                    self.enqueue(&session, lock, &parent, &mut pending).await?;
+                continue;
+            };
+            if position == 0 {
+                let token = u64::try_from(czxid).map_err(|_| {
+                    Error::backend(BACKEND, Some(lock), format!("the lock node has an invalid czxid {czxid}"))
+                })?;
+                pending.disarm();
+                return Ok(Some(self.grant(&session, lock, path, token, listed_at)));
+            }
+            if !request.deadline.may_wait() {
+                pending.delete_now().await;
+                return Ok(None);
+            }
+            let predecessor = format!("{parent}/{}", queue[position - 1].name);
+            let waited = self
+                .wait_for(&session, lock, &predecessor, request.deadline)
+                .instrument(tracing::debug_span!("lockkit.zk.wait", lock = %lock, predecessor = %predecessor))
+                .await?;
+            if !waited {
+                pending.delete_now().await;
+                return Ok(None);
+            }
+            (children, listed_at) = self.list(&session, lock, &parent).await?;
+        }
+    }
+
+    /// Waits until the predecessor is gone (or changed); `false` when the deadline came first.
+    async fn wait_for(
+        &self,
+        session: &Session,
+        lock: &LockName,
+        predecessor: &str,
+        deadline: Deadline,
+    ) -> Result<bool> {
+        let watcher = loop {
+            match session.client.check_and_watch_stat(predecessor).await {
+                Ok((None, _)) => return Ok(true),
+                Ok((Some(_), watcher)) => break watcher,
+                Err(zk::Error::ConnectionLoss) => continue,
+                Err(error) => return Err(map(error, Some(lock))),
+            }
+        };
+        let event = tokio::select! {
+            event = watcher.changed() => event,
+            () = sleep_until(deadline) => return Ok(false),
+        };
+        if event.event_type == zk::EventType::Session {
+            return Err(Error::connection(
+                BACKEND,
+                Some(lock),
+                format!("the session ended while waiting: {:?}", event.session_state),
+            ));
+        }
+        Ok(true)
+    }
+
+    fn grant(&self, session: &Arc<Session>, lock: &LockName, path: String, token: u64, confirmed: Instant) -> Grant {
+        let signal = HoldSignal::new(BACKEND, lock.clone(), Some(session.deadline_from(confirmed)));
+        let id = session.register(signal.clone());
+        session.spawn_now(watch_hold(session.clone(), id, path.clone(), signal.clone()));
+        let held = ZkHeld { session: session.clone(), id, path, lock: lock.clone() };
+        Grant::new(FencingToken::new(token), signal, Box::new(held))
+    }
+}
+
+struct Enqueued {
+    path: String,
+    czxid: i64,
+    children: Vec<String>,
+    listed_at: Instant,
+}
+
+async fn sleep_until(deadline: Deadline) {
+    match deadline {
+        Deadline::At(at) => tokio::time::sleep_until(at.into()).await,
+        Deadline::Now => {}
+        Deadline::Never => std::future::pending().await,
+    }
+}
+
+/// Watches a granted hold's own node: its deletion by someone else is a loss. Ends when the
+/// hold ends. The `exists` request is sent on the first poll, which happens at grant time.
+async fn watch_hold(session: Arc<Session>, id: u64, path: String, signal: HoldSignal) {
+    loop {
+        let watcher = match session.client.check_and_watch_stat(&path).await {
+            Ok((Some(_), watcher)) => watcher,
+            Ok((None, _)) => {
+                signal.lose(LossReason::RecordGone);
+                break;
+            }
+            Err(zk::Error::ConnectionLoss) => {
+                if signal.is_held() {
+                    continue;
+                }
+                break;
+            }
+            Err(error) => {
+                if crate::error::is_connection(&error) {
+                    signal.lose(crate::error::loss_for_state(session.client.state()));
+                } else {
+                    tracing::warn!(backend = BACKEND, %path, %error, "cannot watch the lock node; relying on the deadline");
+                }
+                break;
+            }
+        };
+        let mut changed = std::pin::pin!(watcher.changed());
+        let event = tokio::select! {
+            event = &mut changed => event,
+            end = signal.ended() => {
+                if end == HoldEnd::Released {
+                    // Let our own delete fire the watch rather than send a removal request.
+                    let _ = tokio::time::timeout(RELEASE_GRACE, changed).await;
+                }
+                break;
+            }
+        };
+        match event.event_type {
+            zk::EventType::NodeDeleted => {
+                signal.lose(LossReason::RecordGone);
+                break;
+            }
+            zk::EventType::Session => {
+                signal.lose(crate::error::loss_for_state(event.session_state));
+                break;
+            }
+            _ => {}
+        }
+    }
+    session.unregister(id);
+}
+
+/// The contender node of an acquisition in progress; dropping it armed deletes the node in
+/// the background.
+struct PendingNode {
+    session: Arc<Session>,
+    parent: String,
+    attempt: Uuid,
+    /// The node's path, once a create reply told it.
+    path: Option<String>,
+    /// Whether a create was sent at all.
+    sent: bool,
+    armed: bool,
+}
+
+impl PendingNode {
+    fn new(session: Arc<Session>, parent: String, attempt: Uuid) -> Self {
+        Self { session, parent, attempt, path: None, sent: false, armed: true }
+    }
+
+    fn disarm(&mut self) {
+        self.armed = false;
+    }
+
+    /// Deletes the node now and waits for it (a try that lost, a timeout): no trace is left
+    /// when the acquisition returns. Dropped midway, the drop finishes the job.
+    async fn delete_now(&mut self) {
+        if let Some(path) = &self.path {
+            match self.session.client.delete(path, None).await {
+                Ok(()) | Err(zk::Error::NoNode) => self.armed = false,
+                Err(_) => {}
+            }
+        }
+    }
+}
+
+impl Drop for PendingNode {
+    fn drop(&mut self) {
+        if !self.armed || !self.sent {
+            return;
+        }
+        let session = self.session.clone();
+        let (parent, attempt, path) = (self.parent.clone(), self.attempt, self.path.take());
+        let task = async move { remove_node(&session, &parent, attempt, path.as_deref()).await };
+        self.session.spawn_now(task);
+    }
+}
+
+/// Deletes an abandoned contender node: by path when known, else by attempt id among the
+/// children.
+async fn remove_node(session: &Session, parent: &str, attempt: Uuid, path: Option<&str>) {
+    for _ in 0..RETRIES {
+        let path = match path {
+            Some(path) => path.to_owned(),
+            None => match session.client.list_children(parent).await {
+                Ok(children) => match queue(&children).into_iter().find(|c| c.attempt == attempt) {
+                    Some(Contender { name, .. }) => format!("{parent}/{name}"),
+                    None => return,
+                },
+                Err(zk::Error::ConnectionLoss) => continue,
+                Err(_) => return,
+            },
+        };
+        match session.client.delete(&path, None).await {
+            Err(zk::Error::ConnectionLoss) => continue,
+            Ok(()) => {
+                tracing::debug!(backend = BACKEND, %path, "removed an abandoned contender node");
+                return;
+            }
+            Err(_) => return,
+        }
+    }
+}
+
+/// One granted hold: its node, freed by one delete.
+struct ZkHeld {
+    session: Arc<Session>,
+    id: u64,
+    path: String,
+    lock: LockName,
+}
+
+#[async_trait]
+impl HeldLock for ZkHeld {
+    async fn release(self: Box<Self>) -> Result<()> {
+        let span = tracing::debug_span!("lockkit.zk.release", lock = %self.lock, node = %self.path);
+        async move {
+            self.session.unregister(self.id);
+            let mut retried = false;
+            for _ in 0..RETRIES {
+                match self.session.client.delete(&self.path, None).await {
+                    Ok(()) => return Ok(()),
+                    // After a lost reply, our own earlier delete may have been the one.
+                    Err(zk::Error::NoNode) if retried => return Ok(()),
+                    Err(zk::Error::NoNode) => return Err(Error::lost(BACKEND, &self.lock, LossReason::RecordGone)),
+                    Err(zk::Error::ConnectionLoss) => retried = true,
+                    Err(zk::Error::SessionExpired) => {
+                        return Err(Error::lost(BACKEND, &self.lock, LossReason::SessionExpired));
+                    }
+                    Err(zk::Error::ClientClosed) => {
+                        return Err(Error::lost(BACKEND, &self.lock, LossReason::ClientClosed));
+                    }
+                    Err(error) => return Err(map(error, Some(&self.lock))),
+                }
+            }
+            Err(Error::connection(
+                BACKEND,
+                Some(&self.lock),
+                "could not delete the lock node: the connection kept failing",
+            ))
+        }
+        .instrument(span)
+        .await
+    }
+}
+
+#[async_trait]
+impl LockBackend for ZkBackend {
+    fn name(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            fair: true,
+            fencing: true,
+            fencing_survives_restart: true,
+            lease: true,
+            lease_renewal: true,
+            loss_notification: true,
+            inspect: true,
+            waiter_count: true,
+            cross_process: true,
+        }
+    }
+
+    async fn acquire(&self, request: AcquireRequest) -> Result<Option<Grant>> {
+        let span = tracing::debug_span!("lockkit.zk.acquire", lock = %request.lock, attempt = %request.attempt);
+        self.acquire_in(&request).instrument(span).await
+    }
+
+    async fn inspect(&self, lock: &LockName) -> Result<LockInfo> {
+        let session = self.session(lock).await?;
+        let parent = self.config.lock_path(lock);
+        for _ in 0..RETRIES {
+            let (children, _) = self.list(&session, lock, &parent).await?;
+            let queue = queue(&children);
+            let Some(first) = queue.first() else { return Ok(LockInfo::new(None, Some(0))) };
+            let path = format!("{parent}/{}", first.name);
+            let stat = match session.client.check_stat(&path).await {
+                Ok(Some(stat)) => stat,
+                Ok(None) | Err(zk::Error::ConnectionLoss) => continue,
+                Err(error) => return Err(map(error, Some(lock))),
+            };
+            let token = FencingToken::new(u64::try_from(stat.czxid).unwrap_or(0));
+            let mut holder = HolderInfo::new(token, first.attempt.to_string());
+            if let Ok(ms) = u64::try_from(stat.ctime) {
+                holder = holder.with_since(SystemTime::UNIX_EPOCH + Duration::from_millis(ms));
+            }
+            return Ok(LockInfo::new(Some(holder), Some(queue.len() - 1)));
+        }
+        Err(Error::connection(BACKEND, Some(lock), "the lock's queue kept changing while inspecting it"))
+    }
+}

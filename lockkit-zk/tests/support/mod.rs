@@ -1,0 +1,208 @@
+//! The conformance harness of the ZooKeeper backend, and helpers shared by its fault tests.
+//!
+//! Every client is a `ZkLockProvider` with a session of its own, connected through a
+//! `FaultProxy` of its own in front of the server, so that kill, blackhole and cut act on that
+//! client only.
+#![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lockkit_core::LockName;
+use lockkit_testkit::fixture::zk::ZkServer;
+use lockkit_testkit::proxy::FaultProxy;
+use lockkit_testkit::{ClientFaults, FaultResult, Harness, TestClient, Timing, Unsupported};
+use lockkit_zk::{ZkLockProvider, ZkLockProviderBuilder};
+use zookeeper_client as zk;
+
+/// The session timeout of test clients: short, so loss cases run fast, and well above the
+/// fixture's `minSessionTimeout` (1 s, two ticks of 500 ms).
+pub const SESSION_TIMEOUT: Duration = Duration::from_secs(3);
+
+enum Store {
+    Shared,
+    Own(Box<tokio::sync::Mutex<ZkServer>>),
+}
+
+/// The harness: a ZooKeeper server (shared or its own), an admin client and a base path of
+/// its own.
+pub struct ZkHarness {
+    store: Store,
+    upstream: SocketAddr,
+    connect_string: String,
+    base: String,
+    admin: zk::Client,
+}
+
+impl ZkHarness {
+    /// A harness on the process-wide shared server (or `LOCKKIT_ZK_ADDR`).
+    pub async fn shared() -> ZkHarness {
+        let shared = ZkServer::shared().await.expect("the shared ZooKeeper server starts");
+        let connect_string = shared.connect_string();
+        Self::new(Store::Shared, connect_string).await
+    }
+
+    /// A harness on a server of its own.
+    pub async fn dedicated() -> ZkHarness {
+        let server = ZkServer::start().await.expect("a dedicated ZooKeeper server starts");
+        let connect_string = server.connect_string();
+        Self::new(Store::Own(Box::new(tokio::sync::Mutex::new(server))), connect_string).await
+    }
+
+    async fn new(store: Store, connect_string: String) -> ZkHarness {
+        let first = connect_string.split(',').next().unwrap_or_default().to_owned();
+        let upstream = first.to_socket_addrs().expect("resolve the server").next().expect("an address");
+        let admin = zk::Client::connector()
+            .with_session_timeout(Duration::from_secs(10))
+            .connect(&connect_string)
+            .await
+            .expect("the admin client connects");
+        let base = format!("/lockkit-test-{}", uuid::Uuid::new_v4().simple());
+        ZkHarness { store, upstream, connect_string, base, admin }
+    }
+
+    /// The base path of this harness's locks.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// A client with a direct connection (no proxy) to the server.
+    pub fn admin(&self) -> &zk::Client {
+        &self.admin
+    }
+
+    /// The server's address.
+    pub fn upstream(&self) -> SocketAddr {
+        self.upstream
+    }
+
+    /// The connect string of the server.
+    pub fn connect_string(&self) -> &str {
+        &self.connect_string
+    }
+
+    /// A builder for a client through `proxy`, with the harness's base path and timeout.
+    pub fn builder_via(&self, proxy: &FaultProxy) -> ZkLockProviderBuilder {
+        ZkLockProvider::builder()
+            .connect_string(proxy.addr().to_string())
+            .base_path(self.base.clone())
+            .session_timeout(SESSION_TIMEOUT)
+    }
+
+    /// A new client behind a proxy of its own, returned with its proxy.
+    pub async fn proxied_client(&self) -> (ZkLockProvider, Arc<FaultProxy>) {
+        let proxy = Arc::new(FaultProxy::start(self.upstream).await.expect("the proxy starts"));
+        let provider = self.builder_via(&proxy).build().await.expect("the client connects");
+        (provider, proxy)
+    }
+
+    /// The znode of lock `name`.
+    pub fn lock_znode(&self, name: &str) -> String {
+        format!("{}/{}", self.base, lockkit_zk::encode_name(&LockName::new(name).expect("a valid name")))
+    }
+
+    /// The contender nodes of lock `name`, in queue order.
+    pub async fn contenders(&self, name: &str) -> Vec<String> {
+        match self.admin.list_children(&self.lock_znode(name)).await {
+            Ok(mut children) => {
+                children.sort_by_key(|c| c.rsplit('-').next().and_then(|s| s.parse::<i64>().ok()).unwrap_or(i64::MAX));
+                children
+            }
+            Err(zk::Error::NoNode) => Vec::new(),
+            Err(e) => panic!("list the contenders of {name}: {e}"),
+        }
+    }
+}
+
+/// The fault hooks of one client: its proxy.
+pub struct ProxyFaults {
+    pub proxy: Arc<FaultProxy>,
+}
+
+#[async_trait]
+impl ClientFaults for ProxyFaults {
+    async fn kill(&self) -> FaultResult {
+        // The client is never heard from again; its session expires on the server.
+        self.proxy.blackhole();
+        Ok(())
+    }
+
+    async fn blackhole(&self) -> FaultResult {
+        self.proxy.blackhole();
+        Ok(())
+    }
+
+    async fn heal(&self) -> FaultResult {
+        self.proxy.heal();
+        Ok(())
+    }
+
+    async fn cut_connection(&self) -> FaultResult {
+        self.proxy.cut_all();
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Harness for ZkHarness {
+    fn name(&self) -> &str {
+        "zk"
+    }
+
+    async fn client(&self) -> lockkit_core::Result<TestClient> {
+        let proxy =
+            Arc::new(FaultProxy::start(self.upstream).await.map_err(|e| {
+                lockkit_core::Error::connection("zk", None, format!("cannot start the fault proxy: {e}"))
+            })?);
+        let provider = self.builder_via(&proxy).build().await?;
+        Ok(TestClient::new(Arc::new(provider), Arc::new(ProxyFaults { proxy })))
+    }
+
+    fn timing(&self) -> Timing {
+        Timing::new().with_lease(SESSION_TIMEOUT).with_operation(Duration::from_secs(5))
+    }
+
+    async fn delete_record(&self, name: &str) -> FaultResult {
+        let Some(holder) = self.contenders(name).await.into_iter().next() else { return Ok(()) };
+        let path = format!("{}/{holder}", self.lock_znode(name));
+        match self.admin.delete(&path, None).await {
+            Ok(()) | Err(zk::Error::NoNode) => Ok(()),
+            Err(e) => panic!("delete {path}: {e}"),
+        }
+    }
+
+    async fn isolated(&self) -> Result<Arc<dyn Harness>, Unsupported> {
+        Ok(Arc::new(ZkHarness::dedicated().await))
+    }
+
+    async fn restart_store(&self) -> FaultResult {
+        match &self.store {
+            Store::Shared => Err(Unsupported),
+            Store::Own(server) => {
+                server.lock().await.restart().await.expect("the ZooKeeper server restarts");
+                Ok(())
+            }
+        }
+    }
+
+    async fn invalid_configs(&self) -> Vec<(String, lockkit_core::Result<()>)> {
+        let good = || ZkLockProvider::builder().connect_string(self.connect_string.clone());
+        let attempts: Vec<(&str, ZkLockProviderBuilder)> = vec![
+            ("an empty host list", ZkLockProvider::builder().connect_string("zk:///app")),
+            ("a bad port", ZkLockProvider::builder().connect_string("127.0.0.1:70000")),
+            ("an unknown scheme", ZkLockProvider::builder().connect_string("redis://127.0.0.1:6379")),
+            ("a relative chroot", good().chroot("app")),
+            ("a zero session timeout", good().session_timeout(Duration::ZERO)),
+            ("a relative base path", good().base_path("locks")),
+            ("a drift as long as the session", good().session_timeout(SESSION_TIMEOUT).drift(SESSION_TIMEOUT)),
+            ("a creator-only ACL without credentials", good().acl(lockkit_zk::LockAcl::CreatorOnly)),
+        ];
+        let mut outcomes = Vec::new();
+        for (what, builder) in attempts {
+            outcomes.push((what.to_owned(), builder.build().await.map(drop)));
+        }
+        outcomes
+    }
+}
