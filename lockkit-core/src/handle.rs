@@ -198,8 +198,24 @@ impl HandleInner {
         // whatever remains runs as a task. Spawning onto a runtime that has shut down drops
         // the task without panicking; the store's lease or session expiry then frees the hold.
         let mut task = Box::pin(task);
-        if task.as_mut().poll(&mut Context::from_waker(Waker::noop())).is_pending() {
-            match tokio::runtime::Handle::try_current().ok().or(runtime) {
+        let current = tokio::runtime::Handle::try_current().ok();
+        let mut first_poll = || task.as_mut().poll(&mut Context::from_waker(Waker::noop()));
+        let first = if current.is_some() {
+            first_poll()
+        } else {
+            // Outside any runtime a network backend may panic on its first poll (no timer,
+            // no reactor). A guard's drop must never panic, so such a panic is contained
+            // here and the hold is left to the store's lease or session expiry.
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(first_poll)) {
+                Ok(poll) => poll,
+                Err(_) => {
+                    tracing::warn!("a release could not start outside a runtime; the store will free the hold when its lease ends");
+                    return result_rx;
+                }
+            }
+        };
+        if first.is_pending() {
+            match current.or(runtime) {
                 Some(runtime) => drop(runtime.spawn(task)),
                 None => tracing::warn!(
                     "a guard was dropped outside any runtime; the store will free the hold when its lease ends"

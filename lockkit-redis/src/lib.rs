@@ -1,1 +1,59 @@
-//! The Redis backend of lockkit. Empty until its issue lands: the Lua acquire/release/renew scripts, pub/sub wake-up and batched watchdog will live here.
+//! The Redis backend of lockkit.
+//!
+//! [`RedisLockProvider`] keeps the whole lockkit contract on one Redis server (6.0 or
+//! later; Redis Cluster runs the same scripts, since all keys of a lock share a hash tag).
+//!
+//! # How it works
+//!
+//! - **Acquire** is one Lua script: `SET lock owner NX PX lease` and, when granted, `INCR`
+//!   of the lock's fence counter, whose new value is the fencing token. On contention it
+//!   returns the holder's remaining lease. One round trip when the lock is free.
+//! - **Waiting** is driven by pub/sub: one subscriber connection per provider, subscribed
+//!   to the channels of the locks its waiters want; the release script publishes on them.
+//!   A waiter also wakes when the holder's lease runs out (a dead holder publishes nothing)
+//!   and polls while the subscriber connection is down. Waiters are not queued: whoever
+//!   retries first after a release wins (the backend is not `fair`).
+//! - **Release** is one Lua script that deletes the record only when it holds our owner id,
+//!   publishes, and tells apart released / gone / held by another.
+//! - **Renewal**: one watchdog per provider renews all its holds every `renew_every`
+//!   (default a third of the lease), a pipeline of up to a thousand compare-and-`PEXPIRE`
+//!   scripts per round trip. A hold's local deadline is the send time of its last
+//!   confirmed renewal plus the lease minus the drift margin, so the guard reports the loss
+//!   before the key can expire on the server.
+//! - **Unknown outcomes** (a timeout, a dropped connection) are resolved by owner id, never
+//!   by a blind second `SET`; see the `lock` module docs.
+//!
+//! # Keys
+//!
+//! With the default prefix, lock `orders/42` uses `lockkit:{orders/42}` (the record),
+//! `lockkit:{orders/42}:fence` (the counter) and the channel `lockkit:{orders/42}:released`.
+//! The fence counter is never deleted: one small key per lock name ever used.
+//!
+//! # Fencing tokens and server restarts
+//!
+//! Tokens strictly increase for as long as the fence counter survives. Plainly:
+//!
+//! - With AOF persistence and `appendfsync always`, the counter survives restarts and
+//!   tokens never repeat. This is the configuration to use when tokens guard data.
+//! - Without persistence (or with `appendfsync everysec`, which can lose the last second,
+//!   or after a failover to a replica that missed the last writes), a restart loses the
+//!   counter and every hold. The holds are signalled lost at their next renewal. The
+//!   counter then starts again from the server's clock in microseconds, so tokens still
+//!   increase **as long as the server's clock does not step back** across the restart;
+//!   a server whose clock is set back can repeat tokens.
+//! - Eviction: under a `maxmemory` policy that evicts any key (`allkeys-*`), Redis may
+//!   evict a fence counter or a lock record. Use `noeviction` or a `volatile-*` policy.
+
+mod builder;
+mod keys;
+mod lock;
+mod provider;
+mod store;
+mod subscriber;
+mod watchdog;
+
+pub use builder::{DEFAULT_LEASE, DEFAULT_PREFIX, DEFAULT_RESPONSE_TIMEOUT, MIN_LEASE, RedisLockProviderBuilder};
+pub use provider::{RedisLockProvider, RenewalStats};
+
+/// The backend's name in errors, spans and capability tables.
+pub const BACKEND: &str = "redis";

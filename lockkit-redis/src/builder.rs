@@ -1,0 +1,246 @@
+//! The provider's settings: what a user may set, the defaults, and the checks that refuse
+//! settings that cannot work before anything touches the network.
+
+use std::time::Duration;
+
+use lockkit_core::{Error, Result};
+use redis::IntoConnectionInfo;
+
+use crate::BACKEND;
+use crate::provider::RedisLockProvider;
+
+/// The default lease: how long a hold outlives its holder when the holder dies.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+
+/// The default key prefix: every key lockkit writes starts with `lockkit:`.
+pub const DEFAULT_PREFIX: &str = "lockkit";
+
+/// The default time a single command may take before its outcome counts as unknown.
+pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The shortest lease accepted: below it, a renewal round trip on a busy network could not
+/// be confirmed in time and every hold would be lost at random.
+pub const MIN_LEASE: Duration = Duration::from_millis(100);
+
+/// Builds a [`RedisLockProvider`]; every setting is checked in [`build`](Self::build).
+///
+/// ```
+/// use std::time::Duration;
+/// use lockkit_redis::RedisLockProvider;
+///
+/// let provider = RedisLockProvider::builder()
+///     .url("redis://app:secret@127.0.0.1:6379/2")
+///     .key_prefix("billing")
+///     .lease(Duration::from_secs(10))
+///     .build()?;
+/// # Ok::<(), lockkit_core::Error>(())
+/// ```
+#[derive(Clone, Debug, Default)]
+#[must_use]
+pub struct RedisLockProviderBuilder {
+    url: Option<String>,
+    prefix: Option<String>,
+    lease: Option<Duration>,
+    renew_every: Option<Duration>,
+    response_timeout: Option<Duration>,
+    drift: Option<Duration>,
+}
+
+impl RedisLockProviderBuilder {
+    /// The server to use: `redis://[user[:password]@]host[:port][/db]`, or `rediss://` for
+    /// TLS. A user name selects an ACL user; a password alone authenticates the default user.
+    pub fn url(mut self, url: impl Into<String>) -> Self {
+        self.url = Some(url.into());
+        self
+    }
+
+    /// The prefix of every key and channel, so that several applications share one server
+    /// without colliding (default `lockkit`). Braces are refused: they would change the hash
+    /// slot of the keys on Redis Cluster.
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = Some(prefix.into());
+        self
+    }
+
+    /// How long a hold survives without renewal (default 30 s): the time a dead holder keeps
+    /// the lock, and the budget a live holder has to renew it.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// How often the watchdog renews held locks (default a third of the lease).
+    pub fn renew_every(mut self, every: Duration) -> Self {
+        self.renew_every = Some(every);
+        self
+    }
+
+    /// How long one command may take before its outcome counts as unknown (default 2 s,
+    /// and never more than a fifth of the lease when the lease is short).
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = Some(timeout);
+        self
+    }
+
+    /// The margin for clock rate differences between this host and the server: a hold's
+    /// local deadline is the send time of its last confirmed renewal plus the lease minus
+    /// this margin (default 1% of the lease plus 2 ms, as the Redlock analysis suggests).
+    pub fn drift(mut self, drift: Duration) -> Self {
+        self.drift = Some(drift);
+        self
+    }
+
+    /// Checks the settings and builds the provider. No connection is made here: the first
+    /// operation connects, and a server that cannot be reached then gives a retryable
+    /// [`Error::Connection`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] naming the setting to change.
+    pub fn build(self) -> Result<RedisLockProvider> {
+        RedisLockProvider::from_settings(self.settings()?)
+    }
+
+    pub(crate) fn settings(self) -> Result<Settings> {
+        let url = self.url.ok_or_else(|| invalid("no server URL was given: call .url(\"redis://host:port\")"))?;
+        let connection = parse_url(&url)?;
+        let prefix = self.prefix.unwrap_or_else(|| DEFAULT_PREFIX.to_owned());
+        check_prefix(&prefix)?;
+        let lease = self.lease.unwrap_or(DEFAULT_LEASE);
+        if lease < MIN_LEASE {
+            return Err(invalid(format!(
+                "the lease ({lease:?}) is below the floor of {MIN_LEASE:?}: a renewal could not be confirmed in time; use a longer lease"
+            )));
+        }
+        let renew_every = self.renew_every.unwrap_or(lease / 3);
+        let drift = self.drift.unwrap_or(lease / 100 + Duration::from_millis(2));
+        let response_timeout = self.response_timeout.unwrap_or_else(|| DEFAULT_RESPONSE_TIMEOUT.min(lease / 5));
+        if renew_every.is_zero() {
+            return Err(invalid("renew_every must be above zero; a third of the lease is a good choice"));
+        }
+        if response_timeout.is_zero() {
+            return Err(invalid("response_timeout must be above zero; a fifth of the lease is a good choice"));
+        }
+        if drift >= lease / 2 {
+            return Err(invalid(format!(
+                "the drift margin ({drift:?}) must stay below half the lease ({lease:?}); 1% of the lease is typical"
+            )));
+        }
+        let budget = lease - drift;
+        if renew_every + response_timeout >= budget {
+            return Err(invalid(format!(
+                "renew_every ({renew_every:?}) plus response_timeout ({response_timeout:?}) must stay below the lease minus the drift margin ({budget:?}), or a hold expires before its renewal is confirmed; renew every third of the lease"
+            )));
+        }
+        Ok(Settings { connection, url, prefix, lease, renew_every, response_timeout, drift })
+    }
+}
+
+/// Settings that passed every check.
+#[derive(Clone, Debug)]
+pub(crate) struct Settings {
+    pub(crate) connection: redis::ConnectionInfo,
+    pub(crate) url: String,
+    pub(crate) prefix: String,
+    pub(crate) lease: Duration,
+    pub(crate) renew_every: Duration,
+    pub(crate) response_timeout: Duration,
+    pub(crate) drift: Duration,
+}
+
+impl Settings {
+    /// The lease in whole milliseconds, as the scripts take it.
+    pub(crate) fn lease_millis(&self) -> u64 {
+        u64::try_from(self.lease.as_millis()).unwrap_or(u64::MAX)
+    }
+}
+
+fn invalid(message: impl Into<String>) -> Error {
+    Error::invalid_config(BACKEND, message)
+}
+
+fn parse_url(url: &str) -> Result<redis::ConnectionInfo> {
+    let scheme = url.split_once("://").map(|(scheme, _)| scheme);
+    match scheme {
+        Some("redis" | "rediss" | "redis+unix" | "unix") => {}
+        Some(other) => {
+            return Err(invalid(format!(
+                "the URL {url:?} has the scheme {other:?}; use redis:// (or rediss:// for TLS)"
+            )));
+        }
+        None => return Err(invalid(format!("{url:?} is not a URL; write it as redis://host:port"))),
+    }
+    url.into_connection_info().map_err(|error| {
+        let hint = if scheme == Some("rediss") && error.to_string().contains("TLS") {
+            " (TLS needs the `tls` feature of the redis crate: enable `redis/tokio-rustls-comp` in your Cargo.toml and install a rustls CryptoProvider)"
+        } else {
+            ""
+        };
+        invalid(format!("the URL {url:?} cannot be used: {error}{hint}"))
+    })
+}
+
+fn check_prefix(prefix: &str) -> Result<()> {
+    if prefix.is_empty() {
+        return Err(invalid("the key prefix is empty; leave it unset for `lockkit`, or name your application"));
+    }
+    if prefix.contains(['{', '}']) {
+        return Err(invalid(format!(
+            "the key prefix {prefix:?} contains a brace, which would move lockkit's keys to another Redis Cluster hash slot; remove it"
+        )));
+    }
+    if prefix.chars().any(char::is_control) {
+        return Err(invalid(format!("the key prefix {prefix:?} contains control characters; remove them")));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn message(builder: RedisLockProviderBuilder) -> String {
+        match builder.settings() {
+            Err(Error::InvalidConfig { message, .. }) => message,
+            other => panic!("expected InvalidConfig, got {other:?}"),
+        }
+    }
+
+    fn base() -> RedisLockProviderBuilder {
+        RedisLockProviderBuilder::default().url("redis://127.0.0.1:6379")
+    }
+
+    #[test]
+    fn defaults_follow_the_lease() {
+        let settings = base().settings().unwrap();
+        assert_eq!(settings.lease, DEFAULT_LEASE);
+        assert_eq!(settings.renew_every, Duration::from_secs(10));
+        assert_eq!(settings.drift, Duration::from_millis(302));
+        assert_eq!(settings.response_timeout, DEFAULT_RESPONSE_TIMEOUT);
+        assert_eq!(settings.prefix, "lockkit");
+    }
+
+    #[test]
+    fn acl_users_and_databases_are_read_from_the_url() {
+        let settings = base().url("redis://app:s3cret@localhost:7000/3").settings().unwrap();
+        assert_eq!(settings.connection.redis_settings().username(), Some("app"));
+        assert_eq!(settings.connection.redis_settings().password(), Some("s3cret"));
+        assert_eq!(settings.connection.redis_settings().db(), 3);
+    }
+
+    #[test]
+    fn bad_settings_say_what_to_change() {
+        assert!(message(RedisLockProviderBuilder::default()).contains(".url("));
+        assert!(message(base().url("http://localhost")).contains("redis://"));
+        assert!(message(base().url("localhost:6379")).contains("redis://"));
+        assert!(message(base().url("redis://localhost:notaport")).contains("cannot be used"));
+        assert!(message(base().lease(Duration::from_millis(10))).contains("floor"));
+        assert!(message(base().renew_every(Duration::ZERO)).contains("renew_every"));
+        assert!(message(base().response_timeout(Duration::ZERO)).contains("response_timeout"));
+        assert!(message(base().renew_every(Duration::from_secs(29))).contains("renew_every"));
+        assert!(message(base().drift(Duration::from_secs(20))).contains("drift"));
+        assert!(message(base().key_prefix("a{b")).contains("brace"));
+        assert!(message(base().key_prefix("")).contains("empty"));
+    }
+}

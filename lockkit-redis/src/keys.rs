@@ -1,0 +1,90 @@
+//! The keys and channel of one lock.
+//!
+//! Every key of a lock carries the same hash tag, `{name}`, so that the scripts touching
+//! several of them run unchanged on Redis Cluster (all keys of a script must live in one
+//! slot). Inside the tag the name is escaped so that no name can end the tag early or
+//! collide with another: `%` becomes `%25`, `{` becomes `%7B` and `}` becomes `%7D`.
+//! Everything else, '/' and spaces and unicode included, is kept as is: Redis keys are
+//! binary-safe, and readable keys make `redis-cli` sessions bearable.
+
+use std::fmt::Write as _;
+
+use lockkit_core::LockName;
+
+/// The keys and channel of one lock, under one prefix.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct LockKeys {
+    /// The lock record: holds the owner id of the current hold, with the lease as its TTL.
+    pub(crate) lock: String,
+    /// The fencing counter: INCRed by every grant, never deleted.
+    pub(crate) fence: String,
+    /// The channel the release script publishes on, waking the waiters.
+    pub(crate) channel: String,
+}
+
+impl LockKeys {
+    /// The keys of `lock` under `prefix`.
+    pub(crate) fn new(prefix: &str, lock: &LockName) -> Self {
+        let base = format!("{prefix}:{{{}}}", escape(lock.as_str()));
+        Self { fence: format!("{base}:fence"), channel: format!("{base}:released"), lock: base }
+    }
+
+    /// The marker that voids acquisition `owner` once it was abandoned with its outcome
+    /// unknown, so that a delayed request of it can never create a hold nobody renews.
+    pub(crate) fn void(&self, owner: &str) -> String {
+        format!("{}:void:{owner}", self.lock)
+    }
+}
+
+fn escape(name: &str) -> String {
+    let mut escaped = String::with_capacity(name.len());
+    for c in name.chars() {
+        match c {
+            '%' | '{' | '}' => {
+                // Writing to a String cannot fail.
+                let _ = write!(escaped, "%{:02X}", u32::from(c));
+            }
+            other => escaped.push(other),
+        }
+    }
+    escaped
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn keys(name: &str) -> LockKeys {
+        LockKeys::new("app", &LockName::new(name).unwrap())
+    }
+
+    /// The hash tag as Redis Cluster computes it: between the first `{` and the next `}`.
+    fn hash_tag(key: &str) -> &str {
+        let open = key.find('{').unwrap();
+        let close = key[open + 1..].find('}').unwrap() + open + 1;
+        &key[open + 1..close]
+    }
+
+    #[test]
+    fn keys_are_readable_and_share_one_hash_tag() {
+        let k = keys("orders/42 é");
+        assert_eq!(k.lock, "app:{orders/42 é}");
+        assert_eq!(k.fence, "app:{orders/42 é}:fence");
+        assert_eq!(k.channel, "app:{orders/42 é}:released");
+        assert_eq!(k.void("o1"), "app:{orders/42 é}:void:o1");
+    }
+
+    #[test]
+    fn braces_cannot_break_the_tag_or_collide() {
+        for name in ["a}b", "{x}", "}", "%7D", "a}:fence", "%", "%25"] {
+            let k = keys(name);
+            for key in [&k.lock, &k.fence, &k.channel] {
+                assert_eq!(hash_tag(key), hash_tag(&k.lock), "{name}: {key}");
+            }
+        }
+        let names = ["a}b", "a%7Db", "a%257Db", "}", "%7D", "{", "%7B", "%", "%25"];
+        let locks: std::collections::HashSet<_> = names.iter().map(|n| keys(n).lock).collect();
+        assert_eq!(locks.len(), names.len());
+    }
+}

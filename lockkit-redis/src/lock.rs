@@ -1,0 +1,294 @@
+//! The Redis lock protocol: acquire (with waiting and the resolution of unknown outcomes),
+//! release, and inspection. Everything generic (reentrancy, timeouts, guards) is in
+//! lockkit-core; this module only speaks Redis.
+//!
+//! # Unknown outcomes
+//!
+//! Each acquisition has an owner id of its own (the core's attempt id), which is the value
+//! the lock record holds. When an acquire call times out or loses its connection, the
+//! script may have run. The next try sends the *same* script with the *same* owner id; the
+//! script recognises a record that already holds that id as a grant whose reply was lost
+//! and returns it with its token. Nothing ever sets the record blindly.
+//!
+//! If the acquisition ends while such a doubt remains (its future is dropped mid-call, or it
+//! gives up after a failed call), a background task runs the abandon script: it marks the
+//! owner id void, so that a delayed try can no longer be granted, and frees the record if a
+//! try was granted already. No lost reply leaves a hold that nobody renews.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use lockkit_core::backend::{AcquireRequest, Grant, HeldLock, LockBackend, LockInfo};
+use lockkit_core::{Capabilities, Deadline, Error, HoldSignal, LockName, LossReason, Result, lease_deadline};
+use tracing::Instrument;
+
+use crate::BACKEND;
+use crate::builder::Settings;
+use crate::keys::LockKeys;
+use crate::store::{AcquireReply, Ownership, Store};
+use crate::subscriber::{Interest, Subscriber};
+use crate::watchdog::Watchdog;
+
+/// The first delay before retrying a call whose outcome was unknown.
+const RETRY_FIRST: Duration = Duration::from_millis(25);
+/// The longest delay between retries of failed calls.
+const RETRY_MAX: Duration = Duration::from_secs(1);
+/// How often a waiter polls while its wake-ups cannot be trusted (subscriber down).
+const POLL: Duration = Duration::from_millis(100);
+/// How many times a release whose outcome was unknown is retried.
+const RELEASE_TRIES: u32 = 4;
+
+/// The Redis backend of one provider: its connection, subscriber and watchdog.
+#[derive(Debug)]
+pub(crate) struct RedisBackend {
+    settings: Arc<Settings>,
+    store: Arc<Store>,
+    subscriber: Subscriber,
+    watchdog: Arc<Watchdog>,
+}
+
+impl RedisBackend {
+    pub(crate) fn new(settings: Settings) -> Result<Self> {
+        let store = Store::new(&settings)?;
+        let subscriber = Subscriber::new(&settings.connection, settings.response_timeout)
+            .map_err(|error| Error::invalid_config(BACKEND, format!("the URL {:?} cannot be used: {error}", settings.url)))?;
+        Ok(Self {
+            settings: Arc::new(settings),
+            store: Arc::new(store),
+            subscriber,
+            watchdog: Arc::new(Watchdog::default()),
+        })
+    }
+
+    pub(crate) fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    pub(crate) fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub(crate) fn watchdog(&self) -> &Watchdog {
+        &self.watchdog
+    }
+
+    async fn acquire_inner(&self, request: AcquireRequest) -> Result<Option<Grant>> {
+        let lock = request.lock;
+        let keys = LockKeys::new(&self.settings.prefix, &lock);
+        let owner = request.attempt.to_string();
+        let mut doubt = Doubt::new(Arc::clone(&self.store), lock.clone(), keys.clone(), owner.clone(), &self.settings);
+        let mut interest: Option<Interest> = None;
+        let mut failing_since: Option<Instant> = None;
+        let mut retry = RETRY_FIRST;
+        loop {
+            if let Some(interest) = interest.as_mut() {
+                interest.arm();
+            }
+            let sent_at = Instant::now();
+            doubt.in_flight = true;
+            let reply = self.store.acquire(&lock, &keys, &owner, self.settings.lease_millis()).await;
+            doubt.in_flight = false;
+            let lease_left = match reply {
+                Ok(AcquireReply::Granted(token)) => {
+                    doubt.settled();
+                    let signal = HoldSignal::new(
+                        BACKEND,
+                        lock.clone(),
+                        Some(lease_deadline(sent_at, self.settings.lease, self.settings.drift)),
+                    );
+                    let id =
+                        self.watchdog.register(keys.lock.clone(), owner.clone(), signal.clone(), &self.store, &self.settings);
+                    tracing::debug!(token = token.get(), "granted");
+                    let held = RedisHeld { store: Arc::clone(&self.store), watchdog: Arc::clone(&self.watchdog), lock, keys, owner, id };
+                    return Ok(Some(Grant::new(token, signal, Box::new(held))));
+                }
+                Ok(AcquireReply::Held(left)) => {
+                    failing_since = None;
+                    retry = RETRY_FIRST;
+                    left
+                }
+                Ok(AcquireReply::Void) => {
+                    return Err(Error::backend(BACKEND, Some(&lock), "this acquisition was abandoned and cannot be granted"));
+                }
+                Err(error) if error.is_retryable() => {
+                    doubt.ambiguous = true;
+                    let since = *failing_since.get_or_insert(sent_at);
+                    // Ride out a reconnect; give up once the store has been unreachable for a
+                    // whole lease, when no hold could have survived anyway.
+                    if !request.deadline.may_wait() || since.elapsed() >= self.settings.lease {
+                        return Err(error);
+                    }
+                    tracing::debug!(%error, "acquire call failed; retrying with the same owner id");
+                    tokio::time::sleep(retry.min(remaining(request.deadline))).await;
+                    retry = (retry * 2).min(RETRY_MAX);
+                    continue;
+                }
+                Err(error) => return Err(error),
+            };
+            if !request.deadline.may_wait() || request.deadline.has_passed(Instant::now()) {
+                return Ok(None);
+            }
+            let Some(interest) = interest.as_mut() else {
+                // Subscribe before waiting, then try again at once: a release published
+                // before the subscription was confirmed would otherwise be missed.
+                let span = tracing::debug_span!("lockkit.subscribe", backend = BACKEND, channel = %keys.channel);
+                interest = Some(self.subscriber.watch(&keys.channel).instrument(span).await);
+                continue;
+            };
+            if !interest.is_live() {
+                self.subscriber.revive(interest).await;
+            }
+            // Wake on the release message; else when the holder's lease runs out (a holder
+            // that died publishes nothing); poll while wake-ups cannot be trusted.
+            let fallback = match (interest.is_live(), lease_left) {
+                (true, Some(left)) => left + Duration::from_millis(1),
+                (true, None) => self.settings.renew_every,
+                (false, _) => POLL,
+            };
+            let wait = fallback.min(self.settings.lease).min(remaining(request.deadline));
+            let span = tracing::debug_span!("lockkit.wait", backend = BACKEND, at_most = ?wait);
+            interest.wait(wait).instrument(span).await;
+        }
+    }
+}
+
+/// The time left until `deadline` (a day when there is none, which no wait reaches).
+fn remaining(deadline: Deadline) -> Duration {
+    match deadline.instant() {
+        Some(at) => at.saturating_duration_since(Instant::now()),
+        None => Duration::from_secs(86_400),
+    }
+}
+
+#[async_trait]
+impl LockBackend for RedisBackend {
+    fn name(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            fair: false,
+            fencing: true,
+            fencing_survives_restart: true,
+            lease: true,
+            lease_renewal: true,
+            loss_notification: true,
+            inspect: true,
+            waiter_count: false,
+            cross_process: true,
+        }
+    }
+
+    async fn acquire(&self, request: AcquireRequest) -> Result<Option<Grant>> {
+        let span = tracing::debug_span!("lockkit.redis.acquire", attempt = %request.attempt);
+        self.acquire_inner(request).instrument(span).await
+    }
+
+    async fn inspect(&self, lock: &LockName) -> Result<LockInfo> {
+        self.store.inspect(lock, &LockKeys::new(&self.settings.prefix, lock)).await
+    }
+}
+
+/// The doubt an acquisition carries while a call is in flight or after a call whose outcome
+/// was unknown. Dropped while in doubt, it abandons the acquisition in the background.
+struct Doubt {
+    store: Arc<Store>,
+    lock: LockName,
+    keys: LockKeys,
+    owner: String,
+    void_ms: u64,
+    in_flight: bool,
+    ambiguous: bool,
+}
+
+impl Doubt {
+    fn new(store: Arc<Store>, lock: LockName, keys: LockKeys, owner: String, settings: &Settings) -> Self {
+        // The void marker outlives any try that can still be on its way: several leases,
+        // and at least a minute.
+        let void_ms = settings.lease_millis().saturating_mul(4).max(60_000);
+        Self { store, lock, keys, owner, void_ms, in_flight: false, ambiguous: false }
+    }
+
+    /// The acquisition was granted: nothing to abandon.
+    fn settled(&mut self) {
+        self.in_flight = false;
+        self.ambiguous = false;
+    }
+}
+
+impl Drop for Doubt {
+    fn drop(&mut self) {
+        if !(self.in_flight || self.ambiguous) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(lock = %self.lock, "an acquisition in doubt was dropped outside a runtime; a hold it may have taken expires with its lease");
+            return;
+        };
+        let (store, lock, keys, owner, void_ms) =
+            (Arc::clone(&self.store), self.lock.clone(), self.keys.clone(), self.owner.clone(), self.void_ms);
+        let span = tracing::debug_span!("lockkit.redis.abandon", lock = %lock);
+        let task = async move {
+            let mut retry = RETRY_FIRST;
+            // Keep trying for a lease: past it, any hold the acquisition took has expired.
+            let give_up = Instant::now() + Duration::from_millis(void_ms / 4);
+            loop {
+                match store.abandon(&lock, &keys, &owner, void_ms).await {
+                    Ok(freed) => {
+                        tracing::debug!(freed, "abandoned an acquisition in doubt");
+                        return;
+                    }
+                    Err(error) if error.is_retryable() && Instant::now() < give_up => {
+                        tracing::debug!(%error, "abandoning failed; retrying");
+                        tokio::time::sleep(retry).await;
+                        retry = (retry * 2).min(RETRY_MAX);
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, "could not abandon an acquisition in doubt; a hold it may have taken expires with its lease");
+                        return;
+                    }
+                }
+            }
+        };
+        drop(runtime.spawn(task.instrument(span)));
+    }
+}
+
+/// A hold granted by Redis.
+struct RedisHeld {
+    store: Arc<Store>,
+    watchdog: Arc<Watchdog>,
+    lock: LockName,
+    keys: LockKeys,
+    owner: String,
+    id: u64,
+}
+
+#[async_trait]
+impl HeldLock for RedisHeld {
+    async fn release(self: Box<Self>) -> Result<()> {
+        self.watchdog.forget(self.id);
+        let mut retry = RETRY_FIRST;
+        let mut ambiguous = false;
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match self.store.release(&self.lock, &self.keys, &self.owner).await {
+                Ok(Ownership::Ours) => return Ok(()),
+                // An earlier try whose reply was lost freed it.
+                Ok(Ownership::Gone) if ambiguous => return Ok(()),
+                Ok(Ownership::Gone) => return Err(Error::lost(BACKEND, &self.lock, LossReason::RecordGone)),
+                Ok(Ownership::Other) => return Err(Error::lost(BACKEND, &self.lock, LossReason::OwnedByAnother)),
+                Err(error) if error.is_retryable() && tries < RELEASE_TRIES => {
+                    tracing::debug!(%error, "release call failed; retrying");
+                    ambiguous = true;
+                    tokio::time::sleep(retry).await;
+                    retry = (retry * 2).min(RETRY_MAX);
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+}

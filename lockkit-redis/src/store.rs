@@ -1,0 +1,261 @@
+//! The commands lockkit sends to Redis, one method per script, over one auto-reconnecting
+//! connection per provider; and the mapping of Redis errors into lockkit's error type.
+//!
+//! Every call is bounded by the response timeout. A call that times out or loses its
+//! connection fails with a retryable [`Error::Connection`] whose outcome is **unknown**:
+//! the script may have run. Callers resolve that by owner id, never by a blind retry of a
+//! write (see `lock.rs`).
+
+use std::future::Future;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use lockkit_core::{Error, FencingToken, HolderInfo, LockInfo, LockName, Result};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{ErrorKind, RedisError, Script, ServerErrorKind, Value};
+use tokio::sync::OnceCell;
+
+use crate::BACKEND;
+use crate::builder::Settings;
+use crate::keys::LockKeys;
+
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/acquire.lua")));
+static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
+static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
+static ABANDON: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/abandon.lua")));
+static INSPECT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/inspect.lua")));
+
+/// What the acquire script answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AcquireReply {
+    /// The lock is ours, with this token.
+    Granted(FencingToken),
+    /// Another owner holds it; its lease has this much left, when the server knows.
+    Held(Option<Duration>),
+    /// This acquisition was abandoned earlier and can no longer be granted.
+    Void,
+}
+
+/// What the release, renew and abandon scripts found: ours, gone, or another owner's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Ownership {
+    /// The record was ours (and was released, renewed or freed).
+    Ours,
+    /// There was no record.
+    Gone,
+    /// Another owner holds the lock.
+    Other,
+}
+
+impl Ownership {
+    fn from_code(code: i64) -> Self {
+        match code {
+            1 => Self::Ours,
+            0 => Self::Gone,
+            _ => Self::Other,
+        }
+    }
+}
+
+/// One provider's connection to the server and the commands it sends.
+#[derive(Debug)]
+pub(crate) struct Store {
+    client: redis::Client,
+    connection: OnceCell<ConnectionManager>,
+    response_timeout: Duration,
+}
+
+impl Store {
+    /// A store for the given settings; nothing is connected until the first command.
+    pub(crate) fn new(settings: &Settings) -> Result<Self> {
+        let client = redis::Client::open(settings.connection.clone())
+            .map_err(|error| Error::invalid_config(BACKEND, format!("the URL {:?} cannot be used: {error}", settings.url)))?;
+        Ok(Self { client, connection: OnceCell::new(), response_timeout: settings.response_timeout })
+    }
+
+    /// The connection, made on first use. A failed attempt leaves nothing behind, so the
+    /// next command tries again.
+    async fn connection(&self) -> std::result::Result<ConnectionManager, RedisError> {
+        let connection = self
+            .connection
+            .get_or_try_init(|| {
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(self.response_timeout))
+                    .set_response_timeout(Some(self.response_timeout))
+                    .set_number_of_retries(2)
+                    .set_min_delay(Duration::from_millis(20))
+                    .set_max_delay(Duration::from_millis(500));
+                self.client.get_connection_manager_with_config(config)
+            })
+            .await?;
+        Ok(connection.clone())
+    }
+
+    /// Runs `command` on the connection within the response timeout.
+    async fn run<T, F, Fut>(&self, lock: Option<&LockName>, command: F) -> Result<T>
+    where
+        F: FnOnce(ConnectionManager) -> Fut,
+        Fut: Future<Output = std::result::Result<T, RedisError>>,
+    {
+        if tokio::runtime::Handle::try_current().is_err() {
+            // A guard dropped after its runtime ended lands here: without a runtime there is
+            // no timer and no socket, and the lease frees the lock instead.
+            return Err(Error::connection(BACKEND, lock, "no Tokio runtime is running in this thread; the lease will free the lock"));
+        }
+        let attempt = async {
+            let connection = self.connection().await?;
+            command(connection).await
+        };
+        match tokio::time::timeout(self.response_timeout, attempt).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(error)) => Err(map_error(error, lock)),
+            Err(_) => Err(Error::connection(
+                BACKEND,
+                lock,
+                format!("no reply within the response timeout of {:?}; the outcome is unknown", self.response_timeout),
+            )),
+        }
+    }
+
+    /// Runs the acquire script for `owner` with a lease of `lease_ms`.
+    pub(crate) async fn acquire(
+        &self,
+        lock: &LockName,
+        keys: &LockKeys,
+        owner: &str,
+        lease_ms: u64,
+    ) -> Result<AcquireReply> {
+        let void = keys.void(owner);
+        let (code, value): (i64, i64) = self
+            .run(Some(lock), |mut connection| async move {
+                ACQUIRE
+                    .key(&keys.lock)
+                    .key(&keys.fence)
+                    .key(&void)
+                    .arg(owner)
+                    .arg(lease_ms)
+                    .invoke_async(&mut connection)
+                    .await
+            })
+            .await?;
+        match code {
+            1 => match u64::try_from(value) {
+                Ok(token) => Ok(AcquireReply::Granted(FencingToken::new(token))),
+                Err(_) => Err(Error::backend(
+                    BACKEND,
+                    Some(lock),
+                    format!("the fence counter {} holds {value}, which is not a valid token", keys.fence),
+                )),
+            },
+            0 => Ok(AcquireReply::Held(u64::try_from(value).ok().map(Duration::from_millis))),
+            _ => Ok(AcquireReply::Void),
+        }
+    }
+
+    /// Runs the release script: frees the lock if `owner` holds it and wakes the waiters.
+    pub(crate) async fn release(&self, lock: &LockName, keys: &LockKeys, owner: &str) -> Result<Ownership> {
+        let code: i64 = self
+            .run(Some(lock), |mut connection| async move {
+                RELEASE.key(&keys.lock).key(&keys.channel).arg(owner).invoke_async(&mut connection).await
+            })
+            .await?;
+        Ok(Ownership::from_code(code))
+    }
+
+    /// Runs the abandon script: voids acquisition `owner` for `void_ms` and frees the lock if
+    /// a try of it was granted.
+    pub(crate) async fn abandon(&self, lock: &LockName, keys: &LockKeys, owner: &str, void_ms: u64) -> Result<bool> {
+        let void = keys.void(owner);
+        let code: i64 = self
+            .run(Some(lock), |mut connection| async move {
+                ABANDON
+                    .key(&keys.lock)
+                    .key(&keys.channel)
+                    .key(&void)
+                    .arg(owner)
+                    .arg(void_ms)
+                    .invoke_async(&mut connection)
+                    .await
+            })
+            .await?;
+        Ok(code == 1)
+    }
+
+    /// Renews a batch of holds in one pipeline (one round trip, and one script call per hold
+    /// so that it runs unchanged on Redis Cluster). Returns one answer per hold, in order.
+    pub(crate) async fn renew_batch(&self, holds: &[(&str, &str)], lease_ms: u64) -> Result<Vec<Ownership>> {
+        let answers = self.renew_pipeline(holds, lease_ms).await?;
+        if answers.iter().any(|answer| matches!(answer, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)))
+        {
+            // The server lost its script cache (a restart or SCRIPT FLUSH): load and redo.
+            self.run(None, |mut connection| async move { RENEW.prepare_invoke().load_async(&mut connection).await })
+                .await?;
+            let again = self.renew_pipeline(holds, lease_ms).await?;
+            return again.into_iter().map(|answer| answer.map(Ownership::from_code).map_err(|e| map_error(e, None))).collect();
+        }
+        answers.into_iter().map(|answer| answer.map(Ownership::from_code).map_err(|e| map_error(e, None))).collect()
+    }
+
+    async fn renew_pipeline(
+        &self,
+        holds: &[(&str, &str)],
+        lease_ms: u64,
+    ) -> Result<Vec<std::result::Result<i64, RedisError>>> {
+        let mut pipeline = redis::pipe();
+        pipeline.ignore_errors();
+        for (key, owner) in holds {
+            pipeline.cmd("EVALSHA").arg(RENEW.get_hash()).arg(1).arg(*key).arg(*owner).arg(lease_ms);
+        }
+        self.run(None, |mut connection| async move { pipeline.query_async(&mut connection).await }).await
+    }
+
+    /// Reads the holder of a lock.
+    pub(crate) async fn inspect(&self, lock: &LockName, keys: &LockKeys) -> Result<LockInfo> {
+        let reply: Vec<Value> = self
+            .run(Some(lock), |mut connection| async move {
+                INSPECT.key(&keys.lock).key(&keys.fence).invoke_async(&mut connection).await
+            })
+            .await?;
+        let [owner, pttl, token] = reply.as_slice() else {
+            return Ok(LockInfo::new(None, None));
+        };
+        let text = |value: &Value| redis::from_redis_value_ref::<String>(value).ok();
+        let owner = text(owner).unwrap_or_default();
+        let token = text(token).and_then(|t| t.parse::<u64>().ok()).unwrap_or(0);
+        let mut holder = HolderInfo::new(FencingToken::new(token), owner);
+        if let Ok(left) = redis::from_redis_value_ref::<i64>(pttl)
+            && let Ok(left) = u64::try_from(left)
+        {
+            holder = holder.with_lease_left(Duration::from_millis(left));
+        }
+        Ok(LockInfo::new(Some(holder), None))
+    }
+
+    /// One PING: the raw round trip the benchmarks compare against.
+    pub(crate) async fn ping(&self) -> Result<()> {
+        let _: String =
+            self.run(None, |mut connection| async move { redis::cmd("PING").query_async(&mut connection).await }).await?;
+        Ok(())
+    }
+}
+
+/// Maps a Redis error: anything that leaves the outcome unknown or may pass with time
+/// (I/O, timeouts, a loading or failing-over server) is a retryable connection error; the
+/// rest (permissions, wrong types, script errors) is a backend error.
+pub(crate) fn map_error(error: RedisError, lock: Option<&LockName>) -> Error {
+    let transient = error.is_io_error()
+        || error.is_timeout()
+        || error.is_connection_dropped()
+        || error.is_connection_refusal()
+        || matches!(
+            error.kind(),
+            ErrorKind::Server(
+                ServerErrorKind::BusyLoading
+                    | ServerErrorKind::TryAgain
+                    | ServerErrorKind::ClusterDown
+                    | ServerErrorKind::MasterDown
+                    | ServerErrorKind::ReadOnly
+            )
+        );
+    if transient { Error::connection(BACKEND, lock, error) } else { Error::backend(BACKEND, lock, error) }
+}

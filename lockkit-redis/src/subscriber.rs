@@ -1,0 +1,313 @@
+//! Wake-ups for waiters: one pub/sub connection per provider, shared by all its waiters.
+//!
+//! The release script publishes on the lock's channel. A waiter registers its interest in
+//! that channel ([`Subscriber::watch`]), which subscribes once per channel and per provider
+//! and waits for the server's confirmation, then retries its acquisition whenever the
+//! channel fires. Pub/sub is at-most-once, so every path that may have missed a message
+//! wakes the waiters to look again:
+//!
+//! - The connection is RESP3 under a [`ConnectionManager`], which reconnects on its own and
+//!   subscribes again to every channel; the `Disconnection` push wakes every waiter of the
+//!   provider, and each channel's renewed subscription confirmation wakes its waiters again,
+//!   so a release during the gap is seen.
+//! - While the connection is down or a subscription is unconfirmed, waiters poll (see
+//!   [`Interest::is_live`]); a keeper pings the dead connection so it is rebuilt even when no
+//!   command would otherwise touch it.
+//! - The caller bounds every wait by the holder's remaining lease, so a holder that died is
+//!   noticed when its key expires even though no message is ever sent for an expiry.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{PushInfo, PushKind, Value};
+use tokio::sync::{OnceCell, mpsc, watch};
+
+/// How often a dead subscriber connection is poked so that it reconnects.
+const KEEPER_INTERVAL: Duration = Duration::from_millis(200);
+
+/// The pub/sub side of one provider.
+#[derive(Debug)]
+pub(crate) struct Subscriber {
+    client: redis::Client,
+    connection: OnceCell<ConnectionManager>,
+    shared: Arc<Shared>,
+    response_timeout: Duration,
+}
+
+#[derive(Debug)]
+struct Shared {
+    channels: Mutex<HashMap<String, Arc<Channel>>>,
+    /// Bumped whenever messages may have been missed by every channel at once.
+    epoch: watch::Sender<u64>,
+    /// Whether the connection is believed up (false from a `Disconnection` push until the
+    /// next confirmation or reply).
+    connected: AtomicBool,
+    keeper_running: AtomicBool,
+}
+
+#[derive(Debug)]
+struct Channel {
+    name: String,
+    /// Waiters of this provider interested in the channel; changed under the map's lock.
+    interest: Mutex<usize>,
+    /// Bumped on every message and every (re)confirmed subscription.
+    wake: watch::Sender<u64>,
+    /// Whether the server confirmed the subscription; the async lock orders SUBSCRIBE and
+    /// UNSUBSCRIBE of one channel.
+    subscribed: tokio::sync::Mutex<bool>,
+}
+
+impl Subscriber {
+    /// A subscriber on the server of `connection`; nothing connects before the first wait.
+    pub(crate) fn new(connection: &redis::ConnectionInfo, response_timeout: Duration) -> redis::RedisResult<Self> {
+        let settings = connection.redis_settings().clone().set_protocol(redis::ProtocolVersion::RESP3);
+        let client = redis::Client::open(connection.clone().set_redis_settings(settings))?;
+        let (epoch, _) = watch::channel(0);
+        Ok(Self {
+            client,
+            connection: OnceCell::new(),
+            shared: Arc::new(Shared {
+                channels: Mutex::new(HashMap::new()),
+                epoch,
+                connected: AtomicBool::new(true),
+                keeper_running: AtomicBool::new(false),
+            }),
+            response_timeout,
+        })
+    }
+
+    /// Registers interest in `channel` and subscribes to it unless this provider already
+    /// is. When subscribing fails the interest is still returned, not live, and the waiter
+    /// polls instead.
+    pub(crate) async fn watch(&self, channel: &str) -> Interest {
+        let entry = {
+            let mut channels = lock(&self.shared.channels);
+            let entry = channels.entry(channel.to_owned()).or_insert_with(|| {
+                let (wake, _) = watch::channel(0);
+                Arc::new(Channel {
+                    name: channel.to_owned(),
+                    interest: Mutex::new(0),
+                    wake,
+                    subscribed: tokio::sync::Mutex::new(false),
+                })
+            });
+            *lock(&entry.interest) += 1;
+            Arc::clone(entry)
+        };
+        let mut interest = Interest {
+            wake: entry.wake.subscribe(),
+            epoch: self.shared.epoch.subscribe(),
+            channel: entry,
+            owner: Arc::downgrade(&self.shared),
+            connection: None,
+            confirmed: false,
+        };
+        self.confirm(&mut interest).await;
+        interest
+    }
+
+    /// Subscribes the interest's channel unless it already is.
+    async fn confirm(&self, interest: &mut Interest) {
+        let Ok(connection) = self.connection().await else {
+            return;
+        };
+        interest.connection = Some(connection.clone());
+        let mut subscribed = interest.channel.subscribed.lock().await;
+        if !*subscribed {
+            let mut connection = connection;
+            let attempt = tokio::time::timeout(self.response_timeout, connection.subscribe(&interest.channel.name));
+            match attempt.await {
+                Ok(Ok(())) => *subscribed = true,
+                Ok(Err(error)) => tracing::debug!(%error, channel = %interest.channel.name, "subscribing failed; polling"),
+                Err(_) => tracing::debug!(channel = %interest.channel.name, "subscribing timed out; polling"),
+            }
+        }
+        interest.confirmed = *subscribed;
+    }
+
+    /// The pub/sub connection, made on first use with its push reader.
+    async fn connection(&self) -> redis::RedisResult<ConnectionManager> {
+        let connection = self
+            .connection
+            .get_or_try_init(|| async {
+                let (pushes, received) = mpsc::unbounded_channel();
+                let config = ConnectionManagerConfig::new()
+                    .set_push_sender(pushes)
+                    .set_automatic_resubscription()
+                    .set_connection_timeout(Some(self.response_timeout))
+                    .set_response_timeout(Some(self.response_timeout))
+                    .set_number_of_retries(2)
+                    .set_min_delay(Duration::from_millis(20))
+                    .set_max_delay(Duration::from_millis(500));
+                let attempt = tokio::time::timeout(self.response_timeout, self.client.get_connection_manager_with_config(config));
+                let connection = match attempt.await {
+                    Ok(result) => result?,
+                    Err(_) => return Err(redis::RedisError::from((redis::ErrorKind::Io, "connecting timed out"))),
+                };
+                tokio::spawn(read_pushes(Arc::downgrade(&self.shared), received, connection.clone()));
+                Ok(connection)
+            })
+            .await?;
+        Ok(connection.clone())
+    }
+
+    /// Retries the subscription of an interest that is not live.
+    pub(crate) async fn revive(&self, interest: &mut Interest) {
+        if !interest.confirmed {
+            self.confirm(interest).await;
+        }
+    }
+}
+
+/// One waiter's registration on a channel. Dropping it withdraws the interest, and the last
+/// interest of a channel unsubscribes it (in the background).
+#[derive(Debug)]
+pub(crate) struct Interest {
+    channel: Arc<Channel>,
+    wake: watch::Receiver<u64>,
+    epoch: watch::Receiver<u64>,
+    owner: Weak<Shared>,
+    connection: Option<ConnectionManager>,
+    confirmed: bool,
+}
+
+impl Interest {
+    /// Marks everything received so far as seen: call it right before each acquisition
+    /// attempt, so that a release published while the attempt is under way still wakes
+    /// the next [`wait`](Self::wait).
+    pub(crate) fn arm(&mut self) {
+        self.wake.borrow_and_update();
+        self.epoch.borrow_and_update();
+    }
+
+    /// Whether wake-ups can be trusted: the subscription is confirmed and the connection up.
+    /// When not, the waiter should poll at a short interval.
+    pub(crate) fn is_live(&self) -> bool {
+        self.confirmed && self.owner.upgrade().is_some_and(|shared| shared.connected.load(Ordering::Acquire))
+    }
+
+    /// Waits until the channel fires, messages may have been missed, or `at_most` passes.
+    pub(crate) async fn wait(&mut self, at_most: Duration) {
+        tokio::select! {
+            _ = self.wake.changed() => {}
+            _ = self.epoch.changed() => {}
+            () = tokio::time::sleep(at_most) => {}
+        }
+    }
+}
+
+impl Drop for Interest {
+    fn drop(&mut self) {
+        let last = {
+            let mut interest = lock(&self.channel.interest);
+            *interest = interest.saturating_sub(1);
+            *interest == 0
+        };
+        let (Some(shared), Some(connection)) = (self.owner.upgrade(), self.connection.take()) else {
+            return;
+        };
+        if !last {
+            return;
+        }
+        // Without a runtime the subscription simply stays: harmless, and dropped with the
+        // provider.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            drop(runtime.spawn(unsubscribe_if_unused(shared, Arc::clone(&self.channel), connection)));
+        }
+    }
+}
+
+/// Unsubscribes a channel nobody waits on any more, and forgets it.
+async fn unsubscribe_if_unused(shared: Arc<Shared>, channel: Arc<Channel>, mut connection: ConnectionManager) {
+    let mut subscribed = channel.subscribed.lock().await;
+    if *lock(&channel.interest) > 0 {
+        return;
+    }
+    if *subscribed {
+        match connection.unsubscribe(&channel.name).await {
+            Ok(()) => *subscribed = false,
+            Err(error) => {
+                tracing::debug!(%error, channel = %channel.name, "unsubscribing failed; the subscription stays");
+                return;
+            }
+        }
+    }
+    // Forget the channel only while holding its subscription lock with nobody interested:
+    // a newcomer then either found this entry (and waits for the lock, and subscribes
+    // again) or makes a new one after the UNSUBSCRIBE was answered.
+    let mut channels = lock(&shared.channels);
+    if *lock(&channel.interest) == 0 && channels.get(&channel.name).is_some_and(|entry| Arc::ptr_eq(entry, &channel)) {
+        channels.remove(&channel.name);
+    }
+}
+
+/// Reads the pushes of the pub/sub connection until the provider is gone.
+async fn read_pushes(shared: Weak<Shared>, mut pushes: mpsc::UnboundedReceiver<PushInfo>, connection: ConnectionManager) {
+    while let Some(push) = pushes.recv().await {
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        match push.kind {
+            PushKind::Message => {
+                shared.connected.store(true, Ordering::Release);
+                wake_channel(&shared, push.data.first());
+            }
+            PushKind::Subscribe => {
+                shared.connected.store(true, Ordering::Release);
+                wake_channel(&shared, push.data.first());
+            }
+            PushKind::Disconnection => {
+                tracing::debug!("the pub/sub connection dropped; waking every waiter to look again");
+                shared.connected.store(false, Ordering::Release);
+                shared.epoch.send_modify(|epoch| *epoch += 1);
+                if !shared.keeper_running.swap(true, Ordering::AcqRel) {
+                    tokio::spawn(keep_alive(Arc::downgrade(&shared), connection.clone()));
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn wake_channel(shared: &Shared, name: Option<&Value>) {
+    let Some(name) = name.and_then(|value| redis::from_redis_value_ref::<String>(value).ok()) else {
+        return;
+    };
+    let channel = lock(&shared.channels).get(&name).cloned();
+    if let Some(channel) = channel {
+        channel.wake.send_modify(|count| *count += 1);
+    }
+}
+
+/// Pokes a dropped connection until it answers, so that it is rebuilt (and its channels
+/// subscribed again) even when nothing else uses it.
+async fn keep_alive(shared: Weak<Shared>, mut connection: ConnectionManager) {
+    loop {
+        tokio::time::sleep(KEEPER_INTERVAL).await;
+        let Some(state) = shared.upgrade() else {
+            return;
+        };
+        if state.connected.load(Ordering::Acquire) {
+            state.keeper_running.store(false, Ordering::Release);
+            return;
+        }
+        drop(state);
+        let ping = redis::cmd("PING");
+        let ping = tokio::time::timeout(KEEPER_INTERVAL * 5, ping.query_async::<Value>(&mut connection));
+        if let Ok(Ok(_)) = ping.await
+            && let Some(state) = shared.upgrade()
+        {
+            state.connected.store(true, Ordering::Release);
+            state.epoch.send_modify(|epoch| *epoch += 1);
+        }
+    }
+}
+
+/// Locks a mutex, recovering the data if a panic poisoned it: every critical section here
+/// leaves the data consistent at each step.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}

@@ -1,0 +1,197 @@
+//! Lease renewal: one task per provider renews every hold of that provider each tick, in
+//! pipelined batches, and turns every failed or refused renewal into a loss signal.
+//!
+//! - A hold is registered when granted and unregistered before its release is sent, so
+//!   renewal stops the moment a guard is released or dropped.
+//! - A confirmed renewal extends the hold's local deadline to the renewal's *send* time plus
+//!   the lease minus the drift margin; the server's expiry lies after it.
+//! - A renewal that finds the record gone or owned by another declares the hold lost at once;
+//!   one that cannot be confirmed is retried quickly until the local deadline passes, at which
+//!   point the hold's signal reports the loss by itself.
+//! - The task sleeps while the provider holds nothing, and ends with the provider.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+
+use lockkit_core::{HoldSignal, LossReason, lease_deadline};
+use tokio::sync::Notify;
+use tracing::Instrument;
+
+use crate::builder::Settings;
+use crate::store::{Ownership, Store};
+
+/// Holds renewed per pipeline: large enough that 10,000 holds take a few round trips, small
+/// enough that one reply stays well under a megabyte.
+pub(crate) const BATCH: usize = 1000;
+
+/// The first retry delay after a renewal could not be confirmed.
+const RETRY_FIRST: Duration = Duration::from_millis(25);
+
+/// One hold the watchdog keeps alive.
+#[derive(Debug)]
+struct Entry {
+    key: String,
+    owner: String,
+    signal: HoldSignal,
+}
+
+/// The registry of live holds and the wake-up of the renewal task.
+#[derive(Debug, Default)]
+pub(crate) struct Watchdog {
+    holds: Mutex<HashMap<u64, Entry>>,
+    next_id: AtomicU64,
+    changed: Arc<Notify>,
+    started: std::sync::OnceLock<()>,
+    /// Counters for tests and benchmarks.
+    stats: RenewStats,
+}
+
+/// What the watchdog has done so far.
+#[derive(Debug, Default)]
+pub(crate) struct RenewStats {
+    pub(crate) ticks: AtomicU64,
+    pub(crate) round_trips: AtomicU64,
+    pub(crate) renewed: AtomicU64,
+}
+
+impl Watchdog {
+    /// Registers a granted hold; returns its id for [`forget`](Self::forget). Starts the
+    /// renewal task on first use.
+    pub(crate) fn register(
+        self: &Arc<Self>,
+        key: String,
+        owner: String,
+        signal: HoldSignal,
+        store: &Arc<Store>,
+        settings: &Arc<Settings>,
+    ) -> u64 {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        lock(&self.holds).insert(id, Entry { key, owner, signal });
+        self.started.get_or_init(|| {
+            let task = run(Arc::downgrade(self), Arc::clone(store), Arc::clone(settings));
+            drop(tokio::spawn(task.instrument(tracing::debug_span!("lockkit.redis.watchdog"))));
+        });
+        self.changed.notify_one();
+        id
+    }
+
+    /// Stops renewing a hold.
+    pub(crate) fn forget(&self, id: u64) {
+        lock(&self.holds).remove(&id);
+    }
+
+    /// How many holds are being renewed.
+    pub(crate) fn len(&self) -> usize {
+        lock(&self.holds).len()
+    }
+
+    /// The renewal counters.
+    pub(crate) fn stats(&self) -> &RenewStats {
+        &self.stats
+    }
+
+    /// The holds to renew now, dropping those that ended.
+    fn due(&self) -> Vec<(u64, String, String, HoldSignal)> {
+        let mut holds = lock(&self.holds);
+        holds.retain(|_, entry| entry.signal.is_held());
+        holds.iter().map(|(id, e)| (*id, e.key.clone(), e.owner.clone(), e.signal.clone())).collect()
+    }
+}
+
+/// The renewal loop of one provider.
+async fn run(watchdog: Weak<Watchdog>, store: Arc<Store>, settings: Arc<Settings>) {
+    let lease_ms = settings.lease_millis();
+    let mut retry = RETRY_FIRST;
+    loop {
+        // Sleep until there is something to renew, then one interval.
+        loop {
+            let Some(dog) = watchdog.upgrade() else { return };
+            if dog.len() > 0 {
+                break;
+            }
+            // Wait without keeping the watchdog alive: its drop notifies too.
+            let changed = Arc::clone(&dog.changed);
+            drop(dog);
+            changed.notified().await;
+        }
+        tokio::time::sleep(settings.renew_every).await;
+        loop {
+            let Some(dog) = watchdog.upgrade() else { return };
+            let due = dog.due();
+            if due.is_empty() {
+                break;
+            }
+            dog.stats.ticks.fetch_add(1, Ordering::Relaxed);
+            let span = tracing::debug_span!("lockkit.renew", backend = crate::BACKEND, holds = due.len());
+            let failed = renew_all(&dog, &store, &due, lease_ms, &settings).instrument(span).await;
+            drop(dog);
+            if !failed {
+                retry = RETRY_FIRST;
+                break;
+            }
+            // Some renewals could not be confirmed: try again soon, backing off, while the
+            // holds' deadlines still allow it.
+            tokio::time::sleep(retry).await;
+            retry = (retry * 2).min(settings.renew_every);
+        }
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        // Wakes the renewal task so that it sees the provider is gone and ends.
+        self.changed.notify_one();
+    }
+}
+
+/// Renews every due hold in pipelined batches sent concurrently; returns whether some
+/// renewal could not be confirmed.
+async fn renew_all(
+    dog: &Watchdog,
+    store: &Store,
+    due: &[(u64, String, String, HoldSignal)],
+    lease_ms: u64,
+    settings: &Settings,
+) -> bool {
+    let batches = due.chunks(BATCH).map(|batch| async move {
+        let pairs: Vec<(&str, &str)> = batch.iter().map(|(_, key, owner, _)| (key.as_str(), owner.as_str())).collect();
+        let sent_at = Instant::now();
+        dog.stats.round_trips.fetch_add(1, Ordering::Relaxed);
+        (batch, sent_at, store.renew_batch(&pairs, lease_ms).await)
+    });
+    let mut failed = false;
+    for (batch, sent_at, outcome) in futures_util::future::join_all(batches).await {
+        match outcome {
+            Ok(answers) => {
+                let valid_until = lease_deadline(sent_at, settings.lease, settings.drift);
+                for ((_, _, _, signal), answer) in batch.iter().zip(answers) {
+                    match answer {
+                        Ownership::Ours => {
+                            dog.stats.renewed.fetch_add(1, Ordering::Relaxed);
+                            signal.extend(valid_until);
+                        }
+                        Ownership::Gone => {
+                            signal.lose(LossReason::RecordGone);
+                        }
+                        Ownership::Other => {
+                            signal.lose(LossReason::OwnedByAnother);
+                        }
+                    }
+                }
+            }
+            Err(error) => {
+                tracing::debug!(%error, holds = batch.len(), "renewal not confirmed; retrying");
+                failed = true;
+            }
+        }
+    }
+    failed
+}
+
+/// Locks a mutex, recovering the data if a panic poisoned it: every critical section here
+/// leaves the map consistent.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}

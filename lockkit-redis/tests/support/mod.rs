@@ -1,0 +1,183 @@
+//! The conformance harness of the Redis backend, shared by the test files: every client is a
+//! provider of its own behind a fault proxy of its own, in front of a real `redis-server`.
+
+#![allow(dead_code, unreachable_pub, missing_docs)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lockkit_core::{LockName, LockProvider};
+use lockkit_redis::{RedisLockProvider, RedisLockProviderBuilder};
+use lockkit_testkit::fixture::{Persistence, RedisConfig, RedisServer};
+use lockkit_testkit::proxy::FaultProxy;
+use lockkit_testkit::{ClientFaults, FaultResult, Harness, TestClient, Timing, Unsupported};
+use tokio::sync::Mutex;
+
+/// The lease of test clients: short, so that the expiry cases take seconds, and long enough
+/// for a loaded two-core machine.
+pub const LEASE: Duration = Duration::from_secs(2);
+pub const RENEW_EVERY: Duration = Duration::from_millis(500);
+pub const RESPONSE_TIMEOUT: Duration = Duration::from_millis(400);
+pub const DRIFT: Duration = Duration::from_millis(50);
+
+/// The settings of a test client; `url` is filled in per client.
+pub fn test_builder() -> RedisLockProviderBuilder {
+    RedisLockProvider::builder().lease(LEASE).renew_every(RENEW_EVERY).response_timeout(RESPONSE_TIMEOUT).drift(DRIFT)
+}
+
+/// Runs the kit against a Redis server.
+pub struct RedisHarness {
+    name: &'static str,
+    upstream: SocketAddr,
+    /// The dedicated server of an isolated harness, which may be restarted.
+    server: Option<Arc<Mutex<RedisServer>>>,
+}
+
+impl RedisHarness {
+    /// A harness on the test process's shared server (`LOCKKIT_REDIS_URL` or a spawned one).
+    ///
+    /// # Panics
+    ///
+    /// When no server can be started, with the fixture's message (which says how to install
+    /// redis-server).
+    pub async fn shared() -> Self {
+        let shared = match RedisServer::shared().await {
+            Ok(shared) => shared,
+            Err(error) => panic!("the Redis tests need a redis-server: {error}"),
+        };
+        let upstream = match shared.server() {
+            Some(server) => server.addr(),
+            None => resolve(&shared.url()).await,
+        };
+        Self { name: "redis", upstream, server: None }
+    }
+
+    /// A harness on a dedicated server with the given persistence.
+    pub async fn dedicated(persistence: Persistence) -> Self {
+        let config = RedisConfig { persistence, ..RedisConfig::default() };
+        let server = match RedisServer::start_with(config).await {
+            Ok(server) => server,
+            Err(error) => panic!("the Redis tests need a redis-server: {error}"),
+        };
+        Self { name: "redis (dedicated)", upstream: server.addr(), server: Some(Arc::new(Mutex::new(server))) }
+    }
+
+    /// The server's address, for admin connections that bypass every proxy.
+    pub fn upstream(&self) -> SocketAddr {
+        self.upstream
+    }
+
+    /// A client with its own proxy and fault hooks, built from `builder` (the URL is set here).
+    pub async fn client_with(&self, builder: RedisLockProviderBuilder) -> lockkit_core::Result<(RedisLockProvider, Arc<ProxyFaults>)> {
+        let proxy = FaultProxy::start(self.upstream)
+            .await
+            .map_err(|e| lockkit_core::Error::connection("redis", None, format!("starting the fault proxy: {e}")))?;
+        let provider = builder.url(format!("redis://{}/", proxy.addr())).build()?;
+        Ok((provider, Arc::new(ProxyFaults(proxy))))
+    }
+
+    /// A plain connection to the server, bypassing every proxy.
+    pub async fn admin(&self) -> redis::aio::MultiplexedConnection {
+        let client = redis::Client::open(format!("redis://{}/", self.upstream)).unwrap();
+        client.get_multiplexed_async_connection().await.unwrap()
+    }
+
+    /// The dedicated server, if this harness has one.
+    pub fn server(&self) -> Option<&Arc<Mutex<RedisServer>>> {
+        self.server.as_ref()
+    }
+}
+
+async fn resolve(url: &str) -> SocketAddr {
+    let info = redis::IntoConnectionInfo::into_connection_info(url).unwrap();
+    let redis::ConnectionAddr::Tcp(host, port) = info.addr().clone() else {
+        panic!("LOCKKIT_REDIS_URL must name a TCP server, not {url}");
+    };
+    tokio::net::lookup_host((host.as_str(), port)).await.unwrap().next().unwrap()
+}
+
+/// The fault hooks of one client: its private proxy.
+pub struct ProxyFaults(pub FaultProxy);
+
+#[async_trait]
+impl ClientFaults for ProxyFaults {
+    async fn kill(&self) -> FaultResult {
+        // A dead process sends nothing more and never heals.
+        self.0.blackhole();
+        Ok(())
+    }
+
+    async fn blackhole(&self) -> FaultResult {
+        self.0.blackhole();
+        Ok(())
+    }
+
+    async fn heal(&self) -> FaultResult {
+        self.0.heal();
+        Ok(())
+    }
+
+    async fn cut_connection(&self) -> FaultResult {
+        self.0.cut_all();
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Harness for RedisHarness {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    async fn client(&self) -> lockkit_core::Result<TestClient> {
+        let (provider, faults) = self.client_with(test_builder()).await?;
+        Ok(TestClient::new(Arc::new(provider) as Arc<dyn LockProvider>, faults))
+    }
+
+    fn timing(&self) -> Timing {
+        Timing::new().with_lease(LEASE)
+    }
+
+    async fn delete_record(&self, name: &str) -> FaultResult {
+        let key = test_builder().url("redis://unused/").build().unwrap().record_key(&LockName::new(name).unwrap());
+        let deleted: i64 = redis::cmd("DEL").arg(&key).query_async(&mut self.admin().await).await.unwrap();
+        assert_eq!(deleted, 1, "the record {key} of a held lock exists");
+        Ok(())
+    }
+
+    async fn isolated(&self) -> Result<Arc<dyn Harness>, Unsupported> {
+        Ok(Arc::new(Self::dedicated(Persistence::Aof).await))
+    }
+
+    async fn restart_store(&self) -> FaultResult {
+        let server = self.server.as_ref().ok_or(Unsupported)?;
+        if let Err(error) = server.lock().await.restart().await {
+            panic!("restarting redis-server failed: {error}");
+        }
+        Ok(())
+    }
+
+    async fn invalid_configs(&self) -> Vec<(String, lockkit_core::Result<()>)> {
+        let url = format!("redis://{}/", self.upstream);
+        let attempt = |what: &str, builder: RedisLockProviderBuilder| (what.to_owned(), builder.build().map(drop));
+        vec![
+            attempt("no URL", RedisLockProvider::builder()),
+            attempt("an unparseable URL", RedisLockProvider::builder().url("redis://host:port:what")),
+            attempt("an unknown scheme", RedisLockProvider::builder().url("http://127.0.0.1:6379")),
+            attempt("a lease below the floor", RedisLockProvider::builder().url(&url).lease(Duration::from_millis(5))),
+            attempt(
+                "renewal slower than the lease",
+                RedisLockProvider::builder().url(&url).lease(Duration::from_secs(1)).renew_every(Duration::from_secs(2)),
+            ),
+            attempt("a zero renewal interval", RedisLockProvider::builder().url(&url).renew_every(Duration::ZERO)),
+            attempt("a zero response timeout", RedisLockProvider::builder().url(&url).response_timeout(Duration::ZERO)),
+            attempt(
+                "a drift margin of half the lease",
+                RedisLockProvider::builder().url(&url).lease(Duration::from_secs(2)).drift(Duration::from_secs(1)),
+            ),
+            attempt("a key prefix with a brace", RedisLockProvider::builder().url(&url).key_prefix("app{1}")),
+        ]
+    }
+}
