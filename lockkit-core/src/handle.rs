@@ -209,7 +209,9 @@ impl HandleInner {
             match std::panic::catch_unwind(std::panic::AssertUnwindSafe(first_poll)) {
                 Ok(poll) => poll,
                 Err(_) => {
-                    tracing::warn!("a release could not start outside a runtime; the store will free the hold when its lease ends");
+                    tracing::warn!(
+                        "a release could not start outside a runtime; the store will free the hold when its lease ends"
+                    );
                     return result_rx;
                 }
             }

@@ -51,8 +51,9 @@ pub(crate) struct RedisBackend {
 impl RedisBackend {
     pub(crate) fn new(settings: Settings) -> Result<Self> {
         let store = Store::new(&settings)?;
-        let subscriber = Subscriber::new(&settings.connection, settings.response_timeout)
-            .map_err(|error| Error::invalid_config(BACKEND, format!("the URL {:?} cannot be used: {error}", settings.url)))?;
+        let subscriber = Subscriber::new(&settings.connection, settings.response_timeout).map_err(|error| {
+            Error::invalid_config(BACKEND, format!("the URL {:?} cannot be used: {error}", settings.url))
+        })?;
         Ok(Self {
             settings: Arc::new(settings),
             store: Arc::new(store),
@@ -97,10 +98,22 @@ impl RedisBackend {
                         lock.clone(),
                         Some(lease_deadline(sent_at, self.settings.lease, self.settings.drift)),
                     );
-                    let id =
-                        self.watchdog.register(keys.lock.clone(), owner.clone(), signal.clone(), &self.store, &self.settings);
+                    let id = self.watchdog.register(
+                        keys.lock.clone(),
+                        owner.clone(),
+                        signal.clone(),
+                        &self.store,
+                        &self.settings,
+                    );
                     tracing::debug!(token = token.get(), "granted");
-                    let held = RedisHeld { store: Arc::clone(&self.store), watchdog: Arc::clone(&self.watchdog), lock, keys, owner, id };
+                    let held = RedisHeld {
+                        store: Arc::clone(&self.store),
+                        watchdog: Arc::clone(&self.watchdog),
+                        lock,
+                        keys,
+                        owner,
+                        id,
+                    };
                     return Ok(Some(Grant::new(token, signal, Box::new(held))));
                 }
                 Ok(AcquireReply::Held(left)) => {
@@ -109,7 +122,11 @@ impl RedisBackend {
                     left
                 }
                 Ok(AcquireReply::Void) => {
-                    return Err(Error::backend(BACKEND, Some(&lock), "this acquisition was abandoned and cannot be granted"));
+                    return Err(Error::backend(
+                        BACKEND,
+                        Some(&lock),
+                        "this acquisition was abandoned and cannot be granted",
+                    ));
                 }
                 Err(error) if error.is_retryable() => {
                     doubt.ambiguous = true;

@@ -68,8 +68,9 @@ pub(crate) struct Store {
 impl Store {
     /// A store for the given settings; nothing is connected until the first command.
     pub(crate) fn new(settings: &Settings) -> Result<Self> {
-        let client = redis::Client::open(settings.connection.clone())
-            .map_err(|error| Error::invalid_config(BACKEND, format!("the URL {:?} cannot be used: {error}", settings.url)))?;
+        let client = redis::Client::open(settings.connection.clone()).map_err(|error| {
+            Error::invalid_config(BACKEND, format!("the URL {:?} cannot be used: {error}", settings.url))
+        })?;
         Ok(Self { client, connection: OnceCell::new(), response_timeout: settings.response_timeout })
     }
 
@@ -100,7 +101,11 @@ impl Store {
         if tokio::runtime::Handle::try_current().is_err() {
             // A guard dropped after its runtime ended lands here: without a runtime there is
             // no timer and no socket, and the lease frees the lock instead.
-            return Err(Error::connection(BACKEND, lock, "no Tokio runtime is running in this thread; the lease will free the lock"));
+            return Err(Error::connection(
+                BACKEND,
+                lock,
+                "no Tokio runtime is running in this thread; the lease will free the lock",
+            ));
         }
         let attempt = async {
             let connection = self.connection().await?;
@@ -185,13 +190,18 @@ impl Store {
     /// so that it runs unchanged on Redis Cluster). Returns one answer per hold, in order.
     pub(crate) async fn renew_batch(&self, holds: &[(&str, &str)], lease_ms: u64) -> Result<Vec<Ownership>> {
         let answers = self.renew_pipeline(holds, lease_ms).await?;
-        if answers.iter().any(|answer| matches!(answer, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)))
+        if answers
+            .iter()
+            .any(|answer| matches!(answer, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)))
         {
             // The server lost its script cache (a restart or SCRIPT FLUSH): load and redo.
             self.run(None, |mut connection| async move { RENEW.prepare_invoke().load_async(&mut connection).await })
                 .await?;
             let again = self.renew_pipeline(holds, lease_ms).await?;
-            return again.into_iter().map(|answer| answer.map(Ownership::from_code).map_err(|e| map_error(e, None))).collect();
+            return again
+                .into_iter()
+                .map(|answer| answer.map(Ownership::from_code).map_err(|e| map_error(e, None)))
+                .collect();
         }
         answers.into_iter().map(|answer| answer.map(Ownership::from_code).map_err(|e| map_error(e, None))).collect()
     }
@@ -233,8 +243,9 @@ impl Store {
 
     /// One PING: the raw round trip the benchmarks compare against.
     pub(crate) async fn ping(&self) -> Result<()> {
-        let _: String =
-            self.run(None, |mut connection| async move { redis::cmd("PING").query_async(&mut connection).await }).await?;
+        let _: String = self
+            .run(None, |mut connection| async move { redis::cmd("PING").query_async(&mut connection).await })
+            .await?;
         Ok(())
     }
 }

@@ -121,7 +121,9 @@ impl Subscriber {
             let attempt = tokio::time::timeout(self.response_timeout, connection.subscribe(&interest.channel.name));
             match attempt.await {
                 Ok(Ok(())) => *subscribed = true,
-                Ok(Err(error)) => tracing::debug!(%error, channel = %interest.channel.name, "subscribing failed; polling"),
+                Ok(Err(error)) => {
+                    tracing::debug!(%error, channel = %interest.channel.name, "subscribing failed; polling")
+                }
                 Err(_) => tracing::debug!(channel = %interest.channel.name, "subscribing timed out; polling"),
             }
         }
@@ -142,7 +144,8 @@ impl Subscriber {
                     .set_number_of_retries(2)
                     .set_min_delay(Duration::from_millis(20))
                     .set_max_delay(Duration::from_millis(500));
-                let attempt = tokio::time::timeout(self.response_timeout, self.client.get_connection_manager_with_config(config));
+                let attempt =
+                    tokio::time::timeout(self.response_timeout, self.client.get_connection_manager_with_config(config));
                 let connection = match attempt.await {
                     Ok(result) => result?,
                     Err(_) => return Err(redis::RedisError::from((redis::ErrorKind::Io, "connecting timed out"))),
@@ -245,7 +248,11 @@ async fn unsubscribe_if_unused(shared: Arc<Shared>, channel: Arc<Channel>, mut c
 }
 
 /// Reads the pushes of the pub/sub connection until the provider is gone.
-async fn read_pushes(shared: Weak<Shared>, mut pushes: mpsc::UnboundedReceiver<PushInfo>, connection: ConnectionManager) {
+async fn read_pushes(
+    shared: Weak<Shared>,
+    mut pushes: mpsc::UnboundedReceiver<PushInfo>,
+    connection: ConnectionManager,
+) {
     while let Some(push) = pushes.recv().await {
         let Some(shared) = shared.upgrade() else {
             return;

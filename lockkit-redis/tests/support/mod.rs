@@ -1,7 +1,7 @@
 //! The conformance harness of the Redis backend, shared by the test files: every client is a
 //! provider of its own behind a fault proxy of its own, in front of a real `redis-server`.
 
-#![allow(dead_code, unreachable_pub, missing_docs)]
+#![allow(dead_code, unreachable_pub, missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -70,7 +70,10 @@ impl RedisHarness {
     }
 
     /// A client with its own proxy and fault hooks, built from `builder` (the URL is set here).
-    pub async fn client_with(&self, builder: RedisLockProviderBuilder) -> lockkit_core::Result<(RedisLockProvider, Arc<ProxyFaults>)> {
+    pub async fn client_with(
+        &self,
+        builder: RedisLockProviderBuilder,
+    ) -> lockkit_core::Result<(RedisLockProvider, Arc<ProxyFaults>)> {
         let proxy = FaultProxy::start(self.upstream)
             .await
             .map_err(|e| lockkit_core::Error::connection("redis", None, format!("starting the fault proxy: {e}")))?;
@@ -169,7 +172,10 @@ impl Harness for RedisHarness {
             attempt("a lease below the floor", RedisLockProvider::builder().url(&url).lease(Duration::from_millis(5))),
             attempt(
                 "renewal slower than the lease",
-                RedisLockProvider::builder().url(&url).lease(Duration::from_secs(1)).renew_every(Duration::from_secs(2)),
+                RedisLockProvider::builder()
+                    .url(&url)
+                    .lease(Duration::from_secs(1))
+                    .renew_every(Duration::from_secs(2)),
             ),
             attempt("a zero renewal interval", RedisLockProvider::builder().url(&url).renew_every(Duration::ZERO)),
             attempt("a zero response timeout", RedisLockProvider::builder().url(&url).response_timeout(Duration::ZERO)),

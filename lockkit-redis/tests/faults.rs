@@ -1,0 +1,355 @@
+//! Redis-specific faults, each on a real redis-server behind per-client fault proxies,
+//! asserting what the holder and the other clients see.
+
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lockkit_core::{LockGuard, LockName, LockProvider, LossReason};
+use lockkit_redis::RedisLockProvider;
+use lockkit_testkit::fixture::Persistence;
+use lockkit_testkit::{ClientFaults, History};
+use support::{LEASE, RENEW_EVERY, RedisHarness, test_builder};
+
+/// A bound for things that take a few round trips on a loaded machine.
+const OPERATION: Duration = Duration::from_secs(3);
+
+async fn within<T>(bound: Duration, what: &str, future: impl Future<Output = T>) -> T {
+    match tokio::time::timeout(bound, future).await {
+        Ok(value) => value,
+        Err(_) => panic!("{what} did not happen within {bound:?}"),
+    }
+}
+
+/// Polls `condition` every 10 ms until it holds, failing after `bound`.
+async fn eventually<F, Fut>(bound: Duration, what: &str, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + bound;
+    while !condition().await {
+        assert!(Instant::now() < deadline, "{what} did not happen within {bound:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn unique(case: &str) -> String {
+    format!("faults/{case}/{}", uuid::Uuid::new_v4().simple())
+}
+
+async fn acquire(provider: &RedisLockProvider, name: &str) -> LockGuard {
+    let lock = provider.lock(name).unwrap();
+    within(OPERATION, "an uncontended acquisition", lock.acquire()).await.unwrap()
+}
+
+/// A cut connection with the lease still valid: the provider reconnects, the watchdog
+/// renews, and the hold survives; nobody else gets the lock meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cut_connection_within_the_lease_keeps_the_hold() {
+    let harness = RedisHarness::shared().await;
+    let (holder, faults) = harness.client_with(test_builder()).await.unwrap();
+    let (other, _other_faults) = harness.client_with(test_builder()).await.unwrap();
+    let name = unique("cut_within_lease");
+    let guard = acquire(&holder, &name).await;
+    let before = guard.valid_until().unwrap();
+    faults.cut_connection().await.unwrap();
+    // Two renewals later the deadline has moved past where it stood before the cut.
+    eventually(RENEW_EVERY * 2 + OPERATION, "a renewal after the cut", || async {
+        guard.valid_until().is_some_and(|until| until > before + RENEW_EVERY)
+    })
+    .await;
+    assert!(guard.is_held(), "the hold survived the cut");
+    let attempt = other.lock(&name).unwrap().try_acquire().await.unwrap();
+    assert!(attempt.is_none(), "another client got a lock whose holder only lost its connection");
+    within(OPERATION, "release", guard.release()).await.unwrap();
+}
+
+/// A cut connection that cannot be rebuilt: the holder signals loss before the lease can
+/// run out on the server, and the other client acquires only after that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cut_connection_without_reconnect_signals_loss_first() {
+    let harness = RedisHarness::shared().await;
+    let (holder, faults) = harness.client_with(test_builder()).await.unwrap();
+    let (other, _other_faults) = harness.client_with(test_builder()).await.unwrap();
+    let name = unique("cut_no_reconnect");
+    let history = History::new();
+    let guard = acquire(&holder, &name).await;
+    let first = history.acquired("holder", &guard);
+    faults.0.refuse_new(true);
+    faults.cut_connection().await.unwrap();
+    let lost = guard.watcher();
+    let reason = within(LEASE + OPERATION, "the holder's loss", lost.lost()).await;
+    assert_eq!(reason, LossReason::DeadlineExpired);
+    history.ended(first, Some(&guard));
+    let lock = other.lock(&name).unwrap();
+    let taken = within(LEASE * 2 + OPERATION, "another client acquires", lock.acquire()).await.unwrap();
+    let second = history.acquired("other", &taken);
+    history.ended(second, Some(&taken));
+    history.assert_valid();
+    faults.0.refuse_new(false);
+    let released = guard.release().await;
+    assert!(matches!(released, Err(lockkit_core::Error::LockLost { .. })), "releasing a lost hold: {released:?}");
+    taken.release().await.unwrap();
+}
+
+/// A holder blackholed for longer than the lease: its loss fires before anyone else can
+/// acquire, as the history checker confirms, and its delayed renewals cannot revive it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blackholed_holder_signals_loss_before_another_acquires() {
+    let harness = RedisHarness::shared().await;
+    let (holder, faults) = harness.client_with(test_builder()).await.unwrap();
+    let (other, _other_faults) = harness.client_with(test_builder()).await.unwrap();
+    let name = unique("blackhole");
+    let history = History::new();
+    let guard = acquire(&holder, &name).await;
+    let first = history.acquired("holder", &guard);
+    let watcher = guard.watcher();
+    let loss = tokio::spawn(async move {
+        let reason = watcher.lost().await;
+        (reason, Instant::now())
+    });
+    faults.blackhole().await.unwrap();
+    let lock = other.lock(&name).unwrap();
+    let taken = within(LEASE * 2 + OPERATION, "another client acquires", lock.acquire()).await.unwrap();
+    let taken_at = Instant::now();
+    let (reason, lost_at) = within(OPERATION, "the loss signal", loss).await.unwrap();
+    assert!(lost_at <= taken_at, "the holder learned of its loss {:?} after the other acquired", lost_at - taken_at);
+    assert_eq!(reason, LossReason::DeadlineExpired);
+    history.ended(first, Some(&guard));
+    let second = history.acquired("other", &taken);
+    faults.heal().await.unwrap();
+    // The held renewals now reach the server; they find another owner and change nothing.
+    tokio::time::sleep(RENEW_EVERY).await;
+    assert!(taken.is_held() && !guard.is_held());
+    history.ended(second, Some(&taken));
+    history.assert_valid();
+    assert!(taken.token() > guard.token());
+    taken.release().await.unwrap();
+}
+
+/// The record deleted behind the holder's back: loss at the next renewal, as `RecordGone`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleted_record_is_a_loss_at_the_next_renewal() {
+    let harness = RedisHarness::shared().await;
+    let (holder, _faults) = harness.client_with(test_builder()).await.unwrap();
+    let name = unique("deleted");
+    let guard = acquire(&holder, &name).await;
+    let key = holder.record_key(&LockName::new(&name).unwrap());
+    let deleted: i64 = redis::cmd("DEL").arg(&key).query_async(&mut harness.admin().await).await.unwrap();
+    assert_eq!(deleted, 1);
+    let reason = within(RENEW_EVERY + OPERATION, "the loss signal", guard.lost()).await;
+    assert_eq!(reason, LossReason::RecordGone);
+    assert!(matches!(guard.release().await, Err(lockkit_core::Error::LockLost { .. })));
+}
+
+/// A restart without persistence loses every hold, and each holder is told. Tokens still
+/// increase, because a missing fence counter starts from the server clock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_without_persistence_signals_loss_and_tokens_still_increase() {
+    let harness = RedisHarness::dedicated(Persistence::None).await;
+    let (holder, _faults) = harness.client_with(test_builder()).await.unwrap();
+    let names: Vec<String> = (0..3).map(|i| unique(&format!("restart_none_{i}"))).collect();
+    let mut guards = Vec::new();
+    for name in &names {
+        guards.push(acquire(&holder, name).await);
+    }
+    harness.server().unwrap().lock().await.restart().await.unwrap();
+    for guard in &guards {
+        let reason = within(LEASE + OPERATION, "the loss signal", guard.lost()).await;
+        assert!(
+            matches!(reason, LossReason::RecordGone | LossReason::DeadlineExpired),
+            "a hold lost to a restart: {reason}"
+        );
+    }
+    let (fresh, _fresh_faults) = harness.client_with(test_builder()).await.unwrap();
+    for (name, old) in names.iter().zip(&guards) {
+        let new = acquire(&fresh, name).await;
+        assert!(new.token() > old.token(), "token {} after the restart, {} before", new.token(), old.token());
+        new.release().await.unwrap();
+    }
+}
+
+/// A restart with AOF keeps the record and the counter: the hold survives a quick restart
+/// and tokens stay strictly increasing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_with_aof_keeps_holds_and_tokens_increase() {
+    let harness = RedisHarness::dedicated(Persistence::Aof).await;
+    // A lease long enough to outlast the restart on a loaded machine.
+    let builder = || test_builder().lease(Duration::from_secs(6)).renew_every(Duration::from_secs(1));
+    let (holder, _faults) = harness.client_with(builder()).await.unwrap();
+    let name = unique("restart_aof");
+    let mut tokens = Vec::new();
+    for _ in 0..3 {
+        let guard = acquire(&holder, &name).await;
+        tokens.push(guard.token());
+        guard.release().await.unwrap();
+    }
+    let guard = acquire(&holder, &name).await;
+    tokens.push(guard.token());
+    let before = guard.valid_until().unwrap();
+    harness.server().unwrap().lock().await.restart().await.unwrap();
+    eventually(Duration::from_secs(2) + OPERATION, "a renewal after the restart", || async {
+        guard.valid_until().is_some_and(|until| until > before)
+    })
+    .await;
+    assert!(guard.is_held(), "the hold survived the restart: {:?}", guard.watcher().loss());
+    guard.release().await.unwrap();
+    let (fresh, _fresh_faults) = harness.client_with(builder()).await.unwrap();
+    let after = acquire(&fresh, &name).await;
+    tokens.push(after.token());
+    after.release().await.unwrap();
+    assert!(tokens.windows(2).all(|pair| pair[0] < pair[1]), "tokens strictly increase: {tokens:?}");
+}
+
+/// Killing the pub/sub connection while clients wait does not strand them: they are woken
+/// to look again, the subscription is rebuilt, and the release reaches them promptly (far
+/// sooner than the holder's lease, which would be the fallback).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_subscriber_connection_does_not_strand_waiters() {
+    let harness = RedisHarness::shared().await;
+    let long = || test_builder().lease(Duration::from_secs(20)).renew_every(Duration::from_secs(5));
+    let (holder, _faults) = harness.client_with(long()).await.unwrap();
+    let (waiter, _waiter_faults) = harness.client_with(long()).await.unwrap();
+    let name = unique("subscriber_killed");
+    let guard = acquire(&holder, &name).await;
+    let waiters: Vec<_> = (0..3)
+        .map(|_| {
+            let lock = waiter.lock(&name).unwrap();
+            tokio::spawn(async move {
+                let guard = lock.acquire().await?;
+                let at = Instant::now();
+                guard.release().await?;
+                Ok::<_, lockkit_core::Error>(at)
+            })
+        })
+        .collect();
+    let mut admin = harness.admin().await;
+    let channel = format!("{}:released", holder.record_key(&LockName::new(&name).unwrap()));
+    eventually(OPERATION, "the waiters' subscription", || {
+        let mut admin = admin.clone();
+        let channel = channel.clone();
+        async move {
+            let counts: Vec<(String, i64)> =
+                redis::cmd("PUBSUB").arg("NUMSUB").arg(&channel).query_async(&mut admin).await.unwrap();
+            counts.first().is_some_and(|(_, n)| *n >= 1)
+        }
+    })
+    .await;
+    let killed: i64 = redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("pubsub").query_async(&mut admin).await.unwrap();
+    assert!(killed >= 1, "a subscriber connection was killed");
+    let released_at = Instant::now();
+    guard.release().await.unwrap();
+    let mut grants = Vec::new();
+    for task in waiters {
+        let at = within(OPERATION * 2, "every waiter acquires in turn", task).await.unwrap().unwrap();
+        grants.push(at.saturating_duration_since(released_at));
+    }
+    grants.sort();
+    assert!(grants[0] < Duration::from_secs(2), "the first waiter acquired {:?} after the release", grants[0]);
+}
+
+/// Sixteen clients hammer one lock for a few seconds: never two holders, tokens strictly
+/// increasing in grant order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixteen_clients_on_one_lock_never_overlap() {
+    let harness = RedisHarness::shared().await;
+    let name = unique("stress");
+    let history = Arc::new(History::new());
+    let stop_at = Instant::now() + Duration::from_secs(4);
+    let mut tasks = Vec::new();
+    let mut proxies = Vec::new();
+    for client in 0..16 {
+        let (provider, faults) = harness.client_with(test_builder()).await.unwrap();
+        proxies.push(faults);
+        let lock = provider.lock(&name).unwrap();
+        let history = Arc::clone(&history);
+        tasks.push(tokio::spawn(async move {
+            let mut count = 0_u32;
+            while Instant::now() < stop_at {
+                let guard = match lock.acquire_timeout(Duration::from_secs(10)).await {
+                    Ok(guard) => guard,
+                    Err(error) => panic!("client {client}: {error}"),
+                };
+                let index = history.acquired(&format!("client-{client}"), &guard);
+                tokio::task::yield_now().await;
+                history.ended(index, Some(&guard));
+                guard.release().await.unwrap();
+                count += 1;
+            }
+            count
+        }));
+    }
+    let mut total = 0;
+    for task in tasks {
+        total += within(Duration::from_secs(30), "a stress client finishes", task).await.unwrap();
+    }
+    history.assert_valid();
+    let mut holds = history.holds_snapshot();
+    holds.sort_by_key(|hold| hold.start);
+    assert!(holds.windows(2).all(|pair| pair[0].token < pair[1].token), "tokens increase in grant order");
+    assert!(total >= 16, "every client got the lock at least once: {total} grants");
+    println!("{total} grants among 16 clients in 4 s");
+}
+
+/// A reply lost on a slow link: the acquisition is retried with the same owner id, finds its
+/// own record, and returns the token that record was granted with. One grant, one token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_acquire_reply_is_recovered_by_owner_id() {
+    let harness = RedisHarness::shared().await;
+    let (client, faults) = harness.client_with(test_builder()).await.unwrap();
+    client.ping().await.unwrap();
+    let name = unique("lost_reply");
+    let key = client.record_key(&LockName::new(&name).unwrap());
+    // The request arrives, the reply comes back after the response timeout.
+    faults.0.set_latency(Duration::from_millis(300));
+    let lock = client.lock(&name).unwrap();
+    let acquiring = tokio::spawn(async move { lock.acquire_timeout(Duration::from_secs(10)).await.map(|g| (g, lock)) });
+    let mut admin = harness.admin().await;
+    eventually(OPERATION, "the record exists on the server", || {
+        let mut admin = admin.clone();
+        let key = key.clone();
+        async move { redis::cmd("EXISTS").arg(&key).query_async::<i64>(&mut admin).await.unwrap() == 1 }
+    })
+    .await;
+    faults.0.set_latency(Duration::ZERO);
+    // Far sooner than the lease: the retry finds its own record instead of waiting it out.
+    let (guard, _lock) =
+        within(LEASE / 2, "the acquisition completes by recovering its record", acquiring).await.unwrap().unwrap();
+    let counter: u64 = redis::cmd("GET").arg(format!("{key}:fence")).query_async(&mut admin).await.unwrap();
+    assert_eq!(guard.token().get(), counter, "the recovered grant carries the token the record was granted with");
+    guard.release().await.unwrap();
+}
+
+/// An acquisition abandoned while its request is stuck in the network leaves no hold
+/// behind once the request arrives: the abandon script voids the owner id first or frees
+/// the record after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abandoned_acquisition_leaves_no_orphan_hold() {
+    let harness = RedisHarness::shared().await;
+    let (client, faults) = harness.client_with(test_builder()).await.unwrap();
+    let (other, _other_faults) = harness.client_with(test_builder()).await.unwrap();
+    client.ping().await.unwrap();
+    let name = unique("orphan");
+    faults.blackhole().await.unwrap();
+    let lock = client.lock(&name).unwrap();
+    let outcome = lock.acquire_timeout(Duration::from_millis(300)).await;
+    assert!(outcome.is_err(), "no grant while cut off");
+    // The stuck acquire (and the abandon after it) now reach the server.
+    faults.heal().await.unwrap();
+    let lock_other = other.lock(&name).unwrap();
+    let taken = within(OPERATION, "another client acquires at once, long before the lease", async {
+        loop {
+            if let Some(guard) = lock_other.try_acquire().await.unwrap() {
+                break guard;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    taken.release().await.unwrap();
+}
