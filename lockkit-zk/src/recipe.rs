@@ -30,7 +30,7 @@ use uuid::Uuid;
 use zookeeper_client as zk;
 
 use crate::config::Config;
-use crate::error::{BACKEND, map};
+use crate::error::{BACKEND, is_loss, map};
 use crate::names::{Contender, node_prefix, queue};
 use crate::session::Session;
 
@@ -40,6 +40,9 @@ const RETRIES: usize = 8;
 /// How long the hold's watch task waits for the notification of our own delete after a
 /// release, so that the watch ends by firing instead of by a removal request.
 const RELEASE_GRACE: Duration = Duration::from_secs(5);
+
+/// How long the hold's watch task waits before setting its watch again after an error.
+const WATCH_RETRY: Duration = Duration::from_millis(500);
 
 /// Lock parents this provider created or found, so that later acquisitions skip the create.
 const KNOWN_PARENTS_LIMIT: usize = 4096;
@@ -148,7 +151,7 @@ impl ZkBackend {
                         self.make_root(session, lock).await?;
                         continue;
                     }
-                    Err(zk::Error::ConnectionLoss) => {}
+                    Err(ref error) if is_loss(error) => {}
                     Err(error) => {
                         let _ = (create.await, list.await);
                         return Err(map(error, Some(lock)));
@@ -163,7 +166,7 @@ impl ZkBackend {
                     self.remember_parent(parent, false);
                     continue;
                 }
-                Err(zk::Error::ConnectionLoss) => {
+                Err(ref error) if is_loss(error) => {
                     // The create may or may not have happened: look for our node by attempt id.
                     match self.find_own(session, lock, parent, pending.attempt).await? {
                         Some((path, czxid, children, listed_at)) => {
@@ -199,7 +202,7 @@ impl ZkBackend {
             match session.client.list_children(parent).await {
                 Ok(children) => return Ok((children, sent_at)),
                 Err(zk::Error::NoNode) => return Ok((Vec::new(), sent_at)),
-                Err(zk::Error::ConnectionLoss) => last = zk::Error::ConnectionLoss,
+                Err(error) if is_loss(&error) => last = error,
                 Err(error) => return Err(map(error, Some(lock))),
             }
         }
@@ -211,7 +214,7 @@ impl ZkBackend {
             match session.client.check_stat(path).await {
                 Ok(Some(stat)) => return Ok(stat.czxid),
                 Ok(None) => return Err(Error::lost(BACKEND, lock, LossReason::RecordGone)),
-                Err(zk::Error::ConnectionLoss) => continue,
+                Err(ref error) if is_loss(error) => continue,
                 Err(error) => return Err(map(error, Some(lock))),
             }
         }
@@ -293,7 +296,7 @@ impl ZkBackend {
             match session.client.check_and_watch_stat(predecessor).await {
                 Ok((None, _)) => return Ok(true),
                 Ok((Some(_), watcher)) => break watcher,
-                Err(zk::Error::ConnectionLoss) => continue,
+                Err(ref error) if is_loss(error) => continue,
                 Err(error) => return Err(map(error, Some(lock))),
             }
         };
@@ -345,19 +348,31 @@ async fn watch_hold(session: Arc<Session>, id: u64, path: String, signal: HoldSi
                 signal.lose(LossReason::RecordGone);
                 break;
             }
-            Err(zk::Error::ConnectionLoss) => {
+            Err(ref error) if is_loss(error) => {
                 if signal.is_held() {
                     continue;
                 }
                 break;
             }
-            Err(error) => {
-                if crate::error::is_connection(&error) {
+            Err(error) if crate::error::is_connection(&error) => {
+                // Throttled or a terminal session error: the session task reports the end
+                // of the session; try again while the hold lives.
+                if session.is_ended() {
                     signal.lose(crate::error::loss_for_state(session.client.state()));
-                } else {
-                    tracing::warn!(backend = BACKEND, %path, %error, "cannot watch the lock node; relying on the deadline");
+                    break;
                 }
-                break;
+                if !sleep_while_held(&signal, WATCH_RETRY).await {
+                    break;
+                }
+                continue;
+            }
+            Err(error) => {
+                // The hold stays registered (renewed); only the deletion watch is missing.
+                tracing::warn!(backend = BACKEND, %path, %error, "cannot watch the lock node; retrying");
+                if !sleep_while_held(&signal, WATCH_RETRY).await {
+                    break;
+                }
+                continue;
             }
         };
         let mut changed = std::pin::pin!(watcher.changed());
@@ -384,6 +399,14 @@ async fn watch_hold(session: Arc<Session>, id: u64, path: String, signal: HoldSi
         }
     }
     session.unregister(id);
+}
+
+/// Sleeps `pause` unless the hold ends first; whether it is still held.
+async fn sleep_while_held(signal: &HoldSignal, pause: Duration) -> bool {
+    tokio::select! {
+        () = tokio::time::sleep(pause) => signal.is_held(),
+        _ = signal.ended() => false,
+    }
 }
 
 /// The contender node of an acquisition in progress; dropping it armed deletes the node in
@@ -443,12 +466,12 @@ async fn remove_node(session: &Session, parent: &str, attempt: Uuid, path: Optio
                     Some(Contender { name, .. }) => format!("{parent}/{name}"),
                     None => return,
                 },
-                Err(zk::Error::ConnectionLoss) => continue,
+                Err(ref error) if is_loss(error) => continue,
                 Err(_) => return,
             },
         };
         match session.client.delete(&path, None).await {
-            Err(zk::Error::ConnectionLoss) => continue,
+            Err(ref error) if is_loss(error) => continue,
             Ok(()) => {
                 tracing::debug!(backend = BACKEND, %path, "removed an abandoned contender node");
                 return;
@@ -479,7 +502,7 @@ impl HeldLock for ZkHeld {
                     // After a lost reply, our own earlier delete may have been the one.
                     Err(zk::Error::NoNode) if retried => return Ok(()),
                     Err(zk::Error::NoNode) => return Err(Error::lost(BACKEND, &self.lock, LossReason::RecordGone)),
-                    Err(zk::Error::ConnectionLoss) => retried = true,
+                    Err(ref error) if is_loss(error) => retried = true,
                     Err(zk::Error::SessionExpired) => {
                         return Err(Error::lost(BACKEND, &self.lock, LossReason::SessionExpired));
                     }
@@ -535,7 +558,8 @@ impl LockBackend for ZkBackend {
             let path = format!("{parent}/{}", first.name);
             let stat = match session.client.check_stat(&path).await {
                 Ok(Some(stat)) => stat,
-                Ok(None) | Err(zk::Error::ConnectionLoss) => continue,
+                Ok(None) => continue,
+                Err(ref error) if is_loss(error) => continue,
                 Err(error) => return Err(map(error, Some(lock))),
             };
             let token = FencingToken::new(u64::try_from(stat.czxid).unwrap_or(0));

@@ -206,3 +206,37 @@ impl Harness for ZkHarness {
         outcomes
     }
 }
+
+/// The harness shared by the tests of one test binary, on the kit's shared runtime.
+pub async fn shared_harness() -> &'static ZkHarness {
+    static HARNESS: tokio::sync::OnceCell<ZkHarness> = tokio::sync::OnceCell::const_new();
+    HARNESS.get_or_init(ZkHarness::shared).await
+}
+
+/// Runs a test body on the kit's shared runtime (where the shared fixtures and proxies live),
+/// failing it after two minutes.
+pub fn run<F: std::future::Future<Output = ()>>(body: F) {
+    lockkit_testkit::runtime().block_on(async {
+        if tokio::time::timeout(Duration::from_secs(120), body).await.is_err() {
+            panic!("the test did not finish within 120 s");
+        }
+    });
+}
+
+/// Polls `condition` every 10 ms until it holds; panics after `bound` with `what`.
+pub async fn eventually<F, Fut>(bound: Duration, what: &str, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + bound;
+    while !condition().await {
+        assert!(tokio::time::Instant::now() < deadline, "{what}: still not true after {bound:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A fresh lock name.
+pub fn fresh_name(test: &str) -> String {
+    format!("zk-faults/{test}/{}", uuid::Uuid::new_v4().simple())
+}

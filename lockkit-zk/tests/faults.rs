@@ -1,0 +1,330 @@
+//! ZooKeeper-specific fault cases, on a real server: each client talks to it through a fault
+//! proxy of its own.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lockkit_core::{Error, LockProvider, LossReason};
+use lockkit_testkit::History;
+use support::{SESSION_TIMEOUT, eventually, fresh_name, run, shared_harness};
+use zookeeper_client as zk;
+
+/// The holder's session expires (cut off past the session timeout, then back): the hold is
+/// lost, the queued waiter acquires, the history shows no overlap, and the holder's provider
+/// opens a new session and can lock again.
+#[test]
+fn expired_session_loses_the_hold_and_the_next_waiter_acquires() {
+    run(async {
+        let h = shared_harness().await;
+        let name = fresh_name("expired");
+        let history = Arc::new(History::new());
+        let (a, a_proxy) = h.proxied_client().await;
+        let (b, _b_proxy) = h.proxied_client().await;
+        let lock_a = a.lock(&name).unwrap();
+        let guard = lock_a.acquire().await.unwrap();
+        let a_hold = history.acquired("a", &guard);
+        let lock_b = b.lock(&name).unwrap();
+        let waiter = tokio::spawn({
+            let history = history.clone();
+            async move {
+                let guard = lock_b.acquire().await.unwrap();
+                let index = history.acquired("b", &guard);
+                (guard, index, Instant::now())
+            }
+        });
+        eventually(Duration::from_secs(5), "b is queued", || async { h.contenders(&name).await.len() == 2 }).await;
+        a_proxy.blackhole();
+        let reason = tokio::time::timeout(SESSION_TIMEOUT * 2, guard.lost()).await.expect("the loss fires");
+        let lost_at = Instant::now();
+        history.ended(a_hold, Some(&guard));
+        let (b_guard, b_hold, b_at) = tokio::time::timeout(SESSION_TIMEOUT * 3, waiter).await.unwrap().unwrap();
+        assert!(lost_at <= b_at, "a's loss ({reason}) fired {:?} after b acquired", lost_at - b_at);
+        assert!(b_guard.token() > guard.token());
+        // Back on the network, a's client learns the session expired.
+        a_proxy.heal();
+        assert!(matches!(guard.release().await, Err(Error::LockLost { .. })));
+        assert!(!lock_a.is_held());
+        history.ended(b_hold, Some(&b_guard));
+        b_guard.release().await.unwrap();
+        history.assert_valid();
+        // The provider is not dead: a later acquisition runs on a new session.
+        let again = tokio::time::timeout(SESSION_TIMEOUT * 3, async {
+            loop {
+                match lock_a.acquire_timeout(Duration::from_secs(2)).await {
+                    Ok(guard) => break guard,
+                    Err(error) => assert!(error.is_retryable(), "only retryable errors meanwhile: {error}"),
+                }
+            }
+        })
+        .await
+        .expect("the provider acquires again on a new session");
+        assert!(again.token().get() > b_guard_token(&history));
+        again.release().await.unwrap();
+        assert!(h.contenders(&name).await.is_empty());
+    });
+}
+
+fn b_guard_token(history: &History) -> u64 {
+    history.holds_snapshot().iter().map(|h| h.token).max().unwrap_or(0)
+}
+
+/// A holder blackholed past the session timeout learns of its loss before the waiter behind
+/// it is granted the lock, and its `valid_until` lies before that grant.
+#[test]
+fn blackholed_holder_loses_before_another_client_acquires() {
+    run(async {
+        let h = shared_harness().await;
+        let name = fresh_name("blackhole");
+        let (a, a_proxy) = h.proxied_client().await;
+        let (b, _b_proxy) = h.proxied_client().await;
+        let guard = a.lock(&name).unwrap().acquire().await.unwrap();
+        let watcher = guard.watcher();
+        let loss = tokio::spawn({
+            let watcher = watcher.clone();
+            async move {
+                let reason = watcher.lost().await;
+                (reason, Instant::now())
+            }
+        });
+        let lock_b = b.lock(&name).unwrap();
+        let waiter = tokio::spawn(async move {
+            let guard = lock_b.acquire().await.unwrap();
+            (guard, Instant::now())
+        });
+        eventually(Duration::from_secs(5), "b is queued", || async { h.contenders(&name).await.len() == 2 }).await;
+        let cut_at = Instant::now();
+        a_proxy.blackhole();
+        let (b_guard, acquired_at) = tokio::time::timeout(SESSION_TIMEOUT * 3, waiter).await.unwrap().unwrap();
+        let (reason, lost_at) = loss.await.unwrap();
+        assert!(lost_at <= acquired_at, "loss ({reason}) fired {:?} after b acquired", lost_at - acquired_at);
+        assert!(watcher.valid_until().unwrap() <= acquired_at);
+        assert!(
+            acquired_at - cut_at >= SESSION_TIMEOUT / 2,
+            "b acquired only {:?} after the cut",
+            acquired_at - cut_at
+        );
+        a_proxy.heal();
+        drop(guard);
+        b_guard.release().await.unwrap();
+    });
+}
+
+/// A short disconnect within the session (a reset connection, then a brief blackhole) does
+/// not lose the hold: the client reconnects to the same session, the hold is renewed past its
+/// first deadline, and nobody else can take the lock meanwhile.
+#[test]
+fn short_disconnect_within_the_session_keeps_the_hold() {
+    run(async {
+        let h = shared_harness().await;
+        let name = fresh_name("short-disconnect");
+        let (a, a_proxy) = h.proxied_client().await;
+        let (b, _b_proxy) = h.proxied_client().await;
+        let guard = a.lock(&name).unwrap().acquire().await.unwrap();
+        let first_deadline = guard.valid_until().unwrap();
+        a_proxy.cut_all();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        a_proxy.blackhole();
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        a_proxy.heal();
+        let lock_b = b.lock(&name).unwrap();
+        assert!(matches!(lock_b.acquire_timeout(SESSION_TIMEOUT * 2).await, Err(Error::Timeout { .. })));
+        assert!(guard.is_held(), "the hold survived: {:?}", guard.watcher().loss());
+        assert!(guard.valid_until().unwrap() > first_deadline + SESSION_TIMEOUT, "the hold was renewed");
+        let token = guard.token();
+        guard.release().await.unwrap();
+        let next = lock_b.try_acquire().await.unwrap().expect("free after the release");
+        assert!(next.token() > token);
+        next.release().await.unwrap();
+    });
+}
+
+/// The reply to the create is lost (the proxy delays replies, and the connection is reset
+/// after the node was created but before its reply got through): the client finds its own
+/// node by its attempt id instead of leaking it, waits with it, and leaves nothing behind.
+/// The same for a `try_acquire`, which must then delete the node it found.
+#[test]
+fn lost_create_reply_finds_the_own_node_and_leaves_no_orphan() {
+    run(async {
+        let h = shared_harness().await;
+        let name = fresh_name("lost-reply");
+        let (a, _a_proxy) = h.proxied_client().await;
+        let (c, c_proxy) = h.proxied_client().await;
+        let guard = a.lock(&name).unwrap().acquire().await.unwrap();
+        let holder_node = h.contenders(&name).await;
+        assert_eq!(holder_node.len(), 1);
+
+        // A waiting acquisition whose create reply is lost.
+        c_proxy.set_latency(Duration::from_millis(600));
+        let lock_c = c.lock(&name).unwrap();
+        let waiter = tokio::spawn(async move { lock_c.acquire().await.map(|g| (g.token(), g)) });
+        eventually(Duration::from_secs(5), "c's node is created", || async { h.contenders(&name).await.len() == 2 })
+            .await;
+        let c_node_before = h.contenders(&name).await[1].clone();
+        c_proxy.cut_all();
+        c_proxy.heal();
+        // Give the client time to reconnect and look for its node; a leaked node would show as
+        // a third contender, a node made again would have another name.
+        tokio::time::sleep(SESSION_TIMEOUT / 2).await;
+        let queued = h.contenders(&name).await;
+        assert_eq!(queued.len(), 2, "exactly one node for c: {queued:?}");
+        assert_eq!(queued[1], c_node_before, "c kept the node whose create reply was lost");
+        let token = guard.token();
+        guard.release().await.unwrap();
+        let (c_token, c_guard) = tokio::time::timeout(Duration::from_secs(10), waiter).await.unwrap().unwrap().unwrap();
+        assert!(c_token.get() > token.get());
+        let c_node = format!("{}/{}", h.lock_znode(&name), h.contenders(&name).await[0]);
+        let stat = h.admin().check_stat(&c_node).await.unwrap().unwrap();
+        assert_eq!(c_token.get(), stat.czxid as u64, "the token is the czxid of c's own node");
+
+        // A try_acquire whose create reply is lost finds its node and deletes it.
+        let (d, d_proxy) = h.proxied_client().await;
+        d_proxy.set_latency(Duration::from_millis(600));
+        let lock_d = d.lock(&name).unwrap();
+        let attempt = tokio::spawn(async move { lock_d.try_acquire().await.map(|g| g.is_some()) });
+        eventually(Duration::from_secs(5), "d's node is created", || async { h.contenders(&name).await.len() == 2 })
+            .await;
+        d_proxy.cut_all();
+        d_proxy.heal();
+        let got = tokio::time::timeout(Duration::from_secs(10), attempt).await.unwrap().unwrap();
+        assert!(matches!(got, Ok(false)), "the try fails without error: {got:?}");
+        assert_eq!(h.contenders(&name).await.len(), 1, "the try left no node behind");
+        c_guard.release().await.unwrap();
+        assert!(h.contenders(&name).await.is_empty());
+    });
+}
+
+/// An administrator deletes the holder's node: the holder's guard reports `RecordGone`, the
+/// waiter behind it is woken and acquires, and the old holder's release says `LockLost`
+/// without touching the new hold.
+#[test]
+fn node_deleted_by_an_administrator_is_a_loss() {
+    run(async {
+        let h = shared_harness().await;
+        let name = fresh_name("admin-delete");
+        let (a, _a_proxy) = h.proxied_client().await;
+        let (b, _b_proxy) = h.proxied_client().await;
+        let guard = a.lock(&name).unwrap().acquire().await.unwrap();
+        let lock_b = b.lock(&name).unwrap();
+        let waiter = tokio::spawn(async move { lock_b.acquire().await.unwrap() });
+        eventually(Duration::from_secs(5), "b is queued", || async { h.contenders(&name).await.len() == 2 }).await;
+        let holder = h.contenders(&name).await[0].clone();
+        h.admin().delete(&format!("{}/{holder}", h.lock_znode(&name)), None).await.unwrap();
+        let reason = tokio::time::timeout(Duration::from_secs(5), guard.lost()).await.unwrap();
+        assert_eq!(reason, LossReason::RecordGone);
+        let b_guard = tokio::time::timeout(Duration::from_secs(5), waiter).await.unwrap().unwrap();
+        assert!(matches!(guard.release().await, Err(Error::LockLost { .. })));
+        assert!(b_guard.is_held());
+        assert_eq!(h.contenders(&name).await.len(), 1);
+        b_guard.release().await.unwrap();
+    });
+}
+
+/// A waiter cancelled in the middle of the queue removes its node at once, and the waiter
+/// behind it (which was watching it) is granted the lock in turn.
+#[test]
+fn waiter_cancelled_in_the_middle_of_the_queue_does_not_block_the_next() {
+    run(async {
+        let h = shared_harness().await;
+        let name = fresh_name("cancel-middle");
+        let mut clients = Vec::new();
+        for _ in 0..4 {
+            clients.push(h.proxied_client().await);
+        }
+        let guard = clients[0].0.lock(&name).unwrap().acquire().await.unwrap();
+        let mut waiters = Vec::new();
+        for (index, (client, _)) in clients.iter().enumerate().skip(1) {
+            let lock = client.lock(&name).unwrap();
+            waiters.push(tokio::spawn(async move {
+                let guard = lock.acquire().await.unwrap();
+                let at = Instant::now();
+                guard.release().await.unwrap();
+                (index, at)
+            }));
+            eventually(Duration::from_secs(5), "the waiter is queued", || async {
+                h.contenders(&name).await.len() == index + 1
+            })
+            .await;
+        }
+        let middle = waiters.remove(1);
+        middle.abort();
+        assert!(middle.await.unwrap_err().is_cancelled());
+        eventually(Duration::from_secs(5), "the cancelled waiter's node is gone", || async {
+            h.contenders(&name).await.len() == 3
+        })
+        .await;
+        guard.release().await.unwrap();
+        let mut order = Vec::new();
+        for waiter in waiters {
+            order.push(tokio::time::timeout(Duration::from_secs(10), waiter).await.unwrap().unwrap());
+        }
+        assert_eq!(order.iter().map(|(i, _)| *i).collect::<Vec<_>>(), vec![1, 3]);
+        assert!(order[0].1 <= order[1].1);
+        eventually(Duration::from_secs(5), "the queue is empty", || async { h.contenders(&name).await.is_empty() })
+            .await;
+    });
+}
+
+/// With credentials, lock nodes are creator-only: a client with other (or no) credentials
+/// can neither delete a held lock's node nor take the lock, while a client of the same user
+/// contends normally.
+#[test]
+fn wrong_credentials_cannot_delete_or_take_a_held_lock() {
+    run(async {
+        let h = shared_harness().await;
+        let name = fresh_name("credentials");
+        let base = format!("{}-secure", h.base());
+        let proxy = lockkit_testkit::proxy::FaultProxy::start(h.upstream()).await.unwrap();
+        let owner = h.builder_via(&proxy).base_path(base.clone()).credentials("locker", "right").build().await.unwrap();
+        let peer = h.builder_via(&proxy).base_path(base.clone()).credentials("locker", "right").build().await.unwrap();
+        let thief = h.builder_via(&proxy).base_path(base.clone()).credentials("locker", "wrong").build().await.unwrap();
+        let guard = owner.lock(&name).unwrap().acquire().await.unwrap();
+        let lock_znode = owner.lock_path(&name).unwrap();
+        let children = h.admin().list_children(&lock_znode).await;
+        assert_eq!(children, Err(zk::Error::NoAuth), "an anonymous client cannot even list the queue");
+
+        let thief_zk =
+            zk::Client::connector().with_auth("digest", b"locker:wrong").connect(h.connect_string()).await.unwrap();
+        let peer_zk =
+            zk::Client::connector().with_auth("digest", b"locker:right").connect(h.connect_string()).await.unwrap();
+        let node = format!("{lock_znode}/{}", peer_zk.list_children(&lock_znode).await.unwrap()[0]);
+        assert_eq!(thief_zk.delete(&node, None).await, Err(zk::Error::NoAuth));
+        assert_eq!(h.admin().delete(&node, None).await, Err(zk::Error::NoAuth));
+        assert_eq!(thief_zk.delete(&lock_znode, None).await, Err(zk::Error::NoAuth));
+
+        let stolen = thief.lock(&name).unwrap().try_acquire().await;
+        assert!(matches!(stolen, Err(Error::Backend { .. })), "the thief is refused: {stolen:?}");
+        assert!(peer.lock(&name).unwrap().try_acquire().await.unwrap().is_none(), "the same user contends");
+        assert!(guard.is_held());
+        guard.release().await.unwrap();
+        let next = peer.lock(&name).unwrap().try_acquire().await.unwrap();
+        assert!(next.is_some());
+    });
+}
+
+/// The lock's container znode vanishes between two acquisitions (the server deletes empty
+/// containers; here an administrator does it): the next acquisition makes it again, and its
+/// token (a czxid) is still greater, unlike a sequence number.
+#[test]
+fn vanished_lock_znode_is_made_again_and_tokens_keep_growing() {
+    run(async {
+        let h = shared_harness().await;
+        let name = fresh_name("container");
+        let (a, _proxy) = h.proxied_client().await;
+        let lock = a.lock(&name).unwrap();
+        let first = lock.acquire().await.unwrap();
+        let token = first.token();
+        first.release().await.unwrap();
+        h.admin().delete(&h.lock_znode(&name), None).await.unwrap();
+        let second = lock.acquire().await.unwrap();
+        assert!(second.token() > token);
+        let info = a.inspect(&name).await.unwrap();
+        assert_eq!(info.holder.map(|holder| holder.token), Some(second.token()));
+        assert_eq!(info.waiters, Some(0));
+        let (_, stat) = h.admin().get_data(&h.lock_znode(&name)).await.unwrap();
+        assert_eq!(stat.ephemeral_owner, 0);
+        second.release().await.unwrap();
+    });
+}
