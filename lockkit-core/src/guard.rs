@@ -83,8 +83,8 @@ impl LockGuard {
     ///
     /// # Cancel Safety
     ///
-    /// Cancel safe: the release runs in a task of its own and completes even if this future
-    /// is dropped.
+    /// Cancel safe: the release runs inline while this future is polled, and completes in a
+    /// task of its own if the future is dropped before it finished.
     pub async fn release(mut self) -> Result<()> {
         self.finished = true;
         let Some((held, runtime)) = self.handle.detach_guard() else {
@@ -99,13 +99,7 @@ impl LockGuard {
         if let Some(reason) = lost_before {
             return Err(self.handle.lost_error(reason));
         }
-        outcome.unwrap_or_else(|_| {
-            Err(crate::Error::connection(
-                self.signal.backend(),
-                Some(self.signal.lock()),
-                "the runtime shut down before the release reached the store; the lease or session expiry will free the lock",
-            ))
-        })
+        outcome
     }
 }
 

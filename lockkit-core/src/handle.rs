@@ -4,13 +4,13 @@
 
 use std::fmt;
 use std::future::Future;
-use std::pin::pin;
+use std::pin::{Pin, pin};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
 use async_trait::async_trait;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::watch;
 use tracing::Instrument;
 
 use crate::backend::{AcquireRequest, Grant, HeldLock, LockBackend};
@@ -173,16 +173,12 @@ impl HandleInner {
         Some((active.held, active.runtime))
     }
 
-    /// Frees a hold on the store in a task of its own, so that neither cancellation of the
-    /// caller nor the end of the guard's scope can leave it half done. The result arrives on
-    /// the returned channel; the handle's next acquisition waits for it.
-    pub(crate) fn start_release(
-        &self,
-        held: Box<dyn HeldLock>,
-        runtime: Option<tokio::runtime::Handle>,
-    ) -> oneshot::Receiver<Result<()>> {
+    /// Frees a hold on the store. The returned [`Release`] runs the release inline when
+    /// awaited (no task hop on the common path) and finishes it in the background when
+    /// dropped unfinished, so that neither cancellation of the caller nor the end of the
+    /// guard's scope can leave it half done. The handle's next acquisition waits for it.
+    pub(crate) fn start_release(&self, held: Box<dyn HeldLock>, runtime: Option<tokio::runtime::Handle>) -> Release {
         let (done_tx, done_rx) = watch::channel(false);
-        let (result_tx, result_rx) = oneshot::channel();
         self.state().releasing = Some(done_rx);
         let span = tracing::info_span!("lockkit.release", backend = self.backend_name, lock = %self.lock);
         let task = async move {
@@ -190,14 +186,43 @@ impl HandleInner {
             if let Err(error) = &outcome {
                 tracing::debug!(%error, "release did not complete cleanly");
             }
-            let _ = result_tx.send(outcome);
             let _ = done_tx.send(true);
+            outcome
         }
         .instrument(span);
+        Release { task: Some(Box::pin(task)), runtime }
+    }
+}
+
+/// A release in progress: a future that completes it, and that completes it in the
+/// background when dropped before it finished.
+pub(crate) struct Release {
+    task: Option<Pin<Box<dyn Future<Output = Result<()>> + Send>>>,
+    /// The runtime the hold was granted on, used when the drop happens outside any runtime.
+    runtime: Option<tokio::runtime::Handle>,
+}
+
+impl Future for Release {
+    type Output = Result<()>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let Some(task) = self.task.as_mut() else {
+            return Poll::Ready(Ok(()));
+        };
+        let outcome = std::task::ready!(task.as_mut().poll(cx));
+        self.task = None;
+        Poll::Ready(outcome)
+    }
+}
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        let Some(mut task) = self.task.take() else {
+            return;
+        };
         // One poll here sends the release at once (an in-process backend completes in it);
         // whatever remains runs as a task. Spawning onto a runtime that has shut down drops
         // the task without panicking; the store's lease or session expiry then frees the hold.
-        let mut task = Box::pin(task);
         let current = tokio::runtime::Handle::try_current().ok();
         let mut first_poll = || task.as_mut().poll(&mut Context::from_waker(Waker::noop()));
         let first = if current.is_some() {
@@ -212,19 +237,18 @@ impl HandleInner {
                     tracing::warn!(
                         "a release could not start outside a runtime; the store will free the hold when its lease ends"
                     );
-                    return result_rx;
+                    return;
                 }
             }
         };
         if first.is_pending() {
-            match current.or(runtime) {
-                Some(runtime) => drop(runtime.spawn(task)),
+            match current.or_else(|| self.runtime.take()) {
+                Some(runtime) => drop(runtime.spawn(async move { drop(task.await) })),
                 None => tracing::warn!(
                     "a guard was dropped outside any runtime; the store will free the hold when its lease ends"
                 ),
             }
         }
-        result_rx
     }
 }
 

@@ -101,7 +101,8 @@ impl RedisLockProvider {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RenewalStats {
-    /// Renewal rounds (one per interval while something is held, plus quick retries).
+    /// Renewal rounds completed (one per interval while something is held, plus quick
+    /// retries after a failure).
     pub ticks: u64,
     /// Pipelines sent: each is one round trip carrying up to a thousand renewals.
     pub round_trips: u64,

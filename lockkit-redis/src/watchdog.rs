@@ -123,9 +123,9 @@ async fn run(watchdog: Weak<Watchdog>, store: Arc<Store>, settings: Arc<Settings
             if due.is_empty() {
                 break;
             }
-            dog.stats.ticks.fetch_add(1, Ordering::Relaxed);
             let span = tracing::debug_span!("lockkit.renew", backend = crate::BACKEND, holds = due.len());
             let failed = renew_all(&dog, &store, &due, lease_ms, &settings).instrument(span).await;
+            dog.stats.ticks.fetch_add(1, Ordering::Relaxed);
             drop(dog);
             if !failed {
                 retry = RETRY_FIRST;
