@@ -55,5 +55,16 @@ mod watchdog;
 pub use builder::{DEFAULT_LEASE, DEFAULT_PREFIX, DEFAULT_RESPONSE_TIMEOUT, MIN_LEASE, RedisLockProviderBuilder};
 pub use provider::{RedisLockProvider, RenewalStats};
 
+/// The commands an ACL user of lockkit needs, as `ACL SETUSER` rules: the script calls,
+/// the commands the scripts run, and the pub/sub commands of the waiters. Together with
+/// key and channel patterns for the prefix (`~lockkit:* &lockkit:*`) this is all lockkit
+/// needs:
+///
+/// ```text
+/// ACL SETUSER locker on >password resetkeys ~lockkit:* resetchannels &lockkit:* -@all <ACL_COMMANDS>
+/// ```
+pub const ACL_COMMANDS: &str = "+evalsha +eval +script|load +ping +hello +subscribe +unsubscribe \
+    +set +get +del +exists +incr +time +pexpire +pttl +publish";
+
 /// The backend's name in errors, spans and capability tables.
 pub const BACKEND: &str = "redis";

@@ -1,0 +1,70 @@
+//! Connection settings on a real server: ACL users, databases, key prefixes.
+
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::time::Duration;
+
+use lockkit_core::{Error, LockName, LockProvider};
+use lockkit_redis::RedisLockProvider;
+use support::RedisHarness;
+
+fn unique(case: &str) -> String {
+    format!("settings/{case}/{}", uuid::Uuid::new_v4().simple())
+}
+
+/// An ACL user limited to lockkit's keys and channels can do everything; a wrong password
+/// is a clear error, not a retryable one, and never a hang.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acl_user_limited_to_lockkit_keys_works_and_bad_passwords_are_refused() {
+    let harness = RedisHarness::dedicated(lockkit_testkit::fixture::Persistence::None).await;
+    let mut admin = harness.admin().await;
+    let _: () = redis::cmd("ACL")
+        .arg(&["SETUSER", "locker", "on", ">s3cret", "resetkeys", "~app:*", "resetchannels", "&app:*", "-@all"])
+        .arg(lockkit_redis::ACL_COMMANDS.split_whitespace().collect::<Vec<_>>())
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let url = format!("redis://locker:s3cret@{}/", harness.upstream());
+    let provider = RedisLockProvider::builder().url(&url).key_prefix("app").build().unwrap();
+    let name = unique("acl");
+    let lock = provider.lock(&name).unwrap();
+    let guard = lock.acquire().await.unwrap();
+    let waiter = provider.clone();
+    let waiting = tokio::spawn({
+        let name = name.clone();
+        async move { RedisLockProvider::clone(&waiter).lock(&name).unwrap().acquire_timeout(Duration::from_secs(5)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    guard.release().await.unwrap();
+    let second = waiting.await.unwrap().unwrap();
+    second.release().await.unwrap();
+
+    let wrong =
+        RedisLockProvider::builder().url(format!("redis://locker:wrong@{}/", harness.upstream())).build().unwrap();
+    let error = tokio::time::timeout(Duration::from_secs(5), wrong.lock(&name).unwrap().try_acquire())
+        .await
+        .expect("a bad password fails fast")
+        .unwrap_err();
+    let message = error.to_string();
+    assert!(message.contains("redis") && message.contains(&name), "{message}");
+    assert!(matches!(error, Error::Backend { .. }), "a bad password is not retryable: {error:?}");
+}
+
+/// A database number in the URL is honoured, and so is the key prefix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn database_and_prefix_are_honoured() {
+    let harness = RedisHarness::shared().await;
+    let url = format!("redis://{}/5", harness.upstream());
+    let provider = RedisLockProvider::builder().url(&url).key_prefix("billing").build().unwrap();
+    let name = unique("db");
+    let guard = provider.lock(&name).unwrap().acquire().await.unwrap();
+    let key = provider.record_key(&LockName::new(&name).unwrap());
+    assert!(key.starts_with("billing:{settings/db/"), "{key}");
+    let mut admin = harness.admin().await;
+    let _: () = redis::cmd("SELECT").arg(5).query_async(&mut admin).await.unwrap();
+    let exists: i64 = redis::cmd("EXISTS").arg(&key).query_async(&mut admin).await.unwrap();
+    assert_eq!(exists, 1, "the record lives in database 5");
+    guard.release().await.unwrap();
+}
