@@ -51,3 +51,6 @@ pub use config::{
 };
 pub use names::encode_name;
 pub use provider::ZkLockProvider;
+/// The ZooKeeper client library this backend is built on, re-exported so that
+/// [`ZkLockProvider::zk_client`] comes with a matching version.
+pub use zookeeper_client;

@@ -50,6 +50,17 @@ impl ZkLockProvider {
         Ok(ZkLockProvider { backend: Arc::new(ZkBackend::open(config).await?) })
     }
 
+    /// The ZooKeeper client of the provider's current session (a new session if the last one
+    /// ended), for requests of your own on the same session: for instance a multi-op guarded
+    /// by a check of the lock node, or a measurement of the raw round trip.
+    ///
+    /// # Errors
+    ///
+    /// A connection error when a new session cannot be opened.
+    pub async fn zk_client(&self) -> Result<zookeeper_client::Client> {
+        self.backend.zk_client().await
+    }
+
     /// The znode of the lock called `name`: its contender nodes are its children. For
     /// operators and tests; the path includes the chroot.
     ///

@@ -41,6 +41,9 @@ const RETRIES: usize = 8;
 /// release, so that the watch ends by firing instead of by a removal request.
 const RELEASE_GRACE: Duration = Duration::from_secs(5);
 
+/// How long after the grant the hold's deletion watch is set.
+const WATCH_DELAY: Duration = Duration::from_millis(20);
+
 /// How long the hold's watch task waits before setting its watch again after an error.
 const WATCH_RETRY: Duration = Duration::from_millis(500);
 
@@ -86,6 +89,12 @@ impl ZkBackend {
         &self.config
     }
 
+    /// The client of the live session.
+    pub(crate) async fn zk_client(&self) -> Result<zk::Client> {
+        let probe = LockName::new("-").map_err(|e| Error::backend(BACKEND, None, e.to_string()))?;
+        Ok(self.session(&probe).await?.client.clone())
+    }
+
     /// The live session, or a new one when the last has ended (expired or closed).
     async fn session(&self, lock: &LockName) -> Result<Arc<Session>> {
         let mut current = self.current.lock().await;
@@ -124,6 +133,11 @@ impl ZkBackend {
 
     /// Creates our contender node and lists the queue, in one round trip. Returns the node's
     /// path, its czxid, the children and the send time of the list.
+    ///
+    /// When this provider has not seen the lock's znode yet, its create joins the batch and
+    /// the list is left out: a new lock's first node has sequence 0, which proves it is first
+    /// (a sequence is the parent's child-change count, so no node came before it), and only a
+    /// node with another sequence needs the list.
     async fn enqueue(
         &self,
         session: &Arc<Session>,
@@ -138,29 +152,25 @@ impl ZkBackend {
         for _ in 0..RETRIES {
             let sent_at = Instant::now();
             // Each call below sends its request at once; the replies come back in this order.
-            let make_parent = (!self.parent_known(parent)).then(|| client.create(parent, &[], &parent_options));
+            let known = self.parent_known(parent);
+            let make_parent = (!known).then(|| client.create(parent, &[], &parent_options));
             let create = client.create(&prefix, &[], &node_options);
             pending.sent = true;
-            let list = client.list_children(parent);
+            let list = known.then(|| client.list_children(parent));
             if let Some(make_parent) = make_parent {
                 match make_parent.await {
                     Ok(_) | Err(zk::Error::NodeExists) => self.remember_parent(parent, true),
                     Err(zk::Error::NoNode) => {
                         // The base path itself is gone (deleted by an administrator): remake it.
-                        let _ = (create.await, list.await);
                         self.make_root(session, lock).await?;
                         continue;
                     }
                     Err(ref error) if is_loss(error) => {}
-                    Err(error) => {
-                        let _ = (create.await, list.await);
-                        return Err(map(error, Some(lock)));
-                    }
+                    Err(error) => return Err(map(error, Some(lock))),
                 }
             }
-            let (created, listed) = tokio::join!(create, list);
-            let (path, czxid) = match created {
-                Ok((stat, sequence)) => (format!("{prefix}{sequence}"), stat.czxid),
+            let (path, czxid, sequence) = match create.await {
+                Ok((stat, sequence)) => (format!("{prefix}{sequence}"), stat.czxid, sequence.into_i64()),
                 Err(zk::Error::NoNode) => {
                     // The container was deleted by the server when empty: make it again.
                     self.remember_parent(parent, false);
@@ -180,9 +190,17 @@ impl ZkBackend {
             };
             pending.path = Some(path.clone());
             let czxid = if czxid > 0 { czxid } else { self.czxid_of(session, lock, &path).await? };
+            let listed = match list {
+                Some(list) => list.await.ok(),
+                None if sequence == 0 => {
+                    let own = path.rsplit('/').next().unwrap_or_default().to_owned();
+                    Some(vec![own])
+                }
+                None => None,
+            };
             let (children, listed_at) = match listed {
-                Ok(children) => (children, sent_at),
-                Err(_) => self.list(session, lock, parent).await?,
+                Some(children) => (children, sent_at),
+                None => self.list(session, lock, parent).await?,
             };
             return Ok(Enqueued { path, czxid, children, listed_at });
         }
@@ -341,6 +359,12 @@ async fn sleep_until(deadline: Deadline) {
 /// Watches a granted hold's own node: its deletion by someone else is a loss. Ends when the
 /// hold ends. The `exists` request is sent on the first poll, which happens at grant time.
 async fn watch_hold(session: Arc<Session>, id: u64, path: String, signal: HoldSignal) {
+    // Short holds end before the watch would be set: they cost no request at all. A deletion
+    // in the first moments is found by the first `exists` (it answers "no node").
+    if !sleep_while_held(&signal, WATCH_DELAY).await {
+        session.unregister(id);
+        return;
+    }
     loop {
         let watcher = match session.client.check_and_watch_stat(&path).await {
             Ok((Some(_), watcher)) => watcher,
