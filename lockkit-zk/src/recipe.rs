@@ -311,9 +311,10 @@ impl ZkBackend {
         deadline: Deadline,
     ) -> Result<bool> {
         let watcher = loop {
-            match session.client.check_and_watch_stat(predecessor).await {
-                Ok((None, _)) => return Ok(true),
-                Ok((Some(_), watcher)) => break watcher,
+            // A data watch, unlike an exists watch, is not left behind on a node already gone.
+            match session.client.get_and_watch_data(predecessor).await {
+                Err(zk::Error::NoNode) => return Ok(true),
+                Ok((_, _, watcher)) => break watcher,
                 Err(ref error) if is_loss(error) => continue,
                 Err(error) => return Err(map(error, Some(lock))),
             }

@@ -328,3 +328,32 @@ fn vanished_lock_znode_is_made_again_and_tokens_keep_growing() {
         second.release().await.unwrap();
     });
 }
+
+/// With `DisconnectPolicy::LoseOnDisconnect`, a dropped connection loses the hold at once,
+/// although the session survives; the old node is still deleted by the release, and the lock
+/// is free again.
+#[test]
+fn lose_on_disconnect_policy_loses_the_hold_when_the_connection_drops() {
+    run(async {
+        let h = shared_harness().await;
+        let name = fresh_name("lose-on-disconnect");
+        let proxy = Arc::new(lockkit_testkit::proxy::FaultProxy::start(h.upstream()).await.unwrap());
+        let strict = h
+            .builder_via(&proxy)
+            .disconnect_policy(lockkit_zk::DisconnectPolicy::LoseOnDisconnect)
+            .build()
+            .await
+            .unwrap();
+        let guard = strict.lock(&name).unwrap().acquire().await.unwrap();
+        proxy.cut_all();
+        let reason = tokio::time::timeout(Duration::from_secs(5), guard.lost()).await.expect("lost at the disconnect");
+        assert!(matches!(reason, LossReason::Other(_)), "{reason:?}");
+        assert!(matches!(guard.release().await, Err(Error::LockLost { .. })));
+        eventually(Duration::from_secs(5), "the node is deleted after the reconnect", || async {
+            h.contenders(&name).await.is_empty()
+        })
+        .await;
+        let again = strict.lock(&name).unwrap().try_acquire().await.unwrap();
+        assert!(again.is_some(), "the same session locks again after the reconnect");
+    });
+}
