@@ -44,6 +44,8 @@ pub struct RedisLockProviderBuilder {
     renew_every: Option<Duration>,
     response_timeout: Option<Duration>,
     drift: Option<Duration>,
+    #[cfg(feature = "tls")]
+    tls: TlsSettings,
 }
 
 impl RedisLockProviderBuilder {
@@ -90,6 +92,22 @@ impl RedisLockProviderBuilder {
         self
     }
 
+    /// Trusts the certificate authority in `pem` (PEM-encoded) for `rediss://` servers,
+    /// instead of the system's trust store: for servers with a private CA.
+    #[cfg(feature = "tls")]
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.root = Some(pem.into());
+        self
+    }
+
+    /// Presents a client certificate (`certificate` and `key`, PEM-encoded) to `rediss://`
+    /// servers that authenticate clients (`tls-auth-clients yes`).
+    #[cfg(feature = "tls")]
+    pub fn tls_client_certificate(mut self, certificate: impl Into<Vec<u8>>, key: impl Into<Vec<u8>>) -> Self {
+        self.tls.client = Some((certificate.into(), key.into()));
+        self
+    }
+
     /// Checks the settings and builds the provider. No connection is made here: the first
     /// operation connects, and a server that cannot be reached then gives a retryable
     /// [`Error::Connection`].
@@ -132,7 +150,23 @@ impl RedisLockProviderBuilder {
                 "renew_every ({renew_every:?}) plus response_timeout ({response_timeout:?}) must stay below the lease minus the drift margin ({budget:?}), or a hold expires before its renewal is confirmed; renew every third of the lease"
             )));
         }
-        Ok(Settings { connection, url, prefix, lease, renew_every, response_timeout, drift })
+        #[cfg(feature = "tls")]
+        if !self.tls.is_empty() && !matches!(connection.addr(), redis::ConnectionAddr::TcpTls { .. }) {
+            return Err(invalid(format!(
+                "TLS certificates were given but the URL {url:?} does not use TLS; write it as rediss://"
+            )));
+        }
+        Ok(Settings {
+            connection,
+            url,
+            prefix,
+            lease,
+            renew_every,
+            response_timeout,
+            drift,
+            #[cfg(feature = "tls")]
+            tls: self.tls,
+        })
     }
 }
 
@@ -146,6 +180,47 @@ pub(crate) struct Settings {
     pub(crate) renew_every: Duration,
     pub(crate) response_timeout: Duration,
     pub(crate) drift: Duration,
+    #[cfg(feature = "tls")]
+    pub(crate) tls: TlsSettings,
+}
+
+/// Certificates for TLS connections; printed without their contents.
+#[cfg(feature = "tls")]
+#[derive(Clone, Default)]
+pub(crate) struct TlsSettings {
+    root: Option<Vec<u8>>,
+    client: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+#[cfg(feature = "tls")]
+impl TlsSettings {
+    fn is_empty(&self) -> bool {
+        self.root.is_none() && self.client.is_none()
+    }
+
+    /// The certificates in the redis crate's form, when any were given.
+    pub(crate) fn certificates(&self) -> Option<redis::TlsCertificates> {
+        if self.is_empty() {
+            return None;
+        }
+        Some(redis::TlsCertificates {
+            client_tls: self.client.as_ref().map(|(certificate, key)| redis::ClientTlsConfig {
+                client_cert: certificate.clone(),
+                client_key: key.clone(),
+            }),
+            root_cert: self.root.clone(),
+        })
+    }
+}
+
+#[cfg(feature = "tls")]
+impl std::fmt::Debug for TlsSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsSettings")
+            .field("root", &self.root.as_ref().map(|_| "<certificate>"))
+            .field("client", &self.client.as_ref().map(|_| "<certificate and key>"))
+            .finish()
+    }
 }
 
 impl Settings {
@@ -172,7 +247,7 @@ fn parse_url(url: &str) -> Result<redis::ConnectionInfo> {
     }
     url.into_connection_info().map_err(|error| {
         let hint = if scheme == Some("rediss") && error.to_string().contains("TLS") {
-            " (TLS needs the `tls` feature of the redis crate: enable `redis/tokio-rustls-comp` in your Cargo.toml and install a rustls CryptoProvider)"
+            " (rediss:// needs the `tls` feature of lockkit-redis: enable it in your Cargo.toml)"
         } else {
             ""
         };
@@ -242,5 +317,18 @@ mod tests {
         assert!(message(base().drift(Duration::from_secs(20))).contains("drift"));
         assert!(message(base().key_prefix("a{b")).contains("brace"));
         assert!(message(base().key_prefix("")).contains("empty"));
+    }
+
+    #[cfg(not(feature = "tls"))]
+    #[test]
+    fn tls_urls_name_the_feature_to_enable() {
+        assert!(message(base().url("rediss://127.0.0.1:6380")).contains("`tls` feature of lockkit-redis"));
+    }
+
+    #[cfg(feature = "tls")]
+    #[test]
+    fn tls_certificates_need_a_tls_url() {
+        assert!(message(base().tls_root_certificate(b"pem".to_vec())).contains("rediss://"));
+        assert!(base().url("rediss://127.0.0.1:6380").tls_root_certificate(b"pem".to_vec()).settings().is_ok());
     }
 }

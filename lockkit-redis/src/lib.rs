@@ -45,6 +45,7 @@
 //!   evict a fence counter or a lock record. Use `noeviction` or a `volatile-*` policy.
 
 mod builder;
+mod client;
 mod keys;
 mod lock;
 mod provider;

@@ -51,7 +51,7 @@ pub(crate) struct RedisBackend {
 impl RedisBackend {
     pub(crate) fn new(settings: Settings) -> Result<Self> {
         let store = Store::new(&settings)?;
-        let subscriber = Subscriber::new(&settings.connection, settings.response_timeout).map_err(|error| {
+        let subscriber = Subscriber::new(&settings).map_err(|error| {
             Error::invalid_config(BACKEND, format!("the URL {:?} cannot be used: {error}", settings.url))
         })?;
         Ok(Self {

@@ -68,7 +68,7 @@ pub(crate) struct Store {
 impl Store {
     /// A store for the given settings; nothing is connected until the first command.
     pub(crate) fn new(settings: &Settings) -> Result<Self> {
-        let client = redis::Client::open(settings.connection.clone()).map_err(|error| {
+        let client = crate::client::open(settings, settings.connection.clone()).map_err(|error| {
             Error::invalid_config(BACKEND, format!("the URL {:?} cannot be used: {error}", settings.url))
         })?;
         Ok(Self { client, connection: OnceCell::new(), response_timeout: settings.response_timeout })

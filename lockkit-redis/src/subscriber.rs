@@ -25,6 +25,8 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::{OnceCell, mpsc, watch};
 
+use crate::builder::Settings;
+
 /// How often a dead subscriber connection is poked so that it reconnects.
 const KEEPER_INTERVAL: Duration = Duration::from_millis(200);
 
@@ -62,9 +64,11 @@ struct Channel {
 
 impl Subscriber {
     /// A subscriber on the server of `connection`; nothing connects before the first wait.
-    pub(crate) fn new(connection: &redis::ConnectionInfo, response_timeout: Duration) -> redis::RedisResult<Self> {
-        let settings = connection.redis_settings().clone().set_protocol(redis::ProtocolVersion::RESP3);
-        let client = redis::Client::open(connection.clone().set_redis_settings(settings))?;
+    pub(crate) fn new(settings: &Settings) -> redis::RedisResult<Self> {
+        let connection = &settings.connection;
+        let resp3 = connection.redis_settings().clone().set_protocol(redis::ProtocolVersion::RESP3);
+        let client = crate::client::open(settings, connection.clone().set_redis_settings(resp3))?;
+        let response_timeout = settings.response_timeout;
         let (epoch, _) = watch::channel(0);
         Ok(Self {
             client,

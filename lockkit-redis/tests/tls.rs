@@ -1,0 +1,111 @@
+//! `rediss://` against a real redis-server with TLS, its certificates made for the test by
+//! the `openssl` command-line tool.
+
+#![cfg(feature = "tls")]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use lockkit_core::{Error, LockProvider};
+use lockkit_redis::RedisLockProvider;
+use lockkit_testkit::fixture::{RedisConfig, RedisServer, free_port};
+
+/// Makes a CA and a server certificate for 127.0.0.1 in `dir`.
+fn make_certificates(dir: &Path) {
+    let run = |args: &[&str]| {
+        let status = Command::new("openssl").args(args).current_dir(dir).output().unwrap_or_else(|e| {
+            panic!("the TLS test needs the openssl tool ({e}); install it with: sudo apt-get install openssl")
+        });
+        assert!(status.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&status.stderr));
+    };
+    std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=lockkit test CA",
+    ]);
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=127.0.0.1",
+    ]);
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.crt",
+        "-days",
+        "2",
+        "-extfile",
+        "san.ext",
+    ]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rediss_urls_lock_over_tls_and_untrusted_servers_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    make_certificates(dir.path());
+    let tls_port = free_port().unwrap();
+    let path = |name: &str| dir.path().join(name).to_string_lossy().into_owned();
+    let config = RedisConfig {
+        extra_args: vec![
+            "--tls-port".into(),
+            tls_port.to_string(),
+            "--tls-cert-file".into(),
+            path("server.crt"),
+            "--tls-key-file".into(),
+            path("server.key"),
+            "--tls-ca-cert-file".into(),
+            path("ca.crt"),
+            "--tls-auth-clients".into(),
+            "no".into(),
+        ],
+        ..RedisConfig::default()
+    };
+    let _server = RedisServer::start_with(config).await.unwrap_or_else(|e| panic!("{e}"));
+    let url = format!("rediss://127.0.0.1:{tls_port}/");
+    let ca = std::fs::read(dir.path().join("ca.crt")).unwrap();
+
+    let provider = RedisLockProvider::builder().url(&url).tls_root_certificate(ca).build().unwrap();
+    let lock = provider.lock("tls/one").unwrap();
+    let guard = lock.acquire().await.unwrap();
+    let waiter = provider.lock("tls/one").unwrap();
+    let waiting = tokio::spawn(async move { waiter.acquire_timeout(Duration::from_secs(5)).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    guard.release().await.unwrap();
+    // The waiter is woken over the TLS pub/sub connection.
+    waiting.await.unwrap().unwrap().release().await.unwrap();
+
+    // Without the private CA the server is not trusted: an error, not a hang.
+    let untrusted = RedisLockProvider::new(&url).unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(10), untrusted.lock("tls/one").unwrap().try_acquire())
+        .await
+        .expect("an untrusted server fails fast");
+    assert!(matches!(outcome, Err(Error::Connection { .. } | Error::Backend { .. })), "{outcome:?}");
+}
