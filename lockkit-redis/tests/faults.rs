@@ -353,3 +353,29 @@ async fn abandoned_acquisition_leaves_no_orphan_hold() {
     .await;
     taken.release().await.unwrap();
 }
+
+/// Renewal stops the moment a guard is released or dropped: the watchdog forgets the hold
+/// before the release is sent, and the record is gone at once, not after the lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewal_stops_when_the_guard_is_released_or_dropped() {
+    let harness = RedisHarness::shared().await;
+    let (client, _faults) = harness.client_with(test_builder()).await.unwrap();
+    let admin = harness.admin().await;
+    let released = acquire(&client, &unique("renewal_stops_release")).await;
+    let dropped = acquire(&client, &unique("renewal_stops_drop")).await;
+    let keys = [released.name(), dropped.name()].map(|name| client.record_key(name));
+    assert_eq!(client.renewing(), 2);
+    released.release().await.unwrap();
+    assert_eq!(client.renewing(), 1, "a released hold is no longer renewed");
+    drop(dropped);
+    assert_eq!(client.renewing(), 0, "a dropped guard's hold is no longer renewed");
+    eventually(OPERATION, "both records are gone", || {
+        let mut admin = admin.clone();
+        let keys = keys.clone();
+        async move { redis::cmd("EXISTS").arg(&keys).query_async::<i64>(&mut admin).await.unwrap() == 0 }
+    })
+    .await;
+    let renewed = client.renewal_stats().renewed;
+    tokio::time::sleep(RENEW_EVERY * 2).await;
+    assert_eq!(client.renewal_stats().renewed, renewed, "nothing was renewed after the guards went");
+}
