@@ -3,8 +3,9 @@
 //! backend.
 //!
 //! This is the facade crate: application code depends on `lockkit` alone. It re-exports
-//! [`lockkit_core`] and holds no lock logic. The Redis and ZooKeeper backends arrive behind
-//! the `redis` and `zk` features; the in-process [`memory`] backend is always present.
+//! [`lockkit_core`] and holds no lock logic. The Redis and ZooKeeper backends are behind the
+//! `redis` and `zk` features (as the modules `lockkit::redis` and `lockkit::zk`); the
+//! in-process [`memory`] backend is always present.
 //!
 //! ```
 //! use lockkit::memory::MemoryLockProvider;
@@ -22,3 +23,11 @@
 //! ```
 
 pub use lockkit_core::*;
+
+/// The Redis backend (feature `redis`): [`RedisLockProvider`](lockkit_redis::RedisLockProvider).
+#[cfg(feature = "redis")]
+pub use lockkit_redis as redis;
+
+/// The ZooKeeper backend (feature `zk`).
+#[cfg(feature = "zk")]
+pub use lockkit_zk as zk;
