@@ -51,6 +51,7 @@ mod lock;
 mod provider;
 mod store;
 mod subscriber;
+mod util;
 mod watchdog;
 
 pub use builder::{DEFAULT_LEASE, DEFAULT_PREFIX, DEFAULT_RESPONSE_TIMEOUT, MIN_LEASE, RedisLockProviderBuilder};

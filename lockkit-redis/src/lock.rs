@@ -28,10 +28,9 @@ use crate::builder::Settings;
 use crate::keys::LockKeys;
 use crate::store::{AcquireReply, Ownership, Store};
 use crate::subscriber::{Interest, Subscriber};
+use crate::util::Backoff;
 use crate::watchdog::Watchdog;
 
-/// The first delay before retrying a call whose outcome was unknown.
-const RETRY_FIRST: Duration = Duration::from_millis(25);
 /// The longest delay between retries of failed calls.
 const RETRY_MAX: Duration = Duration::from_secs(1);
 /// How often a waiter polls while its wake-ups cannot be trusted (subscriber down).
@@ -81,7 +80,7 @@ impl RedisBackend {
         let mut doubt = Doubt::new(Arc::clone(&self.store), lock.clone(), keys.clone(), owner.clone(), &self.settings);
         let mut interest: Option<Interest> = None;
         let mut failing_since: Option<Instant> = None;
-        let mut retry = RETRY_FIRST;
+        let mut backoff = Backoff::up_to(RETRY_MAX);
         loop {
             if let Some(interest) = interest.as_mut() {
                 interest.arm();
@@ -118,7 +117,7 @@ impl RedisBackend {
                 }
                 Ok(AcquireReply::Held(left)) => {
                     failing_since = None;
-                    retry = RETRY_FIRST;
+                    backoff.reset();
                     left
                 }
                 Ok(AcquireReply::Void) => {
@@ -137,8 +136,7 @@ impl RedisBackend {
                         return Err(error);
                     }
                     tracing::debug!(%error, "acquire call failed; retrying with the same owner id");
-                    tokio::time::sleep(retry.min(remaining(request.deadline))).await;
-                    retry = (retry * 2).min(RETRY_MAX);
+                    tokio::time::sleep(backoff.next_delay().min(remaining(request.deadline))).await;
                     continue;
                 }
                 Err(error) => return Err(error),
@@ -248,7 +246,7 @@ impl Drop for Doubt {
             (Arc::clone(&self.store), self.lock.clone(), self.keys.clone(), self.owner.clone(), self.void_ms);
         let span = tracing::debug_span!("lockkit.redis.abandon", lock = %lock);
         let task = async move {
-            let mut retry = RETRY_FIRST;
+            let mut backoff = Backoff::up_to(RETRY_MAX);
             // Keep trying for a lease: past it, any hold the acquisition took has expired.
             let give_up = Instant::now() + Duration::from_millis(void_ms / 4);
             loop {
@@ -259,8 +257,7 @@ impl Drop for Doubt {
                     }
                     Err(error) if error.is_retryable() && Instant::now() < give_up => {
                         tracing::debug!(%error, "abandoning failed; retrying");
-                        tokio::time::sleep(retry).await;
-                        retry = (retry * 2).min(RETRY_MAX);
+                        tokio::time::sleep(backoff.next_delay()).await;
                     }
                     Err(error) => {
                         tracing::warn!(%error, "could not abandon an acquisition in doubt; a hold it may have taken expires with its lease");
@@ -287,7 +284,7 @@ struct RedisHeld {
 impl HeldLock for RedisHeld {
     async fn release(self: Box<Self>) -> Result<()> {
         self.watchdog.forget(self.id);
-        let mut retry = RETRY_FIRST;
+        let mut backoff = Backoff::up_to(RETRY_MAX);
         let mut ambiguous = false;
         let mut tries = 0;
         loop {
@@ -301,8 +298,7 @@ impl HeldLock for RedisHeld {
                 Err(error) if error.is_retryable() && tries < RELEASE_TRIES => {
                     tracing::debug!(%error, "release call failed; retrying");
                     ambiguous = true;
-                    tokio::time::sleep(retry).await;
-                    retry = (retry * 2).min(RETRY_MAX);
+                    tokio::time::sleep(backoff.next_delay()).await;
                 }
                 Err(error) => return Err(error),
             }

@@ -18,7 +18,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -26,6 +26,7 @@ use redis::{PushInfo, PushKind, Value};
 use tokio::sync::{OnceCell, mpsc, watch};
 
 use crate::builder::Settings;
+use crate::util::lock;
 
 /// How often a dead subscriber connection is poked so that it reconnects.
 const KEEPER_INTERVAL: Duration = Duration::from_millis(200);
@@ -315,10 +316,4 @@ async fn keep_alive(shared: Weak<Shared>, mut connection: ConnectionManager) {
             state.epoch.send_modify(|epoch| *epoch += 1);
         }
     }
-}
-
-/// Locks a mutex, recovering the data if a panic poisoned it: every critical section here
-/// leaves the data consistent at each step.
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }

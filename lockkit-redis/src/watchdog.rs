@@ -12,8 +12,8 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Instant;
 
 use lockkit_core::{HoldSignal, LossReason, lease_deadline};
 use tokio::sync::Notify;
@@ -21,13 +21,11 @@ use tracing::Instrument;
 
 use crate::builder::Settings;
 use crate::store::{Ownership, Store};
+use crate::util::{Backoff, lock};
 
 /// Holds renewed per pipeline: large enough that 10,000 holds take a few round trips, small
 /// enough that one reply stays well under a megabyte.
 pub(crate) const BATCH: usize = 1000;
-
-/// The first retry delay after a renewal could not be confirmed.
-const RETRY_FIRST: Duration = Duration::from_millis(25);
 
 /// One hold the watchdog keeps alive.
 #[derive(Debug)]
@@ -103,7 +101,7 @@ impl Watchdog {
 /// The renewal loop of one provider.
 async fn run(watchdog: Weak<Watchdog>, store: Arc<Store>, settings: Arc<Settings>) {
     let lease_ms = settings.lease_millis();
-    let mut retry = RETRY_FIRST;
+    let mut backoff = Backoff::up_to(settings.renew_every);
     loop {
         // Sleep until there is something to renew, then one interval.
         loop {
@@ -128,13 +126,12 @@ async fn run(watchdog: Weak<Watchdog>, store: Arc<Store>, settings: Arc<Settings
             dog.stats.ticks.fetch_add(1, Ordering::Relaxed);
             drop(dog);
             if !failed {
-                retry = RETRY_FIRST;
+                backoff.reset();
                 break;
             }
             // Some renewals could not be confirmed: try again soon, backing off, while the
             // holds' deadlines still allow it.
-            tokio::time::sleep(retry).await;
-            retry = (retry * 2).min(settings.renew_every);
+            tokio::time::sleep(backoff.next_delay()).await;
         }
     }
 }
@@ -188,10 +185,4 @@ async fn renew_all(
         }
     }
     failed
-}
-
-/// Locks a mutex, recovering the data if a panic poisoned it: every critical section here
-/// leaves the map consistent.
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
