@@ -49,6 +49,9 @@ struct Shared {
     /// next confirmation or reply).
     connected: AtomicBool,
     keeper_running: AtomicBool,
+    /// The connection, for the keeper. Held here, where only the provider's side keeps it
+    /// alive, so that dropping the provider closes the connection and ends the push reader.
+    connection: std::sync::OnceLock<ConnectionManager>,
 }
 
 #[derive(Debug)]
@@ -79,6 +82,7 @@ impl Subscriber {
                 epoch,
                 connected: AtomicBool::new(true),
                 keeper_running: AtomicBool::new(false),
+                connection: std::sync::OnceLock::new(),
             }),
             response_timeout,
         })
@@ -155,7 +159,8 @@ impl Subscriber {
                     Ok(result) => result?,
                     Err(_) => return Err(redis::RedisError::from((redis::ErrorKind::Io, "connecting timed out"))),
                 };
-                tokio::spawn(read_pushes(Arc::downgrade(&self.shared), received, connection.clone()));
+                let _ = self.shared.connection.set(connection.clone());
+                tokio::spawn(read_pushes(Arc::downgrade(&self.shared), received));
                 Ok(connection)
             })
             .await?;
@@ -253,11 +258,7 @@ async fn unsubscribe_if_unused(shared: Arc<Shared>, channel: Arc<Channel>, mut c
 }
 
 /// Reads the pushes of the pub/sub connection until the provider is gone.
-async fn read_pushes(
-    shared: Weak<Shared>,
-    mut pushes: mpsc::UnboundedReceiver<PushInfo>,
-    connection: ConnectionManager,
-) {
+async fn read_pushes(shared: Weak<Shared>, mut pushes: mpsc::UnboundedReceiver<PushInfo>) {
     while let Some(push) = pushes.recv().await {
         let Some(shared) = shared.upgrade() else {
             return;
@@ -276,7 +277,7 @@ async fn read_pushes(
                 shared.connected.store(false, Ordering::Release);
                 shared.epoch.send_modify(|epoch| *epoch += 1);
                 if !shared.keeper_running.swap(true, Ordering::AcqRel) {
-                    tokio::spawn(keep_alive(Arc::downgrade(&shared), connection.clone()));
+                    tokio::spawn(keep_alive(Arc::downgrade(&shared)));
                 }
             }
             _ => {}
@@ -296,7 +297,7 @@ fn wake_channel(shared: &Shared, name: Option<&Value>) {
 
 /// Pokes a dropped connection until it answers, so that it is rebuilt (and its channels
 /// subscribed again) even when nothing else uses it.
-async fn keep_alive(shared: Weak<Shared>, mut connection: ConnectionManager) {
+async fn keep_alive(shared: Weak<Shared>) {
     loop {
         tokio::time::sleep(KEEPER_INTERVAL).await;
         let Some(state) = shared.upgrade() else {
@@ -306,6 +307,9 @@ async fn keep_alive(shared: Weak<Shared>, mut connection: ConnectionManager) {
             state.keeper_running.store(false, Ordering::Release);
             return;
         }
+        let Some(mut connection) = state.connection.get().cloned() else {
+            return;
+        };
         drop(state);
         let ping = redis::cmd("PING");
         let ping = tokio::time::timeout(KEEPER_INTERVAL * 5, ping.query_async::<Value>(&mut connection));

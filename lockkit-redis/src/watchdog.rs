@@ -68,7 +68,7 @@ impl Watchdog {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         lock(&self.holds).insert(id, Entry { key, owner, signal });
         self.started.get_or_init(|| {
-            let task = run(Arc::downgrade(self), Arc::clone(store), Arc::clone(settings));
+            let task = run(Arc::downgrade(self), Arc::downgrade(store), Arc::clone(settings));
             drop(tokio::spawn(task.instrument(tracing::debug_span!("lockkit.redis.watchdog"))));
         });
         self.changed.notify_one();
@@ -99,7 +99,9 @@ impl Watchdog {
 }
 
 /// The renewal loop of one provider.
-async fn run(watchdog: Weak<Watchdog>, store: Arc<Store>, settings: Arc<Settings>) {
+/// It holds the watchdog and the store weakly, so that it keeps neither the provider's
+/// registry nor its connection alive once the provider is gone.
+async fn run(watchdog: Weak<Watchdog>, store: Weak<Store>, settings: Arc<Settings>) {
     let lease_ms = settings.lease_millis();
     let mut backoff = Backoff::up_to(settings.renew_every);
     loop {
@@ -116,7 +118,7 @@ async fn run(watchdog: Weak<Watchdog>, store: Arc<Store>, settings: Arc<Settings
         }
         tokio::time::sleep(settings.renew_every).await;
         loop {
-            let Some(dog) = watchdog.upgrade() else { return };
+            let (Some(dog), Some(store)) = (watchdog.upgrade(), store.upgrade()) else { return };
             let due = dog.due();
             if due.is_empty() {
                 break;
@@ -124,7 +126,7 @@ async fn run(watchdog: Weak<Watchdog>, store: Arc<Store>, settings: Arc<Settings
             let span = tracing::debug_span!("lockkit.renew", backend = crate::BACKEND, holds = due.len());
             let failed = renew_all(&dog, &store, &due, lease_ms, &settings).instrument(span).await;
             dog.stats.ticks.fetch_add(1, Ordering::Relaxed);
-            drop(dog);
+            drop((dog, store));
             if !failed {
                 backoff.reset();
                 break;

@@ -68,3 +68,40 @@ async fn database_and_prefix_are_honoured() {
     assert_eq!(exists, 1, "the record lives in database 5");
     guard.release().await.unwrap();
 }
+
+/// Dropping a provider closes its connections: the command connection and the pub/sub
+/// connection of its waiters, with no task left holding them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_provider_closes_its_connections() {
+    let harness = RedisHarness::dedicated(lockkit_testkit::fixture::Persistence::None).await;
+    let mut admin = harness.admin().await;
+    let url = format!("redis://{}/", harness.upstream());
+    let clients = |mut admin: redis::aio::MultiplexedConnection| async move {
+        let list: String = redis::cmd("CLIENT").arg("LIST").query_async(&mut admin).await.unwrap();
+        list.lines().count()
+    };
+    let baseline = clients(admin.clone()).await;
+    {
+        let holder = RedisLockProvider::new(&url).unwrap();
+        let waiter = RedisLockProvider::new(&url).unwrap();
+        let name = unique("drop");
+        let guard = holder.lock(&name).unwrap().acquire().await.unwrap();
+        // The waiter times out after subscribing: both its connections are open.
+        let waited = waiter.lock(&name).unwrap().acquire_timeout(Duration::from_millis(200)).await;
+        assert!(matches!(waited, Err(Error::Timeout { .. })));
+        assert!(clients(admin.clone()).await >= baseline + 3, "holder: 1 connection, waiter: 2");
+        guard.release().await.unwrap();
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while clients(admin.clone()).await > baseline {
+        if std::time::Instant::now() >= deadline {
+            let list: String = redis::cmd("CLIENT").arg("LIST").query_async(&mut admin).await.unwrap();
+            panic!(
+                "connections of the dropped providers are still open:
+{list}"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let _: () = redis::cmd("PING").query_async(&mut admin).await.unwrap();
+}
