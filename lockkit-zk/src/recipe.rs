@@ -358,12 +358,13 @@ async fn sleep_until(deadline: Deadline) {
 }
 
 /// Watches a granted hold's own node: its deletion by someone else is a loss. Ends when the
-/// hold ends. The `exists` request is sent on the first poll, which happens at grant time.
+/// hold ends; a hold lost with its node still in place gets its node deleted.
 async fn watch_hold(session: Arc<Session>, id: u64, path: String, signal: HoldSignal) {
     // Short holds end before the watch would be set: they cost no request at all. A deletion
     // in the first moments is found by the first `exists` (it answers "no node").
     if !sleep_while_held(&signal, WATCH_DELAY).await {
         session.unregister(id);
+        free_lost_node(&session, &path, &signal).await;
         return;
     }
     loop {
@@ -424,6 +425,20 @@ async fn watch_hold(session: Arc<Session>, id: u64, path: String, signal: HoldSi
         }
     }
     session.unregister(id);
+    free_lost_node(&session, &path, &signal).await;
+}
+
+/// A hold lost while its node may still exist (its deadline passed, or the disconnect policy
+/// gave it up) must not keep blocking the queue until its guard is dropped: delete the node
+/// (once the session answers again; a session that expired took the node with it).
+async fn free_lost_node(session: &Session, path: &str, signal: &HoldSignal) {
+    match signal.loss() {
+        Some(LossReason::RecordGone | LossReason::SessionExpired | LossReason::ClientClosed) | None => {}
+        Some(reason) => {
+            tracing::debug!(backend = BACKEND, %path, %reason, "deleting the node of a lost hold");
+            delete_node(session, path).await;
+        }
+    }
 }
 
 /// Sleeps `pause` unless the hold ends first; whether it is still held.
@@ -483,22 +498,30 @@ impl Drop for PendingNode {
 /// Deletes an abandoned contender node: by path when known, else by attempt id among the
 /// children.
 async fn remove_node(session: &Session, parent: &str, attempt: Uuid, path: Option<&str>) {
+    if let Some(path) = path {
+        return delete_node(session, path).await;
+    }
     for _ in 0..RETRIES {
-        let path = match path {
-            Some(path) => path.to_owned(),
-            None => match session.client.list_children(parent).await {
-                Ok(children) => match queue(&children).into_iter().find(|c| c.attempt == attempt) {
-                    Some(Contender { name, .. }) => format!("{parent}/{name}"),
-                    None => return,
-                },
-                Err(ref error) if is_loss(error) => continue,
-                Err(_) => return,
-            },
-        };
-        match session.client.delete(&path, None).await {
+        match session.client.list_children(parent).await {
+            Ok(children) => {
+                if let Some(Contender { name, .. }) = queue(&children).into_iter().find(|c| c.attempt == attempt) {
+                    delete_node(session, &format!("{parent}/{name}")).await;
+                }
+                return;
+            }
+            Err(ref error) if is_loss(error) => continue,
+            Err(_) => return,
+        }
+    }
+}
+
+/// Deletes one of our nodes, retrying while the connection breaks; a missing node is fine.
+async fn delete_node(session: &Session, path: &str) {
+    for _ in 0..RETRIES {
+        match session.client.delete(path, None).await {
             Err(ref error) if is_loss(error) => continue,
             Ok(()) => {
-                tracing::debug!(backend = BACKEND, %path, "removed an abandoned contender node");
+                tracing::debug!(backend = BACKEND, %path, "deleted an abandoned or lost node");
                 return;
             }
             Err(_) => return,
