@@ -153,7 +153,7 @@ impl ZkLockProviderBuilder {
     /// not an absolute znode path, a zero session or connect timeout, a drift margin not
     /// below a third of the session timeout, an ACL that needs credentials without them,
     /// credentials given twice or with an empty user or a `:` in the user.
-    pub fn validate(&self) -> Result<Config> {
+    pub fn validate(&self) -> Result<ZkConfig> {
         let Some(target) = &self.target else {
             return Err(invalid("no connect string: call connect_string(\"zk://host:2181[,host:2181...][/chroot]\")"));
         };
@@ -225,7 +225,7 @@ impl ZkLockProviderBuilder {
             (acl, _) => acl,
         };
         let root = format!("{}{base}", chroot.as_deref().unwrap_or(""));
-        Ok(Config {
+        Ok(ZkConfig {
             hosts: parsed.hosts.join(","),
             root,
             session_timeout,
@@ -256,7 +256,7 @@ fn invalid(message: impl Into<String>) -> Error {
 
 /// A checked configuration, made by [`ZkLockProviderBuilder::validate`].
 #[derive(Clone, Debug)]
-pub struct Config {
+pub struct ZkConfig {
     /// `host:port,host:port`, without chroot.
     pub(crate) hosts: String,
     /// The chroot and base path: the parent of every lock's znode.
@@ -269,7 +269,7 @@ pub struct Config {
     pub(crate) disconnect_policy: DisconnectPolicy,
 }
 
-impl Config {
+impl ZkConfig {
     /// The znode of a lock: `{chroot}{base}/{encoded name}`.
     pub(crate) fn lock_path(&self, name: &LockName) -> String {
         format!("{}/{}", self.root, crate::names::encode_name(name))

@@ -47,7 +47,7 @@ mod recipe;
 mod session;
 
 pub use config::{
-    Config, DEFAULT_BASE_PATH, DEFAULT_SESSION_TIMEOUT, DisconnectPolicy, LockAcl, ZkLockProviderBuilder,
+    DEFAULT_BASE_PATH, DEFAULT_SESSION_TIMEOUT, DisconnectPolicy, LockAcl, ZkConfig, ZkLockProviderBuilder,
 };
 pub use names::encode_name;
 pub use provider::ZkLockProvider;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use lockkit_core::backend::LockBackend;
 use lockkit_core::{LockName, LockProvider, Result};
 
-use crate::config::{Config, ZkLockProviderBuilder};
+use crate::config::{ZkConfig, ZkLockProviderBuilder};
 use crate::recipe::ZkBackend;
 
 /// A ZooKeeper client that hands out lock handles: one session at a time (a new one after
@@ -46,7 +46,7 @@ impl ZkLockProvider {
         Self::builder().connect_string(target).build().await
     }
 
-    pub(crate) async fn open(config: Config) -> Result<ZkLockProvider> {
+    pub(crate) async fn open(config: ZkConfig) -> Result<ZkLockProvider> {
         Ok(ZkLockProvider { backend: Arc::new(ZkBackend::open(config).await?) })
     }
 

@@ -29,7 +29,7 @@ use tracing::Instrument;
 use uuid::Uuid;
 use zookeeper_client as zk;
 
-use crate::config::Config;
+use crate::config::ZkConfig;
 use crate::error::{BACKEND, is_loss, map};
 use crate::names::{Contender, node_prefix, queue};
 use crate::session::Session;
@@ -52,7 +52,7 @@ const KNOWN_PARENTS_LIMIT: usize = 4096;
 
 /// The ZooKeeper backend: one provider's current session and the recipe.
 pub(crate) struct ZkBackend {
-    config: Arc<Config>,
+    config: Arc<ZkConfig>,
     runtime: Handle,
     current: tokio::sync::Mutex<Arc<Session>>,
     known_parents: Mutex<HashSet<String>>,
@@ -68,7 +68,7 @@ impl std::fmt::Debug for ZkBackend {
 }
 
 impl ZkBackend {
-    pub(crate) async fn open(config: Config) -> Result<ZkBackend> {
+    pub(crate) async fn open(config: ZkConfig) -> Result<ZkBackend> {
         let runtime = Handle::try_current().map_err(|_| {
             Error::invalid_config(
                 BACKEND,
@@ -85,25 +85,24 @@ impl ZkBackend {
         })
     }
 
-    pub(crate) fn config(&self) -> &Config {
+    pub(crate) fn config(&self) -> &ZkConfig {
         &self.config
     }
 
     /// The client of the live session.
     pub(crate) async fn zk_client(&self) -> Result<zk::Client> {
-        let probe = LockName::new("-").map_err(|e| Error::backend(BACKEND, None, e.to_string()))?;
-        Ok(self.session(&probe).await?.client.clone())
+        Ok(self.session(None).await?.client.clone())
     }
 
     /// The live session, or a new one when the last has ended (expired or closed).
-    async fn session(&self, lock: &LockName) -> Result<Arc<Session>> {
+    async fn session(&self, lock: Option<&LockName>) -> Result<Arc<Session>> {
         let mut current = self.current.lock().await;
         if !current.is_ended() {
             return Ok(current.clone());
         }
         tracing::info!(backend = BACKEND, "the zk session ended; opening a new one");
         let fresh = Session::open(self.config.clone(), self.runtime.clone()).await.map_err(|e| match e {
-            Error::Connection { source, .. } => Error::connection(BACKEND, Some(lock), source),
+            Error::Connection { source, .. } => Error::connection(BACKEND, lock, source),
             other => other,
         })?;
         *current = fresh.clone();
@@ -263,7 +262,7 @@ impl ZkBackend {
 
     async fn acquire_in(&self, request: &AcquireRequest) -> Result<Option<Grant>> {
         let lock = &request.lock;
-        let session = self.session(lock).await?;
+        let session = self.session(Some(lock)).await?;
         let parent = self.config.lock_path(lock);
         let mut pending = PendingNode::new(session.clone(), parent.clone(), request.attempt);
         let Enqueued { mut path, mut czxid, mut children, mut listed_at } =
@@ -597,7 +596,7 @@ impl LockBackend for ZkBackend {
     }
 
     async fn inspect(&self, lock: &LockName) -> Result<LockInfo> {
-        let session = self.session(lock).await?;
+        let session = self.session(Some(lock)).await?;
         let parent = self.config.lock_path(lock);
         for _ in 0..RETRIES {
             let (children, _) = self.list(&session, lock, &parent).await?;

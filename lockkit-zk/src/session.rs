@@ -27,13 +27,13 @@ use lockkit_core::{Error, HoldSignal, LossReason, Result, lease_deadline};
 use tokio::runtime::Handle;
 use zookeeper_client as zk;
 
-use crate::config::{Config, DisconnectPolicy};
+use crate::config::{DisconnectPolicy, ZkConfig};
 use crate::error::{BACKEND, map};
 
 /// One ZooKeeper session and the holds it carries.
 pub(crate) struct Session {
     pub(crate) client: zk::Client,
-    pub(crate) config: Arc<Config>,
+    pub(crate) config: Arc<ZkConfig>,
     /// The negotiated session timeout: the lease of every hold of this session.
     pub(crate) timeout: Duration,
     /// The runtime the session's client and tasks run on.
@@ -58,7 +58,7 @@ impl Session {
     /// Connects a new session on `runtime` (so that the client's own task lives there, not on
     /// a caller's short-lived runtime), makes sure the base path exists, and starts the
     /// session task.
-    pub(crate) async fn open(config: Arc<Config>, runtime: Handle) -> Result<Arc<Session>> {
+    pub(crate) async fn open(config: Arc<ZkConfig>, runtime: Handle) -> Result<Arc<Session>> {
         let task = runtime.spawn(Self::open_here(config, runtime.clone()));
         match task.await {
             Ok(result) => result,
@@ -66,7 +66,7 @@ impl Session {
         }
     }
 
-    async fn open_here(config: Arc<Config>, runtime: Handle) -> Result<Arc<Session>> {
+    async fn open_here(config: Arc<ZkConfig>, runtime: Handle) -> Result<Arc<Session>> {
         let mut connector = zk::Client::connector().with_session_timeout(config.session_timeout);
         if let Some(timeout) = config.connect_timeout {
             connector = connector.with_connection_timeout(timeout);
