@@ -35,6 +35,11 @@ pub enum LossReason {
     ClientClosed,
     /// The store restarted and did not keep the hold.
     StoreRestarted,
+    /// The connection to the store dropped, and the backend was configured to give up its
+    /// holds at once rather than wait for a reconnect within the lease or session.
+    ConnectionLost,
+    /// The store refused the client's credentials, ending its session.
+    AuthFailed,
     /// Any other cause, described by the backend.
     Other(String),
 }
@@ -48,6 +53,10 @@ impl fmt::Display for LossReason {
             Self::OwnedByAnother => f.write_str("the lock record is owned by another holder"),
             Self::ClientClosed => f.write_str("the client holding the lock was closed"),
             Self::StoreRestarted => f.write_str("the store restarted without keeping the hold"),
+            Self::ConnectionLost => {
+                f.write_str("the connection to the store dropped and the backend gives up holds at once")
+            }
+            Self::AuthFailed => f.write_str("the store refused the client's credentials"),
             Self::Other(why) => f.write_str(why),
         }
     }

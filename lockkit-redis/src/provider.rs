@@ -44,6 +44,21 @@ impl RedisLockProvider {
         Self::builder().url(url).build()
     }
 
+    /// A provider for the server at `url` with the default settings, checked by one PING:
+    /// the same shape as the other backends' `connect`, for code that selects a backend by
+    /// URL.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) for a URL that cannot be
+    /// used; a retryable [`Error::Connection`](lockkit_core::Error::Connection) when the
+    /// server does not answer.
+    pub async fn connect(url: impl Into<String>) -> Result<Self> {
+        let provider = Self::new(url)?;
+        provider.ping().await?;
+        Ok(provider)
+    }
+
     /// A builder for every setting.
     pub fn builder() -> RedisLockProviderBuilder {
         RedisLockProviderBuilder::default()

@@ -39,9 +39,7 @@ pub(crate) fn is_connection(error: &zk::Error) -> bool {
 pub(crate) fn loss_for_state(state: zk::SessionState) -> LossReason {
     match state {
         zk::SessionState::Closed => LossReason::ClientClosed,
-        zk::SessionState::AuthFailed => {
-            LossReason::Other("ZooKeeper refused the session's credentials (AuthFailed)".to_owned())
-        }
+        zk::SessionState::AuthFailed => LossReason::AuthFailed,
         _ => LossReason::SessionExpired,
     }
 }

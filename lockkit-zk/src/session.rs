@@ -212,9 +212,7 @@ async fn watch_session(session: Weak<Session>, mut states: zk::StateWatcher) {
                         connected = false;
                         renewal = None;
                         if policy == DisconnectPolicy::LoseOnDisconnect {
-                            session.lose_all(&LossReason::Other(
-                                "the connection to ZooKeeper dropped (disconnect policy: lose on disconnect)".to_owned(),
-                            ));
+                            session.lose_all(&LossReason::ConnectionLost);
                         }
                     }
                     zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
