@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use lockkit_core::{Error, LockName, LockProvider};
 use lockkit_redis::RedisLockProvider;
-use support::RedisHarness;
+use support::{RedisHarness, wait_for_subscriber};
 
 fn unique(case: &str) -> String {
     format!("settings/{case}/{}", uuid::Uuid::new_v4().simple())
@@ -31,12 +31,14 @@ async fn acl_user_limited_to_lockkit_keys_works_and_bad_passwords_are_refused() 
     let name = unique("acl");
     let lock = provider.lock(&name).unwrap();
     let guard = lock.acquire().await.unwrap();
+    let channel = format!("{}:released", provider.record_key(&LockName::new(&name).unwrap()));
     let waiter = provider.clone();
     let waiting = tokio::spawn({
         let name = name.clone();
         async move { RedisLockProvider::clone(&waiter).lock(&name).unwrap().acquire_timeout(Duration::from_secs(5)).await }
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Release only once the waiter listens, so that the pub/sub wake-up is what it gets.
+    wait_for_subscriber(&mut admin, &channel).await;
     guard.release().await.unwrap();
     let second = waiting.await.unwrap().unwrap();
     second.release().await.unwrap();

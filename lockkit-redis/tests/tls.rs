@@ -4,13 +4,16 @@
 #![cfg(feature = "tls")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use lockkit_core::{Error, LockProvider};
+use lockkit_core::{Error, LockName, LockProvider};
 use lockkit_redis::RedisLockProvider;
 use lockkit_testkit::fixture::{RedisConfig, RedisServer, free_port};
+use support::wait_for_subscriber;
 
 /// Makes a CA and a server certificate for 127.0.0.1 in `dir`.
 fn make_certificates(dir: &Path) {
@@ -88,16 +91,19 @@ async fn rediss_urls_lock_over_tls_and_untrusted_servers_are_refused() {
         ],
         ..RedisConfig::default()
     };
-    let _server = RedisServer::start_with(config).await.unwrap_or_else(|e| panic!("{e}"));
+    let server = RedisServer::start_with(config).await.unwrap_or_else(|e| panic!("{e}"));
     let url = format!("rediss://127.0.0.1:{tls_port}/");
     let ca = std::fs::read(dir.path().join("ca.crt")).unwrap();
 
     let provider = RedisLockProvider::builder().url(&url).tls_root_certificate(ca).build().unwrap();
     let lock = provider.lock("tls/one").unwrap();
     let guard = lock.acquire().await.unwrap();
+    let mut admin = redis::Client::open(server.url()).unwrap().get_multiplexed_async_connection().await.unwrap();
+    let channel = format!("{}:released", provider.record_key(&LockName::new("tls/one").unwrap()));
     let waiter = provider.lock("tls/one").unwrap();
     let waiting = tokio::spawn(async move { waiter.acquire_timeout(Duration::from_secs(5)).await });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Release only once the waiter listens, so that the pub/sub wake-up is what it gets.
+    wait_for_subscriber(&mut admin, &channel).await;
     guard.release().await.unwrap();
     // The waiter is woken over the TLS pub/sub connection.
     waiting.await.unwrap().unwrap().release().await.unwrap();
