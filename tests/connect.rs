@@ -1,0 +1,52 @@
+//! `lockkit::connect` against real servers: the URL picks the backend and its options.
+
+#![cfg(all(feature = "redis", feature = "zk"))]
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use lockkit::{Error, connect};
+use lockkit_testkit::fixture::{RedisServer, ZkServer};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_urls_carry_their_options() {
+    let server = RedisServer::shared().await.unwrap_or_else(|e| panic!("{e}"));
+    let url = format!("{}?ttl=5s&renew=1s&prefix=connect-test&timeout=1s", server.url().trim_end_matches('/'));
+    let provider = connect(&url).await.unwrap();
+    assert!(provider.capabilities().lease);
+    let guard = provider.lock("connect/redis").unwrap().acquire().await.unwrap();
+    let left = guard.valid_until().unwrap().saturating_duration_since(std::time::Instant::now());
+    assert!(left > Duration::from_secs(4) && left <= Duration::from_secs(5), "the 5 s lease: {left:?} left");
+    let second = connect(&url).await.unwrap();
+    assert!(second.lock("connect/redis").unwrap().try_acquire().await.unwrap().is_none());
+    guard.release().await.unwrap();
+    let info = provider.inspect("connect/redis").await.unwrap();
+    assert!(info.is_idle());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_redis_is_a_retryable_error_that_names_the_backend() {
+    let port = lockkit_testkit::fixture::free_port().unwrap();
+    let error = tokio::time::timeout(Duration::from_secs(10), connect(&format!("redis://127.0.0.1:{port}/")))
+        .await
+        .expect("fails fast")
+        .err()
+        .unwrap();
+    assert!(error.is_retryable() && error.to_string().contains("redis"), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zk_urls_carry_their_options() {
+    let server = ZkServer::shared().await.unwrap_or_else(|e| panic!("{e}"));
+    let url = format!("zk://{}?session_timeout=4s&base=/connect-test", server.connect_string());
+    let provider = connect(&url).await.unwrap();
+    assert!(provider.capabilities().fair);
+    let guard = provider.lock("connect/zk").unwrap().acquire().await.unwrap();
+    let second = connect(&url).await.unwrap();
+    assert!(second.lock("connect/zk").unwrap().try_acquire().await.unwrap().is_none());
+    let info = second.inspect("connect/zk").await.unwrap();
+    assert_eq!(info.holder.map(|holder| holder.token), Some(guard.token()));
+    guard.release().await.unwrap();
+    let bad = connect(&format!("zk://{}?session_timeout=0s", server.connect_string())).await;
+    assert!(matches!(bad, Err(Error::InvalidConfig { .. })), "a zero session timeout is refused");
+}
