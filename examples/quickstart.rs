@@ -1,17 +1,16 @@
 //! Several workers contend for one lock; each prints the fencing token it was granted.
 //!
-//! Runs on the in-process memory backend, the embedded default:
-//! `cargo run -p lockkit-examples --example quickstart`.
+//! Runs on the store named by `LOCKKIT_URL`, or the in-process memory backend when it is
+//! unset: `cargo run -p lockkit-examples --example quickstart`, or
+//! `LOCKKIT_URL=redis://127.0.0.1:6379 cargo run -p lockkit-examples --example quickstart`.
 
-use std::sync::Arc;
 use std::time::Duration;
-
-use lockkit::LockProvider;
-use lockkit::memory::MemoryLockProvider;
 
 #[tokio::main]
 async fn main() -> lockkit::Result<()> {
-    let provider: Arc<dyn LockProvider> = Arc::new(MemoryLockProvider::new());
+    let url = std::env::var(lockkit::URL_ENV).unwrap_or_else(|_| "mem://".to_owned());
+    let provider = lockkit::connect(&url).await?;
+    println!("locking on {}", lockkit::redact(&url));
     let mut workers = tokio::task::JoinSet::new();
     for worker in 0..4 {
         // One handle per worker: each worker is its own owner.
