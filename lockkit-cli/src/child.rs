@@ -1,0 +1,69 @@
+//! The command run under the lock: spawning it, stopping it (SIGTERM, then SIGKILL after a
+//! grace period) and turning its exit status into ours.
+
+use std::ffi::OsString;
+use std::io;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use rustix::process::{Pid, Signal, kill_process};
+use tokio::process::{Child, Command};
+
+use crate::exit::{self, CANNOT_EXECUTE, Code, Failure, NOT_FOUND};
+use crate::signals::Signals;
+
+/// Starts `command` with the lock's name and fencing token in its environment and the
+/// standard streams inherited. The child is killed if `lockkit` unwinds without waiting
+/// for it.
+pub(crate) fn spawn(command: &[OsString], lock: &str, token: u64) -> Result<Child, Failure> {
+    let Some((program, args)) = command.split_first() else {
+        return Err(Failure::new(exit::USAGE, "no command to run"));
+    };
+    Command::new(program)
+        .args(args)
+        .env("LOCKKIT_LOCK", lock)
+        .env("LOCKKIT_FENCING_TOKEN", token.to_string())
+        .stdin(Stdio::inherit())
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|error| {
+            let program = program.to_string_lossy();
+            match error.kind() {
+                io::ErrorKind::NotFound => {
+                    Failure::new(NOT_FOUND, format!("cannot run {program:?}: command not found"))
+                }
+                _ => Failure::new(CANNOT_EXECUTE, format!("cannot run {program:?}: {error}")),
+            }
+        })
+}
+
+/// The exit code that passes `status` on: its code, or 128 + the signal that ended it.
+pub(crate) fn code_of(status: ExitStatus) -> Code {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => Code::try_from(code & 0xff).unwrap_or(Code::MAX),
+        (None, Some(signal)) => exit::signalled(signal),
+        (None, None) => Code::MAX,
+    }
+}
+
+/// Sends SIGTERM to the child, waits up to `grace` for it to exit, then sends SIGKILL. A
+/// further signal to `lockkit` while it waits kills the child at once. Returns the child's
+/// exit status, or `None` if it could not be waited for.
+pub(crate) async fn stop(child: &mut Child, grace: Duration, signals: &mut Signals) -> Option<ExitStatus> {
+    // The pid is ours until the child is reaped, which only `wait` below does.
+    if let Some(pid) = child.id().and_then(|id| i32::try_from(id).ok()).and_then(Pid::from_raw) {
+        // ESRCH means it is already gone, which `wait` reports.
+        let _ = kill_process(pid, Signal::TERM);
+    }
+    let kill_reason = tokio::select! {
+        status = child.wait() => return status.ok(),
+        () = tokio::time::sleep(grace) => format!("the command did not exit within {grace:?} of SIGTERM"),
+        signal = signals.recv() => format!("got {} again", crate::signals::name(signal)),
+    };
+    eprintln!("lockkit: {kill_reason}; sending SIGKILL");
+    let _ = child.start_kill();
+    child.wait().await.ok()
+}

@@ -1,0 +1,109 @@
+//! `lockkit`: run a command while holding a distributed lock, and inspect locks, on any
+//! lockkit store (Redis, ZooKeeper, local files, memory) named by a URL.
+//!
+//! ```text
+//! lockkit run NAME [--url URL] [--wait DURATION | --no-wait] [--ttl DURATION] [--grace DURATION] -- COMMAND...
+//! lockkit status NAME [--url URL] [--json]
+//! ```
+//!
+//! The store is `--url`, else `$LOCKKIT_URL`, else [`lockkit::DEFAULT_URL`] (the local-file
+//! backend in a per-user directory). Durations are written `500ms`, `10s`, `1.5s`, `2m`, `1h`.
+//!
+//! # `lockkit run`
+//!
+//! Acquires the lock (waiting forever by default, at most `--wait`, or not at all with
+//! `--no-wait`), then runs COMMAND with stdin, stdout and stderr inherited and with
+//! `LOCKKIT_LOCK=<name>` and `LOCKKIT_FENCING_TOKEN=<token>` in its environment. The fencing
+//! token is strictly greater for every new holder: send it with every write the lock
+//! protects, and have the resource refuse writes with a lower token than it has seen.
+//!
+//! - The command's exit code is passed on; a command killed by a signal gives 128 + its
+//!   number, as in shells.
+//! - When the hold is lost (lease not renewed in time, session expired, record deleted), the
+//!   reason is printed, the command gets SIGTERM, then SIGKILL after `--grace` (10 s by
+//!   default), and `lockkit` exits 70.
+//! - SIGINT (Ctrl-C), SIGTERM and SIGHUP to `lockkit` are forwarded to the command as
+//!   SIGTERM (SIGKILL after `--grace`, or at once on a second signal); then the lock is
+//!   released and `lockkit` exits 130, 143 or 129.
+//! - `--ttl` sets the lease on backends that have one (the URL's `ttl` option); the lease is
+//!   renewed while the command runs, and frees the lock after a dead `lockkit`.
+//! - While it waits with stderr on a terminal, one line shows what it waits for and for how
+//!   long: `waiting for lock "x" on redis://host:6379/ (held by token 17) for 12s`. Nothing of
+//!   the kind is printed when stderr is not a terminal.
+//!
+//! # `lockkit status`
+//!
+//! Prints whether the lock is held and, where the backend knows, the holder's fencing token,
+//! owner, since when, the lease left and the number of waiters. `--json` prints one object
+//! with the fields `held`, `lock`, `url`, `token`, `owner`, `since_unix_ms`, `lease_left_ms`
+//! and `waiters` (`null` where unknown or free). It exits 0 whether the lock is held or free.
+//!
+//! # Exit status
+//!
+//! | code | meaning |
+//! | --- | --- |
+//! | the command's | `run`: the command ran to its end while the lock was held |
+//! | 0 | `status`: the lock's state was read (held or free); `--help`, `--version` |
+//! | 64 | usage error: bad arguments, bad URL, bad duration, bad lock name, `--ttl` on a backend without a lease |
+//! | 69 | the store could not be reached |
+//! | 70 | the lock was lost while the command ran; the command was stopped |
+//! | 71 | an operating-system failure of `lockkit` itself |
+//! | 73 | `--no-wait`: the lock is held by another owner |
+//! | 75 | `--wait`: the lock was not granted in time |
+//! | 76 | the store answered with an error (for example: permission denied) |
+//! | 126 | the command could not be executed |
+//! | 127 | the command was not found |
+//! | 129, 130, 143 | `lockkit` got SIGHUP, SIGINT or SIGTERM; the command was stopped and the lock released |
+//!
+//! Messages go to stderr as one line starting with `lockkit: `, naming the lock and the
+//! store's URL with any password replaced by `***`.
+
+mod child;
+mod cli;
+mod exit;
+mod progress;
+mod run;
+mod signals;
+mod status;
+mod target;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::cli::{Cli, Command};
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => {
+            // Help and version go to stdout with 0; every usage error is 64, not clap's 2.
+            let code = if error.use_stderr() { exit::USAGE } else { 0 };
+            let _ = error.print();
+            return ExitCode::from(code);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("lockkit: cannot start the async runtime: {error}");
+            return ExitCode::from(exit::OS_ERROR);
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Run(args) => run::run(args).await,
+            Command::Status(args) => status::status(args).await,
+        }
+    });
+    // Background tasks (connections, watchdogs) have nothing left to do once the lock is
+    // released; do not wait for them.
+    runtime.shutdown_background();
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(failure) => {
+            eprintln!("lockkit: {failure}");
+            ExitCode::from(failure.code)
+        }
+    }
+}

@@ -1,0 +1,178 @@
+//! `lockkit run NAME -- COMMAND…`: acquire, run the command, stop it when the hold is lost,
+//! release.
+
+use std::process::ExitStatus;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockkit::{AcquireOptions, Error, LockGuard, LockProvider, LossReason, Wait};
+
+use crate::child;
+use crate::cli::RunArgs;
+use crate::exit::{self, BUSY, Code, Failure, LOST, OS_ERROR, TIMEOUT, UNAVAILABLE};
+use crate::progress::Progress;
+use crate::signals::{self, Signals};
+use crate::status::human;
+use crate::target::Target;
+
+/// How long the busy and timeout messages may spend finding out who holds the lock.
+const HOLDER_LOOKUP: Duration = Duration::from_secs(1);
+
+/// What ended the command's run.
+enum Outcome {
+    /// The command exited on its own.
+    Exited(std::io::Result<ExitStatus>),
+    /// The hold was lost first.
+    Lost(LossReason),
+    /// `lockkit` was told to stop.
+    Signal(i32),
+}
+
+/// Runs `lockkit run`; returns the exit code.
+pub(crate) async fn run(args: RunArgs) -> Result<Code, Failure> {
+    let mut target = Target::resolve(args.url.clone());
+    if let Some(ttl) = &args.ttl {
+        target = target.with_ttl(ttl);
+    }
+    let what = format!("lock {:?} on {}", args.name, target.shown());
+    let mut signals = Signals::install()?;
+
+    // Everything before the command starts gives up at once on a signal: dropping the
+    // futures leaves nothing behind (acquisition is cancel safe).
+    let provider = tokio::select! {
+        provider = target.connect(args.ttl.is_some()) => provider?,
+        signal = signals.recv() => return Ok(interrupted_early(signal, &what)),
+    };
+    let lock = provider.lock(&args.name).map_err(|error| Failure::from_lock_error(&error, "cannot use this lock"))?;
+
+    // One round trip first, so that an unreachable store fails at once rather than after the
+    // backend rode out a lease's worth of reconnects.
+    let probe = tokio::select! {
+        probe = provider.inspect(&args.name) => probe,
+        signal = signals.recv() => return Ok(interrupted_early(signal, &what)),
+    };
+    if let Err(error) = probe
+        && exit::code_of(&error) == UNAVAILABLE
+    {
+        return Err(Failure::from_lock_error(&error, &format!("cannot reach {}", target.shown())));
+    }
+
+    let wait = match (args.no_wait, args.wait) {
+        (true, _) => Wait::No,
+        (false, Some(timeout)) => Wait::Timeout(timeout),
+        (false, None) => Wait::Forever,
+    };
+    let mut progress = match wait {
+        Wait::No => Progress::inert(),
+        _ => Progress::start(&provider, &args.name, target.shown(), args.wait),
+    };
+    let acquire = lock.acquire_with(AcquireOptions::default().with_wait(wait));
+    tokio::pin!(acquire);
+    let acquired = loop {
+        tokio::select! {
+            acquired = &mut acquire => break acquired,
+            () = progress.tick() => progress.draw(),
+            signal = signals.recv() => {
+                progress.finish();
+                return Ok(interrupted_early(signal, &what));
+            }
+        }
+    };
+    progress.finish();
+    let guard = match acquired {
+        Ok(Some(guard)) => guard,
+        Ok(None) if wait == Wait::No => {
+            let holder = holder_of(&provider, &args.name).await;
+            return Err(Failure::new(
+                BUSY,
+                format!("{what} is held by another owner{holder}; not waiting (--no-wait)"),
+            ));
+        }
+        Ok(None) | Err(Error::Timeout { .. }) => {
+            let holder = holder_of(&provider, &args.name).await;
+            let waited = args.wait.map(human).unwrap_or_default();
+            return Err(Failure::new(TIMEOUT, format!("gave up waiting for {what} after {waited} (--wait){holder}")));
+        }
+        Err(error) => return Err(Failure::from_lock_error(&error, &format!("cannot acquire {what}"))),
+    };
+
+    let token = guard.token().get();
+    let mut child = match child::spawn(&args.command, &args.name, token) {
+        Ok(child) => child,
+        Err(failure) => {
+            release(guard, &what).await;
+            return Err(failure);
+        }
+    };
+
+    let outcome = tokio::select! {
+        status = child.wait() => Outcome::Exited(status),
+        reason = guard.lost() => Outcome::Lost(reason),
+        signal = signals.recv() => Outcome::Signal(signal),
+    };
+    match outcome {
+        Outcome::Exited(Ok(status)) => {
+            if let Some(reason) = guard.watcher().loss() {
+                // Lost before the exit was seen: the command's work may have overlapped
+                // another holder's.
+                eprintln!("lockkit: lost {what} while the command ran (it has exited since): {reason}");
+                release(guard, &what).await;
+                return Ok(LOST);
+            }
+            release(guard, &what).await;
+            Ok(child::code_of(status))
+        }
+        Outcome::Exited(Err(error)) => {
+            release(guard, &what).await;
+            Err(Failure::new(OS_ERROR, format!("cannot wait for the command: {error}")))
+        }
+        Outcome::Lost(reason) => {
+            eprintln!(
+                "lockkit: lost {what} while the command ran: {reason}; stopping the command \
+                 (SIGTERM, then SIGKILL after {})",
+                human(args.grace)
+            );
+            child::stop(&mut child, args.grace, &mut signals).await;
+            release(guard, &what).await;
+            Ok(LOST)
+        }
+        Outcome::Signal(signal) => {
+            eprintln!(
+                "lockkit: got {}; stopping the command (SIGTERM, then SIGKILL after {}) and releasing {what}",
+                signals::name(signal),
+                human(args.grace)
+            );
+            child::stop(&mut child, args.grace, &mut signals).await;
+            release(guard, &what).await;
+            Ok(exit::signalled(signal))
+        }
+    }
+}
+
+/// A signal arrived before the command started: nothing to stop, nothing held.
+fn interrupted_early(signal: i32, what: &str) -> Code {
+    eprintln!("lockkit: got {} while waiting for {what}; gave up", signals::name(signal));
+    exit::signalled(signal)
+}
+
+/// Releases the hold and reports a release that failed. A hold that was already lost was
+/// reported when it was lost.
+async fn release(guard: LockGuard, what: &str) {
+    match guard.release().await {
+        Ok(()) | Err(Error::LockLost { .. }) => {}
+        Err(error) => eprintln!(
+            "lockkit: warning: could not release {what}: {error}; the store frees it when the lease or session ends"
+        ),
+    }
+}
+
+/// `" (held by token N)"` when the store says quickly who holds the lock, else nothing.
+async fn holder_of(provider: &Arc<dyn LockProvider>, name: &str) -> String {
+    match tokio::time::timeout(HOLDER_LOOKUP, provider.inspect(name)).await {
+        Ok(Ok(info)) => match info.holder {
+            Some(holder) => format!(" (held by token {})", holder.token),
+            None => String::new(),
+        },
+        _ => String::new(),
+    }
+}

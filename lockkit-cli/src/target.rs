@@ -1,0 +1,86 @@
+//! Which store to talk to: the URL from `--url`, else `LOCKKIT_URL`, else
+//! [`lockkit::DEFAULT_URL`]; `--ttl` added as the URL's `ttl` option; the redacted form that
+//! every message shows.
+
+use std::sync::Arc;
+
+use lockkit::LockProvider;
+
+use crate::exit::{Failure, USAGE};
+
+/// A store URL and where it came from.
+#[derive(Debug, Clone)]
+pub(crate) struct Target {
+    /// The URL as given to [`lockkit::connect`], credentials included.
+    url: String,
+    /// The URL with its password replaced, for messages.
+    shown: String,
+    /// Where the URL came from, for the message about a bad one.
+    source: &'static str,
+}
+
+impl Target {
+    /// The store named by `--url`, else by `LOCKKIT_URL`, else the default.
+    pub(crate) fn resolve(flag: Option<String>) -> Self {
+        let env_set = std::env::var(lockkit::URL_ENV).is_ok_and(|url| !url.trim().is_empty());
+        let (url, source) = match flag {
+            Some(url) => (url, "--url"),
+            None if env_set => (lockkit::url_from_env(), "LOCKKIT_URL"),
+            None => (lockkit::url_from_env(), "the default URL"),
+        };
+        let shown = lockkit::redact(&url);
+        Self { url, shown, source }
+    }
+
+    /// Sets the `ttl` query option to `ttl` (the text the user wrote, already checked to
+    /// be a duration), replacing one the URL has: the flag is the more specific setting.
+    pub(crate) fn with_ttl(mut self, ttl: &str) -> Self {
+        let (base, query) = self.url.split_once('?').unwrap_or((&self.url, ""));
+        let mut pairs: Vec<&str> =
+            query.split('&').filter(|pair| !pair.is_empty() && pair.split('=').next() != Some("ttl")).collect();
+        let ttl = format!("ttl={ttl}");
+        pairs.push(&ttl);
+        self.url = format!("{base}?{}", pairs.join("&"));
+        self.shown = lockkit::redact(&self.url);
+        self
+    }
+
+    /// The URL for messages, with no password in it.
+    pub(crate) fn shown(&self) -> &str {
+        &self.shown
+    }
+
+    /// Connects to the store. `ttl_given` says whether `--ttl` added the `ttl` option, to
+    /// explain a backend's refusal of it.
+    pub(crate) async fn connect(&self, ttl_given: bool) -> Result<Arc<dyn LockProvider>, Failure> {
+        lockkit::connect(&self.url).await.map_err(|error| {
+            let mut failure = Failure::from_lock_error(&error, &format!("cannot use {} ({})", self.shown, self.source));
+            if ttl_given && failure.code == USAGE && failure.message.contains("ttl") {
+                failure.message.push_str(" (--ttl sets the URL's ttl option; this backend has no lease to set)");
+            }
+            failure
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(url: &str) -> Target {
+        Target { url: url.to_owned(), shown: lockkit::redact(url), source: "--url" }
+    }
+
+    #[test]
+    fn ttl_is_appended_or_replaces_the_urls() {
+        assert_eq!(target("redis://h:1/").with_ttl("10s").url, "redis://h:1/?ttl=10s");
+        assert_eq!(target("redis://h:1/?prefix=a").with_ttl("10s").url, "redis://h:1/?prefix=a&ttl=10s");
+        assert_eq!(target("redis://h:1/?ttl=5s&prefix=a").with_ttl("10s").url, "redis://h:1/?prefix=a&ttl=10s");
+    }
+
+    #[test]
+    fn passwords_are_not_shown() {
+        let shown = target("redis://app:hunter2@h:1/").with_ttl("1s").shown;
+        assert!(!shown.contains("hunter2"), "{shown}");
+    }
+}
