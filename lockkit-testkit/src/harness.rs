@@ -161,6 +161,17 @@ pub trait Harness: Send + Sync + 'static {
         Err(Unsupported)
     }
 
+    /// Environment variables under which the same harness expression, evaluated in a child
+    /// process (the test binary run again), reaches the same store as this harness, for the
+    /// cases where two OS processes contend (`cross_process`). For example the URL of the
+    /// shared server, or the directory of a file store.
+    ///
+    /// The default says the harness cannot: those cases then say so and pass. Backends that
+    /// live in one process (the memory backend) keep the default.
+    fn child_env(&self) -> Result<Vec<(String, String)>, Unsupported> {
+        Err(Unsupported)
+    }
+
     /// Tries to build clients with settings that must be refused, returning a description of
     /// each attempt and its outcome. Every outcome must be
     /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig).

@@ -149,6 +149,11 @@ macro_rules! conformance {
                 unreachable_store_gives_retryable_errors,
                 bad_configuration_is_refused_when_building,
             }
+            cross_process {
+                holder_in_another_process_excludes_this_one,
+                killed_process_frees_its_lock,
+                __child_contender,
+            }
         }
     };
 }

@@ -5,6 +5,7 @@
 //! server. Failures name the backend, the case, the lock and the step.
 
 pub mod acquire;
+pub mod cross_process;
 pub mod errors;
 pub mod fencing;
 pub mod loss;

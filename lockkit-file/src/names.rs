@@ -1,0 +1,109 @@
+//! Lock names into file paths: an injective, filesystem-safe encoding.
+//!
+//! Bytes `a-z`, `0-9`, `-` and `_` stay as they are; every other byte of the name's UTF-8,
+//! `%` and upper-case letters included, becomes `%xx` with lower-case hex digits. The result
+//! uses only lower-case ASCII, so names stay distinct on case-insensitive filesystems (macOS,
+//! Windows shares) and under Unicode normalisation, and it never contains `.` or `/`, so it
+//! can never be `.`, `..`, a hidden file or a path of several components by accident.
+//!
+//! An encoded name is at most 3072 bytes (1024 bytes, each escaped), above the usual limit
+//! of 255 bytes per file name. It is therefore cut into components of at most
+//! [`COMPONENT_LEN`] bytes: all but the last become sub-directories, and the last gets the
+//! suffix `.lock`. Joining the components back (without the suffix) gives the encoded name,
+//! and decoding it gives the lock name, so two names never share a file.
+
+use std::path::{Path, PathBuf};
+
+use lockkit_core::LockName;
+
+/// The longest component of a lock file's path, in bytes (the suffix `.lock` comes on top).
+pub const COMPONENT_LEN: usize = 200;
+
+/// The suffix of lock files. Encoded names never contain a `.`, so no directory and no
+/// other file of the backend ends in it.
+pub const LOCK_SUFFIX: &str = ".lock";
+
+/// The escaped form of `name`: lower-case ASCII letters, digits, `-`, `_` and `%xx`.
+pub fn encode_name(name: &LockName) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(name.as_str().len());
+    for &byte in name.as_str().as_bytes() {
+        if byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'-' || byte == b'_' {
+            out.push(char::from(byte));
+        } else {
+            out.push('%');
+            out.push(char::from(HEX[usize::from(byte >> 4)]));
+            out.push(char::from(HEX[usize::from(byte & 0x0f)]));
+        }
+    }
+    out
+}
+
+/// The path of the lock file of `name` under `dir`.
+pub(crate) fn lock_path(dir: &Path, name: &LockName) -> PathBuf {
+    let encoded = encode_name(name);
+    let mut path = dir.to_path_buf();
+    // The encoding is ASCII, so cutting at any byte offset keeps valid UTF-8.
+    let mut rest = encoded.as_str();
+    while rest.len() > COMPONENT_LEN {
+        let (head, tail) = rest.split_at(COMPONENT_LEN);
+        path.push(head);
+        rest = tail;
+    }
+    path.push(format!("{rest}{LOCK_SUFFIX}"));
+    path
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::collections::HashSet;
+
+    use super::*;
+
+    fn name(s: &str) -> LockName {
+        LockName::new(s).unwrap()
+    }
+
+    #[test]
+    fn readable_names_stay_readable() {
+        assert_eq!(encode_name(&name("orders-42_x")), "orders-42_x");
+        assert_eq!(encode_name(&name("orders/42")), "orders%2f42");
+        assert_eq!(encode_name(&name("A")), "%41");
+        assert_eq!(encode_name(&name(".")), "%2e");
+        assert_eq!(encode_name(&name("%41")), "%2541");
+    }
+
+    #[test]
+    fn tricky_names_never_share_a_file() {
+        let names = ["a/b", "a%2fb", "a%2Fb", "A/B", "a b", "ä", "a\0b", ".", "..", "a.lock", "a", "A", "%41"];
+        let dir = Path::new("/d");
+        let paths: HashSet<_> = names.iter().map(|n| lock_path(dir, &name(n))).collect();
+        assert_eq!(paths.len(), names.len());
+        // Case-insensitive filesystems: the paths differ even when lower-cased.
+        let folded: HashSet<_> = paths.iter().map(|p| p.to_string_lossy().to_lowercase()).collect();
+        assert_eq!(folded.len(), names.len());
+    }
+
+    #[test]
+    fn long_names_are_cut_into_short_components() {
+        let dir = Path::new("/d");
+        for long in ["é".repeat(512), "x".repeat(1024), "/".repeat(1024), "x".repeat(200), "x".repeat(201)] {
+            let path = lock_path(dir, &name(&long));
+            for component in path.strip_prefix(dir).unwrap().components() {
+                assert!(component.as_os_str().len() <= COMPONENT_LEN + LOCK_SUFFIX.len(), "{path:?}");
+                assert!(!component.as_os_str().is_empty());
+            }
+            // Joining the components back gives the encoded name.
+            let joined: String = path
+                .strip_prefix(dir)
+                .unwrap()
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect();
+            assert_eq!(joined.strip_suffix(LOCK_SUFFIX).unwrap(), encode_name(&name(&long)));
+        }
+        // A name whose encoding ends at a cut differs from the one cut one byte later.
+        assert_ne!(lock_path(dir, &name(&"x".repeat(200))), lock_path(dir, &name(&"x".repeat(201))));
+    }
+}
