@@ -1,0 +1,409 @@
+//! End-to-end tests of the `lockkit` binary: real processes against the file backend, a real
+//! redis-server and a real ZooKeeper server from the testkit's fixtures.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::*;
+use lockkit_testkit::fixture::{RedisServer, ZkServer, free_port};
+use rustix::process::{Pid, Signal, test_kill_process};
+
+const LONG: Duration = Duration::from_secs(30);
+
+async fn redis_url() -> String {
+    RedisServer::shared().await.expect("redis-server starts").url()
+}
+
+async fn zk_url() -> String {
+    format!("zk://{}", ZkServer::shared().await.expect("ZooKeeper starts").connect_string())
+}
+
+fn file_url(dir: &Path) -> String {
+    format!("file://{}", dir.display())
+}
+
+// ------------------------------------------------------------------ the command
+
+#[tokio::test]
+async fn the_command_sees_the_lock_and_its_token_and_its_exit_code_is_passed_on() {
+    let name = unique("env");
+    let out = run(
+        &["run", &name, "--url", "mem://", "--", "sh", "-c", "echo \"$LOCKKIT_LOCK $LOCKKIT_FENCING_TOKEN\"; exit 7"],
+        LONG,
+    )
+    .await;
+    assert_eq!(out.code, Some(7), "{out:?}");
+    let (lock, token) = out.stdout.trim().split_once(' ').expect("two words");
+    assert_eq!(lock, name);
+    assert!(token.parse::<u64>().expect("a number") > 0);
+    assert_eq!(out.stderr, "", "nothing to say on success");
+}
+
+#[tokio::test]
+async fn a_command_killed_by_a_signal_exits_128_plus_the_signal() {
+    let out = run(&["run", "x", "--url", "mem://", "--", "sh", "-c", "kill -KILL $$"], LONG).await;
+    assert_eq!(out.code, Some(128 + 9), "{out:?}");
+}
+
+#[tokio::test]
+async fn a_missing_command_exits_127_and_a_missing_argument_is_a_usage_error() {
+    let out = run(&["run", "x", "--url", "mem://", "--", "no-such-command-lockkit"], LONG).await;
+    assert_eq!(out.code, Some(NOT_FOUND), "{out:?}");
+    assert!(out.stderr.contains("no-such-command-lockkit"), "{out:?}");
+    let out = run(&["run", "x", "--url", "mem://"], LONG).await;
+    assert_eq!(out.code, Some(USAGE), "{out:?}");
+}
+
+#[tokio::test]
+async fn tokens_increase_across_runs_on_redis() {
+    let url = redis_url().await;
+    let name = unique("tokens");
+    let mut last = 0;
+    for _ in 0..3 {
+        let out = run(&["run", &name, "--url", &url, "--", "sh", "-c", "echo $LOCKKIT_FENCING_TOKEN"], LONG).await;
+        assert_eq!(out.code, Some(0), "{out:?}");
+        let token: u64 = out.stdout.trim().parse().expect("a token");
+        assert!(token > last, "token {token} after {last}");
+        last = token;
+    }
+}
+
+// ------------------------------------------------------------------ contention
+
+/// Three `lockkit run` processes on one lock: each command appends `start T` and `end T` to
+/// one file around a pause. The lines must come in pairs (never overlapping), with tokens
+/// strictly increasing, and no waiting line on a stderr that is not a terminal.
+async fn contenders_take_turns(url: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log");
+    let name = unique("turns");
+    let script = format!(
+        "echo \"start $LOCKKIT_FENCING_TOKEN\" >> '{log}'; sleep 0.3; echo \"end $LOCKKIT_FENCING_TOKEN\" >> '{log}'",
+        log = log.display()
+    );
+    let contenders: Vec<Lockkit> =
+        (0..3).map(|_| spawn(&["run", &name, "--url", url, "--", "sh", "-c", &script])).collect();
+    for contender in contenders {
+        let out = contender.finish(LONG).await;
+        assert_eq!(out.code, Some(0), "{out:?}");
+        assert!(!out.stderr.contains("waiting for lock"), "progress on a non-terminal: {out:?}");
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 6, "{text}");
+    let mut last = 0;
+    for pair in lines.chunks(2) {
+        let start = pair[0].strip_prefix("start ").unwrap_or_else(|| panic!("overlap:\n{text}"));
+        let end = pair[1].strip_prefix("end ").unwrap_or_else(|| panic!("overlap:\n{text}"));
+        assert_eq!(start, end, "overlap:\n{text}");
+        let token: u64 = start.parse().unwrap();
+        assert!(token > last, "tokens not increasing:\n{text}");
+        last = token;
+    }
+}
+
+#[tokio::test]
+async fn contenders_take_turns_on_files() {
+    let dir = tempfile::tempdir().unwrap();
+    contenders_take_turns(&file_url(dir.path())).await;
+}
+
+#[tokio::test]
+async fn contenders_take_turns_on_redis() {
+    contenders_take_turns(&redis_url().await).await;
+}
+
+#[tokio::test]
+async fn contenders_take_turns_on_zookeeper() {
+    contenders_take_turns(&zk_url().await).await;
+}
+
+/// `--no-wait` on a held lock exits 73 at once; `--wait 300ms` exits 75 close to 300 ms.
+async fn busy_and_timeout(url: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let name = unique("busy");
+    let (holder, token) = hold(&name, url, &[], dir.path()).await;
+
+    let out = run(&["run", &name, "--url", url, "--no-wait", "--", "true"], LONG).await;
+    assert_eq!(out.code, Some(BUSY), "{out:?}");
+    assert!(out.stderr.contains(&format!("{name:?}")) && out.stderr.contains("held"), "{out:?}");
+    assert!(out.elapsed < Duration::from_secs(3), "--no-wait took {:?}", out.elapsed);
+
+    let out = run(&["run", &name, "--url", url, "--wait", "300ms", "--", "true"], LONG).await;
+    assert_eq!(out.code, Some(TIMEOUT), "{out:?}");
+    assert!(out.stderr.contains(&format!("{name:?}")) && out.stderr.contains("300ms"), "{out:?}");
+    assert!(
+        out.elapsed >= Duration::from_millis(300) && out.elapsed < Duration::from_millis(2300),
+        "--wait 300ms took {:?}",
+        out.elapsed
+    );
+    if url.starts_with("redis") || url.starts_with("zk") {
+        assert!(out.stderr.contains(&format!("held by token {token}")), "{out:?}");
+    }
+    stop(holder).await;
+}
+
+#[tokio::test]
+async fn busy_and_timeout_on_files() {
+    let dir = tempfile::tempdir().unwrap();
+    busy_and_timeout(&file_url(dir.path())).await;
+}
+
+#[tokio::test]
+async fn busy_and_timeout_on_redis() {
+    busy_and_timeout(&redis_url().await).await;
+}
+
+#[tokio::test]
+async fn busy_and_timeout_on_zookeeper() {
+    busy_and_timeout(&zk_url().await).await;
+}
+
+// ------------------------------------------------------------------ loss
+
+async fn delete_record(url: &str, name: &str) {
+    let client = redis::Client::open(url).unwrap();
+    let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+    let deleted: i64 = redis::cmd("DEL").arg(format!("lockkit:{{{name}}}")).query_async(&mut admin).await.unwrap();
+    assert_eq!(deleted, 1, "the lock record was there to delete");
+}
+
+/// The lock's record is deleted behind the holder's back: the renewal finds it gone, the
+/// command gets SIGTERM, ignores it, and gets SIGKILL after the grace period.
+#[tokio::test]
+async fn a_command_that_ignores_sigterm_after_a_loss_is_killed_after_the_grace() {
+    let url = redis_url().await;
+    let dir = tempfile::tempdir().unwrap();
+    let name = unique("lost-stubborn");
+    let (pid_file, marker) = (dir.path().join("pid"), dir.path().join("marker"));
+    let script = format!(
+        "echo $$ > '{}'; trap '' TERM; echo \"$LOCKKIT_FENCING_TOKEN\" > '{}'; exec sleep 60",
+        pid_file.display(),
+        marker.display()
+    );
+    let holder = spawn(&["run", &name, "--url", &url, "--ttl", "1s", "--grace", "700ms", "--", "sh", "-c", &script]);
+    line_in(&marker, LONG).await;
+    let pid: i32 = line_in(&pid_file, LONG).await.parse().unwrap();
+
+    delete_record(&url, &name).await;
+    let lost_at = Instant::now();
+    let out = holder.finish(LONG).await;
+    let took = lost_at.elapsed();
+    assert_eq!(out.code, Some(LOST), "{out:?}");
+    assert!(out.stderr.contains("lost") && out.stderr.contains(&format!("{name:?}")), "{out:?}");
+    assert!(out.stderr.contains("SIGKILL"), "{out:?}");
+    // Seen within a renewal period (ttl/3), then the whole grace: SIGTERM was ignored.
+    assert!(took >= Duration::from_millis(700) && took < Duration::from_secs(5), "took {took:?}");
+    let pid = Pid::from_raw(pid).unwrap();
+    assert!(test_kill_process(pid).is_err(), "the command is gone");
+}
+
+/// A command that obeys SIGTERM stops at once after a loss, long before the grace ends.
+#[tokio::test]
+async fn a_command_is_stopped_with_sigterm_when_the_lock_is_lost() {
+    let url = redis_url().await;
+    let dir = tempfile::tempdir().unwrap();
+    let name = unique("lost");
+    let (holder, _) = hold(&name, &url, &["--ttl", "1s", "--grace", "30s"], dir.path()).await;
+    delete_record(&url, &name).await;
+    let lost_at = Instant::now();
+    let out = holder.finish(LONG).await;
+    assert_eq!(out.code, Some(LOST), "{out:?}");
+    assert!(!out.stderr.contains("SIGKILL after 30s;"), "{out:?}");
+    assert!(lost_at.elapsed() < Duration::from_secs(5), "took {:?}: SIGTERM was not sent", lost_at.elapsed());
+}
+
+// ------------------------------------------------------------------ signals
+
+/// SIGINT to lockkit stops the command and releases the lock: the next owner gets it.
+#[tokio::test]
+async fn an_interrupt_stops_the_command_and_releases_the_lock() {
+    let url = redis_url().await;
+    let dir = tempfile::tempdir().unwrap();
+    let name = unique("interrupt");
+    let (holder, _) = hold(&name, &url, &[], dir.path()).await;
+    holder.signal(Signal::INT);
+    let out = holder.finish(Duration::from_secs(10)).await;
+    assert_eq!(out.code, Some(130), "{out:?}");
+    let status = status_json(&name, &url).await;
+    assert_eq!(status["held"], false, "{status}");
+}
+
+/// SIGTERM to a lockkit that still waits for the lock gives up the wait and leaves the
+/// holder alone.
+#[tokio::test]
+async fn a_terminated_waiter_gives_up_and_leaves_the_holder_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = file_url(dir.path());
+    let name = unique("waiter");
+    let (holder, token) = hold(&name, &url, &[], dir.path()).await;
+    let waiter = spawn(&["run", &name, "--url", &url, "--", "true"]);
+    // Give it time to queue; whether it did or not, it must not run its command.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    waiter.signal(Signal::TERM);
+    let out = waiter.finish(Duration::from_secs(10)).await;
+    assert_eq!(out.code, Some(143), "{out:?}");
+    let status = status_json(&name, &url).await;
+    assert_eq!(status["held"], true, "{status}");
+    assert_eq!(status["token"], token, "{status}");
+    stop(holder).await;
+}
+
+// ------------------------------------------------------------------ status
+
+async fn status_free_and_held(url: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let name = unique("status");
+
+    let free = status_json(&name, url).await;
+    assert_eq!(free["held"], false, "{free}");
+    assert_eq!(free["lock"], name.as_str(), "{free}");
+    assert_eq!(free["url"], url, "{free}");
+    assert!(free["token"].is_null() && free["owner"].is_null(), "{free}");
+    let out = run(&["status", &name, "--url", url], LONG).await;
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert!(out.stdout.contains("held:    no"), "{out:?}");
+
+    let (holder, token) = hold(&name, url, &[], dir.path()).await;
+    let held = status_json(&name, url).await;
+    assert_eq!(held["held"], true, "{held}");
+    assert_eq!(held["token"], token, "{held}");
+    assert!(held["owner"].as_str().is_some_and(|owner| !owner.is_empty()), "{held}");
+    let out = run(&["status", &name, "--url", url], LONG).await;
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert!(out.stdout.contains("held:    yes"), "{out:?}");
+    assert!(out.stdout.contains(&format!("token:   {token}\n")), "{out:?}");
+    stop(holder).await;
+}
+
+#[tokio::test]
+async fn status_of_a_free_and_a_held_lock_on_redis() {
+    let url = redis_url().await;
+    status_free_and_held(&url).await;
+    // Redis keeps a lease: the holder's is shown.
+    let dir = tempfile::tempdir().unwrap();
+    let name = unique("lease");
+    let (holder, _) = hold(&name, &url, &["--ttl", "5s"], dir.path()).await;
+    let held = status_json(&name, &url).await;
+    let left = held["lease_left_ms"].as_u64().unwrap_or_else(|| panic!("no lease: {held}"));
+    assert!(left > 0 && left <= 5000, "{held}");
+    stop(holder).await;
+}
+
+#[tokio::test]
+async fn status_of_a_free_and_a_held_lock_on_zookeeper() {
+    let url = zk_url().await;
+    status_free_and_held(&url).await;
+    // ZooKeeper keeps a queue: a waiter is counted.
+    let dir = tempfile::tempdir().unwrap();
+    let name = unique("queue");
+    let (holder, _) = hold(&name, &url, &[], dir.path()).await;
+    let waiter = spawn(&["run", &name, "--url", &url, "--", "true"]);
+    eventually(LONG, "the waiter is counted", || async {
+        let status = status_json(&name, &url).await;
+        (status["waiters"] == 1).then_some(())
+    })
+    .await;
+    stop(holder).await;
+    let out = waiter.finish(LONG).await;
+    assert_eq!(out.code, Some(0), "{out:?}");
+}
+
+#[tokio::test]
+async fn status_of_a_held_lock_on_files() {
+    let dir = tempfile::tempdir().unwrap();
+    status_free_and_held(&file_url(dir.path())).await;
+}
+
+// ------------------------------------------------------------------ bad input
+
+#[tokio::test]
+async fn a_bad_url_is_a_usage_error_that_says_what_to_write() {
+    for url in ["bogus", "nosuch://host"] {
+        for args in [&["run", "x", "--url", url, "--", "true"][..], &["status", "x", "--url", url]] {
+            let out = run(args, LONG).await;
+            assert_eq!(out.code, Some(USAGE), "{out:?}");
+            assert!(out.stderr.starts_with("lockkit: ") && out.stderr.contains(url), "{out:?}");
+            assert_eq!(out.stderr.lines().count(), 1, "one line: {out:?}");
+        }
+    }
+    // From the environment, too.
+    let out = spawn_with(&["status", "x"], &[("LOCKKIT_URL", "bogus")]).finish(LONG).await;
+    assert_eq!(out.code, Some(USAGE), "{out:?}");
+    assert!(out.stderr.contains("LOCKKIT_URL"), "{out:?}");
+}
+
+#[tokio::test]
+async fn a_bad_duration_is_a_usage_error_that_shows_the_accepted_forms() {
+    for flag in ["--wait", "--ttl", "--grace"] {
+        let out = run(&["run", "x", "--url", "mem://", flag, "5", "--", "true"], LONG).await;
+        assert_eq!(out.code, Some(USAGE), "{flag}: {out:?}");
+        assert!(out.stderr.contains("500ms") && out.stderr.contains(flag), "{flag}: {out:?}");
+    }
+}
+
+#[tokio::test]
+async fn ttl_on_a_backend_without_a_lease_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(&["run", "x", "--url", &file_url(dir.path()), "--ttl", "10s", "--", "true"], LONG).await;
+    assert_eq!(out.code, Some(USAGE), "{out:?}");
+    assert!(out.stderr.contains("--ttl"), "{out:?}");
+}
+
+#[tokio::test]
+async fn an_empty_lock_name_is_a_usage_error() {
+    let out = run(&["run", "", "--url", "mem://", "--", "true"], LONG).await;
+    assert_eq!(out.code, Some(USAGE), "{out:?}");
+}
+
+#[tokio::test]
+async fn an_unreachable_redis_fails_quickly_without_showing_the_password() {
+    let port = free_port().unwrap();
+    let url = format!("redis://app:hunter2@127.0.0.1:{port}/");
+    for args in [&["run", "x", "--url", &url, "--", "true"][..], &["status", "x", "--url", &url]] {
+        let out = run(args, LONG).await;
+        assert_eq!(out.code, Some(UNAVAILABLE), "{out:?}");
+        assert!(out.elapsed < Duration::from_secs(5), "took {:?}", out.elapsed);
+        assert!(out.stderr.contains(&format!("127.0.0.1:{port}")), "{out:?}");
+        assert!(!out.stderr.contains("hunter2") && out.stderr.contains("***"), "{out:?}");
+    }
+}
+
+#[tokio::test]
+async fn an_unreachable_zookeeper_fails_within_its_session_timeout() {
+    let port = free_port().unwrap();
+    let url = format!("zk://127.0.0.1:{port}?session_timeout=1s");
+    let out = run(&["status", "x", "--url", &url], LONG).await;
+    assert_eq!(out.code, Some(UNAVAILABLE), "{out:?}");
+    assert!(out.elapsed < Duration::from_secs(5), "took {:?}", out.elapsed);
+}
+
+// ------------------------------------------------------------------ the waiting line
+
+/// On a terminal (a pty from `script(1)`), the wait shows what it waits for.
+#[tokio::test]
+async fn a_wait_on_a_terminal_shows_the_lock_the_store_and_the_holder() {
+    if !Path::new("/usr/bin/script").exists() {
+        eprintln!("skipped: script(1) is not installed");
+        return;
+    }
+    let url = redis_url().await;
+    let dir = tempfile::tempdir().unwrap();
+    let name = unique("tty");
+    let (holder, token) = hold(&name, &url, &[], dir.path()).await;
+    let inner = format!("{} run {name} --url {url} --wait 1500ms -- true", env!("CARGO_BIN_EXE_lockkit"));
+    let out = tokio::process::Command::new("script")
+        .args(["-qec", &inner, "/dev/null"])
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(LONG, out).await.unwrap().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(TIMEOUT), "{text}");
+    assert!(text.contains(&format!("waiting for lock {name:?} on {url} (held by token {token}) for 1s")), "{text}");
+    stop(holder).await;
+}
