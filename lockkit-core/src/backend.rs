@@ -141,6 +141,72 @@ impl HolderInfo {
     }
 }
 
+/// Who took a hold: the host, the process and the time, recorded by backends next to the
+/// owner id so that status displays can say who holds a lock and since when.
+///
+/// [`encode`](Self::encode) writes one line, `attempt host pid since_ms`, that
+/// [`decode`](Self::decode) reads back; backends store it as the lock record's value (Redis)
+/// or as the lock node's data (ZooKeeper). Hosts are reduced to characters that cannot break
+/// the format.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct OwnerMeta {
+    /// The acquisition's attempt id.
+    pub attempt: Uuid,
+    /// The host name of the holder's machine.
+    pub host: String,
+    /// The holder's process id.
+    pub pid: u32,
+    /// When the acquisition started.
+    pub since: SystemTime,
+}
+
+impl OwnerMeta {
+    /// The metadata of acquisition `attempt` by this process, now.
+    pub fn current(attempt: Uuid) -> Self {
+        Self { attempt, host: host_name(), pid: std::process::id(), since: SystemTime::now() }
+    }
+
+    /// One line: `attempt host pid since_ms`.
+    pub fn encode(&self) -> String {
+        let since = self.since.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis());
+        format!("{} {} {} {since}", self.attempt, self.host, self.pid)
+    }
+
+    /// Reads what [`encode`](Self::encode) wrote; `None` for anything else.
+    pub fn decode(text: &str) -> Option<Self> {
+        let mut fields = text.split(' ');
+        let attempt = Uuid::parse_str(fields.next()?).ok()?;
+        let host = fields.next()?.to_owned();
+        let pid = fields.next()?.parse().ok()?;
+        let since_ms: u64 = fields.next()?.parse().ok()?;
+        if fields.next().is_some() {
+            return None;
+        }
+        let since = SystemTime::UNIX_EPOCH.checked_add(Duration::from_millis(since_ms))?;
+        Some(Self { attempt, host, pid, since })
+    }
+
+    /// A holder description for [`HolderInfo`]: "pid 4242 on build-7 (attempt …)", with the
+    /// start time.
+    pub fn holder(&self, token: FencingToken) -> HolderInfo {
+        HolderInfo::new(token, format!("pid {} on {} (attempt {})", self.pid, self.host, self.attempt))
+            .with_since(self.since)
+    }
+}
+
+/// This machine's host name, from the kernel, or `unknown`; only characters that keep the
+/// owner line parseable.
+fn host_name() -> String {
+    let raw = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_default();
+    let host: String =
+        raw.trim().chars().filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_')).take(253).collect();
+    if host.is_empty() { "unknown".to_owned() } else { host }
+}
+
 /// The protocol of one store: grant, refuse or queue acquisitions; inspect locks.
 ///
 /// Implementations must be cheap to share (`Arc<dyn LockBackend>`). See the module docs for
@@ -163,5 +229,26 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// [`Capabilities::inspect`] override it.
     async fn inspect(&self, lock: &LockName) -> Result<LockInfo> {
         Err(Error::backend(self.name(), Some(lock), "this backend cannot inspect locks"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn owner_meta_round_trips_and_refuses_other_text() {
+        let meta = OwnerMeta::current(Uuid::new_v4());
+        let decoded = OwnerMeta::decode(&meta.encode()).unwrap();
+        assert_eq!(decoded.attempt, meta.attempt);
+        assert_eq!((decoded.host.as_str(), decoded.pid), (meta.host.as_str(), meta.pid));
+        assert!(meta.since.duration_since(decoded.since).unwrap() < Duration::from_millis(1));
+        assert!(!meta.host.is_empty() && !meta.host.contains(' '));
+        for bad in ["", "x", "not-a-uuid h 1 2", &format!("{} h 1", meta.attempt), &format!("{} h 1 2 3", meta.attempt)]
+        {
+            assert_eq!(OwnerMeta::decode(bad), None, "{bad:?}");
+        }
+        assert!(meta.holder(FencingToken::new(3)).owner.contains(&format!("pid {}", meta.pid)));
     }
 }

@@ -52,7 +52,7 @@ mod options;
 mod signal;
 mod token;
 
-pub use backend::{HolderInfo, LockInfo};
+pub use backend::{HolderInfo, LockInfo, OwnerMeta};
 pub use capabilities::Capabilities;
 pub use error::{BoxError, Error, LossReason, Result};
 pub use guard::LockGuard;

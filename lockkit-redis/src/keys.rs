@@ -29,10 +29,10 @@ impl LockKeys {
         Self { fence: format!("{base}:fence"), channel: format!("{base}:released"), lock: base }
     }
 
-    /// The marker that voids acquisition `owner` once it was abandoned with its outcome
+    /// The marker that voids acquisition `attempt` once it was abandoned with its outcome
     /// unknown, so that a delayed request of it can never create a hold nobody renews.
-    pub(crate) fn void(&self, owner: &str) -> String {
-        format!("{}:void:{owner}", self.lock)
+    pub(crate) fn void(&self, attempt: &str) -> String {
+        format!("{}:void:{attempt}", self.lock)
     }
 }
 

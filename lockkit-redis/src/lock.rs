@@ -20,7 +20,9 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use lockkit_core::backend::{AcquireRequest, Grant, HeldLock, LockBackend, LockInfo};
-use lockkit_core::{Capabilities, Deadline, Error, HoldSignal, LockName, LossReason, Result, lease_deadline};
+use lockkit_core::{
+    Capabilities, Deadline, Error, HoldSignal, LockName, LossReason, OwnerMeta, Result, lease_deadline,
+};
 use tracing::Instrument;
 
 use crate::BACKEND;
@@ -76,8 +78,17 @@ impl RedisBackend {
     async fn acquire_inner(&self, request: AcquireRequest) -> Result<Option<Grant>> {
         let lock = request.lock;
         let keys = LockKeys::new(&self.settings.prefix, &lock);
-        let owner = request.attempt.to_string();
-        let mut doubt = Doubt::new(Arc::clone(&self.store), lock.clone(), keys.clone(), owner.clone(), &self.settings);
+        // The record's value: unique to this acquisition, and saying who took it.
+        let owner = OwnerMeta::current(request.attempt).encode();
+        let void = keys.void(&request.attempt.simple().to_string());
+        let mut doubt = Doubt::new(
+            Arc::clone(&self.store),
+            lock.clone(),
+            keys.clone(),
+            owner.clone(),
+            void.clone(),
+            &self.settings,
+        );
         let mut interest: Option<Interest> = None;
         let mut failing_since: Option<Instant> = None;
         let mut backoff = Backoff::up_to(RETRY_MAX);
@@ -87,7 +98,7 @@ impl RedisBackend {
             }
             let sent_at = Instant::now();
             doubt.in_flight = true;
-            let reply = self.store.acquire(&lock, &keys, &owner, self.settings.lease_millis()).await;
+            let reply = self.store.acquire(&lock, &keys, &owner, &void, self.settings.lease_millis()).await;
             doubt.in_flight = false;
             let lease_left = match reply {
                 Ok(AcquireReply::Granted(token)) => {
@@ -213,17 +224,25 @@ struct Doubt {
     lock: LockName,
     keys: LockKeys,
     owner: String,
+    void: String,
     void_ms: u64,
     in_flight: bool,
     ambiguous: bool,
 }
 
 impl Doubt {
-    fn new(store: Arc<Store>, lock: LockName, keys: LockKeys, owner: String, settings: &Settings) -> Self {
+    fn new(
+        store: Arc<Store>,
+        lock: LockName,
+        keys: LockKeys,
+        owner: String,
+        void: String,
+        settings: &Settings,
+    ) -> Self {
         // The void marker outlives any try that can still be on its way: several leases,
         // and at least a minute.
         let void_ms = settings.lease_millis().saturating_mul(4).max(60_000);
-        Self { store, lock, keys, owner, void_ms, in_flight: false, ambiguous: false }
+        Self { store, lock, keys, owner, void, void_ms, in_flight: false, ambiguous: false }
     }
 
     /// The acquisition was granted: nothing to abandon.
@@ -242,15 +261,21 @@ impl Drop for Doubt {
             tracing::warn!(lock = %self.lock, "an acquisition in doubt was dropped outside a runtime; a hold it may have taken expires with its lease");
             return;
         };
-        let (store, lock, keys, owner, void_ms) =
-            (Arc::clone(&self.store), self.lock.clone(), self.keys.clone(), self.owner.clone(), self.void_ms);
+        let (store, lock, keys, owner, void, void_ms) = (
+            Arc::clone(&self.store),
+            self.lock.clone(),
+            self.keys.clone(),
+            self.owner.clone(),
+            self.void.clone(),
+            self.void_ms,
+        );
         let span = tracing::debug_span!("lockkit.redis.abandon", lock = %lock);
         let task = async move {
             let mut backoff = Backoff::up_to(RETRY_MAX);
             // Keep trying for a lease: past it, any hold the acquisition took has expired.
             let give_up = Instant::now() + Duration::from_millis(void_ms / 4);
             loop {
-                match store.abandon(&lock, &keys, &owner, void_ms).await {
+                match store.abandon(&lock, &keys, &owner, &void, void_ms).await {
                     Ok(freed) => {
                         tracing::debug!(freed, "abandoned an acquisition in doubt");
                         return;

@@ -79,7 +79,8 @@ impl RedisLockProvider {
     }
 
     /// The key of a lock's record, for operators looking at the server (`redis-cli GET`):
-    /// it holds the owner id of the current hold, with the remaining lease as its TTL.
+    /// it holds the current hold's owner line (attempt id, host, pid, start time in Unix
+    /// milliseconds), with the remaining lease as its TTL.
     pub fn record_key(&self, lock: &LockName) -> String {
         LockKeys::new(&self.backend.settings().prefix, lock).lock
     }

@@ -10,7 +10,7 @@ use std::future::Future;
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use lockkit_core::{Error, FencingToken, HolderInfo, LockInfo, LockName, Result};
+use lockkit_core::{Error, FencingToken, HolderInfo, LockInfo, LockName, OwnerMeta, Result};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{ErrorKind, RedisError, Script, ServerErrorKind, Value};
 use tokio::sync::OnceCell;
@@ -128,15 +128,15 @@ impl Store {
         lock: &LockName,
         keys: &LockKeys,
         owner: &str,
+        void: &str,
         lease_ms: u64,
     ) -> Result<AcquireReply> {
-        let void = keys.void(owner);
         let (code, value): (i64, i64) = self
             .run(Some(lock), |mut connection| async move {
                 ACQUIRE
                     .key(&keys.lock)
                     .key(&keys.fence)
-                    .key(&void)
+                    .key(void)
                     .arg(owner)
                     .arg(lease_ms)
                     .invoke_async(&mut connection)
@@ -167,16 +167,22 @@ impl Store {
         Ok(Ownership::from_code(code))
     }
 
-    /// Runs the abandon script: voids acquisition `owner` for `void_ms` and frees the lock if
-    /// a try of it was granted.
-    pub(crate) async fn abandon(&self, lock: &LockName, keys: &LockKeys, owner: &str, void_ms: u64) -> Result<bool> {
-        let void = keys.void(owner);
+    /// Runs the abandon script: sets the void marker `void` for `void_ms` and frees the lock
+    /// if a try of acquisition `owner` was granted.
+    pub(crate) async fn abandon(
+        &self,
+        lock: &LockName,
+        keys: &LockKeys,
+        owner: &str,
+        void: &str,
+        void_ms: u64,
+    ) -> Result<bool> {
         let code: i64 = self
             .run(Some(lock), |mut connection| async move {
                 ABANDON
                     .key(&keys.lock)
                     .key(&keys.channel)
-                    .key(&void)
+                    .key(void)
                     .arg(owner)
                     .arg(void_ms)
                     .invoke_async(&mut connection)
@@ -231,8 +237,12 @@ impl Store {
         };
         let text = |value: &Value| redis::from_redis_value_ref::<String>(value).ok();
         let owner = text(owner).unwrap_or_default();
-        let token = text(token).and_then(|t| t.parse::<u64>().ok()).unwrap_or(0);
-        let mut holder = HolderInfo::new(FencingToken::new(token), owner);
+        let token = FencingToken::new(text(token).and_then(|t| t.parse::<u64>().ok()).unwrap_or(0));
+        // Records written by lockkit carry who took them; anything else is shown as is.
+        let mut holder = match OwnerMeta::decode(&owner) {
+            Some(meta) => meta.holder(token),
+            None => HolderInfo::new(token, owner),
+        };
         if let Ok(left) = redis::from_redis_value_ref::<i64>(pttl)
             && let Ok(left) = u64::try_from(left)
         {

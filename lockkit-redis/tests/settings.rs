@@ -68,6 +68,10 @@ async fn database_and_prefix_are_honoured() {
     let _: () = redis::cmd("SELECT").arg(5).query_async(&mut admin).await.unwrap();
     let exists: i64 = redis::cmd("EXISTS").arg(&key).query_async(&mut admin).await.unwrap();
     assert_eq!(exists, 1, "the record lives in database 5");
+    let holder = provider.inspect(&name).await.unwrap().holder.unwrap();
+    assert_eq!(holder.token, guard.token());
+    assert!(holder.owner.contains(&format!("pid {}", std::process::id())), "who holds it: {}", holder.owner);
+    assert!(holder.since.is_some() && holder.lease_left.is_some());
     guard.release().await.unwrap();
 }
 

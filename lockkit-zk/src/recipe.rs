@@ -23,7 +23,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use async_trait::async_trait;
 use lockkit_core::backend::{AcquireRequest, Grant, HeldLock, HolderInfo, LockBackend, LockInfo};
-use lockkit_core::{Capabilities, Deadline, Error, FencingToken, HoldEnd, HoldSignal, LockName, LossReason, Result};
+use lockkit_core::{
+    Capabilities, Deadline, Error, FencingToken, HoldEnd, HoldSignal, LockName, LossReason, OwnerMeta, Result,
+};
 use tokio::runtime::Handle;
 use tracing::Instrument;
 use uuid::Uuid;
@@ -148,12 +150,14 @@ impl ZkBackend {
         let client = &session.client;
         let node_options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(&session.acls));
         let parent_options = zk::CreateMode::Container.with_acls(zk::Acls::new(&session.acls));
+        // The node's data says who took it, for `inspect` and status displays.
+        let owner = OwnerMeta::current(pending.attempt).encode();
         for _ in 0..RETRIES {
             let sent_at = Instant::now();
             // Each call below sends its request at once; the replies come back in this order.
             let known = self.parent_known(parent);
             let make_parent = (!known).then(|| client.create(parent, &[], &parent_options));
-            let create = client.create(&prefix, &[], &node_options);
+            let create = client.create(&prefix, owner.as_bytes(), &node_options);
             pending.sent = true;
             let list = known.then(|| client.list_children(parent));
             if let Some(make_parent) = make_parent {
@@ -603,17 +607,24 @@ impl LockBackend for ZkBackend {
             let queue = queue(&children);
             let Some(first) = queue.first() else { return Ok(LockInfo::new(None, Some(0))) };
             let path = format!("{parent}/{}", first.name);
-            let stat = match session.client.check_stat(&path).await {
-                Ok(Some(stat)) => stat,
-                Ok(None) => continue,
+            let (data, stat) = match session.client.get_data(&path).await {
+                Ok(found) => found,
+                Err(zk::Error::NoNode) => continue,
                 Err(ref error) if is_loss(error) => continue,
                 Err(error) => return Err(map(error, Some(lock))),
             };
             let token = FencingToken::new(u64::try_from(stat.czxid).unwrap_or(0));
-            let mut holder = HolderInfo::new(token, first.attempt.to_string());
-            if let Ok(ms) = u64::try_from(stat.ctime) {
-                holder = holder.with_since(SystemTime::UNIX_EPOCH + Duration::from_millis(ms));
-            }
+            let meta = std::str::from_utf8(&data).ok().and_then(OwnerMeta::decode);
+            let holder = match meta {
+                Some(meta) => meta.holder(token),
+                None => {
+                    let holder = HolderInfo::new(token, first.attempt.to_string());
+                    match u64::try_from(stat.ctime) {
+                        Ok(ms) => holder.with_since(SystemTime::UNIX_EPOCH + Duration::from_millis(ms)),
+                        Err(_) => holder,
+                    }
+                }
+            };
             return Ok(LockInfo::new(Some(holder), Some(queue.len() - 1)));
         }
         Err(Error::connection(BACKEND, Some(lock), "the lock's queue kept changing while inspecting it"))

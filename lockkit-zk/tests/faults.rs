@@ -321,7 +321,10 @@ fn vanished_lock_znode_is_made_again_and_tokens_keep_growing() {
         let second = lock.acquire().await.unwrap();
         assert!(second.token() > token);
         let info = a.inspect(&name).await.unwrap();
-        assert_eq!(info.holder.map(|holder| holder.token), Some(second.token()));
+        let holder = info.holder.unwrap();
+        assert_eq!(holder.token, second.token());
+        assert!(holder.owner.contains(&format!("pid {}", std::process::id())), "who holds it: {}", holder.owner);
+        assert!(holder.since.is_some());
         assert_eq!(info.waiters, Some(0));
         let (_, stat) = h.admin().get_data(&h.lock_znode(&name)).await.unwrap();
         assert_eq!(stat.ephemeral_owner, 0);
