@@ -215,7 +215,7 @@ fn connect_file(url: &ParsedUrl<'_>) -> Result<Arc<dyn LockProvider>> {
             ),
         ));
     };
-    Err(invalid("file", format!("the file backend is not built yet (directory {})", dir.display())))
+    Ok(Arc::new(lockkit_file::FileLockProvider::open(dir)?))
 }
 
 /// The default directory of the file backend: per user, so users do not share locks.
@@ -344,6 +344,18 @@ mod tests {
         assert!(message(connect("file://relative/dir").await).contains("three slashes"));
         let leaked = message(connect("redis://u:s3cret@127.0.0.1:1/?bogus=1").await);
         assert!(!leaked.contains("s3cret"), "{leaked}");
+    }
+
+    #[tokio::test]
+    async fn file_urls_open_a_directory() {
+        let dir = std::env::temp_dir().join(format!("lockkit-url-test-{}", std::process::id()));
+        let url = format!("file://{}", dir.display());
+        let (a, b) = (connect(&url).await.unwrap(), connect(&url).await.unwrap());
+        let guard = a.lock("x").unwrap().acquire().await.unwrap();
+        assert!(b.lock("x").unwrap().try_acquire().await.unwrap().is_none(), "same directory, same locks");
+        guard.release().await.unwrap();
+        assert!(message(connect(&format!("{url}?ttl=1s")).await).contains("takes: none"));
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[tokio::test]
