@@ -40,10 +40,11 @@ pub(crate) async fn run(args: RunArgs) -> Result<Code, Failure> {
     // Everything before the command starts gives up at once on a signal: dropping the
     // futures leaves nothing behind (acquisition is cancel safe).
     let provider = tokio::select! {
-        provider = target.connect(args.ttl.is_some()) => provider?,
+        provider = target.connect(&args.name, args.ttl.is_some()) => provider?,
         signal = signals.recv() => return Ok(interrupted_early(signal, &what)),
     };
-    let lock = provider.lock(&args.name).map_err(|error| Failure::from_lock_error(&error, "cannot use this lock"))?;
+    let lock =
+        provider.lock(&args.name).map_err(|error| Failure::from_lock_error(&error, &format!("cannot use {what}")))?;
 
     // One round trip first, so that an unreachable store fails at once rather than after the
     // backend rode out a lease's worth of reconnects.
@@ -54,7 +55,10 @@ pub(crate) async fn run(args: RunArgs) -> Result<Code, Failure> {
     if let Err(error) = probe
         && exit::code_of(&error) == UNAVAILABLE
     {
-        return Err(Failure::from_lock_error(&error, &format!("cannot reach {}", target.shown())));
+        return Err(Failure::from_lock_error(
+            &error,
+            &format!("cannot reach {} for lock {:?}", target.shown(), args.name),
+        ));
     }
 
     let wait = match (args.no_wait, args.wait) {

@@ -12,7 +12,7 @@ use crate::target::Target;
 /// Runs `lockkit status`; exits 0 whether the lock is held or free.
 pub(crate) async fn status(args: StatusArgs) -> Result<Code, Failure> {
     let target = Target::resolve(args.url);
-    let provider = target.connect(false).await?;
+    let provider = target.connect(&args.name, false).await?;
     let info = provider.inspect(&args.name).await.map_err(|error| {
         Failure::from_lock_error(&error, &format!("cannot read lock {:?} on {}", args.name, target.shown()))
     })?;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use lockkit::LockProvider;
 
-use crate::exit::{Failure, USAGE};
+use crate::exit::{self, Failure, UNAVAILABLE, USAGE};
 
 /// A store URL and where it came from.
 #[derive(Debug, Clone)]
@@ -26,7 +26,7 @@ impl Target {
         let (url, source) = match flag {
             Some(url) => (url, "--url"),
             None if env_set => (lockkit::url_from_env(), "LOCKKIT_URL"),
-            None => (lockkit::url_from_env(), "the default URL"),
+            None => (lockkit::url_from_env(), "the default"),
         };
         let shown = lockkit::redact(&url);
         Self { url, shown, source }
@@ -50,11 +50,17 @@ impl Target {
         &self.shown
     }
 
-    /// Connects to the store. `ttl_given` says whether `--ttl` added the `ttl` option, to
-    /// explain a backend's refusal of it.
-    pub(crate) async fn connect(&self, ttl_given: bool) -> Result<Arc<dyn LockProvider>, Failure> {
+    /// Connects to the store for `lock`. `ttl_given` says whether `--ttl` added the `ttl`
+    /// option, to explain a backend's refusal of it.
+    pub(crate) async fn connect(&self, lock: &str, ttl_given: bool) -> Result<Arc<dyn LockProvider>, Failure> {
         lockkit::connect(&self.url).await.map_err(|error| {
-            let mut failure = Failure::from_lock_error(&error, &format!("cannot use {} ({})", self.shown, self.source));
+            let verb = match exit::code_of(&error) {
+                UNAVAILABLE => "cannot reach",
+                USAGE => "cannot use",
+                _ => "cannot connect to",
+            };
+            let context = format!("{verb} {} (from {}) for lock {lock:?}", self.shown, self.source);
+            let mut failure = Failure::from_lock_error(&error, &context);
             if ttl_given && failure.code == USAGE && failure.message.contains("ttl") {
                 failure.message.push_str(" (--ttl sets the URL's ttl option; this backend has no lease to set)");
             }

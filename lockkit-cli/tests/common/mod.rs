@@ -72,6 +72,11 @@ pub async fn run(args: &[&str], within: Duration) -> Finished {
 }
 
 impl Lockkit {
+    /// lockkit's process id.
+    pub fn pid(&self) -> i32 {
+        self.pid.as_raw_nonzero().get()
+    }
+
     /// Sends `signal` to lockkit itself (not to its command).
     pub fn signal(&self, signal: Signal) {
         kill_process(self.pid, signal).expect("lockkit is alive to be signalled");
