@@ -162,6 +162,10 @@ impl Harness for RedisHarness {
         Ok(())
     }
 
+    fn child_env(&self) -> Result<Vec<(String, String)>, Unsupported> {
+        Ok(vec![(lockkit_testkit::fixture::REDIS_URL_ENV.to_owned(), format!("redis://{}/", self.upstream))])
+    }
+
     async fn invalid_configs(&self) -> Vec<(String, lockkit_core::Result<()>)> {
         let url = format!("redis://{}/", self.upstream);
         let attempt = |what: &str, builder: RedisLockProviderBuilder| (what.to_owned(), builder.build().map(drop));

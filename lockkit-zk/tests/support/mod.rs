@@ -28,6 +28,9 @@ enum Store {
 
 /// The harness: a ZooKeeper server (shared or its own), an admin client and a base path of
 /// its own.
+/// The base path a child process of a cross-process case uses (set by `child_env`).
+const BASE_ENV: &str = "LOCKKIT_ZK_TEST_BASE";
+
 pub struct ZkHarness {
     store: Store,
     upstream: SocketAddr,
@@ -59,7 +62,11 @@ impl ZkHarness {
             .connect(&connect_string)
             .await
             .expect("the admin client connects");
-        let base = format!("/lockkit-test-{}", uuid::Uuid::new_v4().simple());
+        // A child process of a cross-process case joins its parent's base path.
+        let base = std::env::var(BASE_ENV)
+            .ok()
+            .filter(|base| !base.is_empty())
+            .unwrap_or_else(|| format!("/lockkit-test-{}", uuid::Uuid::new_v4().simple()));
         ZkHarness { store, upstream, connect_string, base, admin }
     }
 
@@ -185,6 +192,13 @@ impl Harness for ZkHarness {
                 Ok(())
             }
         }
+    }
+
+    fn child_env(&self) -> Result<Vec<(String, String)>, Unsupported> {
+        Ok(vec![
+            (lockkit_testkit::fixture::ZK_ADDR_ENV.to_owned(), self.connect_string.clone()),
+            (BASE_ENV.to_owned(), self.base.clone()),
+        ])
     }
 
     async fn invalid_configs(&self) -> Vec<(String, lockkit_core::Result<()>)> {
