@@ -26,11 +26,11 @@ pub(crate) enum Command {
     /// Run a command while holding a lock; stop it if the lock is lost.
     ///
     /// Waits for the lock NAME (forever, unless --wait or --no-wait), then runs COMMAND with
-    /// LOCKKIT_LOCK=<name> and LOCKKIT_FENCING_TOKEN=<token> in its environment and passes its
-    /// exit code on. Send the fencing token with every write the lock protects. When the hold
+    /// LOCKKIT_LOCK (the lock's name) and LOCKKIT_FENCING_TOKEN (the hold's fencing token) in
+    /// its environment and passes its exit code on. Send the fencing token with every write the lock protects. When the hold
     /// is lost, the command gets SIGTERM, then SIGKILL after --grace, and lockkit exits 70.
     /// SIGINT, SIGTERM and SIGHUP to lockkit stop the command the same way and release the lock.
-    #[command(after_help = exit::RUN_TABLE)]
+    #[command(after_help = exit::RUN_TABLE, override_usage = "lockkit run [OPTIONS] <NAME> [--] <COMMAND>...")]
     Run(RunArgs),
     /// Show whether a lock is held, by whom, with which fencing token.
     ///
