@@ -173,15 +173,23 @@ async fn check_forever(backend: Weak<FileBackend>, every: Duration) {
             }
             watched.holds.iter().map(|(id, hold)| (*id, hold.path.clone(), hold.file)).collect()
         };
-        for (id, path, file) in holds {
-            match file.is_at(&path) {
-                Ok(true) => {}
-                Ok(false) => {
-                    if let Some(hold) = backend.watched().holds.remove(&id) {
-                        hold.signal.lose(LossReason::RecordGone);
-                    }
+        // One stat per hold: on a blocking thread, as there may be many.
+        let gone = tokio::task::spawn_blocking(move || {
+            let mut gone = Vec::new();
+            for (id, path, file) in holds {
+                match file.is_at(&path) {
+                    Ok(true) => {}
+                    Ok(false) => gone.push(id),
+                    Err(error) => tracing::debug!(%error, path = %path.display(), "cannot check a held lock file"),
                 }
-                Err(error) => tracing::debug!(%error, path = %path.display(), "cannot check a held lock file"),
+            }
+            gone
+        })
+        .await
+        .unwrap_or_default();
+        for id in gone {
+            if let Some(hold) = backend.watched().holds.remove(&id) {
+                hold.signal.lose(LossReason::RecordGone);
             }
         }
     }
