@@ -5,17 +5,17 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use lockkit_core::backend::{AcquireRequest, Grant, HeldLock, HolderInfo, LockBackend, LockInfo};
-use lockkit_core::{Capabilities, Deadline, Error, FencingToken, HoldSignal, LockName, LossReason, Result};
+use lockkit_core::backend::{AcquireRequest, Grant, HeldLock, LockBackend, LockInfo};
+use lockkit_core::{Capabilities, Deadline, Error, FencingToken, HoldSignal, LockName, LossReason, OwnerMeta, Result};
 use tracing::Instrument;
 
 use crate::BACKEND;
 use crate::lockfile::{self, FileId, LockedFile, Probe};
 use crate::names::lock_path;
-use crate::record::{Holder, Record, host_name, next_token};
+use crate::record::{Record, next_token};
 use crate::wakeups;
 
 /// The checked settings of a provider.
@@ -36,7 +36,6 @@ pub(crate) struct Settings {
 pub(crate) struct FileBackend {
     me: Weak<FileBackend>,
     settings: Settings,
-    host: String,
     watched: Mutex<Watched>,
 }
 
@@ -57,7 +56,7 @@ struct WatchedHold {
 
 impl FileBackend {
     pub(crate) fn new(settings: Settings) -> Arc<Self> {
-        Arc::new_cyclic(|me| Self { me: me.clone(), settings, host: host_name(), watched: Mutex::default() })
+        Arc::new_cyclic(|me| Self { me: me.clone(), settings, watched: Mutex::default() })
     }
 
     pub(crate) fn settings(&self) -> &Settings {
@@ -109,12 +108,7 @@ impl FileBackend {
     /// is dropped while the try runs, the try's result is dropped when it finishes, and a
     /// hold it took is freed then.
     async fn try_once(&self, request: &AcquireRequest, path: &Path) -> Result<Option<OpenHold>> {
-        let holder = Holder {
-            pid: std::process::id(),
-            since: SystemTime::now(),
-            host: self.host.clone(),
-            attempt: request.attempt.to_string(),
-        };
+        let holder = OwnerMeta::current(request.attempt);
         let job = {
             let path = path.to_path_buf();
             move || take(path, holder)
@@ -197,7 +191,7 @@ async fn check_forever(backend: Weak<FileBackend>, every: Duration) {
 
 /// Takes the lock file at `path` if free, issues the next token and records the holder,
 /// on disk before returning.
-fn take(path: PathBuf, holder: Holder) -> std::io::Result<Option<OpenHold>> {
+fn take(path: PathBuf, holder: OwnerMeta) -> std::io::Result<Option<OpenHold>> {
     let Some(locked) = lockfile::try_lock(&path)? else { return Ok(None) };
     let token = next_token(locked.read_record()?.token);
     // From here on, dropping `hold` frees the lock (an error below included).
@@ -297,7 +291,7 @@ impl LockBackend for FileBackend {
         let probe = lockfile::probe(&path).map_err(|error| io_error(lock, &path, &error))?;
         let holder = match probe {
             Probe::Found { record: Record { token: Some(token), holder: Some(holder) }, held: true } => {
-                Some(HolderInfo::new(FencingToken::new(token), holder.owner()).with_since(holder.since))
+                Some(holder.holder(FencingToken::new(token)))
             }
             Probe::Found { .. } | Probe::Missing => None,
         };

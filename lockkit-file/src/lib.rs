@@ -52,8 +52,10 @@
 //!   flock, and wakes this process's waiters.
 //! - **Inspection.** [`inspect`](lockkit_core::LockProvider::inspect) reads the record and,
 //!   when it names a holder, checks with an instant's shared flock that the holder is alive.
-//!   It reports the holder's token, `pid … on host, attempt …` and since when; the waiter
-//!   count is unknown across processes.
+//!   It reports the holder's token, `pid … on host (attempt …)` and since when (the core's
+//!   `OwnerMeta`, as on Redis and ZooKeeper); the waiter count is unknown across processes.
+//!   The record is written just after the flock is taken, so for that instant a new hold
+//!   can still read as free.
 //!
 //! # What is left on disk
 //!

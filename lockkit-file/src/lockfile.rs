@@ -196,14 +196,11 @@ mod tests {
 
     #[test]
     fn probe_tells_a_dead_holder_from_a_live_one() {
-        use std::time::SystemTime;
-
-        use crate::record::Holder;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("p.lock");
         assert!(matches!(probe(&path).unwrap(), Probe::Missing));
         let held = try_lock(&path).unwrap().unwrap();
-        let holder = Holder { pid: 1, since: SystemTime::now(), host: "h".into(), attempt: "a".into() };
+        let holder = lockkit_core::OwnerMeta::current(uuid::Uuid::new_v4());
         held.write_record(&Record { token: Some(3), holder: Some(holder) }, false).unwrap();
         assert!(matches!(probe(&path).unwrap(), Probe::Found { held: true, .. }));
         drop(held);

@@ -8,40 +8,24 @@
 //! ```text
 //! lockkit-file 1
 //! token 1732190000123456
-//! held 1234 1732190000.123456789 myhost 5f0c…-attempt-uuid
+//! held 5f0c8d2e-…-attempt-uuid myhost 1234 1732190000123
 //! ```
+//!
+//! After `held` comes the holder's [`OwnerMeta`] line (attempt, host, pid, since in ms), the
+//! same metadata the Redis and ZooKeeper backends keep.
 //!
 //! The third line is `free` when nobody holds the lock (or after a holder released it). A
 //! record that says `held` is only a claim: the flock on the file is the hold, and a holder
 //! that died leaves a `held` record behind whose flock the OS has freed.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use lockkit_core::OwnerMeta;
 
 /// The size of every record write.
 pub(crate) const RECORD_LEN: usize = 512;
 
 const HEADER: &str = "lockkit-file 1";
-const MAX_HOST: usize = 64;
-
-/// Who holds a lock, as its lock file says.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Holder {
-    /// The holder's process id.
-    pub(crate) pid: u32,
-    /// When the hold was granted.
-    pub(crate) since: SystemTime,
-    /// The holder's host name (spaces replaced, at most 64 bytes).
-    pub(crate) host: String,
-    /// The acquisition's attempt id.
-    pub(crate) attempt: String,
-}
-
-impl Holder {
-    /// The owner string of `HolderInfo`.
-    pub(crate) fn owner(&self) -> String {
-        format!("pid {} on {}, attempt {}", self.pid, self.host, self.attempt)
-    }
-}
 
 /// A parsed lock file.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -49,7 +33,7 @@ pub(crate) struct Record {
     /// The last token issued; `None` for a new, empty or unreadable file.
     pub(crate) token: Option<u64>,
     /// The holder the file names, if it says `held`.
-    pub(crate) holder: Option<Holder>,
+    pub(crate) holder: Option<OwnerMeta>,
 }
 
 impl Record {
@@ -62,7 +46,7 @@ impl Record {
         }
         let token = lines.next().and_then(|l| l.strip_prefix("token ")).and_then(|t| t.parse::<u64>().ok());
         let Some(token) = token else { return Self::default() };
-        let holder = lines.next().and_then(|l| l.strip_prefix("held ")).and_then(parse_holder);
+        let holder = lines.next().and_then(|l| l.strip_prefix("held ")).and_then(OwnerMeta::decode);
         Self { token: Some(token), holder }
     }
 
@@ -75,50 +59,20 @@ impl Record {
             text.push_str(&format!("token {token}\n"));
         }
         match &self.holder {
-            Some(h) => {
-                let since = h.since.duration_since(UNIX_EPOCH).unwrap_or_default();
-                text.push_str(&format!(
-                    "held {} {}.{:09} {} {}\n",
-                    h.pid,
-                    since.as_secs(),
-                    since.subsec_nanos(),
-                    h.host,
-                    h.attempt
-                ));
+            Some(holder) => {
+                text.push_str("held ");
+                text.push_str(&holder.encode());
+                text.push('\n');
             }
             None => text.push_str("free\n"),
         }
         let mut bytes = text.into_bytes();
-        // Host names are cut to 64 bytes and attempt ids are UUIDs, so this never cuts.
+        // Host names have at most 253 bytes and attempt ids are UUIDs, so this never cuts.
         bytes.truncate(RECORD_LEN - 1);
         bytes.resize(RECORD_LEN - 1, b' ');
         bytes.push(b'\n');
         bytes
     }
-}
-
-fn parse_holder(line: &str) -> Option<Holder> {
-    let mut parts = line.split(' ');
-    let pid = parts.next()?.parse().ok()?;
-    let (secs, nanos) = parts.next()?.split_once('.')?;
-    let since = UNIX_EPOCH + Duration::new(secs.parse().ok()?, nanos.parse().ok()?);
-    let host = parts.next()?.to_owned();
-    let attempt = parts.next()?.to_owned();
-    Some(Holder { pid, since, host, attempt })
-}
-
-/// This machine's host name, made safe for a record: no whitespace, at most 64 bytes.
-pub(crate) fn host_name() -> String {
-    let uname = rustix::system::uname();
-    let raw = uname.nodename().to_string_lossy();
-    let mut host: String = raw.chars().map(|c| if c.is_whitespace() || c.is_control() { '_' } else { c }).collect();
-    if host.is_empty() {
-        host.push_str("unknown");
-    }
-    while host.len() > MAX_HOST {
-        host.pop();
-    }
-    host
 }
 
 /// The token of a fresh acquisition, given the last token the lock file records.
@@ -142,12 +96,10 @@ mod tests {
 
     #[test]
     fn records_round_trip_at_a_fixed_size() {
-        let holder = Holder {
-            pid: 42,
-            since: UNIX_EPOCH + Duration::new(1_700_000_000, 123),
-            host: host_name(),
-            attempt: "5f0c8d2e-0000-4000-8000-000000000000".into(),
-        };
+        let mut holder = OwnerMeta::current(uuid::Uuid::new_v4());
+        holder.host = "h".repeat(253);
+        // The line keeps milliseconds.
+        holder.since = UNIX_EPOCH + std::time::Duration::from_millis(1_700_000_000_123);
         for record in
             [Record { token: Some(7), holder: Some(holder.clone()) }, Record { token: Some(u64::MAX), holder: None }]
         {
