@@ -33,9 +33,14 @@ impl FileHarness {
         }
     }
 
-    /// A harness on a new temporary directory.
+    /// A harness on a new temporary directory, under the target directory: the kit keeps its
+    /// shared harness in a static, which is never dropped, so the shared directory is left
+    /// there rather than in the system's temporary directory.
     pub fn temporary() -> Self {
-        let temp = tempfile::Builder::new().prefix("lockkit-file-test-").tempdir().expect("a temporary directory");
+        let temp = tempfile::Builder::new()
+            .prefix("lockkit-file-test-")
+            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+            .expect("a temporary directory");
         Self { dir: temp.path().to_path_buf(), _temp: Some(temp) }
     }
 
