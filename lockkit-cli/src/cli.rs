@@ -39,6 +39,18 @@ pub(crate) enum Command {
     /// or free.
     #[command(after_help = exit::STATUS_TABLE)]
     Status(StatusArgs),
+    /// Measure the store: lock latencies and rates against its raw round trip.
+    ///
+    /// In one run, on the store named by --url: the floor (the raw round trip of the same
+    /// client library: Redis PING; ZooKeeper exists and create+delete of an ephemeral node;
+    /// none for mem:// and file://), one client's acquire+release cycles, --clients clients
+    /// on one lock (acquisitions/s, share passed to another client, hand-off and wait
+    /// latency), --locks locks held for a few renewal rounds (round trips per tick, client CPU
+    /// and memory per held lock) and --locks distinct locks one after another and at once.
+    /// Every figure comes with its ratio to the floor's p50 of the same run. Lock names start
+    /// with lockkit-bench/; a run takes about 2 × --duration plus the many-locks phases.
+    #[command(after_help = crate::bench::EXIT_TABLE)]
+    Bench(BenchArgs),
 }
 
 /// `lockkit run`.
@@ -88,6 +100,31 @@ pub(crate) struct StatusArgs {
     pub(crate) json: bool,
 }
 
+/// `lockkit bench`.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct BenchArgs {
+    #[arg(long, value_name = "URL", help = URL_HELP)]
+    pub(crate) url: Option<String>,
+
+    /// Clients contending for one lock, each with its own connection or session.
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u32).range(2..=1000))]
+    pub(crate) clients: u32,
+
+    /// How long the uncontended and the contended phases each run (500ms, 10s, 1m).
+    #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "5s")]
+    pub(crate) duration: Duration,
+
+    /// How many distinct locks the many-locks and the upkeep phases use.
+    #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub(crate) locks: u32,
+
+    /// Print one JSON object instead of the table: url, backend, settings, floor_kind (null: no floor), one
+    /// object per phase (figures with their unit in the key, and `<figure>_ratio`),
+    /// targets, notes.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
 fn duration(text: &str) -> Result<Duration, String> {
     lockkit::parse_duration(text)
 }
@@ -117,6 +154,18 @@ mod tests {
             let Ok(Cli { command: Command::Run(run) }) = cli else { panic!("{cli:?}") };
             assert_eq!(run.command, ["sh", "-c", "exit 3"]);
         }
+    }
+
+    #[test]
+    fn bench_has_defaults_and_checks_its_numbers() {
+        let cli = Cli::try_parse_from(["lockkit", "bench"]).map_err(|e| e.to_string());
+        let Ok(Cli { command: Command::Bench(bench) }) = cli else { panic!("{cli:?}") };
+        assert_eq!(
+            (bench.clients, bench.duration, bench.locks, bench.json),
+            (8, Duration::from_secs(5), 10_000, false)
+        );
+        assert!(Cli::try_parse_from(["lockkit", "bench", "--clients", "1"]).is_err());
+        assert!(Cli::try_parse_from(["lockkit", "bench", "--duration", "5"]).is_err());
     }
 
     #[test]

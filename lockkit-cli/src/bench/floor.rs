@@ -1,0 +1,167 @@
+//! The floor: the raw round trip of the same client library to the same server, measured in
+//! the same run as the lock figures. Redis: `PING` on a plain multiplexed connection of the
+//! `redis` crate. ZooKeeper: `exists` of the base path, and create+delete of an ephemeral
+//! node, on a session of zookeeper-client (the `create` is the write a lock needs; the
+//! `exists` the cheapest request). The memory and file backends make no network round trip,
+//! so they have no floor.
+
+use std::time::{Duration, Instant};
+
+use lockkit::zk::ZkLockProvider;
+use lockkit::zk::zookeeper_client as zk;
+
+use super::Url;
+use crate::exit::{BACKEND, Failure, UNAVAILABLE};
+
+/// A connection on which raw round trips are timed.
+pub(crate) enum Floor {
+    /// A plain connection of the `redis` crate.
+    Redis(redis::aio::MultiplexedConnection),
+    /// A ZooKeeper session of its own, and the znodes it plays with.
+    Zk(ZkFloor),
+}
+
+/// The ZooKeeper side of the floor.
+pub(crate) struct ZkFloor {
+    /// Kept so that the session lives as long as the floor.
+    _provider: ZkLockProvider,
+    client: zk::Client,
+    /// The base path (the parent of every lock's znode): the target of `exists`.
+    root: String,
+    /// An ephemeral node created and deleted for the create+delete floor.
+    node: String,
+    /// A container for the recipe's own requests sent raw.
+    recipe_dir: String,
+}
+
+/// One raw sample of each kind the floor has.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Sample {
+    /// Redis PING, or ZooKeeper create+delete: the floor of the ratios.
+    pub(crate) main: Duration,
+    /// ZooKeeper `exists`.
+    pub(crate) exists: Option<Duration>,
+    /// ZooKeeper: the lock recipe's own requests sent raw (a sequential create and the
+    /// children list pipelined, then the delete).
+    pub(crate) recipe: Option<Duration>,
+}
+
+impl Floor {
+    /// Opens the floor's connection for `url`; `None` for the memory and file backends.
+    pub(crate) async fn open(url: &Url) -> Result<Option<Floor>, Failure> {
+        match url.scheme.as_str() {
+            "redis" | "rediss" => {
+                let unreachable =
+                    |e: redis::RedisError| Failure::new(UNAVAILABLE, format!("floor: cannot reach {}: {e}", url.shown));
+                let client = redis::Client::open(url.base.as_str()).map_err(unreachable)?;
+                let connection = client.get_multiplexed_async_connection().await.map_err(unreachable)?;
+                Ok(Some(Floor::Redis(connection)))
+            }
+            "zk" => {
+                let mut builder = ZkLockProvider::builder().connect_string(url.base.clone());
+                if let Some(base) = url.option("base") {
+                    builder = builder.base_path(base);
+                }
+                if let Some(timeout) = url.duration("session_timeout").or_else(|| url.duration("ttl")) {
+                    builder = builder.session_timeout(timeout);
+                }
+                let provider = builder.build().await.map_err(|e| {
+                    Failure::from_lock_error(&e, &format!("floor: cannot open a session on {}", url.shown))
+                })?;
+                let client = provider
+                    .zk_client()
+                    .await
+                    .map_err(|e| Failure::from_lock_error(&e, &format!("floor: no session on {}", url.shown)))?;
+                let probe = provider.lock_path("probe").map_err(|e| Failure::from_lock_error(&e, "floor"))?;
+                let root = probe.rsplit_once('/').map(|(root, _)| root.to_owned()).unwrap_or_default();
+                let id = super::run_id();
+                let recipe_dir = format!("{root}/lockkit-bench-floor-{id}-recipe");
+                let container = zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
+                client.create(&recipe_dir, &[], &container).await.map_err(|e| zk_failure(url, &e))?;
+                Ok(Some(Floor::Zk(ZkFloor {
+                    _provider: provider,
+                    client,
+                    node: format!("{root}/lockkit-bench-floor-{id}"),
+                    root,
+                    recipe_dir,
+                })))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// What the floor is, for the report.
+    pub(crate) fn describe(&self) -> &'static str {
+        match self {
+            Floor::Redis(_) => "Redis PING on a plain connection of the redis crate",
+            Floor::Zk(_) => "ZooKeeper create+delete of an ephemeral node (zookeeper-client, one session)",
+        }
+    }
+
+    /// Times one sample of each kind.
+    pub(crate) async fn sample(&mut self, url: &Url) -> Result<Sample, Failure> {
+        match self {
+            Floor::Redis(connection) => {
+                let start = Instant::now();
+                let _: String = redis::cmd("PING")
+                    .query_async(connection)
+                    .await
+                    .map_err(|e| Failure::new(UNAVAILABLE, format!("floor: PING to {} failed: {e}", url.shown)))?;
+                Ok(Sample { main: start.elapsed(), ..Sample::default() })
+            }
+            Floor::Zk(floor) => {
+                let start = Instant::now();
+                floor.client.check_stat(&floor.root).await.map_err(|e| zk_failure(url, &e))?;
+                let exists = start.elapsed();
+
+                let ephemeral = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
+                let start = Instant::now();
+                floor.client.create(&floor.node, &[], &ephemeral).await.map_err(|e| zk_failure(url, &e))?;
+                floor.client.delete(&floor.node, None).await.map_err(|e| zk_failure(url, &e))?;
+                let main = start.elapsed();
+
+                let sequential = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+                let prefix = format!("{}/n-", floor.recipe_dir);
+                let start = Instant::now();
+                let create = floor.client.create(&prefix, &[], &sequential);
+                let list = floor.client.list_children(&floor.recipe_dir);
+                let (_, sequence) = create.await.map_err(|e| zk_failure(url, &e))?;
+                list.await.map_err(|e| zk_failure(url, &e))?;
+                floor.client.delete(&format!("{prefix}{sequence}"), None).await.map_err(|e| zk_failure(url, &e))?;
+                let recipe = start.elapsed();
+                Ok(Sample { main, exists: Some(exists), recipe: Some(recipe) })
+            }
+        }
+    }
+
+    /// Redis only: the server's own time per call of the commands a lock uses, from
+    /// `INFO commandstats` (cumulative since the server started; `None` where refused).
+    pub(crate) async fn server_usec_per_call(&mut self) -> Vec<(String, f64)> {
+        let Floor::Redis(connection) = self else { return Vec::new() };
+        let Ok(info) = redis::cmd("INFO").arg("commandstats").query_async::<String>(connection).await else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for line in info.lines() {
+            // cmdstat_evalsha:calls=10,usec=71,usec_per_call=7.10,...
+            let Some((name, fields)) = line.strip_prefix("cmdstat_").and_then(|l| l.split_once(':')) else { continue };
+            if !matches!(name, "ping" | "evalsha" | "eval" | "subscribe" | "ssubscribe") {
+                continue;
+            }
+            let per_call =
+                fields.split(',').find_map(|f| f.strip_prefix("usec_per_call=")).and_then(|v| v.parse().ok());
+            if let Some(per_call) = per_call {
+                out.push((name.to_owned(), per_call));
+            }
+        }
+        out
+    }
+}
+
+fn zk_failure(url: &Url, error: &zk::Error) -> Failure {
+    let code = match error {
+        zk::Error::ConnectionLoss | zk::Error::SessionExpired | zk::Error::ClientClosed => UNAVAILABLE,
+        _ => BACKEND,
+    };
+    Failure::new(code, format!("floor: a raw ZooKeeper request to {} failed: {error}", url.shown))
+}

@@ -1,0 +1,622 @@
+//! `lockkit bench`: measures a lock store against the raw round trip of the same client
+//! library to the same server, in one run, like `redis-benchmark` for locks.
+//!
+//! Phases, in order (every lock name starts with `lockkit-bench/<run id>/`):
+//! 1. floor and uncontended, interleaved in rounds so both see the same load: the raw round
+//!    trip ([`floor`]) and one client's acquire+release cycles of one lock;
+//! 2. contended: `--clients` clients (each its own connection or session) on one lock, each
+//!    acquiring, recording, releasing, for `--duration`;
+//! 3. held-lock upkeep: `--locks` locks held for a few renewal rounds (Redis: round trips per
+//!    tick from the watchdog's counters), client CPU and resident memory per held lock;
+//! 4. many locks: `--locks` distinct locks acquired and released one after another, then all
+//!    at once on one client.
+
+mod floor;
+mod report;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use lockkit::{DistributedLock, LockProvider};
+use serde_json::Value;
+
+use self::floor::Floor;
+use self::report::{Latency, Report, Unit};
+use crate::cli::BenchArgs;
+use crate::exit::{Code, Failure, USAGE};
+use crate::target::Target;
+
+/// The table shown by `lockkit bench --help`.
+pub(crate) const EXIT_TABLE: &str = "\
+Exit status:
+  0    the run finished and the figures were printed
+  64   usage error: bad arguments, bad URL, bad duration
+  69   the store could not be reached
+  76   the store answered with an error (for example: permission denied)";
+
+/// A store URL split for the parts of the benchmark that need the backend's own client.
+/// The lock figures go through [`lockkit::connect`] with the URL as given.
+#[derive(Debug, Clone)]
+pub(crate) struct Url {
+    /// `redis`, `rediss`, `zk`, `file`, `mem`.
+    scheme: String,
+    /// `scheme://authority/path` without the query.
+    base: String,
+    /// The query options.
+    options: Vec<(String, String)>,
+    /// The URL with no password, for messages.
+    shown: String,
+}
+
+impl Url {
+    fn parse(url: &str, shown: &str) -> Self {
+        let url = url.trim();
+        let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme).to_owned();
+        let (base, query) = url.split_once('?').unwrap_or((url, ""));
+        let options = query
+            .split('&')
+            .filter(|pair| !pair.is_empty())
+            .map(|pair| {
+                let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+                (k.to_owned(), v.to_owned())
+            })
+            .collect();
+        Self { scheme, base: base.to_owned(), options, shown: shown.to_owned() }
+    }
+
+    fn option(&self, key: &str) -> Option<String> {
+        self.options.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone())
+    }
+
+    fn duration(&self, key: &str) -> Option<Duration> {
+        self.option(key).and_then(|text| lockkit::parse_duration(&text).ok())
+    }
+
+    fn backend(&self) -> &'static str {
+        match self.scheme.as_str() {
+            "redis" | "rediss" => "redis",
+            "zk" => "zk",
+            "file" => "file",
+            "mem" => "mem",
+            _ => "unknown",
+        }
+    }
+}
+
+/// A short id of this run, unique enough to keep runs on one server apart.
+pub(crate) fn run_id() -> String {
+    static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ID.get_or_init(|| {
+        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+        format!("{}-{nanos:x}", std::process::id())
+    })
+    .clone()
+}
+
+/// The runtime state every phase shares.
+struct Bench {
+    args: BenchArgs,
+    target: Target,
+    url: Url,
+    prefix: String,
+    provider: Arc<dyn LockProvider>,
+    floor: Option<Floor>,
+    /// The floor's p50 in µs, once measured.
+    floor_p50: Option<f64>,
+    report: Report,
+}
+
+/// Runs `lockkit bench`; prints the table (or `--json`) and exits 0.
+pub(crate) async fn bench(args: BenchArgs) -> Result<Code, Failure> {
+    let target = Target::resolve(args.url.clone());
+    let prefix = format!("lockkit-bench/{}", run_id());
+    let provider = target.connect(&prefix, false).await?;
+    // The same choice as Target::resolve: --url, else LOCKKIT_URL, else the default.
+    let raw_url = args.url.clone().unwrap_or_else(lockkit::url_from_env);
+    let url = Url::parse(&raw_url, target.shown());
+    if url.backend() == "file" && args.locks > 100_000 {
+        return Err(Failure::new(USAGE, "--locks above 100000 on file:// would leave as many lock files behind"));
+    }
+    let floor = Floor::open(&url).await?;
+    let report = Report {
+        url: url.shown.clone(),
+        backend: url.backend(),
+        settings: vec![
+            ("clients", Value::from(args.clients)),
+            ("duration_s", Value::from(args.duration.as_secs_f64())),
+            ("locks", Value::from(args.locks)),
+        ],
+        floor: floor.as_ref().map(|f| f.describe().to_owned()),
+        ..Report::default()
+    };
+    let mut bench = Bench { args, target, url, prefix, provider, floor, floor_p50: None, report };
+    bench.uncontended().await?;
+    bench.contended().await?;
+    bench.upkeep().await?;
+    bench.many_locks().await?;
+    bench.server_stats().await;
+    if bench.url.backend() == "file" {
+        bench.remove_lock_files();
+    }
+    if bench.args.json {
+        println!("{}", bench.report.json());
+    } else {
+        println!("{}", bench.report.table());
+    }
+    Ok(0)
+}
+
+impl Bench {
+    fn name(&self, what: &str) -> String {
+        format!("{}/{what}", self.prefix)
+    }
+
+    fn lock(&self, provider: &dyn LockProvider, name: &str) -> Result<Box<dyn DistributedLock>, Failure> {
+        provider.lock(name).map_err(|e| Failure::from_lock_error(&e, &format!("lock {name:?}")))
+    }
+
+    fn fail(&self, name: &str, what: &str) -> impl Fn(lockkit::Error) -> Failure + use<> {
+        let context = format!("{what} lock {name:?} on {}", self.target.shown());
+        move |e: lockkit::Error| Failure::from_lock_error(&e, &context)
+    }
+
+    /// `value ÷ floor p50`, when there is a floor.
+    fn ratio(&self, micros: f64) -> Option<f64> {
+        self.floor_p50.filter(|f| *f > 0.0).map(|f| micros / f)
+    }
+
+    /// For a rate: the rate times the floor's p50 (the share of one connection's raw round
+    /// trips per second).
+    fn rate_ratio(&self, per_second: f64) -> Option<f64> {
+        self.floor_p50.map(|f| per_second * f / 1e6)
+    }
+
+    /// Floor and uncontended cycles, interleaved in rounds of 100 for `--duration`.
+    async fn uncontended(&mut self) -> Result<(), Failure> {
+        let name = self.name("uncontended");
+        let lock = self.lock(&*self.provider, &name)?;
+        let fail = self.fail(&name, "acquire+release of");
+        // Warm up: connections, script cache, containers, allocator.
+        for _ in 0..100 {
+            lock.acquire().await.map_err(&fail)?.release().await.map_err(&fail)?;
+            if let Some(floor) = &mut self.floor {
+                floor.sample(&self.url).await?;
+            }
+        }
+        let (mut cycles, mut floor_main, mut floor_exists, mut floor_recipe) =
+            (Latency::new(), Latency::new(), Latency::new(), Latency::new());
+        let started = Instant::now();
+        let mut cycle_time = Duration::ZERO;
+        while started.elapsed() < self.args.duration || cycles.len() < 100 {
+            if let Some(floor) = &mut self.floor {
+                for _ in 0..100 {
+                    let sample = floor.sample(&self.url).await?;
+                    floor_main.record(sample.main);
+                    if let Some(exists) = sample.exists {
+                        floor_exists.record(exists);
+                    }
+                    if let Some(recipe) = sample.recipe {
+                        floor_recipe.record(recipe);
+                    }
+                }
+            }
+            let round = Instant::now();
+            for _ in 0..100 {
+                let start = Instant::now();
+                lock.acquire().await.map_err(&fail)?.release().await.map_err(&fail)?;
+                cycles.record(start.elapsed());
+            }
+            cycle_time += round.elapsed();
+        }
+        let section = "floor";
+        match self.url.backend() {
+            "redis" => {
+                self.floor_p50 = Some(floor_main.micros(0.5));
+                self.report.add_ratio(section, "ping_p50", "PING p50", floor_main.micros(0.5), Unit::Micros, Some(1.0));
+                self.report.add(section, "ping_p99", "PING p99", floor_main.micros(0.99), Unit::Micros);
+            }
+            "zk" => {
+                self.floor_p50 = Some(floor_main.micros(0.5));
+                let r = |v: f64| self.ratio(v);
+                let (e50, e99, c50, c99, r50) = (
+                    floor_exists.micros(0.5),
+                    floor_exists.micros(0.99),
+                    floor_main.micros(0.5),
+                    floor_main.micros(0.99),
+                    floor_recipe.micros(0.5),
+                );
+                let (re50, rr50) = (r(e50), r(r50));
+                self.report.add_ratio(section, "exists_p50", "exists p50", e50, Unit::Micros, re50);
+                self.report.add(section, "exists_p99", "exists p99", e99, Unit::Micros);
+                self.report.add_ratio(section, "create_delete_p50", "create+delete p50", c50, Unit::Micros, Some(1.0));
+                self.report.add(section, "create_delete_p99", "create+delete p99", c99, Unit::Micros);
+                self.report.add_ratio(
+                    section,
+                    "recipe_raw_p50",
+                    "recipe's requests raw (create+list, delete) p50",
+                    r50,
+                    Unit::Micros,
+                    rr50,
+                );
+            }
+            _ => {}
+        }
+        let section = "uncontended";
+        let rate = cycles.len() as f64 / cycle_time.as_secs_f64().max(1e-9);
+        let (p50, p99) = (cycles.micros(0.5), cycles.micros(0.99));
+        self.report.add(
+            "uncontended",
+            "cycles_measured",
+            "acquire+release cycles measured",
+            cycles.len() as f64,
+            Unit::Count,
+        );
+        self.report.add_ratio(section, "cycles", "cycles/s, one client", rate, Unit::PerSecond, self.rate_ratio(rate));
+        self.report.add_ratio(section, "cycle_p50", "cycle p50", p50, Unit::Micros, self.ratio(p50));
+        match self.url.backend() {
+            "redis" => self.report.target("≤ 2.2× PING p50", |_, r| r.is_some_and(|r| r <= 2.2)),
+            "zk" => self.report.target("≤ 1.3× create+delete p50", |_, r| r.is_some_and(|r| r <= 1.3)),
+            _ => {}
+        }
+        let p99_ratio = self.floor.as_ref().map(|_| p99 / floor_main.micros(0.99).max(1e-9));
+        self.report.add_ratio(section, "cycle_p99", "cycle p99 (÷ floor p99)", p99, Unit::Micros, p99_ratio);
+        Ok(())
+    }
+
+    /// `--clients` clients on one lock for `--duration`.
+    async fn contended(&mut self) -> Result<(), Failure> {
+        let name = self.name("contended");
+        let clients = usize::try_from(self.args.clients).unwrap_or(usize::MAX);
+        let mut locks = Vec::with_capacity(clients);
+        let mut providers = Vec::with_capacity(clients);
+        for _ in 0..clients {
+            let provider = self.target.connect(&name, false).await?;
+            locks.push(self.lock(&*provider, &name)?);
+            providers.push(provider);
+        }
+        /// The last release: by which client, when it started.
+        struct Last {
+            client: usize,
+            released_at: Instant,
+        }
+        let last: Arc<Mutex<Option<Last>>> = Arc::new(Mutex::new(None));
+        let stop = Arc::new(AtomicBool::new(false));
+        let start_gate = Arc::new(tokio::sync::Barrier::new(clients + 1));
+        let mut tasks = tokio::task::JoinSet::new();
+        for (client, lock) in locks.into_iter().enumerate() {
+            let (last, stop, gate) = (Arc::clone(&last), Arc::clone(&stop), Arc::clone(&start_gate));
+            let fail = self.fail(&name, "contended acquire of");
+            tasks.spawn(async move {
+                let (mut wait, mut handoff) = (Latency::new(), Latency::new());
+                let (mut acquisitions, mut handoffs) = (0_u64, 0_u64);
+                gate.wait().await;
+                while !stop.load(Ordering::Relaxed) {
+                    let asked = Instant::now();
+                    let guard = lock.acquire().await.map_err(&fail)?;
+                    let granted = Instant::now();
+                    wait.record(granted - asked);
+                    acquisitions += 1;
+                    {
+                        let mut last = last.lock().unwrap_or_else(PoisonError::into_inner);
+                        if let Some(previous) = last.take()
+                            && previous.client != client
+                        {
+                            handoffs += 1;
+                            handoff.record(granted.saturating_duration_since(previous.released_at));
+                        }
+                        // The tiny critical section: this bookkeeping.
+                        *last = Some(Last { client, released_at: Instant::now() });
+                    }
+                    guard.release().await.map_err(&fail)?;
+                }
+                Ok::<_, Failure>((wait, handoff, acquisitions, handoffs))
+            });
+        }
+        start_gate.wait().await;
+        let started = Instant::now();
+        tokio::time::sleep(self.args.duration).await;
+        stop.store(true, Ordering::Relaxed);
+        let (mut wait, mut handoff) = (Latency::new(), Latency::new());
+        let (mut acquisitions, mut handoffs) = (0_u64, 0_u64);
+        let mut per_client = Vec::with_capacity(clients);
+        while let Some(done) = tasks.join_next().await {
+            let (w, h, a, n) =
+                done.map_err(|e| Failure::new(crate::exit::BACKEND, format!("a contending client failed: {e}")))??;
+            wait.merge(&w);
+            handoff.merge(&h);
+            acquisitions += a;
+            handoffs += n;
+            per_client.push(a);
+        }
+        let elapsed = started.elapsed().as_secs_f64().max(1e-9);
+        drop(providers);
+        let section = "contended";
+        let rate = acquisitions as f64 / elapsed;
+        let share = if acquisitions == 0 { 0.0 } else { handoffs as f64 / acquisitions as f64 };
+        let redis = self.url.backend() == "redis";
+        let zk = self.url.backend() == "zk";
+        self.report.add_ratio(
+            section,
+            "acquisitions",
+            format!("acquisitions/s, {clients} clients"),
+            rate,
+            Unit::PerSecond,
+            self.rate_ratio(rate),
+        );
+        self.report.add(section, "handoff_share", "share passed to another client", share, Unit::Share);
+        if redis {
+            self.report.target("≥ 50 %", |v, _| v >= 0.5);
+        }
+        let (h50, h99) = (handoff.micros(0.5), handoff.micros(0.99));
+        self.report.add_ratio(
+            section,
+            "handoff_p50",
+            "hand-off p50 (release → other's grant)",
+            h50,
+            Unit::Micros,
+            self.ratio(h50),
+        );
+        if redis {
+            self.report.target("≤ 2.5× PING p50", |_, r| r.is_some_and(|r| r <= 2.5));
+        } else if zk {
+            self.report.target("≤ 1.0× create+delete p50", |_, r| r.is_some_and(|r| r <= 1.0));
+        }
+        self.report.add_ratio(section, "handoff_p99", "hand-off p99", h99, Unit::Micros, self.ratio(h99));
+        let (w50, w99, wmax) = (wait.micros(0.5), wait.micros(0.99), wait.max_micros());
+        self.report.add_ratio(section, "wait_p50", "wait p50", w50, Unit::Micros, self.ratio(w50));
+        self.report.add_ratio(section, "wait_p99", "wait p99", w99, Unit::Micros, self.ratio(w99));
+        self.report.add_ratio(section, "wait_max", "wait max", wmax, Unit::Micros, self.ratio(wmax));
+        let starvation = if w50 > 0.0 { wmax / w50 } else { 0.0 };
+        self.report.add(section, "wait_max_over_p50", "wait max ÷ wait p50", starvation, Unit::Times);
+        if redis {
+            self.report.target("≤ 20×", |v, _| v <= 20.0);
+        }
+        let (fewest, most) =
+            (per_client.iter().min().copied().unwrap_or(0), per_client.iter().max().copied().unwrap_or(0));
+        self.report.add(section, "fewest_per_client", "fewest acquisitions of one client", fewest as f64, Unit::Count);
+        self.report.add(section, "most_per_client", "most acquisitions of one client", most as f64, Unit::Count);
+        Ok(())
+    }
+
+    /// `--locks` locks held for a few renewal rounds: round trips per tick (Redis), client
+    /// CPU, resident memory per held lock.
+    async fn upkeep(&mut self) -> Result<(), Failure> {
+        let count = usize::try_from(self.args.locks).unwrap_or(usize::MAX);
+        let section = "upkeep";
+        let redis = match self.url.backend() {
+            "redis" => Some(self.redis_upkeep_provider()?),
+            _ => None,
+        };
+        let provider: Arc<dyn LockProvider> = match &redis {
+            Some(provider) => Arc::new(provider.clone()),
+            None => Arc::clone(&self.provider),
+        };
+        if let Some(redis) = &redis {
+            redis.ping().await.map_err(|e| Failure::from_lock_error(&e, "upkeep: PING"))?;
+        }
+        let rss_before = resident_bytes();
+        let mut locks = Vec::with_capacity(count);
+        for i in 0..count {
+            locks.push(self.lock(&*provider, &self.name(&format!("held/{i}")))?);
+        }
+        let fail = self.fail(&self.name("held/…"), "upkeep: acquire of");
+        let started = Instant::now();
+        let guards = futures_util::future::join_all(locks.iter().map(|lock| lock.acquire())).await;
+        let guards = guards.into_iter().collect::<Result<Vec<_>, _>>().map_err(&fail)?;
+        let acquire_time = started.elapsed();
+        let rss_after = resident_bytes();
+        let cpu_before = cpu_time();
+        let window_start = Instant::now();
+        let mut ticks = None;
+        if let Some(redis) = &redis {
+            let before = redis.renewal_stats();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while redis.renewal_stats().ticks < before.ticks + 3 && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let after = redis.renewal_stats();
+            let n = after.ticks.saturating_sub(before.ticks).max(1) as f64;
+            ticks = Some((n, after.round_trips.saturating_sub(before.round_trips) as f64 / n));
+        } else {
+            tokio::time::sleep(self.args.duration.min(Duration::from_secs(5))).await;
+        }
+        let window = window_start.elapsed().as_secs_f64().max(1e-9);
+        let cpu = cpu_time().saturating_sub(cpu_before).as_secs_f64() * 1e3;
+        let held = guards.iter().filter(|g| g.is_held()).count();
+        let started = Instant::now();
+        let released = futures_util::future::join_all(guards.into_iter().map(|g| g.release())).await;
+        released.into_iter().collect::<Result<Vec<_>, _>>().map_err(&fail)?;
+        let release_time = started.elapsed();
+
+        self.report.add(section, "held", "locks held", held as f64, Unit::Count);
+        let per_lock = |d: Duration| d.as_secs_f64() * 1e6 / count.max(1) as f64;
+        self.report.add(
+            section,
+            "acquire_all",
+            "acquiring them all at once",
+            acquire_time.as_secs_f64(),
+            Unit::Seconds,
+        );
+        let (a, r) = (per_lock(acquire_time), per_lock(release_time));
+        self.report.add_ratio(section, "acquire_per_lock", "… per lock", a, Unit::Micros, self.ratio(a));
+        self.report.add(
+            section,
+            "release_all",
+            "releasing them all at once",
+            release_time.as_secs_f64(),
+            Unit::Seconds,
+        );
+        self.report.add_ratio(section, "release_per_lock", "… per lock", r, Unit::Micros, self.ratio(r));
+        if let Some((n, round_trips)) = ticks {
+            self.report.add(section, "round_trips_per_tick", "round trips per renewal tick", round_trips, Unit::Count);
+            self.report.target("≤ 10", |v, _| v <= 10.0);
+            self.report.add(section, "client_cpu_per_tick", "client CPU per renewal tick", cpu / n, Unit::Millis);
+        }
+        self.report.add(section, "client_cpu_per_s", "client CPU per second held", cpu / window, Unit::Millis);
+        match (rss_before, rss_after) {
+            (Some(before), Some(after)) => {
+                let per = after.saturating_sub(before) as f64 / count.max(1) as f64;
+                self.report.add(section, "memory_per_lock", "client memory per held lock (VmRSS)", per, Unit::Bytes);
+                if redis.is_some() {
+                    self.report.target("< 2 KiB", |v, _| v < 2048.0);
+                }
+            }
+            _ => self.report.notes.push("no /proc/self/status: memory per held lock not measured".to_owned()),
+        }
+        match self.url.backend() {
+            "zk" => self.report.notes.push(
+                "ZooKeeper upkeep is one exists on the base path per third of the session timeout, whatever the number of holds; not counted here"
+                    .to_owned(),
+            ),
+            "redis" => self.report.notes.push(
+                "Redis upkeep runs on a provider of its own with a 5 s lease renewed every 1 s, so that ticks come quickly"
+                    .to_owned(),
+            ),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// A Redis provider with the URL's prefix, a 5 s lease renewed every second.
+    fn redis_upkeep_provider(&self) -> Result<lockkit::redis::RedisLockProvider, Failure> {
+        let mut builder = lockkit::redis::RedisLockProvider::builder()
+            .url(self.url.base.clone())
+            .lease(Duration::from_secs(5))
+            .renew_every(Duration::from_secs(1));
+        if let Some(prefix) = self.url.option("prefix") {
+            builder = builder.key_prefix(prefix);
+        }
+        if let Some(timeout) = self.url.duration("timeout") {
+            builder = builder.response_timeout(timeout);
+        }
+        builder.build().map_err(|e| Failure::from_lock_error(&e, "upkeep: a Redis provider"))
+    }
+
+    /// `--locks` distinct locks, one after another, then all at once on one client.
+    async fn many_locks(&mut self) -> Result<(), Failure> {
+        let count = usize::try_from(self.args.locks).unwrap_or(usize::MAX);
+        let section = "many_locks";
+        let fail = self.fail(&self.name("many/…"), "acquire+release of");
+        let started = Instant::now();
+        for i in 0..count {
+            let lock = self.lock(&*self.provider, &self.name(&format!("sequential/{i}")))?;
+            lock.acquire().await.map_err(&fail)?.release().await.map_err(&fail)?;
+        }
+        let sequential = started.elapsed();
+        let mut tasks = tokio::task::JoinSet::new();
+        let started = Instant::now();
+        for i in 0..count {
+            let lock = self.lock(&*self.provider, &self.name(&format!("concurrent/{i}")))?;
+            let fail = self.fail(&self.name(&format!("concurrent/{i}")), "acquire+release of");
+            tasks.spawn(async move { lock.acquire().await.map_err(&fail)?.release().await.map_err(&fail) });
+        }
+        while let Some(done) = tasks.join_next().await {
+            done.map_err(|e| Failure::new(crate::exit::BACKEND, format!("a task failed: {e}")))??;
+        }
+        let concurrent = started.elapsed();
+        let per = |d: Duration| d.as_secs_f64() * 1e6 / count.max(1) as f64;
+        self.report.add(
+            section,
+            "sequential",
+            format!("{count} locks one after another"),
+            sequential.as_secs_f64(),
+            Unit::Seconds,
+        );
+        let s = per(sequential);
+        self.report.add_ratio(section, "sequential_per_lock", "… per lock", s, Unit::Micros, self.ratio(s));
+        self.report.add(
+            section,
+            "concurrent",
+            format!("{count} locks at once, one client"),
+            concurrent.as_secs_f64(),
+            Unit::Seconds,
+        );
+        let c = per(concurrent);
+        self.report.add_ratio(section, "concurrent_per_lock", "… per lock", c, Unit::Micros, self.ratio(c));
+        let speedup = sequential.as_secs_f64() / concurrent.as_secs_f64().max(1e-9);
+        self.report.add(section, "speedup", "at once ÷ one after another (speed-up)", speedup, Unit::Times);
+        if self.url.backend() == "zk" {
+            self.report.target("≥ 10×", |v, _| v >= 10.0);
+        }
+        Ok(())
+    }
+
+    /// file://: removes this run's lock files (every lock is released and their names carry
+    /// this run's id, so no one else has them open). With the default directory, says
+    /// which files to remove instead.
+    fn remove_lock_files(&mut self) {
+        let marker = format!("lockkit-bench%2f{}%2f", run_id());
+        let dir = self.url.base.strip_prefix("file://").unwrap_or("");
+        if dir.is_empty() {
+            self.report.notes.push(format!(
+                "file:// keeps every lock file: remove the files named {marker}* in the default directory"
+            ));
+            return;
+        }
+        let Ok(entries) = std::fs::read_dir(dir) else { return };
+        let mut left = 0_usize;
+        for entry in entries.flatten() {
+            if entry.file_name().to_string_lossy().starts_with(&marker) && std::fs::remove_file(entry.path()).is_err() {
+                left += 1;
+            }
+        }
+        if left > 0 {
+            self.report.notes.push(format!("{left} lock files named {marker}* could not be removed from {dir}"));
+        }
+    }
+
+    /// Redis: the server's time per call of the commands used, for the analysis of a ratio.
+    async fn server_stats(&mut self) {
+        let Some(floor) = &mut self.floor else { return };
+        for (command, usec) in floor.server_usec_per_call().await {
+            let key = match command.as_str() {
+                "ping" => "ping_usec_per_call",
+                "evalsha" => "evalsha_usec_per_call",
+                "eval" => "eval_usec_per_call",
+                "subscribe" => "subscribe_usec_per_call",
+                _ => "ssubscribe_usec_per_call",
+            };
+            self.report.add("server", key, format!("server time per {}", command.to_uppercase()), usec, Unit::Micros);
+        }
+    }
+}
+
+/// The process's resident memory (`VmRSS` of /proc/self/status), in bytes.
+fn resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kib: u64 =
+        status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// User plus system CPU time of this process (/proc/self/stat; 10 ms resolution), zero
+/// where unknown.
+fn cpu_time() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let fields: Vec<&str> =
+        stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
+    let ticks: u64 = fields.get(11..13).map_or(0, |f| f.iter().filter_map(|v| v.parse::<u64>().ok()).sum());
+    // Linux reports clock ticks of 1/100 s on every supported architecture.
+    Duration::from_millis(ticks * 10)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_split_into_base_and_options() {
+        let url = Url::parse("zk://u:p@h1:2181,h2:2181/app?base=/locks&ttl=10s", "zk://u:***@h1:2181,h2:2181/app");
+        assert_eq!(url.backend(), "zk");
+        assert_eq!(url.base, "zk://u:p@h1:2181,h2:2181/app");
+        assert_eq!(url.option("base").as_deref(), Some("/locks"));
+        assert_eq!(url.duration("ttl"), Some(Duration::from_secs(10)));
+        assert_eq!(Url::parse("mem://", "mem://").backend(), "mem");
+    }
+
+    #[test]
+    fn proc_figures_are_read() {
+        assert!(resident_bytes().is_some_and(|bytes| bytes > 0));
+    }
+}

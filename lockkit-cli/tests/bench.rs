@@ -1,0 +1,115 @@
+//! `lockkit bench`: short smoke runs against real servers that check the output's shape and
+//! the JSON, never timings.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod common;
+
+use std::time::Duration;
+
+use lockkit_testkit::fixture::{RedisServer, ZkServer};
+use serde_json::Value;
+
+use common::run;
+
+const WITHIN: Duration = Duration::from_secs(120);
+
+/// A short run: 300 ms phases, 2 clients, 50 locks.
+async fn bench_json(url: &str) -> Value {
+    let done =
+        run(&["bench", "--url", url, "--duration", "300ms", "--clients", "2", "--locks", "50", "--json"], WITHIN).await;
+    assert_eq!(done.code, Some(0), "{done:?}");
+    serde_json::from_str(done.stdout.trim()).unwrap_or_else(|e| panic!("not one JSON object ({e}): {}", done.stdout))
+}
+
+fn number(json: &Value, section: &str, key: &str) -> f64 {
+    json[section][key].as_f64().unwrap_or_else(|| panic!("{section}.{key} missing in {json:#}"))
+}
+
+/// The figures every backend reports.
+fn check_common(json: &Value, locks: f64) {
+    assert_eq!(json["settings"]["clients"], 2);
+    assert_eq!(json["settings"]["locks"], 50);
+    for key in ["cycles_per_s", "cycle_p50_us", "cycle_p99_us"] {
+        assert!(number(json, "uncontended", key) > 0.0, "{key}");
+    }
+    assert!(number(json, "contended", "acquisitions_per_s") > 0.0);
+    let share = number(json, "contended", "handoff_share");
+    assert!((0.0..=1.0).contains(&share), "{share}");
+    for key in ["wait_p50_us", "wait_p99_us", "wait_max_us", "handoff_p50_us"] {
+        number(json, "contended", key);
+    }
+    assert_eq!(number(json, "upkeep", "held"), locks, "every hold survived");
+    number(json, "upkeep", "memory_per_lock_bytes");
+    for key in ["sequential_s", "concurrent_s", "speedup"] {
+        assert!(number(json, "many_locks", key) > 0.0, "{key}");
+    }
+    assert!(json["targets"].is_array() && json["notes"].is_array());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_on_redis_reports_every_figure_with_its_ratio_to_ping() {
+    let url = RedisServer::shared().await.expect("redis-server starts").url();
+    let json = bench_json(&url).await;
+    assert_eq!(json["backend"], "redis");
+    assert!(json["floor_kind"].as_str().is_some_and(|floor| floor.contains("PING")), "{json:#}");
+    assert!(number(&json, "floor", "ping_p50_us") > 0.0);
+    assert!(number(&json, "uncontended", "cycle_p50_ratio") > 0.0);
+    assert!(number(&json, "contended", "handoff_p50_ratio") >= 0.0);
+    assert!(number(&json, "upkeep", "round_trips_per_tick") >= 1.0);
+    check_common(&json, 50.0);
+    let targets: Vec<&str> = json["targets"].as_array().unwrap().iter().filter_map(|t| t["figure"].as_str()).collect();
+    for figure in [
+        "uncontended.cycle_p50_us",
+        "contended.handoff_share",
+        "contended.handoff_p50_us",
+        "contended.wait_max_over_p50",
+        "upkeep.round_trips_per_tick",
+        "upkeep.memory_per_lock_bytes",
+    ] {
+        assert!(targets.contains(&figure), "{figure} in {targets:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_on_zookeeper_reports_both_floors() {
+    let url = format!("zk://{}", ZkServer::shared().await.expect("ZooKeeper starts").connect_string());
+    let json = bench_json(&url).await;
+    assert_eq!(json["backend"], "zk");
+    for key in ["exists_p50_us", "create_delete_p50_us", "recipe_raw_p50_us"] {
+        assert!(number(&json, "floor", key) > 0.0, "{key}");
+    }
+    assert!(number(&json, "uncontended", "cycle_p50_ratio") > 0.0);
+    check_common(&json, 50.0);
+    assert!(json["targets"].as_array().unwrap().iter().any(|t| t["figure"] == "many_locks.speedup"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_on_files_has_no_floor_and_leaves_no_lock_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = bench_json(&format!("file://{}", dir.path().display())).await;
+    assert_eq!(json["backend"], "file");
+    assert!(json["floor_kind"].is_null() && json["floor"].is_null());
+    assert!(json["uncontended"]["cycle_p50_ratio"].is_null(), "no floor, no ratio");
+    check_common(&json, 50.0);
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .filter(|name| name.to_string_lossy().starts_with("lockkit-bench"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_prints_a_table_by_default_and_refuses_bad_numbers() {
+    let done = run(&["bench", "--url", "mem://bench-table", "--duration", "100ms", "--locks", "20"], WITHIN).await;
+    assert_eq!(done.code, Some(0), "{done:?}");
+    for line in
+        ["lockkit bench on mem://bench-table", "floor: none", "uncontended", "contended", "upkeep", "many_locks"]
+    {
+        assert!(done.stdout.contains(line), "{line:?} in\n{}", done.stdout);
+    }
+    let bad = run(&["bench", "--url", "mem://", "--clients", "1"], WITHIN).await;
+    assert_eq!(bad.code, Some(common::USAGE), "{bad:?}");
+}
