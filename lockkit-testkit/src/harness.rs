@@ -90,6 +90,13 @@ pub trait ClientFaults: Send + Sync {
     async fn cut_connection(&self) -> FaultResult {
         Err(Unsupported)
     }
+
+    /// Delays every message between the client and the store by `latency` each way;
+    /// `Duration::ZERO` removes the delay. Used by the chaos run ([`crate::chaos`]).
+    async fn set_latency(&self, latency: Duration) -> FaultResult {
+        let _ = latency;
+        Err(Unsupported)
+    }
 }
 
 /// A client that has no fault hooks.
@@ -158,6 +165,15 @@ pub trait Harness: Send + Sync + 'static {
     /// Restarts the store, keeping its data where the backend is configured to. Only called
     /// on a harness from [`isolated`](Self::isolated).
     async fn restart_store(&self) -> FaultResult {
+        Err(Unsupported)
+    }
+
+    /// Suspends (`true`) or resumes (`false`) the store process, as a long garbage-collection
+    /// pause or a frozen VM would: connections stay open and nothing is answered. Only called
+    /// on a harness from [`isolated`](Self::isolated) (or one that owns its store), by the
+    /// chaos run ([`crate::chaos`]).
+    async fn pause_store(&self, paused: bool) -> FaultResult {
+        let _ = paused;
         Err(Unsupported)
     }
 

@@ -21,6 +21,7 @@
 //! it may `.await` (to start a server, say).
 
 pub mod cases;
+pub mod chaos;
 mod fenced;
 pub mod fixture;
 mod harness;

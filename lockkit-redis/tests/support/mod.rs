@@ -126,6 +126,11 @@ impl ClientFaults for ProxyFaults {
         self.0.cut_all();
         Ok(())
     }
+
+    async fn set_latency(&self, latency: Duration) -> FaultResult {
+        self.0.set_latency(latency);
+        Ok(())
+    }
 }
 
 #[async_trait]
@@ -158,6 +163,16 @@ impl Harness for RedisHarness {
         let server = self.server.as_ref().ok_or(Unsupported)?;
         if let Err(error) = server.lock().await.restart().await {
             panic!("restarting redis-server failed: {error}");
+        }
+        Ok(())
+    }
+
+    async fn pause_store(&self, paused: bool) -> FaultResult {
+        let server = self.server.as_ref().ok_or(Unsupported)?;
+        let mut server = server.lock().await;
+        let outcome = if paused { server.pause() } else { server.resume() };
+        if let Err(error) = outcome {
+            panic!("pausing or resuming redis-server failed: {error}");
         }
         Ok(())
     }

@@ -150,6 +150,11 @@ impl ClientFaults for ProxyFaults {
         self.proxy.cut_all();
         Ok(())
     }
+
+    async fn set_latency(&self, latency: Duration) -> FaultResult {
+        self.proxy.set_latency(latency);
+        Ok(())
+    }
 }
 
 #[async_trait]
@@ -189,6 +194,18 @@ impl Harness for ZkHarness {
             Store::Shared => Err(Unsupported),
             Store::Own(server) => {
                 server.lock().await.restart().await.expect("the ZooKeeper server restarts");
+                Ok(())
+            }
+        }
+    }
+
+    async fn pause_store(&self, paused: bool) -> FaultResult {
+        match &self.store {
+            Store::Shared => Err(Unsupported),
+            Store::Own(server) => {
+                let mut server = server.lock().await;
+                let outcome = if paused { server.pause() } else { server.resume() };
+                outcome.expect("the ZooKeeper server pauses or resumes");
                 Ok(())
             }
         }
