@@ -39,6 +39,44 @@ const RETRY_MAX: Duration = Duration::from_secs(1);
 const POLL: Duration = Duration::from_millis(100);
 /// How many times a release whose outcome was unknown is retried.
 const RELEASE_TRIES: u32 = 4;
+/// How long after releasing a contended lock this provider's next acquisition of it joins
+/// the back of the waiters instead of racing them (see [`Yielding`]).
+const YIELD_WINDOW: Duration = Duration::from_millis(50);
+/// How many recently released contended locks a provider remembers.
+const YIELD_MEMORY: usize = 1024;
+
+/// The releaser's courtesy that keeps the unfair lock from starving waiters.
+///
+/// A release wakes every waiter, and the releasing client, already running, could ask again
+/// at once and win the race against all of them, again and again. So a provider that
+/// released a lock whose acquisition had to wait (others were waiting too) and asks for it
+/// again within [`YIELD_WINDOW`] subscribes first, like a waiter: the subscription puts it
+/// at the back of the server's delivery order, and its round trip lets the woken waiters'
+/// attempts reach the server before its own. Uncontended use never pays for it, and it
+/// decides nothing: the grant is still the acquire script's alone.
+#[derive(Debug, Default)]
+struct Yielding {
+    /// Record keys of locks released after a contended acquisition, and when.
+    released: std::sync::Mutex<std::collections::HashMap<String, Instant>>,
+}
+
+impl Yielding {
+    fn released_contended(&self, key: &str) {
+        let mut released = crate::util::lock(&self.released);
+        if released.len() >= YIELD_MEMORY {
+            released.retain(|_, at| at.elapsed() < YIELD_WINDOW);
+            if released.len() >= YIELD_MEMORY {
+                released.clear();
+            }
+        }
+        released.insert(key.to_owned(), Instant::now());
+    }
+
+    /// Whether the next acquisition of `key` should queue up behind the waiters.
+    fn should_yield(&self, key: &str) -> bool {
+        crate::util::lock(&self.released).remove(key).is_some_and(|at| at.elapsed() < YIELD_WINDOW)
+    }
+}
 
 /// The Redis backend of one provider: its connection, subscriber and watchdog.
 #[derive(Debug)]
@@ -47,6 +85,7 @@ pub(crate) struct RedisBackend {
     store: Arc<Store>,
     subscriber: Subscriber,
     watchdog: Arc<Watchdog>,
+    yielding: Arc<Yielding>,
 }
 
 impl RedisBackend {
@@ -60,6 +99,7 @@ impl RedisBackend {
             store: Arc::new(store),
             subscriber,
             watchdog: Arc::new(Watchdog::default()),
+            yielding: Arc::new(Yielding::default()),
         })
     }
 
@@ -92,6 +132,13 @@ impl RedisBackend {
         let mut interest: Option<Interest> = None;
         let mut failing_since: Option<Instant> = None;
         let mut backoff = Backoff::up_to(RETRY_MAX);
+        // Whether this acquisition had to wait: its release then yields (see Yielding).
+        let mut contended = false;
+        if request.deadline.may_wait() && self.yielding.should_yield(&keys.lock) {
+            // Subscribed (and armed) before the first attempt: a Held reply waits at once.
+            let span = tracing::debug_span!("lockkit.subscribe", backend = BACKEND, channel = %keys.channel);
+            interest = Some(self.subscriber.watch(&keys.channel).instrument(span).await);
+        }
         loop {
             if let Some(interest) = interest.as_mut() {
                 interest.arm();
@@ -119,6 +166,7 @@ impl RedisBackend {
                     let held = RedisHeld {
                         store: Arc::clone(&self.store),
                         watchdog: Arc::clone(&self.watchdog),
+                        yielding: contended.then(|| Arc::clone(&self.yielding)),
                         lock,
                         keys,
                         owner,
@@ -129,6 +177,7 @@ impl RedisBackend {
                 Ok(AcquireReply::Held(left)) => {
                     failing_since = None;
                     backoff.reset();
+                    contended = true;
                     left
                 }
                 Ok(AcquireReply::Void) => {
@@ -299,6 +348,9 @@ impl Drop for Doubt {
 struct RedisHeld {
     store: Arc<Store>,
     watchdog: Arc<Watchdog>,
+    /// Set when the acquisition had to wait: the release then makes this provider's next
+    /// acquisition of the lock queue up behind the waiters.
+    yielding: Option<Arc<Yielding>>,
     lock: LockName,
     keys: LockKeys,
     owner: String,
@@ -315,7 +367,12 @@ impl HeldLock for RedisHeld {
         loop {
             tries += 1;
             match self.store.release(&self.lock, &self.keys, &self.owner).await {
-                Ok(Ownership::Ours) => return Ok(()),
+                Ok(Ownership::Ours) => {
+                    if let Some(yielding) = &self.yielding {
+                        yielding.released_contended(&self.keys.lock);
+                    }
+                    return Ok(());
+                }
                 // An earlier try whose reply was lost freed it.
                 Ok(Ownership::Gone) if ambiguous => return Ok(()),
                 Ok(Ownership::Gone) => return Err(Error::lost(BACKEND, &self.lock, LossReason::RecordGone)),

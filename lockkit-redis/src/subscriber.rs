@@ -15,6 +15,13 @@
 //!   command would otherwise touch it.
 //! - The caller bounds every wait by the holder's remaining lease, so a holder that died is
 //!   noticed when its key expires even though no message is ever sent for an expiry.
+//!
+//! Fairness: Redis (7.0) delivers a message to a channel's subscribers in the order they
+//! subscribed, and the first woken waiter usually wins the race for the lock. When the last
+//! waiter of a provider leaves a channel (typically because it won), the subscription is
+//! marked for repositioning: the provider's next wait on it unsubscribes and subscribes
+//! again (unless the background unsubscribe did already), so the latest winner goes to
+//! the back of the delivery order and the waiters that waited longest are woken first.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -64,6 +71,9 @@ struct Channel {
     /// Whether the server confirmed the subscription; the async lock orders SUBSCRIBE and
     /// UNSUBSCRIBE of one channel.
     subscribed: tokio::sync::Mutex<bool>,
+    /// Set when the last waiter left: the next wait subscribes again, at the back of the
+    /// server's delivery order.
+    reposition: AtomicBool,
 }
 
 impl Subscriber {
@@ -101,6 +111,7 @@ impl Subscriber {
                     interest: Mutex::new(0),
                     wake,
                     subscribed: tokio::sync::Mutex::new(false),
+                    reposition: AtomicBool::new(false),
                 })
             });
             *lock(&entry.interest) += 1;
@@ -125,6 +136,15 @@ impl Subscriber {
         };
         interest.connection = Some(connection.clone());
         let mut subscribed = interest.channel.subscribed.lock().await;
+        if *subscribed && interest.channel.reposition.swap(false, Ordering::AcqRel) {
+            // Back of the delivery order (see the module docs). Until the new confirmation the
+            // interest is not live, and the caller tries again after this returns.
+            let mut connection = connection.clone();
+            let attempt = tokio::time::timeout(self.response_timeout, connection.unsubscribe(&interest.channel.name));
+            if let Ok(Ok(())) = attempt.await {
+                *subscribed = false;
+            }
+        }
         if !*subscribed {
             let mut connection = connection;
             let attempt = tokio::time::timeout(self.response_timeout, connection.subscribe(&interest.channel.name));
@@ -225,6 +245,7 @@ impl Drop for Interest {
         if !last {
             return;
         }
+        self.channel.reposition.store(true, Ordering::Release);
         // Without a runtime the subscription simply stays: harmless, and dropped with the
         // provider.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
