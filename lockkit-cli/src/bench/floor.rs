@@ -13,10 +13,17 @@ use lockkit::zk::zookeeper_client as zk;
 use super::Url;
 use crate::exit::{BACKEND, Failure, UNAVAILABLE};
 
+/// The Redis backend's acquire and release scripts, sent raw to show the floor of any
+/// Lua-based lock (the CLI is not published, so reaching into the backend's sources is fine).
+static ACQUIRE: std::sync::LazyLock<redis::Script> =
+    std::sync::LazyLock::new(|| redis::Script::new(include_str!("../../../lockkit-redis/src/scripts/acquire.lua")));
+static RELEASE: std::sync::LazyLock<redis::Script> =
+    std::sync::LazyLock::new(|| redis::Script::new(include_str!("../../../lockkit-redis/src/scripts/release.lua")));
+
 /// A connection on which raw round trips are timed.
 pub(crate) enum Floor {
-    /// A plain connection of the `redis` crate.
-    Redis(redis::aio::MultiplexedConnection),
+    /// A plain connection of the `redis` crate, and the key of the raw scripts' lock.
+    Redis(redis::aio::MultiplexedConnection, String),
     /// A ZooKeeper session of its own, and the znodes it plays with.
     Zk(ZkFloor),
 }
@@ -42,7 +49,8 @@ pub(crate) struct Sample {
     /// ZooKeeper `exists`.
     pub(crate) exists: Option<Duration>,
     /// ZooKeeper: the lock recipe's own requests sent raw (a sequential create and the
-    /// children list pipelined, then the delete).
+    /// children list pipelined, then the delete). Redis: the acquire and release scripts
+    /// sent raw on the plain connection.
     pub(crate) recipe: Option<Duration>,
 }
 
@@ -55,7 +63,8 @@ impl Floor {
                     |e: redis::RedisError| Failure::new(UNAVAILABLE, format!("floor: cannot reach {}: {e}", url.shown));
                 let client = redis::Client::open(url.base.as_str()).map_err(unreachable)?;
                 let connection = client.get_multiplexed_async_connection().await.map_err(unreachable)?;
-                Ok(Some(Floor::Redis(connection)))
+                let key = format!("lockkit-bench:{{{}}}:raw", super::run_id());
+                Ok(Some(Floor::Redis(connection, key)))
             }
             "zk" => {
                 let mut builder = ZkLockProvider::builder().connect_string(url.base.clone());
@@ -93,7 +102,7 @@ impl Floor {
     /// What the floor is, for the report.
     pub(crate) fn describe(&self) -> &'static str {
         match self {
-            Floor::Redis(_) => "Redis PING on a plain connection of the redis crate",
+            Floor::Redis(..) => "Redis PING on a plain connection of the redis crate",
             Floor::Zk(_) => "ZooKeeper create+delete of an ephemeral node (zookeeper-client, one session)",
         }
     }
@@ -101,13 +110,31 @@ impl Floor {
     /// Times one sample of each kind.
     pub(crate) async fn sample(&mut self, url: &Url) -> Result<Sample, Failure> {
         match self {
-            Floor::Redis(connection) => {
+            Floor::Redis(connection, key) => {
+                let failed =
+                    |e: redis::RedisError| Failure::new(UNAVAILABLE, format!("floor: {} failed: {e}", url.shown));
                 let start = Instant::now();
-                let _: String = redis::cmd("PING")
-                    .query_async(connection)
+                let _: String = redis::cmd("PING").query_async(connection).await.map_err(failed)?;
+                let main = start.elapsed();
+                let owner = format!("raw-{}", super::run_id());
+                let start = Instant::now();
+                let _: (i64, i64) = ACQUIRE
+                    .key(key.as_str())
+                    .key(format!("{key}:fence"))
+                    .key(format!("{key}:void:x"))
+                    .arg(&owner)
+                    .arg(30_000)
+                    .invoke_async(connection)
                     .await
-                    .map_err(|e| Failure::new(UNAVAILABLE, format!("floor: PING to {} failed: {e}", url.shown)))?;
-                Ok(Sample { main: start.elapsed(), ..Sample::default() })
+                    .map_err(failed)?;
+                let _: i64 = RELEASE
+                    .key(key.as_str())
+                    .key(format!("{key}:released"))
+                    .arg(&owner)
+                    .invoke_async(connection)
+                    .await
+                    .map_err(failed)?;
+                Ok(Sample { main, exists: None, recipe: Some(start.elapsed()) })
             }
             Floor::Zk(floor) => {
                 let start = Instant::now();
@@ -137,7 +164,9 @@ impl Floor {
     /// Redis only: the server's own time per call of the commands a lock uses, from
     /// `INFO commandstats` (cumulative since the server started; `None` where refused).
     pub(crate) async fn server_usec_per_call(&mut self) -> Vec<(String, f64)> {
-        let Floor::Redis(connection) = self else { return Vec::new() };
+        let Floor::Redis(connection, key) = self else { return Vec::new() };
+        // The raw scripts' fence counter is the one key they leave.
+        let _: Result<i64, _> = redis::cmd("DEL").arg(format!("{key}:fence")).query_async(connection).await;
         let Ok(info) = redis::cmd("INFO").arg("commandstats").query_async::<String>(connection).await else {
             return Vec::new();
         };
