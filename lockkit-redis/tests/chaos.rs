@@ -12,12 +12,22 @@ mod support;
 
 use std::time::Duration;
 
-use lockkit_testkit::chaos::{self, ChaosConfig};
+use lockkit_testkit::chaos::{self, ChaosConfig, FaultKind};
 use lockkit_testkit::fixture::Persistence;
 use support::RedisHarness;
 
+/// Every kind of fault but stopping one member of a replicated store (there is one server).
+const FAULTS: [FaultKind; 6] = [
+    FaultKind::Cut,
+    FaultKind::Blackhole,
+    FaultKind::Latency,
+    FaultKind::Kill,
+    FaultKind::PauseStore,
+    FaultKind::RestartStore,
+];
+
 fn config() -> ChaosConfig {
-    ChaosConfig::new(0).with_duration(Duration::from_secs(20))
+    ChaosConfig::new(0).with_duration(Duration::from_secs(20)).with_faults(&FAULTS)
 }
 
 #[test]

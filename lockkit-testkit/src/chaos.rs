@@ -77,19 +77,23 @@ pub enum FaultKind {
     Kill,
     /// Suspend the store process for up to the lease plus a second, then resume it.
     PauseStore,
+    /// Stop the server (ensemble member) one client is connected to for up to the lease,
+    /// then start it again ([`ClientFaults::stop_server_for`](crate::ClientFaults::stop_server_for)).
+    StopServer,
     /// Restart the store ([`Harness::restart_store`]).
     RestartStore,
 }
 
 impl FaultKind {
     /// Every kind, in a fixed order.
-    pub const ALL: [FaultKind; 6] = [
+    pub const ALL: [FaultKind; 7] = [
         FaultKind::Cut,
         FaultKind::Blackhole,
         FaultKind::Latency,
         FaultKind::Kill,
         FaultKind::PauseStore,
         FaultKind::RestartStore,
+        FaultKind::StopServer,
     ];
 
     /// The kinds that act on one client only, safe on a shared store.
@@ -103,6 +107,7 @@ impl FaultKind {
             FaultKind::Kill => "kill",
             FaultKind::PauseStore => "pause-store",
             FaultKind::RestartStore => "restart-store",
+            FaultKind::StopServer => "stop-server",
         }
     }
 }
@@ -245,6 +250,7 @@ impl fmt::Display for ScheduledFault {
                 self.hold.as_millis()
             ),
             FaultKind::PauseStore => write!(f, " for {} ms", self.hold.as_millis()),
+            FaultKind::StopServer => write!(f, " of client {} for {} ms", self.client, self.hold.as_millis()),
             FaultKind::RestartStore => Ok(()),
         }
     }
@@ -283,6 +289,7 @@ pub fn schedule(config: &ChaosConfig, lease: Option<Duration>) -> Vec<ScheduledF
             FaultKind::PauseStore => {
                 (rng.between(Duration::from_millis(300), lease + Duration::from_secs(1)), Duration::ZERO)
             }
+            FaultKind::StopServer => (rng.between(Duration::from_millis(300), lease), Duration::ZERO),
         };
         faults.push(ScheduledFault { at, kind, client, hold, latency });
         // Restarts take a while of their own; the gap counts from the heal.
@@ -301,6 +308,11 @@ pub struct ChaosReport {
     pub seed: u64,
     /// The planned faults.
     pub schedule: Vec<ScheduledFault>,
+    /// The faults as applied: a client fault strikes a client holding a lock when there is
+    /// one (the first from the scheduled client on), so the target may differ from the plan.
+    pub applied: Vec<String>,
+    /// Client faults that struck a client while it held a lock.
+    pub faults_on_holders: u64,
     /// Faults applied, by kind.
     pub faults_applied: BTreeMap<FaultKind, u64>,
     /// Faults skipped because the harness lacks the hook, by kind.
@@ -323,6 +335,10 @@ pub struct ChaosReport {
     pub drops: u64,
     /// Holds that were lost (loss signalled or deadline passed) before their end.
     pub losses: u64,
+    /// Acquisitions whose guard was already past its local deadline when the call returned
+    /// (the client stalled between the grant and the return): never valid, so left out of the
+    /// history; they count among `acquisitions` and `losses`.
+    pub expired_on_arrival: u64,
     /// Writes made while the guard was valid, and accepted.
     pub valid_writes: u64,
     /// Writes accepted although the guard was no longer valid right after (made at the edge
@@ -385,7 +401,7 @@ impl fmt::Display for ChaosReport {
         )?;
         writeln!(
             f,
-            "  acquisitions {} (busy {}, timeouts {}, cancelled {}, errors {}); ends: released {}, dropped {}, lost {}",
+            "  acquisitions {} (busy {}, timeouts {}, cancelled {}, errors {}); ends: released {}, dropped {}, lost {} (expired on arrival {})",
             self.acquisitions,
             self.busy,
             self.timeouts,
@@ -393,9 +409,16 @@ impl fmt::Display for ChaosReport {
             self.errors,
             self.releases,
             self.drops,
-            self.losses
+            self.losses,
+            self.expired_on_arrival
         )?;
-        writeln!(f, "  faults applied: {} ({})", self.faults_total(), kinds(&self.faults_applied))?;
+        writeln!(
+            f,
+            "  faults applied: {} ({}); client faults on a holder: {}",
+            self.faults_total(),
+            kinds(&self.faults_applied),
+            self.faults_on_holders
+        )?;
         writeln!(f, "  faults skipped (no hook): {}", kinds(&self.faults_skipped))?;
         writeln!(
             f,
@@ -408,8 +431,8 @@ impl fmt::Display for ChaosReport {
             self.overlaps, self.overlaps_by_design, self.lost_writes, self.lost_by_design, self.late_writes_overwritten
         )?;
         if !self.violations.is_empty() || !self.by_design.is_empty() {
-            writeln!(f, "  schedule:")?;
-            for fault in &self.schedule {
+            writeln!(f, "  schedule (as applied):")?;
+            for fault in &self.applied {
                 writeln!(f, "    {fault}")?;
             }
         }
@@ -564,6 +587,7 @@ struct Counters {
     releases: AtomicU64,
     drops: AtomicU64,
     losses: AtomicU64,
+    expired_on_arrival: AtomicU64,
 }
 
 fn bump(counter: &AtomicU64) {
@@ -582,6 +606,8 @@ struct Shared {
     counters: Counters,
     /// The last acquisition of each client.
     progress: Vec<Mutex<Option<Instant>>>,
+    /// Whether each client holds a lock right now (client faults aim at holders).
+    holding: Vec<AtomicBool>,
     /// The current client of each worker, with its generation (bumped on replacement).
     slots: Vec<Mutex<(TestClient, u32)>>,
     max_hold: Duration,
@@ -631,6 +657,7 @@ pub async fn run(harness: &dyn Harness, config: ChaosConfig) -> ChaosReport {
         stop: AtomicBool::new(false),
         counters: Counters::default(),
         progress: (0..config.clients).map(|_| Mutex::new(None)).collect(),
+        holding: (0..config.clients).map(|_| AtomicBool::new(false)).collect(),
         slots,
         max_hold: config.max_hold,
         long_hold_every: config.long_hold_every,
@@ -662,11 +689,16 @@ pub async fn run(harness: &dyn Harness, config: ChaosConfig) -> ChaosReport {
     for fault in &plan {
         let due = started + fault.at;
         tokio::time::sleep_until(due.into()).await;
-        let applied = apply(harness, &shared, fault, &mut restarts, &mut graveyard, &mut report.violations).await;
+        let applied =
+            apply(harness, &shared, fault, &mut restarts, &mut graveyard, &mut report.violations, &mut report.applied)
+                .await;
         let map = if applied { &mut report.faults_applied } else { &mut report.faults_skipped };
         *map.entry(fault.kind).or_default() += 1;
         if applied {
             last_heal = Instant::now();
+            if report.applied.last().is_some_and(|line| line.ends_with("(holding)")) {
+                report.faults_on_holders += 1;
+            }
         }
     }
 
@@ -718,6 +750,7 @@ pub async fn run(harness: &dyn Harness, config: ChaosConfig) -> ChaosReport {
     report.releases = c.releases.load(Ordering::Relaxed);
     report.drops = c.drops.load(Ordering::Relaxed);
     report.losses = c.losses.load(Ordering::Relaxed);
+    report.expired_on_arrival = c.expired_on_arrival.load(Ordering::Relaxed);
     report.elapsed = started.elapsed();
     report
 }
@@ -730,8 +763,23 @@ async fn apply(
     restarts: &mut Vec<(Instant, Instant)>,
     graveyard: &mut Vec<TestClient>,
     violations: &mut Vec<String>,
+    log: &mut Vec<String>,
 ) -> bool {
-    let faults = locked(&shared.slots[fault.client]).0.faults.clone();
+    // A client fault strikes the first client holding a lock, counting from the scheduled
+    // one, so that faults hit holds; the scheduled client when nobody holds.
+    let clients = shared.slots.len();
+    let target = (0..clients)
+        .map(|k| (fault.client + k) % clients)
+        .find(|&i| shared.holding[i].load(Ordering::SeqCst))
+        .unwrap_or(fault.client);
+    let client_fault = !matches!(fault.kind, FaultKind::PauseStore | FaultKind::RestartStore);
+    if client_fault {
+        let holder = if shared.holding[target].load(Ordering::SeqCst) { "holding" } else { "not holding" };
+        log.push(format!("{} -> client {target} ({holder})", fault));
+    } else {
+        log.push(fault.to_string());
+    }
+    let faults = locked(&shared.slots[target]).0.faults.clone();
     match fault.kind {
         FaultKind::Cut => faults.cut_connection().await.is_ok(),
         FaultKind::Blackhole => {
@@ -760,7 +808,7 @@ async fn apply(
             }
             match harness.client().await {
                 Ok(fresh) => {
-                    let mut slot = locked(&shared.slots[fault.client]);
+                    let mut slot = locked(&shared.slots[target]);
                     let generation = slot.1 + 1;
                     let dead = std::mem::replace(&mut *slot, (fresh, generation));
                     graveyard.push(dead.0);
@@ -779,6 +827,7 @@ async fn apply(
             }
             true
         }
+        FaultKind::StopServer => faults.stop_server_for(fault.hold).await.is_ok(),
         FaultKind::RestartStore => {
             let start = Instant::now();
             let outcome = harness.restart_store().await;
@@ -824,7 +873,9 @@ async fn worker(index: usize, shared: Arc<Shared>, mut rng: Rng) {
         };
         bump(&shared.counters.acquisitions);
         *locked(&shared.progress[index]) = Some(start);
+        shared.holding[index].store(true, Ordering::SeqCst);
         hold_and_write(index, name, id, &guard, &shared, &mut rng, &mut seq, &mut seen).await;
+        shared.holding[index].store(false, Ordering::SeqCst);
         let label = format!("client {index} (gen {generation}) hold #{id}");
         end_hold(id, label, guard, &shared, &mut rng, seen).await;
     }
@@ -991,7 +1042,14 @@ async fn end_hold(id: usize, client: String, guard: LockGuard, shared: &Shared, 
         end: Some(seen.held.unwrap_or(seen.start)),
         valid_until: guard.valid_until(),
     };
-    shared.history.record(hold.clone());
+    // A guard that was not held at its first look (its deadline passed before the acquisition
+    // returned, as after a stall of the client) had an empty validity: it was never a hold,
+    // and its holder did nothing under it. The history gets the holds that were valid.
+    if seen.held.is_some() {
+        shared.history.record(hold.clone());
+    } else {
+        bump(&c.expired_on_arrival);
+    }
     if let Some(slot) = locked(&shared.holds).get_mut(id) {
         *slot = Some(hold);
     }

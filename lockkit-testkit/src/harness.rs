@@ -97,6 +97,14 @@ pub trait ClientFaults: Send + Sync {
         let _ = latency;
         Err(Unsupported)
     }
+
+    /// Stops the server this client is connected to (one member of a replicated store, such
+    /// as a ZooKeeper ensemble), keeps it down for `down`, then starts it again and waits
+    /// until the store serves. Used by the chaos run ([`crate::chaos`]).
+    async fn stop_server_for(&self, down: Duration) -> FaultResult {
+        let _ = down;
+        Err(Unsupported)
+    }
 }
 
 /// A client that has no fault hooks.

@@ -1,20 +1,166 @@
-//! The chaos run (lockkit-testkit's `chaos`) on a real ZooKeeper server of its own: eight
-//! clients, each with a session through a fault proxy of its own, on three names, while
-//! connections are cut, blackholed past the session timeout (the session expires), slowed
-//! down, clients killed, and the server paused and restarted. `LOCKKIT_CHAOS_SECS`,
-//! `LOCKKIT_CHAOS_SEEDS` and `LOCKKIT_CHAOS_SEED` make the run longer or replay a seed.
+//! The chaos run (lockkit-testkit's `chaos`) on real ZooKeeper, twice:
+//!
+//! - on a dedicated server: eight clients, each with a session through a fault proxy of its
+//!   own, on three names, while connections are cut, blackholed past the session timeout
+//!   (the session expires), slowed down, clients killed, and the server paused and restarted;
+//! - on a three-member ensemble: each client reaches every member through a proxy of its own,
+//!   and the member a client is connected to is stopped and started again, besides cuts,
+//!   blackholes and latency.
+//!
+//! The two run one after the other (three JVMs are enough for two cores).
+//! `LOCKKIT_CHAOS_SECS`, `LOCKKIT_CHAOS_SEEDS` and `LOCKKIT_CHAOS_SEED` make the runs longer
+//! or replay a seed.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use lockkit_testkit::chaos::{self, ChaosConfig};
+use async_trait::async_trait;
+use lockkit_testkit::chaos::{self, ChaosConfig, FaultKind};
+use lockkit_testkit::fixture::zk::ZkEnsemble;
+use lockkit_testkit::proxy::FaultProxy;
+use lockkit_testkit::{ClientFaults, FaultResult, Harness, TestClient, Timing};
+use lockkit_zk::ZkLockProvider;
 use support::ZkHarness;
+use tokio::sync::Mutex;
+
+/// One chaos run at a time in this test binary.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::const_new(());
 
 #[test]
 fn chaos_on_a_dedicated_server() {
     lockkit_testkit::runtime().block_on(async {
+        let _turn = ONE_AT_A_TIME.lock().await;
         let harness = ZkHarness::dedicated().await;
-        chaos::check(&harness, ChaosConfig::new(0).with_duration(Duration::from_secs(25)), &[21]).await;
+        let faults = [
+            FaultKind::Cut,
+            FaultKind::Blackhole,
+            FaultKind::Latency,
+            FaultKind::Kill,
+            FaultKind::PauseStore,
+            FaultKind::RestartStore,
+        ];
+        let config = ChaosConfig::new(0).with_duration(Duration::from_secs(25)).with_faults(&faults);
+        chaos::check(&harness, config, &[21]).await;
     });
+}
+
+#[test]
+fn chaos_on_an_ensemble() {
+    lockkit_testkit::runtime().block_on(async {
+        let _turn = ONE_AT_A_TIME.lock().await;
+        let harness = EnsembleHarness::start().await;
+        let faults =
+            [FaultKind::StopServer, FaultKind::Cut, FaultKind::Latency, FaultKind::StopServer, FaultKind::Blackhole];
+        let config = ChaosConfig::new(0).with_duration(Duration::from_secs(25)).with_faults(&faults);
+        chaos::check(&harness, config, &[22]).await;
+        let ensemble = Arc::try_unwrap(harness.ensemble).ok().map(Mutex::into_inner);
+        if let Some(ensemble) = ensemble {
+            ensemble.stop().await.expect("the ensemble stops");
+        }
+    });
+}
+
+/// Long enough to ride out a leader election on the loopback ensemble.
+const ENSEMBLE_SESSION_TIMEOUT: Duration = Duration::from_secs(6);
+
+/// A harness on a three-member ensemble of its own; each client reaches each member through a
+/// proxy of its own, so the member it is connected to is known and can be stopped.
+struct EnsembleHarness {
+    ensemble: Arc<Mutex<ZkEnsemble>>,
+    members: Vec<std::net::SocketAddr>,
+    base: String,
+}
+
+impl EnsembleHarness {
+    async fn start() -> Self {
+        let ensemble = match ZkEnsemble::start().await {
+            Ok(ensemble) => ensemble,
+            Err(error) => panic!("the ZooKeeper chaos run needs a three-member ensemble: {error}"),
+        };
+        let members = (0..ensemble.member_count()).map(|i| ensemble.member_addr(i)).collect();
+        let base = format!("/lockkit-chaos-{}", uuid::Uuid::new_v4().simple());
+        Self { ensemble: Arc::new(Mutex::new(ensemble)), members, base }
+    }
+}
+
+struct EnsembleFaults {
+    proxies: Vec<FaultProxy>,
+    ensemble: Arc<Mutex<ZkEnsemble>>,
+}
+
+#[async_trait]
+impl ClientFaults for EnsembleFaults {
+    async fn kill(&self) -> FaultResult {
+        self.proxies.iter().for_each(FaultProxy::blackhole);
+        Ok(())
+    }
+
+    async fn blackhole(&self) -> FaultResult {
+        self.proxies.iter().for_each(FaultProxy::blackhole);
+        Ok(())
+    }
+
+    async fn heal(&self) -> FaultResult {
+        self.proxies.iter().for_each(FaultProxy::heal);
+        Ok(())
+    }
+
+    async fn cut_connection(&self) -> FaultResult {
+        self.proxies.iter().for_each(FaultProxy::cut_all);
+        Ok(())
+    }
+
+    async fn set_latency(&self, latency: Duration) -> FaultResult {
+        self.proxies.iter().for_each(|p| p.set_latency(latency));
+        Ok(())
+    }
+
+    async fn stop_server_for(&self, down: Duration) -> FaultResult {
+        // The member this client is connected to (the first, if it is between connections).
+        let member = self.proxies.iter().position(|p| p.connection_count() > 0).unwrap_or(0);
+        let mut ensemble = self.ensemble.lock().await;
+        if let Err(error) = ensemble.stop_member(member).await {
+            panic!("stopping ensemble member {member} failed: {error}");
+        }
+        tokio::time::sleep(down).await;
+        if let Err(error) = ensemble.start_member(member).await {
+            panic!("starting ensemble member {member} again failed: {error}");
+        }
+        if let Err(error) = ensemble.wait_ready().await {
+            panic!("the ensemble did not serve again after member {member} restarted: {error}");
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Harness for EnsembleHarness {
+    fn name(&self) -> &str {
+        "zk (ensemble)"
+    }
+
+    async fn client(&self) -> lockkit_core::Result<TestClient> {
+        let mut proxies = Vec::new();
+        for member in &self.members {
+            proxies.push(FaultProxy::start(*member).await.map_err(|e| {
+                lockkit_core::Error::connection("zk", None, format!("cannot start the fault proxy: {e}"))
+            })?);
+        }
+        let connect_string = proxies.iter().map(|p| p.addr().to_string()).collect::<Vec<_>>().join(",");
+        let provider = ZkLockProvider::builder()
+            .connect_string(connect_string)
+            .base_path(self.base.clone())
+            .session_timeout(ENSEMBLE_SESSION_TIMEOUT)
+            .build()
+            .await?;
+        let faults = EnsembleFaults { proxies, ensemble: Arc::clone(&self.ensemble) };
+        Ok(TestClient::new(Arc::new(provider), Arc::new(faults)))
+    }
+
+    fn timing(&self) -> Timing {
+        Timing::new().with_lease(ENSEMBLE_SESSION_TIMEOUT).with_operation(Duration::from_secs(8))
+    }
 }
