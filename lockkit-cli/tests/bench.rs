@@ -36,7 +36,7 @@ fn check_common(json: &Value, locks: f64) {
     assert!(number(json, "contended", "acquisitions_per_s") > 0.0);
     let share = number(json, "contended", "handoff_share");
     assert!((0.0..=1.0).contains(&share), "{share}");
-    for key in ["wait_p50_us", "wait_p99_us", "wait_max_us", "handoff_p50_us"] {
+    for key in ["wait_p50_us", "wait_p99_us", "wait_max_us", "handoff_p50_us", "release_p50_us"] {
         number(json, "contended", key);
     }
     assert_eq!(number(json, "upkeep", "held"), locks, "every hold survived");
@@ -54,6 +54,7 @@ async fn bench_on_redis_reports_every_figure_with_its_ratio_to_ping() {
     assert_eq!(json["backend"], "redis");
     assert!(json["floor_kind"].as_str().is_some_and(|floor| floor.contains("PING")), "{json:#}");
     assert!(number(&json, "floor", "ping_p50_us") > 0.0);
+    assert!(number(&json, "floor", "scripts_raw_p50_us") > 0.0);
     assert!(number(&json, "uncontended", "cycle_p50_ratio") > 0.0);
     assert!(number(&json, "contended", "handoff_p50_ratio") >= 0.0);
     assert!(number(&json, "upkeep", "round_trips_per_tick") >= 1.0);
@@ -76,7 +77,7 @@ async fn bench_on_zookeeper_reports_both_floors() {
     let url = format!("zk://{}", ZkServer::shared().await.expect("ZooKeeper starts").connect_string());
     let json = bench_json(&url).await;
     assert_eq!(json["backend"], "zk");
-    for key in ["exists_p50_us", "create_delete_p50_us", "recipe_raw_p50_us"] {
+    for key in ["exists_p50_us", "create_delete_p50_us", "recipe_raw_p50_us", "delete_notify_p50_us"] {
         assert!(number(&json, "floor", key) > 0.0, "{key}");
     }
     assert!(number(&json, "uncontended", "cycle_p50_ratio") > 0.0);

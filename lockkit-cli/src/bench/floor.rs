@@ -25,14 +25,16 @@ pub(crate) enum Floor {
     /// A plain connection of the `redis` crate, and the key of the raw scripts' lock.
     Redis(redis::aio::MultiplexedConnection, String),
     /// A ZooKeeper session of its own, and the znodes it plays with.
-    Zk(ZkFloor),
+    Zk(Box<ZkFloor>),
 }
 
 /// The ZooKeeper side of the floor.
 pub(crate) struct ZkFloor {
-    /// Kept so that the session lives as long as the floor.
-    _provider: ZkLockProvider,
+    /// Kept so that the sessions live as long as the floor.
+    _providers: [ZkLockProvider; 2],
     client: zk::Client,
+    /// A second session, the watcher of the raw hand-off.
+    watcher: zk::Client,
     /// The base path (the parent of every lock's znode): the target of `exists`.
     root: String,
     /// An ephemeral node created and deleted for the create+delete floor.
@@ -48,6 +50,9 @@ pub(crate) struct Sample {
     pub(crate) main: Duration,
     /// ZooKeeper `exists`.
     pub(crate) exists: Option<Duration>,
+    /// ZooKeeper: a raw hand-off, from sending a delete on one session to the deletion's
+    /// notification on another that watched the node.
+    pub(crate) notify: Option<Duration>,
     /// ZooKeeper: the lock recipe's own requests sent raw (a sequential create and the
     /// children list pipelined, then the delete). Redis: the acquire and release scripts
     /// sent raw on the plain connection.
@@ -74,26 +79,27 @@ impl Floor {
                 if let Some(timeout) = url.duration("session_timeout").or_else(|| url.duration("ttl")) {
                     builder = builder.session_timeout(timeout);
                 }
-                let provider = builder.build().await.map_err(|e| {
+                let open = |e: lockkit::Error| {
                     Failure::from_lock_error(&e, &format!("floor: cannot open a session on {}", url.shown))
-                })?;
-                let client = provider
-                    .zk_client()
-                    .await
-                    .map_err(|e| Failure::from_lock_error(&e, &format!("floor: no session on {}", url.shown)))?;
+                };
+                let provider = builder.clone().build().await.map_err(open)?;
+                let second = builder.build().await.map_err(open)?;
+                let client = provider.zk_client().await.map_err(open)?;
+                let watcher = second.zk_client().await.map_err(open)?;
                 let probe = provider.lock_path("probe").map_err(|e| Failure::from_lock_error(&e, "floor"))?;
                 let root = probe.rsplit_once('/').map(|(root, _)| root.to_owned()).unwrap_or_default();
                 let id = super::run_id();
                 let recipe_dir = format!("{root}/lockkit-bench-floor-{id}-recipe");
                 let container = zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
                 client.create(&recipe_dir, &[], &container).await.map_err(|e| zk_failure(url, &e))?;
-                Ok(Some(Floor::Zk(ZkFloor {
-                    _provider: provider,
+                Ok(Some(Floor::Zk(Box::new(ZkFloor {
+                    _providers: [provider, second],
                     client,
+                    watcher,
                     node: format!("{root}/lockkit-bench-floor-{id}"),
                     root,
                     recipe_dir,
-                })))
+                }))))
             }
             _ => Ok(None),
         }
@@ -134,7 +140,7 @@ impl Floor {
                     .invoke_async(connection)
                     .await
                     .map_err(failed)?;
-                Ok(Sample { main, exists: None, recipe: Some(start.elapsed()) })
+                Ok(Sample { main, exists: None, notify: None, recipe: Some(start.elapsed()) })
             }
             Floor::Zk(floor) => {
                 let start = Instant::now();
@@ -156,7 +162,16 @@ impl Floor {
                 list.await.map_err(|e| zk_failure(url, &e))?;
                 floor.client.delete(&format!("{prefix}{sequence}"), None).await.map_err(|e| zk_failure(url, &e))?;
                 let recipe = start.elapsed();
-                Ok(Sample { main, exists: Some(exists), recipe: Some(recipe) })
+
+                floor.client.create(&floor.node, &[], &ephemeral).await.map_err(|e| zk_failure(url, &e))?;
+                let (_, _, watch) =
+                    floor.watcher.get_and_watch_data(&floor.node).await.map_err(|e| zk_failure(url, &e))?;
+                let start = Instant::now();
+                let delete = floor.client.delete(&floor.node, None);
+                watch.changed().await;
+                let notify = start.elapsed();
+                delete.await.map_err(|e| zk_failure(url, &e))?;
+                Ok(Sample { main, exists: Some(exists), notify: Some(notify), recipe: Some(recipe) })
             }
         }
     }

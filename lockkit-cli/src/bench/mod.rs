@@ -189,8 +189,8 @@ impl Bench {
                 floor.sample(&self.url).await?;
             }
         }
-        let (mut cycles, mut floor_main, mut floor_exists, mut floor_recipe) =
-            (Latency::new(), Latency::new(), Latency::new(), Latency::new());
+        let (mut cycles, mut floor_main, mut floor_exists, mut floor_recipe, mut floor_notify) =
+            (Latency::new(), Latency::new(), Latency::new(), Latency::new(), Latency::new());
         let started = Instant::now();
         let mut cycle_time = Duration::ZERO;
         while started.elapsed() < self.args.duration || cycles.len() < 100 {
@@ -203,6 +203,9 @@ impl Bench {
                     }
                     if let Some(recipe) = sample.recipe {
                         floor_recipe.record(recipe);
+                    }
+                    if let Some(notify) = sample.notify {
+                        floor_notify.record(notify);
                     }
                 }
             }
@@ -254,6 +257,16 @@ impl Bench {
                     Unit::Micros,
                     rr50,
                 );
+                let n50 = floor_notify.micros(0.5);
+                let ratio = self.ratio(n50);
+                self.report.add_ratio(
+                    section,
+                    "delete_notify_p50",
+                    "raw hand-off: delete → notification on another session p50",
+                    n50,
+                    Unit::Micros,
+                    ratio,
+                );
             }
             _ => {}
         }
@@ -303,7 +316,7 @@ impl Bench {
             let (last, stop, gate) = (Arc::clone(&last), Arc::clone(&stop), Arc::clone(&start_gate));
             let fail = self.fail(&name, "contended acquire of");
             tasks.spawn(async move {
-                let (mut wait, mut handoff) = (Latency::new(), Latency::new());
+                let (mut wait, mut handoff, mut release) = (Latency::new(), Latency::new(), Latency::new());
                 let (mut acquisitions, mut handoffs) = (0_u64, 0_u64);
                 gate.wait().await;
                 while !stop.load(Ordering::Relaxed) {
@@ -323,23 +336,26 @@ impl Bench {
                         // The tiny critical section: this bookkeeping.
                         *last = Some(Last { client, released_at: Instant::now() });
                     }
+                    let releasing = Instant::now();
                     guard.release().await.map_err(&fail)?;
+                    release.record(releasing.elapsed());
                 }
-                Ok::<_, Failure>((wait, handoff, acquisitions, handoffs))
+                Ok::<_, Failure>((wait, handoff, release, acquisitions, handoffs))
             });
         }
         start_gate.wait().await;
         let started = Instant::now();
         tokio::time::sleep(self.args.duration).await;
         stop.store(true, Ordering::Relaxed);
-        let (mut wait, mut handoff) = (Latency::new(), Latency::new());
+        let (mut wait, mut handoff, mut release) = (Latency::new(), Latency::new(), Latency::new());
         let (mut acquisitions, mut handoffs) = (0_u64, 0_u64);
         let mut per_client = Vec::with_capacity(clients);
         while let Some(done) = tasks.join_next().await {
-            let (w, h, a, n) =
+            let (w, h, r, a, n) =
                 done.map_err(|e| Failure::new(crate::exit::BACKEND, format!("a contending client failed: {e}")))??;
             wait.merge(&w);
             handoff.merge(&h);
+            release.merge(&r);
             acquisitions += a;
             handoffs += n;
             per_client.push(a);
@@ -378,6 +394,15 @@ impl Bench {
             self.report.target("≤ 1.0× create+delete p50", |_, r| r.is_some_and(|r| r <= 1.0));
         }
         self.report.add_ratio(section, "handoff_p99", "hand-off p99", h99, Unit::Micros, self.ratio(h99));
+        let r50 = release.micros(0.5);
+        self.report.add_ratio(
+            section,
+            "release_p50",
+            "release call p50 (the holder's side)",
+            r50,
+            Unit::Micros,
+            self.ratio(r50),
+        );
         let (w50, w99, wmax) = (wait.micros(0.5), wait.micros(0.99), wait.max_micros());
         self.report.add_ratio(section, "wait_p50", "wait p50", w50, Unit::Micros, self.ratio(w50));
         self.report.add_ratio(section, "wait_p99", "wait p99", w99, Unit::Micros, self.ratio(w99));
@@ -416,9 +441,16 @@ impl Bench {
             locks.push(self.lock(&*provider, &self.name(&format!("held/{i}")))?);
         }
         let fail = self.fail(&self.name("held/…"), "upkeep: acquire of");
+        // In batches of 100: what the holds keep, not the transient memory of 10,000
+        // acquisitions in flight, is what the resident memory should show.
         let started = Instant::now();
-        let guards = futures_util::future::join_all(locks.iter().map(|lock| lock.acquire())).await;
-        let guards = guards.into_iter().collect::<Result<Vec<_>, _>>().map_err(&fail)?;
+        let mut guards = Vec::with_capacity(count);
+        for batch in locks.chunks(100) {
+            let acquired = futures_util::future::join_all(batch.iter().map(|lock| lock.acquire())).await;
+            for guard in acquired {
+                guards.push(guard.map_err(&fail)?);
+            }
+        }
         let acquire_time = started.elapsed();
         let rss_after = resident_bytes();
         let cpu_before = cpu_time();
