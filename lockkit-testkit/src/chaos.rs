@@ -46,7 +46,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -313,6 +313,8 @@ pub struct ChaosReport {
     pub applied: Vec<String>,
     /// Client faults that struck a client while it held a lock.
     pub faults_on_holders: u64,
+    /// Of those, the faults that struck a client in a long hold (half a lease or more).
+    pub faults_on_long_holds: u64,
     /// Faults applied, by kind.
     pub faults_applied: BTreeMap<FaultKind, u64>,
     /// Faults skipped because the harness lacks the hook, by kind.
@@ -414,10 +416,11 @@ impl fmt::Display for ChaosReport {
         )?;
         writeln!(
             f,
-            "  faults applied: {} ({}); client faults on a holder: {}",
+            "  faults applied: {} ({}); client faults on a holder: {} (in a long hold: {})",
             self.faults_total(),
             kinds(&self.faults_applied),
-            self.faults_on_holders
+            self.faults_on_holders,
+            self.faults_on_long_holds
         )?;
         writeln!(f, "  faults skipped (no hook): {}", kinds(&self.faults_skipped))?;
         writeln!(
@@ -606,8 +609,9 @@ struct Shared {
     counters: Counters,
     /// The last acquisition of each client.
     progress: Vec<Mutex<Option<Instant>>>,
-    /// Whether each client holds a lock right now (client faults aim at holders).
-    holding: Vec<AtomicBool>,
+    /// Whether each client holds a lock right now: `NOT_HOLDING`, `SHORT_HOLD` or `LONG_HOLD`
+    /// (client faults aim at holders, long ones first).
+    holding: Vec<AtomicU8>,
     /// The current client of each worker, with its generation (bumped on replacement).
     slots: Vec<Mutex<(TestClient, u32)>>,
     max_hold: Duration,
@@ -615,6 +619,10 @@ struct Shared {
     long_hold: (Duration, Duration),
     op_limit: Duration,
 }
+
+const NOT_HOLDING: u8 = 0;
+const SHORT_HOLD: u8 = 1;
+const LONG_HOLD: u8 = 2;
 
 fn locked<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
@@ -657,7 +665,7 @@ pub async fn run(harness: &dyn Harness, config: ChaosConfig) -> ChaosReport {
         stop: AtomicBool::new(false),
         counters: Counters::default(),
         progress: (0..config.clients).map(|_| Mutex::new(None)).collect(),
-        holding: (0..config.clients).map(|_| AtomicBool::new(false)).collect(),
+        holding: (0..config.clients).map(|_| AtomicU8::new(NOT_HOLDING)).collect(),
         slots,
         max_hold: config.max_hold,
         long_hold_every: config.long_hold_every,
@@ -696,8 +704,11 @@ pub async fn run(harness: &dyn Harness, config: ChaosConfig) -> ChaosReport {
         *map.entry(fault.kind).or_default() += 1;
         if applied {
             last_heal = Instant::now();
-            if report.applied.last().is_some_and(|line| line.ends_with("(holding)")) {
+            if report.applied.last().is_some_and(|line| line.ends_with("holding)") && !line.ends_with("not holding)")) {
                 report.faults_on_holders += 1;
+                if report.applied.last().is_some_and(|line| line.contains("long hold")) {
+                    report.faults_on_long_holds += 1;
+                }
             }
         }
     }
@@ -765,16 +776,22 @@ async fn apply(
     violations: &mut Vec<String>,
     log: &mut Vec<String>,
 ) -> bool {
-    // A client fault strikes the first client holding a lock, counting from the scheduled
-    // one, so that faults hit holds; the scheduled client when nobody holds.
+    // A client fault strikes the first client in a long hold, counting from the scheduled
+    // one, else the first holding a lock, else the scheduled one, so that faults hit holds.
     let clients = shared.slots.len();
-    let target = (0..clients)
-        .map(|k| (fault.client + k) % clients)
-        .find(|&i| shared.holding[i].load(Ordering::SeqCst))
+    let state = |i: usize| shared.holding[i].load(Ordering::SeqCst);
+    let order = || (0..clients).map(|k| (fault.client + k) % clients);
+    let target = order()
+        .find(|&i| state(i) == LONG_HOLD)
+        .or_else(|| order().find(|&i| state(i) != NOT_HOLDING))
         .unwrap_or(fault.client);
     let client_fault = !matches!(fault.kind, FaultKind::PauseStore | FaultKind::RestartStore);
     if client_fault {
-        let holder = if shared.holding[target].load(Ordering::SeqCst) { "holding" } else { "not holding" };
+        let holder = match state(target) {
+            LONG_HOLD => "in a long hold; holding",
+            SHORT_HOLD => "holding",
+            _ => "not holding",
+        };
         log.push(format!("{} -> client {target} ({holder})", fault));
     } else {
         log.push(fault.to_string());
@@ -873,9 +890,8 @@ async fn worker(index: usize, shared: Arc<Shared>, mut rng: Rng) {
         };
         bump(&shared.counters.acquisitions);
         *locked(&shared.progress[index]) = Some(start);
-        shared.holding[index].store(true, Ordering::SeqCst);
         hold_and_write(index, name, id, &guard, &shared, &mut rng, &mut seq, &mut seen).await;
-        shared.holding[index].store(false, Ordering::SeqCst);
+        shared.holding[index].store(NOT_HOLDING, Ordering::SeqCst);
         let label = format!("client {index} (gen {generation}) hold #{id}");
         end_hold(id, label, guard, &shared, &mut rng, seen).await;
     }
@@ -988,6 +1004,7 @@ async fn hold_and_write(
     } else {
         (1 + rng.below(3), rng.between(Duration::ZERO, shared.max_hold))
     };
+    shared.holding[client].store(if long { LONG_HOLD } else { SHORT_HOLD }, Ordering::SeqCst);
     for step in 0..steps {
         if step > 0 {
             let gap = total / steps as u32;
