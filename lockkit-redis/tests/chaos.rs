@@ -34,7 +34,7 @@ fn config() -> ChaosConfig {
 fn chaos_with_aof() {
     lockkit_testkit::runtime().block_on(async {
         let harness = RedisHarness::dedicated(Persistence::Aof).await;
-        chaos::check(&harness, config(), &[11]).await;
+        chaos::check(&harness, config().with_label("AOF"), &[11]).await;
     });
 }
 
@@ -42,6 +42,7 @@ fn chaos_with_aof() {
 fn chaos_without_persistence() {
     lockkit_testkit::runtime().block_on(async {
         let harness = RedisHarness::dedicated(Persistence::None).await;
-        chaos::check(&harness, config().with_restart_loses_data(true), &[12]).await;
+        let config = config().with_restart_loses_data(true).with_label("no persistence");
+        chaos::check(&harness, config, &[12]).await;
     });
 }

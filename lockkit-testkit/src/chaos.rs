@@ -135,8 +135,8 @@ pub struct ChaosConfig {
     pub faults: Vec<FaultKind>,
     /// The longest a client holds a lock in a short hold (default 120 ms).
     pub max_hold: Duration,
-    /// One hold in this many is long: between half and one and a half leases (or eight short
-    /// holds without a lease), so that renewal runs and a fault can strike mid-hold
+    /// One hold in this many is long: between half a lease and two leases (or two to eight
+    /// short holds without a lease), so that renewal runs and a fault can strike mid-hold
     /// (default 8; 0 for none).
     pub long_hold_every: u64,
     /// The pause between two faults is drawn from this range (default 300 ms to 1.5 s).
@@ -147,6 +147,8 @@ pub struct ChaosConfig {
     /// How long every client may take to make progress after the last fault healed
     /// (default: three leases plus 15 s).
     pub liveness_bound: Option<Duration>,
+    /// A label for the report, after the backend's name (such as "no persistence").
+    pub label: Option<String>,
 }
 
 impl ChaosConfig {
@@ -163,6 +165,7 @@ impl ChaosConfig {
             fault_gap: (Duration::from_millis(300), Duration::from_millis(1500)),
             restart_loses_data: false,
             liveness_bound: None,
+            label: None,
         }
     }
 
@@ -211,6 +214,12 @@ impl ChaosConfig {
     /// Declares that a store restart loses the lock records (see the field).
     pub fn with_restart_loses_data(mut self, loses: bool) -> Self {
         self.restart_loses_data = loses;
+        self
+    }
+
+    /// Sets the report's label.
+    pub fn with_label(mut self, label: impl Into<String>) -> Self {
+        self.label = Some(label.into());
         self
     }
 
@@ -670,7 +679,7 @@ pub async fn run(harness: &dyn Harness, config: ChaosConfig) -> ChaosReport {
         max_hold: config.max_hold,
         long_hold_every: config.long_hold_every,
         long_hold: match lease {
-            Some(lease) => (lease / 2, lease * 3 / 2),
+            Some(lease) => (lease / 2, lease * 2),
             None => (config.max_hold * 2, config.max_hold * 8),
         },
         op_limit,
@@ -684,7 +693,10 @@ pub async fn run(harness: &dyn Harness, config: ChaosConfig) -> ChaosReport {
     }
 
     let mut report = ChaosReport {
-        backend: harness.name().to_owned(),
+        backend: match &config.label {
+            Some(label) => format!("{}, {label}", harness.name()),
+            None => harness.name().to_owned(),
+        },
         seed: config.seed,
         schedule: plan.clone(),
         ..ChaosReport::default()
