@@ -155,6 +155,12 @@ impl Floor {
 
                 let sequential = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
                 let prefix = format!("{}/n-", floor.recipe_dir);
+                // The server deletes an empty container now and then: make it again.
+                let container = zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
+                match floor.client.create(&floor.recipe_dir, &[], &container).await {
+                    Ok(_) | Err(zk::Error::NodeExists) => {}
+                    Err(e) => return Err(zk_failure(url, &e)),
+                }
                 let start = Instant::now();
                 let create = floor.client.create(&prefix, &[], &sequential);
                 let list = floor.client.list_children(&floor.recipe_dir);

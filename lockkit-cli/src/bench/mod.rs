@@ -481,7 +481,7 @@ impl Bench {
         self.report.add(
             section,
             "acquire_all",
-            "acquiring them all at once",
+            "acquiring them, 100 at a time",
             acquire_time.as_secs_f64(),
             Unit::Seconds,
         );
