@@ -218,7 +218,10 @@ fn connect_file(url: &ParsedUrl<'_>) -> Result<Arc<dyn LockProvider>> {
     #[cfg(unix)]
     return Ok(Arc::new(lockkit_file::FileLockProvider::open(dir)?));
     #[cfg(not(unix))]
-    return Err(invalid("file", format!("the file backend needs flock(2), which this system lacks ({})", dir.display())));
+    return Err(invalid(
+        "file",
+        format!("the file backend needs flock(2), which this system lacks ({})", dir.display()),
+    ));
 }
 
 /// The default directory of the file backend: per user, so users do not share locks.
