@@ -78,30 +78,44 @@ impl LockHandle {
         if let Some(guard) = self.inner.reenter()? {
             return Ok(Some(guard));
         }
-        let releasing = self.inner.state().releasing.clone();
-        if let Some(mut releasing) = releasing {
-            // Our own previous hold is still being freed; asking the store now would find it
-            // held by ourselves. A closed channel means the release task is gone: go on.
-            // Even `try_acquire` waits for this: it is our own hold, not another owner's.
-            let own = if deadline == Deadline::Now { Deadline::Never } else { deadline };
-            if within(own, releasing.wait_for(|done| *done)).await.is_none() {
-                return Ok(None);
+        loop {
+            let releasing = self.inner.state().releasing.clone();
+            if let Some(mut releasing) = releasing {
+                // Our own previous hold is still being freed; asking the store now would find
+                // it held by ourselves. A closed channel means the release task is gone: go on.
+                // Even `try_acquire` waits for this: it is our own hold, not another owner's.
+                let own = if deadline == Deadline::Now { Deadline::Never } else { deadline };
+                if within(own, releasing.wait_for(|done| *done)).await.is_none() {
+                    return Ok(None);
+                }
             }
+            let request = AcquireRequest::new(self.inner.lock.clone(), deadline);
+            // The backend sees the deadline too; dropping its future at the deadline is the
+            // backstop, and its cancel safety leaves no trace.
+            let granted = match deadline {
+                Deadline::At(_) => within(deadline, self.inner.backend.acquire(request)).await.unwrap_or(Ok(None))?,
+                Deadline::Now | Deadline::Never => self.inner.backend.acquire(request).await?,
+            };
+            let Some(grant) = granted else {
+                tracing::debug!("not granted");
+                return Ok(None);
+            };
+            if !grant.signal.is_held() {
+                // The grant's local deadline passed before it reached us (this process stalled
+                // for longer than the lease between the store's grant and now): no guard could
+                // promise anything with it. Free it, and ask again while the deadline allows.
+                tracing::warn!(token = grant.token.get(), "a grant arrived already expired; asking again");
+                grant.signal.release();
+                drop(self.inner.start_release(grant.held, None));
+                if deadline == Deadline::Now || deadline.has_passed(Instant::now()) {
+                    return Ok(None);
+                }
+                continue;
+            }
+            // From here to the guard there is no await: a grant cannot be lost to cancellation.
+            tracing::debug!(token = grant.token.get(), "granted");
+            return Ok(Some(self.inner.install(grant)));
         }
-        let request = AcquireRequest::new(self.inner.lock.clone(), deadline);
-        // The backend sees the deadline too; dropping its future at the deadline is the
-        // backstop, and its cancel safety leaves no trace.
-        let granted = match deadline {
-            Deadline::At(_) => within(deadline, self.inner.backend.acquire(request)).await.unwrap_or(Ok(None))?,
-            Deadline::Now | Deadline::Never => self.inner.backend.acquire(request).await?,
-        };
-        let Some(grant) = granted else {
-            tracing::debug!("not granted");
-            return Ok(None);
-        };
-        // From here to the guard there is no await: a grant cannot be lost to cancellation.
-        tracing::debug!(token = grant.token.get(), "granted");
-        Ok(Some(self.inner.install(grant)))
     }
 }
 
@@ -285,5 +299,83 @@ impl DistributedLock for LockHandle {
             wait = ?options.wait,
         );
         self.acquire_inner(deadline).instrument(span).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use super::*;
+    use crate::{Capabilities, LockProvider};
+
+    /// Grants with a lease that has already run out for its first `expired` grants (as if the
+    /// process stalled between the store's grant and its return), then live ones.
+    #[derive(Debug, Default)]
+    struct StallingBackend {
+        expired: usize,
+        granted: AtomicUsize,
+        released: Arc<AtomicUsize>,
+    }
+
+    struct Held(Arc<AtomicUsize>);
+
+    #[async_trait]
+    impl HeldLock for Held {
+        async fn release(self: Box<Self>) -> Result<()> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }
+    }
+
+    #[async_trait]
+    impl LockBackend for StallingBackend {
+        fn name(&self) -> &'static str {
+            "stalling"
+        }
+
+        fn capabilities(&self) -> Capabilities {
+            Capabilities::NONE
+        }
+
+        async fn acquire(&self, request: AcquireRequest) -> Result<Option<Grant>> {
+            let n = self.granted.fetch_add(1, Ordering::SeqCst);
+            let valid_until = if n < self.expired { Instant::now() } else { Instant::now() + Duration::from_secs(60) };
+            let signal = HoldSignal::new("stalling", request.lock, Some(valid_until));
+            let token = FencingToken::new(u64::try_from(n).unwrap() + 1);
+            Ok(Some(Grant::new(token, signal, Box::new(Held(Arc::clone(&self.released))))))
+        }
+    }
+
+    #[derive(Debug)]
+    struct Provider(Arc<StallingBackend>);
+
+    impl LockProvider for Provider {
+        fn backend(&self) -> Arc<dyn LockBackend> {
+            self.0.clone()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_grant_that_arrives_expired_is_freed_and_asked_again() {
+        let backend = Arc::new(StallingBackend { expired: 2, ..StallingBackend::default() });
+        let provider = Provider(Arc::clone(&backend));
+        let guard = provider.lock("x").unwrap().acquire().await.unwrap();
+        assert!(guard.is_held(), "the guard handed out is live");
+        assert_eq!(guard.token(), FencingToken::new(3), "the two expired grants were not handed out");
+        assert_eq!(backend.released.load(Ordering::SeqCst), 2, "both expired grants were freed");
+        guard.release().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn try_acquire_with_an_expired_grant_returns_none() {
+        let backend = Arc::new(StallingBackend { expired: 1, ..StallingBackend::default() });
+        let provider = Provider(Arc::clone(&backend));
+        let lock = provider.lock("x").unwrap();
+        assert!(lock.try_acquire().await.unwrap().is_none());
+        assert_eq!(backend.released.load(Ordering::SeqCst), 1);
+        assert!(lock.try_acquire().await.unwrap().is_some_and(|guard| guard.is_held()));
     }
 }
