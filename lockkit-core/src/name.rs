@@ -56,6 +56,30 @@ impl LockName {
         }
         out
     }
+
+    /// The name with every character that `keep` refuses, and every `%`, written as `%xx`
+    /// per UTF-8 byte (two lowercase hex digits). Injective whatever `keep` allows, so a
+    /// backend picks the alphabet its store needs and keeps names readable: with only ASCII
+    /// alphanumerics kept, `orders/42` is `orders%2f42`. `keep` sees the UTF-8 bytes of each
+    /// character; a character is kept only when all of its bytes are.
+    pub fn percent_encoded(&self, keep: impl Fn(u8) -> bool) -> String {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut out = String::with_capacity(self.0.len());
+        let mut buf = [0_u8; 4];
+        for c in self.0.chars() {
+            let bytes = c.encode_utf8(&mut buf).as_bytes();
+            if c != '%' && bytes.iter().all(|&byte| keep(byte)) {
+                out.push(c);
+            } else {
+                for &byte in bytes {
+                    out.push('%');
+                    out.push(char::from(HEX[usize::from(byte >> 4)]));
+                    out.push(char::from(HEX[usize::from(byte & 0x0f)]));
+                }
+            }
+        }
+        out
+    }
 }
 
 impl fmt::Display for LockName {
@@ -80,6 +104,23 @@ impl TryFrom<&str> for LockName {
     type Error = Error;
     fn try_from(name: &str) -> Result<Self> {
         Self::new(name)
+    }
+}
+
+#[cfg(test)]
+mod percent_tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn percent_encoding_keeps_what_it_is_told_and_never_collides() {
+        let enc = |n: &str| LockName::new(n).unwrap().percent_encoded(|b| b.is_ascii_alphanumeric());
+        assert_eq!(enc("orders/42 ä"), "orders%2f42%20%c3%a4");
+        let all = |n: &str| LockName::new(n).unwrap().percent_encoded(|_| true);
+        assert_eq!(all("a%b ä"), "a%25b ä");
+        let names = ["a/b", "a%2fb", "a%252fb", "%", "%25"];
+        let encoded: std::collections::HashSet<_> = names.iter().map(|n| enc(n)).collect();
+        assert_eq!(encoded.len(), names.len());
     }
 }
 

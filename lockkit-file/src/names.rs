@@ -25,18 +25,7 @@ pub const LOCK_SUFFIX: &str = ".lock";
 
 /// The escaped form of `name`: lower-case ASCII letters, digits, `-`, `_` and `%xx`.
 pub fn encode_name(name: &LockName) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(name.as_str().len());
-    for &byte in name.as_str().as_bytes() {
-        if byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'-' || byte == b'_' {
-            out.push(char::from(byte));
-        } else {
-            out.push('%');
-            out.push(char::from(HEX[usize::from(byte >> 4)]));
-            out.push(char::from(HEX[usize::from(byte & 0x0f)]));
-        }
-    }
-    out
+    name.percent_encoded(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'-' || byte == b'_')
 }
 
 /// The path of the lock file of `name` under `dir`.

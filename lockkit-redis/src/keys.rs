@@ -3,11 +3,9 @@
 //! Every key of a lock carries the same hash tag, `{name}`, so that the scripts touching
 //! several of them run unchanged on Redis Cluster (all keys of a script must live in one
 //! slot). Inside the tag the name is escaped so that no name can end the tag early or
-//! collide with another: `%` becomes `%25`, `{` becomes `%7B` and `}` becomes `%7D`.
+//! collide with another: `%` becomes `%25`, `{` becomes `%7b` and `}` becomes `%7d`.
 //! Everything else, '/' and spaces and unicode included, is kept as is: Redis keys are
 //! binary-safe, and readable keys make `redis-cli` sessions bearable.
-
-use std::fmt::Write as _;
 
 use lockkit_core::LockName;
 
@@ -25,7 +23,7 @@ pub(crate) struct LockKeys {
 impl LockKeys {
     /// The keys of `lock` under `prefix`.
     pub(crate) fn new(prefix: &str, lock: &LockName) -> Self {
-        let base = format!("{prefix}:{{{}}}", escape(lock.as_str()));
+        let base = format!("{prefix}:{{{}}}", lock.percent_encoded(|byte| byte != b'{' && byte != b'}'));
         Self { fence: format!("{base}:fence"), channel: format!("{base}:released"), lock: base }
     }
 
@@ -34,20 +32,6 @@ impl LockKeys {
     pub(crate) fn void(&self, attempt: &str) -> String {
         format!("{}:void:{attempt}", self.lock)
     }
-}
-
-fn escape(name: &str) -> String {
-    let mut escaped = String::with_capacity(name.len());
-    for c in name.chars() {
-        match c {
-            '%' | '{' | '}' => {
-                // Writing to a String cannot fail.
-                let _ = write!(escaped, "%{:02X}", u32::from(c));
-            }
-            other => escaped.push(other),
-        }
-    }
-    escaped
 }
 
 #[cfg(test)]
@@ -77,13 +61,13 @@ mod tests {
 
     #[test]
     fn braces_cannot_break_the_tag_or_collide() {
-        for name in ["a}b", "{x}", "}", "%7D", "a}:fence", "%", "%25"] {
+        for name in ["a}b", "{x}", "}", "%7d", "a}:fence", "%", "%25"] {
             let k = keys(name);
             for key in [&k.lock, &k.fence, &k.channel] {
                 assert_eq!(hash_tag(key), hash_tag(&k.lock), "{name}: {key}");
             }
         }
-        let names = ["a}b", "a%7Db", "a%257Db", "}", "%7D", "{", "%7B", "%", "%25"];
+        let names = ["a}b", "a%7db", "a%257db", "}", "%7d", "{", "%7b", "%", "%25"];
         let locks: std::collections::HashSet<_> = names.iter().map(|n| keys(n).lock).collect();
         assert_eq!(locks.len(), names.len());
     }

@@ -14,26 +14,15 @@ use lockkit_core::LockName;
 use uuid::Uuid;
 
 /// The znode name of a lock: the lock name with every byte outside `[A-Za-z0-9_-]` written as
-/// `%XX`. Injective, and never `.`, `..` or empty.
+/// `%xx`. Injective, and never `.`, `..` or empty.
 ///
 /// ```
 /// use lockkit_core::LockName;
 /// let name = LockName::new("orders/42 ä").unwrap();
-/// assert_eq!(lockkit_zk::encode_name(&name), "orders%2F42%20%C3%A4");
+/// assert_eq!(lockkit_zk::encode_name(&name), "orders%2f42%20%c3%a4");
 /// ```
 pub fn encode_name(name: &LockName) -> String {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    let mut out = String::with_capacity(name.as_str().len());
-    for &byte in name.as_str().as_bytes() {
-        if byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_' {
-            out.push(char::from(byte));
-        } else {
-            out.push('%');
-            out.push(char::from(HEX[usize::from(byte >> 4)]));
-            out.push(char::from(HEX[usize::from(byte & 0x0f)]));
-        }
-    }
-    out
+    name.percent_encoded(|byte| byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_')
 }
 
 /// The prefix of a contender node, to which ZooKeeper appends the 10-digit sequence.
@@ -115,7 +104,7 @@ mod tests {
             assert!(!e.is_empty() && e != "." && e != "..");
             assert!(e.bytes().all(|b| b.is_ascii_alphanumeric() || b"%-_".contains(&b)), "{e}");
         }
-        assert_eq!(enc("."), "%2E");
+        assert_eq!(enc("."), "%2e");
         assert_eq!(enc(&"é".repeat(512)).len(), 512 * 6);
     }
 
