@@ -30,14 +30,14 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use tokio::sync::oneshot;
 use tracing::Instrument;
 use uuid::Uuid;
 
-use crate::backend::{AcquireRequest, Grant, HeldLock, HolderInfo, LockBackend, LockInfo};
+use crate::backend::{AcquireRequest, Grant, HeldLock, LockBackend, LockInfo, OwnerMeta};
 use crate::{
     Capabilities, Error, FencingToken, HoldSignal, LockName, LockProvider, LossReason, Result, lease_deadline,
 };
@@ -86,7 +86,8 @@ struct Holder {
     attempt: Uuid,
     token: FencingToken,
     signal: HoldSignal,
-    since: SystemTime,
+    /// Who took the hold, for `inspect`: this process, and when.
+    owner: OwnerMeta,
 }
 
 struct Waiter {
@@ -201,8 +202,13 @@ impl StoreState {
         });
         let signal = HoldSignal::new(BACKEND, name.clone(), valid_until);
         let entry = self.locks.entry(name.clone()).or_default();
-        entry.holder =
-            Some(Holder { session: session_id, attempt, token, signal: signal.clone(), since: SystemTime::now() });
+        entry.holder = Some(Holder {
+            session: session_id,
+            attempt,
+            token,
+            signal: signal.clone(),
+            owner: OwnerMeta::current(attempt),
+        });
         Granted { token, signal }
     }
 
@@ -634,7 +640,7 @@ impl LockBackend for MemoryClient {
         let state = self.store.current();
         let Some(entry) = state.locks.get(lock) else { return Ok(LockInfo::default()) };
         let holder = entry.holder.as_ref().map(|holder| {
-            let info = HolderInfo::new(holder.token, holder.attempt.to_string()).with_since(holder.since);
+            let info = holder.owner.holder(holder.token);
             match state.sessions.get(&holder.session).and_then(Session::expires_at) {
                 Some(at) => info.with_lease_left(at.saturating_duration_since(Instant::now())),
                 None => info,
