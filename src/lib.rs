@@ -5,15 +5,18 @@
 //! This is the facade crate: application code depends on `lockkit` alone. It re-exports
 //! [`lockkit_core`] and holds no lock logic. The Redis and ZooKeeper backends are behind the
 //! `redis` and `zk` features (as the modules `lockkit::redis` and `lockkit::zk`); the
-//! in-process [`memory`] backend is always present.
+//! in-process [`memory`] backend and, on Unix, the local-file backend are always present.
+//! [`connect`] picks the backend from a URL (`mem://`, `file:///dir`, `redis://…`,
+//! `rediss://…`, `zk://…`), so the store is a deployment setting; its docs list the options each
+//! scheme takes.
 //!
 //! ```
-//! use lockkit::memory::MemoryLockProvider;
-//! use lockkit::{DistributedLock, LockProvider};
+//! use lockkit::DistributedLock;
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> lockkit::Result<()> {
-//! let provider = MemoryLockProvider::new();
+//! // Usually `lockkit::connect_from_env()`, which reads LOCKKIT_URL.
+//! let provider = lockkit::connect("mem://").await?;
 //! let lock = provider.lock("invoices/2026-11")?;
 //! let guard = lock.acquire().await?;
 //! // Send guard.token() with every write; stop when guard.lost() fires.

@@ -1,17 +1,7 @@
 //! Backend selection by URL: `lockkit::connect("redis://…")` returns a provider behind the
 //! core trait, so that the store is a deployment setting, not a code change.
 //!
-//! | URL | backend | query options |
-//! | --- | --- | --- |
-//! | `mem://` or `mem://NAME` | in-process memory; one store per NAME per process | `ttl` |
-//! | `file:///path/to/dir`, `file://` | local files; `file://` alone is the default directory | — |
-//! | `redis://[user:password@]host[:port][/db]` | Redis (feature `redis`) | `ttl`, `renew`, `timeout`, `drift`, `prefix` |
-//! | `rediss://…` | Redis over TLS (feature `redis-tls`) | as `redis://` |
-//! | `zk://[user:password@]host:port[,host:port…][/chroot]` | ZooKeeper (feature `zk`) | `session_timeout` (or `ttl`), `base`, `drift` |
-//!
-//! Durations are written `500ms`, `10s`, `1.5s`, `2m` or `1h`. An unknown option, a bad
-//! duration, or a scheme whose feature is off is an [`Error::InvalidConfig`] that says what to
-//! change.
+//! The table of schemes and options is on [`connect`].
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
@@ -29,6 +19,18 @@ pub const URL_ENV: &str = "LOCKKIT_URL";
 pub const DEFAULT_URL: &str = "file://";
 
 /// Connects to the store named by `url` and returns a provider behind the core trait.
+///
+/// | URL | backend | query options |
+/// | --- | --- | --- |
+/// | `mem://` or `mem://NAME` | in-process memory; one store per NAME per process | `ttl` |
+/// | `file:///path/to/dir`, `file://` | local files; `file://` alone is the default directory | — |
+/// | `redis://[user:password@]host[:port][/db]` | Redis (feature `redis`) | `ttl`, `renew`, `timeout`, `drift`, `prefix` |
+/// | `rediss://…` | Redis over TLS (feature `redis-tls`) | as `redis://` |
+/// | `zk://[user:password@]host:port[,host:port…][/chroot]` | ZooKeeper (feature `zk`) | `session_timeout` (or `ttl`), `base`, `drift` |
+///
+/// Durations are written `500ms`, `10s`, `1.5s`, `2m` or `1h`. An unknown option, a bad
+/// duration, or a scheme whose feature is off is an [`Error::InvalidConfig`] that says what to
+/// change.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
