@@ -50,3 +50,12 @@ async fn zk_urls_carry_their_options() {
     let bad = connect(&format!("zk://{}?session_timeout=0s", server.connect_string())).await;
     assert!(matches!(bad, Err(Error::InvalidConfig { .. })), "a zero session timeout is refused");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zk_url_where_nothing_listens_fails_fast() {
+    let port = lockkit_testkit::fixture::free_port().unwrap();
+    let started = std::time::Instant::now();
+    let error = connect(&format!("zk://127.0.0.1:{port}?session_timeout=10s")).await.err().unwrap();
+    assert!(error.is_retryable() && error.to_string().contains("accepts connections"), "{error}");
+    assert!(started.elapsed() < Duration::from_secs(3), "failed after {:?}, not the 10 s session", started.elapsed());
+}

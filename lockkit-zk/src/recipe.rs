@@ -69,6 +69,26 @@ impl std::fmt::Debug for ZkBackend {
     }
 }
 
+/// Fails at once when every server of the connect string refuses TCP connections.
+/// zookeeper-client would otherwise keep trying until the session timeout; its eager mode
+/// fails fast too, but also stops cycling through the servers on later reconnects. A server
+/// that is slow to answer is left to the client.
+async fn refuse_fast_when_no_server_listens(config: &ZkConfig) -> Result<()> {
+    let wait = config.connect_timeout.unwrap_or(config.session_timeout / 5).min(Duration::from_secs(2));
+    let mut refused = Vec::new();
+    for host in config.hosts.split(',') {
+        match tokio::time::timeout(wait, tokio::net::TcpStream::connect(host)).await {
+            Ok(Err(error)) if error.kind() == std::io::ErrorKind::ConnectionRefused => {
+                refused.push(format!("{host} ({error})"));
+            }
+            // Accepted, slow, or another failure (such as a name that does not resolve
+            // yet): the client decides.
+            _ => return Ok(()),
+        }
+    }
+    Err(Error::connection(BACKEND, None, format!("no ZooKeeper server accepts connections: {}", refused.join(", "))))
+}
+
 impl ZkBackend {
     pub(crate) async fn open(config: ZkConfig) -> Result<ZkBackend> {
         let runtime = Handle::try_current().map_err(|_| {
@@ -78,6 +98,7 @@ impl ZkBackend {
             )
         })?;
         let config = Arc::new(config);
+        refuse_fast_when_no_server_listens(&config).await?;
         let session = Session::open(config.clone(), runtime.clone()).await?;
         Ok(ZkBackend {
             config,
