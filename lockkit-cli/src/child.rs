@@ -7,20 +7,25 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
-use rustix::process::{Pid, Signal, kill_process};
+use rustix::process::{Pid, Signal, kill_process, kill_process_group};
 use tokio::process::{Child, Command};
 
 use crate::exit::{self, CANNOT_EXECUTE, Code, Failure, NOT_FOUND};
 use crate::signals::Signals;
 
 /// Starts `command` with the lock's name and fencing token in its environment and the
-/// standard streams inherited. The child is killed if `lockkit` unwinds without waiting
-/// for it.
-pub(crate) fn spawn(command: &[OsString], lock: &str, token: u64) -> Result<Child, Failure> {
+/// standard streams inherited, in a process group of its own when `group` is set. The child
+/// is killed if `lockkit` unwinds without waiting for it.
+pub(crate) fn spawn(command: &[OsString], lock: &str, token: u64, group: bool) -> Result<Child, Failure> {
     let Some((program, args)) = command.split_first() else {
         return Err(Failure::new(exit::USAGE, "no command to run"));
     };
-    Command::new(program)
+    let mut command = Command::new(program);
+    if group {
+        // The child leads a new group whose id is its pid: `stop` signals the whole group.
+        command.process_group(0);
+    }
+    command
         .args(args)
         .env("LOCKKIT_LOCK", lock)
         .env("LOCKKIT_FENCING_TOKEN", token.to_string())
@@ -49,21 +54,29 @@ pub(crate) fn code_of(status: ExitStatus) -> Code {
     }
 }
 
-/// Sends SIGTERM to the child, waits up to `grace` for it to exit, then sends SIGKILL. A
-/// further signal to `lockkit` while it waits kills the child at once. Returns the child's
-/// exit status, or `None` if it could not be waited for.
-pub(crate) async fn stop(child: &mut Child, grace: Duration, signals: &mut Signals) -> Option<ExitStatus> {
+/// Sends SIGTERM to the child (to its whole process group when `group` is set), waits up to
+/// `grace` for it to exit, then sends SIGKILL the same way. A further signal to `lockkit`
+/// while it waits kills at once. Returns the child's exit status, or `None` if it could not
+/// be waited for.
+pub(crate) async fn stop(child: &mut Child, grace: Duration, signals: &mut Signals, group: bool) -> Option<ExitStatus> {
     // The pid is ours until the child is reaped, which only `wait` below does.
-    if let Some(pid) = child.id().and_then(|id| i32::try_from(id).ok()).and_then(Pid::from_raw) {
-        // ESRCH means it is already gone, which `wait` reports.
-        let _ = kill_process(pid, Signal::TERM);
-    }
+    let pid = child.id().and_then(|id| i32::try_from(id).ok()).and_then(Pid::from_raw);
+    let send = |signal: Signal| {
+        if let Some(pid) = pid {
+            // ESRCH means it is already gone, which `wait` reports.
+            let _ = if group { kill_process_group(pid, signal) } else { kill_process(pid, signal) };
+        }
+    };
+    send(Signal::TERM);
     let kill_reason = tokio::select! {
         status = child.wait() => return status.ok(),
         () = tokio::time::sleep(grace) => format!("the command did not exit within {grace:?} of SIGTERM"),
         signal = signals.recv() => format!("got {} again", crate::signals::name(signal)),
     };
     eprintln!("lockkit: {kill_reason}; sending SIGKILL");
+    if group {
+        send(Signal::KILL);
+    }
     let _ = child.start_kill();
     child.wait().await.ok()
 }

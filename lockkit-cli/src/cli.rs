@@ -80,6 +80,13 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "10s")]
     pub(crate) grace: Duration,
 
+    /// Run the command in a process group of its own and send SIGTERM and SIGKILL to the
+    /// whole group, so that the processes it started stop too (a shell script's children).
+    /// The group is not the terminal's foreground group: a command that reads the terminal
+    /// should run without it.
+    #[arg(long)]
+    pub(crate) kill_group: bool,
+
     /// The command and its arguments (after --).
     #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
     pub(crate) command: Vec<OsString>,

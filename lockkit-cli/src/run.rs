@@ -101,7 +101,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<Code, Failure> {
     };
 
     let token = guard.token().get();
-    let mut child = match child::spawn(&args.command, &args.name, token) {
+    let mut child = match child::spawn(&args.command, &args.name, token, args.kill_group) {
         Ok(child) => child,
         Err(failure) => {
             release(guard, &what).await;
@@ -136,7 +136,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<Code, Failure> {
                  (SIGTERM, then SIGKILL after {})",
                 human(args.grace)
             );
-            child::stop(&mut child, args.grace, &mut signals).await;
+            child::stop(&mut child, args.grace, &mut signals, args.kill_group).await;
             release(guard, &what).await;
             Ok(LOST)
         }
@@ -146,7 +146,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<Code, Failure> {
                 signals::name(signal),
                 human(args.grace)
             );
-            child::stop(&mut child, args.grace, &mut signals).await;
+            child::stop(&mut child, args.grace, &mut signals, args.kill_group).await;
             release(guard, &what).await;
             Ok(exit::signalled(signal))
         }

@@ -202,6 +202,35 @@ async fn a_command_that_ignores_sigterm_after_a_loss_is_killed_after_the_grace()
     assert!(test_kill_process(pid).is_err(), "the command is gone");
 }
 
+/// With `--kill-group`, a loss stops the processes the command started too: a shell's
+/// background child, which SIGTERM to the shell alone would leave running without the lock.
+#[tokio::test]
+async fn kill_group_stops_the_commands_children_after_a_loss() {
+    let url = redis_url().await;
+    let dir = tempfile::tempdir().unwrap();
+    let name = unique("lost-group");
+    let (pid_file, marker) = (dir.path().join("grandchild"), dir.path().join("marker"));
+    let script = format!(
+        "sleep 60 & echo $! > '{}'; echo \"$LOCKKIT_FENCING_TOKEN\" > '{}'; wait",
+        pid_file.display(),
+        marker.display()
+    );
+    let args = ["run", &name, "--url", &url, "--ttl", "1s", "--grace", "5s", "--kill-group", "--", "sh", "-c", &script];
+    let holder = spawn(&args);
+    line_in(&marker, LONG).await;
+    let grandchild = Pid::from_raw(line_in(&pid_file, LONG).await.parse().unwrap()).unwrap();
+    delete_record(&url, &name).await;
+    let out = holder.finish(LONG).await;
+    assert_eq!(out.code, Some(LOST), "{out:?}");
+    // The grandchild was signalled with its group; it is gone once reaped by init, which may
+    // take a moment after the group's SIGTERM.
+    let deadline = Instant::now() + LONG;
+    while test_kill_process(grandchild).is_ok() {
+        assert!(Instant::now() < deadline, "the command's background child outlived the lost lock");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// A command that obeys SIGTERM stops at once after a loss, long before the grace ends.
 #[tokio::test]
 async fn a_command_is_stopped_with_sigterm_when_the_lock_is_lost() {
