@@ -28,7 +28,7 @@
 mod url;
 
 pub use lockkit_core::*;
-pub use url::{DEFAULT_URL, URL_ENV, connect, connect_from_env, parse_duration, redact, url_from_env};
+pub use url::{DEFAULT_URL, StoreUrl, URL_ENV, connect, connect_from_env, parse_duration, redact, url_from_env};
 
 /// The Redis backend (feature `redis`): [`RedisLockProvider`](lockkit_redis::RedisLockProvider).
 #[cfg(feature = "redis")]

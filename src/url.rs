@@ -49,8 +49,8 @@ pub const DEFAULT_URL: &str = "file://";
 /// [`Error::InvalidConfig`] for a URL that cannot be used (with what to change), and the
 /// backend's errors when its store cannot be reached (a retryable [`Error::Connection`]).
 pub async fn connect(url: &str) -> Result<Arc<dyn LockProvider>> {
-    let parsed = ParsedUrl::parse(url)?;
-    match parsed.scheme {
+    let parsed = StoreUrl::parse(url)?;
+    match parsed.scheme() {
         "mem" => connect_memory(&parsed),
         "file" => connect_file(&parsed),
         "redis" | "rediss" => connect_redis(&parsed).await,
@@ -105,18 +105,25 @@ pub fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
     Duration::try_from_secs_f64(seconds).map_err(|_| hint())
 }
 
-/// A URL split into what the backends need; the query options are checked against the
-/// backend's list.
-struct ParsedUrl<'a> {
-    original: &'a str,
-    scheme: &'a str,
+/// A store URL split into its scheme, its address and its query options: the one parser
+/// behind [`connect`], public for tools that need the backend's own client beside the
+/// provider (a benchmark's raw round trip, say) or a provider with settings of their own.
+#[derive(Clone, Debug)]
+pub struct StoreUrl {
+    original: String,
+    scheme: String,
     /// Everything between `scheme://` and `?`.
-    rest: &'a str,
+    rest: String,
     options: HashMap<String, String>,
 }
 
-impl<'a> ParsedUrl<'a> {
-    fn parse(url: &'a str) -> Result<Self> {
+impl StoreUrl {
+    /// Splits `url`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] when it has no `scheme://`.
+    pub fn parse(url: &str) -> Result<Self> {
         let url = url.trim();
         let Some((scheme, after)) = url.split_once("://") else {
             return Err(invalid(
@@ -133,15 +140,55 @@ impl<'a> ParsedUrl<'a> {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
             options.insert(key.to_owned(), value.to_owned());
         }
-        Ok(Self { original: url, scheme, rest, options })
+        Ok(Self { original: url.to_owned(), scheme: scheme.to_owned(), rest: rest.to_owned(), options })
     }
 
-    fn redacted(&self) -> String {
-        redact(self.original)
+    /// The scheme: `mem`, `file`, `redis`, `rediss`, `zk`, or whatever was written.
+    pub fn scheme(&self) -> &str {
+        &self.scheme
+    }
+
+    /// The URL without its query: what the backend's own client connects to.
+    pub fn address(&self) -> String {
+        format!("{}://{}", self.scheme, self.rest)
+    }
+
+    /// The value of query option `key`, if given.
+    pub fn option(&self, key: &str) -> Option<&str> {
+        self.options.get(key).map(String::as_str)
+    }
+
+    /// Query option `key` read as a duration, if given.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] naming the option when it is not a duration.
+    pub fn duration(&self, key: &str) -> Result<Option<Duration>> {
+        let backend = self.backend();
+        self.options
+            .get(key)
+            .map(|text| parse_duration(text).map_err(|message| invalid(backend, format!("option {key}: {message}"))))
+            .transpose()
+    }
+
+    /// The URL with any password replaced by `***`.
+    pub fn redacted(&self) -> String {
+        redact(&self.original)
+    }
+
+    /// The backend's name for messages.
+    fn backend(&self) -> &'static str {
+        match self.scheme.as_str() {
+            "mem" => "memory",
+            "file" => "file",
+            "redis" | "rediss" => "redis",
+            "zk" => "zk",
+            _ => "lockkit",
+        }
     }
 
     /// Refuses options this backend does not know.
-    fn check_options(&self, backend: &'static str, known: &[&str]) -> Result<()> {
+    fn check_options(&self, known: &[&str]) -> Result<()> {
         let mut unknown: Vec<&str> = self.options.keys().map(String::as_str).filter(|k| !known.contains(k)).collect();
         unknown.sort_unstable();
         if unknown.is_empty() {
@@ -149,16 +196,68 @@ impl<'a> ParsedUrl<'a> {
         }
         let known = if known.is_empty() { "none".to_owned() } else { known.join(", ") };
         Err(invalid(
-            backend,
+            self.backend(),
             format!("unknown option(s) {} in {}; this backend takes: {known}", unknown.join(", "), self.redacted()),
         ))
     }
 
-    fn duration(&self, backend: &'static str, key: &str) -> Result<Option<Duration>> {
-        self.options
-            .get(key)
-            .map(|text| parse_duration(text).map_err(|message| invalid(backend, format!("option {key}: {message}"))))
-            .transpose()
+    /// A Redis builder with this URL's address and options (`ttl`, `renew`, `timeout`,
+    /// `drift`, `prefix`), for callers that add settings of their own before `build`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] for an unknown option, a bad duration, or `rediss://`
+    /// without the `redis-tls` feature.
+    #[cfg(feature = "redis")]
+    pub fn redis_builder(&self) -> Result<lockkit_redis::RedisLockProviderBuilder> {
+        self.check_options(&["ttl", "renew", "timeout", "drift", "prefix"])?;
+        #[cfg(not(feature = "redis-tls"))]
+        if self.scheme == "rediss" {
+            return Err(invalid("redis", "rediss:// (TLS) is not built in: enable the `redis-tls` feature of lockkit"));
+        }
+        let mut builder = lockkit_redis::RedisLockProvider::builder().url(self.address());
+        if let Some(ttl) = self.duration("ttl")? {
+            builder = builder.lease(ttl);
+        }
+        if let Some(every) = self.duration("renew")? {
+            builder = builder.renew_every(every);
+        }
+        if let Some(timeout) = self.duration("timeout")? {
+            builder = builder.response_timeout(timeout);
+        }
+        if let Some(drift) = self.duration("drift")? {
+            builder = builder.drift(drift);
+        }
+        if let Some(prefix) = self.option("prefix") {
+            builder = builder.key_prefix(prefix);
+        }
+        Ok(builder)
+    }
+
+    /// A ZooKeeper builder with this URL's address and options (`session_timeout` or `ttl`,
+    /// `base`, `drift`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] for an unknown option or a bad duration.
+    #[cfg(feature = "zk")]
+    pub fn zk_builder(&self) -> Result<lockkit_zk::ZkLockProviderBuilder> {
+        self.check_options(&["session_timeout", "ttl", "base", "drift"])?;
+        let mut builder = lockkit_zk::ZkLockProvider::builder().connect_string(self.address());
+        let session = match self.duration("session_timeout")? {
+            Some(timeout) => Some(timeout),
+            None => self.duration("ttl")?,
+        };
+        if let Some(timeout) = session {
+            builder = builder.session_timeout(timeout);
+        }
+        if let Some(base) = self.option("base") {
+            builder = builder.base_path(base);
+        }
+        if let Some(drift) = self.duration("drift")? {
+            builder = builder.drift(drift);
+        }
+        Ok(builder)
     }
 }
 
@@ -182,8 +281,8 @@ fn invalid(backend: &'static str, message: impl Into<String>) -> Error {
     Error::invalid_config(backend, message)
 }
 
-fn connect_memory(url: &ParsedUrl<'_>) -> Result<Arc<dyn LockProvider>> {
-    url.check_options("memory", &["ttl"])?;
+fn connect_memory(url: &StoreUrl) -> Result<Arc<dyn LockProvider>> {
+    url.check_options(&["ttl"])?;
     // One store per name per process, so that every `connect("mem://x")` of a process sees
     // the same locks, each as a client of its own.
     static STORES: OnceLock<Mutex<HashMap<String, MemoryStore>>> = OnceLock::new();
@@ -196,18 +295,18 @@ fn connect_memory(url: &ParsedUrl<'_>) -> Result<Arc<dyn LockProvider>> {
         .or_default()
         .clone();
     let mut builder = MemoryLockProvider::builder().store(store);
-    if let Some(ttl) = url.duration("memory", "ttl")? {
+    if let Some(ttl) = url.duration("ttl")? {
         builder = builder.lease(ttl);
     }
     Ok(Arc::new(builder.build()?))
 }
 
-fn connect_file(url: &ParsedUrl<'_>) -> Result<Arc<dyn LockProvider>> {
-    url.check_options("file", &[])?;
+fn connect_file(url: &StoreUrl) -> Result<Arc<dyn LockProvider>> {
+    url.check_options(&[])?;
     let dir = if url.rest.is_empty() {
         default_file_dir()
     } else if url.rest.starts_with('/') {
-        std::path::PathBuf::from(url.rest)
+        std::path::PathBuf::from(&url.rest)
     } else {
         return Err(invalid(
             "file",
@@ -239,37 +338,14 @@ fn default_file_dir() -> std::path::PathBuf {
 }
 
 #[cfg(feature = "redis")]
-async fn connect_redis(url: &ParsedUrl<'_>) -> Result<Arc<dyn LockProvider>> {
-    use lockkit_redis::RedisLockProvider;
-    const BACKEND: &str = "redis";
-    url.check_options(BACKEND, &["ttl", "renew", "timeout", "drift", "prefix"])?;
-    #[cfg(not(feature = "redis-tls"))]
-    if url.scheme == "rediss" {
-        return Err(invalid(BACKEND, "rediss:// (TLS) is not built in: enable the `redis-tls` feature of lockkit"));
-    }
-    let mut builder = RedisLockProvider::builder().url(format!("{}://{}", url.scheme, url.rest));
-    if let Some(ttl) = url.duration(BACKEND, "ttl")? {
-        builder = builder.lease(ttl);
-    }
-    if let Some(every) = url.duration(BACKEND, "renew")? {
-        builder = builder.renew_every(every);
-    }
-    if let Some(timeout) = url.duration(BACKEND, "timeout")? {
-        builder = builder.response_timeout(timeout);
-    }
-    if let Some(drift) = url.duration(BACKEND, "drift")? {
-        builder = builder.drift(drift);
-    }
-    if let Some(prefix) = url.options.get("prefix") {
-        builder = builder.key_prefix(prefix.clone());
-    }
-    let provider = builder.build()?;
+async fn connect_redis(url: &StoreUrl) -> Result<Arc<dyn LockProvider>> {
+    let provider = url.redis_builder()?.build()?;
     provider.ping().await?;
     Ok(Arc::new(provider))
 }
 
 #[cfg(not(feature = "redis"))]
-async fn connect_redis(url: &ParsedUrl<'_>) -> Result<Arc<dyn LockProvider>> {
+async fn connect_redis(url: &StoreUrl) -> Result<Arc<dyn LockProvider>> {
     Err(invalid(
         "redis",
         format!(
@@ -280,29 +356,12 @@ async fn connect_redis(url: &ParsedUrl<'_>) -> Result<Arc<dyn LockProvider>> {
 }
 
 #[cfg(feature = "zk")]
-async fn connect_zk(url: &ParsedUrl<'_>) -> Result<Arc<dyn LockProvider>> {
-    use lockkit_zk::ZkLockProvider;
-    const BACKEND: &str = "zk";
-    url.check_options(BACKEND, &["session_timeout", "ttl", "base", "drift"])?;
-    let mut builder = ZkLockProvider::builder().connect_string(format!("zk://{}", url.rest));
-    let session = match url.duration(BACKEND, "session_timeout")? {
-        Some(timeout) => Some(timeout),
-        None => url.duration(BACKEND, "ttl")?,
-    };
-    if let Some(timeout) = session {
-        builder = builder.session_timeout(timeout);
-    }
-    if let Some(base) = url.options.get("base") {
-        builder = builder.base_path(base.clone());
-    }
-    if let Some(drift) = url.duration(BACKEND, "drift")? {
-        builder = builder.drift(drift);
-    }
-    Ok(Arc::new(builder.build().await?))
+async fn connect_zk(url: &StoreUrl) -> Result<Arc<dyn LockProvider>> {
+    Ok(Arc::new(url.zk_builder()?.build().await?))
 }
 
 #[cfg(not(feature = "zk"))]
-async fn connect_zk(url: &ParsedUrl<'_>) -> Result<Arc<dyn LockProvider>> {
+async fn connect_zk(url: &StoreUrl) -> Result<Arc<dyn LockProvider>> {
     Err(invalid(
         "zk",
         format!(

@@ -196,15 +196,23 @@ impl OwnerMeta {
 }
 
 /// This machine's host name, from the kernel, or `unknown`; only characters that keep the
-/// owner line parseable.
+/// owner line parseable. Read once per process: every acquisition records it.
 fn host_name() -> String {
-    let raw = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .unwrap_or_default();
-    let host: String =
-        raw.trim().chars().filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_')).take(253).collect();
-    if host.is_empty() { "unknown".to_owned() } else { host }
+    static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HOST.get_or_init(|| {
+        let raw = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .unwrap_or_default();
+        let host: String = raw
+            .trim()
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'))
+            .take(253)
+            .collect();
+        if host.is_empty() { "unknown".to_owned() } else { host }
+    })
+    .clone()
 }
 
 /// The protocol of one store: grant, refuse or queue acquisitions; inspect locks.

@@ -62,26 +62,20 @@ pub(crate) struct Sample {
 impl Floor {
     /// Opens the floor's connection for `url`; `None` for the memory and file backends.
     pub(crate) async fn open(url: &Url) -> Result<Option<Floor>, Failure> {
-        match url.scheme.as_str() {
+        match url.store.scheme() {
             "redis" | "rediss" => {
                 let unreachable =
                     |e: redis::RedisError| Failure::new(UNAVAILABLE, format!("floor: cannot reach {}: {e}", url.shown));
-                let client = redis::Client::open(url.base.as_str()).map_err(unreachable)?;
+                let client = redis::Client::open(url.store.address()).map_err(unreachable)?;
                 let connection = client.get_multiplexed_async_connection().await.map_err(unreachable)?;
                 let key = format!("lockkit-bench:{{{}}}:raw", super::run_id());
                 Ok(Some(Floor::Redis(connection, key)))
             }
             "zk" => {
-                let mut builder = ZkLockProvider::builder().connect_string(url.base.clone());
-                if let Some(base) = url.option("base") {
-                    builder = builder.base_path(base);
-                }
-                if let Some(timeout) = url.duration("session_timeout").or_else(|| url.duration("ttl")) {
-                    builder = builder.session_timeout(timeout);
-                }
                 let open = |e: lockkit::Error| {
                     Failure::from_lock_error(&e, &format!("floor: cannot open a session on {}", url.shown))
                 };
+                let builder = url.store.zk_builder().map_err(open)?;
                 let provider = builder.clone().build().await.map_err(open)?;
                 let second = builder.build().await.map_err(open)?;
                 let client = provider.zk_client().await.map_err(open)?;

@@ -35,46 +35,24 @@ Exit status:
   69   the store could not be reached
   76   the store answered with an error (for example: permission denied)";
 
-/// A store URL split for the parts of the benchmark that need the backend's own client.
-/// The lock figures go through [`lockkit::connect`] with the URL as given.
+/// The store URL as the facade parses it, for the parts of the benchmark that need the
+/// backend's own client. The lock figures go through [`lockkit::connect`] with the URL as
+/// given.
 #[derive(Debug, Clone)]
 pub(crate) struct Url {
-    /// `redis`, `rediss`, `zk`, `file`, `mem`.
-    scheme: String,
-    /// `scheme://authority/path` without the query.
-    base: String,
-    /// The query options.
-    options: Vec<(String, String)>,
+    store: lockkit::StoreUrl,
     /// The URL with no password, for messages.
     shown: String,
 }
 
 impl Url {
-    fn parse(url: &str, shown: &str) -> Self {
-        let url = url.trim();
-        let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme).to_owned();
-        let (base, query) = url.split_once('?').unwrap_or((url, ""));
-        let options = query
-            .split('&')
-            .filter(|pair| !pair.is_empty())
-            .map(|pair| {
-                let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-                (k.to_owned(), v.to_owned())
-            })
-            .collect();
-        Self { scheme, base: base.to_owned(), options, shown: shown.to_owned() }
-    }
-
-    fn option(&self, key: &str) -> Option<String> {
-        self.options.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone())
-    }
-
-    fn duration(&self, key: &str) -> Option<Duration> {
-        self.option(key).and_then(|text| lockkit::parse_duration(&text).ok())
+    fn parse(url: &str, shown: &str) -> Result<Self, Failure> {
+        let store = lockkit::StoreUrl::parse(url).map_err(|e| Failure::from_lock_error(&e, "bench"))?;
+        Ok(Self { store, shown: shown.to_owned() })
     }
 
     fn backend(&self) -> &'static str {
-        match self.scheme.as_str() {
+        match self.store.scheme() {
             "redis" | "rediss" => "redis",
             "zk" => "zk",
             "file" => "file",
@@ -114,7 +92,7 @@ pub(crate) async fn bench(args: BenchArgs) -> Result<Code, Failure> {
     let provider = target.connect(&prefix, false).await?;
     // The same choice as Target::resolve: --url, else LOCKKIT_URL, else the default.
     let raw_url = args.url.clone().unwrap_or_else(lockkit::url_from_env);
-    let url = Url::parse(&raw_url, target.shown());
+    let url = Url::parse(&raw_url, target.shown())?;
     if url.backend() == "file" && args.locks > 100_000 {
         return Err(Failure::new(USAGE, "--locks above 100000 on file:// would leave as many lock files behind"));
     }
@@ -527,17 +505,9 @@ impl Bench {
 
     /// A Redis provider with the URL's prefix, a 5 s lease renewed every second.
     fn redis_upkeep_provider(&self) -> Result<lockkit::redis::RedisLockProvider, Failure> {
-        let mut builder = lockkit::redis::RedisLockProvider::builder()
-            .url(self.url.base.clone())
-            .lease(Duration::from_secs(5))
-            .renew_every(Duration::from_secs(1));
-        if let Some(prefix) = self.url.option("prefix") {
-            builder = builder.key_prefix(prefix);
-        }
-        if let Some(timeout) = self.url.duration("timeout") {
-            builder = builder.response_timeout(timeout);
-        }
-        builder.build().map_err(|e| Failure::from_lock_error(&e, "upkeep: a Redis provider"))
+        let upkeep = |e: lockkit::Error| Failure::from_lock_error(&e, "upkeep: a Redis provider");
+        let builder = self.url.store.redis_builder().map_err(upkeep)?;
+        builder.lease(Duration::from_secs(5)).renew_every(Duration::from_secs(1)).build().map_err(upkeep)
     }
 
     /// `--locks` distinct locks, one after another, then all at once on one client.
@@ -594,7 +564,8 @@ impl Bench {
     /// which files to remove instead.
     fn remove_lock_files(&mut self) {
         let marker = format!("lockkit-bench%2f{}%2f", run_id());
-        let dir = self.url.base.strip_prefix("file://").unwrap_or("");
+        let address = self.url.store.address();
+        let dir = address.strip_prefix("file://").unwrap_or("");
         if dir.is_empty() {
             self.report.notes.push(format!(
                 "file:// keeps every lock file: remove the files named {marker}* in the default directory"
@@ -682,13 +653,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn urls_split_into_base_and_options() {
-        let url = Url::parse("zk://u:p@h1:2181,h2:2181/app?base=/locks&ttl=10s", "zk://u:***@h1:2181,h2:2181/app");
+    fn urls_name_their_backend() {
+        let url = Url::parse("zk://u:p@h1:2181,h2:2181/app?base=/locks&ttl=10s", "zk://u:***@h1:2181").unwrap();
         assert_eq!(url.backend(), "zk");
-        assert_eq!(url.base, "zk://u:p@h1:2181,h2:2181/app");
-        assert_eq!(url.option("base").as_deref(), Some("/locks"));
-        assert_eq!(url.duration("ttl"), Some(Duration::from_secs(10)));
-        assert_eq!(Url::parse("mem://", "mem://").backend(), "mem");
+        assert_eq!(Url::parse("mem://", "mem://").unwrap().backend(), "mem");
     }
 
     #[test]
