@@ -8,23 +8,33 @@
 //! starts a standalone server from the test kit's fixture (or uses `LOCKKIT_ZK_ADDR`) and
 //! runs `cargo run --release -p lockkit-cli -- bench --url zk://ADDR` with the options given
 //! after `--`. Figures and their analysis: docs/PERFORMANCE.md.
+//!
+//! The server is configured as in production (`ZkServer::start_durable`: writes fsynced,
+//! full JIT), because the test settings make writes cheap and the server's code slow, which
+//! misstates every ratio. `--test-server` (before any bench option) runs it with the test
+//! settings instead.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
 use lockkit_testkit::fixture::zk::ZkServer;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let test_server = args.first().is_some_and(|first| first == "--test-server");
+    if test_server {
+        args.remove(0);
+    }
     let (_server, connect) = match std::env::var("LOCKKIT_ZK_ADDR") {
         Ok(addr) if !addr.is_empty() => (None, addr),
         _ => {
-            let server = ZkServer::start().await.expect("start ZooKeeper (java and zookeeper.jar are needed)");
+            let server = if test_server { ZkServer::start().await } else { ZkServer::start_durable().await };
+            let server = server.expect("start ZooKeeper (java and zookeeper.jar are needed)");
             let connect = server.connect_string();
             (Some(server), connect)
         }
     };
     let url = format!("zk://{connect}");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let args: Vec<String> = std::env::args().skip(1).collect();
     // The servers' guardians live on this runtime: wait for the benchmark off it.
     let status = tokio::task::spawn_blocking(move || {
         std::process::Command::new(cargo)

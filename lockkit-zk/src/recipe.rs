@@ -7,7 +7,11 @@
 //! are answered in order. An acquisition therefore creates its node and lists the children
 //! in one round trip (both requests are issued before either reply is awaited); on the first
 //! acquisition of a name by this provider, the create of the lock's container znode joins
-//! the same batch. Release is one delete.
+//! the same batch. Release is one delete. A waiter whose predecessor was the head of the
+//! queue is granted on that node's deletion notification, with no list: sequences only grow,
+//! so nothing can queue before it (a lightly contended hand-off is one delete and one
+//! notification). Deeper in the queue a deleted predecessor may have been a waiter that gave
+//! up, and the children are listed again.
 //!
 //! # Cancel safety
 //!
@@ -318,43 +322,61 @@ impl ZkBackend {
                 .wait_for(&session, lock, &predecessor, request.deadline)
                 .instrument(tracing::debug_span!("lockkit.zk.wait", lock = %lock, predecessor = %predecessor))
                 .await?;
-            if !waited {
-                pending.delete_now().await;
-                return Ok(None);
+            match waited {
+                Waited::DeadlinePassed => {
+                    pending.delete_now().await;
+                    return Ok(None);
+                }
+                Waited::PredecessorGone { confirmed } if position == 1 && confirmed.elapsed() < session.timeout / 3 => {
+                    // Our predecessor was the head of the queue, and no node can join before
+                    // ours (sequences only grow): with the head gone we are first, and the
+                    // hand-off needs no list. `confirmed` (the watch's send time) also dates
+                    // the session's liveness; a wait that outlived a third of the session
+                    // timeout lists instead, which confirms it afresh.
+                    let token = u64::try_from(czxid).map_err(|_| {
+                        Error::backend(BACKEND, Some(lock), format!("the lock node has an invalid czxid {czxid}"))
+                    })?;
+                    pending.disarm();
+                    return Ok(Some(self.grant(&session, lock, path, token, confirmed)));
+                }
+                Waited::PredecessorGone { .. } | Waited::Changed => {
+                    (children, listed_at) = self.list(&session, lock, &parent).await?;
+                }
             }
-            (children, listed_at) = self.list(&session, lock, &parent).await?;
         }
     }
 
-    /// Waits until the predecessor is gone (or changed); `false` when the deadline came first.
+    /// Waits until the predecessor is gone or changed, or the deadline comes.
     async fn wait_for(
         &self,
         session: &Session,
         lock: &LockName,
         predecessor: &str,
         deadline: Deadline,
-    ) -> Result<bool> {
-        let watcher = loop {
+    ) -> Result<Waited> {
+        let (watcher, confirmed) = loop {
+            let sent_at = Instant::now();
             // A data watch, unlike an exists watch, is not left behind on a node already gone.
             match session.client.get_and_watch_data(predecessor).await {
-                Err(zk::Error::NoNode) => return Ok(true),
-                Ok((_, _, watcher)) => break watcher,
+                Err(zk::Error::NoNode) => return Ok(Waited::PredecessorGone { confirmed: sent_at }),
+                Ok((_, _, watcher)) => break (watcher, sent_at),
                 Err(ref error) if is_loss(error) => continue,
                 Err(error) => return Err(map(error, Some(lock))),
             }
         };
         let event = tokio::select! {
             event = watcher.changed() => event,
-            () = sleep_until(deadline) => return Ok(false),
+            () = sleep_until(deadline) => return Ok(Waited::DeadlinePassed),
         };
-        if event.event_type == zk::EventType::Session {
-            return Err(Error::connection(
+        match event.event_type {
+            zk::EventType::Session => Err(Error::connection(
                 BACKEND,
                 Some(lock),
                 format!("the session ended while waiting: {:?}", event.session_state),
-            ));
+            )),
+            zk::EventType::NodeDeleted => Ok(Waited::PredecessorGone { confirmed }),
+            _ => Ok(Waited::Changed),
         }
-        Ok(true)
     }
 
     fn grant(&self, session: &Arc<Session>, lock: &LockName, path: String, token: u64, confirmed: Instant) -> Grant {
@@ -364,6 +386,17 @@ impl ZkBackend {
         let held = ZkHeld { session: session.clone(), id, path, lock: lock.clone() };
         Grant::new(FencingToken::new(token), signal, Box::new(held))
     }
+}
+
+/// How a wait for the predecessor ended.
+enum Waited {
+    /// The acquisition's deadline came first.
+    DeadlinePassed,
+    /// The predecessor is gone. The session was alive when the request that found or watched
+    /// it was sent, at `confirmed`.
+    PredecessorGone { confirmed: Instant },
+    /// Something else happened to the predecessor's node: look at the queue again.
+    Changed,
 }
 
 struct Enqueued {
