@@ -453,3 +453,17 @@ async fn child_hold_shared_servers() {
     });
     let _ = tokio::time::timeout(Duration::from_secs(120), stdin_closed).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zk_durable_server_fsyncs_and_runs_the_full_jit() {
+    let server = ok(ZkServer::start_durable().await);
+    let config = std::fs::read_to_string(server.dir().join("zoo.cfg")).unwrap();
+    assert!(config.contains("forceSync=yes"), "the durable server's configuration: {config}");
+    let pid = server.pid().unwrap();
+    let command_line = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+    let command_line = String::from_utf8_lossy(&command_line).replace('\0', " ");
+    assert!(!command_line.contains("TieredStopAtLevel"), "the JIT is limited: {command_line}");
+    let client = zk_client(&server.connect_string()).await;
+    client.create("/durable", b"x", &persistent()).await.unwrap();
+    assert_eq!(client.get_data("/durable").await.unwrap().0, b"x");
+}
