@@ -22,17 +22,7 @@ async fn main() {
             (Some(server), url)
         }
     };
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let args: Vec<String> = std::env::args().skip(1).collect();
-    // The servers' guardians live on this runtime: wait for the benchmark off it.
-    let status = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(cargo)
-            .args(["run", "--quiet", "--release", "-p", "lockkit-cli", "--", "bench", "--url", &url])
-            .args(args)
-            .status()
-    })
-    .await
-    .expect("the benchmark's thread")
-    .expect("cargo runs");
-    std::process::exit(status.code().unwrap_or(1));
+    let code = lockkit_testkit::fixture::run_lockkit_bench(url, args).await.expect("cargo runs the benchmark");
+    std::process::exit(code);
 }

@@ -34,16 +34,6 @@ async fn main() {
         }
     };
     let url = format!("zk://{connect}");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    // The servers' guardians live on this runtime: wait for the benchmark off it.
-    let status = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(cargo)
-            .args(["run", "--quiet", "--release", "-p", "lockkit-cli", "--", "bench", "--url", &url])
-            .args(args)
-            .status()
-    })
-    .await
-    .expect("the benchmark's thread")
-    .expect("cargo runs");
-    std::process::exit(status.code().unwrap_or(1));
+    let code = lockkit_testkit::fixture::run_lockkit_bench(url, args).await.expect("cargo runs the benchmark");
+    std::process::exit(code);
 }

@@ -307,11 +307,7 @@ impl ZkBackend {
                 continue;
             };
             if position == 0 {
-                let token = u64::try_from(czxid).map_err(|_| {
-                    Error::backend(BACKEND, Some(lock), format!("the lock node has an invalid czxid {czxid}"))
-                })?;
-                pending.disarm();
-                return Ok(Some(self.grant(&session, lock, path, token, listed_at)));
+                return self.grant(&session, lock, &mut pending, path, czxid, listed_at).map(Some);
             }
             if !request.deadline.may_wait() {
                 pending.delete_now().await;
@@ -333,11 +329,7 @@ impl ZkBackend {
                     // hand-off needs no list. `confirmed` (the watch's send time) also dates
                     // the session's liveness; a wait that outlived a third of the session
                     // timeout lists instead, which confirms it afresh.
-                    let token = u64::try_from(czxid).map_err(|_| {
-                        Error::backend(BACKEND, Some(lock), format!("the lock node has an invalid czxid {czxid}"))
-                    })?;
-                    pending.disarm();
-                    return Ok(Some(self.grant(&session, lock, path, token, confirmed)));
+                    return self.grant(&session, lock, &mut pending, path, czxid, confirmed).map(Some);
                 }
                 Waited::PredecessorGone { .. } | Waited::Changed => {
                     (children, listed_at) = self.list(&session, lock, &parent).await?;
@@ -379,12 +371,25 @@ impl ZkBackend {
         }
     }
 
-    fn grant(&self, session: &Arc<Session>, lock: &LockName, path: String, token: u64, confirmed: Instant) -> Grant {
+    /// Turns our node, now first in the queue, into a hold: its czxid is the token, the
+    /// pending node is kept, and the session renews and watches it from here on.
+    fn grant(
+        &self,
+        session: &Arc<Session>,
+        lock: &LockName,
+        pending: &mut PendingNode,
+        path: String,
+        czxid: i64,
+        confirmed: Instant,
+    ) -> Result<Grant> {
+        let token = u64::try_from(czxid)
+            .map_err(|_| Error::backend(BACKEND, Some(lock), format!("the lock node has an invalid czxid {czxid}")))?;
+        pending.disarm();
         let signal = HoldSignal::new(BACKEND, lock.clone(), Some(session.deadline_from(confirmed)));
         let id = session.register(signal.clone());
         session.spawn_now(watch_hold(session.clone(), id, path.clone(), signal.clone()));
         let held = ZkHeld { session: session.clone(), id, path, lock: lock.clone() };
-        Grant::new(FencingToken::new(token), signal, Box::new(held))
+        Ok(Grant::new(FencingToken::new(token), signal, Box::new(held)))
     }
 }
 
