@@ -24,11 +24,12 @@ pub const DEFAULT_URL: &str = "file://";
 /// | --- | --- | --- |
 /// | `mem://` or `mem://NAME` | in-process memory; one store per NAME per process | `ttl` |
 /// | `file:///path/to/dir`, `file://` | local files; `file://` alone is the default directory | — |
-/// | `redis://[user:password@]host[:port][/db]` | Redis (feature `redis`) | `ttl`, `renew`, `timeout`, `drift`, `prefix` |
+/// | `redis://[user:password@]host[:port][/db]` | Redis (feature `redis`) | `ttl`, `renew`, `timeout`, `drift`, `prefix`, `fair` |
 /// | `rediss://…` | Redis over TLS (feature `redis-tls`) | as `redis://` |
 /// | `zk://[user:password@]host:port[,host:port…][/chroot]` | ZooKeeper (feature `zk`) | `session_timeout` (or `ttl`), `base`, `drift` |
 ///
-/// Durations are written `500ms`, `10s`, `1.5s`, `2m` or `1h`. An unknown option, a bad
+/// Durations are written `500ms`, `10s`, `1.5s`, `2m` or `1h`; `fair` is `true` (the
+/// default: waiters are granted in arrival order) or `false`. An unknown option, a bad
 /// duration, or a scheme whose feature is off is an [`Error::InvalidConfig`] that says what to
 /// change.
 ///
@@ -171,6 +172,20 @@ impl StoreUrl {
             .transpose()
     }
 
+    /// Query option `key` read as `true` or `false`, if given.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] naming the option when it is neither.
+    pub fn flag(&self, key: &str) -> Result<Option<bool>> {
+        match self.options.get(key).map(String::as_str) {
+            None => Ok(None),
+            Some("true") => Ok(Some(true)),
+            Some("false") => Ok(Some(false)),
+            Some(other) => Err(invalid(self.backend(), format!("option {key}: {other:?} is not true or false"))),
+        }
+    }
+
     /// The URL with any password replaced by `***`.
     pub fn redacted(&self) -> String {
         redact(&self.original)
@@ -202,7 +217,7 @@ impl StoreUrl {
     }
 
     /// A Redis builder with this URL's address and options (`ttl`, `renew`, `timeout`,
-    /// `drift`, `prefix`), for callers that add settings of their own before `build`.
+    /// `drift`, `prefix`, `fair`), for callers that add settings of their own before `build`.
     ///
     /// # Errors
     ///
@@ -210,7 +225,7 @@ impl StoreUrl {
     /// without the `redis-tls` feature.
     #[cfg(feature = "redis")]
     pub fn redis_builder(&self) -> Result<lockkit_redis::RedisLockProviderBuilder> {
-        self.check_options(&["ttl", "renew", "timeout", "drift", "prefix"])?;
+        self.check_options(&["ttl", "renew", "timeout", "drift", "prefix", "fair"])?;
         #[cfg(not(feature = "redis-tls"))]
         if self.scheme == "rediss" {
             return Err(invalid("redis", "rediss:// (TLS) is not built in: enable the `redis-tls` feature of lockkit"));
@@ -230,6 +245,9 @@ impl StoreUrl {
         }
         if let Some(prefix) = self.option("prefix") {
             builder = builder.key_prefix(prefix);
+        }
+        if let Some(fair) = self.flag("fair")? {
+            builder = builder.fair(fair);
         }
         Ok(builder)
     }
@@ -411,6 +429,19 @@ mod tests {
         assert!(message(connect("file://relative/dir").await).contains("three slashes"));
         let leaked = message(connect("redis://u:s3cret@127.0.0.1:1/?bogus=1").await);
         assert!(!leaked.contains("s3cret"), "{leaked}");
+    }
+
+    #[cfg(feature = "redis")]
+    #[test]
+    fn flags_are_true_or_false() {
+        let url = StoreUrl::parse("redis://127.0.0.1:1/?fair=false").unwrap();
+        assert_eq!(url.flag("fair").unwrap(), Some(false));
+        assert!(url.redis_builder().is_ok());
+        let bad = StoreUrl::parse("redis://127.0.0.1:1/?fair=no").unwrap();
+        match bad.redis_builder() {
+            Err(Error::InvalidConfig { message, .. }) => assert!(message.contains("true or false"), "{message}"),
+            other => panic!("expected InvalidConfig, got {other:?}"),
+        }
     }
 
     #[tokio::test]

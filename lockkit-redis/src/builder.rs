@@ -44,6 +44,7 @@ pub struct RedisLockProviderBuilder {
     renew_every: Option<Duration>,
     response_timeout: Option<Duration>,
     drift: Option<Duration>,
+    fair: Option<bool>,
     #[cfg(feature = "tls")]
     tls: TlsSettings,
 }
@@ -89,6 +90,24 @@ impl RedisLockProviderBuilder {
     /// this margin (default 1% of the lease plus 2 ms, as the Redlock analysis suggests).
     pub fn drift(mut self, drift: Duration) -> Self {
         self.drift = Some(drift);
+        self
+    }
+
+    /// Whether waiters are granted the lock in the order they started waiting (default
+    /// `true`).
+    ///
+    /// A fair lock keeps a wait queue in Redis: a waiting acquisition joins it when it finds
+    /// the lock taken, and while the queue has entries a free lock belongs to its head alone,
+    /// so no waiter starves however busy the lock is. Its cost is paid only under
+    /// contention: a releaser that asks again goes to the back instead of winning at once,
+    /// and a waiter whose process dies stays in the queue until its entry expires (twice the
+    /// lease) or, when its turn comes, until its claim window of 200 ms closes.
+    ///
+    /// `false` makes every release a race between the woken waiters: a little more
+    /// throughput for a client that takes the same lock again and again, and a wait that,
+    /// for an unlucky waiter, has no bound.
+    pub fn fair(mut self, fair: bool) -> Self {
+        self.fair = Some(fair);
         self
     }
 
@@ -164,6 +183,7 @@ impl RedisLockProviderBuilder {
             renew_every,
             response_timeout,
             drift,
+            fair: self.fair.unwrap_or(true),
             #[cfg(feature = "tls")]
             tls: self.tls,
         })
@@ -180,6 +200,7 @@ pub(crate) struct Settings {
     pub(crate) renew_every: Duration,
     pub(crate) response_timeout: Duration,
     pub(crate) drift: Duration,
+    pub(crate) fair: bool,
     #[cfg(feature = "tls")]
     pub(crate) tls: TlsSettings,
 }
@@ -294,6 +315,8 @@ mod tests {
         assert_eq!(settings.drift, Duration::from_millis(302));
         assert_eq!(settings.response_timeout, DEFAULT_RESPONSE_TIMEOUT);
         assert_eq!(settings.prefix, "lockkit");
+        assert!(settings.fair);
+        assert!(!base().fair(false).settings().unwrap().fair);
     }
 
     #[test]

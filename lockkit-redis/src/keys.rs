@@ -18,13 +18,24 @@ pub(crate) struct LockKeys {
     pub(crate) fence: String,
     /// The channel the release script publishes on, waking the waiters.
     pub(crate) channel: String,
+    /// The wait queue of a fair lock: a sorted set of owner ids scored by arrival time.
+    pub(crate) queue: String,
+    /// When each queue entry expires unless its waiter refreshes it: a sorted set of owner
+    /// ids scored by server time in milliseconds.
+    pub(crate) queue_expiry: String,
 }
 
 impl LockKeys {
     /// The keys of `lock` under `prefix`.
     pub(crate) fn new(prefix: &str, lock: &LockName) -> Self {
         let base = format!("{prefix}:{{{}}}", lock.percent_encoded(|byte| byte != b'{' && byte != b'}'));
-        Self { fence: format!("{base}:fence"), channel: format!("{base}:released"), lock: base }
+        Self {
+            fence: format!("{base}:fence"),
+            channel: format!("{base}:released"),
+            queue: format!("{base}:queue"),
+            queue_expiry: format!("{base}:queue:expiry"),
+            lock: base,
+        }
     }
 
     /// The marker that voids acquisition `attempt` once it was abandoned with its outcome
@@ -56,6 +67,8 @@ mod tests {
         assert_eq!(k.lock, "app:{orders/42 é}");
         assert_eq!(k.fence, "app:{orders/42 é}:fence");
         assert_eq!(k.channel, "app:{orders/42 é}:released");
+        assert_eq!(k.queue, "app:{orders/42 é}:queue");
+        assert_eq!(k.queue_expiry, "app:{orders/42 é}:queue:expiry");
         assert_eq!(k.void("o1"), "app:{orders/42 é}:void:o1");
     }
 
@@ -63,7 +76,7 @@ mod tests {
     fn braces_cannot_break_the_tag_or_collide() {
         for name in ["a}b", "{x}", "}", "%7d", "a}:fence", "%", "%25"] {
             let k = keys(name);
-            for key in [&k.lock, &k.fence, &k.channel] {
+            for key in [&k.lock, &k.fence, &k.channel, &k.queue, &k.queue_expiry] {
                 assert_eq!(hash_tag(key), hash_tag(&k.lock), "{name}: {key}");
             }
         }

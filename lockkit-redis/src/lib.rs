@@ -66,7 +66,7 @@ pub use provider::{RedisLockProvider, RenewalStats};
 /// ACL SETUSER locker on >password resetkeys ~lockkit:* resetchannels &lockkit:* -@all <ACL_COMMANDS>
 /// ```
 pub const ACL_COMMANDS: &str = "+evalsha +eval +script|load +ping +hello +subscribe +unsubscribe \
-    +set +get +del +exists +incr +time +pexpire +pttl +publish";
+    +set +get +del +exists +incr +time +pexpire +pttl +publish +zadd +zrem +zrange +zrangebyscore +zscore +zcount";
 
 /// The backend's name in errors, spans and capability tables.
 pub const BACKEND: &str = "redis";

@@ -14,6 +14,16 @@
 //! gives up after a failed call), a background task runs the abandon script: it marks the
 //! owner id void, so that a delayed try can no longer be granted, and frees the record if a
 //! try was granted already. No lost reply leaves a hold that nobody renews.
+//!
+//! # Fairness
+//!
+//! A fair provider (the default) makes its waiting acquisitions join the lock's wait queue,
+//! kept in Redis by the acquire script, the first time they find the lock taken. While the
+//! queue has entries a free lock is its head's alone; every try refreshes its entry, and
+//! entries that are not refreshed expire (see `acquire.lua`). An acquisition that ends
+//! without a grant leaves the queue before it returns (a timeout), or in the background
+//! when its future is dropped. An unfair provider never joins, and only yields (see
+//! [`Yielding`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,7 +38,7 @@ use tracing::Instrument;
 use crate::BACKEND;
 use crate::builder::Settings;
 use crate::keys::LockKeys;
-use crate::store::{AcquireReply, Ownership, Store};
+use crate::store::{AcquireReply, Ownership, Queueing, Store};
 use crate::subscriber::{Interest, Subscriber};
 use crate::util::Backoff;
 use crate::watchdog::Watchdog;
@@ -44,8 +54,13 @@ const RELEASE_TRIES: u32 = 4;
 const YIELD_WINDOW: Duration = Duration::from_millis(50);
 /// How many recently released contended locks a provider remembers.
 const YIELD_MEMORY: usize = 1024;
+/// How long the head of a fair lock's wait queue has to claim the lock once it is free,
+/// before the next waiter's turn comes. A live head claims it within one round trip of the
+/// release's wake-up; the window is for heads that died, or stalled for this long.
+const CLAIM_WINDOW: Duration = Duration::from_millis(200);
 
-/// The releaser's courtesy that keeps the unfair lock from starving waiters.
+/// The releaser's courtesy that keeps the unfair lock (a provider built with `fair(false)`)
+/// from starving waiters as much.
 ///
 /// A release wakes every waiter, and the releasing client, already running, could ask again
 /// at once and win the race against all of them, again and again. So a provider that
@@ -115,6 +130,19 @@ impl RedisBackend {
         &self.watchdog
     }
 
+    /// How an acquire call stands towards the wait queue: a fair provider's waiting
+    /// acquisitions join it.
+    fn queueing(&self, waits: bool) -> Queueing {
+        let claim_ms = u64::try_from(CLAIM_WINDOW.as_millis()).unwrap_or(u64::MAX);
+        Queueing {
+            join: self.settings.fair && waits,
+            // A waiter tries again at least once per lease (its wait is bounded by the
+            // holder's lease), so twice the lease never drops a live waiter.
+            entry_ttl_ms: self.settings.lease_millis().saturating_mul(2).saturating_add(claim_ms),
+            claim_ms,
+        }
+    }
+
     async fn acquire_inner(&self, request: AcquireRequest) -> Result<Option<Grant>> {
         let lock = request.lock;
         let keys = LockKeys::new(&self.settings.prefix, &lock);
@@ -129,13 +157,14 @@ impl RedisBackend {
             void.clone(),
             &self.settings,
         );
+        let queueing = self.queueing(request.deadline.may_wait());
         let mut interest: Option<Interest> = None;
         let mut failing_since: Option<Instant> = None;
         let mut backoff = Backoff::up_to(RETRY_MAX);
         // Whether this acquisition had to wait: its release then yields (see Yielding).
         let mut contended = false;
-        if request.deadline.may_wait() && self.yielding.should_yield(&keys.lock) {
-            // Subscribed (and armed) before the first attempt: a Held reply waits at once.
+        if !self.settings.fair && request.deadline.may_wait() && self.yielding.should_yield(&keys.lock) {
+            // Subscribed (and armed) before the first attempt: a Busy reply waits at once.
             let span = tracing::debug_span!("lockkit.subscribe", backend = BACKEND, channel = %keys.channel);
             interest = Some(self.subscriber.watch(&keys.channel).instrument(span).await);
         }
@@ -145,7 +174,8 @@ impl RedisBackend {
             }
             let sent_at = Instant::now();
             doubt.in_flight = true;
-            let reply = self.store.acquire(&lock, &keys, &owner, &void, self.settings.lease_millis()).await;
+            doubt.queued |= queueing.join;
+            let reply = self.store.acquire(&lock, &keys, &owner, &void, self.settings.lease_millis(), queueing).await;
             doubt.in_flight = false;
             let lease_left = match reply {
                 Ok(AcquireReply::Granted(token)) => {
@@ -166,7 +196,7 @@ impl RedisBackend {
                     let held = RedisHeld {
                         store: Arc::clone(&self.store),
                         watchdog: Arc::clone(&self.watchdog),
-                        yielding: contended.then(|| Arc::clone(&self.yielding)),
+                        yielding: (contended && !self.settings.fair).then(|| Arc::clone(&self.yielding)),
                         lock,
                         keys,
                         owner,
@@ -174,7 +204,7 @@ impl RedisBackend {
                     };
                     return Ok(Some(Grant::new(token, signal, Box::new(held))));
                 }
-                Ok(AcquireReply::Held(left)) => {
+                Ok(AcquireReply::Busy(left)) => {
                     failing_since = None;
                     backoff.reset();
                     contended = true;
@@ -202,6 +232,7 @@ impl RedisBackend {
                 Err(error) => return Err(error),
             };
             if !request.deadline.may_wait() || request.deadline.has_passed(Instant::now()) {
+                doubt.end_now().await;
                 return Ok(None);
             }
             let Some(interest) = interest.as_mut() else {
@@ -244,14 +275,14 @@ impl LockBackend for RedisBackend {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            fair: false,
+            fair: self.settings.fair,
             fencing: true,
             fencing_survives_restart: true,
             lease: true,
             lease_renewal: true,
             loss_notification: true,
             inspect: true,
-            waiter_count: false,
+            waiter_count: self.settings.fair,
             cross_process: true,
         }
     }
@@ -262,12 +293,13 @@ impl LockBackend for RedisBackend {
     }
 
     async fn inspect(&self, lock: &LockName) -> Result<LockInfo> {
-        self.store.inspect(lock, &LockKeys::new(&self.settings.prefix, lock)).await
+        self.store.inspect(lock, &LockKeys::new(&self.settings.prefix, lock), self.settings.fair).await
     }
 }
 
-/// The doubt an acquisition carries while a call is in flight or after a call whose outcome
-/// was unknown. Dropped while in doubt, it abandons the acquisition in the background.
+/// What an acquisition that is not granted leaves to clean up: a doubt while a call is in
+/// flight or after a call whose outcome was unknown, and its entry in the wait queue once it
+/// may have joined it. Dropped with either, it abandons the acquisition in the background.
 struct Doubt {
     store: Arc<Store>,
     lock: LockName,
@@ -277,6 +309,8 @@ struct Doubt {
     void_ms: u64,
     in_flight: bool,
     ambiguous: bool,
+    /// Whether a call that joins the wait queue was sent.
+    queued: bool,
 }
 
 impl Doubt {
@@ -291,38 +325,63 @@ impl Doubt {
         // The void marker outlives any try that can still be on its way: several leases,
         // and at least a minute.
         let void_ms = settings.lease_millis().saturating_mul(4).max(60_000);
-        Self { store, lock, keys, owner, void, void_ms, in_flight: false, ambiguous: false }
+        Self { store, lock, keys, owner, void, void_ms, in_flight: false, ambiguous: false, queued: false }
     }
 
-    /// The acquisition was granted: nothing to abandon.
+    /// The acquisition was granted, or ended cleanly: nothing to abandon.
     fn settled(&mut self) {
         self.in_flight = false;
         self.ambiguous = false;
+        self.queued = false;
+    }
+
+    fn in_doubt(&self) -> bool {
+        self.in_flight || self.ambiguous
+    }
+
+    /// How long the abandon script voids the acquisition: not at all (0) when no outcome is
+    /// in doubt and it only leaves the queue.
+    fn void_for(&self) -> u64 {
+        if self.in_doubt() { self.void_ms } else { 0 }
+    }
+
+    /// Ends an acquisition that returns without a grant, before it returns, so that it leaves
+    /// no trace: it leaves the queue, and abandons a try in doubt. When that fails, the drop
+    /// tries again in the background.
+    async fn end_now(&mut self) {
+        if !(self.in_doubt() || self.queued) {
+            return;
+        }
+        match self.store.abandon(&self.lock, &self.keys, &self.owner, &self.void, self.void_for()).await {
+            Ok(_) => self.settled(),
+            Err(error) => tracing::debug!(%error, "could not leave the wait queue; retrying in the background"),
+        }
     }
 }
 
 impl Drop for Doubt {
     fn drop(&mut self) {
-        if !(self.in_flight || self.ambiguous) {
+        if !(self.in_doubt() || self.queued) {
             return;
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             tracing::warn!(lock = %self.lock, "an acquisition in doubt was dropped outside a runtime; a hold it may have taken expires with its lease");
             return;
         };
-        let (store, lock, keys, owner, void, void_ms) = (
+        let (store, lock, keys, owner, void, void_ms, give_up_after) = (
             Arc::clone(&self.store),
             self.lock.clone(),
             self.keys.clone(),
             self.owner.clone(),
             self.void.clone(),
-            self.void_ms,
+            self.void_for(),
+            Duration::from_millis(self.void_ms / 4),
         );
         let span = tracing::debug_span!("lockkit.redis.abandon", lock = %lock);
         let task = async move {
             let mut backoff = Backoff::up_to(RETRY_MAX);
             // Keep trying for a lease: past it, any hold the acquisition took has expired.
-            let give_up = Instant::now() + Duration::from_millis(void_ms / 4);
+            let give_up = Instant::now() + give_up_after;
             loop {
                 match store.abandon(&lock, &keys, &owner, &void, void_ms).await {
                     Ok(freed) => {

@@ -30,10 +30,24 @@ static INSPECT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("sc
 pub(crate) enum AcquireReply {
     /// The lock is ours, with this token.
     Granted(FencingToken),
-    /// Another owner holds it; its lease has this much left, when the server knows.
-    Held(Option<Duration>),
+    /// Not ours: another owner holds it, or it is free and the head of the wait queue's to
+    /// claim. The holder's lease or the head's claim window lasts at most this long, when
+    /// the server knows.
+    Busy(Option<Duration>),
     /// This acquisition was abandoned earlier and can no longer be granted.
     Void,
+}
+
+/// How an acquire call stands towards the lock's wait queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Queueing {
+    /// Whether the call joins the queue (or refreshes its entry) when not granted: set for
+    /// the waiting acquisitions of a fair provider.
+    pub(crate) join: bool,
+    /// How long a queue entry lives without a refresh, in milliseconds.
+    pub(crate) entry_ttl_ms: u64,
+    /// How long the head of the queue has to claim a free lock, in milliseconds.
+    pub(crate) claim_ms: u64,
 }
 
 /// What the release, renew and abandon scripts found: ours, gone, or another owner's.
@@ -122,7 +136,8 @@ impl Store {
         }
     }
 
-    /// Runs the acquire script for `owner` with a lease of `lease_ms`.
+    /// Runs the acquire script for `owner` with a lease of `lease_ms`, in or out of the
+    /// lock's wait queue as `queueing` says.
     pub(crate) async fn acquire(
         &self,
         lock: &LockName,
@@ -130,6 +145,7 @@ impl Store {
         owner: &str,
         void: &str,
         lease_ms: u64,
+        queueing: Queueing,
     ) -> Result<AcquireReply> {
         let (code, value): (i64, i64) = self
             .run(Some(lock), |mut connection| async move {
@@ -137,8 +153,13 @@ impl Store {
                     .key(&keys.lock)
                     .key(&keys.fence)
                     .key(void)
+                    .key(&keys.queue)
+                    .key(&keys.queue_expiry)
                     .arg(owner)
                     .arg(lease_ms)
+                    .arg(if queueing.join { "1" } else { "0" })
+                    .arg(queueing.entry_ttl_ms)
+                    .arg(queueing.claim_ms)
                     .invoke_async(&mut connection)
                     .await
             })
@@ -152,7 +173,7 @@ impl Store {
                     format!("the fence counter {} holds {value}, which is not a valid token", keys.fence),
                 )),
             },
-            0 => Ok(AcquireReply::Held(u64::try_from(value).ok().map(Duration::from_millis))),
+            0 => Ok(AcquireReply::Busy(u64::try_from(value).ok().map(Duration::from_millis))),
             _ => Ok(AcquireReply::Void),
         }
     }
@@ -167,8 +188,10 @@ impl Store {
         Ok(Ownership::from_code(code))
     }
 
-    /// Runs the abandon script: sets the void marker `void` for `void_ms` and frees the lock
-    /// if a try of acquisition `owner` was granted.
+    /// Runs the abandon script: the acquisition of `owner` leaves the wait queue; when
+    /// `void_ms` is not zero (its outcome is in doubt) it also sets the void marker `void` for
+    /// `void_ms` and frees the lock if a try of the acquisition was granted. Returns whether
+    /// it freed a granted try.
     pub(crate) async fn abandon(
         &self,
         lock: &LockName,
@@ -183,6 +206,8 @@ impl Store {
                     .key(&keys.lock)
                     .key(&keys.channel)
                     .key(void)
+                    .key(&keys.queue)
+                    .key(&keys.queue_expiry)
                     .arg(owner)
                     .arg(void_ms)
                     .invoke_async(&mut connection)
@@ -225,18 +250,34 @@ impl Store {
         self.run(None, |mut connection| async move { pipeline.query_async(&mut connection).await }).await
     }
 
-    /// Reads the holder of a lock.
-    pub(crate) async fn inspect(&self, lock: &LockName, keys: &LockKeys) -> Result<LockInfo> {
+    /// Reads the holder of a lock and, for a fair provider (`count_waiters`), the number of
+    /// waiters in its queue.
+    pub(crate) async fn inspect(&self, lock: &LockName, keys: &LockKeys, count_waiters: bool) -> Result<LockInfo> {
         let reply: Vec<Value> = self
             .run(Some(lock), |mut connection| async move {
-                INSPECT.key(&keys.lock).key(&keys.fence).invoke_async(&mut connection).await
+                INSPECT
+                    .key(&keys.lock)
+                    .key(&keys.fence)
+                    .key(&keys.queue)
+                    .key(&keys.queue_expiry)
+                    .invoke_async(&mut connection)
+                    .await
             })
             .await?;
-        let [owner, pttl, token] = reply.as_slice() else {
-            return Ok(LockInfo::new(None, None));
+        let [owner, pttl, token, waiters] = reply.as_slice() else {
+            return Err(Error::backend(
+                BACKEND,
+                Some(lock),
+                format!("the inspect script answered {reply:?}, not [owner, pttl, token, waiters]"),
+            ));
         };
+        let waiters = redis::from_redis_value_ref::<u64>(waiters).ok().and_then(|n| usize::try_from(n).ok());
+        let waiters = if count_waiters { waiters } else { None };
         let text = |value: &Value| redis::from_redis_value_ref::<String>(value).ok();
         let owner = text(owner).unwrap_or_default();
+        if owner.is_empty() {
+            return Ok(LockInfo::new(None, waiters));
+        }
         let token = FencingToken::new(text(token).and_then(|t| t.parse::<u64>().ok()).unwrap_or(0));
         // Records written by lockkit carry who took them; anything else is shown as is.
         let mut holder = match OwnerMeta::decode(&owner) {
@@ -248,7 +289,7 @@ impl Store {
         {
             holder = holder.with_lease_left(Duration::from_millis(left));
         }
-        Ok(LockInfo::new(Some(holder), None))
+        Ok(LockInfo::new(Some(holder), waiters))
     }
 
     /// One PING: the raw round trip the benchmarks compare against.

@@ -379,3 +379,49 @@ async fn renewal_stops_when_the_guard_is_released_or_dropped() {
     tokio::time::sleep(RENEW_EVERY * 2).await;
     assert_eq!(client.renewal_stats().renewed, renewed, "nothing was renewed after the guards went");
 }
+
+/// A fair lock's waiter that dies at the head of the queue holds the others up for its claim
+/// window only: the next waiter is granted a fraction of a second after the release, not
+/// after the dead waiter's queue entry expires (twice the lease). And it is not granted
+/// before the window closes: the head's turn is kept for it while it might still come.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_waiter_at_the_head_of_the_queue_is_skipped_after_its_claim_window() {
+    let harness = RedisHarness::shared().await;
+    let (holder, _holder_faults) = harness.client_with(test_builder()).await.unwrap();
+    let (dying, dying_faults) = harness.client_with(test_builder()).await.unwrap();
+    let (next, _next_faults) = harness.client_with(test_builder()).await.unwrap();
+    let name = unique("dead_head");
+    let waiters = |provider: &RedisLockProvider| {
+        let (provider, name) = (provider.clone(), name.clone());
+        async move { provider.inspect(&name).await.ok().and_then(|info| info.waiters) }
+    };
+    let guard = acquire(&holder, &name).await;
+    let dying_lock = dying.lock(&name).unwrap();
+    let dying_task = tokio::spawn(async move { dying_lock.acquire().await.map(|g| g.token()) });
+    eventually(OPERATION, "the first waiter is queued", || {
+        let count = waiters(&holder);
+        async move { count.await == Some(1) }
+    })
+    .await;
+    let next_lock = next.lock(&name).unwrap();
+    let next_task = tokio::spawn(async move {
+        let guard = next_lock.acquire().await?;
+        let at = Instant::now();
+        guard.release().await?;
+        Ok::<_, lockkit_core::Error>(at)
+    });
+    eventually(OPERATION, "the second waiter is queued", || {
+        let count = waiters(&holder);
+        async move { count.await == Some(2) }
+    })
+    .await;
+    // The first waiter's process dies: it sends nothing more, and cleans nothing up.
+    dying_faults.0.blackhole();
+    let released_at = Instant::now();
+    guard.release().await.unwrap();
+    let granted_at = within(OPERATION, "the second waiter acquires", next_task).await.unwrap().unwrap();
+    let after = granted_at.saturating_duration_since(released_at);
+    assert!(after >= Duration::from_millis(150), "the dead head's claim window was not kept: granted after {after:?}");
+    assert!(after < Duration::from_millis(1500), "granted {after:?} after the release; the window is 200 ms");
+    dying_task.abort();
+}

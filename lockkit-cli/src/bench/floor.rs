@@ -122,8 +122,13 @@ impl Floor {
                     .key(key.as_str())
                     .key(format!("{key}:fence"))
                     .key(format!("{key}:void:x"))
+                    .key(format!("{key}:queue"))
+                    .key(format!("{key}:queue:expiry"))
                     .arg(&owner)
                     .arg(30_000)
+                    .arg("0")
+                    .arg(60_000)
+                    .arg(200)
                     .invoke_async(connection)
                     .await
                     .map_err(failed)?;

@@ -1,11 +1,21 @@
--- Gives up acquisition ARGV[1] of lock KEYS[1], whose outcome is unknown: marks it void
--- (KEYS[3], for ARGV[2] ms) so that a delayed try of it can no longer be granted, and frees
--- the lock if a try was granted already, waking the waiters on channel KEYS[2].
+-- Ends acquisition ARGV[1] of lock KEYS[1], which will not be granted: it leaves the wait
+-- queue (KEYS[4], KEYS[5]). When its outcome is in doubt (ARGV[2] > 0), it is also marked
+-- void (KEYS[3], for ARGV[2] ms) so that a delayed try of it can no longer be granted, and
+-- the lock is freed if a try was granted already. When the lock is left free for others,
+-- the waiters on channel KEYS[2] are woken, so that the next in line claims it at once.
 -- Returns 1 when a granted try was freed, 0 otherwise.
-redis.call('SET', KEYS[3], '1', 'PX', ARGV[2])
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', KEYS[2], ARGV[1])
-  return 1
+local freed = 0
+if tonumber(ARGV[2]) > 0 then
+  redis.call('SET', KEYS[3], '1', 'PX', ARGV[2])
+  if redis.call('GET', KEYS[1]) == ARGV[1] then
+    redis.call('DEL', KEYS[1])
+    freed = 1
+  end
 end
-return 0
+local was_head = redis.call('ZRANGE', KEYS[4], 0, 0)[1] == ARGV[1]
+redis.call('ZREM', KEYS[4], ARGV[1])
+redis.call('ZREM', KEYS[5], ARGV[1])
+if freed == 1 or (was_head and redis.call('EXISTS', KEYS[1]) == 0 and redis.call('EXISTS', KEYS[4]) == 1) then
+  redis.call('PUBLISH', KEYS[2], ARGV[1])
+end
+return freed

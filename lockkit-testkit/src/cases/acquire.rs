@@ -58,7 +58,8 @@ pub async fn acquire_timeout_fails_close_to_the_timeout(h: &dyn Harness) {
     cx.release(guard, "holder releases").await;
 }
 
-/// Contract 5: a timed-out acquisition leaves no trace: once the holder releases, a third
+/// Contract 5: a timed-out acquisition leaves no trace: it leaves the queue while the lock is
+/// still held (where the backend counts waiters), and once the holder releases, a third
 /// client takes the lock at once.
 pub async fn acquire_timeout_leaves_no_trace(h: &dyn Harness) {
     let cx = Ctx::new(h, "acquire_timeout_leaves_no_trace");
@@ -66,6 +67,7 @@ pub async fn acquire_timeout_leaves_no_trace(h: &dyn Harness) {
     let guard = cx.acquire(&*cx.lock(&a), "holder acquires").await;
     let outcome = cx.lock(&b).acquire_timeout(Duration::from_millis(100)).await;
     cx.check(matches!(outcome, Err(Error::Timeout { .. })), "the waiter times out");
+    cx.await_waiters(&a, 0).await;
     cx.release(guard, "holder releases").await;
     cx.assert_free(&c, "a third client takes the lock at once").await;
 }
@@ -199,10 +201,21 @@ pub async fn acquire_dropped_after_grant_frees_the_lock(h: &dyn Harness) {
     let guard = cx.acquire(&*cx.lock(&a), "holder acquires").await;
     let lock_b = cx.lock(&b);
     let mut pending = Box::pin(lock_b.acquire_with(AcquireOptions::default().with_wait(Wait::Forever)));
-    // Poll once so the waiter registers, then leave it unpolled.
+    // Poll until the waiter is queued (a first acquisition may have to connect first), then
+    // leave it unpolled.
     let polled = futures_poll_once(pending.as_mut()).await;
     cx.check(polled.is_none(), "the waiter waits while the lock is held");
-    if !cx.await_waiters(&a, 1).await {
+    if a.provider.capabilities().waiter_count {
+        let deadline = tokio::time::Instant::now() + h.timing().operation;
+        while cx.inspect(&a).await.and_then(|info| info.waiters) != Some(1) {
+            if tokio::time::Instant::now() >= deadline {
+                cx.fail("the waiter is queued", format!("not queued after {:?}", h.timing().operation));
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            let polled = futures_poll_once(pending.as_mut()).await;
+            cx.check(polled.is_none(), "the waiter waits while the lock is held");
+        }
+    } else {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     cx.release(guard, "holder releases").await;
