@@ -38,7 +38,8 @@ use tracing::Instrument;
 use crate::BACKEND;
 use crate::builder::Settings;
 use crate::keys::LockKeys;
-use crate::store::{AcquireReply, Ownership, Queueing, Store};
+use crate::store::{AcquireReply, CLAIM_WINDOW, Ownership, Queueing, Store};
+use crate::subscriber::Woken;
 use crate::subscriber::{Interest, Subscriber};
 use crate::util::Backoff;
 use crate::watchdog::Watchdog;
@@ -54,10 +55,6 @@ const RELEASE_TRIES: u32 = 4;
 const YIELD_WINDOW: Duration = Duration::from_millis(50);
 /// How many recently released contended locks a provider remembers.
 const YIELD_MEMORY: usize = 1024;
-/// How long the head of a fair lock's wait queue has to claim the lock once it is free,
-/// before the next waiter's turn comes. A live head claims it within one round trip of the
-/// release's wake-up; the window is for heads that died, or stalled for this long.
-const CLAIM_WINDOW: Duration = Duration::from_millis(200);
 
 /// The releaser's courtesy that keeps the unfair lock (a provider built with `fair(false)`)
 /// from starving waiters as much.
@@ -133,13 +130,12 @@ impl RedisBackend {
     /// How an acquire call stands towards the wait queue: a fair provider's waiting
     /// acquisitions join it.
     fn queueing(&self, waits: bool) -> Queueing {
-        let claim_ms = u64::try_from(CLAIM_WINDOW.as_millis()).unwrap_or(u64::MAX);
+        // A waiter tries again at least once per lease (its wait is bounded by the holder's
+        // lease), so twice the lease never drops a live waiter.
+        let entry_ttl = self.settings.lease.saturating_mul(2).saturating_add(CLAIM_WINDOW);
         Queueing {
             join: self.settings.fair && waits,
-            // A waiter tries again at least once per lease (its wait is bounded by the
-            // holder's lease), so twice the lease never drops a live waiter.
-            entry_ttl_ms: self.settings.lease_millis().saturating_mul(2).saturating_add(claim_ms),
-            claim_ms,
+            entry_ttl_ms: u64::try_from(entry_ttl.as_millis()).unwrap_or(u64::MAX),
         }
     }
 
@@ -158,6 +154,8 @@ impl RedisBackend {
             &self.settings,
         );
         let queueing = self.queueing(request.deadline.may_wait());
+        // A queued waiter is woken only when the release addresses it (see Subscriber).
+        let me = queueing.join.then_some(owner.as_str());
         let mut interest: Option<Interest> = None;
         let mut failing_since: Option<Instant> = None;
         let mut backoff = Backoff::up_to(RETRY_MAX);
@@ -166,7 +164,7 @@ impl RedisBackend {
         if !self.settings.fair && request.deadline.may_wait() && self.yielding.should_yield(&keys.lock) {
             // Subscribed (and armed) before the first attempt: a Busy reply waits at once.
             let span = tracing::debug_span!("lockkit.subscribe", backend = BACKEND, channel = %keys.channel);
-            interest = Some(self.subscriber.watch(&keys.channel).instrument(span).await);
+            interest = Some(self.subscriber.watch(&keys.channel, me).instrument(span).await);
         }
         loop {
             if let Some(interest) = interest.as_mut() {
@@ -239,7 +237,7 @@ impl RedisBackend {
                 // Subscribe before waiting, then try again at once: a release published
                 // before the subscription was confirmed would otherwise be missed.
                 let span = tracing::debug_span!("lockkit.subscribe", backend = BACKEND, channel = %keys.channel);
-                interest = Some(self.subscriber.watch(&keys.channel).instrument(span).await);
+                interest = Some(self.subscriber.watch(&keys.channel, me).instrument(span).await);
                 continue;
             };
             if !interest.is_live() {
@@ -254,7 +252,16 @@ impl RedisBackend {
             };
             let wait = fallback.min(self.settings.lease).min(remaining(request.deadline));
             let span = tracing::debug_span!("lockkit.wait", backend = BACKEND, at_most = ?wait);
-            interest.wait(wait).instrument(span).await;
+            async {
+                let mut until = Instant::now() + wait;
+                // Another waiter's turn: look again only once its claim window may have
+                // closed unclaimed (its process died), which the next try then finds out.
+                while interest.wait(until.saturating_duration_since(Instant::now())).await == Woken::OthersTurn {
+                    until = until.min(Instant::now() + CLAIM_WINDOW);
+                }
+            }
+            .instrument(span)
+            .await;
         }
     }
 }

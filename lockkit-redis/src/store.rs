@@ -25,6 +25,16 @@ static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scri
 static ABANDON: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/abandon.lua")));
 static INSPECT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/inspect.lua")));
 
+/// How long the head of a fair lock's wait queue has to claim the lock once it is free,
+/// before the next waiter's turn comes. A live head claims it within one round trip of the
+/// release's wake-up; the window is for heads that died, or stalled for this long.
+pub(crate) const CLAIM_WINDOW: Duration = Duration::from_millis(200);
+
+/// [`CLAIM_WINDOW`] in milliseconds, as the scripts take it.
+fn claim_ms() -> u64 {
+    u64::try_from(CLAIM_WINDOW.as_millis()).unwrap_or(u64::MAX)
+}
+
 /// What the acquire script answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum AcquireReply {
@@ -46,8 +56,6 @@ pub(crate) struct Queueing {
     pub(crate) join: bool,
     /// How long a queue entry lives without a refresh, in milliseconds.
     pub(crate) entry_ttl_ms: u64,
-    /// How long the head of the queue has to claim a free lock, in milliseconds.
-    pub(crate) claim_ms: u64,
 }
 
 /// What the release, renew and abandon scripts found: ours, gone, or another owner's.
@@ -159,7 +167,7 @@ impl Store {
                     .arg(lease_ms)
                     .arg(if queueing.join { "1" } else { "0" })
                     .arg(queueing.entry_ttl_ms)
-                    .arg(queueing.claim_ms)
+                    .arg(claim_ms())
                     .invoke_async(&mut connection)
                     .await
             })
@@ -178,11 +186,20 @@ impl Store {
         }
     }
 
-    /// Runs the release script: frees the lock if `owner` holds it and wakes the waiters.
+    /// Runs the release script: frees the lock if `owner` holds it and wakes the head of its
+    /// queue, or every waiter when nobody is queued.
     pub(crate) async fn release(&self, lock: &LockName, keys: &LockKeys, owner: &str) -> Result<Ownership> {
         let code: i64 = self
             .run(Some(lock), |mut connection| async move {
-                RELEASE.key(&keys.lock).key(&keys.channel).arg(owner).invoke_async(&mut connection).await
+                RELEASE
+                    .key(&keys.lock)
+                    .key(&keys.channel)
+                    .key(&keys.queue)
+                    .key(&keys.queue_expiry)
+                    .arg(owner)
+                    .arg(claim_ms())
+                    .invoke_async(&mut connection)
+                    .await
             })
             .await?;
         Ok(Ownership::from_code(code))
@@ -210,6 +227,7 @@ impl Store {
                     .key(&keys.queue_expiry)
                     .arg(owner)
                     .arg(void_ms)
+                    .arg(claim_ms())
                     .invoke_async(&mut connection)
                     .await
             })

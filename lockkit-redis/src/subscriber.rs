@@ -16,7 +16,13 @@
 //! - The caller bounds every wait by the holder's remaining lease, so a holder that died is
 //!   noticed when its key expires even though no message is ever sent for an expiry.
 //!
-//! Fairness: Redis (7.0) delivers a message to a channel's subscribers in the order they
+//! Addressed wake-ups: the release of a fair lock with waiters publishes the owner id of the
+//! head of its queue, the one waiter that may take it, and only that waiter is woken to try;
+//! the others learn that it is someone else's turn ([`Woken::OthersTurn`]) and only look
+//! again if that turn may pass unclaimed. A message with an empty payload (an unfair lock,
+//! or no queue) wakes every waiter of the channel.
+//!
+//! Fairness of the unfair lock: Redis (7.0) delivers a message to a channel's subscribers in the order they
 //! subscribed, and the first woken waiter usually wins the race for the lock. When the last
 //! waiter of a provider leaves a channel (typically because it won), the subscription is
 //! marked for repositioning: the provider's next wait on it unsubscribes and subscribes
@@ -37,6 +43,16 @@ use crate::util::lock;
 
 /// How often a dead subscriber connection is poked so that it reconnects.
 const KEEPER_INTERVAL: Duration = Duration::from_millis(200);
+
+/// Why a wait ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Woken {
+    /// A message for this waiter or for everyone, a renewed subscription, messages that may
+    /// have been missed, or the time given: look at the lock again.
+    Look,
+    /// A release addressed to another waiter, the head of the queue: it is that waiter's turn.
+    OthersTurn,
+}
 
 /// The pub/sub side of one provider.
 #[derive(Debug)]
@@ -66,8 +82,9 @@ struct Channel {
     name: String,
     /// Waiters of this provider interested in the channel; changed under the map's lock.
     interest: Mutex<usize>,
-    /// Bumped on every message and every (re)confirmed subscription.
-    wake: watch::Sender<u64>,
+    /// Sent on every message and every (re)confirmed subscription: the owner id the wake-up
+    /// addresses (`None`: everyone).
+    wake: watch::Sender<Option<String>>,
     /// Whether the server confirmed the subscription; the async lock orders SUBSCRIBE and
     /// UNSUBSCRIBE of one channel.
     subscribed: tokio::sync::Mutex<bool>,
@@ -100,12 +117,13 @@ impl Subscriber {
 
     /// Registers interest in `channel` and subscribes to it unless this provider already
     /// is. When subscribing fails the interest is still returned, not live, and the waiter
-    /// polls instead.
-    pub(crate) async fn watch(&self, channel: &str) -> Interest {
+    /// polls instead. `me` is the waiter's owner id when it waits in the lock's queue: a
+    /// message addressed to another owner then does not wake it to look.
+    pub(crate) async fn watch(&self, channel: &str, me: Option<&str>) -> Interest {
         let entry = {
             let mut channels = lock(&self.shared.channels);
             let entry = channels.entry(channel.to_owned()).or_insert_with(|| {
-                let (wake, _) = watch::channel(0);
+                let (wake, _) = watch::channel(None);
                 Arc::new(Channel {
                     name: channel.to_owned(),
                     interest: Mutex::new(0),
@@ -118,6 +136,7 @@ impl Subscriber {
             Arc::clone(entry)
         };
         let mut interest = Interest {
+            me: me.map(str::to_owned),
             wake: entry.wake.subscribe(),
             epoch: self.shared.epoch.subscribe(),
             channel: entry,
@@ -200,7 +219,9 @@ impl Subscriber {
 #[derive(Debug)]
 pub(crate) struct Interest {
     channel: Arc<Channel>,
-    wake: watch::Receiver<u64>,
+    /// The waiter's owner id, when it waits in the lock's queue.
+    me: Option<String>,
+    wake: watch::Receiver<Option<String>>,
     epoch: watch::Receiver<u64>,
     owner: Weak<Shared>,
     connection: Option<ConnectionManager>,
@@ -222,12 +243,22 @@ impl Interest {
         self.confirmed && self.owner.upgrade().is_some_and(|shared| shared.connected.load(Ordering::Acquire))
     }
 
-    /// Waits until the channel fires, messages may have been missed, or `at_most` passes.
-    pub(crate) async fn wait(&mut self, at_most: Duration) {
+    /// Waits until the channel fires, messages may have been missed, or `at_most` passes,
+    /// and says whether to look at the lock or whether it is another waiter's turn.
+    pub(crate) async fn wait(&mut self, at_most: Duration) -> Woken {
         tokio::select! {
-            _ = self.wake.changed() => {}
-            _ = self.epoch.changed() => {}
-            () = tokio::time::sleep(at_most) => {}
+            changed = self.wake.changed() => {
+                if changed.is_err() {
+                    return Woken::Look;
+                }
+                let to = self.wake.borrow_and_update();
+                match (&*to, &self.me) {
+                    (Some(to), Some(me)) if to != me => Woken::OthersTurn,
+                    _ => Woken::Look,
+                }
+            }
+            _ = self.epoch.changed() => Woken::Look,
+            () = tokio::time::sleep(at_most) => Woken::Look,
         }
     }
 }
@@ -287,11 +318,12 @@ async fn read_pushes(shared: Weak<Shared>, mut pushes: mpsc::UnboundedReceiver<P
         match push.kind {
             PushKind::Message => {
                 shared.connected.store(true, Ordering::Release);
-                wake_channel(&shared, push.data.first());
+                let to = push.data.get(1).and_then(|value| redis::from_redis_value_ref::<String>(value).ok());
+                wake_channel(&shared, push.data.first(), to.filter(|to| !to.is_empty()));
             }
             PushKind::Subscribe => {
                 shared.connected.store(true, Ordering::Release);
-                wake_channel(&shared, push.data.first());
+                wake_channel(&shared, push.data.first(), None);
             }
             PushKind::Disconnection => {
                 tracing::debug!("the pub/sub connection dropped; waking every waiter to look again");
@@ -306,13 +338,16 @@ async fn read_pushes(shared: Weak<Shared>, mut pushes: mpsc::UnboundedReceiver<P
     }
 }
 
-fn wake_channel(shared: &Shared, name: Option<&Value>) {
+/// Wakes the waiters of channel `name`: all of them to look, or, when the message addresses
+/// owner `to`, that one to look and the others to know it is its turn.
+fn wake_channel(shared: &Shared, name: Option<&Value>, to: Option<String>) {
     let Some(name) = name.and_then(|value| redis::from_redis_value_ref::<String>(value).ok()) else {
         return;
     };
     let channel = lock(&shared.channels).get(&name).cloned();
     if let Some(channel) = channel {
-        channel.wake.send_modify(|count| *count += 1);
+        // Every waiter is notified, even when the value is the same as the last.
+        channel.wake.send_replace(to);
     }
 }
 

@@ -135,7 +135,10 @@ impl Floor {
                 let _: i64 = RELEASE
                     .key(key.as_str())
                     .key(format!("{key}:released"))
+                    .key(format!("{key}:queue"))
+                    .key(format!("{key}:queue:expiry"))
                     .arg(&owner)
+                    .arg(200)
                     .invoke_async(connection)
                     .await
                     .map_err(failed)?;
