@@ -57,6 +57,12 @@ mod watchdog;
 pub use builder::{DEFAULT_LEASE, DEFAULT_PREFIX, DEFAULT_RESPONSE_TIMEOUT, MIN_LEASE, RedisLockProviderBuilder};
 pub use provider::{RedisLockProvider, RenewalStats};
 
+/// The sources of the acquire and release scripts, for benchmarks that time them raw.
+#[doc(hidden)]
+pub mod scripts {
+    pub use crate::store::{ACQUIRE_SCRIPT, RELEASE_SCRIPT};
+}
+
 /// The commands an ACL user of lockkit needs, as `ACL SETUSER` rules: the script calls,
 /// the commands the scripts run, and the pub/sub commands of the waiters. Together with
 /// key and channel patterns for the prefix (`~lockkit:* &lockkit:*`) this is all lockkit

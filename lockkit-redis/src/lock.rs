@@ -154,17 +154,23 @@ impl RedisBackend {
             &self.settings,
         );
         let queueing = self.queueing(request.deadline.may_wait());
-        // A queued waiter is woken only when the release addresses it (see Subscriber).
-        let me = queueing.join.then_some(owner.as_str());
+        // A queued waiter's entry names its provider's wake channel, where the release that
+        // makes it its turn addresses it (see Subscriber).
+        let member = if queueing.join { format!("{}\n{owner}", self.subscriber.wake_channel()) } else { String::new() };
+        doubt.member.clone_from(&member);
         let mut interest: Option<Interest> = None;
         let mut failing_since: Option<Instant> = None;
         let mut backoff = Backoff::up_to(RETRY_MAX);
         // Whether this acquisition had to wait: its release then yields (see Yielding).
         let mut contended = false;
-        if !self.settings.fair && request.deadline.may_wait() && self.yielding.should_yield(&keys.lock) {
-            // Subscribed (and armed) before the first attempt: a Busy reply waits at once.
+        // Registered (and armed) before the first try, a Busy reply waits at once: a queued
+        // waiter whose provider's wake channel is subscribed already (it costs nothing), and
+        // an unfair waiter that yields.
+        if queueing.join {
+            interest = self.subscriber.watch_queued(&member, true).await;
+        } else if request.deadline.may_wait() && self.yielding.should_yield(&keys.lock) {
             let span = tracing::debug_span!("lockkit.subscribe", backend = BACKEND, channel = %keys.channel);
-            interest = Some(self.subscriber.watch(&keys.channel, me).instrument(span).await);
+            interest = Some(self.subscriber.watch(&keys.channel).instrument(span).await);
         }
         loop {
             if let Some(interest) = interest.as_mut() {
@@ -173,7 +179,8 @@ impl RedisBackend {
             let sent_at = Instant::now();
             doubt.in_flight = true;
             doubt.queued |= queueing.join;
-            let reply = self.store.acquire(&lock, &keys, &owner, &void, self.settings.lease_millis(), queueing).await;
+            let reply =
+                self.store.acquire(&lock, &keys, &owner, &member, &void, self.settings.lease_millis(), queueing).await;
             doubt.in_flight = false;
             let lease_left = match reply {
                 Ok(AcquireReply::Granted(token)) => {
@@ -237,7 +244,11 @@ impl RedisBackend {
                 // Subscribe before waiting, then try again at once: a release published
                 // before the subscription was confirmed would otherwise be missed.
                 let span = tracing::debug_span!("lockkit.subscribe", backend = BACKEND, channel = %keys.channel);
-                interest = Some(self.subscriber.watch(&keys.channel, me).instrument(span).await);
+                interest = if queueing.join {
+                    self.subscriber.watch_queued(&member, false).instrument(span).await
+                } else {
+                    Some(self.subscriber.watch(&keys.channel).instrument(span).await)
+                };
                 continue;
             };
             if !interest.is_live() {
@@ -318,6 +329,8 @@ struct Doubt {
     ambiguous: bool,
     /// Whether a call that joins the wait queue was sent.
     queued: bool,
+    /// The acquisition's queue member (empty when it does not queue).
+    member: String,
 }
 
 impl Doubt {
@@ -332,7 +345,18 @@ impl Doubt {
         // The void marker outlives any try that can still be on its way: several leases,
         // and at least a minute.
         let void_ms = settings.lease_millis().saturating_mul(4).max(60_000);
-        Self { store, lock, keys, owner, void, void_ms, in_flight: false, ambiguous: false, queued: false }
+        Self {
+            store,
+            lock,
+            keys,
+            owner,
+            void,
+            void_ms,
+            in_flight: false,
+            ambiguous: false,
+            queued: false,
+            member: String::new(),
+        }
     }
 
     /// The acquisition was granted, or ended cleanly: nothing to abandon.
@@ -359,7 +383,7 @@ impl Doubt {
         if !(self.in_doubt() || self.queued) {
             return;
         }
-        match self.store.abandon(&self.lock, &self.keys, &self.owner, &self.void, self.void_for()).await {
+        match self.store.abandon(&self.lock, &self.keys, &self.owner, &self.member, &self.void, self.void_for()).await {
             Ok(_) => self.settled(),
             Err(error) => tracing::debug!(%error, "could not leave the wait queue; retrying in the background"),
         }
@@ -375,11 +399,12 @@ impl Drop for Doubt {
             tracing::warn!(lock = %self.lock, "an acquisition in doubt was dropped outside a runtime; a hold it may have taken expires with its lease");
             return;
         };
-        let (store, lock, keys, owner, void, void_ms, give_up_after) = (
+        let (store, lock, keys, owner, member, void, void_ms, give_up_after) = (
             Arc::clone(&self.store),
             self.lock.clone(),
             self.keys.clone(),
             self.owner.clone(),
+            self.member.clone(),
             self.void.clone(),
             self.void_for(),
             Duration::from_millis(self.void_ms / 4),
@@ -390,7 +415,7 @@ impl Drop for Doubt {
             // Keep trying for a lease: past it, any hold the acquisition took has expired.
             let give_up = Instant::now() + give_up_after;
             loop {
-                match store.abandon(&lock, &keys, &owner, &void, void_ms).await {
+                match store.abandon(&lock, &keys, &owner, &member, &void, void_ms).await {
                     Ok(freed) => {
                         tracing::debug!(freed, "abandoned an acquisition in doubt");
                         return;

@@ -19,10 +19,17 @@ use crate::BACKEND;
 use crate::builder::Settings;
 use crate::keys::LockKeys;
 
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/acquire.lua")));
-static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/release.lua")));
+/// The acquire script's source, with the wait queue's functions in front (they are shared
+/// by the scripts that touch the queue).
+pub const ACQUIRE_SCRIPT: &str = concat!(include_str!("scripts/queue.lua"), include_str!("scripts/acquire.lua"));
+/// The release script's source, with the wait queue's functions in front.
+pub const RELEASE_SCRIPT: &str = concat!(include_str!("scripts/queue.lua"), include_str!("scripts/release.lua"));
+const ABANDON_SCRIPT: &str = concat!(include_str!("scripts/queue.lua"), include_str!("scripts/abandon.lua"));
+
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_SCRIPT));
+static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SCRIPT));
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
-static ABANDON: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/abandon.lua")));
+static ABANDON: LazyLock<Script> = LazyLock::new(|| Script::new(ABANDON_SCRIPT));
 static INSPECT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/inspect.lua")));
 
 /// How long the head of a fair lock's wait queue has to claim the lock once it is free,
@@ -146,11 +153,13 @@ impl Store {
 
     /// Runs the acquire script for `owner` with a lease of `lease_ms`, in or out of the
     /// lock's wait queue as `queueing` says.
+    #[allow(clippy::too_many_arguments)] // each is one argument of the script
     pub(crate) async fn acquire(
         &self,
         lock: &LockName,
         keys: &LockKeys,
         owner: &str,
+        member: &str,
         void: &str,
         lease_ms: u64,
         queueing: Queueing,
@@ -163,11 +172,13 @@ impl Store {
                     .key(void)
                     .key(&keys.queue)
                     .key(&keys.queue_expiry)
+                    .key(&keys.channel)
                     .arg(owner)
                     .arg(lease_ms)
                     .arg(if queueing.join { "1" } else { "0" })
                     .arg(queueing.entry_ttl_ms)
                     .arg(claim_ms())
+                    .arg(member)
                     .invoke_async(&mut connection)
                     .await
             })
@@ -209,11 +220,13 @@ impl Store {
     /// `void_ms` is not zero (its outcome is in doubt) it also sets the void marker `void` for
     /// `void_ms` and frees the lock if a try of the acquisition was granted. Returns whether
     /// it freed a granted try.
+    #[allow(clippy::too_many_arguments)] // each is one argument of the script
     pub(crate) async fn abandon(
         &self,
         lock: &LockName,
         keys: &LockKeys,
         owner: &str,
+        member: &str,
         void: &str,
         void_ms: u64,
     ) -> Result<bool> {
@@ -228,6 +241,7 @@ impl Store {
                     .arg(owner)
                     .arg(void_ms)
                     .arg(claim_ms())
+                    .arg(member)
                     .invoke_async(&mut connection)
                     .await
             })

@@ -16,11 +16,13 @@
 //! - The caller bounds every wait by the holder's remaining lease, so a holder that died is
 //!   noticed when its key expires even though no message is ever sent for an expiry.
 //!
-//! Addressed wake-ups: the release of a fair lock with waiters publishes the owner id of the
-//! head of its queue, the one waiter that may take it, and only that waiter is woken to try;
-//! the others learn that it is someone else's turn ([`Woken::OthersTurn`]) and only look
-//! again if that turn may pass unclaimed. A message with an empty payload (an unfair lock,
-//! or no queue) wakes every waiter of the channel.
+//! Addressed wake-ups for the fair lock: each provider also listens on a wake channel of its
+//! own, named in the queue entries of its waiters. The release of a fair lock with waiters
+//! publishes there, for the head of the queue only, that it is its turn, and tells the next
+//! two that it is another's turn ([`Woken::OthersTurn`]): they look again only if that turn
+//! may pass unclaimed. No other provider hears of it, so a hand-off wakes one waiter, not
+//! all. The wake channel is subscribed once per provider and kept; queued waiters register
+//! by queue member ([`Subscriber::watch_queued`]), at no cost once it is subscribed.
 //!
 //! Fairness of the unfair lock: Redis (7.0) delivers a message to a channel's subscribers in the order they
 //! subscribed, and the first woken waiter usually wins the race for the lock. When the last
@@ -37,6 +39,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::{OnceCell, mpsc, watch};
+use uuid::Uuid;
 
 use crate::builder::Settings;
 use crate::util::lock;
@@ -47,10 +50,10 @@ const KEEPER_INTERVAL: Duration = Duration::from_millis(200);
 /// Why a wait ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Woken {
-    /// A message for this waiter or for everyone, a renewed subscription, messages that may
+    /// A release for everyone or for this waiter, a renewed subscription, messages that may
     /// have been missed, or the time given: look at the lock again.
     Look,
-    /// A release addressed to another waiter, the head of the queue: it is that waiter's turn.
+    /// A release whose turn is another queued waiter's.
     OthersTurn,
 }
 
@@ -75,6 +78,11 @@ struct Shared {
     /// The connection, for the keeper. Held here, where only the provider's side keeps it
     /// alive, so that dropping the provider closes the connection and ends the push reader.
     connection: std::sync::OnceLock<ConnectionManager>,
+    /// This provider's wake channel, subscribed at the first queued wait and kept.
+    wake_channel: Arc<Channel>,
+    /// The queued waiters of this provider by queue member, and the senders of their
+    /// wake-ups.
+    queued: Mutex<HashMap<String, watch::Sender<Woken>>>,
 }
 
 #[derive(Debug)]
@@ -82,9 +90,8 @@ struct Channel {
     name: String,
     /// Waiters of this provider interested in the channel; changed under the map's lock.
     interest: Mutex<usize>,
-    /// Sent on every message and every (re)confirmed subscription: the owner id the wake-up
-    /// addresses (`None`: everyone).
-    wake: watch::Sender<Option<String>>,
+    /// Sent on every message and every (re)confirmed subscription.
+    wake: watch::Sender<Woken>,
     /// Whether the server confirmed the subscription; the async lock orders SUBSCRIBE and
     /// UNSUBSCRIBE of one channel.
     subscribed: tokio::sync::Mutex<bool>,
@@ -101,6 +108,7 @@ impl Subscriber {
         let client = crate::client::open(settings, connection.clone().set_redis_settings(resp3))?;
         let response_timeout = settings.response_timeout;
         let (epoch, _) = watch::channel(0);
+        let wake_channel = Channel::new(format!("{}:wake:{}", settings.prefix, Uuid::new_v4().simple()));
         Ok(Self {
             client,
             connection: OnceCell::new(),
@@ -110,6 +118,8 @@ impl Subscriber {
                 connected: AtomicBool::new(true),
                 keeper_running: AtomicBool::new(false),
                 connection: std::sync::OnceLock::new(),
+                wake_channel: Arc::new(wake_channel),
+                queued: Mutex::new(HashMap::new()),
             }),
             response_timeout,
         })
@@ -117,35 +127,54 @@ impl Subscriber {
 
     /// Registers interest in `channel` and subscribes to it unless this provider already
     /// is. When subscribing fails the interest is still returned, not live, and the waiter
-    /// polls instead. `me` is the waiter's owner id when it waits in the lock's queue: a
-    /// message addressed to another owner then does not wake it to look.
-    pub(crate) async fn watch(&self, channel: &str, me: Option<&str>) -> Interest {
+    /// polls instead.
+    pub(crate) async fn watch(&self, channel: &str) -> Interest {
         let entry = {
             let mut channels = lock(&self.shared.channels);
-            let entry = channels.entry(channel.to_owned()).or_insert_with(|| {
-                let (wake, _) = watch::channel(None);
-                Arc::new(Channel {
-                    name: channel.to_owned(),
-                    interest: Mutex::new(0),
-                    wake,
-                    subscribed: tokio::sync::Mutex::new(false),
-                    reposition: AtomicBool::new(false),
-                })
-            });
+            let entry =
+                channels.entry(channel.to_owned()).or_insert_with(|| Arc::new(Channel::new(channel.to_owned())));
             *lock(&entry.interest) += 1;
             Arc::clone(entry)
         };
         let mut interest = Interest {
-            me: me.map(str::to_owned),
             wake: entry.wake.subscribe(),
             epoch: self.shared.epoch.subscribe(),
             channel: entry,
+            member: None,
             owner: Arc::downgrade(&self.shared),
             connection: None,
             confirmed: false,
         };
         self.confirm(&mut interest).await;
         interest
+    }
+
+    /// This provider's wake channel, which the queue members of its waiters name.
+    pub(crate) fn wake_channel(&self) -> &str {
+        &self.shared.wake_channel.name
+    }
+
+    /// Registers the queued waiter `member` for wake-ups addressed to it, subscribing the
+    /// wake channel unless it is already. `None` when `only_if_subscribed` and it is not:
+    /// registering then costs nothing, which suits a waiter's first try.
+    pub(crate) async fn watch_queued(&self, member: &str, only_if_subscribed: bool) -> Option<Interest> {
+        let channel = Arc::clone(&self.shared.wake_channel);
+        if only_if_subscribed && !channel.subscribed.try_lock().is_ok_and(|subscribed| *subscribed) {
+            return None;
+        }
+        let (sender, wake) = watch::channel(Woken::Look);
+        lock(&self.shared.queued).insert(member.to_owned(), sender);
+        let mut interest = Interest {
+            wake,
+            epoch: self.shared.epoch.subscribe(),
+            channel,
+            member: Some(member.to_owned()),
+            owner: Arc::downgrade(&self.shared),
+            connection: None,
+            confirmed: false,
+        };
+        self.confirm(&mut interest).await;
+        Some(interest)
     }
 
     /// Subscribes the interest's channel unless it already is.
@@ -214,14 +243,28 @@ impl Subscriber {
     }
 }
 
-/// One waiter's registration on a channel. Dropping it withdraws the interest, and the last
-/// interest of a channel unsubscribes it (in the background).
+impl Channel {
+    fn new(name: String) -> Self {
+        let (wake, _) = watch::channel(Woken::Look);
+        Self {
+            name,
+            interest: Mutex::new(0),
+            wake,
+            subscribed: tokio::sync::Mutex::new(false),
+            reposition: AtomicBool::new(false),
+        }
+    }
+}
+
+/// One waiter's registration on a lock's channel, or, for a queued waiter, on its provider's
+/// wake channel. Dropping it withdraws the interest: the last interest of a lock's channel
+/// unsubscribes it (in the background); the wake channel stays.
 #[derive(Debug)]
 pub(crate) struct Interest {
     channel: Arc<Channel>,
-    /// The waiter's owner id, when it waits in the lock's queue.
-    me: Option<String>,
-    wake: watch::Receiver<Option<String>>,
+    /// The queue member of a queued waiter.
+    member: Option<String>,
+    wake: watch::Receiver<Woken>,
     epoch: watch::Receiver<u64>,
     owner: Weak<Shared>,
     connection: Option<ConnectionManager>,
@@ -247,16 +290,10 @@ impl Interest {
     /// and says whether to look at the lock or whether it is another waiter's turn.
     pub(crate) async fn wait(&mut self, at_most: Duration) -> Woken {
         tokio::select! {
-            changed = self.wake.changed() => {
-                if changed.is_err() {
-                    return Woken::Look;
-                }
-                let to = self.wake.borrow_and_update();
-                match (&*to, &self.me) {
-                    (Some(to), Some(me)) if to != me => Woken::OthersTurn,
-                    _ => Woken::Look,
-                }
-            }
+            changed = self.wake.changed() => match changed {
+                Ok(()) => *self.wake.borrow_and_update(),
+                Err(_) => Woken::Look,
+            },
             _ = self.epoch.changed() => Woken::Look,
             () = tokio::time::sleep(at_most) => Woken::Look,
         }
@@ -265,6 +302,12 @@ impl Interest {
 
 impl Drop for Interest {
     fn drop(&mut self) {
+        if let Some(member) = &self.member {
+            if let Some(shared) = self.owner.upgrade() {
+                lock(&shared.queued).remove(member);
+            }
+            return;
+        }
         let last = {
             let mut interest = lock(&self.channel.interest);
             *interest = interest.saturating_sub(1);
@@ -318,12 +361,16 @@ async fn read_pushes(shared: Weak<Shared>, mut pushes: mpsc::UnboundedReceiver<P
         match push.kind {
             PushKind::Message => {
                 shared.connected.store(true, Ordering::Release);
-                let to = push.data.get(1).and_then(|value| redis::from_redis_value_ref::<String>(value).ok());
-                wake_channel(&shared, push.data.first(), to.filter(|to| !to.is_empty()));
+                let text =
+                    |value: Option<&Value>| value.and_then(|value| redis::from_redis_value_ref::<String>(value).ok());
+                match text(push.data.first()) {
+                    Some(name) if name == shared.wake_channel.name => wake_queued(&shared, text(push.data.get(1))),
+                    _ => wake_channel(&shared, push.data.first()),
+                }
             }
             PushKind::Subscribe => {
                 shared.connected.store(true, Ordering::Release);
-                wake_channel(&shared, push.data.first(), None);
+                wake_channel(&shared, push.data.first());
             }
             PushKind::Disconnection => {
                 tracing::debug!("the pub/sub connection dropped; waking every waiter to look again");
@@ -338,16 +385,37 @@ async fn read_pushes(shared: Weak<Shared>, mut pushes: mpsc::UnboundedReceiver<P
     }
 }
 
-/// Wakes the waiters of channel `name`: all of them to look, or, when the message addresses
-/// owner `to`, that one to look and the others to know it is its turn.
-fn wake_channel(shared: &Shared, name: Option<&Value>, to: Option<String>) {
+/// Wakes every waiter of channel `name` to look (a message, or a renewed subscription).
+fn wake_channel(shared: &Shared, name: Option<&Value>) {
     let Some(name) = name.and_then(|value| redis::from_redis_value_ref::<String>(value).ok()) else {
         return;
     };
+    if name == shared.wake_channel.name {
+        // The wake channel subscribed again: messages may have been missed.
+        for sender in lock(&shared.queued).values() {
+            sender.send_replace(Woken::Look);
+        }
+        return;
+    }
     let channel = lock(&shared.channels).get(&name).cloned();
     if let Some(channel) = channel {
-        // Every waiter is notified, even when the value is the same as the last.
-        channel.wake.send_replace(to);
+        channel.wake.send_replace(Woken::Look);
+    }
+}
+
+/// Routes a message of the wake channel, `turn:<member>` or `next:<member>`, to the queued
+/// waiter it names; a waiter that left already is not there to hear it.
+fn wake_queued(shared: &Shared, payload: Option<String>) {
+    let Some(payload) = payload else { return };
+    let (woken, member) = if let Some(member) = payload.strip_prefix("turn:") {
+        (Woken::Look, member)
+    } else if let Some(member) = payload.strip_prefix("next:") {
+        (Woken::OthersTurn, member)
+    } else {
+        return;
+    };
+    if let Some(sender) = lock(&shared.queued).get(member) {
+        sender.send_replace(woken);
     }
 }
 

@@ -208,11 +208,18 @@ async fn restart_with_aof_keeps_holds_and_tokens_increase() {
 
 /// Killing the pub/sub connection while clients wait does not strand them: they are woken
 /// to look again, the subscription is rebuilt, and the release reaches them promptly (far
-/// sooner than the holder's lease, which would be the fallback).
+/// sooner than the holder's lease, which would be the fallback). Fair waiters listen on their
+/// provider's wake channel, unfair ones on the lock's channel: both are checked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_subscriber_connection_does_not_strand_waiters() {
+    for fair in [true, false] {
+        killed_subscriber_connection_does_not_strand(fair).await;
+    }
+}
+
+async fn killed_subscriber_connection_does_not_strand(fair: bool) {
     let harness = RedisHarness::shared().await;
-    let long = || test_builder().lease(Duration::from_secs(20)).renew_every(Duration::from_secs(5));
+    let long = || test_builder().lease(Duration::from_secs(20)).renew_every(Duration::from_secs(5)).fair(fair);
     let (holder, _faults) = harness.client_with(long()).await.unwrap();
     let (waiter, _waiter_faults) = harness.client_with(long()).await.unwrap();
     let name = unique("subscriber_killed");
@@ -229,14 +236,20 @@ async fn killed_subscriber_connection_does_not_strand_waiters() {
         })
         .collect();
     let mut admin = harness.admin().await;
-    let channel = format!("{}:released", holder.record_key(&LockName::new(&name).unwrap()));
+    let record = holder.record_key(&LockName::new(&name).unwrap());
+    let (command, pattern) =
+        if fair { ("CHANNELS", "lockkit:wake:*".to_owned()) } else { ("NUMSUB", format!("{record}:released")) };
     eventually(OPERATION, "the waiters' subscription", || {
         let mut admin = admin.clone();
-        let channel = channel.clone();
+        let pattern = pattern.clone();
         async move {
-            let counts: Vec<(String, i64)> =
-                redis::cmd("PUBSUB").arg("NUMSUB").arg(&channel).query_async(&mut admin).await.unwrap();
-            counts.first().is_some_and(|(_, n)| *n >= 1)
+            let reply: redis::Value =
+                redis::cmd("PUBSUB").arg(command).arg(&pattern).query_async(&mut admin).await.unwrap();
+            match command {
+                "CHANNELS" => redis::from_redis_value::<Vec<String>>(reply).is_ok_and(|channels| !channels.is_empty()),
+                _ => redis::from_redis_value::<Vec<(String, i64)>>(reply)
+                    .is_ok_and(|counts| counts.first().is_some_and(|(_, n)| *n >= 1)),
+            }
         }
     })
     .await;
@@ -250,7 +263,11 @@ async fn killed_subscriber_connection_does_not_strand_waiters() {
         grants.push(at.saturating_duration_since(released_at));
     }
     grants.sort();
-    assert!(grants[0] < Duration::from_secs(2), "the first waiter acquired {:?} after the release", grants[0]);
+    assert!(
+        grants[0] < Duration::from_secs(2),
+        "fair {fair}: the first waiter acquired {:?} after the release",
+        grants[0]
+    );
 }
 
 /// Sixteen clients hammer one lock for a few seconds: never two holders, tokens strictly

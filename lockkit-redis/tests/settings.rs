@@ -31,14 +31,13 @@ async fn acl_user_limited_to_lockkit_keys_works_and_bad_passwords_are_refused() 
     let name = unique("acl");
     let lock = provider.lock(&name).unwrap();
     let guard = lock.acquire().await.unwrap();
-    let channel = format!("{}:released", provider.record_key(&LockName::new(&name).unwrap()));
     let waiter = provider.clone();
     let waiting = tokio::spawn({
         let name = name.clone();
         async move { RedisLockProvider::clone(&waiter).lock(&name).unwrap().acquire_timeout(Duration::from_secs(5)).await }
     });
     // Release only once the waiter listens, so that the pub/sub wake-up is what it gets.
-    wait_for_subscriber(&mut admin, &channel).await;
+    wait_for_subscriber(&mut admin, "app:wake:*").await;
     guard.release().await.unwrap();
     let second = waiting.await.unwrap().unwrap();
     second.release().await.unwrap();

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use lockkit_core::{Error, LockName, LockProvider};
+use lockkit_core::{Error, LockProvider};
 use lockkit_redis::RedisLockProvider;
 use lockkit_testkit::fixture::{RedisConfig, RedisServer, free_port};
 use support::wait_for_subscriber;
@@ -99,11 +99,10 @@ async fn rediss_urls_lock_over_tls_and_untrusted_servers_are_refused() {
     let lock = provider.lock("tls/one").unwrap();
     let guard = lock.acquire().await.unwrap();
     let mut admin = redis::Client::open(server.url()).unwrap().get_multiplexed_async_connection().await.unwrap();
-    let channel = format!("{}:released", provider.record_key(&LockName::new("tls/one").unwrap()));
     let waiter = provider.lock("tls/one").unwrap();
     let waiting = tokio::spawn(async move { waiter.acquire_timeout(Duration::from_secs(5)).await });
     // Release only once the waiter listens, so that the pub/sub wake-up is what it gets.
-    wait_for_subscriber(&mut admin, &channel).await;
+    wait_for_subscriber(&mut admin, "lockkit:wake:*").await;
     guard.release().await.unwrap();
     // The waiter is woken over the TLS pub/sub connection.
     waiting.await.unwrap().unwrap().release().await.unwrap();

@@ -16,9 +16,9 @@ use crate::exit::{BACKEND, Failure, UNAVAILABLE};
 /// The Redis backend's acquire and release scripts, sent raw to show the floor of any
 /// Lua-based lock (the CLI is not published, so reaching into the backend's sources is fine).
 static ACQUIRE: std::sync::LazyLock<redis::Script> =
-    std::sync::LazyLock::new(|| redis::Script::new(include_str!("../../../lockkit-redis/src/scripts/acquire.lua")));
+    std::sync::LazyLock::new(|| redis::Script::new(lockkit::redis::scripts::ACQUIRE_SCRIPT));
 static RELEASE: std::sync::LazyLock<redis::Script> =
-    std::sync::LazyLock::new(|| redis::Script::new(include_str!("../../../lockkit-redis/src/scripts/release.lua")));
+    std::sync::LazyLock::new(|| redis::Script::new(lockkit::redis::scripts::RELEASE_SCRIPT));
 
 /// A connection on which raw round trips are timed.
 pub(crate) enum Floor {
@@ -124,11 +124,13 @@ impl Floor {
                     .key(format!("{key}:void:x"))
                     .key(format!("{key}:queue"))
                     .key(format!("{key}:queue:expiry"))
+                    .key(format!("{key}:released"))
                     .arg(&owner)
                     .arg(30_000)
                     .arg("0")
                     .arg(60_000)
                     .arg(200)
+                    .arg("")
                     .invoke_async(connection)
                     .await
                     .map_err(failed)?;

@@ -207,16 +207,16 @@ impl Harness for RedisHarness {
     }
 }
 
-/// Waits (up to five seconds) until some connection is subscribed to `channel`.
-pub async fn wait_for_subscriber(admin: &mut redis::aio::MultiplexedConnection, channel: &str) {
+/// Waits (up to five seconds) until some connection is subscribed to a channel that matches
+/// `pattern`; a fair provider's waiters listen on `<prefix>:wake:<provider id>`.
+pub async fn wait_for_subscriber(admin: &mut redis::aio::MultiplexedConnection, pattern: &str) {
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     loop {
-        let counts: Vec<(String, i64)> =
-            redis::cmd("PUBSUB").arg("NUMSUB").arg(channel).query_async(admin).await.unwrap();
-        if counts.first().is_some_and(|(_, n)| *n >= 1) {
+        let channels: Vec<String> = redis::cmd("PUBSUB").arg("CHANNELS").arg(pattern).query_async(admin).await.unwrap();
+        if !channels.is_empty() {
             return;
         }
-        assert!(std::time::Instant::now() < deadline, "nobody subscribed to {channel} within 5 s");
+        assert!(std::time::Instant::now() < deadline, "nobody subscribed to {pattern} within 5 s");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
