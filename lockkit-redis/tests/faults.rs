@@ -397,12 +397,18 @@ async fn renewal_stops_when_the_guard_is_released_or_dropped() {
     assert_eq!(client.renewal_stats().renewed, renewed, "nothing was renewed after the guards went");
 }
 
-/// A fair lock's waiter that dies at the head of the queue holds the others up for its claim
-/// window only: the next waiter is granted a fraction of a second after the release, not
-/// after the dead waiter's queue entry expires (twice the lease). And it is not granted
-/// before the window closes: the head's turn is kept for it while it might still come.
+/// Fair lock waiters that die at the head of the queue hold the others up for their claim
+/// windows only: the next live waiter is granted a fraction of a second after the release,
+/// not after the dead waiters' queue entries expire (twice the lease). And it is not granted
+/// before the windows close: a head's turn is kept for it while it might still come.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dead_waiter_at_the_head_of_the_queue_is_skipped_after_its_claim_window() {
+async fn dead_waiters_at_the_head_of_the_queue_are_skipped_after_their_claim_windows() {
+    for dead in [1usize, 2] {
+        dead_waiters_are_skipped(dead).await;
+    }
+}
+
+async fn dead_waiters_are_skipped(dead: usize) {
     let harness = RedisHarness::shared().await;
     let (holder, _holder_faults) = harness.client_with(test_builder()).await.unwrap();
     let (dying, dying_faults) = harness.client_with(test_builder()).await.unwrap();
@@ -413,13 +419,16 @@ async fn dead_waiter_at_the_head_of_the_queue_is_skipped_after_its_claim_window(
         async move { provider.inspect(&name).await.ok().and_then(|info| info.waiters) }
     };
     let guard = acquire(&holder, &name).await;
-    let dying_lock = dying.lock(&name).unwrap();
-    let dying_task = tokio::spawn(async move { dying_lock.acquire().await.map(|g| g.token()) });
-    eventually(OPERATION, "the first waiter is queued", || {
-        let count = waiters(&holder);
-        async move { count.await == Some(1) }
-    })
-    .await;
+    let mut dying_tasks = Vec::new();
+    for queued in 1..=dead {
+        let lock = dying.lock(&name).unwrap();
+        dying_tasks.push(tokio::spawn(async move { lock.acquire().await.map(|g| g.token()) }));
+        eventually(OPERATION, "a dying waiter is queued", || {
+            let count = waiters(&holder);
+            async move { count.await == Some(queued) }
+        })
+        .await;
+    }
     let next_lock = next.lock(&name).unwrap();
     let next_task = tokio::spawn(async move {
         let guard = next_lock.acquire().await?;
@@ -427,18 +436,27 @@ async fn dead_waiter_at_the_head_of_the_queue_is_skipped_after_its_claim_window(
         guard.release().await?;
         Ok::<_, lockkit_core::Error>(at)
     });
-    eventually(OPERATION, "the second waiter is queued", || {
+    eventually(OPERATION, "the live waiter is queued", || {
         let count = waiters(&holder);
-        async move { count.await == Some(2) }
+        async move { count.await == Some(dead + 1) }
     })
     .await;
-    // The first waiter's process dies: it sends nothing more, and cleans nothing up.
+    // The first waiters' process dies: it sends nothing more, and cleans nothing up.
     dying_faults.0.blackhole();
     let released_at = Instant::now();
     guard.release().await.unwrap();
-    let granted_at = within(OPERATION, "the second waiter acquires", next_task).await.unwrap().unwrap();
+    let granted_at = within(OPERATION, "the live waiter acquires", next_task).await.unwrap().unwrap();
     let after = granted_at.saturating_duration_since(released_at);
-    assert!(after >= Duration::from_millis(150), "the dead head's claim window was not kept: granted after {after:?}");
-    assert!(after < Duration::from_millis(1500), "granted {after:?} after the release; the window is 200 ms");
-    dying_task.abort();
+    let windows = u32::try_from(dead).unwrap();
+    assert!(
+        after >= Duration::from_millis(150) * windows,
+        "{dead} dead: the dead heads' claim windows were not kept: granted after {after:?}"
+    );
+    assert!(
+        after < Duration::from_millis(1500),
+        "{dead} dead: granted {after:?} after the release; a window is 200 ms"
+    );
+    for task in dying_tasks {
+        task.abort();
+    }
 }
