@@ -8,11 +8,17 @@
 //! - **Acquire** is one Lua script: `SET lock owner NX PX lease` and, when granted, `INCR`
 //!   of the lock's fence counter, whose new value is the fencing token. On contention it
 //!   returns the holder's remaining lease. One round trip when the lock is free.
-//! - **Waiting** is driven by pub/sub: one subscriber connection per provider, subscribed
-//!   to the channels of the locks its waiters want; the release script publishes on them.
-//!   A waiter also wakes when the holder's lease runs out (a dead holder publishes nothing)
-//!   and polls while the subscriber connection is down. Waiters are not queued: whoever
-//!   retries first after a release wins (the backend is not `fair`).
+//! - **Fair waiting** (the default): a waiting acquisition joins the lock's wait queue, two
+//!   sorted sets kept by the scripts with the server's clock, and a free lock belongs to the
+//!   head of the queue. The release wakes only the head, over pub/sub on its provider's own
+//!   wake channel, and opens its 200 ms claim window; a waiter that died is skipped when its
+//!   window closes, and its entry expires after two leases in any case. Nobody starves, and
+//!   a hand-off wakes one waiter instead of all. With
+//!   [`fair(false)`](RedisLockProviderBuilder::fair) there is no queue: every waiter of the
+//!   lock's channel retries on a release and the first wins.
+//! - **Waiting** is driven by pub/sub: one subscriber connection per provider. A waiter also
+//!   wakes when the holder's lease runs out (a dead holder publishes nothing) and polls
+//!   while the subscriber connection is down.
 //! - **Release** is one Lua script that deletes the record only when it holds our owner id,
 //!   publishes, and tells apart released / gone / held by another.
 //! - **Renewal**: one watchdog per provider renews all its holds every `renew_every`
@@ -26,7 +32,9 @@
 //! # Keys
 //!
 //! With the default prefix, lock `orders/42` uses `lockkit:{orders/42}` (the record),
-//! `lockkit:{orders/42}:fence` (the counter) and the channel `lockkit:{orders/42}:released`.
+//! `lockkit:{orders/42}:fence` (the counter), the wait queue `lockkit:{orders/42}:queue` and
+//! `lockkit:{orders/42}:queue:expiry` (present only while somebody waits), and the channel
+//! `lockkit:{orders/42}:released`; each provider listens on `lockkit:wake:<random id>`.
 //! The fence counter is never deleted: one small key per lock name ever used.
 //!
 //! # Fencing tokens and server restarts

@@ -63,7 +63,7 @@ if queued then
       wake_queue(KEYS[4], KEYS[5], KEYS[6], tonumber(ARGV[5]))
     else
       -- Free, and the head's to take: open its claim window (or keep the one already open).
-      redis.call('ZADD', KEYS[5], 'XX', 'LT', now + tonumber(ARGV[5]), head)
+      open_window(KEYS[5], head, now + tonumber(ARGV[5]))
     end
     return {0, math.max(0, tonumber(redis.call('ZSCORE', KEYS[5], head)) - now)}
   end

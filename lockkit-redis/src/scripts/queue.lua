@@ -20,6 +20,16 @@ local function prune(queue, expiry, now)
   return #expired
 end
 
+-- Cuts the expiry of queue member `member` to `limit` (ms) unless it is earlier already:
+-- opens the head's claim window, or keeps the one already open. (ZADD's LT flag would do it
+-- in one call, from Redis 6.2 on.)
+local function open_window(expiry, member, limit)
+  local current = tonumber(redis.call('ZSCORE', expiry, member))
+  if current and current > limit then
+    redis.call('ZADD', expiry, 'XX', limit, member)
+  end
+end
+
 -- The lock is free: opens the head's claim window and tells it that it is its turn, and
 -- tells the next two that it is another's turn (they look again once the window may have
 -- closed unclaimed, which is how a dead head is skipped). With nobody queued, wakes every
@@ -30,7 +40,7 @@ local function wake_queue(queue, expiry, channel, claim_ms)
     redis.call('PUBLISH', channel, '')
     return nil
   end
-  redis.call('ZADD', expiry, 'XX', 'LT', now_ms() + claim_ms, first[1])
+  open_window(expiry, first[1], now_ms() + claim_ms)
   for i, member in ipairs(first) do
     local cut = string.find(member, '\n', 1, true)
     if cut then
