@@ -20,7 +20,7 @@
 //! A fair provider (the default) makes its waiting acquisitions join the lock's wait queue,
 //! kept in Redis by the acquire script, the first time they find the lock taken. While the
 //! queue has entries a free lock is its head's alone; every try refreshes its entry, and
-//! entries that are not refreshed expire (see `acquire.lua`). An acquisition that ends
+//! entries that are not refreshed expire (see `queue.lua` and `acquire.lua`). An acquisition that ends
 //! without a grant leaves the queue before it returns (a timeout), or in the background
 //! when its future is dropped. An unfair provider never joins, and only yields (see
 //! [`Yielding`]).
@@ -39,8 +39,7 @@ use crate::BACKEND;
 use crate::builder::Settings;
 use crate::keys::LockKeys;
 use crate::store::{AcquireReply, CLAIM_WINDOW, Ownership, Queueing, Store};
-use crate::subscriber::Woken;
-use crate::subscriber::{Interest, Subscriber};
+use crate::subscriber::{Interest, Subscriber, Woken};
 use crate::util::Backoff;
 use crate::watchdog::Watchdog;
 
