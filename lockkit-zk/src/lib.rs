@@ -2,8 +2,9 @@
 //!
 //! [`ZkLockProvider`] is a ZooKeeper client that hands out lock handles. Each lock is a znode
 //! under a base path; each acquisition creates an EPHEMERAL_SEQUENTIAL child of it, the lowest
-//! sequence holds the lock, and every waiter watches only its predecessor, so waiters are
-//! granted in arrival order and a release wakes exactly one of them.
+//! sequence holds the lock, and waiters are granted in arrival order. A waiter watches the
+//! nodes ahead of it (every one of them within 16 of the head, else its predecessor), so a
+//! release lets exactly one waiter proceed, without a read: the others only strike a node off.
 //!
 //! - **Fencing token:** the czxid of the holder's node, the ensemble-wide zxid of its create:
 //!   strictly increasing across clients, parent re-creation and server restarts.

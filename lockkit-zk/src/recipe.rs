@@ -1,5 +1,5 @@
 //! The lock recipe: an EPHEMERAL_SEQUENTIAL contender node per acquisition under the lock's
-//! znode, the lowest sequence holds, each waiter watches only its predecessor.
+//! znode, the lowest sequence holds, each waiter watches the nodes ahead of it.
 //!
 //! # Round trips
 //!
@@ -7,11 +7,20 @@
 //! are answered in order. An acquisition therefore creates its node and lists the children
 //! in one round trip (both requests are issued before either reply is awaited); on the first
 //! acquisition of a name by this provider, the create of the lock's container znode joins
-//! the same batch. Release is one delete. A waiter whose predecessor was the head of the
-//! queue is granted on that node's deletion notification, with no list: sequences only grow,
-//! so nothing can queue before it (a lightly contended hand-off is one delete and one
-//! notification). Deeper in the queue a deleted predecessor may have been a waiter that gave
-//! up, and the children are listed again.
+//! the same batch. Release is one delete.
+//!
+//! A waiter with at most [`WATCH_ALL_AHEAD`] nodes ahead of it sets a data watch on every one
+//! of them, and on its own node, all requests in one round trip. Each deletion notification
+//! (or "no node" reply) strikes one node off; when none is left, the waiter is first and is
+//! granted with no list: sequences only grow, so no node can queue before it, and every node
+//! that was before it is gone (a hand-off is one delete and one notification, however many
+//! wait). The watch on its own node catches a node deleted behind its back (by an
+//! administrator), which would otherwise be granted as a ghost while the waiter behind it,
+//! seeing it gone, takes the lock too; any event on it lists again. Once granted, that watch
+//! is the hold's deletion watch: it is never removed (a removal is a request, and one on the
+//! hand-off path measurably slowed the release that follows); our own delete fires it. A
+//! waiter further back watches only its predecessor and lists the children again when it
+//! goes (it may have been a waiter that gave up while the nodes before it still wait).
 //!
 //! # Cancel safety
 //!
@@ -43,11 +52,19 @@ use crate::session::Session;
 /// How many times one step is retried after a lost connection before giving up.
 const RETRIES: usize = 8;
 
+/// Up to how many nodes ahead of ours are all watched, so that the last one's deletion grants
+/// the lock without listing the queue. Each watch costs the server one read when we queue and
+/// one notification per deletion; watching everyone ahead at every depth would make a queue
+/// of n waiters cost O(n²) reads and notifications. 16 covers the queues lockkit is tuned for
+/// (a handful of contenders per lock) at a bounded 17 reads per wait; a deeper waiter watches
+/// its predecessor alone and lists when it goes, and watches all once it is within the bound.
+const WATCH_ALL_AHEAD: usize = 16;
+
 /// How long the hold's watch task waits for the notification of our own delete after a
 /// release, so that the watch ends by firing instead of by a removal request.
 const RELEASE_GRACE: Duration = Duration::from_secs(5);
 
-/// How long after the grant the hold's deletion watch is set.
+/// How long after the grant the hold's deletion watch is set, when the wait left none on the node.
 const WATCH_DELAY: Duration = Duration::from_millis(20);
 
 /// How long the hold's watch task waits before setting its watch again after an error.
@@ -307,72 +324,130 @@ impl ZkBackend {
                 continue;
             };
             if position == 0 {
-                return self.grant(&session, lock, &mut pending, path, czxid, listed_at).map(Some);
+                return self.grant(&session, lock, &mut pending, path, czxid, listed_at, None).map(Some);
             }
             if !request.deadline.may_wait() {
                 pending.delete_now().await;
                 return Ok(None);
             }
-            let predecessor = format!("{parent}/{}", queue[position - 1].name);
-            let waited = self
-                .wait_for(&session, lock, &predecessor, request.deadline)
-                .instrument(tracing::debug_span!("lockkit.zk.wait", lock = %lock, predecessor = %predecessor))
-                .await?;
+            // Within the bound, watch every node ahead (and our own): when all of them are gone
+            // we are first. Further back, watch the predecessor and list when it goes.
+            let watch_all = position <= WATCH_ALL_AHEAD;
+            let ahead = if watch_all { &queue[..position] } else { &queue[position - 1..position] };
+            let ahead: Vec<String> = ahead.iter().map(|c| format!("{parent}/{}", c.name)).collect();
+            let own = watch_all.then_some(path.as_str());
+            let span = tracing::debug_span!(
+                "lockkit.zk.wait",
+                lock = %lock,
+                predecessor = ahead.last().map_or("", String::as_str),
+                watched = ahead.len(),
+            );
+            let waited = self.wait_for(&session, lock, &ahead, own, request.deadline).instrument(span).await?;
             match waited {
                 Waited::DeadlinePassed => {
                     pending.delete_now().await;
                     return Ok(None);
                 }
-                Waited::PredecessorGone { confirmed } if position == 1 && confirmed.elapsed() < session.timeout / 3 => {
-                    // Our predecessor was the head of the queue, and no node can join before
-                    // ours (sequences only grow): with the head gone we are first, and the
-                    // hand-off needs no list. `confirmed` (the watch's send time) also dates
-                    // the session's liveness; a wait that outlived a third of the session
-                    // timeout lists instead, which confirms it afresh.
-                    return self.grant(&session, lock, &mut pending, path, czxid, confirmed).map(Some);
+                Waited::AheadGone { confirmed, own_watch }
+                    if watch_all && confirmed.elapsed() < session.timeout / 3 =>
+                {
+                    // Every node that was ahead of ours is gone, and none can join before ours
+                    // (sequences only grow): we are first, and the hand-off needs no list.
+                    // `confirmed` (the watches' send time) also dates the session's liveness;
+                    // a wait that outlived a third of the session timeout lists instead, which
+                    // confirms it afresh.
+                    return self.grant(&session, lock, &mut pending, path, czxid, confirmed, own_watch).map(Some);
                 }
-                Waited::PredecessorGone { .. } | Waited::Changed => {
+                Waited::AheadGone { .. } | Waited::Changed => {
                     (children, listed_at) = self.list(&session, lock, &parent).await?;
                 }
             }
         }
     }
 
-    /// Waits until the predecessor is gone or changed, or the deadline comes.
+    /// Sets a data watch on each of `ahead` and on `own` (all requests in one round trip), and
+    /// waits until every node of `ahead` is gone, something else happens to one of them or to
+    /// `own`, or the deadline comes. The watch on `own` comes back with [`Waited::AheadGone`],
+    /// still set, for the hold to use as its deletion watch (dropping it would cost a request
+    /// to remove it).
     async fn wait_for(
         &self,
         session: &Session,
         lock: &LockName,
-        predecessor: &str,
+        ahead: &[String],
+        own: Option<&str>,
         deadline: Deadline,
     ) -> Result<Waited> {
-        let (watcher, confirmed) = loop {
-            let sent_at = Instant::now();
-            // A data watch, unlike an exists watch, is not left behind on a node already gone.
-            match session.client.get_and_watch_data(predecessor).await {
-                Err(zk::Error::NoNode) => return Ok(Waited::PredecessorGone { confirmed: sent_at }),
-                Ok((_, _, watcher)) => break (watcher, sent_at),
-                Err(ref error) if is_loss(error) => continue,
-                Err(error) => return Err(map(error, Some(lock))),
+        let client = &session.client;
+        // The watches on nodes ahead that still exist, and the one on our own node.
+        let mut watches: Vec<NodeEvent> = Vec::with_capacity(ahead.len());
+        let mut own_watch: Option<NodeEvent> = None;
+        let mut own_gone = false;
+        let mut unwatched: Vec<(&str, bool)> = ahead.iter().map(|path| (path.as_str(), true)).collect();
+        unwatched.extend(own.map(|path| (path, false)));
+        let mut confirmed = Instant::now();
+        let mut rounds = 0;
+        while !unwatched.is_empty() {
+            rounds += 1;
+            if rounds > RETRIES {
+                return Err(Error::connection(
+                    BACKEND,
+                    Some(lock),
+                    "could not watch the queue: the connection kept failing",
+                ));
             }
-        };
-        let event = tokio::select! {
-            event = watcher.changed() => event,
-            () = sleep_until(deadline) => return Ok(Waited::DeadlinePassed),
-        };
-        match event.event_type {
-            zk::EventType::Session => Err(Error::connection(
-                BACKEND,
-                Some(lock),
-                format!("the session ended while waiting: {:?}", event.session_state),
-            )),
-            zk::EventType::NodeDeleted => Ok(Waited::PredecessorGone { confirmed }),
-            _ => Ok(Waited::Changed),
+            confirmed = Instant::now();
+            // A data watch, unlike an exists watch, is not left behind on a node already gone.
+            // Every request is sent here, before any reply is awaited.
+            let requests: Vec<_> =
+                unwatched.iter().map(|&(path, is_ahead)| (path, is_ahead, client.get_and_watch_data(path))).collect();
+            let mut failed = Vec::new();
+            for (path, is_ahead, request) in requests {
+                match request.await {
+                    Ok((_, _, watcher)) if is_ahead => watches.push(Box::pin(watcher.changed())),
+                    Ok((_, _, watcher)) => own_watch = Some(Box::pin(watcher.changed())),
+                    // A node ahead already gone is struck off; our own gone means look again
+                    // (once every reply is in).
+                    Err(zk::Error::NoNode) if is_ahead => {}
+                    Err(zk::Error::NoNode) => own_gone = true,
+                    Err(ref error) if is_loss(error) => failed.push((path, is_ahead)),
+                    Err(error) => return Err(map(error, Some(lock))),
+                }
+            }
+            unwatched = failed;
         }
+        if own_gone {
+            return Ok(Waited::Changed);
+        }
+        while !watches.is_empty() {
+            // Our own node first: notifications come in the order of the changes, so when our
+            // node went before the last node ahead, its event is ready too and must win.
+            let event = tokio::select! {
+                biased;
+                event = own_event(&mut own_watch) => (event, false),
+                event = next_event(&mut watches) => event,
+                () = sleep_until(deadline) => return Ok(Waited::DeadlinePassed),
+            };
+            match event {
+                (event, _) if event.event_type == zk::EventType::Session => {
+                    return Err(Error::connection(
+                        BACKEND,
+                        Some(lock),
+                        format!("the session ended while waiting: {:?}", event.session_state),
+                    ));
+                }
+                // One node ahead fewer.
+                (event, true) if event.event_type == zk::EventType::NodeDeleted => {}
+                _ => return Ok(Waited::Changed),
+            }
+        }
+        Ok(Waited::AheadGone { confirmed, own_watch })
     }
 
     /// Turns our node, now first in the queue, into a hold: its czxid is the token, the
-    /// pending node is kept, and the session renews and watches it from here on.
+    /// pending node is kept, and the session renews and watches it from here on (with
+    /// `own_watch`, when the wait left one on the node).
+    #[allow(clippy::too_many_arguments)]
     fn grant(
         &self,
         session: &Arc<Session>,
@@ -381,13 +456,14 @@ impl ZkBackend {
         path: String,
         czxid: i64,
         confirmed: Instant,
+        own_watch: Option<NodeEvent>,
     ) -> Result<Grant> {
         let token = u64::try_from(czxid)
             .map_err(|_| Error::backend(BACKEND, Some(lock), format!("the lock node has an invalid czxid {czxid}")))?;
         pending.disarm();
         let signal = HoldSignal::new(BACKEND, lock.clone(), Some(session.deadline_from(confirmed)));
         let id = session.register(signal.clone());
-        session.spawn_now(watch_hold(session.clone(), id, path.clone(), signal.clone()));
+        session.spawn_now(watch_hold(session.clone(), id, path.clone(), signal.clone(), own_watch));
         let held = ZkHeld { session: session.clone(), id, path, lock: lock.clone() };
         Ok(Grant::new(FencingToken::new(token), signal, Box::new(held)))
     }
@@ -397,11 +473,39 @@ impl ZkBackend {
 enum Waited {
     /// The acquisition's deadline came first.
     DeadlinePassed,
-    /// The predecessor is gone. The session was alive when the request that found or watched
-    /// it was sent, at `confirmed`.
-    PredecessorGone { confirmed: Instant },
-    /// Something else happened to the predecessor's node: look at the queue again.
+    /// Every watched node ahead of ours is gone. The session was alive when the requests that
+    /// watched them (or found them gone) were sent, at `confirmed`. `own_watch` is the data
+    /// watch on our own node, if one was set; it has not fired.
+    AheadGone { confirmed: Instant, own_watch: Option<NodeEvent> },
+    /// Something else happened to a watched node: look at the queue again.
     Changed,
+}
+
+/// A data watch's event, pending: one on a node ahead in [`ZkBackend::wait_for`], or the one
+/// on our own node, which becomes the hold's deletion watch.
+type NodeEvent = std::pin::Pin<Box<dyn std::future::Future<Output = zk::WatchedEvent> + Send>>;
+
+/// The first event of any of `watches` (whose watch is then removed from the list), with
+/// `true` for "a node ahead". Pending for ever when the list is empty.
+fn next_event(watches: &mut Vec<NodeEvent>) -> impl std::future::Future<Output = (zk::WatchedEvent, bool)> + '_ {
+    std::future::poll_fn(move |cx| {
+        for index in 0..watches.len() {
+            if let std::task::Poll::Ready(event) = watches[index].as_mut().poll(cx) {
+                drop(watches.swap_remove(index));
+                return std::task::Poll::Ready((event, true));
+            }
+        }
+        std::task::Poll::Pending
+    })
+}
+
+/// The event of the watch on our own node; pending for ever without one. Not polled again
+/// once it is ready: [`ZkBackend::wait_for`] returns at its first event.
+fn own_event(watch: &mut Option<NodeEvent>) -> impl std::future::Future<Output = zk::WatchedEvent> + '_ {
+    std::future::poll_fn(move |cx| match watch {
+        Some(watch) => watch.as_mut().poll(cx),
+        None => std::task::Poll::Pending,
+    })
 }
 
 struct Enqueued {
@@ -420,50 +524,24 @@ async fn sleep_until(deadline: Deadline) {
 }
 
 /// Watches a granted hold's own node: its deletion by someone else is a loss. Ends when the
-/// hold ends; a hold lost with its node still in place gets its node deleted.
-async fn watch_hold(session: Arc<Session>, id: u64, path: String, signal: HoldSignal) {
+/// hold ends; a hold lost with its node still in place gets its node deleted. `watching` is a
+/// watch on the node set before the grant (by the wait), used first.
+async fn watch_hold(session: Arc<Session>, id: u64, path: String, signal: HoldSignal, mut watching: Option<NodeEvent>) {
     // Short holds end before the watch would be set: they cost no request at all. A deletion
     // in the first moments is found by the first `exists` (it answers "no node").
-    if !sleep_while_held(&signal, WATCH_DELAY).await {
+    if watching.is_none() && !sleep_while_held(&signal, WATCH_DELAY).await {
         session.unregister(id);
         free_lost_node(&session, &path, &signal).await;
         return;
     }
     loop {
-        let watcher = match session.client.check_and_watch_stat(&path).await {
-            Ok((Some(_), watcher)) => watcher,
-            Ok((None, _)) => {
-                signal.lose(LossReason::RecordGone);
-                break;
-            }
-            Err(ref error) if is_loss(error) => {
-                if signal.is_held() {
-                    continue;
-                }
-                break;
-            }
-            Err(error) if crate::error::is_connection(&error) => {
-                // Throttled or a terminal session error: the session task reports the end
-                // of the session; try again while the hold lives.
-                if session.is_ended() {
-                    signal.lose(crate::error::loss_for_state(session.client.state()));
-                    break;
-                }
-                if !sleep_while_held(&signal, WATCH_RETRY).await {
-                    break;
-                }
-                continue;
-            }
-            Err(error) => {
-                // The hold stays registered (renewed); only the deletion watch is missing.
-                tracing::warn!(backend = BACKEND, %path, %error, "cannot watch the lock node; retrying");
-                if !sleep_while_held(&signal, WATCH_RETRY).await {
-                    break;
-                }
-                continue;
-            }
+        let mut changed = match watching.take() {
+            Some(watch) => watch,
+            None => match watch_node(&session, &path, &signal).await {
+                Some(watch) => watch,
+                None => break,
+            },
         };
-        let mut changed = std::pin::pin!(watcher.changed());
         let event = tokio::select! {
             event = &mut changed => event,
             end = signal.ended() => {
@@ -488,6 +566,43 @@ async fn watch_hold(session: Arc<Session>, id: u64, path: String, signal: HoldSi
     }
     session.unregister(id);
     free_lost_node(&session, &path, &signal).await;
+}
+
+/// Sets an exists watch on a hold's node, retrying while the hold lives; `None` when the hold
+/// ended (lost when the node is gone or the session ended).
+async fn watch_node(session: &Session, path: &str, signal: &HoldSignal) -> Option<NodeEvent> {
+    loop {
+        match session.client.check_and_watch_stat(path).await {
+            Ok((Some(_), watcher)) => return Some(Box::pin(watcher.changed())),
+            Ok((None, _)) => {
+                signal.lose(LossReason::RecordGone);
+                return None;
+            }
+            Err(ref error) if is_loss(error) => {
+                if !signal.is_held() {
+                    return None;
+                }
+            }
+            Err(error) if crate::error::is_connection(&error) => {
+                // Throttled or a terminal session error: the session task reports the end
+                // of the session; try again while the hold lives.
+                if session.is_ended() {
+                    signal.lose(crate::error::loss_for_state(session.client.state()));
+                    return None;
+                }
+                if !sleep_while_held(signal, WATCH_RETRY).await {
+                    return None;
+                }
+            }
+            Err(error) => {
+                // The hold stays registered (renewed); only the deletion watch is missing.
+                tracing::warn!(backend = BACKEND, %path, %error, "cannot watch the lock node; retrying");
+                if !sleep_while_held(signal, WATCH_RETRY).await {
+                    return None;
+                }
+            }
+        }
+    }
 }
 
 /// A hold lost while its node may still exist (its deadline passed, or the disconnect policy

@@ -198,7 +198,8 @@ fn lost_create_reply_finds_the_own_node_and_leaves_no_orphan() {
 
 /// An administrator deletes the holder's node: the holder's guard reports `RecordGone`, the
 /// waiter behind it is woken and acquires, and the old holder's release says `LockLost`
-/// without touching the new hold.
+/// without touching the new hold. The same deletion of the new holder's node (granted after
+/// waiting) is a loss for it too.
 #[test]
 fn node_deleted_by_an_administrator_is_a_loss() {
     run(async {
@@ -218,7 +219,13 @@ fn node_deleted_by_an_administrator_is_a_loss() {
         assert!(matches!(guard.release().await, Err(Error::LockLost { .. })));
         assert!(b_guard.is_held());
         assert_eq!(h.contenders(&name).await.len(), 1);
-        b_guard.release().await.unwrap();
+        // b was granted as a waiter, on the watch its wait left on its node: a deletion is
+        // a loss for it too.
+        let b_node = h.contenders(&name).await[0].clone();
+        h.admin().delete(&format!("{}/{b_node}", h.lock_znode(&name)), None).await.unwrap();
+        let reason = tokio::time::timeout(Duration::from_secs(5), b_guard.lost()).await.unwrap();
+        assert_eq!(reason, LossReason::RecordGone);
+        assert!(matches!(b_guard.release().await, Err(Error::LockLost { .. })));
     });
 }
 
@@ -262,6 +269,134 @@ fn waiter_cancelled_in_the_middle_of_the_queue_does_not_block_the_next() {
         }
         assert_eq!(order.iter().map(|(i, _)| *i).collect::<Vec<_>>(), vec![1, 3]);
         assert!(order[0].1 <= order[1].1);
+        eventually(Duration::from_secs(5), "the queue is empty", || async { h.contenders(&name).await.is_empty() })
+            .await;
+    });
+}
+
+/// A waiter that watches every node ahead of it is granted only when all of them are gone:
+/// with a holder and four waiters, the second gives up (timeout) and the third is cancelled
+/// while the holder still holds. The fourth, which saw both of its nearest predecessors
+/// vanish, keeps waiting; once the holder releases, the first waiter and then the fourth are
+/// granted in turn, promptly, with no two holds at once.
+#[test]
+fn waiter_is_not_granted_while_the_holder_holds_when_waiters_before_it_give_up() {
+    run(async {
+        let h = shared_harness().await;
+        let name = fresh_name("give-up-between");
+        let history = Arc::new(History::new());
+        let mut clients = Vec::new();
+        for _ in 0..5 {
+            clients.push(h.proxied_client().await);
+        }
+        let holder = clients[0].0.lock(&name).unwrap().acquire().await.unwrap();
+        let holder_hold = history.acquired("holder", &holder);
+        let mut waiters = Vec::new();
+        for (index, (client, _)) in clients.iter().enumerate().skip(1) {
+            let lock = client.lock(&name).unwrap();
+            let history = history.clone();
+            waiters.push(tokio::spawn(async move {
+                // The second waiter gives up after a while (long enough for everyone to queue).
+                let wait = if index == 2 { Some(Duration::from_secs(2)) } else { None };
+                let guard = match wait {
+                    Some(timeout) => lock.acquire_timeout(timeout).await?,
+                    None => lock.acquire().await?,
+                };
+                let at = Instant::now();
+                let hold = history.acquired(&format!("waiter {index}"), &guard);
+                history.ended(hold, Some(&guard));
+                guard.release().await?;
+                Ok::<_, Error>((index, at))
+            }));
+            eventually(Duration::from_secs(5), "the waiter is queued", || async {
+                h.contenders(&name).await.len() == index + 1
+            })
+            .await;
+        }
+        let fourth = waiters.pop().unwrap();
+        let third = waiters.pop().unwrap();
+        let second = waiters.pop().unwrap();
+        let first = waiters.pop().unwrap();
+        third.abort();
+        assert!(third.await.unwrap_err().is_cancelled());
+        let gave_up = tokio::time::timeout(Duration::from_secs(10), second).await.unwrap().unwrap();
+        assert!(matches!(gave_up, Err(Error::Timeout { .. })), "the second waiter times out: {gave_up:?}");
+        eventually(Duration::from_secs(5), "the nodes of the waiters that gave up are gone", || async {
+            h.contenders(&name).await.len() == 3
+        })
+        .await;
+        // The deletion notifications reach the fourth waiter within milliseconds; a waiter that
+        // took either of them for its turn would be granted in this time.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            !fourth.is_finished(),
+            "the fourth waiter was granted while the holder holds: {:?}",
+            history.holds_snapshot()
+        );
+        assert!(!first.is_finished(), "the first waiter was granted while the holder holds");
+        assert!(holder.is_held());
+        history.ended(holder_hold, Some(&holder));
+        let released_at = Instant::now();
+        holder.release().await.unwrap();
+        let (first_index, first_at) =
+            tokio::time::timeout(Duration::from_secs(5), first).await.unwrap().unwrap().unwrap();
+        let (fourth_index, fourth_at) =
+            tokio::time::timeout(Duration::from_secs(5), fourth).await.unwrap().unwrap().unwrap();
+        assert_eq!((first_index, fourth_index), (1, 4));
+        assert!(released_at <= first_at && first_at <= fourth_at, "granted in arrival order after the release");
+        history.assert_valid();
+        eventually(Duration::from_secs(5), "the queue is empty", || async { h.contenders(&name).await.is_empty() })
+            .await;
+    });
+}
+
+/// An administrator deletes a waiting node: its waiter, which saw the holder go, must not be
+/// granted the lock on a node that no longer exists while the waiter behind it (which saw both
+/// nodes ahead of it go) takes the lock too. The waiter queues again, behind the other, and
+/// both are granted in turn, never at once.
+#[test]
+fn waiter_whose_node_was_deleted_queues_again_instead_of_holding_a_ghost() {
+    run(async {
+        let h = shared_harness().await;
+        let name = fresh_name("ghost-waiter");
+        let history = Arc::new(History::new());
+        let (a, _a_proxy) = h.proxied_client().await;
+        let (w, _w_proxy) = h.proxied_client().await;
+        let (v, _v_proxy) = h.proxied_client().await;
+        let holder = a.lock(&name).unwrap().acquire().await.unwrap();
+        let holder_hold = history.acquired("holder", &holder);
+        let spawn_waiter = |label: &'static str, client: &lockkit_zk::ZkLockProvider| {
+            let lock = client.lock(&name).unwrap();
+            let history = history.clone();
+            tokio::spawn(async move {
+                let guard = lock.acquire().await.unwrap();
+                let at = Instant::now();
+                let hold = history.acquired(label, &guard);
+                // Hold a little, so that two holds at once would overlap in the history.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                history.ended(hold, Some(&guard));
+                let released = guard.release().await;
+                (label, at, released)
+            })
+        };
+        let w_task = spawn_waiter("w", &w);
+        eventually(Duration::from_secs(5), "w is queued", || async { h.contenders(&name).await.len() == 2 }).await;
+        let w_node = h.contenders(&name).await[1].clone();
+        let v_task = spawn_waiter("v", &v);
+        eventually(Duration::from_secs(5), "v is queued", || async { h.contenders(&name).await.len() == 3 }).await;
+        h.admin().delete(&format!("{}/{w_node}", h.lock_znode(&name)), None).await.unwrap();
+        eventually(Duration::from_secs(5), "w's node is gone", || async {
+            !h.contenders(&name).await.contains(&w_node)
+        })
+        .await;
+        history.ended(holder_hold, Some(&holder));
+        holder.release().await.unwrap();
+        let (v_label, v_at, v_released) = tokio::time::timeout(Duration::from_secs(5), v_task).await.unwrap().unwrap();
+        let (w_label, w_at, w_released) = tokio::time::timeout(Duration::from_secs(5), w_task).await.unwrap().unwrap();
+        assert_eq!((v_label, w_label), ("v", "w"));
+        history.assert_valid();
+        assert!(v_released.is_ok() && w_released.is_ok(), "both holds were real: {v_released:?} {w_released:?}");
+        assert!(v_at <= w_at, "v, ahead after w queued again, is granted first");
         eventually(Duration::from_secs(5), "the queue is empty", || async { h.contenders(&name).await.is_empty() })
             .await;
     });
