@@ -467,3 +467,17 @@ async fn zk_durable_server_fsyncs_and_runs_the_full_jit() {
     client.create("/durable", b"x", &persistent()).await.unwrap();
     assert_eq!(client.get_data("/durable").await.unwrap().0, b"x");
 }
+
+/// The durable server with Netty serves requests through Netty (Debian's jar finds it on its
+/// class path): the configuration names the factory and the server's log says it uses it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zk_durable_netty_server_serves_through_netty() {
+    let server = ok(ZkServer::start_durable_netty().await);
+    let config = std::fs::read_to_string(server.dir().join("zoo.cfg")).unwrap();
+    assert!(config.contains("serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory"), "{config}");
+    let client = zk_client(&server.connect_string()).await;
+    client.create("/netty", b"x", &persistent()).await.unwrap();
+    assert_eq!(client.get_data("/netty").await.unwrap().0, b"x");
+    let log = std::fs::read_to_string(server.log_path()).unwrap();
+    assert!(log.contains("NettyServerCnxnFactory"), "the server's log does not mention Netty:\n{log}");
+}

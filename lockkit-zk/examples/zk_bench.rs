@@ -12,7 +12,8 @@
 //! The server is configured as in production (`ZkServer::start_durable`: writes fsynced,
 //! full JIT), because the test settings make writes cheap and the server's code slow, which
 //! misstates every ratio. `--test-server` (before any bench option) runs it with the test
-//! settings instead.
+//! settings instead, and `--netty` durable with ZooKeeper's Netty connection factory instead
+//! of the default NIO one (which caps how much one session can pipeline).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
 use lockkit_testkit::fixture::zk::ZkServer;
@@ -20,14 +21,18 @@ use lockkit_testkit::fixture::zk::ZkServer;
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
-    let test_server = args.first().is_some_and(|first| first == "--test-server");
-    if test_server {
+    let profile = args.first().filter(|first| *first == "--test-server" || *first == "--netty").cloned();
+    if profile.is_some() {
         args.remove(0);
     }
     let (_server, connect) = match std::env::var("LOCKKIT_ZK_ADDR") {
         Ok(addr) if !addr.is_empty() => (None, addr),
         _ => {
-            let server = if test_server { ZkServer::start().await } else { ZkServer::start_durable().await };
+            let server = match profile.as_deref() {
+                Some("--test-server") => ZkServer::start().await,
+                Some(_) => ZkServer::start_durable_netty().await,
+                None => ZkServer::start_durable().await,
+            };
             let server = server.expect("start ZooKeeper (java and zookeeper.jar are needed)");
             let connect = server.connect_string();
             (Some(server), connect)
