@@ -159,7 +159,10 @@ impl Subscriber {
     /// registering then costs nothing, which suits a waiter's first try.
     pub(crate) async fn watch_queued(&self, member: &str, only_if_subscribed: bool) -> Option<Interest> {
         let channel = Arc::clone(&self.shared.wake_channel);
-        if only_if_subscribed && !channel.subscribed.try_lock().is_ok_and(|subscribed| *subscribed) {
+        // Known subscribed, the registration is local: no lock is awaited, so that thousands
+        // of acquisitions at once do not queue on the channel's subscription lock.
+        let subscribed = channel.subscribed.try_lock().is_ok_and(|subscribed| *subscribed);
+        if only_if_subscribed && !subscribed {
             return None;
         }
         let (sender, wake) = watch::channel(Woken::Look);
@@ -173,7 +176,13 @@ impl Subscriber {
             connection: None,
             confirmed: false,
         };
-        self.confirm(&mut interest).await;
+        match self.connection.get() {
+            Some(connection) if subscribed => {
+                interest.connection = Some(connection.clone());
+                interest.confirmed = true;
+            }
+            _ => self.confirm(&mut interest).await,
+        }
         Some(interest)
     }
 
