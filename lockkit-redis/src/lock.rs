@@ -38,7 +38,7 @@ use tracing::Instrument;
 use crate::BACKEND;
 use crate::builder::Settings;
 use crate::keys::LockKeys;
-use crate::store::{AcquireReply, CLAIM_WINDOW, Ownership, Queueing, Store};
+use crate::store::{AcquireReply, CLAIM_WINDOW, Contender, Ownership, Queueing, Store};
 use crate::subscriber::{Interest, Subscriber, Woken};
 use crate::util::Backoff;
 use crate::watchdog::Watchdog;
@@ -141,22 +141,16 @@ impl RedisBackend {
     async fn acquire_inner(&self, request: AcquireRequest) -> Result<Option<Grant>> {
         let lock = request.lock;
         let keys = LockKeys::new(&self.settings.prefix, &lock);
+        let queueing = self.queueing(request.deadline.may_wait());
         // The record's value: unique to this acquisition, and saying who took it.
         let owner = OwnerMeta::current(request.attempt).encode();
-        let void = keys.void(&request.attempt.simple().to_string());
-        let mut doubt = Doubt::new(
-            Arc::clone(&self.store),
-            lock.clone(),
-            keys.clone(),
-            owner.clone(),
-            void.clone(),
-            &self.settings,
-        );
-        let queueing = self.queueing(request.deadline.may_wait());
         // A queued waiter's entry names its provider's wake channel, where the release that
         // makes it its turn addresses it (see Subscriber).
         let member = if queueing.join { format!("{}\n{owner}", self.subscriber.wake_channel()) } else { String::new() };
-        doubt.member.clone_from(&member);
+        let void = keys.void(&request.attempt.simple().to_string());
+        let contender = Contender { owner, member, void };
+        let mut doubt =
+            Doubt::new(Arc::clone(&self.store), lock.clone(), keys.clone(), contender.clone(), &self.settings);
         let mut interest: Option<Interest> = None;
         let mut failing_since: Option<Instant> = None;
         let mut backoff = Backoff::up_to(RETRY_MAX);
@@ -166,7 +160,7 @@ impl RedisBackend {
         // waiter whose provider's wake channel is subscribed already (it costs nothing), and
         // an unfair waiter that yields.
         if queueing.join {
-            interest = self.subscriber.watch_queued(&member, true).await;
+            interest = self.subscriber.watch_queued(&contender.member, true).await;
         } else if request.deadline.may_wait() && self.yielding.should_yield(&keys.lock) {
             let span = tracing::debug_span!("lockkit.subscribe", backend = BACKEND, channel = %keys.channel);
             interest = Some(self.subscriber.watch(&keys.channel).instrument(span).await);
@@ -178,8 +172,7 @@ impl RedisBackend {
             let sent_at = Instant::now();
             doubt.in_flight = true;
             doubt.queued |= queueing.join;
-            let reply =
-                self.store.acquire(&lock, &keys, &owner, &member, &void, self.settings.lease_millis(), queueing).await;
+            let reply = self.store.acquire(&lock, &keys, &contender, self.settings.lease_millis(), queueing).await;
             doubt.in_flight = false;
             let lease_left = match reply {
                 Ok(AcquireReply::Granted(token)) => {
@@ -191,7 +184,7 @@ impl RedisBackend {
                     );
                     let id = self.watchdog.register(
                         keys.lock.clone(),
-                        owner.clone(),
+                        contender.owner.clone(),
                         signal.clone(),
                         &self.store,
                         &self.settings,
@@ -203,7 +196,7 @@ impl RedisBackend {
                         yielding: (contended && !self.settings.fair).then(|| Arc::clone(&self.yielding)),
                         lock,
                         keys,
-                        owner,
+                        owner: contender.owner,
                         id,
                     };
                     return Ok(Some(Grant::new(token, signal, Box::new(held))));
@@ -244,7 +237,7 @@ impl RedisBackend {
                 // before the subscription was confirmed would otherwise be missed.
                 let span = tracing::debug_span!("lockkit.subscribe", backend = BACKEND, channel = %keys.channel);
                 interest = if queueing.join {
-                    self.subscriber.watch_queued(&member, false).instrument(span).await
+                    self.subscriber.watch_queued(&contender.member, false).instrument(span).await
                 } else {
                     Some(self.subscriber.watch(&keys.channel).instrument(span).await)
                 };
@@ -321,41 +314,20 @@ struct Doubt {
     store: Arc<Store>,
     lock: LockName,
     keys: LockKeys,
-    owner: String,
-    void: String,
+    contender: Contender,
     void_ms: u64,
     in_flight: bool,
     ambiguous: bool,
     /// Whether a call that joins the wait queue was sent.
     queued: bool,
-    /// The acquisition's queue member (empty when it does not queue).
-    member: String,
 }
 
 impl Doubt {
-    fn new(
-        store: Arc<Store>,
-        lock: LockName,
-        keys: LockKeys,
-        owner: String,
-        void: String,
-        settings: &Settings,
-    ) -> Self {
+    fn new(store: Arc<Store>, lock: LockName, keys: LockKeys, contender: Contender, settings: &Settings) -> Self {
         // The void marker outlives any try that can still be on its way: several leases,
         // and at least a minute.
         let void_ms = settings.lease_millis().saturating_mul(4).max(60_000);
-        Self {
-            store,
-            lock,
-            keys,
-            owner,
-            void,
-            void_ms,
-            in_flight: false,
-            ambiguous: false,
-            queued: false,
-            member: String::new(),
-        }
+        Self { store, lock, keys, contender, void_ms, in_flight: false, ambiguous: false, queued: false }
     }
 
     /// The acquisition was granted, or ended cleanly: nothing to abandon.
@@ -382,7 +354,7 @@ impl Doubt {
         if !(self.in_doubt() || self.queued) {
             return;
         }
-        match self.store.abandon(&self.lock, &self.keys, &self.owner, &self.member, &self.void, self.void_for()).await {
+        match self.store.abandon(&self.lock, &self.keys, &self.contender, self.void_for()).await {
             Ok(_) => self.settled(),
             Err(error) => tracing::debug!(%error, "could not leave the wait queue; retrying in the background"),
         }
@@ -398,13 +370,11 @@ impl Drop for Doubt {
             tracing::warn!(lock = %self.lock, "an acquisition in doubt was dropped outside a runtime; a hold it may have taken expires with its lease");
             return;
         };
-        let (store, lock, keys, owner, member, void, void_ms, give_up_after) = (
+        let (store, lock, keys, contender, void_ms, give_up_after) = (
             Arc::clone(&self.store),
             self.lock.clone(),
             self.keys.clone(),
-            self.owner.clone(),
-            self.member.clone(),
-            self.void.clone(),
+            self.contender.clone(),
             self.void_for(),
             Duration::from_millis(self.void_ms / 4),
         );
@@ -414,7 +384,7 @@ impl Drop for Doubt {
             // Keep trying for a lease: past it, any hold the acquisition took has expired.
             let give_up = Instant::now() + give_up_after;
             loop {
-                match store.abandon(&lock, &keys, &owner, &member, &void, void_ms).await {
+                match store.abandon(&lock, &keys, &contender, void_ms).await {
                     Ok(freed) => {
                         tracing::debug!(freed, "abandoned an acquisition in doubt");
                         return;

@@ -55,6 +55,19 @@ pub(crate) enum AcquireReply {
     Void,
 }
 
+/// Who an acquisition is, in the scripts' terms.
+#[derive(Clone, Debug)]
+pub(crate) struct Contender {
+    /// The lock record's value while it holds: unique to the acquisition, and saying who
+    /// took it.
+    pub(crate) owner: String,
+    /// Its entry in the wait queue, `<provider wake channel>\n<owner>` (empty when it does
+    /// not queue).
+    pub(crate) member: String,
+    /// The key of the marker that voids it once abandoned with its outcome unknown.
+    pub(crate) void: String,
+}
+
 /// How an acquire call stands towards the lock's wait queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Queueing {
@@ -151,16 +164,13 @@ impl Store {
         }
     }
 
-    /// Runs the acquire script for `owner` with a lease of `lease_ms`, in or out of the
+    /// Runs the acquire script for `contender` with a lease of `lease_ms`, in or out of the
     /// lock's wait queue as `queueing` says.
-    #[allow(clippy::too_many_arguments)] // each is one argument of the script
     pub(crate) async fn acquire(
         &self,
         lock: &LockName,
         keys: &LockKeys,
-        owner: &str,
-        member: &str,
-        void: &str,
+        contender: &Contender,
         lease_ms: u64,
         queueing: Queueing,
     ) -> Result<AcquireReply> {
@@ -169,16 +179,16 @@ impl Store {
                 ACQUIRE
                     .key(&keys.lock)
                     .key(&keys.fence)
-                    .key(void)
+                    .key(&contender.void)
                     .key(&keys.queue)
                     .key(&keys.queue_expiry)
                     .key(&keys.channel)
-                    .arg(owner)
+                    .arg(&contender.owner)
                     .arg(lease_ms)
                     .arg(if queueing.join { "1" } else { "0" })
                     .arg(queueing.entry_ttl_ms)
                     .arg(claim_ms())
-                    .arg(member)
+                    .arg(&contender.member)
                     .invoke_async(&mut connection)
                     .await
             })
@@ -216,18 +226,14 @@ impl Store {
         Ok(Ownership::from_code(code))
     }
 
-    /// Runs the abandon script: the acquisition of `owner` leaves the wait queue; when
-    /// `void_ms` is not zero (its outcome is in doubt) it also sets the void marker `void` for
-    /// `void_ms` and frees the lock if a try of the acquisition was granted. Returns whether
-    /// it freed a granted try.
-    #[allow(clippy::too_many_arguments)] // each is one argument of the script
+    /// Runs the abandon script: `contender` leaves the wait queue; when `void_ms` is not zero
+    /// (its outcome is in doubt) it is also voided for `void_ms` and the lock is freed if a
+    /// try of it was granted. Returns whether it freed a granted try.
     pub(crate) async fn abandon(
         &self,
         lock: &LockName,
         keys: &LockKeys,
-        owner: &str,
-        member: &str,
-        void: &str,
+        contender: &Contender,
         void_ms: u64,
     ) -> Result<bool> {
         let code: i64 = self
@@ -235,13 +241,13 @@ impl Store {
                 ABANDON
                     .key(&keys.lock)
                     .key(&keys.channel)
-                    .key(void)
+                    .key(&contender.void)
                     .key(&keys.queue)
                     .key(&keys.queue_expiry)
-                    .arg(owner)
+                    .arg(&contender.owner)
                     .arg(void_ms)
                     .arg(claim_ms())
-                    .arg(member)
+                    .arg(&contender.member)
                     .invoke_async(&mut connection)
                     .await
             })
