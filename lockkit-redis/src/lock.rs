@@ -20,10 +20,24 @@
 //! A fair provider (the default) makes its waiting acquisitions join the lock's wait queue,
 //! kept in Redis by the acquire script, the first time they find the lock taken. While the
 //! queue has entries a free lock is its head's alone; every try refreshes its entry, and
-//! entries that are not refreshed expire (see `queue.lua` and `acquire.lua`). An acquisition that ends
-//! without a grant leaves the queue before it returns (a timeout), or in the background
-//! when its future is dropped. An unfair provider never joins, and only yields (see
-//! [`Yielding`]).
+//! entries that are not refreshed expire (see `queue.lua` and `acquire.lua`). An acquisition
+//! that ends without a grant leaves the queue before it returns (a timeout), or in the
+//! background when its future is dropped, and frees the lock if it was handed over to it
+//! meanwhile. An unfair provider never joins, and only yields (see [`Yielding`]).
+//!
+//! # Hand-over
+//!
+//! The release of a lock with a queue grants it to the head at once, for the claim window
+//! only, and tells the head on its provider's wake channel, with the grant's token and server
+//! time. The head takes the hold without another round trip when it can bound the grant's
+//! expiry in its own clock: its last refused try was sent at a known local time and answered
+//! with the fence counter's value and the server time. A token above that value proves the
+//! grant came later; the server times give the interval between the two, so the hold is
+//! guaranteed until the send time of that try, plus the interval (never more than the local
+//! time elapsed since), plus the claim window, minus the drift margin scaled to that span.
+//! The watchdog then extends the hold to a full lease at once. When too little of the window
+//! is left for that (a grant announced very late, or a wait so long that the drift margin
+//! eats the window), the waiter asks again instead, and its try finds the record its own.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,15 +45,15 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use lockkit_core::backend::{AcquireRequest, Grant, HeldLock, LockBackend, LockInfo};
 use lockkit_core::{
-    Capabilities, Deadline, Error, HoldSignal, LockName, LossReason, OwnerMeta, Result, lease_deadline,
+    Capabilities, Deadline, Error, FencingToken, HoldSignal, LockName, LossReason, OwnerMeta, Result, lease_deadline,
 };
 use tracing::Instrument;
 
 use crate::BACKEND;
 use crate::builder::Settings;
 use crate::keys::LockKeys;
-use crate::store::{AcquireReply, CLAIM_WINDOW, Contender, Ownership, Queueing, Store};
-use crate::subscriber::{Interest, Subscriber, Woken};
+use crate::store::{AcquireReply, CLAIM_WINDOW, Contender, Ownership, QueueMark, Queueing, Store};
+use crate::subscriber::{Handover, Interest, Subscriber, Woken};
 use crate::util::Backoff;
 use crate::watchdog::Watchdog;
 
@@ -156,6 +170,9 @@ impl RedisBackend {
         let mut backoff = Backoff::up_to(RETRY_MAX);
         // Whether this acquisition had to wait: its release then yields (see Yielding).
         let mut contended = false;
+        // The last refused try of a queued acquisition: when it was sent, and where the queue
+        // stood. It dates the hand-overs that come after it.
+        let mut refused: Option<(Instant, QueueMark)> = None;
         // Registered (and armed) before the first try, a Busy reply waits at once: a queued
         // waiter whose provider's wake channel is subscribed already (it costs nothing), and
         // an unfair waiter that yields.
@@ -177,35 +194,19 @@ impl RedisBackend {
             let lease_left = match reply {
                 Ok(AcquireReply::Granted(token)) => {
                     doubt.settled();
-                    let signal = HoldSignal::new(
-                        BACKEND,
-                        lock.clone(),
-                        Some(lease_deadline(sent_at, self.settings.lease, self.settings.drift)),
-                    );
-                    let id = self.watchdog.register(
-                        keys.lock.clone(),
-                        contender.owner.clone(),
-                        signal.clone(),
-                        &self.store,
-                        &self.settings,
-                    );
                     tracing::debug!(token = token.get(), "granted");
-                    let held = RedisHeld {
-                        store: Arc::clone(&self.store),
-                        watchdog: Arc::clone(&self.watchdog),
-                        yielding: (contended && !self.settings.fair).then(|| Arc::clone(&self.yielding)),
-                        lock,
-                        keys,
-                        owner: contender.owner,
-                        id,
-                    };
-                    return Ok(Some(Grant::new(token, signal, Box::new(held))));
+                    let valid_until = lease_deadline(sent_at, self.settings.lease, self.settings.drift);
+                    let taken = Taken { token, valid_until, handed_over: false };
+                    return Ok(Some(self.hold(lock, keys, contender.owner, taken, contended)));
                 }
-                Ok(AcquireReply::Busy(left)) => {
+                Ok(AcquireReply::Busy(refusal)) => {
                     failing_since = None;
                     backoff.reset();
                     contended = true;
-                    left
+                    if let Some(mark) = refusal.mark {
+                        refused = Some((sent_at, mark));
+                    }
+                    refusal.left
                 }
                 Ok(AcquireReply::Void) => {
                     return Err(Error::backend(
@@ -228,6 +229,11 @@ impl RedisBackend {
                 }
                 Err(error) => return Err(error),
             };
+            // A hand-over may have come while the try was under way.
+            if let Some(taken) = self.usable_handover(interest.as_ref(), refused) {
+                doubt.settled();
+                return Ok(Some(self.hold(lock, keys, contender.owner, taken, contended)));
+            }
             if !request.deadline.may_wait() || request.deadline.has_passed(Instant::now()) {
                 doubt.end_now().await;
                 return Ok(None);
@@ -257,16 +263,99 @@ impl RedisBackend {
             let span = tracing::debug_span!("lockkit.wait", backend = BACKEND, at_most = ?wait);
             async {
                 let mut until = Instant::now() + wait;
-                // Another waiter's turn: look again only once its claim window may have
-                // closed unclaimed (its process died), which the next try then finds out.
+                // Another waiter's turn: look again only once its hand-over may have
+                // expired unconfirmed (its process died), which the next try then finds out.
                 while interest.wait(until.saturating_duration_since(Instant::now())).await == Woken::OthersTurn {
                     until = until.min(Instant::now() + CLAIM_WINDOW);
                 }
             }
             .instrument(span)
             .await;
+            if let Some(taken) = self.usable_handover(Some(interest), refused) {
+                doubt.settled();
+                return Ok(Some(self.hold(lock, keys, contender.owner, taken, contended)));
+            }
         }
     }
+
+    /// The hand-over addressed to this waiter, if it can take it without another round trip
+    /// (see the module docs).
+    fn usable_handover(&self, interest: Option<&Interest>, refused: Option<(Instant, QueueMark)>) -> Option<Taken> {
+        let handover = interest?.handover()?;
+        let (sent_at, mark) = refused?;
+        let valid_until =
+            handover_deadline(sent_at, mark, handover, Instant::now(), (self.settings.drift, self.settings.lease))?;
+        tracing::debug!(token = handover.token, "handed over");
+        Some(Taken { token: FencingToken::new(handover.token), valid_until, handed_over: true })
+    }
+
+    /// Makes the hold of `owner`'s grant: its signal, registered with the watchdog, which
+    /// renews a hand-over at once (it was granted for the claim window only).
+    fn hold(&self, lock: LockName, keys: LockKeys, owner: String, taken: Taken, contended: bool) -> Grant {
+        let Taken { token, valid_until, handed_over } = taken;
+        let signal = HoldSignal::new(BACKEND, lock.clone(), Some(valid_until));
+        let id = self.watchdog.register(keys.lock.clone(), owner.clone(), signal.clone(), &self.store, &self.settings);
+        if handed_over {
+            self.watchdog.confirm(id, &self.store, &self.settings);
+        }
+        let held = RedisHeld {
+            store: Arc::clone(&self.store),
+            watchdog: Arc::clone(&self.watchdog),
+            yielding: (contended && !self.settings.fair).then(|| Arc::clone(&self.yielding)),
+            lock,
+            keys,
+            owner,
+            id,
+        };
+        Grant::new(token, signal, Box::new(held))
+    }
+}
+
+/// A grant as the acquisition took it.
+struct Taken {
+    token: FencingToken,
+    /// The hold's local deadline.
+    valid_until: Instant,
+    /// Whether a release handed it over (for the claim window only), rather than a try of
+    /// this acquisition granting it for a lease.
+    handed_over: bool,
+}
+
+/// The local deadline of a hand-over announced as `handover`, for a waiter whose last refused
+/// try was sent at `sent_at` and answered with `mark`; `None` when the hand-over is older
+/// than that try (it may have expired since: the try would have found it), or when less
+/// than a quarter of the claim window is left of it at `now`, too little to confirm it
+/// safely.
+///
+/// The grant expires a claim window after its server time, which lies after the refused try
+/// was handled by the server, by the difference of the two server times (a millisecond less,
+/// for their rounding), and by no more than the local time elapsed since `sent_at` (so that a
+/// forward step of the server's clock cannot stretch the deadline). The drift margin is the
+/// configured one scaled from the lease to that span, plus 2 ms for the server's expiry
+/// granularity. `drift_per_lease` is the configured drift margin and the lease it is for.
+fn handover_deadline(
+    sent_at: Instant,
+    mark: QueueMark,
+    handover: Handover,
+    now: Instant,
+    drift_per_lease: (Duration, Duration),
+) -> Option<Instant> {
+    if handover.token <= mark.fence {
+        return None;
+    }
+    let server_gap = Duration::from_millis(handover.server_ms.saturating_sub(mark.server_ms).saturating_sub(1));
+    let span = server_gap.min(now.saturating_duration_since(sent_at)) + CLAIM_WINDOW;
+    let (drift, lease) = drift_per_lease;
+    let valid_until = lease_deadline(sent_at, span, scaled_drift(drift, lease, span));
+    (valid_until > now + CLAIM_WINDOW / 4).then_some(valid_until)
+}
+
+/// The drift margin for a lease of `span`, given the margin `drift` configured for `lease`:
+/// clocks drift in proportion to the time measured. Plus 2 ms for the server's expiry
+/// granularity.
+fn scaled_drift(drift: Duration, lease: Duration, span: Duration) -> Duration {
+    let scaled = drift.as_nanos().saturating_mul(span.as_nanos()) / lease.as_nanos().max(1);
+    Duration::from_nanos(u64::try_from(scaled).unwrap_or(u64::MAX)) + Duration::from_millis(2)
 }
 
 /// The time left until `deadline` (a day when there is none, which no wait reaches).
@@ -445,5 +534,72 @@ impl HeldLock for RedisHeld {
                 Err(error) => return Err(error),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DEFAULT_DRIFT: (Duration, Duration) = (Duration::from_millis(302), Duration::from_secs(30));
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn mark(fence: u64, server_ms: u64) -> QueueMark {
+        QueueMark { fence, server_ms }
+    }
+
+    fn handover(token: u64, server_ms: u64) -> Handover {
+        Handover { token, server_ms }
+    }
+
+    #[test]
+    fn a_handover_older_than_the_last_refusal_is_not_taken() {
+        let sent = Instant::now();
+        let now = sent + ms(1);
+        for token in [5, 9] {
+            let deadline = handover_deadline(sent, mark(9, 1000), handover(token, 1000), now, DEFAULT_DRIFT);
+            assert_eq!(deadline, None, "token {token} was issued before the refusal that saw 9");
+        }
+        assert!(handover_deadline(sent, mark(9, 1000), handover(10, 1000), now, DEFAULT_DRIFT).is_some());
+    }
+
+    #[test]
+    fn the_claim_window_counts_from_the_grant_in_server_time() {
+        let sent = Instant::now();
+        // Granted 50 ms of server time after the refusal, announced 51 ms after the send.
+        let deadline = handover_deadline(sent, mark(1, 1000), handover(2, 1050), sent + ms(51), DEFAULT_DRIFT);
+        let span = ms(49) + CLAIM_WINDOW;
+        assert_eq!(deadline, Some(sent + span - scaled_drift(DEFAULT_DRIFT.0, DEFAULT_DRIFT.1, span)));
+        assert!(deadline.unwrap() < sent + ms(50) + CLAIM_WINDOW, "never past the grant's expiry");
+    }
+
+    #[test]
+    fn a_server_clock_step_cannot_stretch_the_deadline() {
+        let sent = Instant::now();
+        // The server's clock says 10 s passed, but only 20 ms passed here.
+        let now = sent + ms(20);
+        let deadline = handover_deadline(sent, mark(1, 1000), handover(2, 11_000), now, DEFAULT_DRIFT).unwrap();
+        assert!(deadline <= now + CLAIM_WINDOW, "{:?} past the window from now", deadline - now);
+    }
+
+    #[test]
+    fn too_little_window_left_means_asking_again() {
+        let sent = Instant::now();
+        // Announced 180 ms after the grant: 20 ms of the window left.
+        let now = sent + ms(181);
+        assert_eq!(handover_deadline(sent, mark(1, 1000), handover(2, 1001), now, DEFAULT_DRIFT), None);
+        // After a wait of a minute the drift margin (1% of it) is longer than the window.
+        let now = sent + Duration::from_secs(60);
+        assert_eq!(handover_deadline(sent, mark(1, 0), handover(2, 60_000), now, DEFAULT_DRIFT), None);
+    }
+
+    #[test]
+    fn the_drift_margin_scales_with_the_span() {
+        assert_eq!(scaled_drift(ms(300), Duration::from_secs(30), Duration::from_secs(30)), ms(302));
+        assert_eq!(scaled_drift(ms(300), Duration::from_secs(30), ms(200)), ms(4));
+        assert_eq!(scaled_drift(Duration::ZERO, Duration::from_secs(30), ms(200)), ms(2));
     }
 }

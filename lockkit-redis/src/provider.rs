@@ -120,9 +120,10 @@ pub struct RenewalStats {
     /// Renewal rounds completed (one per interval while something is held, plus quick
     /// retries after a failure).
     pub ticks: u64,
-    /// Pipelines sent: each is one round trip carrying up to a thousand renewals.
+    /// Pipelines the rounds sent: each is one round trip carrying up to a thousand renewals.
     pub round_trips: u64,
-    /// Holds renewed successfully.
+    /// Holds renewed successfully, by the rounds and by the immediate confirmations of holds
+    /// handed over by a release (which have a round trip of their own, outside the rounds).
     pub renewed: u64,
 }
 

@@ -32,9 +32,9 @@ static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scri
 static ABANDON: LazyLock<Script> = LazyLock::new(|| Script::new(ABANDON_SCRIPT));
 static INSPECT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/inspect.lua")));
 
-/// How long the head of a fair lock's wait queue has to claim the lock once it is free,
-/// before the next waiter's turn comes. A live head claims it within one round trip of the
-/// release's wake-up; the window is for heads that died, or stalled for this long.
+/// How long a hand-over to the head of a fair lock's wait queue lasts unless the head
+/// confirms it, before the next waiter's turn comes. A live head confirms it within one round
+/// trip of the wake-up; the window is for heads that died, or stalled for this long.
 pub(crate) const CLAIM_WINDOW: Duration = Duration::from_millis(200);
 
 /// [`CLAIM_WINDOW`] in milliseconds, as the scripts take it.
@@ -47,12 +47,31 @@ fn claim_ms() -> u64 {
 pub(crate) enum AcquireReply {
     /// The lock is ours, with this token.
     Granted(FencingToken),
-    /// Not ours: another owner holds it, or it is free and the head of the wait queue's to
-    /// claim. The holder's lease or the head's claim window lasts at most this long, when
-    /// the server knows.
-    Busy(Option<Duration>),
+    /// Not ours: another owner holds it (the head of the wait queue, maybe, to which it was
+    /// just handed over).
+    Busy(Refusal),
     /// This acquisition was abandoned earlier and can no longer be granted.
     Void,
+}
+
+/// What a refused acquire call learnt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Refusal {
+    /// How long the holder's lease lasts at most, when the server knows.
+    pub(crate) left: Option<Duration>,
+    /// For a call that joined the wait queue: where the queue stood.
+    pub(crate) mark: Option<QueueMark>,
+}
+
+/// The state of a lock when a queued acquisition was refused, in the server's terms. A
+/// hand-over that carries a token above `fence` was made after it, `server_ms` earlier than
+/// the hand-over's own server time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct QueueMark {
+    /// The fence counter's value: the last token issued.
+    pub(crate) fence: u64,
+    /// The server's clock, in milliseconds.
+    pub(crate) server_ms: u64,
 }
 
 /// Who an acquisition is, in the scripts' terms.
@@ -174,7 +193,7 @@ impl Store {
         lease_ms: u64,
         queueing: Queueing,
     ) -> Result<AcquireReply> {
-        let (code, value): (i64, i64) = self
+        let (code, value, fence, server_ms): (i64, i64, i64, i64) = self
             .run(Some(lock), |mut connection| async move {
                 ACQUIRE
                     .key(&keys.lock)
@@ -202,21 +221,28 @@ impl Store {
                     format!("the fence counter {} holds {value}, which is not a valid token", keys.fence),
                 )),
             },
-            0 => Ok(AcquireReply::Busy(u64::try_from(value).ok().map(Duration::from_millis))),
+            0 => Ok(AcquireReply::Busy(Refusal {
+                left: u64::try_from(value).ok().map(Duration::from_millis),
+                mark: match (u64::try_from(fence), u64::try_from(server_ms)) {
+                    (Ok(fence), Ok(server_ms)) if queueing.join => Some(QueueMark { fence, server_ms }),
+                    _ => None,
+                },
+            })),
             _ => Ok(AcquireReply::Void),
         }
     }
 
-    /// Runs the release script: frees the lock if `owner` holds it and wakes the head of its
-    /// queue, or every waiter when nobody is queued.
+    /// Runs the release script: frees the lock if `owner` holds it and hands it over to the
+    /// head of its queue, or wakes every waiter when nobody is queued.
     pub(crate) async fn release(&self, lock: &LockName, keys: &LockKeys, owner: &str) -> Result<Ownership> {
         let code: i64 = self
             .run(Some(lock), |mut connection| async move {
                 RELEASE
                     .key(&keys.lock)
-                    .key(&keys.channel)
+                    .key(&keys.fence)
                     .key(&keys.queue)
                     .key(&keys.queue_expiry)
+                    .key(&keys.channel)
                     .arg(owner)
                     .arg(claim_ms())
                     .invoke_async(&mut connection)
@@ -226,9 +252,9 @@ impl Store {
         Ok(Ownership::from_code(code))
     }
 
-    /// Runs the abandon script: `contender` leaves the wait queue; when `void_ms` is not zero
-    /// (its outcome is in doubt) it is also voided for `void_ms` and the lock is freed if a
-    /// try of it was granted. Returns whether it freed a granted try.
+    /// Runs the abandon script: `contender` leaves the wait queue and frees the lock if it was
+    /// granted to it (a try in doubt, or a hand-over); when `void_ms` is not zero (its outcome
+    /// is in doubt) it is also voided for `void_ms`. Returns whether it freed a grant.
     pub(crate) async fn abandon(
         &self,
         lock: &LockName,
@@ -240,10 +266,11 @@ impl Store {
             .run(Some(lock), |mut connection| async move {
                 ABANDON
                     .key(&keys.lock)
-                    .key(&keys.channel)
+                    .key(&keys.fence)
                     .key(&contender.void)
                     .key(&keys.queue)
                     .key(&keys.queue_expiry)
+                    .key(&keys.channel)
                     .arg(&contender.owner)
                     .arg(void_ms)
                     .arg(claim_ms())

@@ -18,11 +18,12 @@
 //!
 //! Addressed wake-ups for the fair lock: each provider also listens on a wake channel of its
 //! own, named in the queue entries of its waiters. The release of a fair lock with waiters
-//! publishes there, for the head of the queue only, that it is its turn, and tells the next
-//! two that it is another's turn ([`Woken::OthersTurn`]): they look again only if that turn
-//! may pass unclaimed. No other provider hears of it, so a hand-off wakes one waiter, not
-//! all. The wake channel is subscribed once per provider and kept; queued waiters register
-//! by queue member ([`Subscriber::watch_queued`]), at no cost once it is subscribed.
+//! hands the lock over to the head of the queue and tells it so there, with the grant's token
+//! and server time ([`Woken::HandedOver`]); it tells the next two that it is another's turn
+//! ([`Woken::OthersTurn`]): they look again only if that hand-over may expire unconfirmed. No
+//! other provider hears of it, so a hand-off wakes one waiter, not all. The wake channel is
+//! subscribed once per provider and kept; queued waiters register by queue member
+//! ([`Subscriber::watch_queued`]), at no cost once it is subscribed.
 //!
 //! Fairness of the unfair lock: Redis (7.0) delivers a message to a channel's subscribers in the order they
 //! subscribed, and the first woken waiter usually wins the race for the lock. When the last
@@ -50,11 +51,24 @@ const KEEPER_INTERVAL: Duration = Duration::from_millis(200);
 /// Why a wait ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Woken {
-    /// A release for everyone or for this waiter, a renewed subscription, messages that may
-    /// have been missed, or the time given: look at the lock again.
+    /// A release for everyone, a renewed subscription, messages that may have been missed,
+    /// or the time given: look at the lock again.
     Look,
     /// A release whose turn is another queued waiter's.
     OthersTurn,
+    /// A release handed the lock over to this queued waiter.
+    HandedOver(Handover),
+}
+
+/// A hand-over of a fair lock to the head of its queue, as the release announced it: the
+/// head holds the lock, for a claim window from `server_ms` on, unless it was already
+/// handed over to it earlier and lost meanwhile (which the token tells).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Handover {
+    /// The grant's fencing token.
+    pub(crate) token: u64,
+    /// The server's clock when the grant was made, in milliseconds.
+    pub(crate) server_ms: u64,
 }
 
 /// The pub/sub side of one provider.
@@ -295,8 +309,17 @@ impl Interest {
         self.confirmed && self.owner.upgrade().is_some_and(|shared| shared.connected.load(Ordering::Acquire))
     }
 
+    /// The latest hand-over addressed to this queued waiter, whether or not a wait saw it.
+    pub(crate) fn handover(&self) -> Option<Handover> {
+        match *self.wake.borrow() {
+            Woken::HandedOver(handover) => Some(handover),
+            Woken::Look | Woken::OthersTurn => None,
+        }
+    }
+
     /// Waits until the channel fires, messages may have been missed, or `at_most` passes,
-    /// and says whether to look at the lock or whether it is another waiter's turn.
+    /// and says whether to look at the lock, whether it is another waiter's turn, or
+    /// whether the lock was handed over to this waiter.
     pub(crate) async fn wait(&mut self, at_most: Duration) -> Woken {
         tokio::select! {
             changed = self.wake.changed() => match changed {
@@ -402,7 +425,7 @@ fn wake_channel(shared: &Shared, name: Option<&Value>) {
     if name == shared.wake_channel.name {
         // The wake channel subscribed again: messages may have been missed.
         for sender in lock(&shared.queued).values() {
-            sender.send_replace(Woken::Look);
+            deliver(sender, Woken::Look);
         }
         return;
     }
@@ -412,20 +435,36 @@ fn wake_channel(shared: &Shared, name: Option<&Value>) {
     }
 }
 
-/// Routes a message of the wake channel, `turn:<member>` or `next:<member>`, to the queued
-/// waiter it names; a waiter that left already is not there to hear it.
+/// Routes a message of the wake channel, `grant:<token>:<server ms>:<member>` or
+/// `next:<member>`, to the queued waiter it names; a waiter that left already is not there
+/// to hear it.
 fn wake_queued(shared: &Shared, payload: Option<String>) {
-    let Some(payload) = payload else { return };
-    let (woken, member) = if let Some(member) = payload.strip_prefix("turn:") {
-        (Woken::Look, member)
-    } else if let Some(member) = payload.strip_prefix("next:") {
-        (Woken::OthersTurn, member)
-    } else {
-        return;
-    };
+    let Some((woken, member)) = payload.as_deref().and_then(parse_wake) else { return };
     if let Some(sender) = lock(&shared.queued).get(member) {
-        sender.send_replace(woken);
+        deliver(sender, woken);
     }
+}
+
+/// Reads a message of the wake channel: what it says, and to which queue member.
+fn parse_wake(payload: &str) -> Option<(Woken, &str)> {
+    if let Some(member) = payload.strip_prefix("next:") {
+        return Some((Woken::OthersTurn, member));
+    }
+    let mut fields = payload.strip_prefix("grant:")?.splitn(3, ':');
+    let token = fields.next()?.parse().ok()?;
+    let server_ms = fields.next()?.parse().ok()?;
+    Some((Woken::HandedOver(Handover { token, server_ms }), fields.next()?))
+}
+
+/// Sends `woken` to a queued waiter without burying a hand-over under a later, lesser
+/// wake-up: a hand-over stays until a newer one replaces it, and the waiter is woken either
+/// way.
+fn deliver(sender: &watch::Sender<Woken>, woken: Woken) {
+    sender.send_modify(|current| match (*current, woken) {
+        (Woken::HandedOver(held), Woken::HandedOver(new)) if new.token < held.token => {}
+        (Woken::HandedOver(_), Woken::Look | Woken::OthersTurn) => {}
+        _ => *current = woken,
+    });
 }
 
 /// Pokes a dropped connection until it answers, so that it is rebuilt (and its channels
@@ -452,5 +491,40 @@ async fn keep_alive(shared: Weak<Shared>) {
             state.connected.store(true, Ordering::Release);
             state.epoch.send_modify(|epoch| *epoch += 1);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wake_messages_are_parsed_with_members_that_contain_colons() {
+        let member = "app:wake:abc\nowner:with:colons";
+        let grant = format!("grant:1763700000000001:1763700000000:{member}");
+        assert_eq!(
+            parse_wake(&grant),
+            Some((Woken::HandedOver(Handover { token: 1_763_700_000_000_001, server_ms: 1_763_700_000_000 }), member))
+        );
+        assert_eq!(parse_wake(&format!("next:{member}")), Some((Woken::OthersTurn, member)));
+        for bad in ["turn:x", "grant:x:1:m", "grant:1:x:m", "grant:1:2", ""] {
+            assert_eq!(parse_wake(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_handover_is_not_buried_by_a_later_lesser_wake_up() {
+        let (sender, mut receiver) = watch::channel(Woken::Look);
+        let first = Woken::HandedOver(Handover { token: 7, server_ms: 1 });
+        deliver(&sender, first);
+        deliver(&sender, Woken::OthersTurn);
+        deliver(&sender, Woken::Look);
+        assert!(receiver.has_changed().unwrap(), "each delivery wakes");
+        assert_eq!(*receiver.borrow_and_update(), first);
+        deliver(&sender, Woken::HandedOver(Handover { token: 6, server_ms: 2 }));
+        assert_eq!(*receiver.borrow_and_update(), first, "an older hand-over arriving late is ignored");
+        let newer = Woken::HandedOver(Handover { token: 8, server_ms: 3 });
+        deliver(&sender, newer);
+        assert_eq!(*receiver.borrow_and_update(), newer);
     }
 }

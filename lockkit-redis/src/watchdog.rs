@@ -9,6 +9,8 @@
 //!   one that cannot be confirmed is retried quickly until the local deadline passes, at which
 //!   point the hold's signal reports the loss by itself.
 //! - The task sleeps while the provider holds nothing, and ends with the provider.
+//! - A hold handed over by a release comes with a claim window's lease only: it is confirmed
+//!   at once by a renewal of its own ([`Watchdog::confirm`]), outside the ticks.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -90,6 +92,34 @@ impl Watchdog {
         &self.stats
     }
 
+    /// Renews hold `id` at once, in the background, retrying until it is confirmed or its
+    /// deadline passes (when its signal reports the loss by itself). A hold released
+    /// meanwhile is left alone.
+    pub(crate) fn confirm(self: &Arc<Self>, id: u64, store: &Arc<Store>, settings: &Arc<Settings>) {
+        let (watchdog, store, settings) = (Arc::downgrade(self), Arc::downgrade(store), Arc::clone(settings));
+        let task = async move {
+            let mut backoff = Backoff::up_to(settings.renew_every);
+            loop {
+                let (Some(dog), Some(store)) = (watchdog.upgrade(), store.upgrade()) else { return };
+                let Some(hold) = dog.live(id) else { return };
+                if !renew_all(&dog, &store, &[hold], settings.lease_millis(), &settings).await {
+                    return;
+                }
+                drop((dog, store));
+                tokio::time::sleep(backoff.next_delay()).await;
+            }
+        };
+        let span = tracing::debug_span!("lockkit.renew", backend = crate::BACKEND, holds = 1, confirm = true);
+        drop(tokio::spawn(task.instrument(span)));
+    }
+
+    /// Hold `id`, if it is still registered and live.
+    fn live(&self, id: u64) -> Option<(u64, String, String, HoldSignal)> {
+        let holds = lock(&self.holds);
+        let entry = holds.get(&id).filter(|entry| entry.signal.is_held())?;
+        Some((id, entry.key.clone(), entry.owner.clone(), entry.signal.clone()))
+    }
+
     /// The holds to renew now, dropping those that ended.
     fn due(&self) -> Vec<(u64, String, String, HoldSignal)> {
         let mut holds = lock(&self.holds);
@@ -124,6 +154,8 @@ async fn run(watchdog: Weak<Watchdog>, store: Weak<Store>, settings: Arc<Setting
                 break;
             }
             let span = tracing::debug_span!("lockkit.renew", backend = crate::BACKEND, holds = due.len());
+            let round_trips = u64::try_from(due.len().div_ceil(BATCH)).unwrap_or(u64::MAX);
+            dog.stats.round_trips.fetch_add(round_trips, Ordering::Relaxed);
             let failed = renew_all(&dog, &store, &due, lease_ms, &settings).instrument(span).await;
             dog.stats.ticks.fetch_add(1, Ordering::Relaxed);
             drop((dog, store));
@@ -157,7 +189,6 @@ async fn renew_all(
     let batches = due.chunks(BATCH).map(|batch| async move {
         let pairs: Vec<(&str, &str)> = batch.iter().map(|(_, key, owner, _)| (key.as_str(), owner.as_str())).collect();
         let sent_at = Instant::now();
-        dog.stats.round_trips.fetch_add(1, Ordering::Relaxed);
         (batch, sent_at, store.renew_batch(&pairs, lease_ms).await)
     });
     let mut failed = false;

@@ -460,3 +460,56 @@ async fn dead_waiters_are_skipped(dead: usize) {
         task.abort();
     }
 }
+
+/// A release hands a fair lock over to the head of the queue for a claim window only; the
+/// head takes it without another round trip and has the watchdog extend it to a full lease at
+/// once, before that window closes. (When the hand-over's announcement comes too late to be
+/// taken that way, the head asks again instead; on a loaded machine that can happen, and the
+/// scenario is run again.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_handed_over_is_confirmed_to_a_full_lease_before_its_claim_window_closes() {
+    const CLAIM_WINDOW: Duration = Duration::from_millis(200);
+    let harness = RedisHarness::shared().await;
+    let (holder, _holder_faults) = harness.client_with(test_builder()).await.unwrap();
+    let (waiter, _waiter_faults) = harness.client_with(test_builder()).await.unwrap();
+    for round in 1..=3 {
+        let name = unique("handed_over");
+        let guard = acquire(&holder, &name).await;
+        let lock = waiter.lock(&name).unwrap();
+        let task = tokio::spawn(async move {
+            let guard = lock.acquire().await?;
+            Ok::<_, lockkit_core::Error>((Instant::now(), guard.valid_until(), guard))
+        });
+        eventually(OPERATION, "the waiter is queued", || {
+            let (holder, name) = (holder.clone(), name.clone());
+            async move { holder.inspect(&name).await.ok().and_then(|info| info.waiters) == Some(1) }
+        })
+        .await;
+        let renewed_before = waiter.renewal_stats().renewed;
+        let first_token = guard.token();
+        guard.release().await.unwrap();
+        let (granted_at, valid_until, handed) = within(OPERATION, "the hand-over", task).await.unwrap().unwrap();
+        assert!(handed.token() > first_token, "the hand-over carries a fresh token");
+        let valid_until = valid_until.unwrap();
+        if valid_until > granted_at + CLAIM_WINDOW {
+            eprintln!("round {round}: the hand-over was announced too late and the waiter asked again");
+            handed.release().await.unwrap();
+            continue;
+        }
+        // The hold was taken on the claim window alone; the confirmation must come before it
+        // closes, or the guard reports the loss.
+        eventually(CLAIM_WINDOW, "the hand-over is confirmed", || {
+            let until = handed.valid_until();
+            async move { until.is_some_and(|until| until > Instant::now() + LEASE / 2) }
+        })
+        .await;
+        assert!(handed.is_held());
+        assert_eq!(waiter.renewal_stats().renewed, renewed_before + 1, "one confirmation, before any tick");
+        let info = holder.inspect(&name).await.unwrap();
+        let left = info.holder.and_then(|holder| holder.lease_left).unwrap();
+        assert!(left > CLAIM_WINDOW, "the record was extended on the server too: {left:?} left");
+        handed.release().await.unwrap();
+        return;
+    }
+    panic!("in three rounds, no hand-over was taken without asking again");
+}

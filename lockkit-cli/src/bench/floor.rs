@@ -118,7 +118,7 @@ impl Floor {
                 let main = start.elapsed();
                 let owner = format!("raw-{}", super::run_id());
                 let start = Instant::now();
-                let _: (i64, i64) = ACQUIRE
+                let _: (i64, i64, i64, i64) = ACQUIRE
                     .key(key.as_str())
                     .key(format!("{key}:fence"))
                     .key(format!("{key}:void:x"))
@@ -136,9 +136,10 @@ impl Floor {
                     .map_err(failed)?;
                 let _: i64 = RELEASE
                     .key(key.as_str())
-                    .key(format!("{key}:released"))
+                    .key(format!("{key}:fence"))
                     .key(format!("{key}:queue"))
                     .key(format!("{key}:queue:expiry"))
+                    .key(format!("{key}:released"))
                     .arg(&owner)
                     .arg(200)
                     .invoke_async(connection)
