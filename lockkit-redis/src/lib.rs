@@ -10,17 +10,20 @@
 //!   returns the holder's remaining lease. One round trip when the lock is free.
 //! - **Fair waiting** (the default): a waiting acquisition joins the lock's wait queue, two
 //!   sorted sets kept by the scripts with the server's clock, and a free lock belongs to the
-//!   head of the queue. The release wakes only the head, over pub/sub on its provider's own
-//!   wake channel, and opens its 200 ms claim window; a waiter that died is skipped when its
-//!   window closes, and its entry expires after two leases in any case. Nobody starves, and
-//!   a hand-off wakes one waiter instead of all. With
+//!   head of the queue. The release hands the lock over: it grants it to the head for a
+//!   200 ms claim window, with a fresh token, and tells only the head, over pub/sub on its
+//!   provider's own wake channel. The head takes the hold without another round trip and has
+//!   it renewed to a full lease at once; a head that died lets the hand-over expire, and the
+//!   next waiter's turn comes. Queue entries expire after two leases in any case. Nobody
+//!   starves, and a hand-off is one round trip and one message. With
 //!   [`fair(false)`](RedisLockProviderBuilder::fair) there is no queue: every waiter of the
 //!   lock's channel retries on a release and the first wins.
 //! - **Waiting** is driven by pub/sub: one subscriber connection per provider. A waiter also
 //!   wakes when the holder's lease runs out (a dead holder publishes nothing) and polls
 //!   while the subscriber connection is down.
 //! - **Release** is one Lua script that deletes the record only when it holds our owner id,
-//!   publishes, and tells apart released / gone / held by another.
+//!   hands the lock over to the head of the queue or publishes on the lock's channel, and
+//!   tells apart released / gone / held by another.
 //! - **Renewal**: one watchdog per provider renews all its holds every `renew_every`
 //!   (default a third of the lease), a pipeline of up to a thousand compare-and-`PEXPIRE`
 //!   scripts per round trip. A hold's local deadline is the send time of its last
