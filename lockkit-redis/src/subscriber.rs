@@ -39,7 +39,7 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{PushInfo, PushKind, Value};
-use tokio::sync::{OnceCell, mpsc, watch};
+use tokio::sync::{OnceCell, watch};
 use uuid::Uuid;
 
 use crate::builder::Settings;
@@ -49,15 +49,24 @@ use crate::util::lock;
 const KEEPER_INTERVAL: Duration = Duration::from_millis(200);
 
 /// Why a wait ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) enum Woken {
     /// A release for everyone, a renewed subscription, messages that may have been missed,
     /// or the time given: look at the lock again.
+    #[default]
     Look,
     /// A release whose turn is another queued waiter's.
     OthersTurn,
     /// A release handed the lock over to this queued waiter.
     HandedOver(Handover),
+}
+
+/// The latest wake-up of a waiter, and the latest hand-over addressed to it, which stays
+/// when later wake-ups come.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Wake {
+    woken: Woken,
+    handover: Option<Handover>,
 }
 
 /// A hand-over of a fair lock to the head of its queue, as the release announced it: the
@@ -96,7 +105,7 @@ struct Shared {
     wake_channel: Arc<Channel>,
     /// The queued waiters of this provider by queue member, and the senders of their
     /// wake-ups.
-    queued: Mutex<HashMap<String, watch::Sender<Woken>>>,
+    queued: Mutex<HashMap<String, watch::Sender<Wake>>>,
 }
 
 #[derive(Debug)]
@@ -105,7 +114,7 @@ struct Channel {
     /// Waiters of this provider interested in the channel; changed under the map's lock.
     interest: Mutex<usize>,
     /// Sent on every message and every (re)confirmed subscription.
-    wake: watch::Sender<Woken>,
+    wake: watch::Sender<Wake>,
     /// Whether the server confirmed the subscription; the async lock orders SUBSCRIBE and
     /// UNSUBSCRIBE of one channel.
     subscribed: tokio::sync::Mutex<bool>,
@@ -179,7 +188,7 @@ impl Subscriber {
         if only_if_subscribed && !subscribed {
             return None;
         }
-        let (sender, wake) = watch::channel(Woken::Look);
+        let (sender, wake) = watch::channel(Wake::default());
         lock(&self.shared.queued).insert(member.to_owned(), sender);
         let mut interest = Interest {
             wake,
@@ -235,9 +244,8 @@ impl Subscriber {
         let connection = self
             .connection
             .get_or_try_init(|| async {
-                let (pushes, received) = mpsc::unbounded_channel();
                 let config = ConnectionManagerConfig::new()
-                    .set_push_sender(pushes)
+                    .set_push_sender(PushRouter(Arc::downgrade(&self.shared)))
                     .set_automatic_resubscription()
                     .set_connection_timeout(Some(self.response_timeout))
                     .set_response_timeout(Some(self.response_timeout))
@@ -251,7 +259,6 @@ impl Subscriber {
                     Err(_) => return Err(redis::RedisError::from((redis::ErrorKind::Io, "connecting timed out"))),
                 };
                 let _ = self.shared.connection.set(connection.clone());
-                tokio::spawn(read_pushes(Arc::downgrade(&self.shared), received));
                 Ok(connection)
             })
             .await?;
@@ -268,7 +275,7 @@ impl Subscriber {
 
 impl Channel {
     fn new(name: String) -> Self {
-        let (wake, _) = watch::channel(Woken::Look);
+        let (wake, _) = watch::channel(Wake::default());
         Self {
             name,
             interest: Mutex::new(0),
@@ -287,7 +294,7 @@ pub(crate) struct Interest {
     channel: Arc<Channel>,
     /// The queue member of a queued waiter.
     member: Option<String>,
-    wake: watch::Receiver<Woken>,
+    wake: watch::Receiver<Wake>,
     epoch: watch::Receiver<u64>,
     owner: Weak<Shared>,
     connection: Option<ConnectionManager>,
@@ -311,10 +318,7 @@ impl Interest {
 
     /// The latest hand-over addressed to this queued waiter, whether or not a wait saw it.
     pub(crate) fn handover(&self) -> Option<Handover> {
-        match *self.wake.borrow() {
-            Woken::HandedOver(handover) => Some(handover),
-            Woken::Look | Woken::OthersTurn => None,
-        }
+        self.wake.borrow().handover
     }
 
     /// Waits until the channel fires, messages may have been missed, or `at_most` passes,
@@ -323,7 +327,7 @@ impl Interest {
     pub(crate) async fn wait(&mut self, at_most: Duration) -> Woken {
         tokio::select! {
             changed = self.wake.changed() => match changed {
-                Ok(()) => *self.wake.borrow_and_update(),
+                Ok(()) => self.wake.borrow_and_update().woken,
                 Err(_) => Woken::Look,
             },
             _ = self.epoch.changed() => Woken::Look,
@@ -384,36 +388,48 @@ async fn unsubscribe_if_unused(shared: Arc<Shared>, channel: Arc<Channel>, mut c
     }
 }
 
-/// Reads the pushes of the pub/sub connection until the provider is gone.
-async fn read_pushes(shared: Weak<Shared>, mut pushes: mpsc::UnboundedReceiver<PushInfo>) {
-    while let Some(push) = pushes.recv().await {
-        let Some(shared) = shared.upgrade() else {
-            return;
-        };
-        match push.kind {
-            PushKind::Message => {
-                shared.connected.store(true, Ordering::Release);
-                let text =
-                    |value: Option<&Value>| value.and_then(|value| redis::from_redis_value_ref::<String>(value).ok());
-                match text(push.data.first()) {
-                    Some(name) if name == shared.wake_channel.name => wake_queued(&shared, text(push.data.get(1))),
-                    _ => wake_channel(&shared, push.data.first()),
-                }
+/// Routes the pushes of the pub/sub connection to the waiters as they are read, in the
+/// connection's own task: a wake-up takes no task hop of ours. Holds the provider's side
+/// weakly, so that the connection does not keep it alive.
+struct PushRouter(Weak<Shared>);
+
+impl redis::aio::AsyncPushSender for PushRouter {
+    fn send(&self, push: PushInfo) -> Result<(), redis::aio::SendError> {
+        // Refusing a push once the provider is gone tells the connection that nobody listens.
+        let shared = self.0.upgrade().ok_or(redis::aio::SendError)?;
+        route(&shared, push);
+        Ok(())
+    }
+}
+
+/// Routes one push: a message to the waiters it wakes, a (re)confirmed subscription to its
+/// channel's waiters, a disconnection to everyone. Never blocks.
+fn route(shared: &Arc<Shared>, push: PushInfo) {
+    match push.kind {
+        PushKind::Message => {
+            shared.connected.store(true, Ordering::Release);
+            let text =
+                |value: Option<&Value>| value.and_then(|value| redis::from_redis_value_ref::<String>(value).ok());
+            match text(push.data.first()) {
+                Some(name) if name == shared.wake_channel.name => wake_queued(shared, text(push.data.get(1))),
+                _ => wake_channel(shared, push.data.first()),
             }
-            PushKind::Subscribe => {
-                shared.connected.store(true, Ordering::Release);
-                wake_channel(&shared, push.data.first());
-            }
-            PushKind::Disconnection => {
-                tracing::debug!("the pub/sub connection dropped; waking every waiter to look again");
-                shared.connected.store(false, Ordering::Release);
-                shared.epoch.send_modify(|epoch| *epoch += 1);
-                if !shared.keeper_running.swap(true, Ordering::AcqRel) {
-                    tokio::spawn(keep_alive(Arc::downgrade(&shared)));
-                }
-            }
-            _ => {}
         }
+        PushKind::Subscribe => {
+            shared.connected.store(true, Ordering::Release);
+            wake_channel(shared, push.data.first());
+        }
+        PushKind::Disconnection => {
+            tracing::debug!("the pub/sub connection dropped; waking every waiter to look again");
+            shared.connected.store(false, Ordering::Release);
+            shared.epoch.send_modify(|epoch| *epoch += 1);
+            if let Ok(runtime) = tokio::runtime::Handle::try_current()
+                && !shared.keeper_running.swap(true, Ordering::AcqRel)
+            {
+                drop(runtime.spawn(keep_alive(Arc::downgrade(shared))));
+            }
+        }
+        _ => {}
     }
 }
 
@@ -431,7 +447,7 @@ fn wake_channel(shared: &Shared, name: Option<&Value>) {
     }
     let channel = lock(&shared.channels).get(&name).cloned();
     if let Some(channel) = channel {
-        channel.wake.send_replace(Woken::Look);
+        channel.wake.send_replace(Wake::default());
     }
 }
 
@@ -456,14 +472,16 @@ fn parse_wake(payload: &str) -> Option<(Woken, &str)> {
     Some((Woken::HandedOver(Handover { token, server_ms }), fields.next()?))
 }
 
-/// Sends `woken` to a queued waiter without burying a hand-over under a later, lesser
-/// wake-up: a hand-over stays until a newer one replaces it, and the waiter is woken either
-/// way.
-fn deliver(sender: &watch::Sender<Woken>, woken: Woken) {
-    sender.send_modify(|current| match (*current, woken) {
-        (Woken::HandedOver(held), Woken::HandedOver(new)) if new.token < held.token => {}
-        (Woken::HandedOver(_), Woken::Look | Woken::OthersTurn) => {}
-        _ => *current = woken,
+/// Wakes a queued waiter with `woken`, keeping the latest hand-over (by token) for it to
+/// take: a later wake-up does not bury it, nor does an older hand-over arriving late.
+fn deliver(sender: &watch::Sender<Wake>, woken: Woken) {
+    sender.send_modify(|current| {
+        current.woken = woken;
+        if let Woken::HandedOver(new) = woken
+            && current.handover.is_none_or(|held| new.token > held.token)
+        {
+            current.handover = Some(new);
+        }
     });
 }
 
@@ -513,18 +531,17 @@ mod tests {
     }
 
     #[test]
-    fn a_handover_is_not_buried_by_a_later_lesser_wake_up() {
-        let (sender, mut receiver) = watch::channel(Woken::Look);
-        let first = Woken::HandedOver(Handover { token: 7, server_ms: 1 });
-        deliver(&sender, first);
+    fn a_handover_is_kept_through_later_wake_ups_and_not_replaced_by_an_older_one() {
+        let (sender, mut receiver) = watch::channel(Wake::default());
+        let first = Handover { token: 7, server_ms: 1 };
+        deliver(&sender, Woken::HandedOver(first));
         deliver(&sender, Woken::OthersTurn);
-        deliver(&sender, Woken::Look);
         assert!(receiver.has_changed().unwrap(), "each delivery wakes");
-        assert_eq!(*receiver.borrow_and_update(), first);
+        assert_eq!(*receiver.borrow_and_update(), Wake { woken: Woken::OthersTurn, handover: Some(first) });
         deliver(&sender, Woken::HandedOver(Handover { token: 6, server_ms: 2 }));
-        assert_eq!(*receiver.borrow_and_update(), first, "an older hand-over arriving late is ignored");
-        let newer = Woken::HandedOver(Handover { token: 8, server_ms: 3 });
-        deliver(&sender, newer);
-        assert_eq!(*receiver.borrow_and_update(), newer);
+        assert_eq!(receiver.borrow_and_update().handover, Some(first), "an older hand-over arriving late is ignored");
+        let newer = Handover { token: 8, server_ms: 3 };
+        deliver(&sender, Woken::HandedOver(newer));
+        assert_eq!(*receiver.borrow_and_update(), Wake { woken: Woken::HandedOver(newer), handover: Some(newer) });
     }
 }
