@@ -99,7 +99,7 @@ struct Shared {
     connected: AtomicBool,
     keeper_running: AtomicBool,
     /// The connection, for the keeper. Held here, where only the provider's side keeps it
-    /// alive, so that dropping the provider closes the connection and ends the push reader.
+    /// alive, so that dropping the provider closes the connection.
     connection: std::sync::OnceLock<ConnectionManager>,
     /// This provider's wake channel, subscribed at the first queued wait and kept.
     wake_channel: Arc<Channel>,
@@ -239,7 +239,7 @@ impl Subscriber {
         interest.confirmed = *subscribed;
     }
 
-    /// The pub/sub connection, made on first use with its push reader.
+    /// The pub/sub connection, made on first use; its pushes are routed by a `PushRouter`.
     async fn connection(&self) -> redis::RedisResult<ConnectionManager> {
         let connection = self
             .connection
