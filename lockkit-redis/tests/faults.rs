@@ -513,3 +513,53 @@ async fn a_lock_handed_over_is_confirmed_to_a_full_lease_before_its_claim_window
     }
     panic!("in three rounds, no hand-over was taken without asking again");
 }
+
+/// A waiter that died long enough ago that its queue entry expired (it stopped refreshing it)
+/// is not handed the lock at all: the release skips it and hands the lock over to the next
+/// live waiter at once, with no claim window to wait out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_skips_waiters_whose_queue_entries_expired() {
+    let harness = RedisHarness::shared().await;
+    let (holder, _holder_faults) = harness.client_with(test_builder()).await.unwrap();
+    let (dying, dying_faults) = harness.client_with(test_builder()).await.unwrap();
+    let (next, _next_faults) = harness.client_with(test_builder()).await.unwrap();
+    let name = unique("expired_entry");
+    let waiters = || {
+        let (holder, name) = (holder.clone(), name.clone());
+        async move { holder.inspect(&name).await.ok().and_then(|info| info.waiters) }
+    };
+    let guard = acquire(&holder, &name).await;
+    let dying_lock = dying.lock(&name).unwrap();
+    let dying_task = tokio::spawn(async move { dying_lock.acquire().await.map(|g| g.token()) });
+    eventually(OPERATION, "the dying waiter is queued", || {
+        let count = waiters();
+        async move { count.await == Some(1) }
+    })
+    .await;
+    let next_lock = next.lock(&name).unwrap();
+    let next_task = tokio::spawn(async move {
+        let guard = next_lock.acquire().await?;
+        let at = Instant::now();
+        guard.release().await?;
+        Ok::<_, lockkit_core::Error>(at)
+    });
+    eventually(OPERATION, "the live waiter is queued", || {
+        let count = waiters();
+        async move { count.await == Some(2) }
+    })
+    .await;
+    dying_faults.0.blackhole();
+    // Entries live twice the lease plus a window without a refresh; the live waiter refreshes
+    // its own at least once per lease, so only the dead one's expires.
+    eventually(LEASE * 3, "the dead waiter's entry expires", || {
+        let count = waiters();
+        async move { count.await == Some(1) }
+    })
+    .await;
+    let released_at = Instant::now();
+    guard.release().await.unwrap();
+    let granted_at = within(OPERATION, "the live waiter acquires", next_task).await.unwrap().unwrap();
+    let after = granted_at.saturating_duration_since(released_at);
+    assert!(after < Duration::from_millis(150), "granted {after:?} after the release: the dead waiter was not skipped");
+    dying_task.abort();
+}

@@ -40,13 +40,18 @@ local function next_token(fence)
   return token
 end
 
--- The free lock `lock` goes to the head of its queue: the head leaves the queue and is
--- granted the lock for `claim_ms`, and its wake channel gets "grant:<token>:<server ms of the
--- grant>:<member>". The next two waiters get "next:<member>": they look again once the grant
--- may have expired unclaimed, which is how a dead head is skipped. With nobody queued, every
--- waiter is woken on the lock's channel instead. Returns the head, if any.
+-- The free lock `lock` goes to the head of its queue (expired entries dropped first): the
+-- head leaves the queue and is granted the lock for `claim_ms`, and its wake channel gets
+-- "grant:<token>:<server ms of the grant>:<member>". The next two waiters get
+-- "next:<member>": they look again once the grant may have expired unclaimed, which is how a
+-- dead head is skipped. With nobody queued, every waiter is woken on the lock's channel
+-- instead. Returns the head, if any.
 local function pass_on(lock, fence, queue, expiry, channel, claim_ms)
   local first = redis.call('ZRANGE', queue, 0, 2)
+  if #first > 0 and prune(queue, expiry, now_ms()) > 0 then
+    -- Skip the waiters whose entries expired (dead, or gone without a word).
+    first = redis.call('ZRANGE', queue, 0, 2)
+  end
   if #first == 0 then
     redis.call('PUBLISH', channel, '')
     return nil
