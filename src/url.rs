@@ -24,7 +24,7 @@ pub const DEFAULT_URL: &str = "file://";
 /// | --- | --- | --- |
 /// | `mem://` or `mem://NAME` | in-process memory; one store per NAME per process | `ttl` |
 /// | `file:///path/to/dir`, `file://` | local files; `file://` alone is the default directory | — |
-/// | `redis://[user:password@]host[:port][/db]` | Redis (feature `redis`) | `ttl`, `renew`, `timeout`, `drift`, `prefix`, `fair` |
+/// | `redis://[user:password@]host[:port][/db]` | Redis (feature `redis`) | `ttl`, `renew`, `timeout`, `drift`, `prefix`, `fair`, `claim` |
 /// | `rediss://…` | Redis over TLS (feature `redis-tls`) | as `redis://` |
 /// | `zk://[user:password@]host:port[,host:port…][/chroot]` | ZooKeeper (feature `zk`) | `session_timeout` (or `ttl`), `base`, `drift` |
 ///
@@ -217,7 +217,8 @@ impl StoreUrl {
     }
 
     /// A Redis builder with this URL's address and options (`ttl`, `renew`, `timeout`,
-    /// `drift`, `prefix`, `fair`), for callers that add settings of their own before `build`.
+    /// `drift`, `prefix`, `fair`, `claim`: the claim window of hand-overs), for callers that
+    /// add settings of their own before `build`.
     ///
     /// # Errors
     ///
@@ -225,7 +226,7 @@ impl StoreUrl {
     /// without the `redis-tls` feature.
     #[cfg(feature = "redis")]
     pub fn redis_builder(&self) -> Result<lockkit_redis::RedisLockProviderBuilder> {
-        self.check_options(&["ttl", "renew", "timeout", "drift", "prefix", "fair"])?;
+        self.check_options(&["ttl", "renew", "timeout", "drift", "prefix", "fair", "claim"])?;
         #[cfg(not(feature = "redis-tls"))]
         if self.scheme == "rediss" {
             return Err(invalid("redis", "rediss:// (TLS) is not built in: enable the `redis-tls` feature of lockkit"));
@@ -245,6 +246,9 @@ impl StoreUrl {
         }
         if let Some(prefix) = self.option("prefix") {
             builder = builder.key_prefix(prefix);
+        }
+        if let Some(window) = self.duration("claim")? {
+            builder = builder.claim_window(window);
         }
         if let Some(fair) = self.flag("fair")? {
             builder = builder.fair(fair);
@@ -440,6 +444,18 @@ mod tests {
         let bad = StoreUrl::parse("redis://127.0.0.1:1/?fair=no").unwrap();
         match bad.redis_builder() {
             Err(Error::InvalidConfig { message, .. }) => assert!(message.contains("true or false"), "{message}"),
+            other => panic!("expected InvalidConfig, got {other:?}"),
+        }
+    }
+
+    #[cfg(feature = "redis")]
+    #[test]
+    fn the_claim_window_is_a_checked_duration() {
+        let url = StoreUrl::parse("redis://127.0.0.1:1/?claim=1s").unwrap();
+        assert!(url.redis_builder().unwrap().build().is_ok());
+        let tiny = StoreUrl::parse("redis://127.0.0.1:1/?claim=1ms").unwrap();
+        match tiny.redis_builder().and_then(lockkit_redis::RedisLockProviderBuilder::build) {
+            Err(Error::InvalidConfig { message, .. }) => assert!(message.contains("claim window"), "{message}"),
             other => panic!("expected InvalidConfig, got {other:?}"),
         }
     }

@@ -18,6 +18,13 @@ pub const DEFAULT_PREFIX: &str = "lockkit";
 /// The default time a single command may take before its outcome counts as unknown.
 pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// The default claim window: how long a lock handed over to the head of a fair lock's queue
+/// waits for the head to confirm it (see [`RedisLockProviderBuilder::claim_window`]).
+pub const DEFAULT_CLAIM_WINDOW: Duration = Duration::from_millis(200);
+
+/// The shortest claim window accepted: a live head must be told and confirm within it.
+pub const MIN_CLAIM_WINDOW: Duration = Duration::from_millis(20);
+
 /// The shortest lease accepted: below it, a renewal round trip on a busy network could not
 /// be confirmed in time and every hold would be lost at random.
 pub const MIN_LEASE: Duration = Duration::from_millis(100);
@@ -45,6 +52,7 @@ pub struct RedisLockProviderBuilder {
     response_timeout: Option<Duration>,
     drift: Option<Duration>,
     fair: Option<bool>,
+    claim_window: Option<Duration>,
     #[cfg(feature = "tls")]
     tls: TlsSettings,
 }
@@ -111,6 +119,21 @@ impl RedisLockProviderBuilder {
         self
     }
 
+    /// How long a fair lock handed over to the head of its queue waits for the head to take
+    /// it (default 200 ms, at least 20 ms, at most the lease).
+    ///
+    /// A release grants the lock to the head of the queue for this long only, and tells the
+    /// head's provider; a live head confirms the hand-over within about one round trip, and a
+    /// head whose process died lets it expire, after which the next waiter's turn comes. So
+    /// this is what each dead waiter at the head of a queue costs the others, and it must
+    /// cover a few round trips of your network plus a pause of the waiting process: raise it
+    /// for servers far away, or for clients that stall. A head that misses its window loses
+    /// its place and queues again at the back.
+    pub fn claim_window(mut self, window: Duration) -> Self {
+        self.claim_window = Some(window);
+        self
+    }
+
     /// Trusts the certificate authority in `pem` (PEM-encoded) for `rediss://` servers,
     /// instead of the system's trust store: for servers with a private CA.
     #[cfg(feature = "tls")]
@@ -169,6 +192,12 @@ impl RedisLockProviderBuilder {
                 "renew_every ({renew_every:?}) plus response_timeout ({response_timeout:?}) must stay below the lease minus the drift margin ({budget:?}), or a hold expires before its renewal is confirmed; renew every third of the lease"
             )));
         }
+        let claim_window = self.claim_window.unwrap_or(DEFAULT_CLAIM_WINDOW.min(lease));
+        if claim_window < MIN_CLAIM_WINDOW || claim_window > lease {
+            return Err(invalid(format!(
+                "the claim window ({claim_window:?}) must be between {MIN_CLAIM_WINDOW:?} and the lease ({lease:?}); a few round trips to the server, 200 ms by default"
+            )));
+        }
         #[cfg(feature = "tls")]
         if !self.tls.is_empty() && !matches!(connection.addr(), redis::ConnectionAddr::TcpTls { .. }) {
             return Err(invalid(format!(
@@ -184,6 +213,7 @@ impl RedisLockProviderBuilder {
             response_timeout,
             drift,
             fair: self.fair.unwrap_or(true),
+            claim_window,
             #[cfg(feature = "tls")]
             tls: self.tls,
         })
@@ -201,6 +231,8 @@ pub(crate) struct Settings {
     pub(crate) response_timeout: Duration,
     pub(crate) drift: Duration,
     pub(crate) fair: bool,
+    /// How long a hand-over waits for the head to confirm it.
+    pub(crate) claim_window: Duration,
     #[cfg(feature = "tls")]
     pub(crate) tls: TlsSettings,
 }
@@ -248,6 +280,11 @@ impl Settings {
     /// The lease in whole milliseconds, as the scripts take it.
     pub(crate) fn lease_millis(&self) -> u64 {
         u64::try_from(self.lease.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// The claim window in whole milliseconds, as the scripts take it.
+    pub(crate) fn claim_millis(&self) -> u64 {
+        u64::try_from(self.claim_window.as_millis()).unwrap_or(u64::MAX)
     }
 }
 
@@ -317,6 +354,9 @@ mod tests {
         assert_eq!(settings.prefix, "lockkit");
         assert!(settings.fair);
         assert!(!base().fair(false).settings().unwrap().fair);
+        assert_eq!(settings.claim_window, DEFAULT_CLAIM_WINDOW);
+        let short = base().lease(MIN_LEASE).settings().unwrap();
+        assert_eq!(short.claim_window, MIN_LEASE, "a hand-over never outlives a lease");
     }
 
     #[test]
@@ -340,6 +380,8 @@ mod tests {
         assert!(message(base().drift(Duration::from_secs(20))).contains("drift"));
         assert!(message(base().key_prefix("a{b")).contains("brace"));
         assert!(message(base().key_prefix("")).contains("empty"));
+        assert!(message(base().claim_window(Duration::from_millis(5))).contains("claim window"));
+        assert!(message(base().claim_window(Duration::from_secs(31))).contains("claim window"));
     }
 
     #[cfg(not(feature = "tls"))]

@@ -11,7 +11,8 @@
 //! - **Fair waiting** (the default): a waiting acquisition joins the lock's wait queue, two
 //!   sorted sets kept by the scripts with the server's clock, and a free lock belongs to the
 //!   head of the queue. The release hands the lock over: it grants it to the head for a
-//!   200 ms claim window, with a fresh token, and tells only the head, over pub/sub on its
+//!   claim window ([`claim_window`](RedisLockProviderBuilder::claim_window), 200 ms by
+//!   default), with a fresh token, and tells only the head, over pub/sub on its
 //!   provider's own wake channel. The head takes the hold without another round trip and has
 //!   it renewed to a full lease at once; a head that died lets the hand-over expire, and the
 //!   next waiter's turn comes. Queue entries expire after two leases in any case. Nobody
@@ -65,7 +66,10 @@ mod subscriber;
 mod util;
 mod watchdog;
 
-pub use builder::{DEFAULT_LEASE, DEFAULT_PREFIX, DEFAULT_RESPONSE_TIMEOUT, MIN_LEASE, RedisLockProviderBuilder};
+pub use builder::{
+    DEFAULT_CLAIM_WINDOW, DEFAULT_LEASE, DEFAULT_PREFIX, DEFAULT_RESPONSE_TIMEOUT, MIN_CLAIM_WINDOW, MIN_LEASE,
+    RedisLockProviderBuilder,
+};
 pub use provider::{RedisLockProvider, RenewalStats};
 
 /// The sources of the acquire and release scripts, for benchmarks that time them raw.

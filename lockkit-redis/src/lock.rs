@@ -52,7 +52,7 @@ use tracing::Instrument;
 use crate::BACKEND;
 use crate::builder::Settings;
 use crate::keys::LockKeys;
-use crate::store::{AcquireReply, CLAIM_WINDOW, Contender, Ownership, QueueMark, Queueing, Store};
+use crate::store::{AcquireReply, Contender, Ownership, QueueMark, Queueing, Store};
 use crate::subscriber::{Handover, Interest, Subscriber, Woken};
 use crate::util::Backoff;
 use crate::watchdog::Watchdog;
@@ -145,7 +145,7 @@ impl RedisBackend {
     fn queueing(&self, waits: bool) -> Queueing {
         // A waiter tries again at least once per lease (its wait is bounded by the holder's
         // lease), so twice the lease never drops a live waiter.
-        let entry_ttl = self.settings.lease.saturating_mul(2).saturating_add(CLAIM_WINDOW);
+        let entry_ttl = self.settings.lease.saturating_mul(2).saturating_add(self.settings.claim_window);
         Queueing {
             join: self.settings.fair && waits,
             entry_ttl_ms: u64::try_from(entry_ttl.as_millis()).unwrap_or(u64::MAX),
@@ -266,7 +266,7 @@ impl RedisBackend {
                 // Another waiter's turn: look again only once its hand-over may have
                 // expired unconfirmed (its process died), which the next try then finds out.
                 while interest.wait(until.saturating_duration_since(Instant::now())).await == Woken::OthersTurn {
-                    until = until.min(Instant::now() + CLAIM_WINDOW);
+                    until = until.min(Instant::now() + self.settings.claim_window);
                 }
             }
             .instrument(span)
@@ -283,8 +283,8 @@ impl RedisBackend {
     fn usable_handover(&self, interest: Option<&Interest>, refused: Option<(Instant, QueueMark)>) -> Option<Taken> {
         let handover = interest?.handover()?;
         let (sent_at, mark) = refused?;
-        let valid_until =
-            handover_deadline(sent_at, mark, handover, Instant::now(), (self.settings.drift, self.settings.lease))?;
+        let drift_per_lease = (self.settings.drift, self.settings.lease);
+        let valid_until = handover_deadline(sent_at, mark, handover, Instant::now(), drift_per_lease)?;
         tracing::debug!(token = handover.token, "handed over");
         Some(Taken { token: FencingToken::new(handover.token), valid_until, handed_over: true })
     }
@@ -332,7 +332,8 @@ struct Taken {
 /// for their rounding), and by no more than the local time elapsed since `sent_at` (so that a
 /// forward step of the server's clock cannot stretch the deadline). The drift margin is the
 /// configured one scaled from the lease to that span, plus 2 ms for the server's expiry
-/// granularity. `drift_per_lease` is the configured drift margin and the lease it is for.
+/// granularity. The claim window is the one the hand-over names (the releaser's setting);
+/// `drift_per_lease` is the configured drift margin and the lease it is for.
 fn handover_deadline(
     sent_at: Instant,
     mark: QueueMark,
@@ -340,14 +341,15 @@ fn handover_deadline(
     now: Instant,
     drift_per_lease: (Duration, Duration),
 ) -> Option<Instant> {
+    let window = handover.window;
     if handover.token <= mark.fence {
         return None;
     }
     let server_gap = Duration::from_millis(handover.server_ms.saturating_sub(mark.server_ms).saturating_sub(1));
-    let span = server_gap.min(now.saturating_duration_since(sent_at)) + CLAIM_WINDOW;
+    let span = server_gap.min(now.saturating_duration_since(sent_at)) + window;
     let (drift, lease) = drift_per_lease;
     let valid_until = lease_deadline(sent_at, span, scaled_drift(drift, lease, span));
-    (valid_until > now + CLAIM_WINDOW / 4).then_some(valid_until)
+    (valid_until > now + window / 4).then_some(valid_until)
 }
 
 /// The drift margin for a lease of `span`, given the margin `drift` configured for `lease`:
@@ -542,6 +544,7 @@ mod tests {
     use super::*;
 
     const DEFAULT_DRIFT: (Duration, Duration) = (Duration::from_millis(302), Duration::from_secs(30));
+    const CLAIM_WINDOW: Duration = crate::builder::DEFAULT_CLAIM_WINDOW;
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
@@ -552,7 +555,7 @@ mod tests {
     }
 
     fn handover(token: u64, server_ms: u64) -> Handover {
-        Handover { token, server_ms }
+        Handover { token, server_ms, window: CLAIM_WINDOW }
     }
 
     #[test]
@@ -574,6 +577,16 @@ mod tests {
         let span = ms(49) + CLAIM_WINDOW;
         assert_eq!(deadline, Some(sent + span - scaled_drift(DEFAULT_DRIFT.0, DEFAULT_DRIFT.1, span)));
         assert!(deadline.unwrap() < sent + ms(50) + CLAIM_WINDOW, "never past the grant's expiry");
+    }
+
+    #[test]
+    fn the_window_is_the_one_the_handover_names() {
+        let sent = Instant::now();
+        let short = Handover { window: ms(60), ..handover(2, 1000) };
+        let deadline = handover_deadline(sent, mark(1, 1000), short, sent + ms(1), DEFAULT_DRIFT).unwrap();
+        assert!(deadline <= sent + ms(60), "the releaser granted 60 ms, not {CLAIM_WINDOW:?}");
+        let spent = handover_deadline(sent, mark(1, 1000), short, sent + ms(50), DEFAULT_DRIFT);
+        assert_eq!(spent, None, "less than a quarter of 60 ms left");
     }
 
     #[test]

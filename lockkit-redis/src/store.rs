@@ -32,16 +32,6 @@ static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scri
 static ABANDON: LazyLock<Script> = LazyLock::new(|| Script::new(ABANDON_SCRIPT));
 static INSPECT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/inspect.lua")));
 
-/// How long a hand-over to the head of a fair lock's wait queue lasts unless the head
-/// confirms it, before the next waiter's turn comes. A live head confirms it within one round
-/// trip of the wake-up; the window is for heads that died, or stalled for this long.
-pub(crate) const CLAIM_WINDOW: Duration = Duration::from_millis(200);
-
-/// [`CLAIM_WINDOW`] in milliseconds, as the scripts take it.
-fn claim_ms() -> u64 {
-    u64::try_from(CLAIM_WINDOW.as_millis()).unwrap_or(u64::MAX)
-}
-
 /// What the acquire script answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum AcquireReply {
@@ -124,6 +114,8 @@ pub(crate) struct Store {
     client: redis::Client,
     connection: OnceCell<ConnectionManager>,
     response_timeout: Duration,
+    /// The claim window of hand-overs, in milliseconds.
+    claim_ms: u64,
 }
 
 impl Store {
@@ -132,7 +124,12 @@ impl Store {
         let client = crate::client::open(settings, settings.connection.clone()).map_err(|error| {
             Error::invalid_config(BACKEND, format!("the URL {:?} cannot be used: {error}", settings.url))
         })?;
-        Ok(Self { client, connection: OnceCell::new(), response_timeout: settings.response_timeout })
+        Ok(Self {
+            client,
+            connection: OnceCell::new(),
+            response_timeout: settings.response_timeout,
+            claim_ms: settings.claim_millis(),
+        })
     }
 
     /// The connection, made on first use. A failed attempt leaves nothing behind, so the
@@ -206,7 +203,7 @@ impl Store {
                     .arg(lease_ms)
                     .arg(if queueing.join { "1" } else { "0" })
                     .arg(queueing.entry_ttl_ms)
-                    .arg(claim_ms())
+                    .arg(self.claim_ms)
                     .arg(&contender.member)
                     .invoke_async(&mut connection)
                     .await
@@ -244,7 +241,7 @@ impl Store {
                     .key(&keys.queue_expiry)
                     .key(&keys.channel)
                     .arg(owner)
-                    .arg(claim_ms())
+                    .arg(self.claim_ms)
                     .invoke_async(&mut connection)
                     .await
             })
@@ -273,7 +270,7 @@ impl Store {
                     .key(&keys.channel)
                     .arg(&contender.owner)
                     .arg(void_ms)
-                    .arg(claim_ms())
+                    .arg(self.claim_ms)
                     .arg(&contender.member)
                     .invoke_async(&mut connection)
                     .await

@@ -70,14 +70,16 @@ struct Wake {
 }
 
 /// A hand-over of a fair lock to the head of its queue, as the release announced it: the
-/// head holds the lock, for a claim window from `server_ms` on, unless it was already
-/// handed over to it earlier and lost meanwhile (which the token tells).
+/// head holds the lock, for `window` from `server_ms` on, unless it was already handed over
+/// to it earlier and lost meanwhile (which the token tells).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Handover {
     /// The grant's fencing token.
     pub(crate) token: u64,
     /// The server's clock when the grant was made, in milliseconds.
     pub(crate) server_ms: u64,
+    /// How long the grant lasts unless confirmed: the releaser's claim window.
+    pub(crate) window: Duration,
 }
 
 /// The pub/sub side of one provider.
@@ -451,7 +453,7 @@ fn wake_channel(shared: &Shared, name: Option<&Value>) {
     }
 }
 
-/// Routes a message of the wake channel, `grant:<token>:<server ms>:<member>` or
+/// Routes a message of the wake channel, `grant:<token>:<server ms>:<window ms>:<member>` or
 /// `next:<member>`, to the queued waiter it names; a waiter that left already is not there
 /// to hear it.
 fn wake_queued(shared: &Shared, payload: Option<String>) {
@@ -466,10 +468,11 @@ fn parse_wake(payload: &str) -> Option<(Woken, &str)> {
     if let Some(member) = payload.strip_prefix("next:") {
         return Some((Woken::OthersTurn, member));
     }
-    let mut fields = payload.strip_prefix("grant:")?.splitn(3, ':');
+    let mut fields = payload.strip_prefix("grant:")?.splitn(4, ':');
     let token = fields.next()?.parse().ok()?;
     let server_ms = fields.next()?.parse().ok()?;
-    Some((Woken::HandedOver(Handover { token, server_ms }), fields.next()?))
+    let window = Duration::from_millis(fields.next()?.parse().ok()?);
+    Some((Woken::HandedOver(Handover { token, server_ms, window }), fields.next()?))
 }
 
 /// Wakes a queued waiter with `woken`, keeping the latest hand-over (by token) for it to
@@ -519,28 +522,28 @@ mod tests {
     #[test]
     fn wake_messages_are_parsed_with_members_that_contain_colons() {
         let member = "app:wake:abc\nowner:with:colons";
-        let grant = format!("grant:1763700000000001:1763700000000:{member}");
-        assert_eq!(
-            parse_wake(&grant),
-            Some((Woken::HandedOver(Handover { token: 1_763_700_000_000_001, server_ms: 1_763_700_000_000 }), member))
-        );
+        let grant = format!("grant:1763700000000001:1763700000000:250:{member}");
+        let handover =
+            Handover { token: 1_763_700_000_000_001, server_ms: 1_763_700_000_000, window: Duration::from_millis(250) };
+        assert_eq!(parse_wake(&grant), Some((Woken::HandedOver(handover), member)));
         assert_eq!(parse_wake(&format!("next:{member}")), Some((Woken::OthersTurn, member)));
-        for bad in ["turn:x", "grant:x:1:m", "grant:1:x:m", "grant:1:2", ""] {
+        for bad in ["turn:x", "grant:x:1:2:m", "grant:1:x:2:m", "grant:1:2:x:m", "grant:1:2:3", ""] {
             assert_eq!(parse_wake(bad), None, "{bad:?}");
         }
     }
 
     #[test]
     fn a_handover_is_kept_through_later_wake_ups_and_not_replaced_by_an_older_one() {
+        const W: Duration = Duration::from_millis(200);
         let (sender, mut receiver) = watch::channel(Wake::default());
-        let first = Handover { token: 7, server_ms: 1 };
+        let first = Handover { token: 7, server_ms: 1, window: W };
         deliver(&sender, Woken::HandedOver(first));
         deliver(&sender, Woken::OthersTurn);
         assert!(receiver.has_changed().unwrap(), "each delivery wakes");
         assert_eq!(*receiver.borrow_and_update(), Wake { woken: Woken::OthersTurn, handover: Some(first) });
-        deliver(&sender, Woken::HandedOver(Handover { token: 6, server_ms: 2 }));
+        deliver(&sender, Woken::HandedOver(Handover { token: 6, server_ms: 2, window: W }));
         assert_eq!(receiver.borrow_and_update().handover, Some(first), "an older hand-over arriving late is ignored");
-        let newer = Handover { token: 8, server_ms: 3 };
+        let newer = Handover { token: 8, server_ms: 3, window: W };
         deliver(&sender, Woken::HandedOver(newer));
         assert_eq!(*receiver.borrow_and_update(), Wake { woken: Woken::HandedOver(newer), handover: Some(newer) });
     }

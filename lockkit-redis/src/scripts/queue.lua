@@ -42,7 +42,8 @@ end
 
 -- The free lock `lock` goes to the head of its queue (expired entries dropped first): the
 -- head leaves the queue and is granted the lock for `claim_ms`, and its wake channel gets
--- "grant:<token>:<server ms of the grant>:<member>". The next two waiters get
+-- "grant:<token>:<server ms of the grant>:<claim_ms>:<member>" (the window is the
+-- releaser's setting, which the head may not share). The next two waiters get
 -- "next:<member>": they look again once the grant may have expired unclaimed, which is how a
 -- dead head is skipped. With nobody queued, every waiter is woken on the lock's channel
 -- instead. Returns the head, if any.
@@ -65,7 +66,7 @@ local function pass_on(lock, fence, queue, expiry, channel, claim_ms)
         redis.call('SET', lock, string.sub(member, cut + 1), 'PX', claim_ms)
         local token = next_token(fence)
         -- Formatted with %d: Lua's default number format keeps 14 digits, and tokens have 16.
-        local note = string.format('grant:%d:%d:', token, now_ms())
+        local note = string.format('grant:%d:%d:%d:', token, now_ms(), claim_ms)
         redis.call('PUBLISH', string.sub(member, 1, cut - 1), note .. member)
       end
     elseif cut then
