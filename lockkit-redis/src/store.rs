@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use lockkit_core::{Error, FencingToken, HolderInfo, LockInfo, LockName, OwnerMeta, Result};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{ErrorKind, RedisError, Script, ServerErrorKind, Value};
+use redis::{ErrorKind, RedisError, Script, ScriptInvocation, ServerErrorKind, Value};
 use tokio::sync::OnceCell;
 
 use crate::BACKEND;
@@ -192,13 +192,7 @@ impl Store {
     ) -> Result<AcquireReply> {
         let (code, value, fence, server_ms): (i64, i64, i64, i64) = self
             .run(Some(lock), |mut connection| async move {
-                ACQUIRE
-                    .key(&keys.lock)
-                    .key(&keys.fence)
-                    .key(&contender.void)
-                    .key(&keys.queue)
-                    .key(&keys.queue_expiry)
-                    .key(&keys.channel)
+                contender_keys(&ACQUIRE, keys, contender)
                     .arg(&contender.owner)
                     .arg(lease_ms)
                     .arg(if queueing.join { "1" } else { "0" })
@@ -261,13 +255,7 @@ impl Store {
     ) -> Result<bool> {
         let code: i64 = self
             .run(Some(lock), |mut connection| async move {
-                ABANDON
-                    .key(&keys.lock)
-                    .key(&keys.fence)
-                    .key(&contender.void)
-                    .key(&keys.queue)
-                    .key(&keys.queue_expiry)
-                    .key(&keys.channel)
+                contender_keys(&ABANDON, keys, contender)
                     .arg(&contender.owner)
                     .arg(void_ms)
                     .arg(self.claim_ms)
@@ -361,6 +349,15 @@ impl Store {
             .await?;
         Ok(())
     }
+}
+
+/// An invocation of `script` (acquire or abandon, which touch the same keys) with the keys
+/// of `contender`'s try on a lock: the record, the fence counter, the contender's void marker,
+/// the wait queue and its expiry times, and the lock's channel.
+fn contender_keys<'a>(script: &'a Script, keys: &LockKeys, contender: &Contender) -> ScriptInvocation<'a> {
+    let mut invocation = script.key(&keys.lock);
+    invocation.key(&keys.fence).key(&contender.void).key(&keys.queue).key(&keys.queue_expiry).key(&keys.channel);
+    invocation
 }
 
 /// Maps a Redis error: anything that leaves the outcome unknown or may pass with time

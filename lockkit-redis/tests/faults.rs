@@ -47,6 +47,31 @@ async fn acquire(provider: &RedisLockProvider, name: &str) -> LockGuard {
     within(OPERATION, "an uncontended acquisition", lock.acquire()).await.unwrap()
 }
 
+/// Waits until the fair queue of lock `name`, as `provider` inspects it, counts `count`
+/// waiters, failing after `bound`.
+async fn until_queued(provider: &RedisLockProvider, name: &str, count: usize, what: &str, bound: Duration) {
+    eventually(bound, what, || {
+        let (provider, name) = (provider.clone(), name.to_owned());
+        async move { provider.inspect(&name).await.ok().and_then(|info| info.waiters) == Some(count) }
+    })
+    .await;
+}
+
+/// Starts an acquisition of `name` on `provider` that releases at once; it returns when the
+/// lock was granted.
+fn spawn_timed_acquire(
+    provider: &RedisLockProvider,
+    name: &str,
+) -> tokio::task::JoinHandle<Result<Instant, lockkit_core::Error>> {
+    let lock = provider.lock(name).unwrap();
+    tokio::spawn(async move {
+        let guard = lock.acquire().await?;
+        let at = Instant::now();
+        guard.release().await?;
+        Ok(at)
+    })
+}
+
 /// A cut connection with the lease still valid: the provider reconnects, the watchdog
 /// renews, and the hold survives; nobody else gets the lock meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -416,33 +441,15 @@ async fn dead_waiters_are_skipped(dead: usize, releasers_window: Duration) {
     let (dying, dying_faults) = harness.client_with(test_builder()).await.unwrap();
     let (next, _next_faults) = harness.client_with(test_builder()).await.unwrap();
     let name = unique("dead_head");
-    let waiters = |provider: &RedisLockProvider| {
-        let (provider, name) = (provider.clone(), name.clone());
-        async move { provider.inspect(&name).await.ok().and_then(|info| info.waiters) }
-    };
     let guard = acquire(&holder, &name).await;
     let mut dying_tasks = Vec::new();
     for queued in 1..=dead {
         let lock = dying.lock(&name).unwrap();
         dying_tasks.push(tokio::spawn(async move { lock.acquire().await.map(|g| g.token()) }));
-        eventually(OPERATION, "a dying waiter is queued", || {
-            let count = waiters(&holder);
-            async move { count.await == Some(queued) }
-        })
-        .await;
+        until_queued(&holder, &name, queued, "a dying waiter is queued", OPERATION).await;
     }
-    let next_lock = next.lock(&name).unwrap();
-    let next_task = tokio::spawn(async move {
-        let guard = next_lock.acquire().await?;
-        let at = Instant::now();
-        guard.release().await?;
-        Ok::<_, lockkit_core::Error>(at)
-    });
-    eventually(OPERATION, "the live waiter is queued", || {
-        let count = waiters(&holder);
-        async move { count.await == Some(dead + 1) }
-    })
-    .await;
+    let next_task = spawn_timed_acquire(&next, &name);
+    until_queued(&holder, &name, dead + 1, "the live waiter is queued", OPERATION).await;
     // The first waiters' process dies: it sends nothing more, and cleans nothing up.
     dying_faults.0.blackhole();
     let released_at = Instant::now();
@@ -484,11 +491,7 @@ async fn a_lock_handed_over_is_confirmed_to_a_full_lease_before_its_claim_window
             let guard = lock.acquire().await?;
             Ok::<_, lockkit_core::Error>((Instant::now(), guard.valid_until(), guard))
         });
-        eventually(OPERATION, "the waiter is queued", || {
-            let (holder, name) = (holder.clone(), name.clone());
-            async move { holder.inspect(&name).await.ok().and_then(|info| info.waiters) == Some(1) }
-        })
-        .await;
+        until_queued(&holder, &name, 1, "the waiter is queued", OPERATION).await;
         let renewed_before = waiter.renewal_stats().renewed;
         let first_token = guard.token();
         guard.release().await.unwrap();
@@ -528,38 +531,16 @@ async fn a_release_skips_waiters_whose_queue_entries_expired() {
     let (dying, dying_faults) = harness.client_with(test_builder()).await.unwrap();
     let (next, _next_faults) = harness.client_with(test_builder()).await.unwrap();
     let name = unique("expired_entry");
-    let waiters = || {
-        let (holder, name) = (holder.clone(), name.clone());
-        async move { holder.inspect(&name).await.ok().and_then(|info| info.waiters) }
-    };
     let guard = acquire(&holder, &name).await;
     let dying_lock = dying.lock(&name).unwrap();
     let dying_task = tokio::spawn(async move { dying_lock.acquire().await.map(|g| g.token()) });
-    eventually(OPERATION, "the dying waiter is queued", || {
-        let count = waiters();
-        async move { count.await == Some(1) }
-    })
-    .await;
-    let next_lock = next.lock(&name).unwrap();
-    let next_task = tokio::spawn(async move {
-        let guard = next_lock.acquire().await?;
-        let at = Instant::now();
-        guard.release().await?;
-        Ok::<_, lockkit_core::Error>(at)
-    });
-    eventually(OPERATION, "the live waiter is queued", || {
-        let count = waiters();
-        async move { count.await == Some(2) }
-    })
-    .await;
+    until_queued(&holder, &name, 1, "the dying waiter is queued", OPERATION).await;
+    let next_task = spawn_timed_acquire(&next, &name);
+    until_queued(&holder, &name, 2, "the live waiter is queued", OPERATION).await;
     dying_faults.0.blackhole();
     // Entries live twice the lease plus a window without a refresh; the live waiter refreshes
     // its own at least once per lease, so only the dead one's expires.
-    eventually(LEASE * 3, "the dead waiter's entry expires", || {
-        let count = waiters();
-        async move { count.await == Some(1) }
-    })
-    .await;
+    until_queued(&holder, &name, 1, "the dead waiter's entry expires", LEASE * 3).await;
     let released_at = Instant::now();
     guard.release().await.unwrap();
     let granted_at = within(OPERATION, "the live waiter acquires", next_task).await.unwrap().unwrap();
