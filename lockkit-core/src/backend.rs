@@ -1,30 +1,46 @@
 //! The interface a backend implements: its store's protocol and nothing more.
 //!
-//! Reentrancy, timeouts, cancellation of the caller's future, the guard, its `Drop` and the
-//! error type are written once in this crate, in [`LockHandle`](crate::LockHandle). A backend
-//! implements [`LockBackend`] (grant or refuse one acquisition, optionally waiting), returns a
-//! [`Grant`] that carries a [`HeldLock`] (frees the hold) and a [`HoldSignal`] (reports
-//! renewals and loss), and runs the conformance kit of `lockkit-testkit` to prove it.
+//! Reentrancy, timeouts, cancellation of the caller's future, the guard, its `Drop`, the
+//! release of dropped guards on any runtime and the error type are written once in this
+//! crate. A backend implements [`LockBackend`] (grant or refuse one acquisition of one
+//! [`HoldKind`], optionally waiting), returns a [`Grant`] that carries a [`HeldLock`] (frees
+//! the hold) and a [`HoldSignal`] (reports renewals and loss), and runs the conformance kit of
+//! `lockkit-testkit` to prove it. [`LockProvider::new`](crate::LockProvider::new) turns the
+//! backend into what users hold.
+//!
+//! Everything here is for implementors; application code needs none of it.
 //!
 //! # What the core expects of `acquire`
 //!
-//! - **Exclusion and fencing:** at most one grant per name is live at a time, and every grant
-//!   carries a token strictly greater than all tokens granted before it for that name.
+//! - **Kinds:** the core only asks for kinds the backend declares in its
+//!   [`Capabilities`] ([`HoldKind::is_supported_by`]); `Exclusive` always.
+//! - **Exclusion and fencing:** at most one exclusive grant per name is live at a time, and
+//!   every grant carries a token strictly greater than all tokens granted before it for that
+//!   name.
 //! - **Deadline:** with [`Deadline::Now`] it never waits on another owner; otherwise it may
 //!   wait until the deadline, driven by notifications of the store. The core also drops the
-//!   future at the deadline, so returning `Ok(None)` there is a courtesy, not a duty.
+//!   future at the deadline, so returning `Ok(None)` there is a courtesy, not a duty. A
+//!   failure the backend retries past (the store unreachable, say) is reported with
+//!   [`AcquireRequest::note_failure`], so that a timeout can say why it came.
 //! - **Cancel safety:** the future may be dropped at any await point (timeout, caller
 //!   cancellation). Dropping it must leave no trace in the store, and a hold granted while
 //!   the future was being dropped must be freed promptly (in the background if need be).
-//! - **No reentrancy:** the core never asks for a lock its handle already holds.
+//! - **Every acquisition is a new owner:** the core never asks for a lock on behalf of an
+//!   owner that holds it already; reentry is the core's, through the guard.
+//! - **Any runtime:** the futures of `acquire`, `inspect` and [`HeldLock::release`] may be
+//!   polled on any Tokio runtime, not only the one the backend first ran on; a backend
+//!   restarts what belonged to a runtime that has gone (its renewal task, its connections).
 
 use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use uuid::Uuid;
 
-use crate::{Capabilities, Deadline, Error, FencingToken, HoldSignal, LockName, Result};
+pub use crate::options::Deadline;
+pub use crate::signal::{HoldSignal, deadline_after, lease_deadline};
+use crate::{Capabilities, Error, FencingToken, HoldKind, LockName, Result};
 
 /// One acquisition asked of a backend.
 #[derive(Clone, Debug)]
@@ -32,17 +48,44 @@ use crate::{Capabilities, Deadline, Error, FencingToken, HoldSignal, LockName, R
 pub struct AcquireRequest {
     /// The lock to acquire.
     pub lock: LockName,
+    /// The kind of hold asked for; always one the backend declares.
+    pub kind: HoldKind,
     /// Until when the backend may wait for another owner.
     pub deadline: Deadline,
     /// A fresh identifier of this acquisition, unique across processes: the owner value a
     /// store records, and the key to find again a grant whose reply was lost.
     pub attempt: Uuid,
+    /// The last failure the backend retried past; shared by clones of the request.
+    last_failure: Arc<Mutex<Option<Error>>>,
 }
 
 impl AcquireRequest {
-    /// A request for `lock` with a fresh attempt id.
-    pub fn new(lock: LockName, deadline: Deadline) -> Self {
-        Self { lock, deadline, attempt: Uuid::new_v4() }
+    /// A request for a hold of `kind` on `lock` with a fresh attempt id.
+    pub fn new(lock: LockName, kind: HoldKind, deadline: Deadline) -> Self {
+        Self { lock, kind, deadline, attempt: Uuid::new_v4(), last_failure: Arc::default() }
+    }
+
+    /// Records a failure that the backend retries past instead of returning it (the store
+    /// unreachable while a wait goes on, say). If the deadline passes before a later attempt
+    /// reaches the store, the [`Error::Timeout`] carries this failure as its source.
+    pub fn note_failure(&self, error: Error) {
+        *self.failure_slot() = Some(error);
+    }
+
+    /// Records that an attempt reached the store, clearing an earlier failure: a timeout
+    /// after this is an ordinary one.
+    pub fn note_reached(&self) {
+        self.failure_slot().take();
+    }
+
+    /// Takes the failure recorded last, if no attempt reached the store since.
+    pub(crate) fn take_failure(&self) -> Option<Error> {
+        self.failure_slot().take()
+    }
+
+    fn failure_slot(&self) -> std::sync::MutexGuard<'_, Option<Error>> {
+        // Nothing panics while holding this lock; recover the data if something ever did.
+        self.last_failure.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -77,7 +120,8 @@ pub trait HeldLock: Send + Sync + 'static {
     ///
     /// Called exactly once, when the last guard of the hold is released or dropped, whether
     /// or not the hold was lost meanwhile (a lost hold may still have local state or a
-    /// record to clean up).
+    /// record to clean up). The future may run on any runtime, or on lockkit's own release
+    /// thread when the guard was dropped outside every runtime.
     ///
     /// # Errors
     ///
@@ -90,21 +134,26 @@ pub trait HeldLock: Send + Sync + 'static {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LockInfo {
-    /// The current holder, if any.
-    pub holder: Option<HolderInfo>,
+    /// The current holders: none, one, or several for shared kinds (readers, permits).
+    pub holders: Vec<HolderInfo>,
     /// How many waiters are queued, when the backend keeps a queue.
     pub waiters: Option<usize>,
 }
 
 impl LockInfo {
-    /// Info for a lock held by `holder` (if any) with `waiters` queued (if known).
-    pub fn new(holder: Option<HolderInfo>, waiters: Option<usize>) -> Self {
-        Self { holder, waiters }
+    /// Info for a lock held by `holders` with `waiters` queued (if known).
+    pub fn new(holders: Vec<HolderInfo>, waiters: Option<usize>) -> Self {
+        Self { holders, waiters }
+    }
+
+    /// The holder of an exclusive lock (the first holder of a shared one).
+    pub fn holder(&self) -> Option<&HolderInfo> {
+        self.holders.first()
     }
 
     /// Whether the lock is free and nobody waits: what a lock looks like when no trace is left.
     pub fn is_idle(&self) -> bool {
-        self.holder.is_none() && self.waiters.unwrap_or(0) == 0
+        self.holders.is_empty() && self.waiters.unwrap_or(0) == 0
     }
 }
 
@@ -114,6 +163,8 @@ impl LockInfo {
 pub struct HolderInfo {
     /// The holder's fencing token.
     pub token: FencingToken,
+    /// The kind of the hold.
+    pub kind: HoldKind,
     /// The owner value the store keeps (the acquisition's attempt id, or richer metadata).
     pub owner: String,
     /// When the hold was granted, when the store knows.
@@ -125,16 +176,25 @@ pub struct HolderInfo {
 impl HolderInfo {
     /// Describes a holder.
     pub fn new(token: FencingToken, owner: impl Into<String>) -> Self {
-        Self { token, owner: owner.into(), since: None, lease_left: None }
+        Self { token, kind: HoldKind::Exclusive, owner: owner.into(), since: None, lease_left: None }
+    }
+
+    /// Sets the kind of the hold (exclusive by default).
+    #[must_use]
+    pub fn with_kind(mut self, kind: HoldKind) -> Self {
+        self.kind = kind;
+        self
     }
 
     /// Sets when the hold was granted.
+    #[must_use]
     pub fn with_since(mut self, since: SystemTime) -> Self {
         self.since = Some(since);
         self
     }
 
     /// Sets how long the lease has left.
+    #[must_use]
     pub fn with_lease_left(mut self, left: Duration) -> Self {
         self.lease_left = Some(left);
         self
@@ -144,10 +204,12 @@ impl HolderInfo {
 /// Who took a hold: the host, the process and the time, recorded by backends next to the
 /// owner id so that status displays can say who holds a lock and since when.
 ///
-/// [`encode`](Self::encode) writes one line, `attempt host pid since_ms`, that
+/// [`encode`](Self::encode) writes one line, `lockkit1 attempt host pid since_ms`, that
 /// [`decode`](Self::decode) reads back; backends store it as the lock record's value (Redis)
 /// or as the lock node's data (ZooKeeper). Hosts are reduced to characters that cannot break
-/// the format.
+/// the format. The leading version tag lets a later version add fields after these (a
+/// reader of version 1 ignores them); lines without the tag, as written before it existed,
+/// are still read.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct OwnerMeta {
@@ -167,20 +229,26 @@ impl OwnerMeta {
         Self { attempt, host: host_name(), pid: std::process::id(), since: SystemTime::now() }
     }
 
-    /// One line: `attempt host pid since_ms`.
+    /// The version tag that starts every line [`encode`](Self::encode) writes.
+    pub const VERSION_TAG: &'static str = "lockkit1";
+
+    /// One line: `lockkit1 attempt host pid since_ms`.
     pub fn encode(&self) -> String {
         let since = self.since.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis());
-        format!("{} {} {} {since}", self.attempt, self.host, self.pid)
+        format!("{} {} {} {} {since}", Self::VERSION_TAG, self.attempt, self.host, self.pid)
     }
 
-    /// Reads what [`encode`](Self::encode) wrote; `None` for anything else.
+    /// Reads what [`encode`](Self::encode) wrote (fields a later version adds after the
+    /// fourth are ignored), or the untagged four-field line of earlier releases; `None` for
+    /// anything else.
     pub fn decode(text: &str) -> Option<Self> {
-        let mut fields = text.split(' ');
+        let mut fields = text.split(' ').peekable();
+        let tagged = fields.next_if_eq(&Self::VERSION_TAG).is_some();
         let attempt = Uuid::parse_str(fields.next()?).ok()?;
         let host = fields.next()?.to_owned();
         let pid = fields.next()?.parse().ok()?;
         let since_ms: u64 = fields.next()?.parse().ok()?;
-        if fields.next().is_some() {
+        if !tagged && fields.next().is_some() {
             return None;
         }
         let since = SystemTime::UNIX_EPOCH.checked_add(Duration::from_millis(since_ms))?;
@@ -217,26 +285,38 @@ fn host_name() -> String {
 
 /// The protocol of one store: grant, refuse or queue acquisitions; inspect locks.
 ///
-/// Implementations must be cheap to share (`Arc<dyn LockBackend>`). See the module docs for
-/// what the core expects of [`LockBackend::acquire`].
+/// This is the one object-safe seam of lockkit: backends implement it, and
+/// [`LockProvider`](crate::LockProvider) wraps an `Arc<dyn LockBackend>` for users. Layers
+/// (metrics, tracing, fault injection) can wrap any backend by implementing it around
+/// another. See the module docs for what the core expects of [`LockBackend::acquire`].
+/// New operations (election's `observe`) come as provided methods that default to
+/// [`Error::Unsupported`], so a backend built against an older version keeps compiling.
 #[async_trait]
 pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// A short name of the backend for messages and spans: `"memory"`, `"redis"`, `"zk"`.
     fn name(&self) -> &'static str;
 
-    /// What this backend promises beyond the common contract.
+    /// What this backend promises beyond the common contract, and which kinds of hold it
+    /// grants.
     fn capabilities(&self) -> Capabilities;
 
-    /// Grants the lock, or waits for it until the request's deadline; `Ok(None)` when it is
-    /// not granted in time.
+    /// Where the store is, for error messages: an address or URL **without credentials**
+    /// (`redis://10.0.0.7:6379/0`, `/run/lock/app`). The core names it in the connection
+    /// and store errors that come out of this backend. `None` by default.
+    fn address(&self) -> Option<String> {
+        None
+    }
+
+    /// Grants a hold of `request.kind`, or waits for it until the request's deadline;
+    /// `Ok(None)` when it is not granted in time.
     async fn acquire(&self, request: AcquireRequest) -> Result<Option<Grant>>;
 
-    /// Reports the holder and queue of a lock, as the store sees them now.
+    /// Reports the holders and queue of a lock, as the store sees them now.
     ///
-    /// The default says the backend cannot; backends that declare
+    /// The default says the backend cannot ([`Error::Unsupported`]); backends that declare
     /// [`Capabilities::inspect`] override it.
     async fn inspect(&self, lock: &LockName) -> Result<LockInfo> {
-        Err(Error::backend(self.name(), Some(lock), "this backend cannot inspect locks"))
+        Err(Error::unsupported(self.name(), Some(lock), "inspecting a lock"))
     }
 }
 
@@ -253,10 +333,15 @@ mod tests {
         assert_eq!((decoded.host.as_str(), decoded.pid), (meta.host.as_str(), meta.pid));
         assert!(meta.since.duration_since(decoded.since).unwrap() < Duration::from_millis(1));
         assert!(!meta.host.is_empty() && !meta.host.contains(' '));
+        assert!(meta.encode().starts_with("lockkit1 "));
         for bad in ["", "x", "not-a-uuid h 1 2", &format!("{} h 1", meta.attempt), &format!("{} h 1 2 3", meta.attempt)]
         {
             assert_eq!(OwnerMeta::decode(bad), None, "{bad:?}");
         }
+        let legacy = OwnerMeta::decode(&format!("{} build-7 42 1700000000000", meta.attempt)).unwrap();
+        assert_eq!((legacy.host.as_str(), legacy.pid), ("build-7", 42));
+        let newer = OwnerMeta::decode(&format!("lockkit1 {} build-7 42 1700000000000 kind=read", meta.attempt));
+        assert_eq!(newer.map(|m| m.pid), Some(42), "fields a later version adds are ignored");
         assert!(meta.holder(FencingToken::new(3)).owner.contains(&format!("pid {}", meta.pid)));
     }
 }

@@ -2,15 +2,19 @@
 
 /// The optional guarantees of a backend, as plain flags.
 ///
-/// Build one with struct update syntax: `Capabilities { fair: true, ..Capabilities::default() }`.
-/// The conformance kit reads these flags: a case that needs a capability the backend does not
-/// declare says so and passes without checking it.
+/// Build one with struct update syntax: `Capabilities { fair: true, ..Capabilities::NONE }`.
+/// Fencing is not a flag: every backend issues fencing tokens.
+///
+/// The core reads the kind flags ([`rw_lock`](Self::rw_lock), [`semaphore`](Self::semaphore),
+/// [`election`](Self::election)) and refuses a kind of hold the backend does not declare with
+/// [`Error::Unsupported`](crate::Error::Unsupported), and [`inspect`](Self::inspect) likewise.
+/// The conformance kit reads the others: a case that needs a guarantee the backend does not
+/// declare says so and does not check it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[allow(clippy::struct_excessive_bools)] // Plain flags are the point (OpenDAL's `Capability` does the same).
 pub struct Capabilities {
     /// Waiters are granted the lock in arrival order.
     pub fair: bool,
-    /// Fencing tokens are strictly increasing per name (every lockkit backend must say yes).
-    pub fencing: bool,
     /// Fencing tokens stay strictly increasing across a restart of the store.
     pub fencing_survives_restart: bool,
     /// Holds expire unless renewed: a dead holder frees the lock after a lease or session timeout.
@@ -19,20 +23,26 @@ pub struct Capabilities {
     pub lease_renewal: bool,
     /// Loss is signalled through [`LockGuard::lost`](crate::LockGuard::lost) as it happens.
     pub loss_notification: bool,
-    /// The backend can report the holder, token and queue of a lock
+    /// The backend can report the holders, tokens and queue of a lock
     /// ([`LockBackend::inspect`](crate::backend::LockBackend::inspect)).
     pub inspect: bool,
     /// The backend can report how many waiters are queued on a lock.
     pub waiter_count: bool,
     /// Locks exclude owners in other OS processes, not just in this one.
     pub cross_process: bool,
+    /// The backend grants [`HoldKind::Read`](crate::HoldKind::Read) and
+    /// [`HoldKind::Write`](crate::HoldKind::Write): read-write locks.
+    pub rw_lock: bool,
+    /// The backend grants [`HoldKind::Permit`](crate::HoldKind::Permit): counting semaphores.
+    pub semaphore: bool,
+    /// The backend grants [`HoldKind::Candidate`](crate::HoldKind::Candidate): leader election.
+    pub election: bool,
 }
 
 impl Capabilities {
     /// A capability set with every flag off. Same as `Default::default()`, usable in `const`.
     pub const NONE: Self = Self {
         fair: false,
-        fencing: false,
         fencing_survives_restart: false,
         lease: false,
         lease_renewal: false,
@@ -40,5 +50,8 @@ impl Capabilities {
         inspect: false,
         waiter_count: false,
         cross_process: false,
+        rw_lock: false,
+        semaphore: false,
+        election: false,
     };
 }

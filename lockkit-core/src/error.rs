@@ -2,7 +2,10 @@
 //!
 //! Every backend maps its own failures into [`Error`] so that application code handles one
 //! enum whatever store it runs on. Each variant names the backend and, where there is one,
-//! the lock, so that a log line alone says what failed where.
+//! the lock and the store's (redacted) address, so that a log line alone says what failed
+//! where. A message never repeats its source: the cause is the [`source`](std::error::Error::source)
+//! of the error, typed, as reqwest and hyper do it; print the whole chain (`{:#}` with anyhow,
+//! or a loop over `source()`) to see it.
 
 use std::fmt;
 use std::time::Duration;
@@ -65,12 +68,18 @@ impl fmt::Display for LossReason {
 /// Every way a lockkit operation can fail.
 ///
 /// The enum is `#[non_exhaustive]`: match the variants you act on and keep a catch-all arm.
-/// [`Error::is_retryable`] says whether trying the same operation again may succeed.
+/// [`Error::is_retryable`] says whether a new attempt may succeed, and
+/// [`Error::is_connect`] whether the store could not be reached (a [`Timeout`](Self::Timeout)
+/// whose wait ended while the store was unreachable included).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// The lock was not granted before the timeout passed. Nothing is left queued.
-    #[error("{backend}: timed out after {waited:?} waiting for lock {lock}")]
+    ///
+    /// When the wait ended while the store was failing, `source` is the last failure: a
+    /// timeout against an unreachable store says so, and [`is_connect`](Self::is_connect)
+    /// is true.
+    #[error("{backend}: timed out after {waited:?} waiting for lock {:?}{}", .lock.as_str(), timeout_cause(.source.as_deref()))]
     Timeout {
         /// The backend that was asked.
         backend: &'static str,
@@ -78,9 +87,12 @@ pub enum Error {
         lock: LockName,
         /// How long the caller waited.
         waited: Duration,
+        /// The last failure of the store during the wait, when the wait ended on one.
+        #[source]
+        source: Option<Box<Error>>,
     },
     /// The hold can no longer be guaranteed; another owner may hold the lock now.
-    #[error("{backend}: lock {lock} was lost: {reason}")]
+    #[error("{backend}: lock {:?} was lost: {reason}", .lock.as_str())]
     LockLost {
         /// The backend that held the lock.
         backend: &'static str,
@@ -88,14 +100,6 @@ pub enum Error {
         lock: LockName,
         /// Why the hold ended.
         reason: LossReason,
-    },
-    /// The operation needs a hold that this handle does not have.
-    #[error("{backend}: lock {lock} is not held by this handle")]
-    NotHeld {
-        /// The backend that was asked.
-        backend: &'static str,
-        /// The lock concerned.
-        lock: LockName,
     },
     /// The lock name cannot be used; the message says why and what is accepted.
     #[error("invalid lock name {name:?}: {reason}")]
@@ -113,61 +117,132 @@ pub enum Error {
         /// What is wrong and what to change.
         message: String,
     },
+    /// The backend does not offer what was asked (a kind of hold it does not declare in its
+    /// [`Capabilities`](crate::Capabilities), or an operation such as `inspect`). Retrying
+    /// will not help; another backend might.
+    #[error("{backend}: {what} is not supported by this backend{}", lock_suffix(.lock.as_ref()))]
+    Unsupported {
+        /// The backend that was asked.
+        backend: &'static str,
+        /// The lock concerned, when there was one.
+        lock: Option<LockName>,
+        /// What is not supported, as a noun phrase ("a read hold", "inspect").
+        what: String,
+    },
     /// The store could not be reached or the connection broke. Retrying may succeed.
-    #[error("{backend}: connection problem{}: {source}", lock_suffix(.lock))]
+    #[error("{backend}: connection problem{}{}{}", server_suffix(.server.as_deref()), lock_suffix(.lock.as_ref()), context_suffix(.context.as_deref()))]
     Connection {
         /// The backend whose connection failed.
         backend: &'static str,
+        /// The store's address without credentials, when the backend has one.
+        server: Option<String>,
         /// The lock being operated on, when there was one.
         lock: Option<LockName>,
+        /// What was being done, when it adds to the source.
+        context: Option<String>,
         /// The underlying failure.
         #[source]
         source: BoxError,
     },
     /// The store answered with an error that retrying will not fix.
-    #[error("{backend}: backend error{}: {source}", lock_suffix(.lock))]
+    #[error("{backend}: store error{}{}{}", server_suffix(.server.as_deref()), lock_suffix(.lock.as_ref()), context_suffix(.context.as_deref()))]
     Backend {
         /// The backend that failed.
         backend: &'static str,
+        /// The store's address without credentials, when the backend has one.
+        server: Option<String>,
         /// The lock being operated on, when there was one.
         lock: Option<LockName>,
+        /// What was being done, when it adds to the source.
+        context: Option<String>,
         /// The underlying failure.
         #[source]
         source: BoxError,
     },
 }
 
-fn lock_suffix(lock: &Option<LockName>) -> String {
-    match lock {
-        Some(lock) => format!(" on lock {lock}"),
-        None => String::new(),
+fn lock_suffix(lock: Option<&LockName>) -> String {
+    lock.map(|lock| format!(" on lock {:?}", lock.as_str())).unwrap_or_default()
+}
+
+fn server_suffix(server: Option<&str>) -> String {
+    server.map(|server| format!(" with {server}")).unwrap_or_default()
+}
+
+fn context_suffix(context: Option<&str>) -> String {
+    context.map(|context| format!(": {context}")).unwrap_or_default()
+}
+
+fn timeout_cause(source: Option<&Error>) -> &'static str {
+    match source {
+        None => "",
+        Some(error) if error.is_connect() => "; the store was unreachable",
+        Some(_) => "; the store failed",
     }
 }
 
 impl Error {
-    /// Whether the same operation may succeed if tried again (connection trouble and
-    /// timeouts); a lost lock, a bad name or bad configuration will not.
+    /// Whether a new attempt of the same operation may succeed: connection trouble and
+    /// timeouts. A lost lock, a bad name, bad configuration, an unsupported request or an
+    /// error the store answered with will not go away by trying again.
     pub fn is_retryable(&self) -> bool {
         matches!(self, Self::Connection { .. } | Self::Timeout { .. })
+    }
+
+    /// Whether the store could not be reached: a [`Connection`](Self::Connection) error, or
+    /// a [`Timeout`](Self::Timeout) whose wait ended while the store was unreachable. A
+    /// command-line tool tells "unreachable" from "busy" with it.
+    pub fn is_connect(&self) -> bool {
+        match self {
+            Self::Connection { .. } => true,
+            Self::Timeout { source: Some(source), .. } => source.is_connect(),
+            _ => false,
+        }
+    }
+
+    /// Whether this is a [`Timeout`](Self::Timeout).
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Self::Timeout { .. })
     }
 
     /// The lock this error concerns, when it concerns one.
     pub fn lock(&self) -> Option<&LockName> {
         match self {
-            Self::Timeout { lock, .. } | Self::LockLost { lock, .. } | Self::NotHeld { lock, .. } => Some(lock),
-            Self::Connection { lock, .. } | Self::Backend { lock, .. } => lock.as_ref(),
+            Self::Timeout { lock, .. } | Self::LockLost { lock, .. } => Some(lock),
+            Self::Connection { lock, .. } | Self::Backend { lock, .. } | Self::Unsupported { lock, .. } => {
+                lock.as_ref()
+            }
             Self::InvalidName { .. } | Self::InvalidConfig { .. } => None,
+        }
+    }
+
+    /// The name of the backend this error comes from (`"lockkit"` for a bad lock name,
+    /// which no backend was asked about).
+    pub fn backend_name(&self) -> &'static str {
+        match self {
+            Self::Timeout { backend, .. }
+            | Self::LockLost { backend, .. }
+            | Self::InvalidConfig { backend, .. }
+            | Self::Unsupported { backend, .. }
+            | Self::Connection { backend, .. }
+            | Self::Backend { backend, .. } => backend,
+            Self::InvalidName { .. } => "lockkit",
         }
     }
 
     /// Builds an [`Error::Connection`] from any error of a client library.
     pub fn connection(backend: &'static str, lock: Option<&LockName>, source: impl Into<BoxError>) -> Self {
-        Self::Connection { backend, lock: lock.cloned(), source: source.into() }
+        Self::Connection { backend, server: None, lock: lock.cloned(), context: None, source: source.into() }
     }
 
     /// Builds an [`Error::Backend`] from any error of a client library.
     pub fn backend(backend: &'static str, lock: Option<&LockName>, source: impl Into<BoxError>) -> Self {
-        Self::Backend { backend, lock: lock.cloned(), source: source.into() }
+        Self::Backend { backend, server: None, lock: lock.cloned(), context: None, source: source.into() }
+    }
+
+    /// Builds an [`Error::Unsupported`]: `what` is a noun phrase such as "a read hold".
+    pub fn unsupported(backend: &'static str, lock: Option<&LockName>, what: impl Into<String>) -> Self {
+        Self::Unsupported { backend, lock: lock.cloned(), what: what.into() }
     }
 
     /// Builds an [`Error::InvalidConfig`] whose message says what to change.
@@ -178,5 +253,92 @@ impl Error {
     /// Builds an [`Error::LockLost`].
     pub fn lost(backend: &'static str, lock: &LockName, reason: LossReason) -> Self {
         Self::LockLost { backend, lock: lock.clone(), reason }
+    }
+
+    /// Builds an [`Error::Timeout`] after a wait of `waited`, carrying the store's last
+    /// failure when the wait ended on one.
+    pub fn timeout(backend: &'static str, lock: &LockName, waited: Duration, last: Option<Error>) -> Self {
+        Self::Timeout { backend, lock: lock.clone(), waited, source: last.map(Box::new) }
+    }
+
+    /// Says what was being done when a [`Connection`](Self::Connection) or
+    /// [`Backend`](Self::Backend) error happened ("open lock file /run/lock/a.lock"), next to
+    /// the typed source. Other variants are returned unchanged.
+    #[must_use]
+    pub fn with_context(mut self, what: impl Into<String>) -> Self {
+        if let Self::Connection { context, .. } | Self::Backend { context, .. } = &mut self {
+            *context = Some(what.into());
+        }
+        self
+    }
+
+    /// Names the store's address (already redacted) in a [`Connection`](Self::Connection) or
+    /// [`Backend`](Self::Backend) error that does not name one yet, and in the source of a
+    /// [`Timeout`](Self::Timeout). Other variants are returned unchanged.
+    #[must_use]
+    pub fn with_server(mut self, address: Option<&str>) -> Self {
+        let Some(address) = address else { return self };
+        match &mut self {
+            Self::Connection { server, .. } | Self::Backend { server, .. } if server.is_none() => {
+                *server = Some(address.to_owned());
+            }
+            Self::Timeout { source, .. } => {
+                *source = source.take().map(|inner| Box::new(inner.with_server(Some(address))));
+            }
+            _ => {}
+        }
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::error::Error as _;
+
+    use super::*;
+
+    fn chain(error: &dyn std::error::Error) -> Vec<String> {
+        let mut out = vec![error.to_string()];
+        let mut next = error.source();
+        while let Some(source) = next {
+            out.push(source.to_string());
+            next = source.source();
+        }
+        out
+    }
+
+    #[test]
+    fn messages_do_not_repeat_their_source() {
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let lock = LockName::new("orders/42").unwrap();
+        let error = Error::connection("redis", Some(&lock), refused).with_server(Some("redis://127.0.0.1:6379"));
+        let lines = chain(&error);
+        assert_eq!(lines[0], "redis: connection problem with redis://127.0.0.1:6379 on lock \"orders/42\"");
+        assert_eq!(lines.len(), 2);
+        assert!(!lines[0].contains(&lines[1]), "{lines:?}");
+        assert!(error.source().unwrap().downcast_ref::<std::io::Error>().is_some(), "the source stays typed");
+    }
+
+    #[test]
+    fn a_timeout_keeps_the_stores_last_failure() {
+        let lock = LockName::new("a").unwrap();
+        let refused = Error::connection("redis", Some(&lock), std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        let timeout = Error::timeout("redis", &lock, Duration::from_millis(300), Some(refused))
+            .with_server(Some("redis://h:1"));
+        assert!(timeout.is_timeout() && timeout.is_connect() && timeout.is_retryable());
+        assert!(timeout.to_string().ends_with("the store was unreachable"), "{timeout}");
+        assert_eq!(chain(&timeout).len(), 3, "{:?}", chain(&timeout));
+        assert!(chain(&timeout)[1].contains("redis://h:1"));
+        let plain = Error::timeout("redis", &lock, Duration::from_millis(300), None);
+        assert!(!plain.is_connect() && plain.source().is_none());
+    }
+
+    #[test]
+    fn context_sits_between_the_message_and_the_source() {
+        let error = Error::backend("file", None, std::io::Error::from(std::io::ErrorKind::PermissionDenied))
+            .with_context("open lock file /run/x.lock");
+        assert_eq!(error.to_string(), "file: store error: open lock file /run/x.lock");
+        assert!(!error.is_retryable() && !error.is_connect());
     }
 }

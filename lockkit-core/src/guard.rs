@@ -1,52 +1,120 @@
-//! [`LockGuard`]: proof of a hold, with its fencing token, its deadline and its loss signal.
+//! [`LockGuard`]: proof of a hold, with its fencing token, its deadline and its loss signal;
+//! and the hold that reentrant guards share.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
-use crate::handle::HandleInner;
-use crate::{FencingToken, HoldSignal, HoldWatcher, LockName, LossReason, Result};
+use tokio::runtime::Handle;
 
-/// Proof that a handle holds a lock.
-///
-/// The lock stays held until the last guard of the hold is released or dropped, or until the
-/// hold is lost. Watch [`lost`](Self::lost) (or a [`watcher`](Self::watcher)) and stop the
-/// protected work when it fires: from that moment another owner may hold the lock. Send
-/// [`token`](Self::token) with every write to a resource that checks fencing tokens.
-///
-/// # Dropping
-///
-/// Dropping a guard frees the lock **promptly but not immediately**: the release is sent to
-/// the store from a background task on the runtime that granted it, like sqlx's advisory
-/// lock guard. The handle's next acquisition waits for that release. If no runtime is left,
-/// nothing panics and the store frees the lock when its lease or session ends. Call
-/// [`release`](Self::release) to free it at once and learn the outcome.
-#[must_use = "dropping the guard releases the lock"]
-pub struct LockGuard {
+use crate::backend::HeldLock;
+use crate::handle::HandleInner;
+use crate::release::Release;
+use crate::{Error, FencingToken, HoldKind, HoldSignal, HoldWatcher, LockName, LossReason, Result};
+
+/// One hold, shared by every guard of it (the first and those from
+/// [`LockGuard::reenter`]); the last guard to go frees it in the store.
+pub(crate) struct Hold {
     handle: Arc<HandleInner>,
     token: FencingToken,
     signal: HoldSignal,
+    state: Mutex<Guards>,
+}
+
+struct Guards {
+    /// Live guards of this hold.
+    count: usize,
+    /// The backend's means to free the hold; taken by the last guard.
+    held: Option<Box<dyn HeldLock>>,
+    /// The runtime that granted the hold, where a guard dropped outside every runtime sends
+    /// its release.
+    granted_on: Option<Handle>,
+}
+
+impl Hold {
+    /// A hold with its first guard.
+    pub(crate) fn first_guard(
+        handle: Arc<HandleInner>,
+        token: FencingToken,
+        signal: HoldSignal,
+        held: Box<dyn HeldLock>,
+    ) -> LockGuard {
+        let granted_on = Handle::try_current().ok();
+        let state = Mutex::new(Guards { count: 1, held: Some(held), granted_on });
+        LockGuard { hold: Arc::new(Self { handle, token, signal, state }), finished: false }
+    }
+
+    fn guards(&self) -> MutexGuard<'_, Guards> {
+        // Nothing panics while holding this lock; recover the data if something ever did.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn lost_error(&self, reason: LossReason) -> Error {
+        Error::lost(self.handle.backend_name(), self.handle.name(), reason)
+    }
+
+    /// Forgets one guard; for the last one, ends the signal and returns the release to run.
+    fn detach(&self) -> Option<(Release, Option<LossReason>)> {
+        let (held, granted_on) = {
+            let mut guards = self.guards();
+            guards.count = guards.count.saturating_sub(1);
+            if guards.count > 0 {
+                return None;
+            }
+            (guards.held.take()?, guards.granted_on.take())
+        };
+        let lost_before = self.signal.release();
+        Some((self.handle.start_release(held, granted_on), lost_before))
+    }
+}
+
+/// Proof of a hold: of a lock, a read or write side of a read-write lock, or a permit.
+///
+/// The hold lasts until the last guard of it is released or dropped, or until it is lost.
+/// Watch [`lost`](Self::lost) (or a [`watcher`](Self::watcher)) and stop the protected work
+/// when it fires: from that moment another owner may hold the lock. Send
+/// [`token`](Self::token) with every write to a resource that checks fencing tokens.
+///
+/// # Reentrancy
+///
+/// A guard is the proof of ownership: [`reenter`](Self::reenter) gives another guard of the
+/// same hold at once, with the same token, for code that needs the lock again while it holds
+/// it (a recursive call, a callback). Acquiring through the handle again is a *new* owner
+/// and waits like any other.
+///
+/// # Dropping
+///
+/// Dropping a guard frees the lock **promptly but not immediately**: the release is polled
+/// once where the guard is dropped and finishes as a task, on the current runtime, else on
+/// the runtime that granted the hold, else (when that runtime has shut down) on lockkit's
+/// own release thread. Dropping never panics and never blocks. The handle's next acquisition
+/// waits for the releases of its guards that began before it. Call
+/// [`release`](Self::release) to free the lock at once and learn the outcome.
+#[must_use = "dropping the guard releases the lock"]
+pub struct LockGuard {
+    hold: Arc<Hold>,
     finished: bool,
 }
 
 impl LockGuard {
-    pub(crate) fn new(handle: Arc<HandleInner>, token: FencingToken, signal: HoldSignal) -> Self {
-        Self { handle, token, signal, finished: false }
-    }
-
     /// The fencing token of the hold; reentrant guards share it.
     pub fn token(&self) -> FencingToken {
-        self.token
+        self.hold.token
     }
 
     /// The lock's name.
     pub fn name(&self) -> &LockName {
-        self.signal.lock()
+        self.hold.handle.name()
+    }
+
+    /// The kind of the hold: [`HoldKind::Exclusive`] for a mutex.
+    pub fn kind(&self) -> &HoldKind {
+        self.hold.handle.kind()
     }
 
     /// Whether the hold is still guaranteed: not lost, and its local deadline not passed.
     pub fn is_held(&self) -> bool {
-        self.signal.is_held()
+        self.hold.signal.is_held()
     }
 
     /// The local deadline until which the hold is guaranteed, or `None` when the hold has
@@ -56,50 +124,69 @@ impl LockGuard {
     /// plus the lease, minus the drift margin: the store cannot grant the lock to anyone else
     /// before it.
     pub fn valid_until(&self) -> Option<Instant> {
-        self.signal.valid_until()
+        self.hold.signal.valid_until()
     }
 
     /// Resolves when the hold is lost, with the reason. Resolves at once when it already was.
     ///
-    /// # Cancel Safety
+    /// # Cancel safety
     ///
     /// Cancel safe: dropping the future changes nothing.
+    ///
+    /// # Panics
+    ///
+    /// When polled outside a Tokio runtime with the time driver enabled, as every Tokio timer.
     pub async fn lost(&self) -> LossReason {
         self.watcher().lost().await
     }
 
     /// A cloneable, `'static` view of the hold, for a task that must stop when it ends.
     pub fn watcher(&self) -> HoldWatcher {
-        self.signal.watcher()
+        self.hold.signal.watcher()
+    }
+
+    /// Another guard of the same hold, at once and without a round trip, with the same
+    /// token. The hold ends with its last guard.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LockLost`] when the hold was lost: a reentry never revives a lost hold.
+    pub fn reenter(&self) -> Result<LockGuard> {
+        let mut guards = self.hold.guards();
+        if let Some(reason) = self.hold.signal.loss() {
+            return Err(self.hold.lost_error(reason));
+        }
+        guards.count += 1;
+        tracing::debug!(token = self.hold.token.get(), depth = guards.count, "reentered");
+        Ok(LockGuard { hold: Arc::clone(&self.hold), finished: false })
     }
 
     /// Releases this guard; the lock is freed when it is the last guard of the hold.
     ///
     /// # Errors
     ///
-    /// [`Error::LockLost`](crate::Error::LockLost) when the hold had been lost (the new
-    /// holder, if any, is left untouched); a connection error when the store could not be
-    /// told, in which case the lease or session expiry frees the lock.
+    /// [`Error::LockLost`] when the hold had been lost (the new holder, if any, is left
+    /// untouched); a connection error when the store could not be told, in which case the
+    /// lease or session expiry frees the lock.
     ///
-    /// # Cancel Safety
+    /// # Cancel safety
     ///
     /// Cancel safe: the release runs inline while this future is polled, and completes in a
     /// task of its own if the future is dropped before it finished.
     pub async fn release(mut self) -> Result<()> {
         self.finished = true;
-        let Some((held, runtime)) = self.handle.detach_guard() else {
+        let Some((release, lost_before)) = self.hold.detach() else {
             // Other guards keep the hold; only report a loss.
-            return match self.signal.loss() {
-                Some(reason) => Err(self.handle.lost_error(reason)),
+            return match self.hold.signal.loss() {
+                Some(reason) => Err(self.hold.lost_error(reason)),
                 None => Ok(()),
             };
         };
-        let lost_before = self.signal.release();
-        let outcome = self.handle.start_release(held, runtime).await;
+        let outcome = release.await;
         if let Some(reason) = lost_before {
-            return Err(self.handle.lost_error(reason));
+            return Err(self.hold.lost_error(reason));
         }
-        outcome
+        outcome.map_err(|error| self.hold.handle.describe(error))
     }
 }
 
@@ -108,9 +195,8 @@ impl Drop for LockGuard {
         if self.finished {
             return;
         }
-        if let Some((held, runtime)) = self.handle.detach_guard() {
-            self.signal.release();
-            drop(self.handle.start_release(held, runtime));
+        if let Some((release, _)) = self.hold.detach() {
+            release.finish_in_background();
         }
     }
 }
@@ -118,9 +204,10 @@ impl Drop for LockGuard {
 impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockGuard")
-            .field("lock", self.signal.lock())
-            .field("backend", &self.signal.backend())
-            .field("token", &self.token)
+            .field("lock", self.name())
+            .field("kind", self.kind())
+            .field("backend", &self.hold.handle.backend_name())
+            .field("token", &self.token())
             .field("held", &self.is_held())
             .finish()
     }

@@ -1,26 +1,43 @@
-//! [`LockHandle`]: the one implementation of [`DistributedLock`], on top of any
-//! [`LockBackend`]. Reentrancy, deadlines, cancellation and the release of dropped guards
+//! [`LockHandle`]: the one acquisition path, on top of any [`LockBackend`], for every kind of
+//! hold. Deadlines, cancellation, kind checks and the wait for the handle's own releases
 //! live here and nowhere else.
 
 use std::fmt;
 use std::future::Future;
-use std::pin::{Pin, pin};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::task::{Context, Poll, Waker};
-use std::time::Instant;
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
-use tokio::sync::watch;
 use tracing::Instrument;
 
-use crate::backend::{AcquireRequest, Grant, HeldLock, LockBackend};
-use crate::{AcquireOptions, Deadline, DistributedLock, Error, FencingToken, HoldSignal, LockGuard, LockName, Result};
+use crate::backend::{AcquireRequest, Deadline, Grant, HeldLock, LockBackend};
+use crate::guard::Hold;
+use crate::release::{Release, Releases};
+use crate::{AcquireOptions, Error, HoldKind, LockGuard, LockName, Result, Wait};
 
-/// A handle on one named lock, on any backend: one owner, reentrant.
+/// A handle on one named lock: a cheap, cloneable factory of acquisitions.
 ///
-/// Obtained from [`LockProvider::lock`](crate::LockProvider::lock) (boxed) or
-/// [`LockHandle::new`]. Clones share one owner: a guard taken through one clone is reentered
-/// through another.
+/// Obtained from [`LockProvider::lock`](crate::LockProvider::lock). **Every acquisition is
+/// its own owner**: tasks that share a handle (or clones of it) exclude each other exactly
+/// as processes do, each with its own fencing token, so `Arc<LockHandle>` or a clone per
+/// task is the natural way to share one. Reentry goes through the guard
+/// ([`LockGuard::reenter`]).
+///
+/// # Behavior
+///
+/// Every bullet is a conformance case of `lockkit-testkit`, run against every backend.
+///
+/// - At most one owner holds a name at a time; different names are independent.
+/// - [`try_acquire`](Self::try_acquire) returns `Ok(None)` at once when another owner holds
+///   the lock, and leaves no trace.
+/// - [`acquire_timeout`](Self::acquire_timeout) returns [`Error::Timeout`] close to the
+///   timeout and leaves no trace.
+/// - A waiting acquisition is woken by the release, driven by notifications of the store.
+/// - Dropping an acquisition future at any point leaves no trace; a grant made meanwhile is
+///   freed promptly.
+/// - Each acquisition carries a fencing token strictly greater than every earlier one.
+/// - A kind of hold the backend does not declare is refused with [`Error::Unsupported`].
 #[derive(Clone)]
 pub struct LockHandle {
     inner: Arc<HandleInner>,
@@ -30,75 +47,174 @@ pub(crate) struct HandleInner {
     backend: Arc<dyn LockBackend>,
     backend_name: &'static str,
     lock: LockName,
-    state: Mutex<HandleState>,
-    /// Serialises fresh acquisitions of this handle, so that one owner never asks the store
-    /// for a lock twice at once.
-    acquiring: tokio::sync::Mutex<()>,
+    kind: HoldKind,
+    /// Releases of this handle's guards still in flight.
+    releases: Arc<Releases>,
 }
 
-#[derive(Default)]
-struct HandleState {
-    active: Option<ActiveHold>,
-    /// Completes when the last release of this handle has reached the store.
-    releasing: Option<watch::Receiver<bool>>,
-}
+impl HandleInner {
+    pub(crate) fn name(&self) -> &LockName {
+        &self.lock
+    }
 
-struct ActiveHold {
-    token: FencingToken,
-    signal: HoldSignal,
-    held: Box<dyn HeldLock>,
-    guards: usize,
-    /// The runtime the hold was granted on, where a dropped guard's release is spawned.
-    runtime: Option<tokio::runtime::Handle>,
+    pub(crate) fn kind(&self) -> &HoldKind {
+        &self.kind
+    }
+
+    pub(crate) fn backend_name(&self) -> &'static str {
+        self.backend_name
+    }
+
+    /// Names the store in a connection or store error of this backend.
+    pub(crate) fn describe(&self, error: Error) -> Error {
+        error.with_server(self.backend.address().as_deref())
+    }
+
+    /// Starts freeing a hold of this handle: the returned [`Release`] runs it inline when
+    /// awaited and finishes it in the background when dropped unfinished. The handle's next
+    /// acquisition waits for it.
+    pub(crate) fn start_release(&self, held: Box<dyn HeldLock>, granted_on: Option<tokio::runtime::Handle>) -> Release {
+        let span = tracing::info_span!("lockkit.release", backend = self.backend_name, lock = %self.lock);
+        Release::new(held, granted_on, self.releases.begin(), span)
+    }
 }
 
 impl LockHandle {
-    /// A handle for `lock` on `backend`.
-    pub fn new(backend: Arc<dyn LockBackend>, lock: LockName) -> Self {
+    /// A handle for holds of `kind` on `lock`, once the caller checked the backend grants it.
+    pub(crate) fn new(backend: Arc<dyn LockBackend>, lock: LockName, kind: HoldKind) -> Self {
         let backend_name = backend.name();
-        Self {
-            inner: Arc::new(HandleInner {
-                backend,
-                backend_name,
-                lock,
-                state: Mutex::default(),
-                acquiring: tokio::sync::Mutex::new(()),
-            }),
+        Self { inner: Arc::new(HandleInner { backend, backend_name, lock, kind, releases: Arc::default() }) }
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &LockName {
+        &self.inner.lock
+    }
+
+    /// The kind of hold this handle acquires.
+    pub fn kind(&self) -> &HoldKind {
+        &self.inner.kind
+    }
+
+    /// The backend's short name, as used in errors.
+    pub fn backend_name(&self) -> &'static str {
+        self.inner.backend_name
+    }
+
+    /// Waits as long as it takes for the lock.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unsupported`] for a kind the backend does not grant; connection and store
+    /// errors that the backend does not retry past (a backend retries transient ones while
+    /// it may wait).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future leaves nothing queued or held in the store; a hold
+    /// granted while it was being dropped is freed in the background.
+    pub async fn acquire(&self) -> Result<LockGuard> {
+        match self.acquire_with(AcquireOptions::default()).await? {
+            Some(guard) => Ok(guard),
+            None => Err(Error::backend(
+                self.backend_name(),
+                Some(self.name()),
+                "the backend gave up an acquisition that was allowed to wait forever",
+            )),
         }
     }
 
-    async fn acquire_inner(&self, deadline: Deadline) -> Result<Option<LockGuard>> {
-        if let Some(guard) = self.inner.reenter()? {
-            return Ok(Some(guard));
+    /// Waits at most `timeout` for the lock. A zero timeout asks once and does not wait.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`] when it was not granted in time; nothing is left queued. When the
+    /// store could not be reached at the end of the wait, the timeout carries that failure
+    /// as its source and [`Error::is_connect`] is true. Otherwise as for
+    /// [`acquire`](Self::acquire).
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`acquire`](Self::acquire).
+    ///
+    /// # Panics
+    ///
+    /// When called outside a Tokio runtime with the time driver enabled, as every Tokio timer.
+    pub async fn acquire_timeout(&self, timeout: Duration) -> Result<LockGuard> {
+        match self.acquire_with(AcquireOptions::default().with_timeout(timeout)).await? {
+            Some(guard) => Ok(guard),
+            None => Err(Error::timeout(self.backend_name(), self.name(), timeout, None)),
         }
-        let Some(_serial) = within(deadline, self.inner.acquiring.lock()).await else {
-            return Ok(None);
-        };
-        // Another task of this owner may have acquired while we queued behind it.
-        if let Some(guard) = self.inner.reenter()? {
-            return Ok(Some(guard));
+    }
+
+    /// Takes the lock if no other owner holds it (or is queued for it); never waits on
+    /// another owner.
+    ///
+    /// # Errors
+    ///
+    /// As for [`acquire`](Self::acquire), with no retry of transient errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`acquire`](Self::acquire).
+    pub async fn try_acquire(&self) -> Result<Option<LockGuard>> {
+        self.acquire_with(AcquireOptions::no_wait()).await
+    }
+
+    /// Acquires with explicit options; the other methods are shorthands for it. `Ok(None)`
+    /// when other owners held the lock for the whole allowed wait.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Timeout`] when the allowed wait ended while the store could not be reached
+    /// (the failure is its source); otherwise as for [`acquire`](Self::acquire).
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`acquire`](Self::acquire).
+    pub async fn acquire_with(&self, options: AcquireOptions) -> Result<Option<LockGuard>> {
+        let span = tracing::info_span!(
+            "lockkit.acquire",
+            backend = self.inner.backend_name,
+            lock = %self.inner.lock,
+            kind = ?self.inner.kind,
+            wait = ?options.wait,
+        );
+        self.acquire_inner(options.wait).instrument(span).await.map_err(|error| self.inner.describe(error))
+    }
+
+    async fn acquire_inner(&self, wait: Wait) -> Result<Option<LockGuard>> {
+        let inner = &self.inner;
+        let deadline = Deadline::from_wait(wait, Instant::now());
+        if !inner.kind.is_supported_by(&inner.backend.capabilities()) {
+            return Err(Error::unsupported(inner.backend_name, Some(&inner.lock), inner.kind.describe()));
+        }
+        let mark = inner.releases.mark();
+        if !inner.releases.settled(mark) {
+            // A release of this handle's guards is still on its way to the store; asking now
+            // could find that hold in the way. Even `try_acquire` waits for it: it is a hold
+            // this handle already gave up, not another owner's.
+            let own = if deadline == Deadline::Now { Deadline::Never } else { deadline };
+            if within(own, inner.releases.wait_settled(mark)).await.is_none() {
+                return Ok(None);
+            }
         }
         loop {
-            let releasing = self.inner.state().releasing.clone();
-            if let Some(mut releasing) = releasing {
-                // Our own previous hold is still being freed; asking the store now would find
-                // it held by ourselves. A closed channel means the release task is gone: go on.
-                // Even `try_acquire` waits for this: it is our own hold, not another owner's.
-                let own = if deadline == Deadline::Now { Deadline::Never } else { deadline };
-                if within(own, releasing.wait_for(|done| *done)).await.is_none() {
-                    return Ok(None);
-                }
-            }
-            let request = AcquireRequest::new(self.inner.lock.clone(), deadline);
+            let request = AcquireRequest::new(inner.lock.clone(), inner.kind.clone(), deadline);
             // The backend sees the deadline too; dropping its future at the deadline is the
             // backstop, and its cancel safety leaves no trace.
             let granted = match deadline {
-                Deadline::At(_) => within(deadline, self.inner.backend.acquire(request)).await.unwrap_or(Ok(None))?,
-                Deadline::Now | Deadline::Never => self.inner.backend.acquire(request).await?,
+                Deadline::At(_) => within(deadline, inner.backend.acquire(request.clone())).await.unwrap_or(Ok(None))?,
+                Deadline::Now | Deadline::Never => inner.backend.acquire(request.clone()).await?,
             };
             let Some(grant) = granted else {
                 tracing::debug!("not granted");
-                return Ok(None);
+                return match (request.take_failure(), wait) {
+                    (Some(failure), Wait::Timeout(waited)) => {
+                        Err(Error::timeout(inner.backend_name, &inner.lock, waited, Some(failure)))
+                    }
+                    _ => Ok(None),
+                };
             };
             if !grant.signal.is_held() {
                 // The grant's local deadline passed before it reached us (this process stalled
@@ -106,7 +222,7 @@ impl LockHandle {
                 // promise anything with it. Free it, and ask again while the deadline allows.
                 tracing::warn!(token = grant.token.get(), "a grant arrived already expired; asking again");
                 grant.signal.release();
-                drop(self.inner.start_release(grant.held, None));
+                inner.start_release(grant.held, None).finish_in_background();
                 if deadline == Deadline::Now || deadline.has_passed(Instant::now()) {
                     return Ok(None);
                 }
@@ -114,7 +230,8 @@ impl LockHandle {
             }
             // From here to the guard there is no await: a grant cannot be lost to cancellation.
             tracing::debug!(token = grant.token.get(), "granted");
-            return Ok(Some(self.inner.install(grant)));
+            let Grant { token, signal, held } = grant;
+            return Ok(Some(Hold::first_guard(Arc::clone(inner), token, signal, held)));
         }
     }
 }
@@ -136,169 +253,13 @@ async fn within<F: Future>(deadline: Deadline, future: F) -> Option<F::Output> {
     }
 }
 
-impl HandleInner {
-    fn state(&self) -> MutexGuard<'_, HandleState> {
-        // No code panics while holding this lock; recover the data if a panic ever did.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    pub(crate) fn lost_error(&self, reason: crate::LossReason) -> Error {
-        Error::lost(self.backend_name, &self.lock, reason)
-    }
-
-    /// A new guard on the hold this handle already has, if it has one.
-    fn reenter(self: &Arc<Self>) -> Result<Option<LockGuard>> {
-        let mut state = self.state();
-        let Some(active) = state.active.as_mut() else {
-            return Ok(None);
-        };
-        if let Some(reason) = active.signal.loss() {
-            return Err(self.lost_error(reason));
-        }
-        active.guards += 1;
-        tracing::debug!(token = active.token.get(), depth = active.guards, "reentered");
-        Ok(Some(LockGuard::new(Arc::clone(self), active.token, active.signal.clone())))
-    }
-
-    fn install(self: &Arc<Self>, grant: Grant) -> LockGuard {
-        let Grant { token, signal, held } = grant;
-        let guard = LockGuard::new(Arc::clone(self), token, signal.clone());
-        let previous = self.state().active.replace(ActiveHold {
-            token,
-            signal,
-            held,
-            guards: 1,
-            runtime: tokio::runtime::Handle::try_current().ok(),
-        });
-        debug_assert!(previous.is_none(), "a handle acquired a lock it already held");
-        guard
-    }
-
-    /// Called once per guard: forgets it, and when it was the last one hands back the hold
-    /// to free.
-    pub(crate) fn detach_guard(&self) -> Option<(Box<dyn HeldLock>, Option<tokio::runtime::Handle>)> {
-        let mut state = self.state();
-        let active = state.active.as_mut()?;
-        active.guards = active.guards.saturating_sub(1);
-        if active.guards > 0 {
-            return None;
-        }
-        let active = state.active.take()?;
-        Some((active.held, active.runtime))
-    }
-
-    /// Frees a hold on the store. The returned [`Release`] runs the release inline when
-    /// awaited (no task hop on the common path) and finishes it in the background when
-    /// dropped unfinished, so that neither cancellation of the caller nor the end of the
-    /// guard's scope can leave it half done. The handle's next acquisition waits for it.
-    pub(crate) fn start_release(&self, held: Box<dyn HeldLock>, runtime: Option<tokio::runtime::Handle>) -> Release {
-        let (done_tx, done_rx) = watch::channel(false);
-        self.state().releasing = Some(done_rx);
-        let span = tracing::info_span!("lockkit.release", backend = self.backend_name, lock = %self.lock);
-        let task = async move {
-            let outcome = held.release().await;
-            if let Err(error) = &outcome {
-                tracing::debug!(%error, "release did not complete cleanly");
-            }
-            let _ = done_tx.send(true);
-            outcome
-        }
-        .instrument(span);
-        Release { task: Some(Box::pin(task)), runtime }
-    }
-}
-
-/// A release in progress: a future that completes it, and that completes it in the
-/// background when dropped before it finished.
-pub(crate) struct Release {
-    task: Option<Pin<Box<dyn Future<Output = Result<()>> + Send>>>,
-    /// The runtime the hold was granted on, used when the drop happens outside any runtime.
-    runtime: Option<tokio::runtime::Handle>,
-}
-
-impl Future for Release {
-    type Output = Result<()>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let Some(task) = self.task.as_mut() else {
-            return Poll::Ready(Ok(()));
-        };
-        let outcome = std::task::ready!(task.as_mut().poll(cx));
-        self.task = None;
-        Poll::Ready(outcome)
-    }
-}
-
-impl Drop for Release {
-    fn drop(&mut self) {
-        let Some(mut task) = self.task.take() else {
-            return;
-        };
-        // One poll here sends the release at once (an in-process backend completes in it);
-        // whatever remains runs as a task. Spawning onto a runtime that has shut down drops
-        // the task without panicking; the store's lease or session expiry then frees the hold.
-        let current = tokio::runtime::Handle::try_current().ok();
-        let mut first_poll = || task.as_mut().poll(&mut Context::from_waker(Waker::noop()));
-        let first = if current.is_some() {
-            first_poll()
-        } else {
-            // Outside any runtime a network backend may panic on its first poll (no timer,
-            // no reactor). A guard's drop must never panic, so such a panic is contained
-            // here and the hold is left to the store's lease or session expiry.
-            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(first_poll)) {
-                Ok(poll) => poll,
-                Err(_) => {
-                    tracing::warn!(
-                        "a release could not start outside a runtime; the store will free the hold when its lease ends"
-                    );
-                    return;
-                }
-            }
-        };
-        if first.is_pending() {
-            match current.or_else(|| self.runtime.take()) {
-                Some(runtime) => drop(runtime.spawn(async move { drop(task.await) })),
-                None => tracing::warn!(
-                    "a guard was dropped outside any runtime; the store will free the hold when its lease ends"
-                ),
-            }
-        }
-    }
-}
-
 impl fmt::Debug for LockHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockHandle")
             .field("backend", &self.inner.backend_name)
             .field("lock", &self.inner.lock)
-            .field("held", &self.is_held())
+            .field("kind", &self.inner.kind)
             .finish()
-    }
-}
-
-#[async_trait]
-impl DistributedLock for LockHandle {
-    fn name(&self) -> &LockName {
-        &self.inner.lock
-    }
-
-    fn backend_name(&self) -> &'static str {
-        self.inner.backend_name
-    }
-
-    fn is_held(&self) -> bool {
-        self.inner.state().active.as_ref().is_some_and(|active| active.signal.is_held())
-    }
-
-    async fn acquire_with(&self, options: AcquireOptions) -> Result<Option<LockGuard>> {
-        let deadline = Deadline::from_wait(options.wait, Instant::now());
-        let span = tracing::info_span!(
-            "lockkit.acquire",
-            backend = self.inner.backend_name,
-            lock = %self.inner.lock,
-            wait = ?options.wait,
-        );
-        self.acquire_inner(deadline).instrument(span).await
     }
 }
 
@@ -306,16 +267,20 @@ impl DistributedLock for LockHandle {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::time::Duration;
+
+    use async_trait::async_trait;
 
     use super::*;
-    use crate::{Capabilities, LockProvider};
+    use crate::backend::LockInfo;
+    use crate::{Capabilities, FencingToken, HoldSignal, LockProvider};
 
     /// Grants with a lease that has already run out for its first `expired` grants (as if the
-    /// process stalled between the store's grant and its return), then live ones.
+    /// process stalled between the store's grant and its return), then live ones; fails with
+    /// a connection error while `unreachable` is set.
     #[derive(Debug, Default)]
     struct StallingBackend {
         expired: usize,
+        unreachable: bool,
         granted: AtomicUsize,
         released: Arc<AtomicUsize>,
     }
@@ -340,28 +305,38 @@ mod tests {
             Capabilities::NONE
         }
 
+        fn address(&self) -> Option<String> {
+            Some("stall://here".to_owned())
+        }
+
         async fn acquire(&self, request: AcquireRequest) -> Result<Option<Grant>> {
+            if self.unreachable {
+                loop {
+                    let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+                    request.note_failure(Error::connection("stalling", Some(&request.lock), refused));
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
             let n = self.granted.fetch_add(1, Ordering::SeqCst);
             let valid_until = if n < self.expired { Instant::now() } else { Instant::now() + Duration::from_secs(60) };
             let signal = HoldSignal::new("stalling", request.lock, Some(valid_until));
             let token = FencingToken::new(u64::try_from(n).unwrap() + 1);
             Ok(Some(Grant::new(token, signal, Box::new(Held(Arc::clone(&self.released))))))
         }
+
+        async fn inspect(&self, _lock: &LockName) -> Result<LockInfo> {
+            Ok(LockInfo::default())
+        }
     }
 
-    #[derive(Debug)]
-    struct Provider(Arc<StallingBackend>);
-
-    impl LockProvider for Provider {
-        fn backend(&self) -> Arc<dyn LockBackend> {
-            self.0.clone()
-        }
+    fn provider(backend: StallingBackend) -> (LockProvider, Arc<StallingBackend>) {
+        let backend = Arc::new(backend);
+        (LockProvider::new(backend.clone()), backend)
     }
 
     #[tokio::test]
     async fn a_grant_that_arrives_expired_is_freed_and_asked_again() {
-        let backend = Arc::new(StallingBackend { expired: 2, ..StallingBackend::default() });
-        let provider = Provider(Arc::clone(&backend));
+        let (provider, backend) = provider(StallingBackend { expired: 2, ..StallingBackend::default() });
         let guard = provider.lock("x").unwrap().acquire().await.unwrap();
         assert!(guard.is_held(), "the guard handed out is live");
         assert_eq!(guard.token(), FencingToken::new(3), "the two expired grants were not handed out");
@@ -371,11 +346,42 @@ mod tests {
 
     #[tokio::test]
     async fn try_acquire_with_an_expired_grant_returns_none() {
-        let backend = Arc::new(StallingBackend { expired: 1, ..StallingBackend::default() });
-        let provider = Provider(Arc::clone(&backend));
+        let (provider, backend) = provider(StallingBackend { expired: 1, ..StallingBackend::default() });
         let lock = provider.lock("x").unwrap();
         assert!(lock.try_acquire().await.unwrap().is_none());
         assert_eq!(backend.released.load(Ordering::SeqCst), 1);
         assert!(lock.try_acquire().await.unwrap().is_some_and(|guard| guard.is_held()));
+    }
+
+    #[tokio::test]
+    async fn a_timeout_against_an_unreachable_store_says_so() {
+        let (provider, _) = provider(StallingBackend { unreachable: true, ..StallingBackend::default() });
+        let error = provider.lock("x").unwrap().acquire_timeout(Duration::from_millis(50)).await.unwrap_err();
+        assert!(error.is_timeout() && error.is_connect(), "{error}");
+        assert!(error.to_string().contains("unreachable"), "{error}");
+        let source = std::error::Error::source(&error).unwrap().to_string();
+        assert!(source.contains("stall://here"), "the source names the store: {source}");
+    }
+
+    #[tokio::test]
+    async fn an_undeclared_kind_is_unsupported() {
+        let (provider, backend) = provider(StallingBackend::default());
+        let refused = provider.handle("x", HoldKind::Read).unwrap_err();
+        assert!(matches!(refused, Error::Unsupported { .. }), "{refused}");
+        assert!(refused.to_string().contains("a read hold"), "{refused}");
+        assert_eq!(backend.granted.load(Ordering::SeqCst), 0, "the backend was never asked");
+    }
+
+    #[tokio::test]
+    async fn reentered_guards_share_the_hold_and_the_last_one_frees_it() {
+        let (provider, backend) = provider(StallingBackend::default());
+        let outer = provider.lock("x").unwrap().acquire().await.unwrap();
+        let inner = outer.reenter().unwrap();
+        assert_eq!(inner.token(), outer.token());
+        outer.release().await.unwrap();
+        assert!(inner.is_held());
+        assert_eq!(backend.released.load(Ordering::SeqCst), 0, "a guard of the hold remains");
+        drop(inner);
+        assert_eq!(backend.released.load(Ordering::SeqCst), 1, "an in-process release completes inline");
     }
 }

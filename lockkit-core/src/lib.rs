@@ -1,64 +1,102 @@
-//! The lockkit contract: one [`DistributedLock`] trait for every backend, the
-//! [`LockGuard`] it hands out, one [`Error`] type, and [`memory`], the in-process backend.
+//! The lockkit contract: one [`LockProvider`] and [`LockHandle`] for every backend, the
+//! [`LockGuard`] they hand out, one [`Error`] type, and [`memory`], the in-process backend.
 //!
 //! # The model
 //!
 //! A [`LockProvider`] is a connected client of one backend. It hands out lock handles by
-//! name; a handle is one owner. Acquiring returns a [`LockGuard`] that carries
+//! name; a handle is a cheap factory of acquisitions, and **every acquisition is its own
+//! owner**, so tasks that share a handle exclude each other. Acquiring returns a
+//! [`LockGuard`] that carries
 //!
 //! - a [`FencingToken`], strictly greater for every fresh acquisition of the name, to send
 //!   with each write so the resource can refuse a former holder's late writes;
 //! - [`LockGuard::lost`], which resolves when the hold can no longer be guaranteed, and
 //!   [`LockGuard::is_held`] / [`LockGuard::valid_until`], the local deadline computed from the
-//!   send time of the last confirmed renewal, so a holder learns of a loss no later than
-//!   another owner could acquire the lock.
+//!   send time of the last confirmed renewal;
+//! - [`LockGuard::reenter`], another guard of the same hold for code that needs the lock
+//!   again while holding it.
 //!
-//! Reentrancy, deadlines, cancellation, the loss signal and name validation are written
-//! once, in [`LockHandle`]. A backend implements [`backend::LockBackend`]: its store's
-//! protocol and nothing more. The conformance kit in `lockkit-testkit` checks that a backend
-//! keeps the contract.
+//! Deadlines, cancellation, reentrancy, the loss signal, name validation and the release of
+//! dropped guards are written once, here. A backend implements [`backend::LockBackend`]: its
+//! store's protocol and nothing more. The conformance kit in `lockkit-testkit` checks that a
+//! backend keeps the contract.
 //!
 //! ```
 //! use std::time::Duration;
 //! use lockkit_core::memory::MemoryLockProvider;
-//! use lockkit_core::{DistributedLock, LockProvider};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> lockkit_core::Result<()> {
 //! let provider = MemoryLockProvider::new();
-//! let first = provider.lock("reports/daily")?;
-//! let second = provider.lock("reports/daily")?; // another owner
+//! let lock = provider.lock("reports/daily")?;
 //!
-//! let guard = first.acquire().await?;
-//! assert!(second.try_acquire().await?.is_none());
+//! let guard = lock.acquire().await?;
+//! assert!(lock.try_acquire().await?.is_none(), "a second acquisition is another owner");
 //!
 //! let token = guard.token();
 //! guard.release().await?;
-//! let guard = second.acquire_timeout(Duration::from_secs(1)).await?;
+//! let guard = lock.acquire_timeout(Duration::from_secs(1)).await?;
 //! assert!(guard.token() > token);
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # What the loss signal promises
+//!
+//! A guard declares its hold lost no later than its local deadline: the send time of the
+//! last acquisition or renewal the store confirmed, plus the lease or session timeout, minus
+//! a drift margin. Everything that ends a hold by *time* (a lease or session running out, a
+//! connection cut, a paused store or a paused holder) is therefore signalled before another
+//! owner can be granted the lock. A record deleted by *someone else* (an operator's `DEL`,
+//! `FLUSHALL`, an eviction, a deleted lock file) is signalled as soon as the backend notices
+//! (at the latest by the next renewal or check), which can be after another owner was
+//! granted the lock. Fencing tokens cover that window: a resource that refuses writes with a
+//! token below the highest it has seen refuses the former holder's writes.
+//!
+//! # Runtime
+//!
+//! lockkit runs on Tokio 1.x with the time driver (and the I/O driver for network backends)
+//! enabled: `#[tokio::main]` and `#[tokio::test]` do both. A provider works from any runtime
+//! it is used on; what a backend keeps in the background (its renewal task, its connections)
+//! is restarted on the current runtime when the runtime it ran on has shut down. A guard may
+//! be dropped anywhere, on or off a runtime: its release is sent from the current runtime,
+//! else from the one that granted the hold, else from lockkit's own release thread; it
+//! never panics. Timer methods ([`LockHandle::acquire_timeout`], [`LockGuard::lost`]) panic,
+//! as every Tokio timer does, when polled outside a runtime with the time driver.
+//!
+//! # Features
+//!
+//! - `test-util`: the fault hooks of the memory backend ([`memory::MemoryLockProvider::kill`],
+//!   `partition`, [`memory::MemoryStore::delete_record`], `restart`), for conformance tests.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod backend;
 mod capabilities;
+pub mod config;
 mod error;
 mod guard;
 mod handle;
+mod kind;
 mod lock;
 pub mod memory;
 mod name;
 mod options;
+mod provider;
+mod release;
 mod signal;
 mod token;
 
-pub use backend::{HolderInfo, LockInfo, OwnerMeta};
+pub use backend::{HolderInfo, LockInfo};
 pub use capabilities::Capabilities;
 pub use error::{BoxError, Error, LossReason, Result};
 pub use guard::LockGuard;
 pub use handle::LockHandle;
-pub use lock::{DistributedLock, LockProvider};
+pub use kind::HoldKind;
+pub use lock::DistributedLock;
 pub use name::LockName;
-pub use options::{AcquireOptions, Deadline, Wait};
-pub use signal::{HoldEnd, HoldSignal, HoldWatcher, lease_deadline};
+pub use options::{AcquireOptions, Wait};
+pub use provider::LockProvider;
+pub use signal::{HoldEnd, HoldWatcher};
 pub use token::FencingToken;
+
+pub(crate) use signal::HoldSignal;

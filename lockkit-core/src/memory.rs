@@ -7,13 +7,15 @@
 //! renewal plus the lease minus the drift margin, and the store frees the holds of a session
 //! that stops renewing when the lease runs out.
 //!
-//! The fault hooks ([`MemoryLockProvider::kill`], [`MemoryLockProvider::partition`],
-//! [`MemoryStore::delete_record`], [`MemoryStore::restart`]) make holds lost for real, so
-//! every loss case of the conformance kit runs against this backend too.
+//! The fault hooks (feature `test-util`: `MemoryLockProvider::kill` and `partition`,
+//! `MemoryStore::delete_record` and `restart`) make holds lost for real, so every loss case
+//! of the conformance kit runs against this backend too.
+//!
+//! URLs: `mem://` (a store of its own per connect) or `mem://NAME` (one store per NAME per
+//! process), with the option `lease` (and `renew_every`, `drift`).
 //!
 //! ```
 //! use lockkit_core::memory::MemoryLockProvider;
-//! use lockkit_core::{DistributedLock, LockProvider};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> lockkit_core::Result<()> {
@@ -28,8 +30,9 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
+use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -37,12 +40,27 @@ use tokio::sync::oneshot;
 use tracing::Instrument;
 use uuid::Uuid;
 
-use crate::backend::{AcquireRequest, Grant, HeldLock, LockBackend, LockInfo, OwnerMeta};
-use crate::{
-    Capabilities, Error, FencingToken, HoldSignal, LockName, LockProvider, LossReason, Result, lease_deadline,
+use crate::backend::{
+    AcquireRequest, Grant, HeldLock, HoldSignal, LockBackend, LockInfo, OwnerMeta, deadline_after, lease_deadline,
 };
+use crate::config::{ConnectFuture, Scheme, Settings, StoreUrl};
+use crate::{Capabilities, Error, FencingToken, LockName, LockProvider, LossReason, Result};
 
 const BACKEND: &str = "memory";
+
+/// The checks of this backend's settings.
+const SETTINGS: Settings = Settings::of(BACKEND);
+
+/// The options a `mem://` URL and [`MemoryLockProviderBuilder::option`] take.
+pub const OPTIONS: &[&str] = &["lease", "renew_every", "drift"];
+
+/// The `mem` scheme: `mem://` is a store of its own, `mem://NAME` one store per NAME per
+/// process, shared by every connect with that name (each as a client of its own).
+pub const SCHEME: Scheme = Scheme { names: &["mem"], backend: BACKEND, connect: connect_url };
+
+fn connect_url(url: StoreUrl) -> ConnectFuture {
+    Box::pin(async move { MemoryLockProvider::from_url(&url).map(LockProvider::from) })
+}
 
 /// The in-process store: the "server" that [`MemoryLockProvider`] clients share.
 ///
@@ -111,7 +129,7 @@ enum Admission {
 
 impl Session {
     fn expires_at(&self) -> Option<Instant> {
-        self.lease.map(|lease| self.last_heartbeat + lease.ttl)
+        self.lease.map(|lease| deadline_after(self.last_heartbeat, lease.ttl))
     }
 
     fn local_deadline(&self) -> Option<Instant> {
@@ -273,10 +291,20 @@ impl MemoryStore {
         MemoryLockProviderBuilder::default().store(self.clone())
     }
 
+    /// The store called `name` in this process: every call with the same name returns the
+    /// same store (what `mem://NAME` URLs connect to).
+    pub fn named(name: &str) -> MemoryStore {
+        static STORES: OnceLock<Mutex<HashMap<String, MemoryStore>>> = OnceLock::new();
+        let stores = STORES.get_or_init(Mutex::default);
+        stores.lock().unwrap_or_else(PoisonError::into_inner).entry(name.to_owned()).or_default().clone()
+    }
+
     /// Fault hook: deletes the record of `name` behind its holder's back, as an administrator
     /// deleting a key or znode would. The holder's guard reports
     /// [`LossReason::RecordGone`] at once and the next waiter is granted the lock. Returns
     /// whether the lock was held.
+    #[cfg(any(test, feature = "test-util"))]
+    #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
     pub fn delete_record(&self, name: &str) -> bool {
         let Ok(name) = LockName::new(name) else { return false };
         self.current().remove_holder(&name, |_| true, LossReason::RecordGone)
@@ -285,6 +313,8 @@ impl MemoryStore {
     /// Fault hook: restarts the store. Every hold is lost with [`LossReason::StoreRestarted`]
     /// and every waiter's acquisition fails with a retryable connection error; the fencing
     /// counter is kept, as on a store that persists it.
+    #[cfg(any(test, feature = "test-util"))]
+    #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
     pub fn restart(&self) {
         let mut state = self.state();
         for (_, entry) in state.locks.drain() {
@@ -321,6 +351,7 @@ impl MemoryStore {
         session.holds.len()
     }
 
+    #[cfg(any(test, feature = "test-util"))]
     fn close_session(&self, session: u64, reason: LossReason) {
         let mut state = self.state();
         state.end_session_holds(session, reason);
@@ -344,13 +375,18 @@ impl fmt::Debug for MemoryStore {
 /// [`MemoryLockProvider::new`] makes a private store with one client, the embedded default.
 /// For several independent clients of one store (as the conformance kit uses), make a
 /// [`MemoryStore`] and call [`MemoryStore::client`] once per client.
+///
+/// It dereferences to [`LockProvider`], so `provider.lock(name)` works directly, and
+/// converts into one with `LockProvider::from`.
 #[derive(Clone, Debug)]
 pub struct MemoryLockProvider {
+    provider: LockProvider,
     client: Arc<MemoryClient>,
 }
 
 /// Builds a [`MemoryLockProvider`]; every setting is checked by [`build`](Self::build).
 #[derive(Clone, Debug, Default)]
+#[must_use = "a builder does nothing until `build` is called"]
 pub struct MemoryLockProviderBuilder {
     store: Option<MemoryStore>,
     lease: Option<Duration>,
@@ -365,63 +401,71 @@ impl MemoryLockProviderBuilder {
         self
     }
 
-    /// Gives holds a lease of `ttl`, renewed automatically: a client that stops renewing
-    /// (killed or partitioned) loses its holds when the lease runs out. No lease by default.
-    pub fn lease(mut self, ttl: Duration) -> Self {
-        self.lease = Some(ttl);
+    /// Gives holds a lease, renewed automatically: a client that stops renewing (killed or
+    /// partitioned) loses its holds when the lease runs out. No lease by default; at most
+    /// [`MAX_DURATION`](crate::config::MAX_DURATION). URL option `lease`.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
         self
     }
 
-    /// How often the watchdog renews the lease; a third of the lease by default.
+    /// How often the watchdog renews the lease; a third of the lease by default. URL option
+    /// `renew_every`.
     pub fn renew_every(mut self, every: Duration) -> Self {
         self.renew_every = Some(every);
         self
     }
 
     /// How much earlier than the store the client considers its lease ended; 2 % of the
-    /// lease by default.
+    /// lease by default. URL option `drift`.
     pub fn drift(mut self, drift: Duration) -> Self {
         self.drift = Some(drift);
         self
+    }
+
+    /// Sets the option called `key` from its text, as a URL's query gives it: the same
+    /// names as the methods ([`OPTIONS`]).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] for an unknown option or a value that is not a duration.
+    pub fn option(self, key: &str, value: &str) -> Result<Self> {
+        Ok(match key {
+            "lease" => self.lease(SETTINGS.duration(key, value)?),
+            "renew_every" => self.renew_every(SETTINGS.duration(key, value)?),
+            "drift" => self.drift(SETTINGS.duration(key, value)?),
+            _ => return Err(SETTINGS.unknown(key, OPTIONS)),
+        })
     }
 
     /// Checks the settings and connects the client.
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidConfig`] for a zero lease, a renewal interval that is zero or not
-    /// shorter than the lease, a drift margin not shorter than the lease, or renewal settings
-    /// without a lease.
+    /// [`Error::InvalidConfig`] for a lease that is zero or longer than a day, a renewal
+    /// interval that is zero or not shorter than the lease, a drift margin that leaves no
+    /// time between renewals, or renewal settings without a lease.
     pub fn build(self) -> Result<MemoryLockProvider> {
         match self.lease {
             None if self.renew_every.is_some() || self.drift.is_some() => {
-                return Err(Error::invalid_config(
-                    BACKEND,
+                return Err(SETTINGS.invalid(
                     "renew_every and drift only apply to leased holds: set a lease too, or remove them",
                 ));
             }
             None => {}
-            Some(ttl) => {
-                if ttl.is_zero() {
-                    return Err(Error::invalid_config(BACKEND, "the lease must be longer than zero"));
+            Some(lease) => {
+                SETTINGS.within("the lease", lease, Duration::from_millis(1), Duration::MAX)?;
+                let renew = self.renew_every.unwrap_or(lease / 3);
+                if renew.is_zero() || renew >= lease {
+                    return Err(SETTINGS.invalid(format!(
+                        "renew_every ({renew:?}) must be above zero and below the lease ({lease:?}); a third of the lease is a good choice"
+                    )));
                 }
-                let renew = self.renew_every.unwrap_or(ttl / 3);
-                if renew.is_zero() || renew >= ttl {
-                    return Err(Error::invalid_config(
-                        BACKEND,
-                        format!(
-                            "renew_every ({renew:?}) must be above zero and below the lease ({ttl:?}); a third of the lease is a good choice"
-                        ),
-                    ));
-                }
-                let drift = self.drift.unwrap_or(ttl / 50);
-                if drift + renew >= ttl {
-                    return Err(Error::invalid_config(
-                        BACKEND,
-                        format!(
-                            "drift ({drift:?}) plus renew_every ({renew:?}) must stay below the lease ({ttl:?}), or holds expire between renewals"
-                        ),
-                    ));
+                let drift = self.drift.unwrap_or(lease / 50);
+                if drift.saturating_add(renew) >= lease {
+                    return Err(SETTINGS.invalid(format!(
+                        "drift ({drift:?}) plus renew_every ({renew:?}) must stay below the lease ({lease:?}), or holds expire between renewals"
+                    )));
                 }
             }
         }
@@ -436,17 +480,16 @@ impl MemoryLockProviderBuilder {
         });
         let store = self.store.unwrap_or_default();
         let session = store.open_session(lease);
-        MemoryLockProvider {
-            client: Arc::new_cyclic(|me| MemoryClient {
-                me: me.clone(),
-                store,
-                session,
-                lease,
-                killed: AtomicBool::new(false),
-                partitioned: AtomicBool::new(false),
-                watchdog: Mutex::new(None),
-            }),
-        }
+        let client = Arc::new_cyclic(|me| MemoryClient {
+            me: me.clone(),
+            store,
+            session,
+            lease,
+            killed: AtomicBool::new(false),
+            partitioned: AtomicBool::new(false),
+            watchdog: Mutex::new(None),
+        });
+        MemoryLockProvider { provider: LockProvider::new(client.clone()), client }
     }
 }
 
@@ -461,6 +504,29 @@ impl MemoryLockProvider {
         MemoryLockProviderBuilder::default()
     }
 
+    /// A client of the store a `mem://` URL names, with its options: `mem://` for a store
+    /// of its own, `mem://NAME` for the process-wide store called NAME. There is nothing to
+    /// reach, so this is also what connecting to such a URL does.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] for another scheme, an unknown option or a bad value.
+    pub fn from_url(url: &StoreUrl) -> Result<Self> {
+        if url.scheme() != "mem" {
+            return Err(SETTINGS.invalid(format!("{} is not a mem:// URL", url.redacted())));
+        }
+        if url.user().is_some() {
+            return Err(SETTINGS.invalid(format!("{} carries credentials; mem:// takes none", url.redacted())));
+        }
+        let name = format!("{}{}", url.hosts(), url.path().trim_end_matches('/'));
+        let store = if name.is_empty() { MemoryStore::new() } else { MemoryStore::named(&name) };
+        let mut builder = Self::builder().store(store);
+        for (key, value) in url.options() {
+            builder = builder.option(key, value)?;
+        }
+        builder.build()
+    }
+
     /// The store this client talks to.
     pub fn store(&self) -> &MemoryStore {
         &self.client.store
@@ -469,6 +535,8 @@ impl MemoryLockProvider {
     /// Fault hook: the client dies, as a killed process would. Its guards report
     /// [`LossReason::ClientClosed`] at once; the store frees its holds when the lease runs
     /// out (at once without a lease); every later operation fails with a connection error.
+    #[cfg(any(test, feature = "test-util"))]
+    #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
     pub fn kill(&self) {
         if self.client.killed.swap(true, Ordering::SeqCst) {
             return;
@@ -490,6 +558,8 @@ impl MemoryLockProvider {
     /// Fault hook: cuts the client off the store (`true`) or reconnects it (`false`). While
     /// cut off, renewals do not arrive and operations fail with a connection error, so a
     /// leased hold is lost at its local deadline, before the store frees it.
+    #[cfg(any(test, feature = "test-util"))]
+    #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
     pub fn partition(&self, cut_off: bool) {
         self.client.partitioned.store(cut_off, Ordering::SeqCst);
     }
@@ -501,9 +571,17 @@ impl Default for MemoryLockProvider {
     }
 }
 
-impl LockProvider for MemoryLockProvider {
-    fn backend(&self) -> Arc<dyn LockBackend> {
-        self.client.clone()
+impl Deref for MemoryLockProvider {
+    type Target = LockProvider;
+
+    fn deref(&self) -> &LockProvider {
+        &self.provider
+    }
+}
+
+impl From<MemoryLockProvider> for LockProvider {
+    fn from(provider: MemoryLockProvider) -> LockProvider {
+        provider.provider
     }
 }
 
@@ -579,14 +657,13 @@ impl LockBackend for MemoryClient {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             fair: true,
-            fencing: true,
             fencing_survives_restart: true,
             lease: self.lease.is_some(),
             lease_renewal: self.lease.is_some(),
             loss_notification: true,
             inspect: true,
             waiter_count: true,
-            cross_process: false,
+            ..Capabilities::NONE
         }
     }
 
@@ -639,14 +716,14 @@ impl LockBackend for MemoryClient {
         self.reachable(lock)?;
         let state = self.store.current();
         let Some(entry) = state.locks.get(lock) else { return Ok(LockInfo::default()) };
-        let holder = entry.holder.as_ref().map(|holder| {
+        let holders = entry.holder.iter().map(|holder| {
             let info = holder.owner.holder(holder.token);
             match state.sessions.get(&holder.session).and_then(Session::expires_at) {
                 Some(at) => info.with_lease_left(at.saturating_duration_since(Instant::now())),
                 None => info,
             }
         });
-        Ok(LockInfo::new(holder, Some(entry.queue.len())))
+        Ok(LockInfo::new(holders.collect(), Some(entry.queue.len())))
     }
 }
 

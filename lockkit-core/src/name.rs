@@ -82,9 +82,10 @@ impl LockName {
     }
 }
 
+/// The name as written, without quotes (error messages quote it).
 impl fmt::Display for LockName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?}", &*self.0)
+        f.write_str(&self.0)
     }
 }
 

@@ -4,6 +4,7 @@ use std::time::{Duration, Instant};
 
 /// How long an acquisition may wait for another owner to release the lock.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Wait {
     /// Do not wait: fail at once when another owner holds the lock or is queued before us.
     No,
@@ -15,7 +16,9 @@ pub enum Wait {
     Forever,
 }
 
-/// Options for one acquisition, as a plain struct with public fields.
+/// Options for one acquisition: start from `AcquireOptions::default()` and change what you
+/// need with the `with_*` methods (the struct is `#[non_exhaustive]`, so that options can be
+/// added without breaking callers).
 ///
 /// ```
 /// use std::time::Duration;
@@ -33,24 +36,30 @@ pub struct AcquireOptions {
 
 impl AcquireOptions {
     /// Options that never wait on another owner, as used by `try_acquire`.
+    #[must_use]
     pub fn no_wait() -> Self {
         Self { wait: Wait::No }
     }
 
     /// Sets how long to wait.
+    #[must_use]
     pub fn with_wait(mut self, wait: Wait) -> Self {
         self.wait = wait;
         self
     }
 
     /// Waits at most `timeout`.
+    #[must_use]
     pub fn with_timeout(self, timeout: Duration) -> Self {
         self.with_wait(Wait::Timeout(timeout))
     }
 }
 
 /// The point in time until which a backend may wait, derived once from [`Wait`] at the start
-/// of an acquisition.
+/// of an acquisition. For implementors (it is re-exported from [`backend`](crate::backend)).
+///
+/// Deliberately exhaustive: a backend must handle every case, and a new case must not
+/// compile silently into one of the others.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Deadline {
     /// Do not wait at all.

@@ -163,7 +163,7 @@ impl HoldSignal {
     }
 
     /// The backend that keeps this hold.
-    pub fn backend(&self) -> &'static str {
+    pub fn backend_name(&self) -> &'static str {
         self.0.backend
     }
 
@@ -244,7 +244,15 @@ impl HoldWatcher {
 /// store's own expiry whatever the reply's delay; the drift margin covers the rate
 /// difference between the two clocks.
 pub fn lease_deadline(sent_at: Instant, ttl: Duration, drift: Duration) -> Instant {
-    sent_at + ttl.saturating_sub(drift)
+    deadline_after(sent_at, ttl.saturating_sub(drift))
+}
+
+/// `at + span`, saturating: a span too long for the clock gives an instant a century away
+/// (or `at` itself on a clock that cannot carry even that), never a panic. Deadline
+/// arithmetic on settings goes through here, so no setting can make it overflow.
+pub fn deadline_after(at: Instant, span: Duration) -> Instant {
+    const CENTURY: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+    at.checked_add(span).or_else(|| at.checked_add(CENTURY)).unwrap_or(at)
 }
 
 #[cfg(test)]
@@ -254,6 +262,14 @@ mod tests {
 
     fn signal(valid_for: Option<Duration>) -> HoldSignal {
         HoldSignal::new("test", LockName::new("l").unwrap(), valid_for.map(|d| Instant::now() + d))
+    }
+
+    #[test]
+    fn deadline_arithmetic_saturates() {
+        let now = Instant::now();
+        assert!(deadline_after(now, Duration::MAX) > now + Duration::from_secs(3600 * 24 * 365));
+        assert!(lease_deadline(now, Duration::MAX, Duration::ZERO) > now);
+        assert_eq!(lease_deadline(now, Duration::from_secs(1), Duration::from_secs(2)), now);
     }
 
     #[test]

@@ -50,7 +50,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use lockkit_core::{DistributedLock, Error, LockGuard};
+use lockkit_core::{Error, LockGuard, LockHandle};
 
 use crate::FencedResource;
 use crate::harness::{Harness, TestClient};
@@ -868,7 +868,7 @@ async fn apply(
 
 /// One client's loop: pick a name, acquire one of four ways, write while valid, end the hold.
 async fn worker(index: usize, shared: Arc<Shared>, mut rng: Rng) {
-    let mut handles: Vec<Option<Box<dyn DistributedLock>>> = (0..shared.names.len()).map(|_| None).collect();
+    let mut handles: Vec<Option<LockHandle>> = (0..shared.names.len()).map(|_| None).collect();
     let mut generation = u32::MAX;
     let mut seq = 0u64;
     while !shared.stop.load(Ordering::SeqCst) {
@@ -891,7 +891,7 @@ async fn worker(index: usize, shared: Arc<Shared>, mut rng: Rng) {
                 }
             }
         }
-        let Some(lock) = handles[name].as_deref() else { continue };
+        let Some(lock) = handles[name].as_ref() else { continue };
         let Some(guard) = acquire(lock, &shared, &mut rng).await else { continue };
         let start = Instant::now();
         let mut seen = Seen { start, held: guard.is_held().then_some(start) };
@@ -937,7 +937,7 @@ async fn backoff(rng: &mut Rng) {
 
 /// One acquisition, drawn among `try_acquire`, `acquire_timeout`, a cancelled `acquire` and a
 /// plain `acquire` (bounded, so a dead client cannot hang the run).
-async fn acquire(lock: &dyn DistributedLock, shared: &Shared, rng: &mut Rng) -> Option<LockGuard> {
+async fn acquire(lock: &LockHandle, shared: &Shared, rng: &mut Rng) -> Option<LockGuard> {
     let c = &shared.counters;
     let outcome = match rng.below(10) {
         0 | 1 => match tokio::time::timeout(shared.op_limit, lock.try_acquire()).await {

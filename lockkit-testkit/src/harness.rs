@@ -6,8 +6,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lockkit_core::LockProvider;
 
+
 /// The answer of a fault hook the backend's harness does not have. A case that needs the
-/// hook prints why it cannot check its behaviour and passes.
+/// hook cannot check its behaviour: it fails under `LOCKKIT_CONFORMANCE_STRICT=1`, and
+/// otherwise prints why and passes. Declare such cases in `conformance!(…, without: […])`
+/// to have them reported as ignored instead.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Unsupported;
 
@@ -116,21 +119,21 @@ impl ClientFaults for NoFaults {}
 /// One independent client for a case: a second client is a second session or connection.
 #[derive(Clone)]
 pub struct TestClient {
-    /// The client, behind the core trait.
-    pub provider: Arc<dyn LockProvider>,
+    /// The client.
+    pub provider: LockProvider,
     /// Its fault hooks.
     pub faults: Arc<dyn ClientFaults>,
 }
 
 impl TestClient {
     /// A client with fault hooks.
-    pub fn new(provider: Arc<dyn LockProvider>, faults: Arc<dyn ClientFaults>) -> Self {
-        Self { provider, faults }
+    pub fn new(provider: impl Into<LockProvider>, faults: Arc<dyn ClientFaults>) -> Self {
+        Self { provider: provider.into(), faults }
     }
 
     /// A client without fault hooks.
-    pub fn without_faults(provider: Arc<dyn LockProvider>) -> Self {
-        Self { provider, faults: Arc::new(NoFaults) }
+    pub fn without_faults(provider: impl Into<LockProvider>) -> Self {
+        Self { provider: provider.into(), faults: Arc::new(NoFaults) }
     }
 }
 
@@ -154,6 +157,13 @@ pub trait Harness: Send + Sync + 'static {
     /// The time bounds of this backend's clients.
     fn timing(&self) -> Timing {
         Timing::new()
+    }
+
+    /// A client whose store cannot be reached (a closed port on loopback, say), built with
+    /// the backend's builder and not connected: its operations must fail with errors that
+    /// say the store is unreachable ([`Error::is_connect`](lockkit_core::Error::is_connect)).
+    async fn unreachable_client(&self) -> Result<TestClient, Unsupported> {
+        Err(Unsupported)
     }
 
     /// Deletes the record of lock `name` behind its holder's back (an administrator deleting

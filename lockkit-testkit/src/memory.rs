@@ -67,7 +67,7 @@ impl Harness for MemoryHarness {
             builder = builder.lease(lease);
         }
         let provider = builder.build()?;
-        Ok(TestClient::new(Arc::new(provider.clone()), Arc::new(MemoryFaults(provider))))
+        Ok(TestClient::new(provider.clone(), Arc::new(MemoryFaults(provider))))
     }
 
     fn timing(&self) -> Timing {
@@ -76,6 +76,12 @@ impl Harness for MemoryHarness {
             Some(lease) => timing.with_lease(lease),
             None => timing,
         }
+    }
+
+    async fn unreachable_client(&self) -> Result<TestClient, Unsupported> {
+        let provider = self.client().await.map_err(|_| Unsupported)?;
+        provider.faults.blackhole().await?;
+        Ok(provider)
     }
 
     async fn isolated(&self) -> Result<Arc<dyn Harness>, Unsupported> {

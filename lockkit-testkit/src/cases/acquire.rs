@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lockkit_core::{AcquireOptions, DistributedLock, Error, Wait};
+use lockkit_core::{AcquireOptions, Error, Wait};
 
 use super::Ctx;
 use crate::harness::Harness;
@@ -12,10 +12,10 @@ use crate::harness::Harness;
 pub async fn try_acquire_returns_none_while_held(h: &dyn Harness) {
     let cx = Ctx::new(h, "try_acquire_returns_none_while_held");
     let (a, b) = (cx.client().await, cx.client().await);
-    let guard = cx.acquire(&*cx.lock(&a), "holder acquires").await;
+    let guard = cx.acquire(&cx.lock(&a), "holder acquires").await;
     let lock = cx.lock(&b);
     for attempt in 0..3 {
-        let got = cx.try_acquire(&*lock, &format!("try #{attempt}")).await;
+        let got = cx.try_acquire(&lock, &format!("try #{attempt}")).await;
         cx.check(got.is_none(), "try_acquire on a held lock returns None");
     }
     cx.release(guard, "holder releases").await;
@@ -26,13 +26,13 @@ pub async fn try_acquire_returns_none_while_held(h: &dyn Harness) {
 pub async fn try_acquire_leaves_no_trace(h: &dyn Harness) {
     let cx = Ctx::new(h, "try_acquire_leaves_no_trace");
     let (a, b, c) = (cx.client().await, cx.client().await, cx.client().await);
-    let guard = cx.acquire(&*cx.lock(&a), "holder acquires").await;
-    cx.check(cx.try_acquire(&*cx.lock(&b), "failed try").await.is_none(), "the try fails");
+    let guard = cx.acquire(&cx.lock(&a), "holder acquires").await;
+    cx.check(cx.try_acquire(&cx.lock(&b), "failed try").await.is_none(), "the try fails");
     if let Some(info) = cx.inspect(&a).await {
         cx.check(info.waiters.unwrap_or(0) == 0, "no waiter is queued by a try");
     }
     cx.release(guard, "holder releases").await;
-    let third = cx.try_acquire(&*cx.lock(&c), "third client tries").await;
+    let third = cx.try_acquire(&cx.lock(&c), "third client tries").await;
     cx.check(third.is_some(), "nothing left by the failed try blocks the third client");
 }
 
@@ -41,7 +41,7 @@ pub async fn try_acquire_leaves_no_trace(h: &dyn Harness) {
 pub async fn acquire_timeout_fails_close_to_the_timeout(h: &dyn Harness) {
     let cx = Ctx::new(h, "acquire_timeout_fails_close_to_the_timeout");
     let (a, b) = (cx.client().await, cx.client().await);
-    let guard = cx.acquire(&*cx.lock(&a), "holder acquires").await;
+    let guard = cx.acquire(&cx.lock(&a), "holder acquires").await;
     let timeout = Duration::from_millis(300);
     let started = Instant::now();
     let outcome = cx.lock(&b).acquire_timeout(timeout).await;
@@ -64,7 +64,7 @@ pub async fn acquire_timeout_fails_close_to_the_timeout(h: &dyn Harness) {
 pub async fn acquire_timeout_leaves_no_trace(h: &dyn Harness) {
     let cx = Ctx::new(h, "acquire_timeout_leaves_no_trace");
     let (a, b, c) = (cx.client().await, cx.client().await, cx.client().await);
-    let guard = cx.acquire(&*cx.lock(&a), "holder acquires").await;
+    let guard = cx.acquire(&cx.lock(&a), "holder acquires").await;
     let outcome = cx.lock(&b).acquire_timeout(Duration::from_millis(100)).await;
     cx.check(matches!(outcome, Err(Error::Timeout { .. })), "the waiter times out");
     cx.await_waiters(&a, 0).await;
@@ -77,7 +77,7 @@ pub async fn acquire_timeout_leaves_no_trace(h: &dyn Harness) {
 pub async fn extreme_timeouts_are_handled(h: &dyn Harness) {
     let cx = Ctx::new(h, "extreme_timeouts_are_handled");
     let (a, b) = (cx.client().await, cx.client().await);
-    let guard = cx.acquire(&*cx.lock(&a), "holder acquires").await;
+    let guard = cx.acquire(&cx.lock(&a), "holder acquires").await;
     let zero = cx.lock(&b).acquire_timeout(Duration::ZERO).await;
     cx.check(matches!(zero, Err(Error::Timeout { .. })), "a zero timeout on a held lock is a Timeout");
     let lock_b = cx.lock(&b);
@@ -91,7 +91,7 @@ pub async fn extreme_timeouts_are_handled(h: &dyn Harness) {
 pub async fn acquire_timeout_succeeds_when_released_in_time(h: &dyn Harness) {
     let cx = Ctx::new(h, "acquire_timeout_succeeds_when_released_in_time");
     let (a, b) = (cx.client().await, cx.client().await);
-    let guard = cx.acquire(&*cx.lock(&a), "holder acquires").await;
+    let guard = cx.acquire(&cx.lock(&a), "holder acquires").await;
     let lock_b = cx.lock(&b);
     let timeout = h.timing().wake * 4 + h.timing().operation;
     let waiter = tokio::spawn(async move { lock_b.acquire_timeout(timeout).await.map(|g| g.token()) });
@@ -106,7 +106,7 @@ pub async fn acquire_timeout_succeeds_when_released_in_time(h: &dyn Harness) {
 pub async fn release_wakes_waiter_promptly(h: &dyn Harness) {
     let cx = Ctx::new(h, "release_wakes_waiter_promptly");
     let (a, b) = (cx.client().await, cx.client().await);
-    let guard = cx.acquire(&*cx.lock(&a), "holder acquires").await;
+    let guard = cx.acquire(&cx.lock(&a), "holder acquires").await;
     let lock_b = cx.lock(&b);
     let waiter = tokio::spawn(async move {
         let guard = lock_b.acquire().await?;
@@ -134,7 +134,7 @@ pub async fn release_wakes_waiter_promptly(h: &dyn Harness) {
 pub async fn dropped_acquire_leaves_no_trace(h: &dyn Harness) {
     let cx = Ctx::new(h, "dropped_acquire_leaves_no_trace");
     let (a, b, c) = (cx.client().await, cx.client().await, cx.client().await);
-    let guard = cx.acquire(&*cx.lock(&a), "holder acquires").await;
+    let guard = cx.acquire(&cx.lock(&a), "holder acquires").await;
     let lock_b = cx.lock(&b);
     let waiter = tokio::spawn(async move { lock_b.acquire().await.map(|g| g.token()) });
     if !cx.await_waiters(&a, 1).await {
@@ -153,7 +153,7 @@ pub async fn dropped_acquire_leaves_no_trace(h: &dyn Harness) {
 pub async fn cancelled_waiter_does_not_block_others(h: &dyn Harness) {
     let cx = Ctx::new(h, "cancelled_waiter_does_not_block_others");
     let (a, b, c) = (cx.client().await, cx.client().await, cx.client().await);
-    let guard = cx.acquire(&*cx.lock(&a), "holder acquires").await;
+    let guard = cx.acquire(&cx.lock(&a), "holder acquires").await;
     let lock_b = cx.lock(&b);
     let cancelled = tokio::spawn(async move { lock_b.acquire().await.map(|g| g.token()) });
     if !cx.await_waiters(&a, 1).await {
@@ -178,9 +178,9 @@ pub async fn acquire_cancelled_at_any_point_leaves_no_trace(h: &dyn Harness) {
     let cx = Ctx::new(h, "acquire_cancelled_at_any_point_leaves_no_trace");
     let (a, b, c) = (cx.client().await, cx.client().await, cx.client().await);
     let lock_a = cx.lock(&a);
-    let lock_b: Arc<dyn DistributedLock> = Arc::from(cx.lock(&b));
+    let lock_b = cx.lock(&b);
     for round in 0..20u64 {
-        let guard = cx.acquire(&*lock_a, "holder acquires").await;
+        let guard = cx.acquire(&lock_a, "holder acquires").await;
         let racer = lock_b.clone();
         let cut = Duration::from_micros(200 * (round % 10));
         let attempt = tokio::spawn(async move {
@@ -198,7 +198,7 @@ pub async fn acquire_cancelled_at_any_point_leaves_no_trace(h: &dyn Harness) {
 pub async fn acquire_dropped_after_grant_frees_the_lock(h: &dyn Harness) {
     let cx = Ctx::new(h, "acquire_dropped_after_grant_frees_the_lock");
     let (a, b, c) = (cx.client().await, cx.client().await, cx.client().await);
-    let guard = cx.acquire(&*cx.lock(&a), "holder acquires").await;
+    let guard = cx.acquire(&cx.lock(&a), "holder acquires").await;
     let lock_b = cx.lock(&b);
     let mut pending = Box::pin(lock_b.acquire_with(AcquireOptions::default().with_wait(Wait::Forever)));
     // Poll until the waiter is queued (a first acquisition may have to connect first), then
@@ -242,12 +242,12 @@ pub async fn waiters_are_granted_in_arrival_order(h: &dyn Harness) {
     let cx = Ctx::new(h, "waiters_are_granted_in_arrival_order");
     let a = cx.client().await;
     if !a.provider.capabilities().fair {
-        return cx.skip("the backend does not declare `fair`");
+        return cx.not_applicable("the backend does not declare `fair`");
     }
     if !a.provider.capabilities().waiter_count {
-        return cx.skip("arrival order needs `waiter_count` to know each waiter is queued");
+        return cx.unchecked("arrival order needs `waiter_count` to know each waiter is queued");
     }
-    let guard = cx.acquire(&*cx.lock(&a), "holder acquires").await;
+    let guard = cx.acquire(&cx.lock(&a), "holder acquires").await;
     let order = Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut waiters = Vec::new();
     for index in 0..5usize {

@@ -49,13 +49,13 @@ pub async fn holder_in_another_process_excludes_this_one(h: &dyn Harness) {
     let cx = Ctx::new(h, "holder_in_another_process_excludes_this_one");
     let a = cx.client().await;
     if !a.provider.capabilities().cross_process {
-        return cx.skip("the backend does not declare `cross_process`");
+        return cx.not_applicable("the backend does not declare `cross_process`");
     }
     let Some(mut child) = ChildContender::spawn(&cx).await else { return };
     let child_token = child.acquired(&cx).await;
     let lock = cx.lock(&a);
     cx.check(
-        cx.try_acquire(&*lock, "try while the child holds").await.is_none(),
+        cx.try_acquire(&lock, "try while the child holds").await.is_none(),
         "a holder in another process excludes try_acquire",
     );
     let outcome = cx
@@ -70,7 +70,7 @@ pub async fn holder_in_another_process_excludes_this_one(h: &dyn Harness) {
         &format!("a timed acquire times out while the child holds: {outcome:?}"),
     );
     if let Some(info) = cx.inspect(&a).await {
-        let seen = info.holder.as_ref().map(|holder| holder.token);
+        let seen = info.holder().map(|holder| holder.token);
         cx.check(seen == Some(child_token), &format!("inspect reports the child's token {child_token}, not {info:?}"));
     }
     let waiting = tokio::spawn(async move { lock.acquire().await.map(|guard| (guard.token(), guard)) });
@@ -93,12 +93,12 @@ pub async fn killed_process_frees_its_lock(h: &dyn Harness) {
     let cx = Ctx::new(h, "killed_process_frees_its_lock");
     let a = cx.client().await;
     if !a.provider.capabilities().cross_process {
-        return cx.skip("the backend does not declare `cross_process`");
+        return cx.not_applicable("the backend does not declare `cross_process`");
     }
     let Some(mut child) = ChildContender::spawn(&cx).await else { return };
     let child_token = child.acquired(&cx).await;
     let lock = cx.lock(&a);
-    cx.check(cx.try_acquire(&*lock, "try while the child holds").await.is_none(), "the child holds the lock");
+    cx.check(cx.try_acquire(&lock, "try while the child holds").await.is_none(), "the child holds the lock");
     child.kill(&cx).await;
     let killed_at = Instant::now();
     let operation = h.timing().operation;
@@ -183,7 +183,7 @@ impl ChildContender {
         let env = match cx.h.child_env() {
             Ok(env) => env,
             Err(_) => {
-                cx.skip("the harness has no `child_env` hook to reach its store from another process");
+                cx.unchecked("the harness has no `child_env` hook to reach its store from another process");
                 return None;
             }
         };

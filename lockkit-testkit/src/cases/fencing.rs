@@ -15,7 +15,7 @@ pub async fn tokens_increase_with_every_acquisition(h: &dyn Harness) {
     let clients = [cx.client().await, cx.client().await];
     let mut last: Option<FencingToken> = None;
     for round in 0..10 {
-        let guard = cx.acquire(&*cx.lock(&clients[round % 2]), "acquire").await;
+        let guard = cx.acquire(&cx.lock(&clients[round % 2]), "acquire").await;
         if let Some(last) = last {
             cx.check(guard.token() > last, &format!("token {} follows {last}", guard.token()));
         }
@@ -30,7 +30,7 @@ pub async fn tokens_increase_across_clients(h: &dyn Harness) {
     let mut last: Option<FencingToken> = None;
     for _ in 0..4 {
         let client = cx.client().await;
-        let guard = cx.acquire(&*cx.lock(&client), "acquire on a fresh client").await;
+        let guard = cx.acquire(&cx.lock(&client), "acquire on a fresh client").await;
         if let Some(last) = last {
             cx.check(guard.token() > last, &format!("token {} follows {last}", guard.token()));
         }
@@ -44,26 +44,26 @@ pub async fn tokens_increase_across_clients(h: &dyn Harness) {
 pub async fn tokens_increase_across_store_restart(h: &dyn Harness) {
     let cx = Ctx::new(h, "tokens_increase_across_store_restart");
     let Ok(isolated) = h.isolated().await else {
-        return cx.skip("the harness has no `isolated` store to restart");
+        return cx.unchecked("the harness has no `isolated` store to restart");
     };
     let h = &*isolated;
     let cx = Ctx { h, ..cx };
     let a = cx.client().await;
     if !a.provider.capabilities().fencing_survives_restart {
-        return cx.skip("the backend does not declare `fencing_survives_restart`");
+        return cx.not_applicable("the backend does not declare `fencing_survives_restart`");
     }
-    let guard = cx.acquire(&*cx.lock(&a), "acquire before the restart").await;
+    let guard = cx.acquire(&cx.lock(&a), "acquire before the restart").await;
     let before = guard.token();
     drop(guard);
     cx.eventually(h.timing().operation, "the dropped guard is released", || async {
-        cx.inspect(&a).await.is_none_or(|i| i.holder.is_none())
+        cx.inspect(&a).await.is_none_or(|i| i.holder().is_none())
     })
     .await;
     if !cx.applied(h.restart_store().await, "restart_store") {
         return;
     }
     let b = cx.client().await;
-    let guard = cx.acquire(&*cx.lock(&b), "acquire after the restart").await;
+    let guard = cx.acquire(&cx.lock(&b), "acquire after the restart").await;
     cx.check(guard.token() > before, &format!("token {} after the restart follows {before}", guard.token()));
 }
 
@@ -73,12 +73,12 @@ pub async fn fenced_resource_refuses_the_stale_holder(h: &dyn Harness) {
     let cx = Ctx::new(h, "fenced_resource_refuses_the_stale_holder");
     let (a, b) = (cx.client().await, cx.client().await);
     let resource: Arc<FencedResource> = Arc::new(FencedResource::new());
-    let stale = cx.acquire(&*cx.lock(&a), "first holder acquires").await;
+    let stale = cx.acquire(&cx.lock(&a), "first holder acquires").await;
     cx.check(resource.write(stale.token(), "first").is_ok(), "the first holder writes");
     if !cx.applied(h.delete_record(&cx.name).await, "delete_record") {
         return;
     }
-    let fresh = cx.acquire(&*cx.lock(&b), "second holder acquires after the record vanished").await;
+    let fresh = cx.acquire(&cx.lock(&b), "second holder acquires after the record vanished").await;
     cx.check(fresh.token() > stale.token(), "the new holder's token is greater");
     cx.check(resource.write(fresh.token(), "second").is_ok(), "the new holder writes");
     cx.check(resource.write(stale.token(), "stale").is_err(), "the stale holder's late write is refused");

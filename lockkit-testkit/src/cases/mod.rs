@@ -17,7 +17,7 @@ use std::fmt::Debug;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use lockkit_core::{DistributedLock, LockGuard, LockInfo, Result};
+use lockkit_core::{LockGuard, LockHandle, LockInfo, Result};
 
 use crate::harness::{FaultResult, Harness, TestClient};
 
@@ -63,12 +63,12 @@ impl<'h> Ctx<'h> {
     }
 
     #[track_caller]
-    pub(crate) fn lock(&self, client: &TestClient) -> Box<dyn DistributedLock> {
+    pub(crate) fn lock(&self, client: &TestClient) -> LockHandle {
         self.lock_named(client, &self.name)
     }
 
     #[track_caller]
-    pub(crate) fn lock_named(&self, client: &TestClient, name: &str) -> Box<dyn DistributedLock> {
+    pub(crate) fn lock_named(&self, client: &TestClient, name: &str) -> LockHandle {
         self.ok(client.provider.lock(name), "make a lock handle")
     }
 
@@ -81,13 +81,13 @@ impl<'h> Ctx<'h> {
     }
 
     /// Acquires, failing the case on error or when it takes longer than the operation bound.
-    pub(crate) async fn acquire(&self, lock: &dyn DistributedLock, step: &str) -> LockGuard {
+    pub(crate) async fn acquire(&self, lock: &LockHandle, step: &str) -> LockGuard {
         let bound = self.h.timing().operation;
         self.ok(self.within(bound, step, lock.acquire()).await, step)
     }
 
     /// `try_acquire`, failing the case on error or when it takes longer than the operation bound.
-    pub(crate) async fn try_acquire(&self, lock: &dyn DistributedLock, step: &str) -> Option<LockGuard> {
+    pub(crate) async fn try_acquire(&self, lock: &LockHandle, step: &str) -> Option<LockGuard> {
         let bound = self.h.timing().operation;
         self.ok(self.within(bound, step, lock.try_acquire()).await, step)
     }
@@ -122,7 +122,7 @@ impl<'h> Ctx<'h> {
         let mut last = None;
         let deadline = Instant::now() + bound;
         while Instant::now() < deadline {
-            if let Some(guard) = self.try_acquire(&*lock, step).await {
+            if let Some(guard) = self.try_acquire(&lock, step).await {
                 self.release(guard, step).await;
                 return;
             }
@@ -153,19 +153,47 @@ impl<'h> Ctx<'h> {
         true
     }
 
-    /// Prints why a case cannot check its behaviour on this backend; the case then passes.
-    pub(crate) fn skip(&self, why: &str) {
-        println!("[{} / {}] not checked: {why}", self.h.name(), self.case);
+    /// Says why a case does not apply to this backend (it does not declare the capability
+    /// the behaviour belongs to); the case then passes, as there is nothing to check.
+    pub(crate) fn not_applicable(&self, why: &str) {
+        println!("[{} / {}] not applicable: {why}", self.h.name(), self.case);
+    }
+
+    /// Says why a case cannot check a behaviour the backend promises (its harness lacks a
+    /// hook). Under `LOCKKIT_CONFORMANCE_STRICT=1` that fails the case; otherwise the case
+    /// passes after saying so on stderr. Declare the case in `conformance!(…, without: […])`
+    /// to have it reported as ignored instead.
+    #[track_caller]
+    pub(crate) fn unchecked(&self, why: &str) {
+        if strict() {
+            self.fail(
+                "check the behaviour",
+                format!(
+                    "not checked: {why}; {STRICT_ENV} is set (add the hook, or declare the case in conformance!(…, without: […]))"
+                ),
+            );
+        }
+        eprintln!("[{} / {}] NOT CHECKED: {why}", self.h.name(), self.case);
     }
 
     /// Applies a fault hook; `false` (after saying so) when the harness lacks it.
+    #[track_caller]
     pub(crate) fn applied(&self, outcome: FaultResult, hook: &str) -> bool {
         if outcome.is_err() {
-            self.skip(&format!("the harness has no `{hook}` fault hook"));
+            self.unchecked(&format!("the harness has no `{hook}` fault hook"));
             return false;
         }
         true
     }
+}
+
+/// The environment variable that makes a case which cannot check its behaviour (a missing
+/// fault hook) fail instead of passing: set it to `1` in a backend's own CI.
+pub const STRICT_ENV: &str = "LOCKKIT_CONFORMANCE_STRICT";
+
+/// Whether [`STRICT_ENV`] is set to `1`.
+pub fn strict() -> bool {
+    std::env::var(STRICT_ENV).is_ok_and(|value| value == "1")
 }
 
 /// A fresh lock name for `case`, unique across runs and processes.

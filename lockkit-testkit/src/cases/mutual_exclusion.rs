@@ -15,13 +15,13 @@ use crate::history::History;
 pub async fn second_owner_cannot_acquire_while_held(h: &dyn Harness) {
     let cx = Ctx::new(h, "second_owner_cannot_acquire_while_held");
     let (a, b) = (cx.client().await, cx.client().await);
-    let guard = cx.acquire(&*cx.lock(&a), "first client acquires").await;
+    let guard = cx.acquire(&cx.lock(&a), "first client acquires").await;
     cx.check(
-        cx.try_acquire(&*cx.lock(&b), "second client tries").await.is_none(),
+        cx.try_acquire(&cx.lock(&b), "second client tries").await.is_none(),
         "second client must not get a held lock",
     );
     cx.release(guard, "first client releases").await;
-    let second = cx.try_acquire(&*cx.lock(&b), "second client tries after release").await;
+    let second = cx.try_acquire(&cx.lock(&b), "second client tries after release").await;
     cx.check(second.is_some(), "second client gets the lock after release");
 }
 
@@ -30,8 +30,8 @@ pub async fn two_handles_of_one_client_exclude_each_other(h: &dyn Harness) {
     let cx = Ctx::new(h, "two_handles_of_one_client_exclude_each_other");
     let a = cx.client().await;
     let (first, second) = (cx.lock(&a), cx.lock(&a));
-    let guard = cx.acquire(&*first, "first handle acquires").await;
-    cx.check(cx.try_acquire(&*second, "second handle tries").await.is_none(), "second handle must not get the lock");
+    let guard = cx.acquire(&first, "first handle acquires").await;
+    cx.check(cx.try_acquire(&second, "second handle tries").await.is_none(), "second handle must not get the lock");
     cx.release(guard, "first handle releases").await;
 }
 
@@ -81,8 +81,8 @@ pub async fn different_names_are_independent(h: &dyn Harness) {
     let cx = Ctx::new(h, "different_names_are_independent");
     let (a, b) = (cx.client().await, cx.client().await);
     let other = format!("{}-other", cx.name);
-    let guard = cx.acquire(&*cx.lock(&a), "acquire the first name").await;
-    let second = cx.try_acquire(&*cx.lock_named(&b, &other), "try the second name").await;
+    let guard = cx.acquire(&cx.lock(&a), "acquire the first name").await;
+    let second = cx.try_acquire(&cx.lock_named(&b, &other), "try the second name").await;
     cx.check(second.is_some(), "a different name is free while the first is held");
     cx.release(guard, "release the first").await;
 }
@@ -93,8 +93,8 @@ pub async fn names_are_case_sensitive(h: &dyn Harness) {
     let (a, b) = (cx.client().await, cx.client().await);
     let lower = format!("{}/orders", cx.name);
     let upper = format!("{}/ORDERS", cx.name);
-    let guard = cx.acquire(&*cx.lock_named(&a, &lower), "acquire the lower-case name").await;
-    let other = cx.try_acquire(&*cx.lock_named(&b, &upper), "try the upper-case name").await;
+    let guard = cx.acquire(&cx.lock_named(&a, &lower), "acquire the lower-case name").await;
+    let other = cx.try_acquire(&cx.lock_named(&b, &upper), "try the upper-case name").await;
     cx.check(other.is_some(), "the upper-case name is another lock");
     cx.release(guard, "release").await;
 }
@@ -112,18 +112,18 @@ pub async fn unusual_names_are_accepted_and_never_collide(h: &dyn Harness) {
     let names: Vec<String> = suffixes.iter().map(|s| format!("{base}{s}")).collect();
     let mut guards = Vec::new();
     for name in &names {
-        let guard = cx.try_acquire(&*cx.lock_named(&a, name), &format!("acquire {name:?}")).await;
+        let guard = cx.try_acquire(&cx.lock_named(&a, name), &format!("acquire {name:?}")).await;
         match guard {
             Some(guard) => guards.push(guard),
             None => cx.fail(&format!("acquire {name:?}"), "a distinct name was found taken: two names collide"),
         }
     }
     for name in &names {
-        let other = cx.try_acquire(&*cx.lock_named(&b, name), &format!("second client tries {name:?}")).await;
+        let other = cx.try_acquire(&cx.lock_named(&b, name), &format!("second client tries {name:?}")).await;
         cx.check(other.is_none(), &format!("{name:?} is held, so the second client must not get it"));
     }
     let longest = format!("{base}/{}", "x".repeat(LockName::MAX_LEN - base.len() - 1));
-    let guard = cx.try_acquire(&*cx.lock_named(&a, &longest), "acquire a 1024-byte name").await;
+    let guard = cx.try_acquire(&cx.lock_named(&a, &longest), "acquire a 1024-byte name").await;
     cx.check(guard.is_some(), "a 1024-byte name is accepted");
     for guard in guards {
         cx.release(guard, "release").await;

@@ -1,0 +1,105 @@
+//! [`LockProvider`]: what users hold: a connected client of one backend, handing out lock
+//! handles by name.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::backend::{LockBackend, LockInfo};
+use crate::{Capabilities, Error, HoldKind, LockHandle, LockName, Result};
+
+/// A connected client of one backend, handing out lock handles by name.
+///
+/// Made by `lockkit::connect(url)`, by a backend's provider (every backend provider
+/// dereferences to one and converts into one), or by [`LockProvider::new`] around a
+/// backend of your own. Cheap to clone: clones are the same client. Every method is
+/// inherent: no trait to import, no boxing.
+///
+/// ```
+/// use lockkit_core::memory::MemoryLockProvider;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> lockkit_core::Result<()> {
+/// let provider = MemoryLockProvider::new();
+/// let lock = provider.lock("reports/daily")?;
+/// let guard = lock.acquire().await?;
+/// assert!(lock.try_acquire().await?.is_none(), "every acquisition is its own owner");
+/// guard.release().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct LockProvider {
+    backend: Arc<dyn LockBackend>,
+}
+
+impl LockProvider {
+    /// A provider over `backend`: how a backend (lockkit's or a third party's) becomes what
+    /// users hold.
+    pub fn new(backend: Arc<dyn LockBackend>) -> Self {
+        Self { backend }
+    }
+
+    /// A handle for the mutex called `name`. Handles are cheap and shareable; every
+    /// acquisition through one is its own owner.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`] for an empty name or one longer than 1024 bytes.
+    pub fn lock(&self, name: &str) -> Result<LockHandle> {
+        self.handle(name, HoldKind::Exclusive)
+    }
+
+    /// A handle for holds of any `kind` on the lock called `name`: the one constructor the
+    /// others ([`lock`](Self::lock), and those of the read-write lock, the semaphore and
+    /// election) are built on.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`] for a bad name; [`Error::Unsupported`] for a kind the backend
+    /// does not declare in its [`Capabilities`].
+    pub fn handle(&self, name: &str, kind: HoldKind) -> Result<LockHandle> {
+        let name = LockName::new(name)?;
+        if !kind.is_supported_by(&self.backend.capabilities()) {
+            return Err(Error::unsupported(self.backend.name(), Some(&name), kind.describe()));
+        }
+        Ok(LockHandle::new(Arc::clone(&self.backend), name, kind))
+    }
+
+    /// What the backend promises beyond the common contract.
+    pub fn capabilities(&self) -> Capabilities {
+        self.backend.capabilities()
+    }
+
+    /// The backend's short name: `"memory"`, `"file"`, `"redis"`, `"zk"`, ...
+    pub fn backend_name(&self) -> &'static str {
+        self.backend.name()
+    }
+
+    /// Reports the holders and queue of the lock called `name`, as the store sees them now.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`] for a bad name; [`Error::Unsupported`] when the backend cannot
+    /// inspect (see [`Capabilities::inspect`]); connection errors.
+    pub async fn inspect(&self, name: &str) -> Result<LockInfo> {
+        let name = LockName::new(name)?;
+        if !self.backend.capabilities().inspect {
+            return Err(Error::unsupported(self.backend.name(), Some(&name), "inspecting a lock"));
+        }
+        let info = self.backend.inspect(&name).await;
+        info.map_err(|error| error.with_server(self.backend.address().as_deref()))
+    }
+
+    /// The backend behind this provider, for layers that wrap it (metrics, fault injection)
+    /// and build a new provider with [`LockProvider::new`]. Application code does not need
+    /// it: a grant taken from the backend directly skips the guard and its release.
+    pub fn backend(&self) -> &Arc<dyn LockBackend> {
+        &self.backend
+    }
+}
+
+impl fmt::Debug for LockProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("LockProvider").field(&self.backend).finish()
+    }
+}
