@@ -323,9 +323,10 @@ mod tests {
     #[test]
     fn a_timeout_keeps_the_stores_last_failure() {
         let lock = LockName::new("a").unwrap();
-        let refused = Error::connection("redis", Some(&lock), std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
-        let timeout = Error::timeout("redis", &lock, Duration::from_millis(300), Some(refused))
-            .with_server(Some("redis://h:1"));
+        let refused =
+            Error::connection("redis", Some(&lock), std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        let timeout =
+            Error::timeout("redis", &lock, Duration::from_millis(300), Some(refused)).with_server(Some("redis://h:1"));
         assert!(timeout.is_timeout() && timeout.is_connect() && timeout.is_retryable());
         assert!(timeout.to_string().ends_with("the store was unreachable"), "{timeout}");
         assert_eq!(chain(&timeout).len(), 3, "{:?}", chain(&timeout));

@@ -204,7 +204,9 @@ impl LockHandle {
             // The backend sees the deadline too; dropping its future at the deadline is the
             // backstop, and its cancel safety leaves no trace.
             let granted = match deadline {
-                Deadline::At(_) => within(deadline, inner.backend.acquire(request.clone())).await.unwrap_or(Ok(None))?,
+                Deadline::At(_) => {
+                    within(deadline, inner.backend.acquire(request.clone())).await.unwrap_or(Ok(None))?
+                }
                 Deadline::Now | Deadline::Never => inner.backend.acquire(request.clone()).await?,
             };
             let Some(grant) = granted else {

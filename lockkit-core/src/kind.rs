@@ -89,9 +89,12 @@ mod tests {
         let none = Capabilities::NONE;
         assert!(HoldKind::Exclusive.is_supported_by(&none));
         let permits = NonZeroU32::MIN;
-        for kind in [HoldKind::Read, HoldKind::Write, HoldKind::Permit { permits }, HoldKind::Candidate {
-            identity: Arc::from(&b"host:1"[..]),
-        }] {
+        for kind in [
+            HoldKind::Read,
+            HoldKind::Write,
+            HoldKind::Permit { permits },
+            HoldKind::Candidate { identity: Arc::from(&b"host:1"[..]) },
+        ] {
             assert!(!kind.is_supported_by(&none), "{kind:?}");
         }
         let rw = Capabilities { rw_lock: true, ..Capabilities::NONE };

@@ -54,7 +54,12 @@ enum State {
 }
 
 impl Release {
-    pub(crate) fn new(held: Box<dyn HeldLock>, granted_on: Option<Handle>, ticket: Ticket, span: tracing::Span) -> Self {
+    pub(crate) fn new(
+        held: Box<dyn HeldLock>,
+        granted_on: Option<Handle>,
+        ticket: Ticket,
+        span: tracing::Span,
+    ) -> Self {
         Self { state: State::Unstarted(held), span, granted_on, ticket: Some(ticket), sent: 0 }
     }
 
@@ -146,15 +151,17 @@ impl Drop for Release {
                 let ticket = self.ticket.take();
                 if let Some(home) = home.or_else(|| Handle::try_current().ok()) {
                     let span = self.span.clone();
-                    drop(home.spawn(
-                        async move {
-                            if let Err(error) = future.await {
-                                tracing::debug!(%error, "the release did not complete cleanly");
+                    drop(
+                        home.spawn(
+                            async move {
+                                if let Err(error) = future.await {
+                                    tracing::debug!(%error, "the release did not complete cleanly");
+                                }
+                                drop(ticket);
                             }
-                            drop(ticket);
-                        }
-                        .instrument(span),
-                    ));
+                            .instrument(span),
+                        ),
+                    );
                 }
             }
         }

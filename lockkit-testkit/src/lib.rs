@@ -27,6 +27,7 @@ pub mod fixture;
 mod harness;
 mod history;
 pub mod memory;
+pub mod panics;
 pub mod proxy;
 
 use std::future::Future;

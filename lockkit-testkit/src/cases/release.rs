@@ -109,7 +109,10 @@ pub async fn guard_dropped_after_its_runtime_shut_down_is_released_promptly(h: &
     let (a, b) = (cx.client().await, cx.client().await);
     let lock = cx.lock(&a);
     let bound = h.timing().operation;
-    let outcome = std::thread::spawn(move || {
+    crate::panics::watch();
+    let release_thread_panics = crate::panics::on_thread(RELEASE_THREAD);
+    let thread = format!("lockkit-drop-{}", uuid::Uuid::new_v4().simple());
+    let outcome = std::thread::Builder::new().name(thread.clone()).spawn(move || {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
         let guard = runtime
             .block_on(async { tokio::time::timeout(bound, lock.acquire()).await })
@@ -118,17 +121,25 @@ pub async fn guard_dropped_after_its_runtime_shut_down_is_released_promptly(h: &
         drop(runtime);
         drop(guard);
         Ok::<_, String>(())
-    })
-    .join();
-    match outcome {
-        Ok(Ok(())) => {}
-        Ok(Err(error)) => cx.fail("acquire on a private runtime", error),
-        Err(_) => cx.fail("drop the guard after its runtime ended", "it panicked"),
+    });
+    match outcome.map(std::thread::JoinHandle::join) {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(error))) => cx.fail("acquire on a private runtime", error),
+        Ok(Err(_)) => cx.fail("drop the guard after its runtime ended", "it panicked"),
+        Err(error) => cx.fail("start a thread", error.to_string()),
     }
     let lock_b = cx.lock(&b);
     let got = cx.within(h.timing().wake + bound, "another client acquires after the drop", lock_b.acquire()).await;
     drop(cx.ok(got, "acquire after the drop"));
+    cx.check(crate::panics::on_thread(&thread) == 0, "nothing panicked, caught or not, on the dropping thread");
+    cx.check(
+        crate::panics::on_thread(RELEASE_THREAD) == release_thread_panics,
+        "nothing panicked on lockkit's release thread",
+    );
 }
+
+/// The name of lockkit-core's own release thread.
+const RELEASE_THREAD: &str = "lockkit-release";
 
 /// Contract 13 and 17: a provider first used on one runtime, which then shut down, keeps
 /// working on another: its holds there are kept (renewed, for leased backends) and exclude

@@ -1,0 +1,215 @@
+//! One client of a store: its session, its watchdog, and the backend protocol.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, PoisonError, Weak};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use tokio::sync::oneshot;
+use tracing::Instrument;
+use uuid::Uuid;
+
+use crate::backend::{AcquireRequest, Grant, HeldLock, LockBackend, LockInfo};
+use crate::{Capabilities, Error, LockName, LossReason, Result};
+
+use super::BACKEND;
+use super::store::{Admission, Granted, Lease, MemoryStore, Session};
+pub(super) struct MemoryClient {
+    pub(super) me: Weak<MemoryClient>,
+    pub(super) store: MemoryStore,
+    pub(super) session: u64,
+    pub(super) lease: Option<Lease>,
+    pub(super) killed: AtomicBool,
+    pub(super) partitioned: AtomicBool,
+    pub(super) watchdog: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl fmt::Debug for MemoryClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryClient").field("session", &self.session).field("lease", &self.lease).finish()
+    }
+}
+
+impl MemoryClient {
+    pub(super) fn reachable(&self, lock: &LockName) -> Result<()> {
+        if self.killed.load(Ordering::SeqCst) {
+            return Err(Error::connection(BACKEND, Some(lock), "this memory client was killed"));
+        }
+        if self.partitioned.load(Ordering::SeqCst) {
+            return Err(Error::connection(BACKEND, Some(lock), "this memory client is partitioned from its store"));
+        }
+        Ok(())
+    }
+
+    /// Starts the client's one renewal task if it has a lease and the task is not running
+    /// (it may have ended with the runtime that ran it).
+    pub(super) fn ensure_watchdog(&self) {
+        let Some(lease) = self.lease else { return };
+        let mut watchdog = self.watchdog.lock().unwrap_or_else(PoisonError::into_inner);
+        if watchdog.as_ref().is_some_and(|task| !task.is_finished()) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        *watchdog = Some(runtime.spawn(renew_forever(self.me.clone(), lease.renew_every)));
+    }
+
+    pub(super) fn grant(&self, lock: LockName, attempt: Uuid, granted: Granted) -> Grant {
+        let held = MemoryHeld { client: self.me.clone(), store: self.store.clone(), lock, attempt };
+        Grant::new(granted.token, granted.signal, Box::new(held))
+    }
+}
+
+/// The watchdog: one task per client renews every hold of the client in one store call.
+pub(super) async fn renew_forever(client: Weak<MemoryClient>, every: Duration) {
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let Some(client) = client.upgrade() else { return };
+        if client.killed.load(Ordering::SeqCst) {
+            return;
+        }
+        if client.partitioned.load(Ordering::SeqCst) {
+            continue;
+        }
+        let renewed = client.store.heartbeat(client.session, Instant::now());
+        tracing::trace!(backend = BACKEND, session = client.session, renewed, "lockkit.renew");
+    }
+}
+
+#[async_trait]
+impl LockBackend for MemoryClient {
+    fn name(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            fair: true,
+            fencing_survives_restart: true,
+            lease: self.lease.is_some(),
+            lease_renewal: self.lease.is_some(),
+            loss_notification: true,
+            inspect: true,
+            waiter_count: true,
+            ..Capabilities::NONE
+        }
+    }
+
+    async fn acquire(&self, request: AcquireRequest) -> Result<Option<Grant>> {
+        self.reachable(&request.lock)?;
+        self.ensure_watchdog();
+        let admission = {
+            let mut state = self.store.current();
+            if let Some(session) = state.sessions.get_mut(&self.session) {
+                // The request itself renews the session.
+                session.last_heartbeat = Instant::now();
+            }
+            state.admit(self.session, &request)
+        };
+        let (id, receiver) = match admission {
+            Admission::Granted(granted) => return Ok(Some(self.grant(request.lock, request.attempt, granted))),
+            Admission::Busy => return Ok(None),
+            Admission::Queued(id, receiver) => (id, receiver),
+        };
+        let mut waiting =
+            QueuedWaiter { store: self.store.clone(), lock: request.lock.clone(), id, receiver, done: false };
+        let span = tracing::debug_span!("lockkit.wait", backend = BACKEND, lock = %request.lock);
+        async {
+            loop {
+                let holder_expiry = self.store.state().holder_expiry(&request.lock);
+                tokio::select! {
+                    granted = &mut waiting.receiver => {
+                        waiting.done = true;
+                        return match granted {
+                            Ok(granted) => Ok(Some(self.grant(request.lock.clone(), request.attempt, granted))),
+                            Err(_) => Err(Error::connection(
+                                BACKEND,
+                                Some(&request.lock),
+                                "the store dropped this waiter (session expired, client killed or store restarted); try again",
+                            )),
+                        };
+                    }
+                    () = sleep_until(holder_expiry) => {
+                        // The holder's lease ran out: expire it, which hands the lock on.
+                        drop(self.store.current());
+                    }
+                }
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn inspect(&self, lock: &LockName) -> Result<LockInfo> {
+        self.reachable(lock)?;
+        let state = self.store.current();
+        let Some(entry) = state.locks.get(lock) else { return Ok(LockInfo::default()) };
+        let holders = entry.holder.iter().map(|holder| {
+            let info = holder.owner.holder(holder.token);
+            match state.sessions.get(&holder.session).and_then(Session::expires_at) {
+                Some(at) => info.with_lease_left(at.saturating_duration_since(Instant::now())),
+                None => info,
+            }
+        });
+        Ok(LockInfo::new(holders.collect(), Some(entry.queue.len())))
+    }
+}
+
+pub(super) async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A waiter's place in a queue; dropping it (cancellation) removes the place, and frees a
+/// grant that arrived while the waiter was being dropped.
+pub(super) struct QueuedWaiter {
+    pub(super) store: MemoryStore,
+    pub(super) lock: LockName,
+    pub(super) id: u64,
+    pub(super) receiver: oneshot::Receiver<Granted>,
+    pub(super) done: bool,
+}
+
+impl Drop for QueuedWaiter {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let mut state = self.store.state();
+        if let Some(entry) = state.locks.get_mut(&self.lock) {
+            entry.queue.retain(|waiter| waiter.id != self.id);
+        }
+        if let Ok(granted) = self.receiver.try_recv() {
+            granted.signal.release();
+            let token = granted.token;
+            state.remove_holder(&self.lock, |holder| holder.token == token, LossReason::ClientClosed);
+        } else if state.locks.get(&self.lock).is_some_and(|e| e.holder.is_none()) {
+            state.hand_off(&self.lock);
+        }
+    }
+}
+
+/// The memory backend's record of one hold.
+pub(super) struct MemoryHeld {
+    pub(super) client: Weak<MemoryClient>,
+    pub(super) store: MemoryStore,
+    pub(super) lock: LockName,
+    pub(super) attempt: Uuid,
+}
+
+#[async_trait]
+impl HeldLock for MemoryHeld {
+    async fn release(self: Box<Self>) -> Result<()> {
+        if let Some(client) = self.client.upgrade() {
+            client.reachable(&self.lock)?;
+        }
+        let attempt = self.attempt;
+        let removed =
+            self.store.current().remove_holder(&self.lock, |holder| holder.attempt == attempt, LossReason::RecordGone);
+        if removed { Ok(()) } else { Err(Error::lost(BACKEND, &self.lock, LossReason::RecordGone)) }
+    }
+}
