@@ -12,7 +12,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockkit::LockProvider;
 use lockkit::memory::{MemoryLockProvider, MemoryStore};
 use lockkit_testkit::FencedResource;
 

@@ -12,7 +12,7 @@
 use std::time::{Duration, Instant};
 
 use lockkit::memory::{MemoryLockProvider, MemoryStore};
-use lockkit::{LockGuard, LockProvider, LossReason};
+use lockkit::{LockGuard, LossReason};
 
 const TERM: Duration = Duration::from_millis(500);
 const RUN_FOR: Duration = Duration::from_secs(3);

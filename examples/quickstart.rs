@@ -10,11 +10,12 @@ use std::time::Duration;
 async fn main() -> lockkit::Result<()> {
     let url = std::env::var(lockkit::URL_ENV).unwrap_or_else(|_| "mem://".to_owned());
     let provider = lockkit::connect(&url).await?;
-    println!("locking on {}", lockkit::redact(&url));
+    println!("locking on {}", lockkit::config::redact(&url));
+    // One handle, shared by every worker: each acquisition is its own owner.
+    let report = provider.lock("quickstart/report")?;
     let mut workers = tokio::task::JoinSet::new();
     for worker in 0..4 {
-        // One handle per worker: each worker is its own owner.
-        let lock = provider.lock("quickstart/report")?;
+        let lock = report.clone();
         workers.spawn(async move {
             for round in 0..2 {
                 let guard = lock.acquire().await?;

@@ -1,18 +1,15 @@
-//! lockkit: distributed locks with fencing tokens and loss signals, written once against
-//! one [`DistributedLock`] trait and run on ZooKeeper, Redis, in process, or a third-party
-//! backend.
+//! lockkit: distributed locks with fencing tokens and loss signals, on ZooKeeper, Redis, local
+//! files, in process, or a third-party backend, behind one [`LockProvider`].
 //!
 //! This is the facade crate: application code depends on `lockkit` alone. It re-exports
 //! [`lockkit_core`] and holds no lock logic. The Redis and ZooKeeper backends are behind the
 //! `redis` and `zk` features (as the modules `lockkit::redis` and `lockkit::zk`); the
-//! in-process [`memory`] backend and, on Unix, the local-file backend are always present.
-//! [`connect`] picks the backend from a URL (`mem://`, `file:///dir`, `redis://…`,
-//! `rediss://…`, `zk://…`), so the store is a deployment setting; its docs list the options each
-//! scheme takes.
+//! in-process [`memory`] backend and, on Unix, the local-file backend (`lockkit::file`) are
+//! always present. [`connect`] picks the backend from a URL (`mem://`, `file:///dir`,
+//! `redis://…`, `rediss://…`, `zk://…`), so the store is a deployment setting; its docs list
+//! the options each scheme takes.
 //!
 //! ```
-//! use lockkit::DistributedLock;
-//!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> lockkit::Result<()> {
 //! // Usually `lockkit::connect_from_env()`, which reads LOCKKIT_URL.
@@ -24,16 +21,31 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # Features
+//!
+//! - `redis`: the Redis backend, `lockkit::redis`, and `redis://` URLs.
+//! - `redis-tls`: `rediss://` (TLS) for the Redis backend.
+//! - `zk`: the ZooKeeper backend, `lockkit::zk`, and `zk://` URLs.
+//! - `full`: all of them.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod url;
 
 pub use lockkit_core::*;
-pub use url::{DEFAULT_URL, StoreUrl, URL_ENV, connect, connect_from_env, parse_duration, redact, url_from_env};
+pub use url::{DEFAULT_URL, URL_ENV, connect, connect_from_env, register_builtin_schemes, url_from_env};
 
 /// The Redis backend (feature `redis`): [`RedisLockProvider`](lockkit_redis::RedisLockProvider).
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use lockkit_redis as redis;
 
-/// The ZooKeeper backend (feature `zk`).
+/// The ZooKeeper backend (feature `zk`): [`ZkLockProvider`](lockkit_zk::ZkLockProvider).
 #[cfg(feature = "zk")]
+#[cfg_attr(docsrs, doc(cfg(feature = "zk")))]
 pub use lockkit_zk as zk;
+
+/// The local-file backend (Unix): [`FileLockProvider`](lockkit_file::FileLockProvider).
+#[cfg(unix)]
+#[cfg_attr(docsrs, doc(cfg(unix)))]
+pub use lockkit_file as file;

@@ -11,7 +11,7 @@ use lockkit_testkit::fixture::{RedisServer, ZkServer};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_urls_carry_their_options() {
     let server = RedisServer::shared().await.unwrap_or_else(|e| panic!("{e}"));
-    let url = format!("{}?ttl=5s&renew=1s&prefix=connect-test&timeout=1s", server.url().trim_end_matches('/'));
+    let url = format!("{}?lease=5s&renew_every=1s&key_prefix=connect-test&response_timeout=1s", server.url().trim_end_matches('/'));
     let provider = connect(&url).await.unwrap();
     assert!(provider.capabilities().lease);
     let guard = provider.lock("connect/redis").unwrap().acquire().await.unwrap();
@@ -38,14 +38,14 @@ async fn unreachable_redis_is_a_retryable_error_that_names_the_backend() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zk_urls_carry_their_options() {
     let server = ZkServer::shared().await.unwrap_or_else(|e| panic!("{e}"));
-    let url = format!("zk://{}?session_timeout=4s&base=/connect-test", server.connect_string());
+    let url = format!("zk://{}?session_timeout=4s&base_path=/connect-test", server.connect_string());
     let provider = connect(&url).await.unwrap();
     assert!(provider.capabilities().fair);
     let guard = provider.lock("connect/zk").unwrap().acquire().await.unwrap();
     let second = connect(&url).await.unwrap();
     assert!(second.lock("connect/zk").unwrap().try_acquire().await.unwrap().is_none());
     let info = second.inspect("connect/zk").await.unwrap();
-    assert_eq!(info.holder.map(|holder| holder.token), Some(guard.token()));
+    assert_eq!(info.holder().map(|holder| holder.token), Some(guard.token()));
     guard.release().await.unwrap();
     let bad = connect(&format!("zk://{}?session_timeout=0s", server.connect_string())).await;
     assert!(matches!(bad, Err(Error::InvalidConfig { .. })), "a zero session timeout is refused");

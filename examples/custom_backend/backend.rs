@@ -1,13 +1,14 @@
 //! A complete third-party backend in one file: a lock table shared by the clients of one
 //! process. It shows what a backend implements (the store's protocol, nothing more) and
-//! what it gets from lockkit-core for free (reentrancy, timeouts, guards, loss signals).
+//! what it gets from lockkit-core for free (reentrancy, timeouts, guards, releases, loss
+//! signals). Users hold a plain `LockProvider` around it: no provider type to write.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
-use lockkit::backend::{AcquireRequest, Grant, HeldLock, HolderInfo, LockBackend, LockInfo};
-use lockkit::{Capabilities, Deadline, Error, FencingToken, HoldSignal, LockName, LockProvider, LossReason, Result};
+use lockkit::backend::{AcquireRequest, Deadline, Grant, HeldLock, HoldSignal, HolderInfo, LockBackend, LockInfo};
+use lockkit::{Capabilities, Error, FencingToken, LockName, LockProvider, LossReason, Result};
 use tokio::sync::Notify;
 use uuid::Uuid;
 
@@ -75,13 +76,7 @@ impl LockBackend for TableBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            fencing: true,
-            fencing_survives_restart: true,
-            loss_notification: true,
-            inspect: true,
-            ..Capabilities::default()
-        }
+        Capabilities { fencing_survives_restart: true, loss_notification: true, inspect: true, ..Capabilities::NONE }
     }
 
     async fn acquire(&self, request: AcquireRequest) -> Result<Option<Grant>> {
@@ -102,13 +97,15 @@ impl LockBackend for TableBackend {
     }
 
     async fn inspect(&self, lock: &LockName) -> Result<LockInfo> {
-        let holder = self
+        let holders = self
             .table
             .state()
             .holders
             .get(lock)
-            .map(|(token, attempt, _)| HolderInfo::new(*token, attempt.to_string()));
-        Ok(LockInfo::new(holder, None))
+            .map(|(token, attempt, _)| HolderInfo::new(*token, attempt.to_string()))
+            .into_iter()
+            .collect();
+        Ok(LockInfo::new(holders, None))
     }
 }
 
@@ -130,23 +127,9 @@ impl HeldLock for TableHold {
     }
 }
 
-/// The provider users hold: one per client.
-#[derive(Debug, Clone)]
-pub(crate) struct TableLockProvider {
-    backend: Arc<TableBackend>,
-}
-
-impl TableLockProvider {
-    /// A client of `table`.
-    pub(crate) fn new(table: Arc<Table>) -> Self {
-        Self { backend: Arc::new(TableBackend { table }) }
-    }
-}
-
-impl LockProvider for TableLockProvider {
-    fn backend(&self) -> Arc<dyn LockBackend> {
-        self.backend.clone()
-    }
+/// A client of `table`, as users hold it: the core's `LockProvider` around the backend.
+pub(crate) fn client(table: Arc<Table>) -> LockProvider {
+    LockProvider::new(Arc::new(TableBackend { table }))
 }
 
 /// What the conformance kit needs: fresh clients of one table, and the fault hooks it has.
@@ -162,7 +145,7 @@ impl lockkit_testkit::Harness for TableHarness {
     }
 
     async fn client(&self) -> Result<lockkit_testkit::TestClient> {
-        Ok(lockkit_testkit::TestClient::without_faults(Arc::new(TableLockProvider::new(Arc::clone(&self.table)))))
+        Ok(lockkit_testkit::TestClient::without_faults(client(Arc::clone(&self.table))))
     }
 
     async fn delete_record(&self, name: &str) -> lockkit_testkit::FaultResult {

@@ -1,7 +1,7 @@
 //! How a third party writes a backend and proves it with the conformance kit.
 //!
 //! `cargo run -p lockkit-examples --example custom_backend` uses the backend of
-//! `backend.rs` (a lock table in process) through the core traits, then runs a few cases of
+//! `backend.rs` (a lock table in process) through `LockProvider`, then runs a few cases of
 //! the kit by hand. The whole kit runs as tests with one line, as in
 //! `examples/tests/custom_backend_conformance.rs`:
 //!
@@ -13,13 +13,12 @@ mod backend;
 
 use std::sync::Arc;
 
-use backend::{Table, TableHarness, TableLockProvider};
-use lockkit::LockProvider;
+use backend::{Table, TableHarness, client};
 
 #[tokio::main]
 async fn main() -> lockkit::Result<()> {
     let table = Arc::new(Table::default());
-    let (a, b) = (TableLockProvider::new(Arc::clone(&table)), TableLockProvider::new(table));
+    let (a, b) = (client(Arc::clone(&table)), client(table));
     let guard = a.lock("reports/weekly")?.acquire().await?;
     println!("client a holds reports/weekly with token {}", guard.token());
     println!(

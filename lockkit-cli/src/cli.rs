@@ -9,7 +9,7 @@ use crate::exit;
 
 const URL_HELP: &str = "The lock store: mem://, file:///dir, redis://[user:password@]host:port[/db], \
 rediss://…, zk://host:port[,host:port…][/chroot], with options in the query string \
-(e.g. ?ttl=10s). Default: $LOCKKIT_URL, else file:// (a per-user directory on this machine)";
+(e.g. ?lease=10s). Default: $LOCKKIT_URL, else file:// (a per-user directory on this machine)";
 
 /// Run commands under distributed locks (Redis, ZooKeeper, local files) and inspect locks.
 #[derive(Debug, Parser)]
@@ -71,10 +71,10 @@ pub(crate) struct RunArgs {
     #[arg(long)]
     pub(crate) no_wait: bool,
 
-    /// The lease of the hold, on backends that have one (sets the URL's ttl option): a dead
-    /// lockkit frees the lock after it. It is renewed while the command runs.
+    /// The lease of the hold, on backends that have one (sets the URL's lease option): a
+    /// dead lockkit frees the lock after it. It is renewed while the command runs.
     #[arg(long, value_name = "DURATION", value_parser = duration_text)]
-    pub(crate) ttl: Option<String>,
+    pub(crate) lease: Option<String>,
 
     /// How long the command has to exit after SIGTERM before it gets SIGKILL.
     #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "10s")]
@@ -133,12 +133,12 @@ pub(crate) struct BenchArgs {
 }
 
 fn duration(text: &str) -> Result<Duration, String> {
-    lockkit::parse_duration(text)
+    lockkit::config::parse_duration(text)
 }
 
 /// Checks a duration and keeps its text, to pass it on in the URL.
 fn duration_text(text: &str) -> Result<String, String> {
-    lockkit::parse_duration(text).map(|_| text.trim().to_owned())
+    lockkit::config::parse_duration(text).map(|_| text.trim().to_owned())
 }
 
 #[cfg(test)]

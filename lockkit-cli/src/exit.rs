@@ -37,7 +37,7 @@ pub(crate) const RUN_TABLE: &str = "\
 Exit status:
   (the command's)  the command ran to its end while the lock was held; a command
                    killed by a signal gives 128 + the signal's number, as in shells
-  64   usage error: bad arguments, bad URL, bad duration, bad lock name, --ttl
+  64   usage error: bad arguments, bad URL, bad duration, bad lock name, --lease
        on a backend that has no lease
   69   the store could not be reached
   70   the lock was lost while the command ran; the command got SIGTERM, then
@@ -82,7 +82,7 @@ impl Failure {
             UNAVAILABLE => " (is the server running, and is the URL right?)",
             _ => "",
         };
-        Self::new(code, format!("{context}: {error}{hint}"))
+        Self::new(code, format!("{context}: {}{hint}", chain(error)))
     }
 }
 
@@ -96,12 +96,29 @@ impl fmt::Display for Failure {
 pub(crate) fn code_of(error: &lockkit::Error) -> Code {
     use lockkit::Error;
     match error {
-        Error::InvalidName { .. } | Error::InvalidConfig { .. } => USAGE,
-        Error::Connection { .. } => UNAVAILABLE,
+        Error::InvalidName { .. } | Error::InvalidConfig { .. } | Error::Unsupported { .. } => USAGE,
+        // A wait that ended while the store could not be reached is "unreachable", not "busy".
+        error if error.is_connect() => UNAVAILABLE,
         Error::Timeout { .. } => TIMEOUT,
         Error::LockLost { .. } => LOST,
         _ => BACKEND,
     }
+}
+
+/// The error and its sources, one after the other: lockkit's messages do not repeat their
+/// source, so the cause (`Connection refused`) is only in the chain.
+pub(crate) fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut next = error.source();
+    while let Some(source) = next {
+        let line = source.to_string();
+        if !text.contains(&line) {
+            text.push_str(": ");
+            text.push_str(&line);
+        }
+        next = source.source();
+    }
+    text
 }
 
 #[cfg(test)]

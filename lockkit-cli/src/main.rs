@@ -2,7 +2,7 @@
 //! lockkit store (Redis, ZooKeeper, local files, memory) named by a URL.
 //!
 //! ```text
-//! lockkit run NAME [--url URL] [--wait DURATION | --no-wait] [--ttl DURATION] [--grace DURATION] -- COMMAND...
+//! lockkit run NAME [--url URL] [--wait DURATION | --no-wait] [--lease DURATION] [--grace DURATION] -- COMMAND...
 //! lockkit status NAME [--url URL] [--json]
 //! lockkit bench [--url URL] [--clients N] [--duration DURATION] [--locks N] [--json]
 //! ```
@@ -26,7 +26,7 @@
 //! - SIGINT (Ctrl-C), SIGTERM and SIGHUP to `lockkit` are forwarded to the command as
 //!   SIGTERM (SIGKILL after `--grace`, or at once on a second signal); then the lock is
 //!   released and `lockkit` exits 130, 143 or 129.
-//! - `--ttl` sets the lease on backends that have one (the URL's `ttl` option); the lease is
+//! - `--lease` sets the lease on backends that have one (the URL's `lease` option); the lease is
 //!   renewed while the command runs, and frees the lock after a dead `lockkit`.
 //! - While it waits with stderr on a terminal, one line shows what it waits for and for how
 //!   long: `waiting for lock "x" on redis://host:6379/ (held by token 17) for 12s`. Nothing of
@@ -53,7 +53,7 @@
 //! | --- | --- |
 //! | the command's | `run`: the command ran to its end while the lock was held |
 //! | 0 | `status`: the lock's state was read (held or free); `--help`, `--version` |
-//! | 64 | usage error: bad arguments, bad URL, bad duration, bad lock name, `--ttl` on a backend without a lease |
+//! | 64 | usage error: bad arguments, bad URL, bad duration, bad lock name, `--lease` on a backend without a lease |
 //! | 69 | the store could not be reached |
 //! | 70 | the lock was lost while the command ran; the command was stopped |
 //! | 71 | an operating-system failure of `lockkit` itself |

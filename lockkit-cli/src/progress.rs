@@ -42,12 +42,12 @@ impl Progress {
     }
 
     /// Starts following `lock` for a wait of at most `deadline` (forever when `None`).
-    pub(crate) fn start(provider: &Arc<dyn LockProvider>, lock: &str, url: &str, deadline: Option<Duration>) -> Self {
+    pub(crate) fn start(provider: &LockProvider, lock: &str, url: &str, deadline: Option<Duration>) -> Self {
         if !std::io::stderr().is_terminal() {
             return Self::inert();
         }
         let holder = Arc::new(Mutex::new(None));
-        let inspector = tokio::spawn(inspect_loop(Arc::clone(provider), lock.to_owned(), Arc::clone(&holder)));
+        let inspector = tokio::spawn(inspect_loop(provider.clone(), lock.to_owned(), Arc::clone(&holder)));
         Self {
             active: Some(Active {
                 lock: lock.to_owned(),
@@ -82,14 +82,17 @@ impl Progress {
     pub(crate) fn draw(&mut self) {
         let Some(active) = &mut self.active else { return };
         let held_by = match &*active.holder.lock().unwrap_or_else(PoisonError::into_inner) {
-            Some(LockInfo { holder: Some(holder), waiters, .. }) => {
-                let queue = match waiters {
-                    Some(0) | None => String::new(),
-                    Some(n) => format!(", {n} queued"),
-                };
-                format!(" (held by token {}{queue})", holder.token)
-            }
-            _ => String::new(),
+            Some(info) => match info.holder() {
+                Some(holder) => {
+                    let queue = match info.waiters {
+                        Some(0) | None => String::new(),
+                        Some(n) => format!(", {n} queued"),
+                    };
+                    format!(" (held by token {}{queue})", holder.token)
+                }
+                None => String::new(),
+            },
+            None => String::new(),
         };
         let waited = active.start.elapsed().as_secs();
         let limit = active.deadline.map(|d| format!(" of {}", crate::status::human(d))).unwrap_or_default();
@@ -122,7 +125,7 @@ impl Drop for Progress {
     }
 }
 
-async fn inspect_loop(provider: Arc<dyn LockProvider>, lock: String, holder: Arc<Mutex<Option<LockInfo>>>) {
+async fn inspect_loop(provider: LockProvider, lock: String, holder: Arc<Mutex<Option<LockInfo>>>) {
     loop {
         if let Ok(Ok(info)) = tokio::time::timeout(REFRESH, provider.inspect(&lock)).await {
             *holder.lock().unwrap_or_else(PoisonError::into_inner) = Some(info);

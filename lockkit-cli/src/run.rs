@@ -31,8 +31,8 @@ enum Outcome {
 /// Runs `lockkit run`; returns the exit code.
 pub(crate) async fn run(args: RunArgs) -> Result<Code, Failure> {
     let mut target = Target::resolve(args.url.clone());
-    if let Some(ttl) = &args.ttl {
-        target = target.with_ttl(ttl);
+    if let Some(lease) = &args.lease {
+        target = target.with_lease(lease);
     }
     let what = format!("lock {:?} on {}", args.name, target.shown());
     let mut signals = Signals::install()?;
@@ -40,7 +40,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<Code, Failure> {
     // Everything before the command starts gives up at once on a signal: dropping the
     // futures leaves nothing behind (acquisition is cancel safe).
     let provider = tokio::select! {
-        provider = target.connect(&args.name, args.ttl.is_some()) => provider?,
+        provider = target.connect(&args.name, args.lease.is_some()) => provider?,
         signal = signals.recv() => return Ok(interrupted_early(signal, &what)),
     };
     let lock =
@@ -92,12 +92,15 @@ pub(crate) async fn run(args: RunArgs) -> Result<Code, Failure> {
                 format!("{what} is held by another owner{holder}; not waiting (--no-wait)"),
             ));
         }
-        Ok(None) | Err(Error::Timeout { .. }) => {
+        // A wait that ended while the store was unreachable exits 69, with the store's error.
+        Err(error) if !error.is_timeout() || error.is_connect() => {
+            return Err(Failure::from_lock_error(&error, &format!("cannot acquire {what}")));
+        }
+        Ok(None) | Err(_) => {
             let holder = holder_of(&provider, &args.name).await;
             let waited = args.wait.map(human).unwrap_or_default();
             return Err(Failure::new(TIMEOUT, format!("gave up waiting for {what} after {waited} (--wait){holder}")));
         }
-        Err(error) => return Err(Failure::from_lock_error(&error, &format!("cannot acquire {what}"))),
     };
 
     let token = guard.token().get();
@@ -171,9 +174,9 @@ async fn release(guard: LockGuard, what: &str) {
 }
 
 /// `" (held by token N)"` when the store says quickly who holds the lock, else nothing.
-async fn holder_of(provider: &Arc<dyn LockProvider>, name: &str) -> String {
+async fn holder_of(provider: &LockProvider, name: &str) -> String {
     match tokio::time::timeout(HOLDER_LOOKUP, provider.inspect(name)).await {
-        Ok(Ok(info)) => match info.holder {
+        Ok(Ok(info)) => match info.holder() {
             Some(holder) => format!(" (held by token {})", holder.token),
             None => String::new(),
         },

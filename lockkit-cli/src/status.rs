@@ -28,7 +28,12 @@ pub(crate) async fn status(args: StatusArgs) -> Result<Code, Failure> {
 
 /// The `--json` object. Field names are stable; unknown values are `null`.
 fn json(lock: &str, url: &str, info: &LockInfo) -> String {
-    let holder = info.holder.as_ref();
+    let holder = info.holder();
+    let holders: Vec<serde_json::Value> = info
+        .holders
+        .iter()
+        .map(|h| serde_json::json!({ "token": h.token.get(), "kind": format!("{:?}", h.kind), "owner": h.owner }))
+        .collect();
     serde_json::json!({
         "held": holder.is_some(),
         "lock": lock,
@@ -38,6 +43,7 @@ fn json(lock: &str, url: &str, info: &LockInfo) -> String {
         "since_unix_ms": holder.and_then(|h| h.since).map(unix_millis),
         "lease_left_ms": holder.and_then(|h| h.lease_left).map(|left| u64::try_from(left.as_millis()).unwrap_or(u64::MAX)),
         "waiters": info.waiters,
+        "holders": holders,
     })
     .to_string()
 }
@@ -45,7 +51,7 @@ fn json(lock: &str, url: &str, info: &LockInfo) -> String {
 /// The aligned lines for people.
 fn human_report(lock: &str, url: &str, info: &LockInfo, now: SystemTime) -> String {
     let mut lines: Vec<(&str, String)> = vec![("lock", format!("{lock:?}")), ("url", url.to_owned())];
-    match &info.holder {
+    match info.holder() {
         None => lines.push(("held", "no".to_owned())),
         Some(holder) => {
             lines.push(("held", "yes".to_owned()));
@@ -143,13 +149,13 @@ mod tests {
     #[test]
     fn json_has_every_field_even_when_free() {
         let free: serde_json::Value =
-            serde_json::from_str(&json("x", "mem://", &LockInfo::new(None, Some(0)))).unwrap();
-        for field in ["held", "lock", "url", "token", "owner", "since_unix_ms", "lease_left_ms", "waiters"] {
+            serde_json::from_str(&json("x", "mem://", &LockInfo::new(Vec::new(), Some(0)))).unwrap();
+        for field in ["held", "lock", "url", "token", "owner", "since_unix_ms", "lease_left_ms", "waiters", "holders"] {
             assert!(free.get(field).is_some(), "{field} missing from {free}");
         }
         let holder = HolderInfo::new(FencingToken::new(7), "me").with_lease_left(Duration::from_millis(1500));
         let held: serde_json::Value =
-            serde_json::from_str(&json("x", "mem://", &LockInfo::new(Some(holder), None))).unwrap();
+            serde_json::from_str(&json("x", "mem://", &LockInfo::new(vec![holder], None))).unwrap();
         assert_eq!(held["token"], 7);
         assert_eq!(held["lease_left_ms"], 1500);
         assert_eq!(held["waiters"], serde_json::Value::Null);
@@ -159,7 +165,7 @@ mod tests {
     fn human_lines_are_aligned() {
         let holder = HolderInfo::new(FencingToken::new(7), "me").with_since(UNIX_EPOCH);
         let text =
-            human_report("x", "mem://", &LockInfo::new(Some(holder), Some(2)), UNIX_EPOCH + Duration::from_secs(3));
+            human_report("x", "mem://", &LockInfo::new(vec![holder], Some(2)), UNIX_EPOCH + Duration::from_secs(3));
         assert_eq!(
             text,
             "lock:    \"x\"\nurl:     mem://\nheld:    yes\ntoken:   7\nowner:   me\n\

@@ -1,8 +1,6 @@
 //! Which store to talk to: the URL from `--url`, else `LOCKKIT_URL`, else
-//! [`lockkit::DEFAULT_URL`]; `--ttl` added as the URL's `ttl` option; the redacted form that
+//! [`lockkit::DEFAULT_URL`]; `--lease` added as the URL's `lease` option; the redacted form that
 //! every message shows.
-
-use std::sync::Arc;
 
 use lockkit::LockProvider;
 
@@ -28,20 +26,20 @@ impl Target {
             None if env_set => (lockkit::url_from_env(), "LOCKKIT_URL"),
             None => (lockkit::url_from_env(), "the default"),
         };
-        let shown = lockkit::redact(&url);
+        let shown = lockkit::config::redact(&url);
         Self { url, shown, source }
     }
 
-    /// Sets the `ttl` query option to `ttl` (the text the user wrote, already checked to
-    /// be a duration), replacing one the URL has: the flag is the more specific setting.
-    pub(crate) fn with_ttl(mut self, ttl: &str) -> Self {
+    /// Sets the `lease` query option to `lease` (the text the user wrote, already checked
+    /// to be a duration), replacing one the URL has: the flag is the more specific setting.
+    pub(crate) fn with_lease(mut self, lease: &str) -> Self {
         let (base, query) = self.url.split_once('?').unwrap_or((&self.url, ""));
         let mut pairs: Vec<&str> =
-            query.split('&').filter(|pair| !pair.is_empty() && pair.split('=').next() != Some("ttl")).collect();
-        let ttl = format!("ttl={ttl}");
-        pairs.push(&ttl);
+            query.split('&').filter(|pair| !pair.is_empty() && pair.split('=').next() != Some("lease")).collect();
+        let lease = format!("lease={lease}");
+        pairs.push(&lease);
         self.url = format!("{base}?{}", pairs.join("&"));
-        self.shown = lockkit::redact(&self.url);
+        self.shown = lockkit::config::redact(&self.url);
         self
     }
 
@@ -50,9 +48,9 @@ impl Target {
         &self.shown
     }
 
-    /// Connects to the store for `lock`. `ttl_given` says whether `--ttl` added the `ttl`
-    /// option, to explain a backend's refusal of it.
-    pub(crate) async fn connect(&self, lock: &str, ttl_given: bool) -> Result<Arc<dyn LockProvider>, Failure> {
+    /// Connects to the store for `lock`. `lease_given` says whether `--lease` added the
+    /// `lease` option, to explain a backend's refusal of it.
+    pub(crate) async fn connect(&self, lock: &str, lease_given: bool) -> Result<LockProvider, Failure> {
         lockkit::connect(&self.url).await.map_err(|error| {
             let verb = match exit::code_of(&error) {
                 UNAVAILABLE => "cannot reach",
@@ -61,8 +59,8 @@ impl Target {
             };
             let context = format!("{verb} {} (from {}) for lock {lock:?}", self.shown, self.source);
             let mut failure = Failure::from_lock_error(&error, &context);
-            if ttl_given && failure.code == USAGE && failure.message.contains("ttl") {
-                failure.message.push_str(" (--ttl sets the URL's ttl option; this backend has no lease to set)");
+            if lease_given && failure.code == USAGE && failure.message.contains("\"lease\"") {
+                failure.message.push_str(" (--lease sets the URL's lease option; this backend has no lease to set)");
             }
             failure
         })
@@ -74,19 +72,25 @@ mod tests {
     use super::*;
 
     fn target(url: &str) -> Target {
-        Target { url: url.to_owned(), shown: lockkit::redact(url), source: "--url" }
+        Target { url: url.to_owned(), shown: lockkit::config::redact(url), source: "--url" }
     }
 
     #[test]
-    fn ttl_is_appended_or_replaces_the_urls() {
-        assert_eq!(target("redis://h:1/").with_ttl("10s").url, "redis://h:1/?ttl=10s");
-        assert_eq!(target("redis://h:1/?prefix=a").with_ttl("10s").url, "redis://h:1/?prefix=a&ttl=10s");
-        assert_eq!(target("redis://h:1/?ttl=5s&prefix=a").with_ttl("10s").url, "redis://h:1/?prefix=a&ttl=10s");
+    fn lease_is_appended_or_replaces_the_urls() {
+        assert_eq!(target("redis://h:1/").with_lease("10s").url, "redis://h:1/?lease=10s");
+        assert_eq!(
+            target("redis://h:1/?key_prefix=a").with_lease("10s").url,
+            "redis://h:1/?key_prefix=a&lease=10s"
+        );
+        assert_eq!(
+            target("redis://h:1/?lease=5s&key_prefix=a").with_lease("10s").url,
+            "redis://h:1/?key_prefix=a&lease=10s"
+        );
     }
 
     #[test]
     fn passwords_are_not_shown() {
-        let shown = target("redis://app:hunter2@h:1/").with_ttl("1s").shown;
+        let shown = target("redis://app:hunter2@h:1/").with_lease("1s").shown;
         assert!(!shown.contains("hunter2"), "{shown}");
     }
 }

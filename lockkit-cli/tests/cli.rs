@@ -185,7 +185,7 @@ async fn a_command_that_ignores_sigterm_after_a_loss_is_killed_after_the_grace()
         pid_file.display(),
         marker.display()
     );
-    let holder = spawn(&["run", &name, "--url", &url, "--ttl", "1s", "--grace", "700ms", "--", "sh", "-c", &script]);
+    let holder = spawn(&["run", &name, "--url", &url, "--lease", "1s", "--grace", "700ms", "--", "sh", "-c", &script]);
     line_in(&marker, LONG).await;
     let pid: i32 = line_in(&pid_file, LONG).await.parse().unwrap();
 
@@ -196,7 +196,7 @@ async fn a_command_that_ignores_sigterm_after_a_loss_is_killed_after_the_grace()
     assert_eq!(out.code, Some(LOST), "{out:?}");
     assert!(out.stderr.contains("lost") && out.stderr.contains(&format!("{name:?}")), "{out:?}");
     assert!(out.stderr.contains("SIGKILL"), "{out:?}");
-    // Seen within a renewal period (ttl/3), then the whole grace: SIGTERM was ignored.
+    // Seen within a renewal period (lease/3), then the whole grace: SIGTERM was ignored.
     assert!(took >= Duration::from_millis(700) && took < Duration::from_secs(5), "took {took:?}");
     let pid = Pid::from_raw(pid).unwrap();
     assert!(test_kill_process(pid).is_err(), "the command is gone");
@@ -215,7 +215,7 @@ async fn kill_group_stops_the_commands_children_after_a_loss() {
         pid_file.display(),
         marker.display()
     );
-    let args = ["run", &name, "--url", &url, "--ttl", "1s", "--grace", "5s", "--kill-group", "--", "sh", "-c", &script];
+    let args = ["run", &name, "--url", &url, "--lease", "1s", "--grace", "5s", "--kill-group", "--", "sh", "-c", &script];
     let holder = spawn(&args);
     line_in(&marker, LONG).await;
     let grandchild = Pid::from_raw(line_in(&pid_file, LONG).await.parse().unwrap()).unwrap();
@@ -237,7 +237,7 @@ async fn a_command_is_stopped_with_sigterm_when_the_lock_is_lost() {
     let url = redis_url().await;
     let dir = tempfile::tempdir().unwrap();
     let name = unique("lost");
-    let (holder, _) = hold(&name, &url, &["--ttl", "1s", "--grace", "30s"], dir.path()).await;
+    let (holder, _) = hold(&name, &url, &["--lease", "1s", "--grace", "30s"], dir.path()).await;
     delete_record(&url, &name).await;
     let lost_at = Instant::now();
     let out = holder.finish(LONG).await;
@@ -321,7 +321,7 @@ async fn status_of_a_free_and_a_held_lock_on_redis() {
     // Redis keeps a lease: the holder's is shown.
     let dir = tempfile::tempdir().unwrap();
     let name = unique("lease");
-    let (holder, _) = hold(&name, &url, &["--ttl", "5s"], dir.path()).await;
+    let (holder, _) = hold(&name, &url, &["--lease", "5s"], dir.path()).await;
     let held = status_json(&name, &url).await;
     let left = held["lease_left_ms"].as_u64().unwrap_or_else(|| panic!("no lease: {held}"));
     assert!(left > 0 && left <= 5000, "{held}");
@@ -373,7 +373,7 @@ async fn a_bad_url_is_a_usage_error_that_says_what_to_write() {
 
 #[tokio::test]
 async fn a_bad_duration_is_a_usage_error_that_shows_the_accepted_forms() {
-    for flag in ["--wait", "--ttl", "--grace"] {
+    for flag in ["--wait", "--lease", "--grace"] {
         let out = run(&["run", "x", "--url", "mem://", flag, "5", "--", "true"], LONG).await;
         assert_eq!(out.code, Some(USAGE), "{flag}: {out:?}");
         assert!(out.stderr.contains("500ms") && out.stderr.contains(flag), "{flag}: {out:?}");
@@ -381,11 +381,11 @@ async fn a_bad_duration_is_a_usage_error_that_shows_the_accepted_forms() {
 }
 
 #[tokio::test]
-async fn ttl_on_a_backend_without_a_lease_is_refused() {
+async fn lease_on_a_backend_without_a_lease_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let out = run(&["run", "x", "--url", &file_url(dir.path()), "--ttl", "10s", "--", "true"], LONG).await;
+    let out = run(&["run", "x", "--url", &file_url(dir.path()), "--lease", "10s", "--", "true"], LONG).await;
     assert_eq!(out.code, Some(USAGE), "{out:?}");
-    assert!(out.stderr.contains("--ttl"), "{out:?}");
+    assert!(out.stderr.contains("--lease"), "{out:?}");
 }
 
 #[tokio::test]

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use lockkit_core::backend::{AcquireRequest, Grant, HeldLock, LockBackend, LockInfo};
-use lockkit_core::{Capabilities, Deadline, Error, FencingToken, HoldSignal, LockName, LossReason, OwnerMeta, Result};
+use lockkit_core::backend::{AcquireRequest, Deadline, Grant, HeldLock, HoldSignal, LockBackend, LockInfo, OwnerMeta};
+use lockkit_core::{Capabilities, Error, FencingToken, LockName, LossReason, Result};
 use tracing::Instrument;
 
 use crate::BACKEND;
@@ -37,6 +37,8 @@ pub(crate) struct FileBackend {
     me: Weak<FileBackend>,
     settings: Settings,
     watched: Mutex<Watched>,
+    /// Set by the `kill` fault hook: the provider acts as a dead process.
+    killed: std::sync::atomic::AtomicBool,
 }
 
 /// The holds of this provider that the checker looks after.
@@ -52,11 +54,14 @@ struct WatchedHold {
     path: PathBuf,
     file: FileId,
     signal: HoldSignal,
+    /// A second descriptor of the locked file, for the `kill` fault hook.
+    #[cfg(feature = "test-util")]
+    duplicate: Option<std::fs::File>,
 }
 
 impl FileBackend {
     pub(crate) fn new(settings: Settings) -> Arc<Self> {
-        Arc::new_cyclic(|me| Self { me: me.clone(), settings, watched: Mutex::default() })
+        Arc::new_cyclic(|me| Self { me: me.clone(), settings, watched: Mutex::default(), killed: Default::default() })
     }
 
     pub(crate) fn settings(&self) -> &Settings {
@@ -115,11 +120,11 @@ impl FileBackend {
         };
         let outcome = match tokio::runtime::Handle::try_current() {
             Ok(runtime) => runtime.spawn_blocking(job).await.map_err(|error| {
-                Error::backend(BACKEND, Some(&request.lock), format!("the file operation did not finish: {error}"))
+                Error::backend(BACKEND, Some(&request.lock), error).with_context("the file operation did not finish")
             })?,
             Err(_) => job(),
         };
-        outcome.map_err(|error| io_error(&request.lock, path, &error))
+        outcome.map_err(|error| io_error(&request.lock, path, error))
     }
 
     fn grant(&self, lock: LockName, hold: OpenHold) -> Grant {
@@ -135,7 +140,13 @@ impl FileBackend {
         let mut watched = self.watched();
         watched.last_id += 1;
         let id = watched.last_id;
-        let hold = WatchedHold { path: locked.path().to_path_buf(), file: locked.id(), signal: signal.clone() };
+        let hold = WatchedHold {
+            path: locked.path().to_path_buf(),
+            file: locked.id(),
+            signal: signal.clone(),
+            #[cfg(feature = "test-util")]
+            duplicate: locked.duplicate().ok(),
+        };
         watched.holds.insert(id, hold);
         if watched.checker.as_ref().is_none_or(tokio::task::JoinHandle::is_finished)
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
@@ -149,6 +160,33 @@ impl FileBackend {
 
     fn unwatch(&self, id: u64) {
         self.watched().holds.remove(&id);
+    }
+
+    /// Fails every operation of a provider that the `kill` fault hook has killed.
+    fn alive(&self, lock: &LockName) -> Result<()> {
+        if self.killed.load(std::sync::atomic::Ordering::SeqCst) {
+            let gone = std::io::Error::new(std::io::ErrorKind::NotConnected, "this provider was killed");
+            return Err(Error::connection(BACKEND, Some(lock), gone));
+        }
+        Ok(())
+    }
+
+    /// The `kill` fault hook: lets go of every flock this provider holds, as the death of its
+    /// process would, and reports its holds lost with [`LossReason::ClientClosed`]; later
+    /// operations fail with a connection error.
+    #[cfg(feature = "test-util")]
+    pub(crate) fn kill(&self) {
+        self.killed.store(true, std::sync::atomic::Ordering::SeqCst);
+        let holds: Vec<WatchedHold> = self.watched().holds.drain().map(|(_, hold)| hold).collect();
+        for hold in holds {
+            if let Some(duplicate) = &hold.duplicate
+                && let Err(error) = crate::lockfile::unlock(duplicate)
+            {
+                tracing::debug!(%error, path = %hold.path.display(), "could not let go of a killed provider's flock");
+            }
+            hold.signal.lose(LossReason::ClientClosed);
+            wakeups::notify(&hold.path);
+        }
     }
 }
 
@@ -202,8 +240,8 @@ fn take(path: PathBuf, holder: OwnerMeta) -> std::io::Result<Option<OpenHold>> {
     Ok(Some(hold))
 }
 
-fn io_error(lock: &LockName, path: &Path, error: &std::io::Error) -> Error {
-    Error::backend(BACKEND, Some(lock), format!("lock file {}: {error}", path.display()))
+fn io_error(lock: &LockName, path: &Path, error: std::io::Error) -> Error {
+    Error::backend(BACKEND, Some(lock), error).with_context(format!("lock file {}", path.display()))
 }
 
 /// A locked lock file with its token: frees the lock when dropped.
@@ -266,21 +304,22 @@ impl LockBackend for FileBackend {
         BACKEND
     }
 
+    fn address(&self) -> Option<String> {
+        Some(format!("file://{}", self.settings.dir.display()))
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            fair: false,
-            fencing: true,
             fencing_survives_restart: true,
-            lease: false,
-            lease_renewal: false,
             loss_notification: true,
             inspect: true,
-            waiter_count: false,
             cross_process: true,
+            ..Capabilities::NONE
         }
     }
 
     async fn acquire(&self, request: AcquireRequest) -> Result<Option<Grant>> {
+        self.alive(&request.lock)?;
         let path = self.lock_path(&request.lock);
         let span = tracing::debug_span!("lockkit.file.acquire", lock = %request.lock, attempt = %request.attempt);
         self.acquire_inner(request, path).instrument(span).await
@@ -288,13 +327,13 @@ impl LockBackend for FileBackend {
 
     async fn inspect(&self, lock: &LockName) -> Result<LockInfo> {
         let path = self.lock_path(lock);
-        let probe = lockfile::probe(&path).map_err(|error| io_error(lock, &path, &error))?;
-        let holder = match probe {
+        let probe = lockfile::probe(&path).map_err(|error| io_error(lock, &path, error))?;
+        let holders = match probe {
             Probe::Found { record: Record { token: Some(token), holder: Some(holder) }, held: true } => {
-                Some(holder.holder(FencingToken::new(token)))
+                vec![holder.holder(FencingToken::new(token))]
             }
-            Probe::Found { .. } | Probe::Missing => None,
+            Probe::Found { .. } | Probe::Missing => Vec::new(),
         };
-        Ok(LockInfo::new(holder, None))
+        Ok(LockInfo::new(holders, None))
     }
 }

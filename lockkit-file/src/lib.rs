@@ -8,7 +8,6 @@
 //! wait out (the backend declares `lease: false`).
 //!
 //! ```
-//! use lockkit_core::{DistributedLock, LockProvider};
 //! use lockkit_file::FileLockProvider;
 //!
 //! # #[tokio::main(flavor = "current_thread")]
@@ -43,7 +42,7 @@
 //! - **Waiting.** A release in this process wakes the waiters of this process at once
 //!   (a process-wide wake-up per lock file, shared by every provider of the directory).
 //!   Waiters cannot be notified of releases by *other* processes; as a safety net they retry
-//!   every 10 ms, doubling up to 50 ms ([`FileLockProviderBuilder::poll_interval`]), so a
+//!   every 10 ms, doubling up to 50 ms ([`FileLockProviderBuilder::poll_min`], [`poll_max`](FileLockProviderBuilder::poll_max)), so a
 //!   release in another process is noticed within about 50 ms. The backend is not fair:
 //!   whoever tries first after a release wins.
 //! - **Cancel safety.** A try runs on a blocking thread and takes no time waiting; if the
@@ -85,6 +84,7 @@
 //!   directory and umask that let them all open the files for writing.
 
 #![cfg(unix)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;
 mod lockfile;
@@ -96,6 +96,7 @@ mod wakeups;
 pub use names::{COMPONENT_LEN, LOCK_SUFFIX, encode_name};
 pub use provider::{
     DEFAULT_CHECK_EVERY, DEFAULT_POLL_MAX, DEFAULT_POLL_MIN, FileLockProvider, FileLockProviderBuilder, MARKER_FILE,
+    OPTIONS, SCHEME,
 };
 
 /// The backend's name in errors, spans and capability tables.

@@ -21,6 +21,13 @@ use rustix::fs::{FlockOperation, flock};
 
 use crate::record::{RECORD_LEN, Record};
 
+/// Lets go of the flock held through `file` (any descriptor of the locked open file), as the
+/// death of the holding process would.
+#[cfg(feature = "test-util")]
+pub(crate) fn unlock(file: &File) -> io::Result<()> {
+    flock(file, FlockOperation::Unlock).map_err(io::Error::from)
+}
+
 /// How often an acquirer retries when the lock file it locked was replaced meanwhile.
 const REPLACED_TRIES: usize = 8;
 
@@ -89,6 +96,13 @@ fn open_for_locking(path: &Path) -> io::Result<File> {
 }
 
 impl LockedFile {
+    /// Another descriptor of the same open file, through which a test can let go of the flock
+    /// as the death of the process would.
+    #[cfg(feature = "test-util")]
+    pub(crate) fn duplicate(&self) -> io::Result<File> {
+        self.file.try_clone()
+    }
+
     /// The identity of the locked file.
     pub(crate) fn id(&self) -> FileId {
         self.id
@@ -200,7 +214,7 @@ mod tests {
         let path = dir.path().join("p.lock");
         assert!(matches!(probe(&path).unwrap(), Probe::Missing));
         let held = try_lock(&path).unwrap().unwrap();
-        let holder = lockkit_core::OwnerMeta::current(uuid::Uuid::new_v4());
+        let holder = lockkit_core::backend::OwnerMeta::current(uuid::Uuid::new_v4());
         held.write_record(&Record { token: Some(3), holder: Some(holder) }, false).unwrap();
         assert!(matches!(probe(&path).unwrap(), Probe::Found { held: true, .. }));
         drop(held);

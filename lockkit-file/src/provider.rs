@@ -1,11 +1,12 @@
 //! [`FileLockProvider`] and its builder.
 
 use std::io;
+use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockkit_core::backend::LockBackend;
+use lockkit_core::config::{ConnectFuture, Scheme, Settings as Checks, StoreUrl};
 use lockkit_core::{Error, LockName, LockProvider, Result};
 
 use crate::BACKEND;
@@ -22,15 +23,30 @@ pub const DEFAULT_CHECK_EVERY: Duration = Duration::from_secs(1);
 /// a `.` and no `.lock` suffix, so it can never be a lock file.
 pub const MARKER_FILE: &str = "lockkit.dir";
 
+/// The options a `file://` URL and [`FileLockProviderBuilder::option`] take: the names of
+/// the builder's methods.
+pub const OPTIONS: &[&str] = &["poll_min", "poll_max", "check_every"];
+
+/// The `file` scheme: `file:///path/to/dir`, or `file://` for [`FileLockProvider::default_dir`].
+pub const SCHEME: Scheme = Scheme { names: &["file"], backend: BACKEND, connect: connect_url };
+
+const CHECKS: Checks = Checks::of(BACKEND);
+
 const MARKER_TEXT: &str = "This directory holds the lock files of lockkit-file.\n\
 Do not delete files here while processes may use the locks: a deleted lock file excludes nobody.\n";
+
+fn connect_url(url: StoreUrl) -> ConnectFuture {
+    Box::pin(async move { FileLockProvider::connect(&url).map(LockProvider::from) })
+}
 
 /// A lock provider on a local directory: OS file locks, shared by every process of the
 /// machine that opens the same directory. See the [crate docs](crate) for how it works.
 ///
-/// Cheap to clone; clones are the same provider.
+/// Cheap to clone; clones are the same provider. It dereferences to [`LockProvider`], so
+/// `provider.lock(name)` works directly, and converts into one with `LockProvider::from`.
 #[derive(Clone, Debug)]
 pub struct FileLockProvider {
+    provider: LockProvider,
     backend: Arc<FileBackend>,
 }
 
@@ -43,23 +59,58 @@ impl FileLockProvider {
     /// [`Error::InvalidConfig`] when `dir` cannot be created, is not a directory, or is not
     /// writable; the message says which and names the directory.
     pub fn open(dir: impl AsRef<Path>) -> Result<Self> {
-        Self::builder(dir).build()
+        Self::builder().dir(dir).build()
     }
 
-    /// A builder for a provider on `dir`, to change how waiters poll or how often held
+    /// Opens the directory a `file://` URL names, with its options: `file:///path/to/dir`,
+    /// or `file://` for [`default_dir`](Self::default_dir). There is no server, so this
+    /// is what connecting to such a URL does.
+    ///
+    /// # Errors
+    ///
+    /// As for [`FileLockProviderBuilder::build`], and [`Error::InvalidConfig`] for a URL that
+    /// names no absolute directory, or an unknown option.
+    pub fn connect(url: &StoreUrl) -> Result<Self> {
+        FileLockProviderBuilder::from_url(url)?.build()
+    }
+
+    /// A builder, to choose the directory and change how waiters poll or how often held
     /// lock files are checked.
-    pub fn builder(dir: impl AsRef<Path>) -> FileLockProviderBuilder {
+    pub fn builder() -> FileLockProviderBuilder {
         FileLockProviderBuilder {
-            dir: dir.as_ref().to_path_buf(),
+            dir: None,
             poll_min: DEFAULT_POLL_MIN,
             poll_max: DEFAULT_POLL_MAX,
             check_every: DEFAULT_CHECK_EVERY,
         }
     }
 
+    /// The default lock directory, per user so that users do not share locks:
+    /// `$XDG_RUNTIME_DIR/lockkit`, or `lockkit-$USER` in the system's temporary directory.
+    pub fn default_dir() -> PathBuf {
+        match std::env::var_os("XDG_RUNTIME_DIR").filter(|dir| !dir.is_empty()) {
+            Some(dir) => PathBuf::from(dir).join("lockkit"),
+            None => {
+                let user =
+                    std::env::var("USER").ok().filter(|user| !user.is_empty()).unwrap_or_else(|| "default".to_owned());
+                std::env::temp_dir().join(format!("lockkit-{user}"))
+            }
+        }
+    }
+
     /// The lock directory (canonical: symbolic links resolved).
     pub fn dir(&self) -> &Path {
         &self.backend.settings().dir
+    }
+
+    /// Fault hook: the provider dies as its process would. Every flock it holds is let go
+    /// (other providers and processes can take the locks at once), its guards report
+    /// [`LossReason::ClientClosed`](lockkit_core::LossReason::ClientClosed), and later
+    /// acquisitions fail with a connection error.
+    #[cfg(feature = "test-util")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
+    pub fn kill(&self) {
+        self.backend.kill();
     }
 
     /// The lock file of the lock called `name`, for administrators and tests.
@@ -72,65 +123,122 @@ impl FileLockProvider {
     }
 }
 
-impl LockProvider for FileLockProvider {
-    fn backend(&self) -> Arc<dyn LockBackend> {
-        self.backend.clone()
+impl Deref for FileLockProvider {
+    type Target = LockProvider;
+
+    fn deref(&self) -> &LockProvider {
+        &self.provider
+    }
+}
+
+impl From<FileLockProvider> for LockProvider {
+    fn from(provider: FileLockProvider) -> LockProvider {
+        provider.provider
     }
 }
 
 /// Builds a [`FileLockProvider`]; every setting is checked by [`build`](Self::build).
 #[derive(Clone, Debug)]
+#[must_use = "a builder does nothing until `build` is called"]
 pub struct FileLockProviderBuilder {
-    dir: PathBuf,
+    dir: Option<PathBuf>,
     poll_min: Duration,
     poll_max: Duration,
     check_every: Duration,
 }
 
 impl FileLockProviderBuilder {
-    /// How a waiter polls for releases by other processes: first after `min`, then twice as
-    /// long each time up to `max`. Releases in this process wake waiters at once whatever
-    /// these are. Default 10 ms to 50 ms.
-    pub fn poll_interval(mut self, min: Duration, max: Duration) -> Self {
-        self.poll_min = min;
-        self.poll_max = max;
+    /// A builder with the directory and options of a `file://` URL.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] for another scheme, a URL that names no absolute directory,
+    /// an unknown option or a bad value.
+    pub fn from_url(url: &StoreUrl) -> Result<Self> {
+        if url.scheme() != "file" {
+            return Err(CHECKS.invalid(format!("{} is not a file:// URL", url.redacted())));
+        }
+        let dir = match (url.hosts(), url.path()) {
+            ("", "") => FileLockProvider::default_dir(),
+            ("", path) => PathBuf::from(path),
+            _ => {
+                return Err(CHECKS.invalid(format!(
+                    "{} names no absolute directory; write file:///path/to/dir (three slashes), or file:// for the default",
+                    url.redacted()
+                )));
+            }
+        };
+        let mut builder = FileLockProvider::builder().dir(dir);
+        for (key, value) in url.options() {
+            builder = builder.option(key, value)?;
+        }
+        Ok(builder)
+    }
+
+    /// The lock directory; created (with its parents) when missing. Required.
+    pub fn dir(mut self, dir: impl AsRef<Path>) -> Self {
+        self.dir = Some(dir.as_ref().to_path_buf());
+        self
+    }
+
+    /// The first pause of a waiter between two tries, for releases by other processes
+    /// (releases in this process wake waiters at once). Default 10 ms; from 1 ms to
+    /// [`poll_max`](Self::poll_max). URL option `poll_min`.
+    pub fn poll_min(mut self, pause: Duration) -> Self {
+        self.poll_min = pause;
+        self
+    }
+
+    /// The longest pause of a waiter between two tries: the pause doubles from
+    /// [`poll_min`](Self::poll_min) up to this. Default 50 ms; at most a minute. URL option
+    /// `poll_max`.
+    pub fn poll_max(mut self, pause: Duration) -> Self {
+        self.poll_max = pause;
         self
     }
 
     /// How often the provider checks that the files of its held locks were not deleted
     /// (a deleted lock file is reported as [`LossReason::RecordGone`](lockkit_core::LossReason)).
-    /// Default one second.
+    /// Default one second; from 1 ms to an hour. URL option `check_every`.
     pub fn check_every(mut self, every: Duration) -> Self {
         self.check_every = every;
         self
     }
 
-    /// Checks the settings, creates the directory when missing and opens the provider.
+    /// Sets the option called `key` from its text, as a URL's query gives it: the same
+    /// names as the methods ([`OPTIONS`]).
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidConfig`] for a zero or inverted poll interval, a zero check interval,
-    /// or a directory that cannot be created, is not a directory or is not writable.
+    /// [`Error::InvalidConfig`] for an unknown option or a value that is not a duration.
+    pub fn option(self, key: &str, value: &str) -> Result<Self> {
+        Ok(match key {
+            "poll_min" => self.poll_min(CHECKS.duration(key, value)?),
+            "poll_max" => self.poll_max(CHECKS.duration(key, value)?),
+            "check_every" => self.check_every(CHECKS.duration(key, value)?),
+            _ => return Err(CHECKS.unknown(key, OPTIONS)),
+        })
+    }
+
+    /// Checks the settings, creates the directory when missing, checks that it is a writable
+    /// directory, and opens the provider. There is no server: nothing else is reached.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] for a missing directory, a poll interval out of range or
+    /// inverted, a check interval out of range, or a directory that cannot be created, is not
+    /// a directory or is not writable.
     pub fn build(self) -> Result<FileLockProvider> {
-        if self.poll_min.is_zero() || self.poll_max < self.poll_min {
-            return Err(Error::invalid_config(
-                BACKEND,
-                format!(
-                    "the poll interval must be above zero with min <= max, not {:?} to {:?}; the default is 10 ms to 50 ms",
-                    self.poll_min, self.poll_max
-                ),
-            ));
-        }
-        if self.check_every.is_zero() {
-            return Err(Error::invalid_config(
-                BACKEND,
-                "check_every must be above zero; the default checks held lock files every second",
-            ));
-        }
-        let dir = open_dir(&self.dir)?;
-        let settings =
-            Settings { dir, poll_min: self.poll_min, poll_max: self.poll_max, check_every: self.check_every };
-        Ok(FileLockProvider { backend: FileBackend::new(settings) })
+        let Some(dir) = self.dir else {
+            return Err(CHECKS.invalid("no lock directory: name one with dir(…), such as /var/lock/app"));
+        };
+        const MILLI: Duration = Duration::from_millis(1);
+        let poll_max = CHECKS.within("poll_max", self.poll_max, MILLI, Duration::from_secs(60))?;
+        let poll_min = CHECKS.within("poll_min", self.poll_min, MILLI, poll_max)?;
+        let check_every = CHECKS.within("check_every", self.check_every, MILLI, Duration::from_secs(3600))?;
+        let dir = open_dir(&dir)?;
+        let backend = FileBackend::new(Settings { dir, poll_min, poll_max, check_every });
+        Ok(FileLockProvider { provider: LockProvider::new(backend.clone()), backend })
     }
 }
 
@@ -213,10 +321,25 @@ mod tests {
         assert!(config_message(FileLockProvider::open(&file)).contains("not a directory"));
         assert!(config_message(FileLockProvider::open(file.join("sub"))).to_lowercase().contains("not a directory"));
         assert!(config_message(FileLockProvider::open("")).contains("empty"));
-        let builder = FileLockProvider::builder(root.path());
-        assert!(config_message(builder.clone().poll_interval(Duration::ZERO, Duration::ZERO).build()).contains("poll"));
-        let inverted = builder.clone().poll_interval(Duration::from_secs(1), Duration::from_millis(1));
-        assert!(config_message(inverted.build()).contains("poll"));
-        assert!(config_message(builder.check_every(Duration::ZERO).build()).contains("check_every"));
+        let builder = FileLockProvider::builder().dir(root.path());
+        assert!(config_message(builder.clone().poll_min(Duration::ZERO).build()).contains("poll_min"));
+        let inverted = builder.clone().poll_min(Duration::from_secs(1)).poll_max(Duration::from_millis(1));
+        assert!(config_message(inverted.build()).contains("poll_min"));
+        assert!(config_message(builder.clone().check_every(Duration::ZERO).build()).contains("check_every"));
+        let huge = builder.clone().option("check_every", "5000000000000000h");
+        assert!(huge.is_err() || config_message(huge.and_then(FileLockProviderBuilder::build)).contains("at most"));
+        assert!(config_message(FileLockProvider::builder().build()).contains("no lock directory"));
+    }
+
+    #[test]
+    fn urls_name_a_directory_and_options() {
+        let root = tempfile::tempdir().unwrap();
+        let url = StoreUrl::parse(&format!("file://{}?check_every=200ms", root.path().display())).unwrap();
+        let provider = FileLockProvider::connect(&url).unwrap();
+        assert_eq!(provider.dir(), std::fs::canonicalize(root.path()).unwrap());
+        let relative = StoreUrl::parse("file://relative/dir").unwrap();
+        assert!(config_message(FileLockProvider::connect(&relative)).contains("three slashes"));
+        let unknown = StoreUrl::parse(&format!("file://{}?lease=1s", root.path().display())).unwrap();
+        assert!(config_message(FileLockProvider::connect(&unknown)).contains("takes: poll_min"));
     }
 }

@@ -20,7 +20,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use lockkit_core::OwnerMeta;
+use lockkit_core::backend::OwnerMeta;
 
 /// The size of every record write.
 pub(crate) const RECORD_LEN: usize = 512;

@@ -5,7 +5,6 @@
 
 use std::time::{Duration, Instant};
 
-use lockkit_core::LockProvider;
 use lockkit_file::{FileLockProvider, MARKER_FILE};
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -19,7 +18,7 @@ fn inspect_names_the_holder_and_a_released_lock_reads_idle() {
         let provider = FileLockProvider::open(dir.path()).unwrap();
         let guard = provider.lock("jobs/nightly").unwrap().acquire().await.unwrap();
         let info = provider.inspect("jobs/nightly").await.unwrap();
-        let holder = info.holder.expect("a holder");
+        let holder = info.holder().expect("a holder");
         assert_eq!(holder.token, guard.token());
         assert!(holder.owner.contains(&format!("pid {}", std::process::id())), "{}", holder.owner);
         assert!(holder.since.is_some());
@@ -61,7 +60,7 @@ fn a_release_wakes_waiters_of_every_provider_of_the_process_at_once() {
         let holder = FileLockProvider::open(dir.path()).unwrap();
         // The waiter polls only every 20 s: only a notification can wake it in time.
         let slow = Duration::from_secs(20);
-        let waiter = FileLockProvider::builder(&link).poll_interval(slow, slow).build().unwrap();
+        let waiter = FileLockProvider::builder().dir(&link).poll_min(slow).poll_max(slow).build().unwrap();
         let guard = holder.lock("w").unwrap().acquire().await.unwrap();
         let lock = waiter.lock("w").unwrap();
         let waiting = tokio::spawn(async move { lock.acquire().await.map(|g| (Instant::now(), g.token())) });

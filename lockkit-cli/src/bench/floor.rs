@@ -75,9 +75,9 @@ impl Floor {
                 let open = |e: lockkit::Error| {
                     Failure::from_lock_error(&e, &format!("floor: cannot open a session on {}", url.shown))
                 };
-                let builder = url.store.zk_builder().map_err(open)?;
-                let provider = builder.clone().build().await.map_err(open)?;
-                let second = builder.build().await.map_err(open)?;
+                let builder = lockkit::zk::ZkLockProviderBuilder::from_url(&url.store).map_err(open)?;
+                let provider = builder.clone().build().map_err(open)?;
+                let second = builder.build().map_err(open)?;
                 let client = provider.zk_client().await.map_err(open)?;
                 let watcher = second.zk_client().await.map_err(open)?;
                 let probe = provider.lock_path("probe").map_err(|e| Failure::from_lock_error(&e, "floor"))?;

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use lockkit::{DistributedLock, LockProvider};
+use lockkit::{LockHandle, LockProvider};
 use serde_json::Value;
 
 use self::floor::Floor;
@@ -40,14 +40,14 @@ Exit status:
 /// given.
 #[derive(Debug, Clone)]
 pub(crate) struct Url {
-    store: lockkit::StoreUrl,
+    store: lockkit::config::StoreUrl,
     /// The URL with no password, for messages.
     shown: String,
 }
 
 impl Url {
     fn parse(url: &str, shown: &str) -> Result<Self, Failure> {
-        let store = lockkit::StoreUrl::parse(url).map_err(|e| Failure::from_lock_error(&e, "bench"))?;
+        let store = lockkit::config::StoreUrl::parse(url).map_err(|e| Failure::from_lock_error(&e, "bench"))?;
         Ok(Self { store, shown: shown.to_owned() })
     }
 
@@ -78,7 +78,7 @@ struct Bench {
     target: Target,
     url: Url,
     prefix: String,
-    provider: Arc<dyn LockProvider>,
+    provider: LockProvider,
     floor: Option<Floor>,
     /// The floor's p50 in µs, once measured.
     floor_p50: Option<f64>,
@@ -135,7 +135,7 @@ impl Bench {
         format!("{}/{what}", self.prefix)
     }
 
-    fn lock(&self, provider: &dyn LockProvider, name: &str) -> Result<Box<dyn DistributedLock>, Failure> {
+    fn lock(&self, provider: &LockProvider, name: &str) -> Result<LockHandle, Failure> {
         provider.lock(name).map_err(|e| Failure::from_lock_error(&e, &format!("lock {name:?}")))
     }
 
@@ -158,7 +158,7 @@ impl Bench {
     /// Floor and uncontended cycles, interleaved in rounds of 100 for `--duration`.
     async fn uncontended(&mut self) -> Result<(), Failure> {
         let name = self.name("uncontended");
-        let lock = self.lock(&*self.provider, &name)?;
+        let lock = self.lock(&self.provider, &name)?;
         let fail = self.fail(&name, "acquire+release of");
         // Warm up: connections, script cache, containers, allocator.
         for _ in 0..100 {
@@ -278,7 +278,7 @@ impl Bench {
         let mut providers = Vec::with_capacity(clients);
         for _ in 0..clients {
             let provider = self.target.connect(&name, false).await?;
-            locks.push(self.lock(&*provider, &name)?);
+            locks.push(self.lock(&provider, &name)?);
             providers.push(provider);
         }
         /// The last release: by which client, when it started.
@@ -406,9 +406,9 @@ impl Bench {
             "redis" => Some(self.redis_upkeep_provider()?),
             _ => None,
         };
-        let provider: Arc<dyn LockProvider> = match &redis {
-            Some(provider) => Arc::new(provider.clone()),
-            None => Arc::clone(&self.provider),
+        let provider: LockProvider = match &redis {
+            Some(provider) => provider.clone().into(),
+            None => self.provider.clone(),
         };
         if let Some(redis) = &redis {
             redis.ping().await.map_err(|e| Failure::from_lock_error(&e, "upkeep: PING"))?;
@@ -416,7 +416,7 @@ impl Bench {
         let rss_before = resident_bytes();
         let mut locks = Vec::with_capacity(count);
         for i in 0..count {
-            locks.push(self.lock(&*provider, &self.name(&format!("held/{i}")))?);
+            locks.push(self.lock(&provider, &self.name(&format!("held/{i}")))?);
         }
         let fail = self.fail(&self.name("held/…"), "upkeep: acquire of");
         // In batches of 100: what the holds keep, not the transient memory of 10,000
@@ -506,7 +506,7 @@ impl Bench {
     /// A Redis provider with the URL's prefix, a 5 s lease renewed every second.
     fn redis_upkeep_provider(&self) -> Result<lockkit::redis::RedisLockProvider, Failure> {
         let upkeep = |e: lockkit::Error| Failure::from_lock_error(&e, "upkeep: a Redis provider");
-        let builder = self.url.store.redis_builder().map_err(upkeep)?;
+        let builder = lockkit::redis::RedisLockProviderBuilder::from_url(&self.url.store).map_err(upkeep)?;
         builder.lease(Duration::from_secs(5)).renew_every(Duration::from_secs(1)).build().map_err(upkeep)
     }
 
@@ -517,14 +517,14 @@ impl Bench {
         let fail = self.fail(&self.name("many/…"), "acquire+release of");
         let started = Instant::now();
         for i in 0..count {
-            let lock = self.lock(&*self.provider, &self.name(&format!("sequential/{i}")))?;
+            let lock = self.lock(&self.provider, &self.name(&format!("sequential/{i}")))?;
             lock.acquire().await.map_err(&fail)?.release().await.map_err(&fail)?;
         }
         let sequential = started.elapsed();
         let mut tasks = tokio::task::JoinSet::new();
         let started = Instant::now();
         for i in 0..count {
-            let lock = self.lock(&*self.provider, &self.name(&format!("concurrent/{i}")))?;
+            let lock = self.lock(&self.provider, &self.name(&format!("concurrent/{i}")))?;
             let fail = self.fail(&self.name(&format!("concurrent/{i}")), "acquire+release of");
             tasks.spawn(async move { lock.acquire().await.map_err(&fail)?.release().await.map_err(&fail) });
         }
@@ -564,8 +564,7 @@ impl Bench {
     /// which files to remove instead.
     fn remove_lock_files(&mut self) {
         let marker = format!("lockkit-bench%2f{}%2f", run_id());
-        let address = self.url.store.address();
-        let dir = address.strip_prefix("file://").unwrap_or("");
+        let dir = self.url.store.path();
         if dir.is_empty() {
             self.report.notes.push(format!(
                 "file:// keeps every lock file: remove the files named {marker}* in the default directory"

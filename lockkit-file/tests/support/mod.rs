@@ -8,9 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lockkit_core::LockProvider;
 use lockkit_file::FileLockProvider;
-use lockkit_testkit::{FaultResult, Harness, TestClient, Unsupported};
+use lockkit_testkit::{ClientFaults, FaultResult, Harness, TestClient, Unsupported};
 
 /// The environment variable naming the lock directory of a harness, for the child processes
 /// of the cross-process cases (and for running the kit on a directory of your choice).
@@ -55,6 +54,17 @@ impl FileHarness {
     }
 }
 
+/// The one fault a local file lock has: its process dies.
+struct FileFaults(FileLockProvider);
+
+#[async_trait]
+impl ClientFaults for FileFaults {
+    async fn kill(&self) -> FaultResult {
+        self.0.kill();
+        Ok(())
+    }
+}
+
 #[async_trait]
 impl Harness for FileHarness {
     fn name(&self) -> &str {
@@ -63,8 +73,8 @@ impl Harness for FileHarness {
 
     async fn client(&self) -> lockkit_core::Result<TestClient> {
         // A short check interval, so a deleted lock file is reported well within the bounds.
-        let provider = FileLockProvider::builder(&self.dir).check_every(Duration::from_millis(200)).build()?;
-        Ok(TestClient::without_faults(Arc::new(provider) as Arc<dyn LockProvider>))
+        let provider = FileLockProvider::builder().dir(&self.dir).check_every(Duration::from_millis(200)).build()?;
+        Ok(TestClient::new(provider.clone(), Arc::new(FileFaults(provider))))
     }
 
     async fn delete_record(&self, name: &str) -> FaultResult {
@@ -95,17 +105,23 @@ impl Harness for FileHarness {
             attempt("a regular file as the directory", FileLockProvider::open(&file)),
             attempt("a directory under a regular file", FileLockProvider::open(file.join("sub"))),
             attempt("an empty path", FileLockProvider::open("")),
-            attempt(
-                "a zero poll interval",
-                FileLockProvider::builder(&self.dir).poll_interval(Duration::ZERO, Duration::from_millis(50)).build(),
-            ),
+            attempt("a zero poll interval", FileLockProvider::builder().dir(&self.dir).poll_min(Duration::ZERO).build()),
             attempt(
                 "a poll interval whose maximum is below its minimum",
-                FileLockProvider::builder(&self.dir)
-                    .poll_interval(Duration::from_millis(50), Duration::from_millis(10))
+                FileLockProvider::builder()
+                    .dir(&self.dir)
+                    .poll_min(Duration::from_millis(50))
+                    .poll_max(Duration::from_millis(10))
                     .build(),
             ),
-            attempt("a zero check interval", FileLockProvider::builder(&self.dir).check_every(Duration::ZERO).build()),
+            attempt(
+                "a zero check interval",
+                FileLockProvider::builder().dir(&self.dir).check_every(Duration::ZERO).build(),
+            ),
+            attempt(
+                "a check interval longer than an hour",
+                FileLockProvider::builder().dir(&self.dir).check_every(Duration::from_secs(7200)).build(),
+            ),
         ]
     }
 }
