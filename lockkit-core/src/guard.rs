@@ -75,6 +75,15 @@ impl Hold {
 /// when it fires: from that moment another owner may hold the lock. Send
 /// [`token`](Self::token) with every write to a resource that checks fencing tokens.
 ///
+/// # What the loss signal promises
+///
+/// Every loss that comes with time (the lease or session running out, a cut connection, a
+/// paused store or a paused holder) is signalled no later than [`valid_until`](Self::valid_until),
+/// which lies before the moment the store could grant the lock to another owner. A record
+/// deleted by someone else (an operator, a `FLUSHALL`, an eviction) is signalled as soon as
+/// the backend notices, at the latest at its next renewal or check, which may be after
+/// another owner was granted the lock: the fencing token is what protects the resource then.
+///
 /// # Reentrancy
 ///
 /// A guard is the proof of ownership: [`reenter`](Self::reenter) gives another guard of the

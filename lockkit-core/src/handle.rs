@@ -204,9 +204,16 @@ impl LockHandle {
             // The backend sees the deadline too; dropping its future at the deadline is the
             // backstop, and its cancel safety leaves no trace.
             let granted = match deadline {
-                Deadline::At(_) => {
-                    within(deadline, inner.backend.acquire(request.clone())).await.unwrap_or(Ok(None))?
-                }
+                Deadline::At(at) => match within(deadline, inner.backend.acquire(request.clone())).await {
+                    // A retryable failure returned at the deadline itself is why the wait ended:
+                    // it becomes the timeout's source, as a failure noted on the way would.
+                    Some(Err(error)) if error.is_retryable() && Instant::now() >= at => {
+                        request.note_failure(error);
+                        None
+                    }
+                    Some(outcome) => outcome?,
+                    None => None,
+                },
                 Deadline::Now | Deadline::Never => inner.backend.acquire(request.clone()).await?,
             };
             let Some(grant) = granted else {

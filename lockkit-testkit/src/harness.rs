@@ -6,7 +6,6 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lockkit_core::LockProvider;
 
-
 /// The answer of a fault hook the backend's harness does not have. A case that needs the
 /// hook cannot check its behaviour: it fails under `LOCKKIT_CONFORMANCE_STRICT=1`, and
 /// otherwise prints why and passes. Declare such cases in `conformance!(…, without: […])`

@@ -1,9 +1,11 @@
-//! The provider's builder: connect string or `zk://` URL parsing and every check that can be
-//! made before connecting.
+//! The provider's builder: the servers, `zk://` URLs, every setting and its bounds, all
+//! checked without touching the network.
 
+use std::fmt;
 use std::time::Duration;
 
-use lockkit_core::{Error, LockName, Result};
+use lockkit_core::config::{MAX_DURATION, Settings, StoreUrl};
+use lockkit_core::{LockName, Result};
 use zookeeper_client as zk;
 
 use crate::error::BACKEND;
@@ -15,7 +17,27 @@ pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 /// The default znode under which lock nodes live (below the chroot, if any).
 pub const DEFAULT_BASE_PATH: &str = "/lockkit";
 
+/// The options a `zk://` URL and [`ZkLockProviderBuilder::option`] take: the names of the
+/// builder's methods.
+pub const OPTIONS: &[&str] = &["session_timeout", "connect_timeout", "base_path", "drift", "acl", "disconnect_policy"];
+
+/// The checks of this backend's settings.
+const SETTINGS: Settings = Settings::of(BACKEND);
+
 const DEFAULT_PORT: u16 = 2181;
+
+/// The shortest session timeout the builder accepts. Servers refuse far less anyway (they
+/// grant at least two ticks, 4 s with the default `tickTime`).
+const MIN_SESSION_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// The longest session timeout the builder accepts: lockkit's cap on every duration, a day.
+/// ZooKeeper carries the timeout as a signed 32-bit number of milliseconds (24.8 days); a
+/// longer one would wrap around on the wire.
+const MAX_SESSION_TIMEOUT: Duration = MAX_DURATION;
+const _: () = assert!(MAX_SESSION_TIMEOUT.as_millis() <= i32::MAX as u128);
+
+/// The shortest connect timeout the builder accepts.
+const MIN_CONNECT_TIMEOUT: Duration = Duration::from_millis(1);
 
 /// Who may touch the znodes lockkit creates (the base path, each lock's znode and the
 /// contender nodes under it).
@@ -23,17 +45,18 @@ const DEFAULT_PORT: u16 = 2181;
 #[non_exhaustive]
 pub enum LockAcl {
     /// The default: [`LockAcl::CreatorOnly`] when credentials are set, [`LockAcl::Open`]
-    /// otherwise.
+    /// otherwise. URL value `auto`.
     #[default]
     Auto,
-    /// Anyone may read, create and delete (`world:anyone` with every permission).
+    /// Anyone may read, create and delete (`world:anyone` with every permission). URL value
+    /// `open`.
     Open,
     /// Only clients authenticated as the same digest user may read, create or delete: a
     /// client with other or no credentials cannot take, steal or delete a lock. Needs
-    /// credentials.
+    /// credentials. URL value `creator_only`.
     CreatorOnly,
     /// Like [`LockAcl::CreatorOnly`], but anyone may read, so that other users can inspect
-    /// locks. Needs credentials.
+    /// locks. Needs credentials. URL value `creator_only_world_read`.
     CreatorOnlyWorldRead,
 }
 
@@ -43,36 +66,42 @@ pub enum LockAcl {
 pub enum DisconnectPolicy {
     /// The default: the hold is suspended. Its local deadline keeps running and nothing
     /// extends it; a reconnect within the session resumes renewals, and the hold is lost only
-    /// when the deadline passes or the session expires (Curator's "session" policy).
+    /// when the deadline passes or the session expires (Curator's "session" policy). URL value
+    /// `suspend`.
     #[default]
     Suspend,
     /// Every hold is lost as soon as the connection drops, even if the session would survive
-    /// (Curator's "standard" policy). Stricter, and more losses on a flaky network.
+    /// (Curator's "standard" policy). Stricter, and more losses on a flaky network. URL value
+    /// `lose_on_disconnect`.
     LoseOnDisconnect,
 }
 
-/// Builds a [`ZkLockProvider`]. Every setting is checked before any network I/O, by
-/// [`validate`](Self::validate) and again by [`build`](Self::build).
+/// Builds a [`ZkLockProvider`]: every setting is checked by [`build`](Self::build), which
+/// does no I/O. The first session is opened when the provider is first used (or at once by
+/// [`ZkLockProvider::connect`]).
 ///
-/// ```no_run
+/// Each setting has one name: the builder method and the `zk://` URL option are spelled the
+/// same ([`OPTIONS`](crate::OPTIONS)).
+///
+/// ```
 /// use std::time::Duration;
 /// use lockkit_zk::ZkLockProvider;
 ///
-/// # async fn demo() -> lockkit_core::Result<()> {
+/// # fn main() -> lockkit_core::Result<()> {
 /// let provider = ZkLockProvider::builder()
-///     .connect_string("zk://zk1:2181,zk2:2181,zk3:2181/myapp")
+///     .connect_string("zk1:2181,zk2:2181,zk3:2181/myapp")
 ///     .session_timeout(Duration::from_secs(6))
 ///     .credentials("locker", "secret")
 ///     .base_path("/locks")
-///     .build()
-///     .await?;
+///     .build()?;
 /// # let _ = provider;
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
+#[must_use = "a builder does nothing until `build` is called"]
 pub struct ZkLockProviderBuilder {
-    target: Option<String>,
+    servers: Option<String>,
     chroot: Option<String>,
     session_timeout: Option<Duration>,
     connect_timeout: Option<Duration>,
@@ -83,142 +112,239 @@ pub struct ZkLockProviderBuilder {
     disconnect_policy: DisconnectPolicy,
 }
 
+impl fmt::Debug for ZkLockProviderBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ZkLockProviderBuilder")
+            .field("servers", &self.servers)
+            .field("chroot", &self.chroot)
+            .field("session_timeout", &self.session_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("user", &self.credentials.as_ref().map(|(user, _)| user))
+            .field("base_path", &self.base_path)
+            .field("acl", &self.acl)
+            .field("drift", &self.drift)
+            .field("disconnect_policy", &self.disconnect_policy)
+            .finish()
+    }
+}
+
 impl ZkLockProviderBuilder {
-    /// The servers to connect to, with an optional chroot: `zk://h1:2181,h2:2181/app` or the
-    /// plain ZooKeeper form `h1:2181,h2:2181/app`. The port defaults to 2181, and the URL form
-    /// may carry digest credentials: `zk://user:password@h1:2181/app`.
-    pub fn connect_string(mut self, target: impl Into<String>) -> Self {
-        self.target = Some(target.into());
+    /// A builder with the servers, chroot, credentials and options of a `zk://` URL:
+    /// `zk://[user:password@]host[:port][,host[:port]…][/chroot][?option=value&…]`, the
+    /// options being those of [`option`](Self::option). The port defaults to 2181.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) for another scheme, a
+    /// user without a password, an unknown option or a bad value. The servers and the chroot
+    /// are checked by [`build`](Self::build).
+    pub fn from_url(url: &StoreUrl) -> Result<Self> {
+        if url.scheme() != "zk" {
+            return Err(SETTINGS.invalid(format!(
+                "{} is not a zk:// URL; write zk://[user:password@]host:2181[,host:2181…][/chroot]",
+                url.redacted()
+            )));
+        }
+        let mut builder = Self::default().connect_string(url.hosts());
+        if !url.path().is_empty() && url.path() != "/" {
+            builder = builder.chroot(url.path());
+        }
+        match (url.user(), url.password()) {
+            (None, None) => {}
+            (Some(user), Some(password)) => builder = builder.credentials(user, password),
+            _ => {
+                return Err(SETTINGS.invalid(format!(
+                    "the credentials in {} need both a user and a password: write zk://user:password@host:2181",
+                    url.redacted()
+                )));
+            }
+        }
+        for (key, value) in url.options() {
+            builder = builder.option(key, value)?;
+        }
+        Ok(builder)
+    }
+
+    /// The servers, in ZooKeeper's own form, with an optional chroot:
+    /// `h1:2181,h2:2181/app`. The port defaults to 2181; IPv6 hosts are written in brackets
+    /// (`[::1]:2181`). A `zk://` URL goes to [`from_url`](Self::from_url) instead, and
+    /// credentials to [`credentials`](Self::credentials).
+    pub fn connect_string(mut self, servers: impl Into<String>) -> Self {
+        self.servers = Some(servers.into());
         self
     }
 
-    /// A chroot under which everything lives, for a connect string without one.
+    /// A chroot under which everything lives, for a connect string without one (the path of
+    /// a `zk://` URL).
     pub fn chroot(mut self, chroot: impl Into<String>) -> Self {
         self.chroot = Some(chroot.into());
         self
     }
 
-    /// The session timeout asked of the server; 10 s by default. The server clamps it to its
-    /// `[minSessionTimeout, maxSessionTimeout]`; the negotiated value is the holds' lease.
+    /// The session timeout asked of the server; 10 s by default, at least 100 ms and at most
+    /// a day ([`MAX_DURATION`]). URL option `session_timeout`.
+    ///
+    /// It is the lease of every hold: a holder that dies frees its locks when its session
+    /// expires. The server clamps the timeout to its own `[minSessionTimeout,
+    /// maxSessionTimeout]`, by default `[2 × tickTime, 20 × tickTime]` (4 s to 40 s with the
+    /// default `tickTime` of 2 s); holds then use the timeout the server granted, which
+    /// [`ZkLockProvider::negotiated_session_timeout`] reports (and a warning is logged when
+    /// it differs from the one asked).
     pub fn session_timeout(mut self, timeout: Duration) -> Self {
         self.session_timeout = Some(timeout);
         self
     }
 
-    /// How long one connection attempt may take; 2/5 of the session timeout by default.
+    /// How long one connection attempt may take; 2/5 of the session timeout by default, at
+    /// least 1 ms and at most the session timeout. Above 3/5 of the session timeout the
+    /// client uses 2/5 of it. URL option `connect_timeout`.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = Some(timeout);
         self
     }
 
-    /// Digest credentials (`user:password`), sent on every (re)connect. With credentials, lock
-    /// nodes are created readable and deletable by that user only (see [`LockAcl`]).
+    /// Digest credentials (`user:password`), sent on every (re)connect; the user and password
+    /// of a `zk://` URL. With credentials, lock nodes are created readable and deletable by
+    /// that user only (see [`LockAcl`]). The user must not be empty or contain `:`.
     pub fn credentials(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
         self.credentials = Some((user.into(), password.into()));
         self
     }
 
-    /// The znode under which each lock gets its znode; `/lockkit` by default. Created (with
-    /// its missing ancestors) when the provider connects.
+    /// The znode under which each lock gets its znode; `/lockkit` by default. An absolute
+    /// znode path other than `/`, created (with its missing ancestors) when the first session
+    /// opens. URL option `base_path`.
     pub fn base_path(mut self, path: impl Into<String>) -> Self {
         self.base_path = Some(path.into());
         self
     }
 
-    /// Who may touch the nodes lockkit creates; see [`LockAcl`].
+    /// Who may touch the nodes lockkit creates; see [`LockAcl`]. URL option `acl`
+    /// (`auto`, `open`, `creator_only`, `creator_only_world_read`).
     pub fn acl(mut self, acl: LockAcl) -> Self {
         self.acl = acl;
         self
     }
 
     /// How much earlier than the server a holder considers its session (and so its hold)
-    /// possibly gone; 5 % of the session timeout by default.
+    /// possibly gone; 5 % of the negotiated session timeout by default. At most just below a
+    /// third of the session timeout (holds are renewed every third of it), checked against
+    /// the timeout asked when building and the one granted when a session opens. URL option
+    /// `drift`.
     pub fn drift(mut self, drift: Duration) -> Self {
         self.drift = Some(drift);
         self
     }
 
-    /// What a dropped connection does to the holds; see [`DisconnectPolicy`].
+    /// What a dropped connection does to the holds; see [`DisconnectPolicy`]. URL option
+    /// `disconnect_policy` (`suspend`, `lose_on_disconnect`).
     pub fn disconnect_policy(mut self, policy: DisconnectPolicy) -> Self {
         self.disconnect_policy = policy;
         self
     }
 
-    /// Checks every setting without touching the network.
+    /// Sets the option called `key` from its text, as a URL's query gives it: the same names
+    /// as the methods ([`OPTIONS`](crate::OPTIONS)). Durations are written with a unit
+    /// (`500ms`, `10s`, `2m`).
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidConfig`] naming the setting and what to change: no or empty connect
-    /// string, an unknown URL scheme, an empty host, a bad port, a chroot or base path that is
-    /// not an absolute znode path, a zero session or connect timeout, a drift margin not
-    /// below a third of the session timeout, an ACL that needs credentials without them,
-    /// credentials given twice or with an empty user or a `:` in the user.
-    pub fn validate(&self) -> Result<ZkConfig> {
-        let Some(target) = &self.target else {
-            return Err(invalid("no connect string: call connect_string(\"zk://host:2181[,host:2181...][/chroot]\")"));
+    /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) for an unknown option or
+    /// a value that does not parse; ranges are checked by [`build`](Self::build).
+    pub fn option(self, key: &str, value: &str) -> Result<Self> {
+        Ok(match key {
+            "session_timeout" => self.session_timeout(SETTINGS.duration(key, value)?),
+            "connect_timeout" => self.connect_timeout(SETTINGS.duration(key, value)?),
+            "drift" => self.drift(SETTINGS.duration(key, value)?),
+            "base_path" => self.base_path(value),
+            "acl" => self.acl(match value {
+                "auto" => LockAcl::Auto,
+                "open" => LockAcl::Open,
+                "creator_only" => LockAcl::CreatorOnly,
+                "creator_only_world_read" => LockAcl::CreatorOnlyWorldRead,
+                other => {
+                    return Err(SETTINGS.invalid(format!(
+                        "option acl: {other:?} is not one of auto, open, creator_only, creator_only_world_read"
+                    )));
+                }
+            }),
+            "disconnect_policy" => self.disconnect_policy(match value {
+                "suspend" => DisconnectPolicy::Suspend,
+                "lose_on_disconnect" => DisconnectPolicy::LoseOnDisconnect,
+                other => {
+                    return Err(SETTINGS.invalid(format!(
+                        "option disconnect_policy: {other:?} is not one of suspend, lose_on_disconnect"
+                    )));
+                }
+            }),
+            _ => return Err(SETTINGS.unknown(key, OPTIONS)),
+        })
+    }
+
+    /// Checks every setting and makes the provider, without any I/O: the first session is
+    /// opened (and the base path created) when the provider is first used. Use
+    /// [`ZkLockProvider::connect`] to connect at once.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) naming the setting and
+    /// what to change: no or empty connect string, a URL or credentials in the connect string,
+    /// an empty host, a bad port, a chroot or base path that is not an absolute znode path, a
+    /// session timeout, connect timeout or drift margin out of its range (see each method), an
+    /// ACL that needs credentials without them, credentials with an empty user or a `:` in
+    /// the user.
+    pub fn build(self) -> Result<ZkLockProvider> {
+        Ok(ZkLockProvider::new(self.check()?))
+    }
+
+    /// Every check of [`build`](Self::build), and the checked configuration.
+    pub(crate) fn check(&self) -> Result<ZkConfig> {
+        let Some(servers) = &self.servers else {
+            return Err(SETTINGS.invalid(
+                "no servers: call connect_string(\"host:2181[,host:2181…][/chroot]\"), or use from_url / ZkLockProvider::connect with a zk:// URL",
+            ));
         };
-        let parsed = parse_target(target)?;
+        let parsed = parse_servers(servers)?;
         let chroot = match (&parsed.chroot, &self.chroot) {
             (Some(_), Some(_)) => {
-                return Err(invalid(
-                    "a chroot is given both in the connect string and with chroot(): keep only one of them",
-                ));
+                return Err(SETTINGS
+                    .invalid("a chroot is given both in the connect string and with chroot(): keep only one of them"));
             }
-            (Some(c), None) => Some(c.clone()),
-            (None, Some(c)) => check_path(c, "the chroot")?,
+            (Some(chroot), None) => Some(chroot.clone()),
+            (None, Some(chroot)) => check_path(chroot, "the chroot")?,
             (None, None) => None,
         };
-        let credentials = match (parsed.credentials, &self.credentials) {
-            (Some(_), Some(_)) => {
-                return Err(invalid(
-                    "credentials are given both in the URL and with credentials(): keep only one of them",
-                ));
-            }
-            (Some(c), None) => Some(c),
-            (None, c) => c.clone(),
-        };
-        if let Some((user, _)) = &credentials {
+        if let Some((user, _)) = &self.credentials {
             if user.is_empty() {
-                return Err(invalid("the digest user name is empty: give credentials as user:password"));
+                return Err(SETTINGS.invalid("the digest user name is empty: give credentials as user and password"));
             }
             if user.contains(':') {
-                return Err(invalid(format!(
-                    "the digest user name {user:?} contains ':': a ZooKeeper digest user name cannot contain ':'"
+                return Err(SETTINGS.invalid(format!(
+                    "the digest user name {user:?} contains ':', which a ZooKeeper digest user name cannot contain"
                 )));
             }
         }
-        let session_timeout = self.session_timeout.unwrap_or(DEFAULT_SESSION_TIMEOUT);
-        if session_timeout.is_zero() {
-            return Err(invalid(
-                "the session timeout is zero: give one of a few seconds (it is the lease of every hold)",
-            ));
-        }
-        if session_timeout < Duration::from_millis(100) {
-            return Err(invalid(format!(
-                "the session timeout {session_timeout:?} is too short: ZooKeeper needs at least two ticks; give a few seconds"
-            )));
-        }
-        if let Some(connect) = self.connect_timeout
-            && connect.is_zero()
-        {
-            return Err(invalid(
-                "the connect timeout is zero: leave it unset (2/5 of the session timeout) or give one above zero",
-            ));
-        }
-        let drift = self.drift.unwrap_or(session_timeout / 20);
-        if drift >= session_timeout / 3 {
-            return Err(invalid(format!(
-                "the drift margin {drift:?} must be below a third of the session timeout {session_timeout:?} \
-                 (holds are renewed every third of it); a few percent of the session timeout is typical"
-            )));
-        }
+        let session_timeout = SETTINGS.within(
+            "session_timeout",
+            self.session_timeout.unwrap_or(DEFAULT_SESSION_TIMEOUT),
+            MIN_SESSION_TIMEOUT,
+            MAX_SESSION_TIMEOUT,
+        )?;
+        let connect_timeout = match self.connect_timeout {
+            Some(timeout) => Some(SETTINGS.within("connect_timeout", timeout, MIN_CONNECT_TIMEOUT, session_timeout)?),
+            None => None,
+        };
+        let drift = match self.drift {
+            Some(drift) => Some(check_drift(drift, session_timeout, "asked")?),
+            None => None,
+        };
         let base = check_path(self.base_path.as_deref().unwrap_or(DEFAULT_BASE_PATH), "the base path")?
-            .ok_or_else(|| invalid("the base path is \"/\": give a dedicated znode such as /lockkit"))?;
-        let acl = match (self.acl, credentials.is_some()) {
+            .ok_or_else(|| SETTINGS.invalid("the base path is \"/\": give a dedicated znode such as /lockkit"))?;
+        let acl = match (self.acl, self.credentials.is_some()) {
             (LockAcl::Auto, true) => LockAcl::CreatorOnly,
             (LockAcl::Auto, false) => LockAcl::Open,
             (LockAcl::CreatorOnly | LockAcl::CreatorOnlyWorldRead, false) => {
-                return Err(invalid(
+                return Err(SETTINGS.invalid(
                     "a creator-only ACL needs credentials: call credentials(user, password), or use LockAcl::Open",
                 ));
             }
@@ -226,53 +352,75 @@ impl ZkLockProviderBuilder {
         };
         let root = format!("{}{base}", chroot.as_deref().unwrap_or(""));
         Ok(ZkConfig {
-            hosts: parsed.hosts.join(","),
+            hosts: parsed.hosts,
+            chroot,
             root,
             session_timeout,
-            connect_timeout: self.connect_timeout,
-            credentials,
+            connect_timeout,
+            credentials: self.credentials.clone(),
             acl,
             drift,
             disconnect_policy: self.disconnect_policy,
         })
     }
+}
 
-    /// Checks the settings, connects, and creates the base path if it is missing.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidConfig`] as for [`validate`](Self::validate), before any network I/O;
-    /// [`Error::Connection`] when no server answers within the session timeout; other errors
-    /// of ZooKeeper (for instance `NoAuth` creating the base path) as [`Error::Backend`].
-    pub async fn build(self) -> Result<ZkLockProvider> {
-        let config = self.validate()?;
-        ZkLockProvider::open(config).await
+/// Checks a drift margin against a session timeout (`which`: "asked" or "granted").
+pub(crate) fn check_drift(drift: Duration, session_timeout: Duration, which: &str) -> Result<Duration> {
+    let drift = SETTINGS.within("drift", drift, Duration::ZERO, MAX_DURATION)?;
+    if drift.saturating_mul(3) >= session_timeout {
+        return Err(SETTINGS.invalid(format!(
+            "drift is {drift:?}; it must be below a third of the session timeout ({session_timeout:?} {which}), \
+             as holds are renewed every third of it: a few percent of the session timeout is typical"
+        )));
     }
+    Ok(drift)
 }
 
-fn invalid(message: impl Into<String>) -> Error {
-    Error::invalid_config(BACKEND, message)
-}
-
-/// A checked configuration, made by [`ZkLockProviderBuilder::validate`].
-#[derive(Clone, Debug)]
-pub struct ZkConfig {
-    /// `host:port,host:port`, without chroot.
-    pub(crate) hosts: String,
+/// A checked configuration, made by [`ZkLockProviderBuilder::build`].
+#[derive(Clone)]
+pub(crate) struct ZkConfig {
+    /// The servers, `host:port` each, without chroot.
+    pub(crate) hosts: Vec<String>,
+    /// The chroot, if any.
+    pub(crate) chroot: Option<String>,
     /// The chroot and base path: the parent of every lock's znode.
     pub(crate) root: String,
+    /// The session timeout asked of the server.
     pub(crate) session_timeout: Duration,
     pub(crate) connect_timeout: Option<Duration>,
     pub(crate) credentials: Option<(String, String)>,
     pub(crate) acl: LockAcl,
-    pub(crate) drift: Duration,
+    /// The drift margin given, if any; 5 % of the negotiated session timeout otherwise.
+    pub(crate) drift: Option<Duration>,
     pub(crate) disconnect_policy: DisconnectPolicy,
+}
+
+impl fmt::Debug for ZkConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ZkConfig").field("address", &self.address()).field("root", &self.root).finish_non_exhaustive()
+    }
 }
 
 impl ZkConfig {
     /// The znode of a lock: `{chroot}{base}/{encoded name}`.
     pub(crate) fn lock_path(&self, name: &LockName) -> String {
         format!("{}/{}", self.root, crate::names::encode_name(name))
+    }
+
+    /// The servers as zookeeper-client takes them: `h1:2181,h2:2181`.
+    pub(crate) fn connect_string(&self) -> String {
+        self.hosts.join(",")
+    }
+
+    /// The store's address for messages, without credentials: `zk://h1:2181,h2:2181/chroot`.
+    pub(crate) fn address(&self) -> String {
+        format!("zk://{}{}", self.connect_string(), self.chroot.as_deref().unwrap_or(""))
+    }
+
+    /// The drift margin of a session granted `negotiated`.
+    pub(crate) fn drift_for(&self, negotiated: Duration) -> Duration {
+        self.drift.unwrap_or(negotiated / 20)
     }
 
     /// The ACL entries of every node lockkit creates.
@@ -287,85 +435,59 @@ impl ZkConfig {
     }
 }
 
-struct Target {
+struct Servers {
     hosts: Vec<String>,
     chroot: Option<String>,
-    credentials: Option<(String, String)>,
 }
 
-fn parse_target(target: &str) -> Result<Target> {
-    let target = target.trim();
-    if target.is_empty() {
-        return Err(invalid("the connect string is empty: give zk://host:2181[,host:2181...][/chroot]"));
+fn parse_servers(servers: &str) -> Result<Servers> {
+    let servers = servers.trim();
+    if servers.is_empty() {
+        return Err(SETTINGS.invalid("the connect string is empty: give host:2181[,host:2181…][/chroot]"));
     }
-    let (rest, url) = match target.split_once("://") {
-        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("zk") || scheme.eq_ignore_ascii_case("zookeeper") => {
-            (rest, true)
-        }
-        Some((scheme, _)) => {
-            let hint = match scheme.to_ascii_lowercase().as_str() {
-                "redis" | "rediss" => " (a Redis URL: use lockkit-redis for it)",
-                "memory" => " (use the memory backend of lockkit-core for it)",
-                _ => "",
-            };
-            return Err(invalid(format!(
-                "unknown scheme {scheme:?} in {target:?}{hint}: the ZooKeeper backend takes zk://host:port[,host:port...][/chroot] or a plain host:port list"
-            )));
-        }
-        None => (target, false),
-    };
-    if rest.contains('?') || rest.contains('#') {
-        return Err(invalid(format!(
-            "{target:?} has a query or fragment: set options with the builder's methods instead"
+    if servers.contains("://") {
+        return Err(SETTINGS.invalid(format!(
+            "{:?} is a URL, not a connect string: pass a zk:// URL to ZkLockProvider::connect or ZkLockProviderBuilder::from_url, \
+             or give connect_string the servers alone (host:2181[,host:2181…][/chroot])",
+            lockkit_core::config::redact(servers)
         )));
     }
-    let (authority, chroot) = match rest.find('/') {
-        Some(i) => (&rest[..i], Some(&rest[i..])),
-        None => (rest, None),
-    };
-    let (credentials, hosts) = match authority.rsplit_once('@') {
-        Some(_) if !url => {
-            return Err(invalid(format!(
-                "{target:?} carries credentials but is not a zk:// URL: write zk://user:password@host:port or use credentials()"
-            )));
-        }
-        Some((userinfo, hosts)) => {
-            let Some((user, password)) = userinfo.split_once(':') else {
-                return Err(invalid(format!(
-                    "the credentials in {target:?} lack a password: write zk://user:password@host:port"
-                )));
-            };
-            (Some((user.to_owned(), password.to_owned())), hosts)
-        }
-        None => (None, authority),
-    };
-    if hosts.trim().is_empty() {
-        return Err(invalid(format!(
-            "{target:?} names no server: give at least one host, as in zk://zk1:2181,zk2:2181/app"
-        )));
+    if servers.contains('?') || servers.contains('#') {
+        return Err(SETTINGS
+            .invalid(format!("{servers:?} has a query or fragment: set options with the builder's methods instead")));
     }
-    let hosts = hosts.split(',').map(|host| parse_host(host, target)).collect::<Result<Vec<_>>>()?;
-    let chroot = match chroot {
-        Some(chroot) => check_path(chroot, "the chroot")?,
-        None => None,
+    let (authority, chroot) = match servers.find('/') {
+        Some(at) => servers.split_at(at),
+        None => (servers, ""),
     };
-    Ok(Target { hosts, chroot, credentials })
+    if authority.contains('@') {
+        return Err(SETTINGS.invalid(
+            "the connect string carries credentials: give them with credentials(user, password), or use a zk://user:password@host URL",
+        ));
+    }
+    if authority.trim().is_empty() {
+        return Err(SETTINGS
+            .invalid(format!("{servers:?} names no server: give at least one host, as in zk1:2181,zk2:2181/app")));
+    }
+    let hosts = authority.split(',').map(|host| parse_host(host, servers)).collect::<Result<Vec<_>>>()?;
+    let chroot = if chroot.is_empty() { None } else { check_path(chroot, "the chroot")? };
+    Ok(Servers { hosts, chroot })
 }
 
-fn parse_host(host: &str, target: &str) -> Result<String> {
+fn parse_host(host: &str, servers: &str) -> Result<String> {
     let host = host.trim();
     if host.is_empty() {
-        return Err(invalid(format!("{target:?} has an empty host between commas: remove the extra comma")));
+        return Err(SETTINGS.invalid(format!("{servers:?} has an empty host between commas: remove the extra comma")));
     }
     let (name, port) = if let Some(v6) = host.strip_prefix('[') {
         let Some((name, after)) = v6.split_once(']') else {
-            return Err(invalid(format!("the IPv6 host {host:?} in {target:?} lacks its closing ']'")));
+            return Err(SETTINGS.invalid(format!("the IPv6 host {host:?} in {servers:?} lacks its closing ']'")));
         };
         match after {
             "" => (format!("[{name}]"), None),
             _ => match after.strip_prefix(':') {
                 Some(port) => (format!("[{name}]"), Some(port)),
-                None => return Err(invalid(format!("unexpected {after:?} after the IPv6 host in {host:?}"))),
+                None => return Err(SETTINGS.invalid(format!("unexpected {after:?} after the IPv6 host in {host:?}"))),
             },
         }
     } else {
@@ -375,18 +497,18 @@ fn parse_host(host: &str, target: &str) -> Result<String> {
         }
     };
     if name.is_empty() || name == "[]" {
-        return Err(invalid(format!("the server {host:?} in {target:?} has no host name")));
+        return Err(SETTINGS.invalid(format!("the server {host:?} in {servers:?} has no host name")));
     }
     if name.contains(char::is_whitespace) || name.contains('/') {
-        return Err(invalid(format!("the host name {name:?} in {target:?} is not valid")));
+        return Err(SETTINGS.invalid(format!("the host name {name:?} in {servers:?} is not valid")));
     }
     let port = match port {
         None => DEFAULT_PORT,
         Some(port) => match port.parse::<u16>() {
             Ok(port) if port > 0 => port,
             _ => {
-                return Err(invalid(format!(
-                    "the port {port:?} of {name} in {target:?} is not a number between 1 and 65535"
+                return Err(SETTINGS.invalid(format!(
+                    "the port {port:?} of {name} in {servers:?} is not a number between 1 and 65535"
                 )));
             }
         },
@@ -396,24 +518,26 @@ fn parse_host(host: &str, target: &str) -> Result<String> {
 
 /// Checks an absolute znode path; `None` for `/`.
 fn check_path(path: &str, what: &str) -> Result<Option<String>> {
-    if !path.starts_with('/') {
-        return Err(invalid(format!("{what} {path:?} is not absolute: start it with '/', as in /{path}")));
-    }
-    if path == "/" {
+    let Some(relative) = path.strip_prefix('/') else {
+        return Err(SETTINGS.invalid(format!("{what} {path:?} is not absolute: start it with '/', as in /{path}")));
+    };
+    if relative.is_empty() {
         return Ok(None);
     }
     if path.ends_with('/') {
-        return Err(invalid(format!("{what} {path:?} ends with '/': remove the trailing slash")));
+        return Err(SETTINGS.invalid(format!("{what} {path:?} ends with '/': remove the trailing slash")));
     }
-    for segment in path[1..].split('/') {
+    for segment in relative.split('/') {
         if segment.is_empty() {
-            return Err(invalid(format!("{what} {path:?} has an empty segment (\"//\"): remove the extra slash")));
+            return Err(
+                SETTINGS.invalid(format!("{what} {path:?} has an empty segment (\"//\"): remove the extra slash"))
+            );
         }
         if segment == "." || segment == ".." {
-            return Err(invalid(format!("{what} {path:?} has a {segment:?} segment, which ZooKeeper refuses")));
+            return Err(SETTINGS.invalid(format!("{what} {path:?} has a {segment:?} segment, which ZooKeeper refuses")));
         }
         if segment.chars().any(|c| c.is_control() || ('\u{e000}'..='\u{f8ff}').contains(&c) || c >= '\u{fff0}') {
-            return Err(invalid(format!("{what} {path:?} has characters ZooKeeper refuses in a path")));
+            return Err(SETTINGS.invalid(format!("{what} {path:?} has characters ZooKeeper refuses in a path")));
         }
     }
     Ok(Some(path.to_owned()))
@@ -422,58 +546,164 @@ fn check_path(path: &str, what: &str) -> Result<Option<String>> {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
+    use lockkit_core::Error;
+
     use super::*;
 
-    fn builder(target: &str) -> ZkLockProviderBuilder {
-        ZkLockProviderBuilder::default().connect_string(target)
+    fn builder(servers: &str) -> ZkLockProviderBuilder {
+        ZkLockProviderBuilder::default().connect_string(servers)
+    }
+
+    fn from_url(url: &str) -> Result<ZkLockProviderBuilder> {
+        ZkLockProviderBuilder::from_url(&StoreUrl::parse(url)?)
+    }
+
+    /// The message of the `InvalidConfig` error `outcome` must be.
+    #[track_caller]
+    fn refused(outcome: Result<ZkConfig>) -> String {
+        match outcome {
+            Err(Error::InvalidConfig { backend, message }) => {
+                assert_eq!(backend, "zk");
+                message
+            }
+            other => panic!("expected InvalidConfig, got {other:?}"),
+        }
     }
 
     #[test]
-    fn url_and_plain_forms_parse() {
-        let c = builder("zk://h1:2181,h2:2182/app").validate().unwrap();
-        assert_eq!((c.hosts.as_str(), c.root.as_str()), ("h1:2181,h2:2182", "/app/lockkit"));
-        let c = builder("h1,h2:2182/app/x").base_path("/locks").validate().unwrap();
-        assert_eq!((c.hosts.as_str(), c.root.as_str()), ("h1:2181,h2:2182", "/app/x/locks"));
-        let c = builder("zk://u:p@[::1]:2181").validate().unwrap();
-        assert_eq!(c.hosts, "[::1]:2181");
-        assert_eq!(c.credentials, Some(("u".into(), "p".into())));
-        assert_eq!(c.acl, LockAcl::CreatorOnly);
-        let c = builder("127.0.0.1:1/").chroot("/c").validate().unwrap();
+    fn connect_strings_and_urls_parse() {
+        let c = builder("h1:2181,h2:2182/app").check().unwrap();
+        assert_eq!((c.connect_string().as_str(), c.root.as_str()), ("h1:2181,h2:2182", "/app/lockkit"));
+        assert_eq!(c.address(), "zk://h1:2181,h2:2182/app");
+        let c = builder("h1,h2:2182/app/x").base_path("/locks").check().unwrap();
+        assert_eq!((c.connect_string().as_str(), c.root.as_str()), ("h1:2181,h2:2182", "/app/x/locks"));
+        let c = builder("127.0.0.1:1/").chroot("/c").check().unwrap();
         assert_eq!(c.root, "/c/lockkit");
+        let c =
+            from_url("zk://u:p%40ss@[::1]:2181,h2/app?session_timeout=6s&base_path=/locks&acl=creator_only_world_read")
+                .unwrap()
+                .check()
+                .unwrap();
+        assert_eq!(c.connect_string(), "[::1]:2181,h2:2181");
+        assert_eq!(c.credentials, Some(("u".into(), "p@ss".into())));
+        assert_eq!((c.root.as_str(), c.session_timeout), ("/app/locks", Duration::from_secs(6)));
+        assert_eq!(c.acl, LockAcl::CreatorOnlyWorldRead);
+        assert_eq!(c.address(), "zk://[::1]:2181,h2:2181/app", "the address carries no credentials");
+        let c = from_url("zk://u:p@h1").unwrap().check().unwrap();
+        assert_eq!(c.acl, LockAcl::CreatorOnly, "credentials make nodes creator-only by default");
+        let c = from_url("zk://h1/?disconnect_policy=lose_on_disconnect&drift=100ms&connect_timeout=1s")
+            .unwrap()
+            .check()
+            .unwrap();
+        assert_eq!(c.disconnect_policy, DisconnectPolicy::LoseOnDisconnect);
+        assert_eq!((c.drift, c.connect_timeout), (Some(Duration::from_millis(100)), Some(Duration::from_secs(1))));
+        assert_eq!((c.chroot.as_deref(), c.root.as_str()), (None, "/lockkit"));
+        assert!(!format!("{:?}", from_url("zk://u:secret@h1").unwrap()).contains("secret"));
+    }
+
+    #[test]
+    fn the_builder_and_the_url_take_the_same_names() {
+        for option in OPTIONS {
+            let value = match *option {
+                "base_path" => "/x",
+                "acl" => "open",
+                "disconnect_policy" => "suspend",
+                _ => "1s",
+            };
+            assert!(builder("h1").option(option, value).is_ok(), "{option}");
+        }
+        for old in ["ttl", "base", "timeout"] {
+            let message = from_url(&format!("zk://h1?{old}=1s")).unwrap_err().to_string();
+            assert!(message.contains(&format!("unknown option {old:?}")) && message.contains("session_timeout"));
+        }
     }
 
     #[test]
     fn bad_settings_are_refused_with_advice() {
         let cases: Vec<(ZkLockProviderBuilder, &str)> = vec![
-            (ZkLockProviderBuilder::default(), "no connect string"),
+            (ZkLockProviderBuilder::default(), "no servers"),
             (builder(""), "empty"),
-            (builder("zk:///app"), "no server"),
+            (builder("/app"), "no server"),
             (builder("h1:2181,,h2"), "empty host"),
             (builder("h1:99999"), "port"),
             (builder("h1:abc"), "port"),
             (builder("h1:0"), "port"),
-            (builder("redis://h1"), "unknown scheme"),
+            (builder("zk://h1"), "is a URL"),
+            (builder("redis://h1"), "is a URL"),
+            (builder("u:p@h1"), "credentials"),
             (builder("h1").chroot("app"), "not absolute"),
+            (builder("h1/app").chroot("/other"), "both"),
             (builder("h1/app/"), "trailing slash"),
             (builder("h1/a//b"), "empty segment"),
             (builder("h1/a/.."), "segment"),
             (builder("h1").base_path("locks"), "not absolute"),
             (builder("h1").base_path("/"), "dedicated"),
-            (builder("h1").session_timeout(Duration::ZERO), "zero"),
-            (builder("h1").connect_timeout(Duration::ZERO), "zero"),
-            (builder("h1").session_timeout(Duration::from_secs(3)).drift(Duration::from_secs(1)), "drift"),
             (builder("h1").acl(LockAcl::CreatorOnly), "needs credentials"),
             (builder("h1").credentials("a:b", "c"), "contains ':'"),
+            (builder("h1").credentials("", "c"), "empty"),
             (builder("h1?x=1"), "query"),
         ];
         for (builder, expected) in cases {
-            match builder.validate() {
-                Err(Error::InvalidConfig { backend, message }) => {
-                    assert_eq!(backend, "zk");
-                    assert!(message.contains(expected), "{message:?} should mention {expected:?}");
-                }
-                other => panic!("expected InvalidConfig mentioning {expected:?}, got {other:?}"),
-            }
+            let message = refused(builder.check());
+            assert!(message.contains(expected), "{message:?} should mention {expected:?}");
         }
+    }
+
+    #[test]
+    fn session_timeout_is_bounded_by_a_day_and_the_32_bit_field() {
+        let too_long = ["5000000000000000h", "600h", "25d", "1441m"];
+        for value in too_long {
+            let message = refused(builder("h1").option("session_timeout", value).unwrap().check());
+            assert!(message.contains("session_timeout"), "{message}");
+            assert!(message.contains("at least 100ms and at most 86400s"), "{message}");
+        }
+        for value in ["0s", "99ms"] {
+            let message = refused(builder("h1").option("session_timeout", value).unwrap().check());
+            assert!(message.contains("session_timeout") && message.contains("at least 100ms"), "{message}");
+        }
+        let day = builder("h1").session_timeout(MAX_SESSION_TIMEOUT).check().unwrap();
+        assert_eq!(day.session_timeout, Duration::from_secs(86_400));
+        assert!(i32::try_from(day.session_timeout.as_millis()).is_ok(), "a day fits ZooKeeper's field");
+        assert!(builder("h1").session_timeout(MIN_SESSION_TIMEOUT).check().is_ok());
+        assert!(builder("h1").session_timeout(Duration::MAX).check().is_err(), "no panic on Duration::MAX");
+    }
+
+    #[test]
+    fn connect_timeout_lies_between_a_millisecond_and_the_session_timeout() {
+        let session = Duration::from_secs(3);
+        let message = refused(builder("h1").session_timeout(session).connect_timeout(Duration::ZERO).check());
+        assert!(message.contains("connect_timeout") && message.contains("at least 1ms and at most 3s"), "{message}");
+        let message = refused(builder("h1").session_timeout(session).connect_timeout(session * 2).check());
+        assert!(message.contains("connect_timeout"), "{message}");
+        let message = refused(builder("h1").option("connect_timeout", "5000000000000000h").unwrap().check());
+        assert!(message.contains("connect_timeout"), "{message}");
+        assert!(builder("h1").session_timeout(session).connect_timeout(session).check().is_ok());
+        assert!(builder("h1").connect_timeout(MIN_CONNECT_TIMEOUT).check().is_ok());
+    }
+
+    #[test]
+    fn drift_stays_below_a_third_of_the_session_timeout() {
+        let session = Duration::from_secs(3);
+        let message = refused(builder("h1").session_timeout(session).drift(Duration::from_secs(1)).check());
+        assert!(message.contains("drift") && message.contains("below a third"), "{message}");
+        let message = refused(builder("h1").option("drift", "5000000000000000h").unwrap().check());
+        assert!(message.contains("drift") && message.contains("at most 86400s"), "{message}");
+        assert!(builder("h1").session_timeout(session).drift(Duration::from_millis(999)).check().is_ok());
+        assert!(builder("h1").drift(Duration::ZERO).check().is_ok());
+        assert!(check_drift(Duration::from_millis(500), Duration::from_secs(1), "granted").is_err());
+        let config = builder("h1").check().unwrap();
+        assert_eq!(config.drift_for(Duration::from_secs(4)), Duration::from_millis(200), "5 % of the granted timeout");
+    }
+
+    #[test]
+    fn option_values_that_do_not_parse_are_refused() {
+        for (key, value) in
+            [("session_timeout", "5"), ("drift", "soon"), ("acl", "everyone"), ("disconnect_policy", "x")]
+        {
+            let message = builder("h1").option(key, value).unwrap_err().to_string();
+            assert!(message.contains(key), "{message}");
+        }
+        assert!(from_url("redis://h1").unwrap_err().to_string().contains("not a zk:// URL"));
+        assert!(from_url("zk://user@h1").unwrap_err().to_string().contains("user and a password"));
     }
 }

@@ -1,19 +1,33 @@
-//! The provider users hold: a connected ZooKeeper client handing out lock handles.
+//! The provider users hold: a ZooKeeper client handing out lock handles, and the `zk` scheme.
 
+use std::ops::Deref;
 use std::sync::Arc;
+use std::time::Duration;
 
-use lockkit_core::backend::LockBackend;
+use lockkit_core::config::{ConnectFuture, Scheme, StoreUrl};
 use lockkit_core::{LockName, LockProvider, Result};
 
+use crate::backend::ZkBackend;
 use crate::config::{ZkConfig, ZkLockProviderBuilder};
-use crate::recipe::ZkBackend;
+use crate::error::BACKEND;
+
+/// The `zk` scheme: `zk://[user:password@]host:port[,host:port…][/chroot][?option=value&…]`,
+/// for the scheme table of `lockkit_core::config` (the `lockkit` facade registers it). Its
+/// `connect` is [`ZkLockProvider::connect`]'s: eager and health-checked.
+pub const SCHEME: Scheme = Scheme { names: &["zk"], backend: BACKEND, connect: connect_url };
+
+fn connect_url(url: StoreUrl) -> ConnectFuture {
+    Box::pin(async move { ZkLockProvider::connect_to(&url).await.map(LockProvider::from) })
+}
 
 /// A ZooKeeper client that hands out lock handles: one session at a time (a new one after
-/// an expiry), shared by every handle of the provider. Cheap to clone; clones share the
-/// session.
+/// an expiry, or when the runtime it ran on shut down), shared by every handle of the
+/// provider. Cheap to clone; clones share the session.
+///
+/// It dereferences to [`LockProvider`], so `provider.lock(name)` works directly, and converts
+/// into one with `LockProvider::from`.
 ///
 /// ```no_run
-/// use lockkit_core::{DistributedLock, LockProvider};
 /// use lockkit_zk::ZkLockProvider;
 ///
 /// # async fn demo() -> lockkit_core::Result<()> {
@@ -27,38 +41,75 @@ use crate::recipe::ZkBackend;
 /// ```
 #[derive(Clone, Debug)]
 pub struct ZkLockProvider {
+    provider: LockProvider,
     backend: Arc<ZkBackend>,
 }
 
 impl ZkLockProvider {
-    /// A builder for every setting.
+    /// A builder for every setting; its `build` is lazy (no I/O).
     pub fn builder() -> ZkLockProviderBuilder {
         ZkLockProviderBuilder::default()
     }
 
-    /// Connects with default settings to `target`: `zk://host:port[,host:port...][/chroot]`
-    /// or the plain `host:port,host:port/chroot` form.
+    /// Connects to the store a `zk://` URL names, eagerly:
+    /// `zk://[user:password@]host:port[,host:port…][/chroot][?option=value&…]` with the
+    /// options of [`ZkLockProviderBuilder::option`]. Checks every setting, opens the session
+    /// and creates the base path if it is missing, so that a provider returned is one that
+    /// reached its store.
     ///
     /// # Errors
     ///
-    /// As for [`ZkLockProviderBuilder::build`].
-    pub async fn connect(target: &str) -> Result<ZkLockProvider> {
-        Self::builder().connect_string(target).build().await
+    /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) for a URL or setting that
+    /// cannot be used ([`ZkLockProviderBuilder::build`]), before any I/O; a retryable
+    /// [`Error::Connection`](lockkit_core::Error::Connection) naming the servers when none
+    /// answers (at once when every server refuses connections, else within the session
+    /// timeout); [`Error::Backend`](lockkit_core::Error::Backend) for what the server refuses
+    /// (wrong credentials, or `NoAuth` creating the base path).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future drops the session being opened, which the server
+    /// then expires; nothing else is left.
+    pub async fn connect(url: &str) -> Result<ZkLockProvider> {
+        Self::connect_to(&StoreUrl::parse(url)?).await
     }
 
-    pub(crate) async fn open(config: ZkConfig) -> Result<ZkLockProvider> {
-        Ok(ZkLockProvider { backend: Arc::new(ZkBackend::open(config).await?) })
+    async fn connect_to(url: &StoreUrl) -> Result<ZkLockProvider> {
+        let provider = ZkLockProviderBuilder::from_url(url)?.build()?;
+        provider.backend.session(None).await?;
+        Ok(provider)
     }
 
-    /// The ZooKeeper client of the provider's current session (a new session if the last one
-    /// ended), for requests of your own on the same session: for instance a multi-op guarded
-    /// by a check of the lock node, or a measurement of the raw round trip.
+    pub(crate) fn new(config: ZkConfig) -> ZkLockProvider {
+        let backend = ZkBackend::new(config);
+        ZkLockProvider { provider: LockProvider::new(backend.clone()), backend }
+    }
+
+    /// The ZooKeeper client of the provider's current session (a new session if there is
+    /// none, the last one ended, or its runtime shut down), for requests of your own on the
+    /// same session: for instance a multi-op guarded by a check of the lock node, or a
+    /// measurement of the raw round trip.
+    ///
+    /// The client's type comes from [`zookeeper_client`](crate::zookeeper_client), which is
+    /// outside lockkit's semver promise (see the crate docs).
     ///
     /// # Errors
     ///
-    /// A connection error when a new session cannot be opened.
+    /// As for [`connect`](Self::connect) when a new session cannot be opened.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future while a session is being opened drops that session.
     pub async fn zk_client(&self) -> Result<zookeeper_client::Client> {
         self.backend.zk_client().await
+    }
+
+    /// The session timeout the server granted to the provider's current (or last) session,
+    /// which is the lease of its holds: the timeout asked for
+    /// ([`ZkLockProviderBuilder::session_timeout`]) clamped to the server's range. `None`
+    /// before the first session opened.
+    pub fn negotiated_session_timeout(&self) -> Option<Duration> {
+        self.backend.negotiated_session_timeout()
     }
 
     /// The znode of the lock called `name`: its contender nodes are its children. For
@@ -68,12 +119,20 @@ impl ZkLockProvider {
     ///
     /// [`Error::InvalidName`](lockkit_core::Error::InvalidName) for a bad name.
     pub fn lock_path(&self, name: &str) -> Result<String> {
-        Ok(self.backend.config().lock_path(&LockName::new(name)?))
+        Ok(self.backend.config.lock_path(&LockName::new(name)?))
     }
 }
 
-impl LockProvider for ZkLockProvider {
-    fn backend(&self) -> Arc<dyn LockBackend> {
-        self.backend.clone()
+impl Deref for ZkLockProvider {
+    type Target = LockProvider;
+
+    fn deref(&self) -> &LockProvider {
+        &self.provider
+    }
+}
+
+impl From<ZkLockProvider> for LockProvider {
+    fn from(provider: ZkLockProvider) -> LockProvider {
+        provider.provider
     }
 }

@@ -6,42 +6,68 @@
 //! The server expires a session no earlier than the session timeout `T` after it last heard
 //! from the client, and it heard from us after we sent any request it answered. So when a
 //! request sent at `s` is answered, every hold of the session is guaranteed until
-//! `s + T - drift` ([`lease_deadline`]). While holds are live, the session task sends a cheap
+//! `s + T - drift` ([`lease_deadline`]), `T` being the timeout the server *granted* (it clamps
+//! the one asked to its own range). While holds are live, the session task sends a cheap
 //! `exists` on the base path every `T/3` and extends every hold from its send time.
 //!
 //! Session states drive the rest: `Disconnected` suspends the holds (no renewal can be
 //! answered, so the deadline keeps running; with [`DisconnectPolicy::LoseOnDisconnect`] they
 //! are lost at once), `SyncConnected` renews at once, and the terminal states (`Expired`,
-//! `Closed`, `AuthFailed`) lose every hold. The provider opens a new session for later
-//! acquisitions once this one has ended.
+//! `Closed`, `AuthFailed`) lose every hold.
+//!
+//! # Runtimes
+//!
+//! zookeeper-client runs a session's connection as a task on the Tokio runtime where the
+//! session was opened, and the session task of this module runs beside it. When that runtime
+//! shuts down, both tasks are dropped: the session can neither send nor receive, while its
+//! client still reports the last state it saw. The session task's `JoinHandle` tells:
+//! [`Session::is_alive`] is false once it finished, the holds of the session are lost at that
+//! moment ([`LossReason::ClientClosed`]), and the provider opens a new session on the runtime
+//! of its next use.
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::task::{Context, Waker};
 use std::time::{Duration, Instant};
 
-use lockkit_core::{Error, HoldSignal, LossReason, Result, lease_deadline};
+use lockkit_core::backend::{HoldSignal, lease_deadline};
+use lockkit_core::{Error, LockName, LossReason, Result};
 use tokio::runtime::Handle;
+use tokio::task::JoinHandle;
 use zookeeper_client as zk;
 
-use crate::config::{DisconnectPolicy, ZkConfig};
-use crate::error::{BACKEND, map};
+use crate::config::{DisconnectPolicy, ZkConfig, check_drift};
+use crate::error::{BACKEND, Failure, is_connection, loss_for_state, map};
+
+/// How long the probe waits for a TCP connection to one server at most.
+const PROBE_LIMIT: Duration = Duration::from_secs(2);
+
+/// The shortest renewal period, whatever the server granted.
+const MIN_RENEW_EVERY: Duration = Duration::from_millis(1);
 
 /// One ZooKeeper session and the holds it carries.
 pub(crate) struct Session {
     pub(crate) client: zk::Client,
-    pub(crate) config: Arc<ZkConfig>,
     /// The negotiated session timeout: the lease of every hold of this session.
     pub(crate) timeout: Duration,
+    /// The drift margin of this session's holds.
+    drift: Duration,
     /// The runtime the session's client and tasks run on.
     pub(crate) runtime: Handle,
     /// The ACL entries of every node we create.
     pub(crate) acls: Vec<zk::Acl>,
+    /// The base path, renewed against.
+    root: String,
+    policy: DisconnectPolicy,
     holds: Mutex<HashMap<u64, HoldSignal>>,
     next_hold: AtomicU64,
+    /// The session task: finished when the session ended or its runtime shut down.
+    task: OnceLock<JoinHandle<()>>,
+    /// Set when a request or watch failed as only a session whose tasks are gone fails.
+    broken: AtomicBool,
 }
 
 impl std::fmt::Debug for Session {
@@ -50,23 +76,26 @@ impl std::fmt::Debug for Session {
             .field("id", &self.client.session_id())
             .field("timeout", &self.timeout)
             .field("state", &self.client.state())
+            .field("alive", &self.is_alive())
             .finish_non_exhaustive()
     }
 }
 
 impl Session {
-    /// Connects a new session on `runtime` (so that the client's own task lives there, not on
-    /// a caller's short-lived runtime), makes sure the base path exists, and starts the
-    /// session task.
-    pub(crate) async fn open(config: Arc<ZkConfig>, runtime: Handle) -> Result<Arc<Session>> {
-        let task = runtime.spawn(Self::open_here(config, runtime.clone()));
-        match task.await {
-            Ok(result) => result,
-            Err(join) => Err(Error::connection(BACKEND, None, format!("the connecting task failed: {join}"))),
-        }
+    /// Opens a new session on the current runtime: fails fast when every server refuses TCP
+    /// connections, connects, checks the granted session timeout, makes sure the base path
+    /// exists, and starts the session task.
+    ///
+    /// Errors name the store's address; `lock` is the lock being acquired, if any.
+    pub(crate) async fn open(config: &ZkConfig, lock: Option<&LockName>) -> Result<Arc<Session>> {
+        let address = config.address();
+        Self::open_here(config, lock).await.map_err(|error| error.with_server(Some(&address)))
     }
 
-    async fn open_here(config: Arc<ZkConfig>, runtime: Handle) -> Result<Arc<Session>> {
+    async fn open_here(config: &ZkConfig, lock: Option<&LockName>) -> Result<Arc<Session>> {
+        let runtime = Handle::try_current()
+            .map_err(|_| Error::connection(BACKEND, lock, Failure::NoRuntime).with_context("open a session"))?;
+        refuse_fast_when_no_server_listens(config, lock).await?;
         let mut connector = zk::Client::connector().with_session_timeout(config.session_timeout);
         if let Some(timeout) = config.connect_timeout {
             connector = connector.with_connection_timeout(timeout);
@@ -74,48 +103,92 @@ impl Session {
         if let Some((user, password)) = &config.credentials {
             connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
         }
-        let client = connector.connect(&config.hosts).await.map_err(|e| map(e, None))?;
+        // The client's connection task is spawned on the current runtime, the session's home.
+        let client = connector
+            .connect(&config.connect_string())
+            .await
+            .map_err(|e| map(e, lock).with_context("open a session"))?;
         let timeout = client.session_timeout();
-        if timeout <= config.drift * 3 {
-            return Err(Error::invalid_config(
-                BACKEND,
-                format!(
-                    "the server granted a session timeout of {timeout:?} (it clamps the {:?} asked for), \
-                     too short for the drift margin {:?}: ask for a longer session timeout or a smaller drift",
-                    config.session_timeout, config.drift
-                ),
-            ));
+        if timeout != config.session_timeout {
+            tracing::warn!(
+                backend = BACKEND,
+                asked = ?config.session_timeout,
+                granted = ?timeout,
+                "the ZooKeeper server granted another session timeout than asked (it clamps it to its \
+                 [minSessionTimeout, maxSessionTimeout]); holds use the granted one"
+            );
         }
+        let drift = match config.drift {
+            Some(drift) => check_drift(drift, timeout, "granted by the server")?,
+            None => config.drift_for(timeout),
+        };
         let acls = config.acls();
-        if client.check_stat(&config.root).await.map_err(|e| map(e, None))?.is_none() {
-            let options = zk::CreateMode::Persistent.with_acls(zk::Acls::new(&acls));
-            client.mkdir(&config.root, &options).await.map_err(|e| {
-                Error::backend(BACKEND, None, format!("cannot create the base path {}: {e}", config.root))
-            })?;
-        }
-        let states = client.state_watcher();
+        let root = config.root.clone();
+        ensure_path(&client, &root, &acls, lock).await?;
         let session = Arc::new(Session {
             client,
-            config,
             timeout,
+            drift,
             runtime: runtime.clone(),
             acls,
+            root,
+            policy: config.disconnect_policy,
             holds: Mutex::new(HashMap::new()),
             next_hold: AtomicU64::new(0),
+            task: OnceLock::new(),
+            broken: AtomicBool::new(false),
         });
+        let states = session.client.state_watcher();
+        let task = runtime.spawn(watch_session(Arc::downgrade(&session), states));
+        let _ = session.task.set(task);
         tracing::debug!(backend = BACKEND, session = %session.client.session_id(), ?timeout, "zk session opened");
-        runtime.spawn(watch_session(Arc::downgrade(&session), states));
         Ok(session)
     }
 
-    /// Whether the session has ended (expired, closed or refused): a new one is needed.
-    pub(crate) fn is_ended(&self) -> bool {
-        self.client.state().is_terminated()
+    /// Whether the session can still be used: not ended (expired, closed, refused), and not
+    /// [cut off](Self::is_cut_off).
+    pub(crate) fn is_alive(&self) -> bool {
+        !self.client.state().is_terminated() && !self.is_cut_off()
+    }
+
+    /// Whether the session can no longer send anything though it has not ended: its tasks
+    /// were dropped with the runtime they ran on (its client still reports the state it saw
+    /// last), or a request or watch failed as only such a session fails. Its nodes stay on
+    /// the server until it expires the session; another session may delete them.
+    pub(crate) fn is_cut_off(&self) -> bool {
+        let gone = self.broken.load(Ordering::SeqCst) || self.task.get().is_some_and(JoinHandle::is_finished);
+        gone && !self.client.state().is_terminated()
+    }
+
+    /// Records that a request or watch of this session failed as only a session whose tasks
+    /// are gone fails: the provider opens a new session for what comes next.
+    pub(crate) fn mark_broken(&self) {
+        if !self.broken.swap(true, Ordering::SeqCst) {
+            tracing::debug!(backend = BACKEND, session = %self.client.session_id(), "the zk session is cut off");
+        }
+    }
+
+    /// Maps a client error of a request on this session: as [`map`], except that the odd
+    /// errors of a session whose tasks are gone (zookeeper-client reports them as
+    /// `UnexpectedError`) are a retryable connection error, after which the session is no
+    /// longer used.
+    pub(crate) fn error(&self, error: zk::Error, lock: Option<&LockName>) -> Error {
+        if is_connection(&error) {
+            return map(error, lock);
+        }
+        if self.is_cut_off() {
+            return Error::connection(BACKEND, lock, Failure::RuntimeGone);
+        }
+        if matches!(error, zk::Error::UnexpectedError(_)) {
+            self.mark_broken();
+            return Error::connection(BACKEND, lock, error).with_context("the session broke");
+        }
+        map(error, lock)
     }
 
     /// The local deadline of a hold confirmed by a request sent at `sent_at`.
     pub(crate) fn deadline_from(&self, sent_at: Instant) -> Instant {
-        lease_deadline(sent_at, self.timeout, self.config.drift)
+        lease_deadline(sent_at, self.timeout, self.drift)
     }
 
     fn holds(&self) -> std::sync::MutexGuard<'_, HashMap<u64, HoldSignal>> {
@@ -126,6 +199,10 @@ impl Session {
     pub(crate) fn register(&self, signal: HoldSignal) -> u64 {
         let id = self.next_hold.fetch_add(1, Ordering::Relaxed);
         self.holds().insert(id, signal);
+        if !self.is_alive() {
+            // The session ended while the grant was being made: nothing will renew the hold.
+            self.lose_all(&LossReason::ClientClosed);
+        }
         id
     }
 
@@ -156,20 +233,64 @@ impl Session {
         }
     }
 
-    /// Runs `future` at once (its first poll sends its requests, in order with the caller's),
-    /// then finishes it in the background on the session's runtime.
+    /// Runs `future` in the background on the session's runtime; when called on that runtime,
+    /// its first poll happens right here, so that the ZooKeeper requests it makes first are
+    /// sent now, in order with the caller's.
     pub(crate) fn spawn_now(&self, future: impl Future<Output = ()> + Send + 'static) {
         spawn_now(&self.runtime, future);
     }
 }
 
-/// Polls `future` once right here, so the ZooKeeper requests it makes first are sent now, and
-/// spawns the rest on `runtime` (a runtime that has shut down drops it without panicking).
+/// Runs `future` on `runtime`, polling it once right here first when the caller runs on that
+/// same runtime (anything it creates there, a timer say, then belongs to the runtime it will
+/// keep running on). A runtime that has shut down drops it without panicking.
 pub(crate) fn spawn_now(runtime: &Handle, future: impl Future<Output = ()> + Send + 'static) {
     let mut future = Box::pin(future);
-    if future.as_mut().poll(&mut Context::from_waker(Waker::noop())).is_pending() {
-        drop(runtime.spawn(future));
+    let here = Handle::try_current().is_ok_and(|current| current.id() == runtime.id());
+    if here && future.as_mut().poll(&mut Context::from_waker(Waker::noop())).is_ready() {
+        return;
     }
+    drop(runtime.spawn(future));
+}
+
+/// Fails at once when every server of the connect string refuses TCP connections.
+/// zookeeper-client would otherwise keep trying until the session timeout; its eager mode
+/// fails fast too, but also stops cycling through the servers on later reconnects. A server
+/// that is slow to answer is left to the client.
+async fn refuse_fast_when_no_server_listens(config: &ZkConfig, lock: Option<&LockName>) -> Result<()> {
+    let wait = config.connect_timeout.unwrap_or(config.session_timeout / 5).min(PROBE_LIMIT);
+    let mut last = None;
+    for host in &config.hosts {
+        match tokio::time::timeout(wait, tokio::net::TcpStream::connect(host.as_str())).await {
+            Ok(Err(error)) if error.kind() == std::io::ErrorKind::ConnectionRefused => last = Some(error),
+            // Accepted, slow, or another failure (such as a name that does not resolve
+            // yet): the client decides.
+            _ => return Ok(()),
+        }
+    }
+    match last {
+        Some(refused) => Err(Error::connection(BACKEND, lock, refused)
+            .with_context(format!("no ZooKeeper server accepts connections ({} refused)", config.hosts.join(", ")))),
+        None => Ok(()),
+    }
+}
+
+/// Makes sure the base path exists, creating it (with its missing ancestors) if not.
+async fn ensure_path(client: &zk::Client, path: &str, acls: &[zk::Acl], lock: Option<&LockName>) -> Result<()> {
+    let context = || format!("create the base path {path}");
+    if client.check_stat(path).await.map_err(|e| map(e, lock).with_context(context()))?.is_some() {
+        return Ok(());
+    }
+    let options = zk::CreateMode::Persistent.with_acls(zk::Acls::new(acls));
+    match client.mkdir(path, &options).await {
+        Ok(()) | Err(zk::Error::NodeExists) => Ok(()),
+        Err(error) => Err(map(error, lock).with_context(context())),
+    }
+}
+
+/// Remakes the base path after an administrator deleted it.
+pub(crate) async fn remake_root(session: &Session, lock: &LockName) -> Result<()> {
+    ensure_path(&session.client, &session.root, &session.acls, Some(lock)).await
 }
 
 type Renewal = Pin<Box<dyn Future<Output = (Instant, std::result::Result<Option<zk::Stat>, zk::Error>)> + Send>>;
@@ -178,7 +299,7 @@ fn start_renewal(session: &Arc<Session>) -> Renewal {
     let session = session.clone();
     Box::pin(async move {
         let sent_at = Instant::now();
-        let outcome = session.client.check_stat(&session.config.root).await;
+        let outcome = session.client.check_stat(&session.root).await;
         (sent_at, outcome)
     })
 }
@@ -190,11 +311,26 @@ async fn next_renewal(renewal: &mut Option<Renewal>) -> (Instant, std::result::R
     }
 }
 
+/// Loses the holds of a session whose task is dropped: when the runtime the session runs on
+/// shuts down, nothing will renew them any more.
+struct LoseOnDrop(Weak<Session>);
+
+impl Drop for LoseOnDrop {
+    fn drop(&mut self) {
+        if let Some(session) = self.0.upgrade() {
+            // Empty when the session ended normally (the task lost its holds already).
+            session.lose_all(&LossReason::ClientClosed);
+        }
+    }
+}
+
 /// The session task: follows the session state and renews the holds every third of the
-/// session timeout. Ends with the session, or when the session is dropped.
+/// session timeout. Ends with the session, or when the session is dropped; dropped with the
+/// runtime it runs on, it loses the holds of the session.
 async fn watch_session(session: Weak<Session>, mut states: zk::StateWatcher) {
+    let _lose_on_drop = LoseOnDrop(session.clone());
     let Some((every, policy, id)) =
-        session.upgrade().map(|s| (s.timeout / 3, s.config.disconnect_policy, s.client.session_id().to_string()))
+        session.upgrade().map(|s| ((s.timeout / 3).max(MIN_RENEW_EVERY), s.policy, s.client.session_id().to_string()))
     else {
         return;
     };
@@ -223,7 +359,7 @@ async fn watch_session(session: Weak<Session>, mut states: zk::StateWatcher) {
                     }
                     terminal => {
                         if terminal.is_terminated() {
-                            session.lose_all(&crate::error::loss_for_state(terminal));
+                            session.lose_all(&loss_for_state(terminal));
                             return;
                         }
                     }
@@ -231,8 +367,9 @@ async fn watch_session(session: Weak<Session>, mut states: zk::StateWatcher) {
             }
             _ = ticks.tick() => {
                 let Some(session) = session.upgrade() else { return };
-                if session.is_ended() {
-                    session.lose_all(&crate::error::loss_for_state(session.client.state()));
+                let state = session.client.state();
+                if state.is_terminated() {
+                    session.lose_all(&loss_for_state(state));
                     return;
                 }
                 if connected && renewal.is_none() && session.hold_count() > 0 {

@@ -154,10 +154,9 @@ impl Harness for EnsembleHarness {
             .connect_string(connect_string)
             .base_path(self.base.clone())
             .session_timeout(ENSEMBLE_SESSION_TIMEOUT)
-            .build()
-            .await?;
+            .build()?;
         let faults = EnsembleFaults { proxies, ensemble: Arc::clone(&self.ensemble) };
-        Ok(TestClient::new(Arc::new(provider), Arc::new(faults)))
+        Ok(TestClient::new(provider, Arc::new(faults)))
     }
 
     fn timing(&self) -> Timing {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use lockkit_core::{DistributedLock, LockGuard, LockProvider};
+use lockkit_core::{LockGuard, LockHandle};
 use lockkit_testkit::History;
 use lockkit_testkit::fixture::zk::ZkEnsemble;
 use lockkit_testkit::proxy::FaultProxy;
@@ -36,14 +36,12 @@ fn holder_survives_losing_its_server_or_is_told_and_there_are_never_two_holders(
             .base_path(base.clone())
             .session_timeout(SESSION_TIMEOUT)
             .build()
-            .await
             .unwrap();
         let contender = ZkLockProvider::builder()
             .connect_string(ensemble.connect_string())
             .base_path(base.clone())
             .session_timeout(SESSION_TIMEOUT)
             .build()
-            .await
             .unwrap();
 
         // Phase 1: stop the member the holder is connected to (whatever its role).
@@ -96,7 +94,7 @@ async fn hold_while<T>(
     .await;
     if guard.is_held() {
         let info = holder.inspect(name).await.unwrap();
-        assert_eq!(info.holder.map(|h| h.token), Some(guard.token()), "the store still shows our hold");
+        assert_eq!(info.holder().map(|h| h.token), Some(guard.token()), "the store still shows our hold");
         let before = guard.valid_until().unwrap();
         // Renewals go on through the new server: the deadline moves within a renewal period.
         let bound = Instant::now() + SESSION_TIMEOUT;
@@ -123,7 +121,7 @@ async fn hold_while<T>(
     outcome
 }
 
-async fn contend(lock: Box<dyn DistributedLock>, history: Arc<History>, stop: Arc<AtomicBool>) {
+async fn contend(lock: LockHandle, history: Arc<History>, stop: Arc<AtomicBool>) {
     while !stop.load(Ordering::SeqCst) {
         match lock.acquire_timeout(Duration::from_millis(500)).await {
             Ok(guard) => {

@@ -7,7 +7,7 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lockkit_core::{Error, LockProvider, LossReason};
+use lockkit_core::{Error, LossReason};
 use lockkit_testkit::History;
 use support::{SESSION_TIMEOUT, eventually, fresh_name, run, shared_harness};
 use zookeeper_client as zk;
@@ -46,7 +46,6 @@ fn expired_session_loses_the_hold_and_the_next_waiter_acquires() {
         // Back on the network, a's client learns the session expired.
         a_proxy.heal();
         assert!(matches!(guard.release().await, Err(Error::LockLost { .. })));
-        assert!(!lock_a.is_held());
         history.ended(b_hold, Some(&b_guard));
         b_guard.release().await.unwrap();
         history.assert_valid();
@@ -156,7 +155,8 @@ fn lost_create_reply_finds_the_own_node_and_leaves_no_orphan() {
         let holder_node = h.contenders(&name).await;
         assert_eq!(holder_node.len(), 1);
 
-        // A waiting acquisition whose create reply is lost.
+        // A waiting acquisition whose create reply is lost (on a session opened before).
+        c.zk_client().await.unwrap();
         c_proxy.set_latency(Duration::from_millis(600));
         let lock_c = c.lock(&name).unwrap();
         let waiter = tokio::spawn(async move { lock_c.acquire().await.map(|g| (g.token(), g)) });
@@ -181,6 +181,7 @@ fn lost_create_reply_finds_the_own_node_and_leaves_no_orphan() {
 
         // A try_acquire whose create reply is lost finds its node and deletes it.
         let (d, d_proxy) = h.proxied_client().await;
+        d.zk_client().await.unwrap();
         d_proxy.set_latency(Duration::from_millis(600));
         let lock_d = d.lock(&name).unwrap();
         let attempt = tokio::spawn(async move { lock_d.try_acquire().await.map(|g| g.is_some()) });
@@ -412,9 +413,9 @@ fn wrong_credentials_cannot_delete_or_take_a_held_lock() {
         let name = fresh_name("credentials");
         let base = format!("{}-secure", h.base());
         let proxy = lockkit_testkit::proxy::FaultProxy::start(h.upstream()).await.unwrap();
-        let owner = h.builder_via(&proxy).base_path(base.clone()).credentials("locker", "right").build().await.unwrap();
-        let peer = h.builder_via(&proxy).base_path(base.clone()).credentials("locker", "right").build().await.unwrap();
-        let thief = h.builder_via(&proxy).base_path(base.clone()).credentials("locker", "wrong").build().await.unwrap();
+        let owner = h.builder_via(&proxy).base_path(base.clone()).credentials("locker", "right").build().unwrap();
+        let peer = h.builder_via(&proxy).base_path(base.clone()).credentials("locker", "right").build().unwrap();
+        let thief = h.builder_via(&proxy).base_path(base.clone()).credentials("locker", "wrong").build().unwrap();
         let guard = owner.lock(&name).unwrap().acquire().await.unwrap();
         let lock_znode = owner.lock_path(&name).unwrap();
         let children = h.admin().list_children(&lock_znode).await;
@@ -456,7 +457,7 @@ fn vanished_lock_znode_is_made_again_and_tokens_keep_growing() {
         let second = lock.acquire().await.unwrap();
         assert!(second.token() > token);
         let info = a.inspect(&name).await.unwrap();
-        let holder = info.holder.unwrap();
+        let holder = info.holder().cloned().unwrap();
         assert_eq!(holder.token, second.token());
         assert!(holder.owner.contains(&format!("pid {}", std::process::id())), "who holds it: {}", holder.owner);
         assert!(holder.since.is_some());
@@ -476,12 +477,8 @@ fn lose_on_disconnect_policy_loses_the_hold_when_the_connection_drops() {
         let h = shared_harness().await;
         let name = fresh_name("lose-on-disconnect");
         let proxy = Arc::new(lockkit_testkit::proxy::FaultProxy::start(h.upstream()).await.unwrap());
-        let strict = h
-            .builder_via(&proxy)
-            .disconnect_policy(lockkit_zk::DisconnectPolicy::LoseOnDisconnect)
-            .build()
-            .await
-            .unwrap();
+        let strict =
+            h.builder_via(&proxy).disconnect_policy(lockkit_zk::DisconnectPolicy::LoseOnDisconnect).build().unwrap();
         let guard = strict.lock(&name).unwrap().acquire().await.unwrap();
         proxy.cut_all();
         let reason = tokio::time::timeout(Duration::from_secs(5), guard.lost()).await.expect("lost at the disconnect");
@@ -494,5 +491,238 @@ fn lose_on_disconnect_policy_loses_the_hold_when_the_connection_drops() {
         assert!(matches!(guard.release().await, Err(Error::LockLost { .. })));
         let again = strict.lock(&name).unwrap().try_acquire().await.unwrap();
         assert!(again.is_some(), "the same session locks again after the reconnect");
+    });
+}
+
+/// Runs `body` on a current-thread runtime of its own, on a thread of its own, and shuts
+/// that runtime down before returning what `body` returned.
+fn on_a_private_runtime<T: Send + 'static>(body: impl std::future::Future<Output = T> + Send + 'static) -> T {
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let out = runtime.block_on(body);
+        drop(runtime);
+        out
+    })
+    .join()
+    .expect("the private runtime's thread")
+}
+
+/// A provider first used on runtime A, which then shuts down (and its session with it), works
+/// on runtime B: it opens a new session there, queues behind another client's hold, is woken
+/// by the watch when that hold is released, keeps its hold across several session pings (the
+/// renewals run on B), and releases it on B.
+#[test]
+fn a_provider_whose_first_runtime_shut_down_works_on_the_next() {
+    run(async {
+        let h = shared_harness().await;
+        let name = fresh_name("runtime-gone");
+        let (p, _p_proxy) = h.proxied_client().await;
+        let (q, _q_proxy) = h.proxied_client().await;
+        let first = p.clone();
+        let first_name = name.clone();
+        let session_a = on_a_private_runtime(async move {
+            let guard = first.lock(&first_name).unwrap().acquire().await.unwrap();
+            guard.release().await.unwrap();
+            first.zk_client().await.unwrap().session_id()
+        });
+        assert!(h.contenders(&name).await.is_empty(), "the release on runtime A deleted the node");
+
+        // Runtime B: the kit's runtime.
+        let held = q.lock(&name).unwrap().acquire().await.unwrap();
+        let lock_p = p.lock(&name).unwrap();
+        let waiter = tokio::spawn(async move {
+            let guard = lock_p.acquire().await.unwrap();
+            (guard, Instant::now())
+        });
+        eventually(Duration::from_secs(5), "p is queued", || async { h.contenders(&name).await.len() == 2 }).await;
+        let session_b = p.zk_client().await.unwrap().session_id();
+        assert_ne!(session_a, session_b, "runtime A's session died with it; a new one serves on B");
+        assert_eq!(p.negotiated_session_timeout(), Some(SESSION_TIMEOUT));
+
+        let released_at = Instant::now();
+        held.release().await.unwrap();
+        let (guard, granted_at) = tokio::time::timeout(SESSION_TIMEOUT, waiter).await.unwrap().unwrap();
+        assert!(
+            granted_at - released_at < Duration::from_secs(1),
+            "the waiter was woken by the watch, {:?} after the release",
+            granted_at - released_at
+        );
+
+        // Several pings: each renewal (every third of the session timeout) moves the deadline.
+        let first_deadline = guard.valid_until().unwrap();
+        let other = q.lock(&name).unwrap();
+        eventually(SESSION_TIMEOUT * 3, "the hold is renewed across several pings", || async {
+            assert!(guard.is_held(), "the hold is kept: {:?}", guard.watcher().loss());
+            assert!(other.try_acquire().await.unwrap().is_none(), "nobody else takes the lock meanwhile");
+            guard.valid_until().unwrap() >= first_deadline + SESSION_TIMEOUT
+        })
+        .await;
+        guard.release().await.unwrap();
+        assert!(h.contenders(&name).await.is_empty());
+    });
+}
+
+/// A guard whose runtime shut down is lost at that moment, and, dropped afterwards on a plain
+/// thread (its release runs on lockkit's release thread), deletes its node through a new
+/// session at once, well before the server would expire the dead session.
+#[test]
+fn a_guard_dropped_after_its_runtime_shut_down_deletes_its_node_at_once() {
+    run(async {
+        let h = shared_harness().await;
+        let name = fresh_name("release-thread");
+        let (p, _p_proxy) = h.proxied_client().await;
+        let lock = p.lock(&name).unwrap();
+        let (guard, session_a) = on_a_private_runtime({
+            let p = p.clone();
+            async move {
+                let guard = lock.acquire().await.unwrap();
+                (guard, p.zk_client().await.unwrap().session_id())
+            }
+        });
+        assert_eq!(guard.watcher().loss(), Some(LossReason::ClientClosed), "lost when its runtime shut down");
+        assert_eq!(h.contenders(&name).await.len(), 1, "the node outlives its session's runtime");
+        let dropped_at = Instant::now();
+        std::thread::spawn(move || drop(guard)).join().unwrap();
+        eventually(SESSION_TIMEOUT / 2, "the node is deleted through a new session", || async {
+            h.contenders(&name).await.is_empty()
+        })
+        .await;
+        assert!(dropped_at.elapsed() < SESSION_TIMEOUT / 2);
+        let session_now = p.zk_client().await.unwrap().session_id();
+        assert_ne!(session_a, session_now);
+        let again = p.lock(&name).unwrap().try_acquire().await.unwrap().expect("free again");
+        again.release().await.unwrap();
+    });
+}
+
+/// The runtime that runs a provider's session shuts down while another runtime waits in the
+/// queue on that session's watches: the waiter is not stuck (and nothing panics), it queues
+/// again on a new session of its runtime and is granted the lock when the holder releases.
+#[test]
+fn a_waiter_whose_session_runtime_shuts_down_queues_again_on_a_new_session() {
+    run(async {
+        let h = shared_harness().await;
+        let name = fresh_name("runtime-gone-mid-wait");
+        let (p, _p_proxy) = h.proxied_client().await;
+        let (q, _q_proxy) = h.proxied_client().await;
+        let runtime_a = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let session_a = {
+            let p = p.clone();
+            runtime_a.spawn(async move { p.zk_client().await.unwrap().session_id() }).await.unwrap()
+        };
+        let held = q.lock(&name).unwrap().acquire().await.unwrap();
+        let lock_p = p.lock(&name).unwrap();
+        let waiter = tokio::spawn(async move { lock_p.acquire().await.map(|guard| guard.token()) });
+        eventually(Duration::from_secs(5), "p is queued", || async { h.contenders(&name).await.len() == 2 }).await;
+        runtime_a.shutdown_background();
+        eventually(SESSION_TIMEOUT * 2, "p queues again on a new session", || async {
+            h.contenders(&name).await.len() == 2
+                && p.zk_client().await.is_ok_and(|client| client.session_id() != session_a)
+        })
+        .await;
+        let token = held.token();
+        held.release().await.unwrap();
+        let got = tokio::time::timeout(SESSION_TIMEOUT * 2, waiter).await.unwrap().unwrap();
+        assert!(got.unwrap() > token, "the waiter is granted after the holder");
+        eventually(SESSION_TIMEOUT * 2, "the queue is empty", || async { h.contenders(&name).await.is_empty() }).await;
+    });
+}
+
+/// Against a port nothing listens on: `connect` fails at once with a retryable connection
+/// error that names the server (and no credentials), a lazily built provider's
+/// `try_acquire` too, and `acquire_timeout` returns a timeout that says the store was
+/// unreachable. Nothing waits for the session timeout.
+#[test]
+fn an_unreachable_store_is_reported_as_such_and_fast() {
+    run(async {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let started = Instant::now();
+        let error = lockkit_zk::ZkLockProvider::connect(&format!("zk://locker:hunter2@127.0.0.1:{port}/app"))
+            .await
+            .unwrap_err();
+        assert!(error.is_connect() && error.is_retryable(), "{error}");
+        let message = error.to_string();
+        assert!(message.contains(&format!("zk://127.0.0.1:{port}/app")), "{message}");
+        assert!(!message.contains("hunter2") && !message.contains("locker"), "{message}");
+        let source = std::error::Error::source(&error).expect("a typed source");
+        assert_eq!(
+            source.downcast_ref::<std::io::Error>().map(std::io::Error::kind),
+            Some(std::io::ErrorKind::ConnectionRefused)
+        );
+
+        let lazy = lockkit_zk::ZkLockProvider::builder()
+            .connect_string(format!("127.0.0.1:{port}"))
+            .session_timeout(SESSION_TIMEOUT)
+            .build()
+            .expect("building does no I/O");
+        let lock = lazy.lock("x").unwrap();
+        let error = lock.try_acquire().await.unwrap_err();
+        assert!(error.is_connect(), "{error}");
+        let error = lock.acquire_timeout(Duration::from_millis(300)).await.unwrap_err();
+        assert!(error.is_timeout() && error.is_connect(), "{error}");
+        assert!(error.to_string().contains("unreachable"), "{error}");
+        assert!(started.elapsed() < SESSION_TIMEOUT, "took {:?}", started.elapsed());
+    });
+}
+
+/// A session timeout beyond what ZooKeeper's 32-bit field carries, or beyond any clock, is
+/// refused before any I/O as a configuration error naming the option and its range, never a
+/// panic turned into a connection error.
+#[test]
+fn huge_session_timeouts_are_refused_before_any_io() {
+    run(async {
+        let h = shared_harness().await;
+        for value in ["5000000000000000h", "600h", "25h"] {
+            let url = format!("zk://{}/?session_timeout={value}", h.connect_string());
+            match lockkit_zk::ZkLockProvider::connect(&url).await {
+                Err(Error::InvalidConfig { message, .. }) => {
+                    assert!(message.contains("session_timeout") && message.contains("at most 86400s"), "{message}");
+                }
+                other => panic!("session_timeout={value}: expected InvalidConfig, got {other:?}"),
+            }
+        }
+    });
+}
+
+/// The server clamps the session timeout asked to its own range (the fixture's is 1 s to
+/// 60 s): the provider reports the granted one, and a hold's deadline follows it, not the one
+/// asked.
+#[test]
+fn holds_use_the_session_timeout_the_server_granted() {
+    run(async {
+        let h = shared_harness().await;
+        let name = fresh_name("negotiated");
+        let proxy = lockkit_testkit::proxy::FaultProxy::start(h.upstream()).await.unwrap();
+        let asked = Duration::from_secs(90);
+        let long = h.builder_via(&proxy).session_timeout(asked).build().unwrap();
+        assert_eq!(long.negotiated_session_timeout(), None, "no session before the first use");
+        let sent = Instant::now();
+        let guard = long.lock(&name).unwrap().acquire().await.unwrap();
+        let granted = long.negotiated_session_timeout().expect("a session");
+        assert_eq!(granted, Duration::from_secs(60), "the fixture's maxSessionTimeout");
+        let until = guard.valid_until().unwrap();
+        assert!(until <= sent + granted, "the deadline follows the granted timeout, not the {asked:?} asked");
+        assert!(until >= sent + granted.mul_f32(0.9), "with the drift margin of the granted timeout");
+        guard.release().await.unwrap();
+    });
+}
+
+/// `connect` is eager (the base path exists when it returns); `build` is lazy (nothing is
+/// created until the first use).
+#[test]
+fn connect_creates_the_base_path_and_build_does_nothing() {
+    run(async {
+        let h = shared_harness().await;
+        let lazy_base = format!("{}-lazy", h.base());
+        let proxy = lockkit_testkit::proxy::FaultProxy::start(h.upstream()).await.unwrap();
+        let lazy = h.builder_via(&proxy).base_path(lazy_base.clone()).build().unwrap();
+        assert_eq!(proxy.connection_count(), 0, "building opened no connection");
+        assert_eq!(h.admin().check_stat(&lazy_base).await.unwrap(), None);
+        drop(lazy);
+        let eager_base = format!("{}-eager", h.base());
+        let url = format!("zk://{}/?base_path={eager_base}&session_timeout=3s", h.connect_string());
+        let eager = lockkit_zk::ZkLockProvider::connect(&url).await.unwrap();
+        assert!(h.admin().check_stat(&eager_base).await.unwrap().is_some(), "connect created the base path");
+        assert_eq!(eager.negotiated_session_timeout(), Some(SESSION_TIMEOUT));
     });
 }

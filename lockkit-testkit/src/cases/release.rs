@@ -96,10 +96,21 @@ pub async fn guard_dropped_on_a_plain_thread_is_released_promptly(h: &dyn Harnes
     let lock_b = cx.lock(&b);
     let waiter = tokio::spawn(async move { lock_b.acquire().await.map(|g| g.token()) });
     cx.await_waiters(&a, 1).await;
+    let dropped_at = Instant::now();
     let dropped = std::thread::spawn(move || drop(guard)).join();
     cx.check(dropped.is_ok(), "dropping the guard on a plain thread does not panic");
     let got = cx.within(h.timing().wake + h.timing().operation, "a waiter acquires after the drop", waiter).await;
     cx.check(matches!(got, Ok(Ok(_))), &format!("the waiter acquires: {got:?}"));
+    freed_by_the_release(&cx, dropped_at);
+}
+
+/// Checks that a lock was freed sooner than a lease after `dropped_at`: by the release, not
+/// by the store's expiry of the hold.
+fn freed_by_the_release(cx: &Ctx<'_>, dropped_at: Instant) {
+    if let Some(lease) = cx.h.timing().lease {
+        let after = dropped_at.elapsed();
+        cx.check(after < lease, &format!("freed {after:?} after the drop: by the release, not the {lease:?} lease"));
+    }
 }
 
 /// Contract 13: a guard dropped after the runtime that granted it has shut down neither
@@ -119,18 +130,20 @@ pub async fn guard_dropped_after_its_runtime_shut_down_is_released_promptly(h: &
             .map_err(|_| format!("not granted within {bound:?}"))?
             .map_err(|e| e.to_string())?;
         drop(runtime);
+        let dropped_at = Instant::now();
         drop(guard);
-        Ok::<_, String>(())
+        Ok::<_, String>(dropped_at)
     });
-    match outcome.map(std::thread::JoinHandle::join) {
-        Ok(Ok(Ok(()))) => {}
+    let dropped_at = match outcome.map(std::thread::JoinHandle::join) {
+        Ok(Ok(Ok(dropped_at))) => dropped_at,
         Ok(Ok(Err(error))) => cx.fail("acquire on a private runtime", error),
         Ok(Err(_)) => cx.fail("drop the guard after its runtime ended", "it panicked"),
         Err(error) => cx.fail("start a thread", error.to_string()),
-    }
+    };
     let lock_b = cx.lock(&b);
     let got = cx.within(h.timing().wake + bound, "another client acquires after the drop", lock_b.acquire()).await;
     drop(cx.ok(got, "acquire after the drop"));
+    freed_by_the_release(&cx, dropped_at);
     cx.check(crate::panics::on_thread(&thread) == 0, "nothing panicked, caught or not, on the dropping thread");
     cx.check(
         crate::panics::on_thread(RELEASE_THREAD) == release_thread_panics,

@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use lockkit_core::LockName;
 use lockkit_testkit::fixture::zk::ZkServer;
 use lockkit_testkit::proxy::FaultProxy;
-use lockkit_testkit::{ClientFaults, FaultResult, Harness, TestClient, Timing, Unsupported};
+use lockkit_testkit::{ClientFaults, FaultResult, Harness, NoFaults, TestClient, Timing, Unsupported};
 use lockkit_zk::{ZkLockProvider, ZkLockProviderBuilder};
 use zookeeper_client as zk;
 
@@ -98,10 +98,11 @@ impl ZkHarness {
             .session_timeout(SESSION_TIMEOUT)
     }
 
-    /// A new client behind a proxy of its own, returned with its proxy.
+    /// A new client behind a proxy of its own, returned with its proxy. The client is built
+    /// lazily: its session opens at its first use.
     pub async fn proxied_client(&self) -> (ZkLockProvider, Arc<FaultProxy>) {
         let proxy = Arc::new(FaultProxy::start(self.upstream).await.expect("the proxy starts"));
-        let provider = self.builder_via(&proxy).build().await.expect("the client connects");
+        let provider = self.builder_via(&proxy).build().expect("the settings are valid");
         (provider, proxy)
     }
 
@@ -168,12 +169,25 @@ impl Harness for ZkHarness {
             Arc::new(FaultProxy::start(self.upstream).await.map_err(|e| {
                 lockkit_core::Error::connection("zk", None, format!("cannot start the fault proxy: {e}"))
             })?);
-        let provider = self.builder_via(&proxy).build().await?;
-        Ok(TestClient::new(Arc::new(provider), Arc::new(ProxyFaults { proxy })))
+        let provider = self.builder_via(&proxy).build()?;
+        Ok(TestClient::new(provider, Arc::new(ProxyFaults { proxy })))
     }
 
     fn timing(&self) -> Timing {
         Timing::new().with_lease(SESSION_TIMEOUT).with_operation(Duration::from_secs(5))
+    }
+
+    async fn unreachable_client(&self) -> Result<TestClient, Unsupported> {
+        // A port that nothing listens on: bound, noted, and closed again.
+        let port =
+            std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_err(|_| Unsupported)?.port();
+        let provider = ZkLockProvider::builder()
+            .connect_string(format!("127.0.0.1:{port}"))
+            .base_path(self.base.clone())
+            .session_timeout(SESSION_TIMEOUT)
+            .build()
+            .map_err(|_| Unsupported)?;
+        Ok(TestClient::new(provider, Arc::new(NoFaults)))
     }
 
     async fn delete_record(&self, name: &str) -> FaultResult {
@@ -220,21 +234,34 @@ impl Harness for ZkHarness {
 
     async fn invalid_configs(&self) -> Vec<(String, lockkit_core::Result<()>)> {
         let good = || ZkLockProvider::builder().connect_string(self.connect_string.clone());
-        let attempts: Vec<(&str, ZkLockProviderBuilder)> = vec![
-            ("an empty host list", ZkLockProvider::builder().connect_string("zk:///app")),
-            ("a bad port", ZkLockProvider::builder().connect_string("127.0.0.1:70000")),
-            ("an unknown scheme", ZkLockProvider::builder().connect_string("redis://127.0.0.1:6379")),
-            ("a relative chroot", good().chroot("app")),
-            ("a zero session timeout", good().session_timeout(Duration::ZERO)),
-            ("a relative base path", good().base_path("locks")),
-            ("a drift as long as the session", good().session_timeout(SESSION_TIMEOUT).drift(SESSION_TIMEOUT)),
-            ("a creator-only ACL without credentials", good().acl(lockkit_zk::LockAcl::CreatorOnly)),
-        ];
-        let mut outcomes = Vec::new();
-        for (what, builder) in attempts {
-            outcomes.push((what.to_owned(), builder.build().await.map(drop)));
-        }
-        outcomes
+        let url = |query: &str| {
+            let url = format!("zk://{}/?{query}", self.connect_string);
+            lockkit_core::config::StoreUrl::parse(&url).and_then(|url| ZkLockProviderBuilder::from_url(&url))
+        };
+        let built = |builder: lockkit_core::Result<ZkLockProviderBuilder>| builder.and_then(|b| b.build()).map(drop);
+        vec![
+            ("an empty host list".to_owned(), built(Ok(ZkLockProvider::builder().connect_string("/app")))),
+            ("a bad port".to_owned(), built(Ok(ZkLockProvider::builder().connect_string("127.0.0.1:70000")))),
+            (
+                "a URL given as a connect string".to_owned(),
+                built(Ok(ZkLockProvider::builder().connect_string("redis://127.0.0.1:6379"))),
+            ),
+            ("a relative chroot".to_owned(), built(Ok(good().chroot("app")))),
+            ("a zero session timeout".to_owned(), built(Ok(good().session_timeout(Duration::ZERO)))),
+            ("a session timeout beyond ZooKeeper's 32-bit field".to_owned(), built(url("session_timeout=600h"))),
+            ("a session timeout far beyond any clock".to_owned(), built(url("session_timeout=5000000000000000h"))),
+            ("a zero connect timeout".to_owned(), built(Ok(good().connect_timeout(Duration::ZERO)))),
+            ("a relative base path".to_owned(), built(Ok(good().base_path("locks")))),
+            (
+                "a drift as long as the session".to_owned(),
+                built(Ok(good().session_timeout(SESSION_TIMEOUT).drift(SESSION_TIMEOUT))),
+            ),
+            (
+                "a creator-only ACL without credentials".to_owned(),
+                built(Ok(good().acl(lockkit_zk::LockAcl::CreatorOnly))),
+            ),
+            ("an old option name".to_owned(), built(url("ttl=10s"))),
+        ]
     }
 }
 

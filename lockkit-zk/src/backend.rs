@@ -1,0 +1,253 @@
+//! The backend behind a [`ZkLockProvider`](crate::ZkLockProvider): its configuration, its
+//! current session (opened lazily, and again after it ended), and the [`LockBackend`] seam.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::{Duration, Instant, SystemTime};
+
+use async_trait::async_trait;
+use lockkit_core::backend::{AcquireRequest, Deadline, Grant, HolderInfo, LockBackend, LockInfo, OwnerMeta};
+use lockkit_core::{Capabilities, Error, FencingToken, LockName, Result};
+use tracing::Instrument;
+use zookeeper_client as zk;
+
+use crate::config::ZkConfig;
+use crate::error::{BACKEND, Failure, is_loss};
+use crate::hold::RETRIES;
+use crate::names::queue;
+use crate::session::Session;
+
+/// Lock parents this provider created or found, so that later acquisitions skip the create.
+const KNOWN_PARENTS_LIMIT: usize = 4096;
+
+/// The first pause before an acquisition tries again after a connection failure.
+const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+
+/// The longest pause between two tries of an acquisition after connection failures.
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// The ZooKeeper backend: one provider's current session and the recipe.
+pub(crate) struct ZkBackend {
+    /// This backend, for the holds and pending nodes that may need a new session later.
+    pub(crate) me: Weak<ZkBackend>,
+    pub(crate) config: Arc<ZkConfig>,
+    /// The session in use; `None` until the first use.
+    current: Mutex<Option<Arc<Session>>>,
+    /// Taken while a session is being opened, so that one is opened at a time.
+    opening: tokio::sync::Mutex<()>,
+    known_parents: Mutex<HashSet<String>>,
+}
+
+impl std::fmt::Debug for ZkBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZkBackend")
+            .field("address", &self.config.address())
+            .field("root", &self.config.root)
+            .field("session", &*self.current())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ZkBackend {
+    /// A backend with no session yet: no I/O.
+    pub(crate) fn new(config: ZkConfig) -> Arc<ZkBackend> {
+        Arc::new_cyclic(|me| ZkBackend {
+            me: me.clone(),
+            config: Arc::new(config),
+            current: Mutex::new(None),
+            opening: tokio::sync::Mutex::new(()),
+            known_parents: Mutex::new(HashSet::new()),
+        })
+    }
+
+    fn current(&self) -> MutexGuard<'_, Option<Arc<Session>>> {
+        // Nothing panics while holding this lock; recover the data if something ever did.
+        self.current.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The session in use, if it is alive.
+    fn live(&self) -> Option<Arc<Session>> {
+        self.current().as_ref().filter(|session| session.is_alive()).cloned()
+    }
+
+    /// The session timeout the server granted to the session in use (or the last one).
+    pub(crate) fn negotiated_session_timeout(&self) -> Option<Duration> {
+        self.current().as_ref().map(|session| session.timeout)
+    }
+
+    /// The live session, or a new one on the current runtime when there is none yet, the last
+    /// one ended (expired or closed), or the runtime it ran on shut down.
+    pub(crate) async fn session(&self, lock: Option<&LockName>) -> Result<Arc<Session>> {
+        if let Some(live) = self.live() {
+            return Ok(live);
+        }
+        let _turn = self.opening.lock().await;
+        if let Some(live) = self.live() {
+            return Ok(live);
+        }
+        if let Some(ended) = self.current().as_ref() {
+            let why = if ended.is_cut_off() { "its runtime shut down" } else { "it ended" };
+            tracing::info!(backend = BACKEND, session = %ended.client.session_id(), "the zk session is unusable ({why}); opening a new one");
+        }
+        let fresh = Session::open(&self.config, lock).await?;
+        *self.current() = Some(Arc::clone(&fresh));
+        self.parents().clear();
+        Ok(fresh)
+    }
+
+    /// The client of the live session.
+    pub(crate) async fn zk_client(&self) -> Result<zk::Client> {
+        Ok(self.session(None).await?.client.clone())
+    }
+
+    fn parents(&self) -> MutexGuard<'_, HashSet<String>> {
+        self.known_parents.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn parent_known(&self, parent: &str) -> bool {
+        self.parents().contains(parent)
+    }
+
+    pub(crate) fn remember_parent(&self, parent: &str, exists: bool) {
+        let mut parents = self.parents();
+        if !exists {
+            parents.remove(parent);
+            return;
+        }
+        if parents.len() >= KNOWN_PARENTS_LIMIT {
+            parents.clear();
+        }
+        parents.insert(parent.to_owned());
+    }
+
+    /// Runs acquisition attempts until one is granted, refused or fails for good. A
+    /// connection failure (no server answers, the session expired or went with its runtime)
+    /// is retried, with a growing pause, while the acquisition may wait: until its deadline,
+    /// or for one session timeout after the failures began when it waits without one. Each
+    /// such failure is noted on the request, so that a timeout says the store was unreachable.
+    async fn acquire_retrying(&self, request: &AcquireRequest) -> Result<Option<Grant>> {
+        let mut pause = FIRST_BACKOFF;
+        let mut failing_since: Option<Instant> = None;
+        let mut round = 0_u32;
+        loop {
+            let mut reached = false;
+            let error = match self.acquire_once(request, round, &mut reached).await {
+                Err(error) if error.is_retryable() => error,
+                other => return other,
+            };
+            round = round.saturating_add(1);
+            let now = Instant::now();
+            if reached {
+                failing_since = None;
+                pause = FIRST_BACKOFF;
+            }
+            let since = *failing_since.get_or_insert(now);
+            let until = match request.deadline {
+                Deadline::Now => return Err(error),
+                Deadline::At(at) => at,
+                Deadline::Never => lockkit_core::backend::deadline_after(since, self.config.session_timeout),
+            };
+            if now >= until {
+                if matches!(request.deadline, Deadline::Never) {
+                    return Err(error);
+                }
+                // Not granted in time: the core makes it a timeout that carries the failure.
+                request.note_failure(error);
+                return Ok(None);
+            }
+            tracing::debug!(backend = BACKEND, %error, ?pause, "acquisition failed; trying again while it may wait");
+            request.note_failure(error);
+            tokio::time::sleep_until(until.min(lockkit_core::backend::deadline_after(now, pause)).into()).await;
+            pause = pause.saturating_mul(2).min(MAX_BACKOFF);
+        }
+    }
+
+    /// The session for one acquisition attempt. While a new session is being opened, the
+    /// acquisition counts the store as unreachable, so that a deadline passing meanwhile gives
+    /// a timeout that says so; once a server answered, it does not.
+    async fn attempt_session(&self, request: &AcquireRequest, reached: &mut bool) -> Result<Arc<Session>> {
+        if let Some(live) = self.live() {
+            return Ok(live);
+        }
+        request.note_failure(
+            Error::connection(BACKEND, Some(&request.lock), Failure::NoAnswerYet).with_context("open a session"),
+        );
+        let session = self.session(Some(&request.lock)).await?;
+        *reached = true;
+        request.note_reached();
+        Ok(session)
+    }
+
+    /// One acquisition attempt on the live session (see the recipe module).
+    async fn acquire_once(&self, request: &AcquireRequest, round: u32, reached: &mut bool) -> Result<Option<Grant>> {
+        let session = self.attempt_session(request, reached).await?;
+        // A later round gets a node name of its own, never mistaken for an earlier round's
+        // node that is still being deleted.
+        let attempt = if round == 0 { request.attempt } else { uuid::Uuid::new_v4() };
+        self.acquire_in(&session, request, attempt, reached).await
+    }
+}
+
+#[async_trait]
+impl LockBackend for ZkBackend {
+    fn name(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            fair: true,
+            fencing_survives_restart: true,
+            lease: true,
+            lease_renewal: true,
+            loss_notification: true,
+            inspect: true,
+            waiter_count: true,
+            cross_process: true,
+            ..Capabilities::NONE
+        }
+    }
+
+    fn address(&self) -> Option<String> {
+        Some(self.config.address())
+    }
+
+    async fn acquire(&self, request: AcquireRequest) -> Result<Option<Grant>> {
+        let span = tracing::debug_span!("lockkit.zk.acquire", lock = %request.lock, attempt = %request.attempt);
+        self.acquire_retrying(&request).instrument(span).await
+    }
+
+    async fn inspect(&self, lock: &LockName) -> Result<LockInfo> {
+        let session = self.session(Some(lock)).await?;
+        let parent = self.config.lock_path(lock);
+        for _ in 0..RETRIES {
+            let (children, _) = self.list(&session, lock, &parent).await?;
+            let queue = queue(&children);
+            let Some(first) = queue.first() else { return Ok(LockInfo::new(Vec::new(), Some(0))) };
+            let path = format!("{parent}/{}", first.name);
+            let (data, stat) = match session.client.get_data(&path).await {
+                Ok(found) => found,
+                Err(zk::Error::NoNode) => continue,
+                Err(ref error) if is_loss(error) => continue,
+                Err(error) => return Err(session.error(error, Some(lock))),
+            };
+            let token = FencingToken::new(u64::try_from(stat.czxid).unwrap_or(0));
+            let meta = std::str::from_utf8(&data).ok().and_then(OwnerMeta::decode);
+            let holder = match meta {
+                Some(meta) => meta.holder(token),
+                None => {
+                    let holder = HolderInfo::new(token, first.attempt.to_string());
+                    match u64::try_from(stat.ctime)
+                        .ok()
+                        .and_then(|ms| SystemTime::UNIX_EPOCH.checked_add(Duration::from_millis(ms)))
+                    {
+                        Some(since) => holder.with_since(since),
+                        None => holder,
+                    }
+                }
+            };
+            return Ok(LockInfo::new(vec![holder], Some(queue.len() - 1)));
+        }
+        Err(Error::connection(BACKEND, Some(lock), Failure::QueueKeptChanging).with_context("inspect the lock"))
+    }
+}

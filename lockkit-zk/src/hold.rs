@@ -1,0 +1,380 @@
+//! What outlives an acquisition's future: the contender node of an acquisition in progress
+//! ([`PendingNode`], deleted if the acquisition is dropped), a granted hold ([`ZkHeld`], freed
+//! by one delete), the task that watches a hold's node, and the data watches both use.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::{Arc, Weak};
+use std::task::Poll;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lockkit_core::backend::{HeldLock, HoldSignal};
+use lockkit_core::{Error, HoldEnd, LockName, LossReason, Result};
+use tokio::runtime::Handle;
+use tracing::Instrument;
+use uuid::Uuid;
+use zookeeper_client as zk;
+
+use crate::backend::ZkBackend;
+use crate::error::{BACKEND, Failure, is_loss, loss_for_state};
+use crate::names::{Contender, queue};
+use crate::session::{Session, spawn_now};
+
+/// How many times one step is retried after a lost connection before giving up.
+pub(crate) const RETRIES: usize = 8;
+
+/// How long the hold's watch task waits for the notification of our own delete after a
+/// release, so that the watch ends by firing instead of by a removal request.
+const RELEASE_GRACE: Duration = Duration::from_secs(5);
+
+/// How long after the grant the hold's deletion watch is set, when the wait left none on the node.
+const WATCH_DELAY: Duration = Duration::from_millis(20);
+
+/// How long the hold's watch task waits before setting its watch again after an error.
+const WATCH_RETRY: Duration = Duration::from_millis(500);
+
+/// What a data watch on a node reported.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Watched {
+    /// The node was deleted.
+    Deleted,
+    /// The session reached this (terminal) state.
+    SessionEnded(zk::SessionState),
+    /// The session's task was dropped with its runtime: no event will ever come.
+    SessionGone,
+    /// Anything else happened to the node (its data changed, say).
+    Changed,
+}
+
+/// A data watch's event, pending.
+pub(crate) type NodeEvent = Pin<Box<dyn Future<Output = Watched> + Send>>;
+
+/// The event of `watcher`, as a [`Watched`].
+///
+/// zookeeper-client panics (an `unwrap` on a closed channel) when a watch is awaited after
+/// the session's task was dropped, which happens when the runtime the session runs on shuts
+/// down while another runtime waits on one of its watches. That panic is caught here, at the
+/// one poll where it can happen, and reported as [`Watched::SessionGone`]; the future is never
+/// polled again after it is ready. The panic hook still prints the panic, and a build with
+/// `panic = "abort"` aborts there (the crate docs' Runtime section says what to do then).
+pub(crate) fn node_event(watcher: zk::OneshotWatcher) -> NodeEvent {
+    let mut changed = Box::pin(watcher.changed());
+    Box::pin(std::future::poll_fn(move |cx| {
+        match std::panic::catch_unwind(AssertUnwindSafe(|| changed.as_mut().poll(cx))) {
+            Ok(Poll::Ready(event)) => Poll::Ready(match event.event_type {
+                zk::EventType::NodeDeleted => Watched::Deleted,
+                zk::EventType::Session => Watched::SessionEnded(event.session_state),
+                _ => Watched::Changed,
+            }),
+            Ok(Poll::Pending) => Poll::Pending,
+            Err(_) => Poll::Ready(Watched::SessionGone),
+        }
+    }))
+}
+
+/// The session to clean up with: `session` while it is alive, else the provider's current one
+/// (a new one on the current runtime when need be). The nodes of a session whose runtime shut
+/// down stay on the server until it expires the session; another session of the same
+/// credentials may delete them.
+async fn live_session(backend: &Weak<ZkBackend>, session: &Arc<Session>, lock: &LockName) -> Result<Arc<Session>> {
+    if session.is_alive() {
+        return Ok(Arc::clone(session));
+    }
+    match backend.upgrade() {
+        Some(backend) => backend.session(Some(lock)).await,
+        None => Err(Error::connection(BACKEND, Some(lock), Failure::RuntimeGone)),
+    }
+}
+
+/// Where background work about a node of `session` runs: on the session's runtime while it
+/// lives, else on the current one (where a new session would be opened); `None` outside any.
+fn background_runtime(session: &Session) -> Option<Handle> {
+    if session.is_alive() { Some(session.runtime.clone()) } else { Handle::try_current().ok() }
+}
+
+/// The contender node of an acquisition in progress; dropping it armed deletes the node in
+/// the background.
+pub(crate) struct PendingNode {
+    backend: Weak<ZkBackend>,
+    pub(crate) session: Arc<Session>,
+    pub(crate) lock: LockName,
+    pub(crate) parent: String,
+    pub(crate) attempt: Uuid,
+    /// The node's path, once a create reply told it.
+    pub(crate) path: Option<String>,
+    /// Whether a create was sent at all.
+    pub(crate) sent: bool,
+    armed: bool,
+}
+
+impl PendingNode {
+    pub(crate) fn new(
+        backend: Weak<ZkBackend>,
+        session: Arc<Session>,
+        lock: LockName,
+        parent: String,
+        attempt: Uuid,
+    ) -> Self {
+        Self { backend, session, lock, parent, attempt, path: None, sent: false, armed: true }
+    }
+
+    pub(crate) fn disarm(&mut self) {
+        self.armed = false;
+    }
+
+    /// Deletes the node now and waits for it (a try that lost, a timeout): no trace is left
+    /// when the acquisition returns. Dropped midway, the drop finishes the job.
+    pub(crate) async fn delete_now(&mut self) {
+        if let Some(path) = &self.path {
+            match self.session.client.delete(path, None).await {
+                Ok(()) | Err(zk::Error::NoNode) => self.armed = false,
+                Err(_) => {}
+            }
+        }
+    }
+
+    /// Turns the pending node into a hold: it is no longer deleted on drop.
+    pub(crate) fn into_held(mut self, id: u64, path: String) -> ZkHeld {
+        self.disarm();
+        ZkHeld { backend: self.backend.clone(), session: Arc::clone(&self.session), id, path, lock: self.lock.clone() }
+    }
+}
+
+impl Drop for PendingNode {
+    fn drop(&mut self) {
+        if !self.armed || !self.sent || self.session.client.state().is_terminated() {
+            // Nothing sent, or a session that ended took its nodes with it.
+            return;
+        }
+        let Some(runtime) = background_runtime(&self.session) else {
+            // No runtime to run a request on: the node goes when the server expires the session.
+            return;
+        };
+        let (backend, session, lock) = (self.backend.clone(), Arc::clone(&self.session), self.lock.clone());
+        let (parent, attempt, path) = (self.parent.clone(), self.attempt, self.path.take());
+        let task = async move {
+            if let Ok(session) = live_session(&backend, &session, &lock).await {
+                remove_node(&session, &parent, attempt, path.as_deref()).await;
+            }
+        };
+        spawn_now(&runtime, task);
+    }
+}
+
+/// Deletes an abandoned contender node: by path when known, else by attempt id among the
+/// children.
+async fn remove_node(session: &Session, parent: &str, attempt: Uuid, path: Option<&str>) {
+    if let Some(path) = path {
+        return delete_node(session, path).await;
+    }
+    for _ in 0..RETRIES {
+        match session.client.list_children(parent).await {
+            Ok(children) => {
+                if let Some(Contender { name, .. }) = queue(&children).into_iter().find(|c| c.attempt == attempt) {
+                    delete_node(session, &format!("{parent}/{name}")).await;
+                }
+                return;
+            }
+            Err(ref error) if is_loss(error) => continue,
+            Err(_) => return,
+        }
+    }
+}
+
+/// Deletes one of our nodes, retrying while the connection breaks; a missing node is fine.
+async fn delete_node(session: &Session, path: &str) {
+    for _ in 0..RETRIES {
+        match session.client.delete(path, None).await {
+            Err(ref error) if is_loss(error) => continue,
+            Ok(()) => {
+                tracing::debug!(backend = BACKEND, %path, "deleted an abandoned or lost node");
+                return;
+            }
+            Err(_) => return,
+        }
+    }
+}
+
+/// One granted hold: its node, freed by one delete.
+pub(crate) struct ZkHeld {
+    backend: Weak<ZkBackend>,
+    session: Arc<Session>,
+    id: u64,
+    path: String,
+    lock: LockName,
+}
+
+#[async_trait]
+impl HeldLock for ZkHeld {
+    async fn release(self: Box<Self>) -> Result<()> {
+        let span = tracing::debug_span!("lockkit.zk.release", lock = %self.lock, node = %self.path);
+        async move {
+            self.session.unregister(self.id);
+            let mut session = Arc::clone(&self.session);
+            let mut retried = false;
+            let mut last = Error::connection(BACKEND, Some(&self.lock), zk::Error::ConnectionLoss);
+            for _ in 0..RETRIES {
+                if session.is_cut_off() {
+                    // The hold's session went with the runtime it ran on, and its node stays
+                    // until the server expires the session: delete it from a live session.
+                    tracing::debug!(backend = BACKEND, "the hold's session is gone; deleting its node from another");
+                    session = live_session(&self.backend, &session, &self.lock).await?;
+                }
+                match session.client.delete(&self.path, None).await {
+                    Ok(()) => return Ok(()),
+                    // After a lost reply, our own earlier delete may have been the one.
+                    Err(zk::Error::NoNode) if retried => return Ok(()),
+                    Err(zk::Error::NoNode) => return Err(Error::lost(BACKEND, &self.lock, LossReason::RecordGone)),
+                    Err(error) if is_loss(&error) => {
+                        retried = true;
+                        last = session.error(error, Some(&self.lock));
+                    }
+                    Err(zk::Error::SessionExpired) => {
+                        return Err(Error::lost(BACKEND, &self.lock, LossReason::SessionExpired));
+                    }
+                    Err(zk::Error::ClientClosed) => {
+                        return Err(Error::lost(BACKEND, &self.lock, LossReason::ClientClosed));
+                    }
+                    Err(error) => {
+                        let error = session.error(error, Some(&self.lock));
+                        if !session.is_cut_off() {
+                            return Err(error);
+                        }
+                        // Try again from a live session.
+                        last = error;
+                    }
+                }
+            }
+            Err(last.with_context(format!("delete the lock node {}", self.path)))
+        }
+        .instrument(span)
+        .await
+    }
+}
+
+/// Watches a granted hold's own node: its deletion by someone else is a loss. Ends when the
+/// hold ends; a hold lost with its node still in place gets its node deleted. `watching` is a
+/// watch on the node set before the grant (by the wait), used first.
+pub(crate) async fn watch_hold(
+    session: Arc<Session>,
+    id: u64,
+    path: String,
+    signal: HoldSignal,
+    mut watching: Option<NodeEvent>,
+) {
+    // Short holds end before the watch would be set: they cost no request at all. A deletion
+    // in the first moments is found by the first `exists` (it answers "no node").
+    if watching.is_none() && !sleep_while_held(&signal, WATCH_DELAY).await {
+        session.unregister(id);
+        free_lost_node(&session, &path, &signal).await;
+        return;
+    }
+    loop {
+        let mut changed = match watching.take() {
+            Some(watch) => watch,
+            None => match watch_node(&session, &path, &signal).await {
+                Some(watch) => watch,
+                None => break,
+            },
+        };
+        let event = tokio::select! {
+            event = &mut changed => event,
+            end = signal.ended() => {
+                if end == HoldEnd::Released {
+                    // Let our own delete fire the watch rather than send a removal request.
+                    let _ = tokio::time::timeout(RELEASE_GRACE, changed).await;
+                }
+                break;
+            }
+        };
+        match event {
+            Watched::Deleted => {
+                signal.lose(LossReason::RecordGone);
+                break;
+            }
+            Watched::SessionEnded(state) => {
+                signal.lose(loss_for_state(state));
+                break;
+            }
+            Watched::SessionGone => {
+                session.mark_broken();
+                signal.lose(LossReason::ClientClosed);
+                break;
+            }
+            Watched::Changed => {}
+        }
+    }
+    session.unregister(id);
+    free_lost_node(&session, &path, &signal).await;
+}
+
+/// Sets an exists watch on a hold's node, retrying while the hold lives; `None` when the hold
+/// ended (lost when the node is gone or the session ended).
+async fn watch_node(session: &Session, path: &str, signal: &HoldSignal) -> Option<NodeEvent> {
+    loop {
+        match session.client.check_and_watch_stat(path).await {
+            Ok((Some(_), watcher)) => return Some(node_event(watcher)),
+            Ok((None, _)) => {
+                signal.lose(LossReason::RecordGone);
+                return None;
+            }
+            Err(ref error) if is_loss(error) => {
+                if !signal.is_held() {
+                    return None;
+                }
+            }
+            Err(error) if !session.is_alive() || crate::error::is_connection(&error) || is_broken(session, &error) => {
+                // Throttled, or the session ended: the session task reports the end of the
+                // session; try again while the hold lives.
+                if !session.is_alive() {
+                    let state = session.client.state();
+                    let reason = if state.is_terminated() { loss_for_state(state) } else { LossReason::ClientClosed };
+                    signal.lose(reason);
+                    return None;
+                }
+                if !sleep_while_held(signal, WATCH_RETRY).await {
+                    return None;
+                }
+            }
+            Err(error) => {
+                // The hold stays registered (renewed); only the deletion watch is missing.
+                tracing::warn!(backend = BACKEND, %path, %error, "cannot watch the lock node; retrying");
+                if !sleep_while_held(signal, WATCH_RETRY).await {
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+/// Whether `error` shows the session cut off (see [`Session::error`]), marking it so.
+fn is_broken(session: &Session, error: &zk::Error) -> bool {
+    if matches!(error, zk::Error::UnexpectedError(_)) {
+        session.mark_broken();
+        return true;
+    }
+    false
+}
+
+/// A hold lost while its node may still exist (its deadline passed, or the disconnect policy
+/// gave it up) must not keep blocking the queue until its guard is dropped: delete the node
+/// (once the session answers again; a session that expired took the node with it).
+async fn free_lost_node(session: &Session, path: &str, signal: &HoldSignal) {
+    match signal.loss() {
+        Some(LossReason::RecordGone | LossReason::SessionExpired | LossReason::ClientClosed) | None => {}
+        Some(reason) => {
+            tracing::debug!(backend = BACKEND, %path, %reason, "deleting the node of a lost hold");
+            delete_node(session, path).await;
+        }
+    }
+}
+
+/// Sleeps `pause` unless the hold ends first; whether it is still held.
+async fn sleep_while_held(signal: &HoldSignal, pause: Duration) -> bool {
+    tokio::select! {
+        () = tokio::time::sleep(pause) => signal.is_held(),
+        _ = signal.ended() => false,
+    }
+}
