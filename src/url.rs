@@ -45,7 +45,7 @@ pub fn register_builtin_schemes() {
 /// | `file:///path/to/dir`, `file://` | local files; `file://` alone is the default directory | `poll_min`, `poll_max`, `check_every` |
 /// | `redis://[user:password@]host[:port][/db]` | Redis (feature `redis`) | `lease`, `renew_every`, `response_timeout`, `drift`, `key_prefix`, `fair`, `claim_window` |
 /// | `rediss://…` | Redis over TLS (feature `redis-tls`) | as `redis://` |
-/// | `zk://[user:password@]host:port[,host:port…][/chroot]` | ZooKeeper (feature `zk`) | `session_timeout`, `connect_timeout`, `base_path`, `drift` |
+/// | `zk://[user:password@]host:port[,host:port…][/chroot]` | ZooKeeper (feature `zk`) | `session_timeout`, `connect_timeout`, `base_path`, `drift`, `acl`, `disconnect_policy` |
 ///
 /// An option has the name of the backend builder's method that sets it. Durations are
 /// written `500ms`, `10s`, `1.5s`, `2m` or `1h`; flags are `true` or `false`; credentials and

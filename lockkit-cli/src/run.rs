@@ -2,7 +2,6 @@
 //! release.
 
 use std::process::ExitStatus;
-use std::sync::Arc;
 use std::time::Duration;
 
 use lockkit::{AcquireOptions, Error, LockGuard, LockProvider, LossReason, Wait};

@@ -78,10 +78,7 @@ mod tests {
     #[test]
     fn lease_is_appended_or_replaces_the_urls() {
         assert_eq!(target("redis://h:1/").with_lease("10s").url, "redis://h:1/?lease=10s");
-        assert_eq!(
-            target("redis://h:1/?key_prefix=a").with_lease("10s").url,
-            "redis://h:1/?key_prefix=a&lease=10s"
-        );
+        assert_eq!(target("redis://h:1/?key_prefix=a").with_lease("10s").url, "redis://h:1/?key_prefix=a&lease=10s");
         assert_eq!(
             target("redis://h:1/?lease=5s&key_prefix=a").with_lease("10s").url,
             "redis://h:1/?key_prefix=a&lease=10s"

@@ -215,7 +215,8 @@ async fn kill_group_stops_the_commands_children_after_a_loss() {
         pid_file.display(),
         marker.display()
     );
-    let args = ["run", &name, "--url", &url, "--lease", "1s", "--grace", "5s", "--kill-group", "--", "sh", "-c", &script];
+    let args =
+        ["run", &name, "--url", &url, "--lease", "1s", "--grace", "5s", "--kill-group", "--", "sh", "-c", &script];
     let holder = spawn(&args);
     line_in(&marker, LONG).await;
     let grandchild = Pid::from_raw(line_in(&pid_file, LONG).await.parse().unwrap()).unwrap();

@@ -1,13 +1,23 @@
-//! The provider's settings: what a user may set, the defaults, and the checks that refuse
-//! settings that cannot work before anything touches the network.
+//! The provider's settings: what a user may set, as builder methods and as URL options of the
+//! same names, the defaults, and the checks that refuse settings that cannot work before
+//! anything touches the network.
 
 use std::time::Duration;
 
+use lockkit_core::config::{self, StoreUrl};
 use lockkit_core::{Error, Result};
 use redis::IntoConnectionInfo;
 
 use crate::BACKEND;
 use crate::provider::RedisLockProvider;
+
+/// The checks every setting goes through, shared with the other backends.
+const CHECKS: config::Settings = config::Settings::of(BACKEND);
+
+/// The options a `redis://` URL and [`RedisLockProviderBuilder::option`] take: each is the
+/// name of the builder method that sets it.
+pub const OPTIONS: &[&str] =
+    &["lease", "renew_every", "response_timeout", "drift", "key_prefix", "fair", "claim_window"];
 
 /// The default lease: how long a hold outlives its holder when the holder dies.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
@@ -29,7 +39,21 @@ pub const MIN_CLAIM_WINDOW: Duration = Duration::from_millis(20);
 /// be confirmed in time and every hold would be lost at random.
 pub const MIN_LEASE: Duration = Duration::from_millis(100);
 
-/// Builds a [`RedisLockProvider`]; every setting is checked in [`build`](Self::build).
+/// The shortest renewal interval and response timeout accepted.
+const MIN_INTERVAL: Duration = Duration::from_millis(1);
+
+/// What `rediss://` needs when it is not built in.
+#[cfg(not(feature = "tls"))]
+const TLS_FEATURE: &str = "rediss:// (TLS) is not built in: enable the `tls` feature of lockkit-redis \
+    (the `redis-tls` feature of the lockkit crate) in your Cargo.toml";
+
+/// Builds a [`RedisLockProvider`]; every setting is checked by [`build`](Self::build), which
+/// makes no connection.
+///
+/// Each setting has one name: the builder method, and the URL option of
+/// [`from_url`](Self::from_url) and [`option`](Self::option) (see [`OPTIONS`]). Durations are
+/// counted in whole milliseconds, as Redis counts them (a sub-millisecond part is dropped), and
+/// none may exceed [`MAX_DURATION`](lockkit_core::config::MAX_DURATION), a day.
 ///
 /// ```
 /// use std::time::Duration;
@@ -39,11 +63,15 @@ pub const MIN_LEASE: Duration = Duration::from_millis(100);
 ///     .url("redis://app:secret@127.0.0.1:6379/2")
 ///     .key_prefix("billing")
 ///     .lease(Duration::from_secs(10))
-///     .build()?;
+///     .build()?; // checks every setting; connects on first use
+///
+/// let url = lockkit_core::config::StoreUrl::parse("redis://127.0.0.1:6379/2?lease=10s&fair=false")?;
+/// let same_settings = lockkit_redis::RedisLockProviderBuilder::from_url(&url)?.key_prefix("billing").build()?;
+/// # let _ = (provider, same_settings);
 /// # Ok::<(), lockkit_core::Error>(())
 /// ```
-#[derive(Clone, Debug, Default)]
-#[must_use]
+#[derive(Clone, Default)]
+#[must_use = "a builder does nothing until `build` is called"]
 pub struct RedisLockProviderBuilder {
     url: Option<String>,
     prefix: Option<String>,
@@ -58,36 +86,80 @@ pub struct RedisLockProviderBuilder {
 }
 
 impl RedisLockProviderBuilder {
-    /// The server to use: `redis://[user[:password]@]host[:port][/db]`, or `rediss://` for
-    /// TLS. A user name selects an ACL user; a password alone authenticates the default user.
+    /// A builder with the address, credentials and options of `url`
+    /// (`redis://[user[:password]@]host[:port][/db][?option=value&…]`, or `rediss://` for
+    /// TLS); the options are those of [`OPTIONS`], named as the methods that set them.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] for an unknown option or a value that does not parse; the
+    /// address and the values' ranges are checked by [`build`](Self::build).
+    pub fn from_url(url: &StoreUrl) -> Result<Self> {
+        let mut builder = Self::default().url(url.address());
+        for (key, value) in url.options() {
+            builder = builder.option(key, value)?;
+        }
+        Ok(builder)
+    }
+
+    /// Sets the option called `key` from its text, as a URL's query gives it: the names are
+    /// those of the methods ([`OPTIONS`]); durations are written with a unit (`500ms`, `10s`),
+    /// `fair` as `true` or `false`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] for an unknown option or a value that does not parse.
+    pub fn option(self, key: &str, value: &str) -> Result<Self> {
+        Ok(match key {
+            "lease" => self.lease(CHECKS.duration(key, value)?),
+            "renew_every" => self.renew_every(CHECKS.duration(key, value)?),
+            "response_timeout" => self.response_timeout(CHECKS.duration(key, value)?),
+            "drift" => self.drift(CHECKS.duration(key, value)?),
+            "key_prefix" => self.key_prefix(value),
+            "fair" => self.fair(CHECKS.flag(key, value)?),
+            "claim_window" => self.claim_window(CHECKS.duration(key, value)?),
+            _ => return Err(CHECKS.unknown(key, OPTIONS)),
+        })
+    }
+
+    /// The server: `redis://[user[:password]@]host[:port][/db]`, `rediss://` for TLS (feature
+    /// `tls`), or `redis+unix:///path/to/socket`. A user name selects an ACL user; a password
+    /// alone authenticates the default user. The lockkit options belong to
+    /// [`from_url`](Self::from_url) or to this builder's methods, not to this URL.
     pub fn url(mut self, url: impl Into<String>) -> Self {
         self.url = Some(url.into());
         self
     }
 
     /// The prefix of every key and channel, so that several applications share one server
-    /// without colliding (default `lockkit`). Braces are refused: they would change the hash
-    /// slot of the keys on Redis Cluster.
+    /// without colliding (default `lockkit`). Braces and control characters are refused:
+    /// braces would change the hash slot of the keys on Redis Cluster. URL option
+    /// `key_prefix`.
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = Some(prefix.into());
         self
     }
 
-    /// How long a hold survives without renewal (default 30 s): the time a dead holder keeps
-    /// the lock, and the budget a live holder has to renew it.
+    /// How long a hold survives without renewal (default 30 s, at least 100 ms, at most a
+    /// day): the time a dead holder keeps the lock, and the budget a live holder has to renew
+    /// it. URL option `lease`.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = Some(lease);
         self
     }
 
-    /// How often the watchdog renews held locks (default a third of the lease).
+    /// How often the watchdog renews held locks (default a third of the lease; at least
+    /// 1 ms, and with the response timeout below the lease minus the drift margin). URL
+    /// option `renew_every`.
     pub fn renew_every(mut self, every: Duration) -> Self {
         self.renew_every = Some(every);
         self
     }
 
     /// How long one command may take before its outcome counts as unknown (default 2 s,
-    /// and never more than a fifth of the lease when the lease is short).
+    /// and never more than a fifth of the lease when the lease is short; at least 1 ms, and
+    /// with the renewal interval below the lease minus the drift margin). URL option
+    /// `response_timeout`.
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.response_timeout = Some(timeout);
         self
@@ -95,14 +167,15 @@ impl RedisLockProviderBuilder {
 
     /// The margin for clock rate differences between this host and the server: a hold's
     /// local deadline is the send time of its last confirmed renewal plus the lease minus
-    /// this margin (default 1% of the lease plus 2 ms, as the Redlock analysis suggests).
+    /// this margin (default 1% of the lease plus 2 ms, as the Redlock analysis suggests; at
+    /// most just under half the lease). URL option `drift`.
     pub fn drift(mut self, drift: Duration) -> Self {
         self.drift = Some(drift);
         self
     }
 
     /// Whether waiters are granted the lock in the order they started waiting (default
-    /// `true`).
+    /// `true`). URL option `fair`.
     ///
     /// A fair lock keeps a wait queue in Redis: a waiting acquisition joins it when it finds
     /// the lock taken, and while the queue has entries a free lock belongs to its head alone,
@@ -120,7 +193,7 @@ impl RedisLockProviderBuilder {
     }
 
     /// How long a fair lock handed over to the head of its queue waits for the head to take
-    /// it (default 200 ms, at least 20 ms, at most the lease).
+    /// it (default 200 ms, at least 20 ms, at most the lease). URL option `claim_window`.
     ///
     /// A release grants the lock to the head of the queue for this long only, and tells the
     /// head's provider; a live head confirms the hand-over within about one round trip, and a
@@ -137,6 +210,7 @@ impl RedisLockProviderBuilder {
     /// Trusts the certificate authority in `pem` (PEM-encoded) for `rediss://` servers,
     /// instead of the system's trust store: for servers with a private CA.
     #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
         self.tls.root = Some(pem.into());
         self
@@ -145,6 +219,7 @@ impl RedisLockProviderBuilder {
     /// Presents a client certificate (`certificate` and `key`, PEM-encoded) to `rediss://`
     /// servers that authenticate clients (`tls-auth-clients yes`).
     #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_client_certificate(mut self, certificate: impl Into<Vec<u8>>, key: impl Into<Vec<u8>>) -> Self {
         self.tls.client = Some((certificate.into(), key.into()));
         self
@@ -152,61 +227,63 @@ impl RedisLockProviderBuilder {
 
     /// Checks the settings and builds the provider. No connection is made here: the first
     /// operation connects, and a server that cannot be reached then gives a retryable
-    /// [`Error::Connection`].
+    /// [`Error::Connection`]. [`RedisLockProvider::connect`] connects at once.
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidConfig`] naming the setting to change.
+    /// [`Error::InvalidConfig`] naming the setting to change and its range: no URL, a URL
+    /// that cannot be used (or `rediss://` without the `tls` feature), a duration outside its
+    /// range, settings that do not fit together (a renewal interval plus response timeout
+    /// that does not leave time to renew within the lease), a bad key prefix.
     pub fn build(self) -> Result<RedisLockProvider> {
         RedisLockProvider::from_settings(self.settings()?)
     }
 
     pub(crate) fn settings(self) -> Result<Settings> {
-        let url = self.url.ok_or_else(|| invalid("no server URL was given: call .url(\"redis://host:port\")"))?;
+        let url = self.url.ok_or_else(|| {
+            CHECKS.invalid("no server URL was given: call .url(\"redis://host:port\") or use from_url")
+        })?;
         let connection = parse_url(&url)?;
         let prefix = self.prefix.unwrap_or_else(|| DEFAULT_PREFIX.to_owned());
         check_prefix(&prefix)?;
-        let lease = self.lease.unwrap_or(DEFAULT_LEASE);
-        if lease < MIN_LEASE {
-            return Err(invalid(format!(
-                "the lease ({lease:?}) is below the floor of {MIN_LEASE:?}: a renewal could not be confirmed in time; use a longer lease"
-            )));
-        }
-        let renew_every = self.renew_every.unwrap_or(lease / 3);
-        let drift = self.drift.unwrap_or(lease / 100 + Duration::from_millis(2));
-        let response_timeout = self.response_timeout.unwrap_or_else(|| DEFAULT_RESPONSE_TIMEOUT.min(lease / 5));
-        if renew_every.is_zero() {
-            return Err(invalid("renew_every must be above zero; a third of the lease is a good choice"));
-        }
-        if response_timeout.is_zero() {
-            return Err(invalid("response_timeout must be above zero; a fifth of the lease is a good choice"));
-        }
-        if drift >= lease / 2 {
-            return Err(invalid(format!(
-                "the drift margin ({drift:?}) must stay below half the lease ({lease:?}); 1% of the lease is typical"
-            )));
-        }
-        let budget = lease - drift;
-        if renew_every + response_timeout >= budget {
-            return Err(invalid(format!(
+        let lease =
+            whole_millis(CHECKS.within("lease", self.lease.unwrap_or(DEFAULT_LEASE), MIN_LEASE, Duration::MAX)?);
+        let renew_every =
+            whole_millis(CHECKS.within("renew_every", self.renew_every.unwrap_or(lease / 3), MIN_INTERVAL, lease)?);
+        let response_timeout = CHECKS.within(
+            "response_timeout",
+            self.response_timeout.unwrap_or_else(|| DEFAULT_RESPONSE_TIMEOUT.min(lease / 5)),
+            MIN_INTERVAL,
+            lease,
+        )?;
+        let drift = CHECKS.within(
+            "drift",
+            self.drift.unwrap_or(lease / 100 + Duration::from_millis(2)),
+            Duration::ZERO,
+            (lease / 2).saturating_sub(MIN_INTERVAL),
+        )?;
+        let budget = lease.saturating_sub(drift);
+        if renew_every.saturating_add(response_timeout) >= budget {
+            return Err(CHECKS.invalid(format!(
                 "renew_every ({renew_every:?}) plus response_timeout ({response_timeout:?}) must stay below the lease minus the drift margin ({budget:?}), or a hold expires before its renewal is confirmed; renew every third of the lease"
             )));
         }
-        let claim_window = self.claim_window.unwrap_or(DEFAULT_CLAIM_WINDOW.min(lease));
-        if claim_window < MIN_CLAIM_WINDOW || claim_window > lease {
-            return Err(invalid(format!(
-                "the claim window ({claim_window:?}) must be between {MIN_CLAIM_WINDOW:?} and the lease ({lease:?}); a few round trips to the server, 200 ms by default"
-            )));
-        }
+        let claim_window = whole_millis(CHECKS.within(
+            "claim_window",
+            self.claim_window.unwrap_or(DEFAULT_CLAIM_WINDOW.min(lease)),
+            MIN_CLAIM_WINDOW,
+            lease,
+        )?);
         #[cfg(feature = "tls")]
         if !self.tls.is_empty() && !matches!(connection.addr(), redis::ConnectionAddr::TcpTls { .. }) {
-            return Err(invalid(format!(
-                "TLS certificates were given but the URL {url:?} does not use TLS; write it as rediss://"
+            return Err(CHECKS.invalid(format!(
+                "TLS certificates were given but the URL {} does not use TLS; write it as rediss://",
+                config::redact(&url)
             )));
         }
         Ok(Settings {
+            address: shown_address(&connection),
             connection,
-            url,
             prefix,
             lease,
             renew_every,
@@ -220,11 +297,36 @@ impl RedisLockProviderBuilder {
     }
 }
 
+impl std::fmt::Debug for RedisLockProviderBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut debug = f.debug_struct("RedisLockProviderBuilder");
+        debug
+            .field("url", &self.url.as_deref().map(config::redact))
+            .field("prefix", &self.prefix)
+            .field("lease", &self.lease)
+            .field("renew_every", &self.renew_every)
+            .field("response_timeout", &self.response_timeout)
+            .field("drift", &self.drift)
+            .field("fair", &self.fair)
+            .field("claim_window", &self.claim_window);
+        #[cfg(feature = "tls")]
+        debug.field("tls", &self.tls);
+        debug.finish()
+    }
+}
+
+/// `duration` without its sub-millisecond part: Redis counts expiries in milliseconds, and
+/// the local deadlines must count the same lease as the server.
+fn whole_millis(duration: Duration) -> Duration {
+    Duration::from_millis(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX))
+}
+
 /// Settings that passed every check.
 #[derive(Clone, Debug)]
 pub(crate) struct Settings {
     pub(crate) connection: redis::ConnectionInfo,
-    pub(crate) url: String,
+    /// The server's address without credentials, for messages.
+    pub(crate) address: String,
     pub(crate) prefix: String,
     pub(crate) lease: Duration,
     pub(crate) renew_every: Duration,
@@ -279,51 +381,81 @@ impl std::fmt::Debug for TlsSettings {
 impl Settings {
     /// The lease in whole milliseconds, as the scripts take it.
     pub(crate) fn lease_millis(&self) -> u64 {
-        u64::try_from(self.lease.as_millis()).unwrap_or(u64::MAX)
+        millis(self.lease)
     }
 
     /// The claim window in whole milliseconds, as the scripts take it.
     pub(crate) fn claim_millis(&self) -> u64 {
-        u64::try_from(self.claim_window.as_millis()).unwrap_or(u64::MAX)
+        millis(self.claim_window)
     }
 }
 
-fn invalid(message: impl Into<String>) -> Error {
-    Error::invalid_config(BACKEND, message)
+/// `duration` in whole milliseconds (every setting is at most a day, far below the cap).
+pub(crate) fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// Reads the server URL given to [`RedisLockProviderBuilder::url`].
 fn parse_url(url: &str) -> Result<redis::ConnectionInfo> {
-    let scheme = url.split_once("://").map(|(scheme, _)| scheme);
-    match scheme {
-        Some("redis" | "rediss" | "redis+unix" | "unix") => {}
-        Some(other) => {
-            return Err(invalid(format!(
-                "the URL {url:?} has the scheme {other:?}; use redis:// (or rediss:// for TLS)"
-            )));
+    let shown = config::redact(url);
+    let parsed = StoreUrl::parse(url).map_err(|error| match error {
+        Error::InvalidConfig { message, .. } => CHECKS.invalid(message),
+        other => other,
+    })?;
+    match parsed.scheme() {
+        "redis" | "redis+unix" | "unix" => {}
+        #[cfg(feature = "tls")]
+        "rediss" => {}
+        #[cfg(not(feature = "tls"))]
+        "rediss" => return Err(CHECKS.invalid(TLS_FEATURE)),
+        other => {
+            return Err(CHECKS
+                .invalid(format!("the URL {shown} has the scheme {other:?}; use redis:// (or rediss:// for TLS)")));
         }
-        None => return Err(invalid(format!("{url:?} is not a URL; write it as redis://host:port"))),
     }
-    url.into_connection_info().map_err(|error| {
-        let hint = if scheme == Some("rediss") && error.to_string().contains("TLS") {
-            " (rediss:// needs the `tls` feature of lockkit-redis: enable it in your Cargo.toml)"
-        } else {
-            ""
-        };
-        invalid(format!("the URL {url:?} cannot be used: {error}{hint}"))
-    })
+    let misplaced: Vec<&str> = parsed.options().map(|(key, _)| key).filter(|key| OPTIONS.contains(key)).collect();
+    if !misplaced.is_empty() {
+        return Err(CHECKS.invalid(format!(
+            "the URL {shown} carries lockkit options ({}): give such a URL to RedisLockProviderBuilder::from_url (or RedisLockProvider::connect), or set them with the builder's methods",
+            misplaced.join(", ")
+        )));
+    }
+    let info = url.into_connection_info().map_err(|error| {
+        // The client's message is all there is to say; an InvalidConfig has no source.
+        CHECKS.invalid(format!("the URL {shown} cannot be used: {error}"))
+    })?;
+    let db = info.redis_settings().db();
+    if !(0..i64::from(i32::MAX)).contains(&db) {
+        return Err(CHECKS.invalid(format!(
+            "the database number {db} in {shown} is out of range: Redis numbers its databases from 0 (0 to 15 by default)"
+        )));
+    }
+    Ok(info)
+}
+
+/// The server's address without credentials: `redis://host:port/db`.
+fn shown_address(info: &redis::ConnectionInfo) -> String {
+    let db = info.redis_settings().db();
+    let host = |host: &str| if host.contains(':') { format!("[{host}]") } else { host.to_owned() };
+    match info.addr() {
+        redis::ConnectionAddr::Tcp(name, port) => format!("redis://{}:{port}/{db}", host(name)),
+        redis::ConnectionAddr::TcpTls { host: name, port, .. } => format!("rediss://{}:{port}/{db}", host(name)),
+        redis::ConnectionAddr::Unix(path) => format!("redis+unix://{}?db={db}", path.display()),
+        other => format!("redis://{other}/{db}"),
+    }
 }
 
 fn check_prefix(prefix: &str) -> Result<()> {
     if prefix.is_empty() {
-        return Err(invalid("the key prefix is empty; leave it unset for `lockkit`, or name your application"));
+        return Err(CHECKS.invalid("key_prefix is empty; leave it unset for `lockkit`, or name your application"));
     }
     if prefix.contains(['{', '}']) {
-        return Err(invalid(format!(
-            "the key prefix {prefix:?} contains a brace, which would move lockkit's keys to another Redis Cluster hash slot; remove it"
+        return Err(CHECKS.invalid(format!(
+            "key_prefix {prefix:?} contains a brace, which would move lockkit's keys to another Redis Cluster hash slot; remove it"
         )));
     }
     if prefix.chars().any(char::is_control) {
-        return Err(invalid(format!("the key prefix {prefix:?} contains control characters; remove them")));
+        return Err(CHECKS.invalid(format!("key_prefix {prefix:?} contains control characters; remove them")));
     }
     Ok(())
 }
@@ -342,6 +474,17 @@ mod tests {
 
     fn base() -> RedisLockProviderBuilder {
         RedisLockProviderBuilder::default().url("redis://127.0.0.1:6379")
+    }
+
+    fn from_url(url: &str) -> Result<Settings> {
+        RedisLockProviderBuilder::from_url(&StoreUrl::parse(url)?)?.settings()
+    }
+
+    fn url_message(url: &str) -> String {
+        match from_url(url) {
+            Err(Error::InvalidConfig { message, .. }) => message,
+            other => panic!("{url}: expected InvalidConfig, got {other:?}"),
+        }
     }
 
     #[test]
@@ -365,6 +508,79 @@ mod tests {
         assert_eq!(settings.connection.redis_settings().username(), Some("app"));
         assert_eq!(settings.connection.redis_settings().password(), Some("s3cret"));
         assert_eq!(settings.connection.redis_settings().db(), 3);
+        assert_eq!(settings.address, "redis://localhost:7000/3", "no credentials in the address");
+        let shown = format!("{:?}", base().url("redis://app:s3cret@localhost:7000/3"));
+        assert!(shown.contains("app:***@localhost") && !shown.contains("s3cret"), "{shown}");
+        let decoded = from_url("redis://app:p%40ss@[::1]:7000/1?key_prefix=a%26b").unwrap();
+        assert_eq!(decoded.connection.redis_settings().password(), Some("p@ss"));
+        assert_eq!(decoded.address, "redis://[::1]:7000/1");
+        assert_eq!(decoded.prefix, "a&b");
+        assert_eq!(base().settings().unwrap().address, "redis://127.0.0.1:6379/0");
+    }
+
+    #[test]
+    fn url_options_are_the_method_names() {
+        let settings = from_url(
+            "redis://h:1/?lease=10s&renew_every=2s&response_timeout=500ms&drift=50ms&key_prefix=app&fair=false&claim_window=300ms",
+        )
+        .unwrap();
+        assert_eq!(settings.lease, Duration::from_secs(10));
+        assert_eq!(settings.renew_every, Duration::from_secs(2));
+        assert_eq!(settings.response_timeout, Duration::from_millis(500));
+        assert_eq!(settings.drift, Duration::from_millis(50));
+        assert_eq!(settings.prefix, "app");
+        assert!(!settings.fair);
+        assert_eq!(settings.claim_window, Duration::from_millis(300));
+        for old in ["ttl=10s", "renew=1s", "timeout=1s", "prefix=a", "claim=1s", "color=red"] {
+            let message = url_message(&format!("redis://h/?{old}"));
+            assert!(message.contains("unknown option") && message.contains("renew_every"), "{old}: {message}");
+        }
+        assert!(url_message("redis://h/?lease=10").contains("option lease"));
+        assert!(url_message("redis://h/?fair=yes").contains("option fair"));
+        let misplaced = message(base().url("redis://h/?lease=10s"));
+        assert!(misplaced.contains("from_url") && misplaced.contains("lease"), "{misplaced}");
+    }
+
+    #[test]
+    fn every_duration_is_bounded_when_building() {
+        let huge = url_message("redis://h/?lease=5000000000000000h");
+        assert!(huge.contains("lease") && huge.contains("at most 86400s"), "{huge}");
+        for (option, range) in [
+            ("renew_every=5000000000000000h", "renew_every"),
+            ("response_timeout=5000000000000000h", "response_timeout"),
+            ("drift=5000000000000000h", "drift"),
+            ("claim_window=5000000000000000h", "claim_window"),
+            ("lease=2d", "lease"),
+            ("lease=1ms", "at least 100ms"),
+            ("renew_every=0s", "renew_every"),
+            ("response_timeout=0s", "response_timeout"),
+            ("claim_window=1ms", "at least 20ms"),
+        ] {
+            let message = url_message(&format!("redis://h/?{option}"));
+            assert!(message.contains(range) && message.contains("at most"), "{option}: {message}");
+        }
+        for extreme in [Duration::MAX, Duration::from_secs(u64::MAX / 2)] {
+            for builder in [
+                base().lease(extreme),
+                base().renew_every(extreme),
+                base().response_timeout(extreme),
+                base().drift(extreme),
+                base().claim_window(extreme),
+            ] {
+                assert!(message(builder).contains("at most"));
+            }
+        }
+        let day = lockkit_core::config::MAX_DURATION;
+        let longest = base().lease(day).settings().unwrap();
+        assert_eq!(longest.lease_millis(), 86_400_000);
+        assert!(longest.lease_millis().saturating_mul(4) < u64::try_from(i64::MAX).unwrap(), "PX takes it");
+    }
+
+    #[test]
+    fn durations_are_whole_milliseconds_as_redis_counts_them() {
+        let settings = base().lease(Duration::from_micros(2_000_999)).settings().unwrap();
+        assert_eq!(settings.lease, Duration::from_millis(2000));
+        assert_eq!(settings.lease_millis(), 2000);
     }
 
     #[test]
@@ -373,27 +589,33 @@ mod tests {
         assert!(message(base().url("http://localhost")).contains("redis://"));
         assert!(message(base().url("localhost:6379")).contains("redis://"));
         assert!(message(base().url("redis://localhost:notaport")).contains("cannot be used"));
-        assert!(message(base().lease(Duration::from_millis(10))).contains("floor"));
+        assert!(message(base().url("redis://localhost/-1")).contains("database number"));
+        assert!(message(base().url("redis://localhost/99999999999")).contains("database number"));
+        assert!(!message(base().url("redis://u:s3cret@localhost:x")).contains("s3cret"));
+        assert!(message(base().lease(Duration::from_millis(10))).contains("at least 100ms"));
         assert!(message(base().renew_every(Duration::ZERO)).contains("renew_every"));
         assert!(message(base().response_timeout(Duration::ZERO)).contains("response_timeout"));
         assert!(message(base().renew_every(Duration::from_secs(29))).contains("renew_every"));
         assert!(message(base().drift(Duration::from_secs(20))).contains("drift"));
         assert!(message(base().key_prefix("a{b")).contains("brace"));
         assert!(message(base().key_prefix("")).contains("empty"));
-        assert!(message(base().claim_window(Duration::from_millis(5))).contains("claim window"));
-        assert!(message(base().claim_window(Duration::from_secs(31))).contains("claim window"));
+        assert!(message(base().claim_window(Duration::from_millis(5))).contains("claim_window"));
+        assert!(message(base().claim_window(Duration::from_secs(31))).contains("claim_window"));
     }
 
     #[cfg(not(feature = "tls"))]
     #[test]
     fn tls_urls_name_the_feature_to_enable() {
-        assert!(message(base().url("rediss://127.0.0.1:6380")).contains("`tls` feature of lockkit-redis"));
+        for text in [message(base().url("rediss://127.0.0.1:6380")), url_message("rediss://127.0.0.1:6380/")] {
+            assert!(text.contains("`tls` feature of lockkit-redis") && text.contains("`redis-tls`"), "{text}");
+        }
     }
 
     #[cfg(feature = "tls")]
     #[test]
     fn tls_certificates_need_a_tls_url() {
         assert!(message(base().tls_root_certificate(b"pem".to_vec())).contains("rediss://"));
-        assert!(base().url("rediss://127.0.0.1:6380").tls_root_certificate(b"pem".to_vec()).settings().is_ok());
+        let tls = base().url("rediss://127.0.0.1:6380").tls_root_certificate(b"pem".to_vec()).settings().unwrap();
+        assert_eq!(tls.address, "rediss://127.0.0.1:6380/0");
     }
 }

@@ -4,14 +4,12 @@
 use crate::builder::Settings;
 
 /// A client for `info` (the settings' server, possibly with another protocol version),
-/// using the settings' TLS certificates when there are any.
+/// using the settings' TLS certificates when there are any. Makes no connection.
 pub(crate) fn open(settings: &Settings, info: redis::ConnectionInfo) -> redis::RedisResult<redis::Client> {
     #[cfg(feature = "tls")]
     {
         if matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
-            // rustls needs a process-wide crypto provider; an application that installed
-            // its own keeps it (installing a second one fails, harmlessly).
-            let _ = rustls::crypto::ring::default_provider().install_default();
+            install_crypto_provider();
         }
         if let Some(certificates) = settings.tls.certificates() {
             return redis::Client::build_with_tls(info, certificates);
@@ -20,4 +18,16 @@ pub(crate) fn open(settings: &Settings, info: redis::ConnectionInfo) -> redis::R
     #[cfg(not(feature = "tls"))]
     let _ = settings;
     redis::Client::open(info)
+}
+
+/// rustls needs a process-wide crypto provider. Installs ring's as the default only when none
+/// is installed, so that an application that installed its own keeps it; one that installs
+/// its own later must tolerate finding this one (`install_default` then fails; use
+/// `CryptoProvider::get_default` first, or install before the first `rediss://` connection).
+#[cfg(feature = "tls")]
+fn install_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Losing a race with another installer is fine: one provider is installed either way.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
 }

@@ -2,6 +2,41 @@
 //!
 //! [`RedisLockProvider`] keeps the whole lockkit contract on one Redis server (6.0 or
 //! later; Redis Cluster runs the same scripts, since all keys of a lock share a hash tag).
+//! It dereferences to lockkit's [`LockProvider`](lockkit_core::LockProvider), so every
+//! operation is an inherent method that needs no trait import:
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use lockkit_redis::RedisLockProvider;
+//!
+//! # async fn run() -> lockkit_core::Result<()> {
+//! // Eager: parses the URL, checks every setting, sends one PING.
+//! let provider = RedisLockProvider::connect("redis://127.0.0.1:6379/0?lease=10s").await?;
+//! let guard = provider.lock("orders/42")?.acquire().await?;
+//! println!("holding orders/42 with token {}", guard.token());
+//! guard.release().await?;
+//!
+//! // Lazy: checks every setting and connects on first use.
+//! let lazy = RedisLockProvider::builder()
+//!     .url("redis://app:secret@127.0.0.1:6379/2")
+//!     .key_prefix("billing")
+//!     .lease(Duration::from_secs(10))
+//!     .build()?;
+//! let locks: lockkit_core::LockProvider = lazy.into(); // for code that picks backends at run time
+//! # let _ = locks;
+//! # Ok(()) }
+//! ```
+//!
+//! # Settings and URLs
+//!
+//! Every setting has one name, the same as a builder method and as a URL option
+//! ([`OPTIONS`]): `lease`, `renew_every`, `response_timeout`, `drift`, `key_prefix`, `fair`,
+//! `claim_window`, as in `redis://host:6379/0?lease=10s&fair=false`. Every duration is
+//! range-checked when the provider is built (see the builder's methods; none exceeds a day),
+//! so that a bad value is an [`InvalidConfig`](lockkit_core::Error::InvalidConfig) naming the
+//! option and its range, never a server error later. [`SCHEME`] registers `redis://` and
+//! `rediss://` with `lockkit_core::config::register`, which is how the `lockkit` facade's
+//! `connect` reaches this crate.
 //!
 //! # How it works
 //!
@@ -30,6 +65,15 @@
 //!   scripts per round trip. A hold's local deadline is the send time of its last
 //!   confirmed renewal plus the lease minus the drift margin, so the guard reports the loss
 //!   before the key can expire on the server.
+//! - **A deleted record** (an operator's `DEL`, an eviction) is noticed at the next renewal,
+//!   at most `renew_every` later; at once (about a round trip) when the server publishes
+//!   keyspace events (`notify-keyspace-events` with `K` and one of `g`, `x`, `e`, `A`): each
+//!   hold's record channel `__keyspace@<db>__:<record key>` is then subscribed on the
+//!   provider's pub/sub connection, and an event on it makes the watchdog read the record and
+//!   signal the loss if it is not ours any more. The server's setting is read with
+//!   `CONFIG GET` (at the first hold, then at most once a minute); without it, or for an ACL
+//!   user that may not read it, nothing more is sent. `FLUSHALL` publishes no per-key events
+//!   and is noticed at the next renewal.
 //! - **Unknown outcomes** (a timeout, a dropped connection) are resolved by owner id, never
 //!   by a blind second `SET`; see the `lock` module docs.
 //!
@@ -55,10 +99,44 @@
 //!   a server whose clock is set back can repeat tokens.
 //! - Eviction: under a `maxmemory` policy that evicts any key (`allkeys-*`), Redis may
 //!   evict a fence counter or a lock record. Use `noeviction` or a `volatile-*` policy.
+//!
+//! # Runtime
+//!
+//! lockkit-redis runs on Tokio with the time and I/O drivers enabled (`#[tokio::main]` and
+//! `#[tokio::test]` do both), and a provider works from any runtime: what it keeps in the
+//! background belongs to the runtime that started it, and is made again on the current one
+//! when that runtime has shut down. That is the command connection, the pub/sub connection
+//! with its push routing and its reconnect keeper (waiters are woken to subscribe again),
+//! and the renewal watchdog (started again by the provider's next operation, including a
+//! release). A guard dropped after its runtime shut down is released on lockkit's own release
+//! thread, which connects afresh; the hold is freed at once, not after the lease.
+//!
+//! # Cancel safety
+//!
+//! Every future of the provider and of its handles and guards may be dropped at any await
+//! point. An acquisition dropped while its call was in flight (or after a call whose outcome
+//! was unknown) is abandoned in the background: its owner id is voided so that a delayed
+//! call can never grant it, and a grant it already had is freed; a queued waiter leaves the
+//! queue. See the `# Cancel safety` section of each method.
+//!
+//! # Features
+//!
+//! - `tls`: `rediss://` URLs with rustls (the `redis-tls` feature of the `lockkit` crate),
+//!   and the builder's [`tls_root_certificate`](RedisLockProviderBuilder::tls_root_certificate)
+//!   and [`tls_client_certificate`](RedisLockProviderBuilder::tls_client_certificate).
+//!   rustls needs a process-wide crypto provider: building a provider for a `rediss://` URL
+//!   installs rustls's ring provider as the process default **only when none is installed
+//!   yet** (`CryptoProvider::get_default()` is `None`). An application that wants its own
+//!   provider installs it before it builds a `rediss://` provider; one that installs its own
+//!   later must not `.expect()` `install_default` to succeed. Without the feature, a
+//!   `rediss://` URL is an `InvalidConfig` that names the feature to enable.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod builder;
 mod client;
+mod error;
 mod keys;
+mod keyspace;
 mod lock;
 mod provider;
 mod store;
@@ -68,9 +146,16 @@ mod watchdog;
 
 pub use builder::{
     DEFAULT_CLAIM_WINDOW, DEFAULT_LEASE, DEFAULT_PREFIX, DEFAULT_RESPONSE_TIMEOUT, MIN_CLAIM_WINDOW, MIN_LEASE,
-    RedisLockProviderBuilder,
+    OPTIONS, RedisLockProviderBuilder,
 };
+use lockkit_core::config::Scheme;
 pub use provider::{RedisLockProvider, RenewalStats};
+
+/// The `redis` and `rediss` URL schemes, for `lockkit_core::config::register` (the `lockkit`
+/// facade registers it when its `redis` feature is on). Its `connect` reads the URL's
+/// address, credentials and options ([`RedisLockProviderBuilder::from_url`]), checks every
+/// setting, sends one PING, and returns the provider. `rediss` needs the `tls` feature.
+pub const SCHEME: Scheme = Scheme { names: &["redis", "rediss"], backend: BACKEND, connect: provider::connect_url };
 
 /// The sources of the acquire and release scripts, for benchmarks that time them raw.
 #[doc(hidden)]
@@ -86,6 +171,10 @@ pub mod scripts {
 /// ```text
 /// ACL SETUSER locker on >password resetkeys ~lockkit:* resetchannels &lockkit:* -@all <ACL_COMMANDS>
 /// ```
+///
+/// On a server that publishes keyspace events, `+config|get` and the channels
+/// `&__keyspace@*` (both optional) let the provider learn of a deleted record at once instead
+/// of at the next renewal (see the crate docs); without them it works as before.
 pub const ACL_COMMANDS: &str = "+evalsha +eval +script|load +ping +hello +subscribe +unsubscribe \
     +set +get +del +exists +incr +time +pexpire +pttl +publish +zadd +zrem +zrange +zrangebyscore +zscore +zcount";
 

@@ -43,15 +43,19 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use lockkit_core::backend::{AcquireRequest, Grant, HeldLock, LockBackend, LockInfo};
-use lockkit_core::{
-    Capabilities, Deadline, Error, FencingToken, HoldSignal, LockName, LossReason, OwnerMeta, Result, lease_deadline,
+use lockkit_core::backend::{
+    AcquireRequest, Deadline, Grant, HeldLock, HoldSignal, LockBackend, LockInfo, OwnerMeta, deadline_after,
+    lease_deadline,
 };
+use lockkit_core::{Capabilities, Error, FencingToken, LockName, LossReason, Result};
 use tracing::Instrument;
+use uuid::Uuid;
 
 use crate::BACKEND;
 use crate::builder::Settings;
+use crate::error::Failure;
 use crate::keys::LockKeys;
+use crate::keyspace::{Keyspace, RecordWatch, Suspects};
 use crate::store::{AcquireReply, Contender, Ownership, QueueMark, Queueing, Store};
 use crate::subscriber::{Handover, Interest, Subscriber, Woken};
 use crate::util::Backoff;
@@ -104,26 +108,35 @@ impl Yielding {
 }
 
 /// The Redis backend of one provider: its connection, subscriber and watchdog.
+///
+/// Every entry point ([`LockBackend::acquire`], `inspect`, [`HeldLock::release`], the
+/// provider's `ping`) may run on any runtime: the connections are made again and the watchdog
+/// started again on the current runtime when the runtime they ran on has shut down.
 #[derive(Debug)]
 pub(crate) struct RedisBackend {
     settings: Arc<Settings>,
     store: Arc<Store>,
-    subscriber: Subscriber,
+    subscriber: Arc<Subscriber>,
     watchdog: Arc<Watchdog>,
+    keyspace: Arc<Keyspace>,
     yielding: Arc<Yielding>,
 }
 
 impl RedisBackend {
     pub(crate) fn new(settings: Settings) -> Result<Self> {
-        let store = Store::new(&settings)?;
-        let subscriber = Subscriber::new(&settings).map_err(|error| {
-            Error::invalid_config(BACKEND, format!("the URL {:?} cannot be used: {error}", settings.url))
+        let store = Arc::new(Store::new(&settings)?);
+        let keyspace = Arc::new(Keyspace::new(settings.connection.redis_settings().db()));
+        let suspects = Arc::new(Suspects::default());
+        let subscriber = Subscriber::new(&settings, Arc::clone(&keyspace), Arc::clone(&suspects)).map_err(|error| {
+            Error::invalid_config(BACKEND, format!("the server {} cannot be used: {error}", settings.address))
         })?;
+        let settings = Arc::new(settings);
         Ok(Self {
-            settings: Arc::new(settings),
-            store: Arc::new(store),
-            subscriber,
-            watchdog: Arc::new(Watchdog::default()),
+            watchdog: Arc::new(Watchdog::new(&store, Arc::clone(&settings), suspects)),
+            settings,
+            store,
+            subscriber: Arc::new(subscriber),
+            keyspace,
             yielding: Arc::new(Yielding::default()),
         })
     }
@@ -134,6 +147,12 @@ impl RedisBackend {
 
     pub(crate) fn store(&self) -> &Store {
         &self.store
+    }
+
+    /// Starts what runs in the background on the current runtime if it is not running (the
+    /// runtime it ran on may have shut down); the connections see to themselves.
+    pub(crate) fn ensure_background(&self) {
+        self.watchdog.ensure_running();
     }
 
     pub(crate) fn watchdog(&self) -> &Watchdog {
@@ -152,17 +171,22 @@ impl RedisBackend {
         }
     }
 
-    async fn acquire_inner(&self, request: AcquireRequest) -> Result<Option<Grant>> {
-        let lock = request.lock;
-        let keys = LockKeys::new(&self.settings.prefix, &lock);
-        let queueing = self.queueing(request.deadline.may_wait());
+    /// Who acquisition `attempt` is, in the scripts' terms.
+    fn contender(&self, keys: &LockKeys, attempt: Uuid, queueing: Queueing) -> Contender {
         // The record's value: unique to this acquisition, and saying who took it.
-        let owner = OwnerMeta::current(request.attempt).encode();
+        let owner = OwnerMeta::current(attempt).encode();
         // A queued waiter's entry names its provider's wake channel, where the release that
         // makes it its turn addresses it (see Subscriber).
         let member = if queueing.join { format!("{}\n{owner}", self.subscriber.wake_channel()) } else { String::new() };
-        let void = keys.void(&request.attempt.simple().to_string());
-        let contender = Contender { owner, member, void };
+        Contender { owner, member, void: keys.void(&attempt.simple().to_string()) }
+    }
+
+    async fn acquire_inner(&self, request: &AcquireRequest) -> Result<Option<Grant>> {
+        self.ensure_background();
+        let lock = request.lock.clone();
+        let keys = LockKeys::new(&self.settings.prefix, &lock);
+        let queueing = self.queueing(request.deadline.may_wait());
+        let mut contender = self.contender(&keys, request.attempt, queueing);
         let mut doubt =
             Doubt::new(Arc::clone(&self.store), lock.clone(), keys.clone(), contender.clone(), &self.settings);
         let mut interest: Option<Interest> = None;
@@ -186,11 +210,20 @@ impl RedisBackend {
             if let Some(interest) = interest.as_mut() {
                 interest.arm();
             }
+            if failing_since.is_none() && !self.store.is_connected() {
+                // A wait that ends before the first connection is made ends on a store that
+                // could not be reached (a failure of a try, noted below, says more); an
+                // answer clears this.
+                request.note_failure(Error::connection(BACKEND, Some(&lock), Failure::NotConnected));
+            }
             let sent_at = Instant::now();
             doubt.in_flight = true;
             doubt.queued |= queueing.join;
             let reply = self.store.acquire(&lock, &keys, &contender, self.settings.lease_millis(), queueing).await;
             doubt.in_flight = false;
+            if reply.is_ok() {
+                request.note_reached();
+            }
             let lease_left = match reply {
                 Ok(AcquireReply::Granted(token)) => {
                     doubt.settled();
@@ -209,11 +242,25 @@ impl RedisBackend {
                     refusal.left
                 }
                 Ok(AcquireReply::Void) => {
-                    return Err(Error::backend(
-                        BACKEND,
-                        Some(&lock),
-                        "this acquisition was abandoned and cannot be granted",
-                    ));
+                    // This owner id was voided (an abandon of it ran), so it can never be
+                    // granted; a fresh id is a fresh acquisition, which can. Nothing of the
+                    // voided one is left: the abandon freed its grant and its queue entry.
+                    tracing::warn!("this acquisition's owner id was voided; asking again with a fresh one");
+                    doubt.settled();
+                    contender = self.contender(&keys, Uuid::new_v4(), queueing);
+                    doubt = Doubt::new(
+                        Arc::clone(&self.store),
+                        lock.clone(),
+                        keys.clone(),
+                        contender.clone(),
+                        &self.settings,
+                    );
+                    if queueing.join {
+                        // Its registration names the voided queue member.
+                        interest = None;
+                    }
+                    refused = None;
+                    continue;
                 }
                 Err(error) if error.is_retryable() => {
                     doubt.ambiguous = true;
@@ -224,6 +271,8 @@ impl RedisBackend {
                         return Err(error);
                     }
                     tracing::debug!(%error, "acquire call failed; retrying with the same owner id");
+                    // A wait that ends now ends on this failure.
+                    request.note_failure(error);
                     tokio::time::sleep(backoff.next_delay().min(remaining(request.deadline))).await;
                     continue;
                 }
@@ -255,18 +304,18 @@ impl RedisBackend {
             // Wake on the release message; else when the holder's lease runs out (a holder
             // that died publishes nothing); poll while wake-ups cannot be trusted.
             let fallback = match (interest.is_live(), lease_left) {
-                (true, Some(left)) => left + Duration::from_millis(1),
+                (true, Some(left)) => left.saturating_add(Duration::from_millis(1)),
                 (true, None) => self.settings.renew_every,
                 (false, _) => POLL,
             };
             let wait = fallback.min(self.settings.lease).min(remaining(request.deadline));
             let span = tracing::debug_span!("lockkit.wait", backend = BACKEND, at_most = ?wait);
             async {
-                let mut until = Instant::now() + wait;
+                let mut until = deadline_after(Instant::now(), wait);
                 // Another waiter's turn: look again only once its hand-over may have
                 // expired unconfirmed (its process died), which the next try then finds out.
                 while interest.wait(until.saturating_duration_since(Instant::now())).await == Woken::OthersTurn {
-                    until = until.min(Instant::now() + self.settings.claim_window);
+                    until = until.min(deadline_after(Instant::now(), self.settings.claim_window));
                 }
             }
             .instrument(span)
@@ -294,13 +343,15 @@ impl RedisBackend {
     fn hold(&self, lock: LockName, keys: LockKeys, owner: String, taken: Taken, contended: bool) -> Grant {
         let Taken { token, valid_until, handed_over } = taken;
         let signal = HoldSignal::new(BACKEND, lock.clone(), Some(valid_until));
-        let id = self.watchdog.register(keys.lock.clone(), owner.clone(), signal.clone(), &self.store, &self.settings);
+        let id = self.watchdog.register(keys.lock.clone(), owner.clone(), signal.clone());
         if handed_over {
-            self.watchdog.confirm(id, &self.store, &self.settings);
+            self.watchdog.confirm(id);
         }
+        let record = self.watch_record(&keys.lock);
         let held = RedisHeld {
             store: Arc::clone(&self.store),
             watchdog: Arc::clone(&self.watchdog),
+            record,
             yielding: (contended && !self.settings.fair).then(|| Arc::clone(&self.yielding)),
             lock,
             keys,
@@ -308,6 +359,28 @@ impl RedisBackend {
             id,
         };
         Grant::new(token, signal, Box::new(held))
+    }
+
+    /// Subscribes the keyspace channel of a held record in the background, when the server
+    /// publishes deletions (see the `keyspace` module); nothing when it is known not to.
+    fn watch_record(&self, key: &str) -> Option<Arc<RecordWatch>> {
+        if self.keyspace.fresh() == Some(false) {
+            return None;
+        }
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        let watch = Arc::new(RecordWatch::default());
+        let (keyspace, store, subscriber) =
+            (Arc::clone(&self.keyspace), Arc::clone(&self.store), Arc::clone(&self.subscriber));
+        let (channel, slot) = (self.keyspace.channel(key), Arc::clone(&watch));
+        let task = async move {
+            if !keyspace.publishes_deletions(&store).await || slot.has_ended() {
+                return;
+            }
+            slot.keep(subscriber.watch(&channel).await);
+        };
+        let span = tracing::debug_span!("lockkit.redis.watch_record", key);
+        drop(runtime.spawn(task.instrument(span)));
+        Some(watch)
     }
 }
 
@@ -346,10 +419,10 @@ fn handover_deadline(
         return None;
     }
     let server_gap = Duration::from_millis(handover.server_ms.saturating_sub(mark.server_ms).saturating_sub(1));
-    let span = server_gap.min(now.saturating_duration_since(sent_at)) + window;
+    let span = server_gap.min(now.saturating_duration_since(sent_at)).saturating_add(window);
     let (drift, lease) = drift_per_lease;
     let valid_until = lease_deadline(sent_at, span, scaled_drift(drift, lease, span));
-    (valid_until > now + window / 4).then_some(valid_until)
+    (valid_until > deadline_after(now, window / 4)).then_some(valid_until)
 }
 
 /// The drift margin for a lease of `span`, given the margin `drift` configured for `lease`:
@@ -357,7 +430,7 @@ fn handover_deadline(
 /// granularity.
 fn scaled_drift(drift: Duration, lease: Duration, span: Duration) -> Duration {
     let scaled = drift.as_nanos().saturating_mul(span.as_nanos()) / lease.as_nanos().max(1);
-    Duration::from_nanos(u64::try_from(scaled).unwrap_or(u64::MAX)) + Duration::from_millis(2)
+    Duration::from_nanos(u64::try_from(scaled).unwrap_or(u64::MAX)).saturating_add(Duration::from_millis(2))
 }
 
 /// The time left until `deadline` (a day when there is none, which no wait reaches).
@@ -377,7 +450,6 @@ impl LockBackend for RedisBackend {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             fair: self.settings.fair,
-            fencing: true,
             fencing_survives_restart: true,
             lease: true,
             lease_renewal: true,
@@ -385,15 +457,21 @@ impl LockBackend for RedisBackend {
             inspect: true,
             waiter_count: self.settings.fair,
             cross_process: true,
+            ..Capabilities::NONE
         }
+    }
+
+    fn address(&self) -> Option<String> {
+        Some(self.settings.address.clone())
     }
 
     async fn acquire(&self, request: AcquireRequest) -> Result<Option<Grant>> {
         let span = tracing::debug_span!("lockkit.redis.acquire", attempt = %request.attempt);
-        self.acquire_inner(request).instrument(span).await
+        self.acquire_inner(&request).instrument(span).await
     }
 
     async fn inspect(&self, lock: &LockName) -> Result<LockInfo> {
+        self.ensure_background();
         self.store.inspect(lock, &LockKeys::new(&self.settings.prefix, lock), self.settings.fair).await
     }
 }
@@ -403,6 +481,9 @@ impl LockBackend for RedisBackend {
 /// may have joined it. Dropped with either, it abandons the acquisition in the background.
 struct Doubt {
     store: Arc<Store>,
+    /// The runtime the acquisition runs on: where an abandon goes when the acquisition is
+    /// dropped outside every runtime.
+    runtime: Option<tokio::runtime::Handle>,
     lock: LockName,
     keys: LockKeys,
     contender: Contender,
@@ -418,7 +499,8 @@ impl Doubt {
         // The void marker outlives any try that can still be on its way: several leases,
         // and at least a minute.
         let void_ms = settings.lease_millis().saturating_mul(4).max(60_000);
-        Self { store, lock, keys, contender, void_ms, in_flight: false, ambiguous: false, queued: false }
+        let runtime = tokio::runtime::Handle::try_current().ok();
+        Self { store, runtime, lock, keys, contender, void_ms, in_flight: false, ambiguous: false, queued: false }
     }
 
     /// The acquisition was granted, or ended cleanly: nothing to abandon.
@@ -457,7 +539,7 @@ impl Drop for Doubt {
         if !(self.in_doubt() || self.queued) {
             return;
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        let Some(runtime) = tokio::runtime::Handle::try_current().ok().or_else(|| self.runtime.take()) else {
             tracing::warn!(lock = %self.lock, "an acquisition in doubt was dropped outside a runtime; a hold it may have taken expires with its lease");
             return;
         };
@@ -473,7 +555,7 @@ impl Drop for Doubt {
         let task = async move {
             let mut backoff = Backoff::up_to(RETRY_MAX);
             // Keep trying for a lease: past it, any hold the acquisition took has expired.
-            let give_up = Instant::now() + give_up_after;
+            let give_up = deadline_after(Instant::now(), give_up_after);
             loop {
                 match store.abandon(&lock, &keys, &contender, void_ms).await {
                     Ok(freed) => {
@@ -499,6 +581,8 @@ impl Drop for Doubt {
 struct RedisHeld {
     store: Arc<Store>,
     watchdog: Arc<Watchdog>,
+    /// The keyspace subscription of the record, when the server publishes its deletion.
+    record: Option<Arc<RecordWatch>>,
     /// Set when the acquisition had to wait: the release then makes this provider's next
     /// acquisition of the lock queue up behind the waiters.
     yielding: Option<Arc<Yielding>>,
@@ -512,6 +596,13 @@ struct RedisHeld {
 impl HeldLock for RedisHeld {
     async fn release(self: Box<Self>) -> Result<()> {
         self.watchdog.forget(self.id);
+        if let Some(record) = &self.record {
+            record.end();
+        }
+        // This may run on another runtime than the grant (lockkit's release thread, say): the
+        // provider's other holds are renewed from here if their renewal task went with its
+        // runtime.
+        self.watchdog.ensure_running();
         let mut backoff = Backoff::up_to(RETRY_MAX);
         let mut ambiguous = false;
         let mut tries = 0;

@@ -1,28 +1,33 @@
-//! The provider: a connected client of one Redis server that hands out lock handles.
+//! The provider: a client of one Redis server that hands out lock handles.
 
+use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockkit_core::backend::LockBackend;
+use lockkit_core::config::{ConnectFuture, StoreUrl};
 use lockkit_core::{LockName, LockProvider, Result};
 
 use crate::builder::{RedisLockProviderBuilder, Settings};
 use crate::keys::LockKeys;
 use crate::lock::RedisBackend;
 
-/// A client of one Redis server (or one Redis Cluster slot owner per lock), handing out
-/// [`DistributedLock`](lockkit_core::DistributedLock) handles through [`LockProvider`].
+/// A client of one Redis server (or one Redis Cluster slot owner per lock): a
+/// [`LockProvider`] with the Redis extras.
 ///
+/// It dereferences to [`LockProvider`], so `provider.lock(name)` works directly, and converts
+/// into one with `LockProvider::from` (for code that picks its backend at run time).
 /// Cheap to clone: clones share one command connection, one pub/sub connection for the
 /// wake-ups of all their waiters, and one watchdog renewing all their holds. Separate
 /// providers are separate owners, as separate processes would be.
 ///
+/// Made by [`RedisLockProvider::builder`] (checks every setting, connects on first use) or by
+/// [`RedisLockProvider::connect`] (connects at once).
+///
 /// ```no_run
-/// use lockkit_core::{DistributedLock, LockProvider};
 /// use lockkit_redis::RedisLockProvider;
 ///
 /// # async fn run() -> lockkit_core::Result<()> {
-/// let locks = RedisLockProvider::new("redis://127.0.0.1:6379")?;
+/// let locks = RedisLockProvider::connect("redis://127.0.0.1:6379/0?lease=10s").await?;
 /// let guard = locks.lock("orders/42")?.acquire().await?;
 /// println!("holding orders/42 with token {}", guard.token());
 /// guard.release().await?;
@@ -30,42 +35,40 @@ use crate::lock::RedisBackend;
 /// ```
 #[derive(Clone, Debug)]
 pub struct RedisLockProvider {
+    provider: LockProvider,
     backend: Arc<RedisBackend>,
 }
 
 impl RedisLockProvider {
-    /// A provider for the server at `url` with the default settings (30 s lease, renewed
-    /// every 10 s, keys under `lockkit:`). Nothing connects until the first operation.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) for a URL that cannot be used.
-    pub fn new(url: impl Into<String>) -> Result<Self> {
-        Self::builder().url(url).build()
-    }
-
-    /// A provider for the server at `url` with the default settings, checked by one PING:
-    /// the same shape as the other backends' `connect`, for code that selects a backend by
-    /// URL.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) for a URL that cannot be
-    /// used; a retryable [`Error::Connection`](lockkit_core::Error::Connection) when the
-    /// server does not answer.
-    pub async fn connect(url: impl Into<String>) -> Result<Self> {
-        let provider = Self::new(url)?;
-        provider.ping().await?;
-        Ok(provider)
-    }
-
-    /// A builder for every setting.
+    /// A builder for every setting; its `build` is synchronous and makes no connection.
     pub fn builder() -> RedisLockProviderBuilder {
         RedisLockProviderBuilder::default()
     }
 
+    /// Connects to the server that `url` names, with the URL's options
+    /// (`redis://[user[:password]@]host[:port][/db][?lease=10s&…]`, see
+    /// [`OPTIONS`](crate::OPTIONS)), and checks it answers one PING.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) for a URL or an option
+    /// that cannot be used; a retryable [`Error::Connection`](lockkit_core::Error::Connection)
+    /// naming the server when it does not answer within the response timeout; an
+    /// [`Error::Backend`](lockkit_core::Error::Backend) when it refuses (a wrong password).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future leaves nothing behind but a connection, closed with
+    /// the provider.
+    pub async fn connect(url: &str) -> Result<Self> {
+        let provider = RedisLockProviderBuilder::from_url(&StoreUrl::parse(url)?)?.build()?;
+        provider.ping().await?;
+        Ok(provider)
+    }
+
     pub(crate) fn from_settings(settings: Settings) -> Result<Self> {
-        Ok(Self { backend: Arc::new(RedisBackend::new(settings)?) })
+        let backend = Arc::new(RedisBackend::new(settings)?);
+        Ok(Self { provider: LockProvider::new(backend.clone()), backend })
     }
 
     /// The lease of this provider's holds.
@@ -79,8 +82,8 @@ impl RedisLockProvider {
     }
 
     /// The key of a lock's record, for operators looking at the server (`redis-cli GET`):
-    /// it holds the current hold's owner line (attempt id, host, pid, start time in Unix
-    /// milliseconds), with the remaining lease as its TTL.
+    /// it holds the current hold's owner line (`lockkit1`, attempt id, host, pid, start time
+    /// in Unix milliseconds), with the remaining lease as its TTL.
     pub fn record_key(&self, lock: &LockName) -> String {
         LockKeys::new(&self.backend.settings().prefix, lock).lock
     }
@@ -95,10 +98,18 @@ impl RedisLockProvider {
     ///
     /// # Errors
     ///
-    /// A retryable [`Error::Connection`](lockkit_core::Error::Connection) when the server
-    /// cannot be reached within the response timeout.
+    /// A retryable [`Error::Connection`](lockkit_core::Error::Connection) naming the server
+    /// when it cannot be reached within the response timeout; an
+    /// [`Error::Backend`](lockkit_core::Error::Backend) when it refuses the connection (a
+    /// wrong password, say).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a PING changes nothing.
     pub async fn ping(&self) -> Result<()> {
-        self.backend.store().ping().await
+        self.backend.ensure_background();
+        let address = &self.backend.settings().address;
+        self.backend.store().ping().await.map_err(|error| error.with_server(Some(address)))
     }
 
     /// Renewal counters of the watchdog: ticks run, pipelines sent, holds renewed.
@@ -110,6 +121,20 @@ impl RedisLockProvider {
             round_trips: stats.round_trips.load(Relaxed),
             renewed: stats.renewed.load(Relaxed),
         }
+    }
+}
+
+impl Deref for RedisLockProvider {
+    type Target = LockProvider;
+
+    fn deref(&self) -> &LockProvider {
+        &self.provider
+    }
+}
+
+impl From<RedisLockProvider> for LockProvider {
+    fn from(provider: RedisLockProvider) -> LockProvider {
+        provider.provider
     }
 }
 
@@ -127,8 +152,12 @@ pub struct RenewalStats {
     pub renewed: u64,
 }
 
-impl LockProvider for RedisLockProvider {
-    fn backend(&self) -> Arc<dyn LockBackend> {
-        self.backend.clone()
-    }
+/// The `connect` of [`SCHEME`](crate::SCHEME): options from the URL, every setting checked,
+/// one PING.
+pub(crate) fn connect_url(url: StoreUrl) -> ConnectFuture {
+    Box::pin(async move {
+        let provider = RedisLockProviderBuilder::from_url(&url)?.build()?;
+        provider.ping().await?;
+        Ok(LockProvider::from(provider))
+    })
 }

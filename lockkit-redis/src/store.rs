@@ -5,19 +5,25 @@
 //! connection fails with a retryable [`Error::Connection`] whose outcome is **unknown**:
 //! the script may have run. Callers resolve that by owner id, never by a blind retry of a
 //! write (see `lock.rs`).
+//!
+//! The connection's driver task runs on the runtime that made it. When that runtime shuts
+//! down, the connection goes with it, and the next command makes a new one on the runtime it
+//! runs on (lockkit's release thread included): a provider works from any runtime.
 
 use std::future::Future;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
-use lockkit_core::{Error, FencingToken, HolderInfo, LockInfo, LockName, OwnerMeta, Result};
+use lockkit_core::backend::{HolderInfo, LockInfo, OwnerMeta};
+use lockkit_core::{Error, FencingToken, LockName, Result};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{ErrorKind, RedisError, Script, ScriptInvocation, ServerErrorKind, Value};
-use tokio::sync::OnceCell;
 
 use crate::BACKEND;
 use crate::builder::Settings;
+use crate::error::Failure;
 use crate::keys::LockKeys;
+use crate::util::{Home, lock};
 
 /// The acquire script's source, with the wait queue's functions in front (they are shared
 /// by the scripts that touch the queue).
@@ -112,42 +118,74 @@ impl Ownership {
 #[derive(Debug)]
 pub(crate) struct Store {
     client: redis::Client,
-    connection: OnceCell<ConnectionManager>,
+    /// The connection and the runtime its driver runs on; made on first use, and again when
+    /// that runtime has shut down.
+    link: Mutex<Option<Arc<Link>>>,
+    /// Taken while a connection is being made, so that one is made at a time.
+    building: tokio::sync::Mutex<()>,
     response_timeout: Duration,
     /// The claim window of hand-overs, in milliseconds.
     claim_ms: u64,
+}
+
+/// A connection and the runtime it belongs to.
+#[derive(Debug)]
+struct Link {
+    connection: ConnectionManager,
+    home: Home,
 }
 
 impl Store {
     /// A store for the given settings; nothing is connected until the first command.
     pub(crate) fn new(settings: &Settings) -> Result<Self> {
         let client = crate::client::open(settings, settings.connection.clone()).map_err(|error| {
-            Error::invalid_config(BACKEND, format!("the URL {:?} cannot be used: {error}", settings.url))
+            Error::invalid_config(BACKEND, format!("the server {} cannot be used: {error}", settings.address))
         })?;
         Ok(Self {
             client,
-            connection: OnceCell::new(),
+            link: Mutex::new(None),
+            building: tokio::sync::Mutex::new(()),
             response_timeout: settings.response_timeout,
             claim_ms: settings.claim_millis(),
         })
     }
 
-    /// The connection, made on first use. A failed attempt leaves nothing behind, so the
-    /// next command tries again.
+    /// The connection, if one was made on a runtime that still runs.
+    fn live(&self) -> Option<ConnectionManager> {
+        lock(&self.link).as_ref().filter(|link| !link.home.is_gone()).map(|link| link.connection.clone())
+    }
+
+    /// Whether a connection was made (on a runtime that still runs); it may be reconnecting.
+    pub(crate) fn is_connected(&self) -> bool {
+        self.live().is_some()
+    }
+
+    /// The connection: made on first use, and made again on the current runtime when the
+    /// runtime it ran on has shut down. A failed attempt leaves nothing behind, so the next
+    /// command tries again.
     async fn connection(&self) -> std::result::Result<ConnectionManager, RedisError> {
-        let connection = self
-            .connection
-            .get_or_try_init(|| {
-                let config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(self.response_timeout))
-                    .set_response_timeout(Some(self.response_timeout))
-                    .set_number_of_retries(2)
-                    .set_min_delay(Duration::from_millis(20))
-                    .set_max_delay(Duration::from_millis(500));
-                self.client.get_connection_manager_with_config(config)
-            })
-            .await?;
-        Ok(connection.clone())
+        if let Some(connection) = self.live() {
+            return Ok(connection);
+        }
+        let _building = self.building.lock().await;
+        if let Some(connection) = self.live() {
+            return Ok(connection);
+        }
+        let Some(home) = Home::here() else {
+            return Err(RedisError::from((ErrorKind::Io, "no Tokio runtime is running on this thread")));
+        };
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.response_timeout))
+            .set_response_timeout(Some(self.response_timeout))
+            .set_number_of_retries(2)
+            .set_min_delay(Duration::from_millis(20))
+            .set_max_delay(Duration::from_millis(500));
+        let connection = self.client.get_connection_manager_with_config(config).await?;
+        let previous = lock(&self.link).replace(Arc::new(Link { connection: connection.clone(), home }));
+        if previous.is_some() {
+            tracing::debug!("the runtime of the command connection shut down; connected again on this one");
+        }
+        Ok(connection)
     }
 
     /// Runs `command` on the connection within the response timeout.
@@ -157,13 +195,8 @@ impl Store {
         Fut: Future<Output = std::result::Result<T, RedisError>>,
     {
         if tokio::runtime::Handle::try_current().is_err() {
-            // A guard dropped after its runtime ended lands here: without a runtime there is
-            // no timer and no socket, and the lease frees the lock instead.
-            return Err(Error::connection(
-                BACKEND,
-                lock,
-                "no Tokio runtime is running in this thread; the lease will free the lock",
-            ));
+            // Without a runtime there is no timer and no socket; the lease frees the lock.
+            return Err(Error::connection(BACKEND, lock, Failure::NoRuntime));
         }
         let attempt = async {
             let connection = self.connection().await?;
@@ -172,11 +205,7 @@ impl Store {
         match tokio::time::timeout(self.response_timeout, attempt).await {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(error)) => Err(map_error(error, lock)),
-            Err(_) => Err(Error::connection(
-                BACKEND,
-                lock,
-                format!("no reply within the response timeout of {:?}; the outcome is unknown", self.response_timeout),
-            )),
+            Err(_) => Err(Error::connection(BACKEND, lock, Failure::NoReply(self.response_timeout))),
         }
     }
 
@@ -209,7 +238,10 @@ impl Store {
                 Err(_) => Err(Error::backend(
                     BACKEND,
                     Some(lock),
-                    format!("the fence counter {} holds {value}, which is not a valid token", keys.fence),
+                    Failure::UnexpectedReply {
+                        command: "the acquire script",
+                        reply: format!("the token {value} from the fence counter {}", keys.fence),
+                    },
                 )),
             },
             0 => Ok(AcquireReply::Busy(Refusal {
@@ -318,7 +350,10 @@ impl Store {
             return Err(Error::backend(
                 BACKEND,
                 Some(lock),
-                format!("the inspect script answered {reply:?}, not [owner, pttl, token, waiters]"),
+                Failure::UnexpectedReply {
+                    command: "the inspect script",
+                    reply: format!("{reply:?} instead of [owner, pttl, token, waiters]"),
+                },
             ));
         };
         let waiters = redis::from_redis_value_ref::<u64>(waiters).ok().and_then(|n| usize::try_from(n).ok());
@@ -326,7 +361,7 @@ impl Store {
         let text = |value: &Value| redis::from_redis_value_ref::<String>(value).ok();
         let owner = text(owner).unwrap_or_default();
         if owner.is_empty() {
-            return Ok(LockInfo::new(None, waiters));
+            return Ok(LockInfo::new(Vec::new(), waiters));
         }
         let token = FencingToken::new(text(token).and_then(|t| t.parse::<u64>().ok()).unwrap_or(0));
         // Records written by lockkit carry who took them; anything else is shown as is.
@@ -339,7 +374,34 @@ impl Store {
         {
             holder = holder.with_lease_left(Duration::from_millis(left));
         }
-        Ok(LockInfo::new(Some(holder), waiters))
+        Ok(LockInfo::new(vec![holder], waiters))
+    }
+
+    /// Reads the records at `keys` in one pipeline (one `GET` each, so that it runs unchanged
+    /// on Redis Cluster): their values, in order, `None` where there is none.
+    pub(crate) async fn records(&self, keys: &[&str]) -> Result<Vec<Option<String>>> {
+        let mut pipeline = redis::pipe();
+        for key in keys {
+            pipeline.cmd("GET").arg(*key);
+        }
+        self.run(None, |mut connection| async move { pipeline.query_async(&mut connection).await }).await
+    }
+
+    /// The server's `notify-keyspace-events` flags (`CONFIG GET`).
+    pub(crate) async fn keyspace_events(&self) -> Result<String> {
+        let reply: Vec<String> = self
+            .run(None, |mut connection| async move {
+                redis::cmd("CONFIG").arg("GET").arg("notify-keyspace-events").query_async(&mut connection).await
+            })
+            .await?;
+        match reply.as_slice() {
+            [_, flags] => Ok(flags.clone()),
+            _ => Err(Error::backend(
+                BACKEND,
+                None,
+                Failure::UnexpectedReply { command: "CONFIG GET notify-keyspace-events", reply: format!("{reply:?}") },
+            )),
+        }
     }
 
     /// One PING: the raw round trip the benchmarks compare against.

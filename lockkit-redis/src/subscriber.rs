@@ -16,13 +16,22 @@
 //! - The caller bounds every wait by the holder's remaining lease, so a holder that died is
 //!   noticed when its key expires even though no message is ever sent for an expiry.
 //!
+//! The connection, its push routing and its keeper run on the runtime that made them (a
+//! [`Link`]). When that runtime shuts down they go with it: the next wait makes a new link
+//! on its own runtime and subscribes again there (each channel remembers the link it is
+//! subscribed on), and waiters that were waiting meanwhile wake up to look again.
+//!
+//! The same connection carries the keyspace channels of held records, where the server
+//! publishes them (see the `keyspace` module): their events and their (re)confirmed
+//! subscriptions make the record a suspect for the watchdog to read.
+//!
 //! Addressed wake-ups for the fair lock: each provider also listens on a wake channel of its
 //! own, named in the queue entries of its waiters. The release of a fair lock with waiters
 //! hands the lock over to the head of the queue and tells it so there, with the grant's token
 //! and server time ([`Woken::HandedOver`]); it tells the next two that it is another's turn
 //! ([`Woken::OthersTurn`]): they look again only if that hand-over may expire unconfirmed. No
 //! other provider hears of it, so a hand-off wakes one waiter, not all. The wake channel is
-//! subscribed once per provider and kept; queued waiters register by queue member
+//! subscribed once per provider and link, and kept; queued waiters register by queue member
 //! ([`Subscriber::watch_queued`]), at no cost once it is subscribed.
 //!
 //! Fairness of the unfair lock: Redis (7.0) delivers a message to a channel's subscribers in the order they
@@ -33,17 +42,18 @@
 //! the back of the delivery order and the waiters that waited longest are woken first.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{PushInfo, PushKind, Value};
-use tokio::sync::{OnceCell, watch};
+use tokio::sync::watch;
 use uuid::Uuid;
 
 use crate::builder::Settings;
-use crate::util::lock;
+use crate::keyspace::{Keyspace, Suspects};
+use crate::util::{Home, lock};
 
 /// How often a dead subscriber connection is poked so that it reconnects.
 const KEEPER_INTERVAL: Duration = Duration::from_millis(200);
@@ -86,9 +96,9 @@ pub(crate) struct Handover {
 #[derive(Debug)]
 pub(crate) struct Subscriber {
     client: redis::Client,
-    connection: OnceCell<ConnectionManager>,
     shared: Arc<Shared>,
-    response_timeout: Duration,
+    /// Taken while a link is being made, so that one is made at a time.
+    building: tokio::sync::Mutex<()>,
 }
 
 #[derive(Debug)]
@@ -96,18 +106,40 @@ struct Shared {
     channels: Mutex<HashMap<String, Arc<Channel>>>,
     /// Bumped whenever messages may have been missed by every channel at once.
     epoch: watch::Sender<u64>,
-    /// Whether the connection is believed up (false from a `Disconnection` push until the
-    /// next confirmation or reply).
-    connected: AtomicBool,
-    keeper_running: AtomicBool,
-    /// The connection, for the keeper. Held here, where only the provider's side keeps it
-    /// alive, so that dropping the provider closes the connection.
-    connection: std::sync::OnceLock<ConnectionManager>,
+    /// The current link. Held here, where only the provider's side keeps it alive, so that
+    /// dropping the provider closes the connection.
+    link: Mutex<Option<Arc<Link>>>,
+    /// The generation of the last link made; links count from 1, and 0 means "none".
+    generations: AtomicU64,
     /// This provider's wake channel, subscribed at the first queued wait and kept.
     wake_channel: Arc<Channel>,
     /// The queued waiters of this provider by queue member, and the senders of their
     /// wake-ups.
     queued: Mutex<HashMap<String, watch::Sender<Wake>>>,
+    response_timeout: Duration,
+    /// The names of the record channels.
+    keyspace: Arc<Keyspace>,
+    /// Where the events of record channels go.
+    suspects: Arc<Suspects>,
+}
+
+/// One pub/sub connection, on the runtime that made it (where its driver, its push routing
+/// and its keeper run).
+#[derive(Debug)]
+struct Link {
+    connection: ConnectionManager,
+    home: Home,
+    state: Arc<LinkState>,
+}
+
+/// What the pushes of one link tell, shared with its push router and its keeper.
+#[derive(Debug)]
+struct LinkState {
+    generation: u64,
+    /// Whether the connection is believed up (false from a `Disconnection` push until the
+    /// next confirmation or reply).
+    connected: AtomicBool,
+    keeper_running: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -117,47 +149,64 @@ struct Channel {
     interest: Mutex<usize>,
     /// Sent on every message and every (re)confirmed subscription.
     wake: watch::Sender<Wake>,
-    /// Whether the server confirmed the subscription; the async lock orders SUBSCRIBE and
-    /// UNSUBSCRIBE of one channel.
-    subscribed: tokio::sync::Mutex<bool>,
+    /// The generation of the link on which the server confirmed the subscription (0: not
+    /// subscribed); the async lock orders SUBSCRIBE and UNSUBSCRIBE of one channel.
+    subscribed: tokio::sync::Mutex<u64>,
     /// Set when the last waiter left: the next wait subscribes again, at the back of the
     /// server's delivery order.
     reposition: AtomicBool,
+    /// Whether the delivery order matters (a lock's channel), so that the channel is
+    /// repositioned; it does not for the wake channel and record channels.
+    repositions: bool,
+}
+
+impl Shared {
+    /// The current link, if it was made on a runtime that still runs.
+    fn live_link(&self) -> Option<Arc<Link>> {
+        lock(&self.link).as_ref().filter(|link| !link.home.is_gone()).cloned()
+    }
 }
 
 impl Subscriber {
     /// A subscriber on the server of `connection`; nothing connects before the first wait.
-    pub(crate) fn new(settings: &Settings) -> redis::RedisResult<Self> {
+    /// The events of record channels go to `suspects`.
+    pub(crate) fn new(
+        settings: &Settings,
+        keyspace: Arc<Keyspace>,
+        suspects: Arc<Suspects>,
+    ) -> redis::RedisResult<Self> {
         let connection = &settings.connection;
         let resp3 = connection.redis_settings().clone().set_protocol(redis::ProtocolVersion::RESP3);
         let client = crate::client::open(settings, connection.clone().set_redis_settings(resp3))?;
-        let response_timeout = settings.response_timeout;
         let (epoch, _) = watch::channel(0);
-        let wake_channel = Channel::new(format!("{}:wake:{}", settings.prefix, Uuid::new_v4().simple()));
+        let wake_channel = Channel::new(format!("{}:wake:{}", settings.prefix, Uuid::new_v4().simple()), false);
         Ok(Self {
             client,
-            connection: OnceCell::new(),
             shared: Arc::new(Shared {
                 channels: Mutex::new(HashMap::new()),
                 epoch,
-                connected: AtomicBool::new(true),
-                keeper_running: AtomicBool::new(false),
-                connection: std::sync::OnceLock::new(),
+                link: Mutex::new(None),
+                generations: AtomicU64::new(0),
                 wake_channel: Arc::new(wake_channel),
                 queued: Mutex::new(HashMap::new()),
+                response_timeout: settings.response_timeout,
+                keyspace,
+                suspects,
             }),
-            response_timeout,
+            building: tokio::sync::Mutex::new(()),
         })
     }
 
-    /// Registers interest in `channel` and subscribes to it unless this provider already
-    /// is. When subscribing fails the interest is still returned, not live, and the waiter
-    /// polls instead.
+    /// Registers interest in `channel` (a lock's channel, or a record's keyspace channel) and
+    /// subscribes to it unless this provider already is. When subscribing fails the interest
+    /// is still returned, not live, and the waiter polls instead.
     pub(crate) async fn watch(&self, channel: &str) -> Interest {
         let entry = {
             let mut channels = lock(&self.shared.channels);
-            let entry =
-                channels.entry(channel.to_owned()).or_insert_with(|| Arc::new(Channel::new(channel.to_owned())));
+            let repositions = self.shared.keyspace.key_of(channel).is_none();
+            let entry = channels
+                .entry(channel.to_owned())
+                .or_insert_with(|| Arc::new(Channel::new(channel.to_owned(), repositions)));
             *lock(&entry.interest) += 1;
             Arc::clone(entry)
         };
@@ -167,7 +216,7 @@ impl Subscriber {
             channel: entry,
             member: None,
             owner: Arc::downgrade(&self.shared),
-            connection: None,
+            link: None,
             confirmed: false,
         };
         self.confirm(&mut interest).await;
@@ -184,9 +233,13 @@ impl Subscriber {
     /// registering then costs nothing, which suits a waiter's first try.
     pub(crate) async fn watch_queued(&self, member: &str, only_if_subscribed: bool) -> Option<Interest> {
         let channel = Arc::clone(&self.shared.wake_channel);
-        // Known subscribed, the registration is local: no lock is awaited, so that thousands
-        // of acquisitions at once do not queue on the channel's subscription lock.
-        let subscribed = channel.subscribed.try_lock().is_ok_and(|subscribed| *subscribed);
+        // Known subscribed on a live link, the registration is local: no lock is awaited, so
+        // that thousands of acquisitions at once do not queue on the channel's subscription
+        // lock.
+        let live = self.shared.live_link();
+        let subscribed = live.as_ref().is_some_and(|link| {
+            channel.subscribed.try_lock().is_ok_and(|subscribed| *subscribed == link.state.generation)
+        });
         if only_if_subscribed && !subscribed {
             return None;
         }
@@ -198,92 +251,141 @@ impl Subscriber {
             channel,
             member: Some(member.to_owned()),
             owner: Arc::downgrade(&self.shared),
-            connection: None,
+            link: None,
             confirmed: false,
         };
-        match self.connection.get() {
-            Some(connection) if subscribed => {
-                interest.connection = Some(connection.clone());
-                interest.confirmed = true;
-            }
-            _ => self.confirm(&mut interest).await,
+        if subscribed {
+            interest.link = live;
+            interest.confirmed = true;
+        } else {
+            self.confirm(&mut interest).await;
         }
         Some(interest)
     }
 
-    /// Subscribes the interest's channel unless it already is.
+    /// Subscribes the interest's channel on the current link unless it already is.
     async fn confirm(&self, interest: &mut Interest) {
-        let Ok(connection) = self.connection().await else {
-            return;
+        let link = match self.link().await {
+            Ok(link) => link,
+            Err(error) => {
+                tracing::debug!(%error, "the pub/sub connection could not be made; polling");
+                return;
+            }
         };
-        interest.connection = Some(connection.clone());
+        let generation = link.state.generation;
+        let response_timeout = self.shared.response_timeout;
         let mut subscribed = interest.channel.subscribed.lock().await;
-        if *subscribed && interest.channel.reposition.swap(false, Ordering::AcqRel) {
+        if *subscribed == generation && interest.channel.reposition.swap(false, Ordering::AcqRel) {
             // Back of the delivery order (see the module docs). Until the new confirmation the
             // interest is not live, and the caller tries again after this returns.
-            let mut connection = connection.clone();
-            let attempt = tokio::time::timeout(self.response_timeout, connection.unsubscribe(&interest.channel.name));
+            let mut connection = link.connection.clone();
+            let attempt = tokio::time::timeout(response_timeout, connection.unsubscribe(&interest.channel.name));
             if let Ok(Ok(())) = attempt.await {
-                *subscribed = false;
+                *subscribed = 0;
             }
         }
-        if !*subscribed {
-            let mut connection = connection;
-            let attempt = tokio::time::timeout(self.response_timeout, connection.subscribe(&interest.channel.name));
+        if *subscribed != generation {
+            let mut connection = link.connection.clone();
+            let attempt = tokio::time::timeout(response_timeout, connection.subscribe(&interest.channel.name));
             match attempt.await {
-                Ok(Ok(())) => *subscribed = true,
+                Ok(Ok(())) => *subscribed = generation,
                 Ok(Err(error)) => {
                     tracing::debug!(%error, channel = %interest.channel.name, "subscribing failed; polling")
                 }
                 Err(_) => tracing::debug!(channel = %interest.channel.name, "subscribing timed out; polling"),
             }
         }
-        interest.confirmed = *subscribed;
+        interest.confirmed = *subscribed == generation;
+        interest.link = Some(link);
     }
 
-    /// The pub/sub connection, made on first use; its pushes are routed by a `PushRouter`.
-    async fn connection(&self) -> redis::RedisResult<ConnectionManager> {
-        let connection = self
-            .connection
-            .get_or_try_init(|| async {
-                let config = ConnectionManagerConfig::new()
-                    .set_push_sender(PushRouter(Arc::downgrade(&self.shared)))
-                    .set_automatic_resubscription()
-                    .set_connection_timeout(Some(self.response_timeout))
-                    .set_response_timeout(Some(self.response_timeout))
-                    .set_number_of_retries(2)
-                    .set_min_delay(Duration::from_millis(20))
-                    .set_max_delay(Duration::from_millis(500));
-                let attempt =
-                    tokio::time::timeout(self.response_timeout, self.client.get_connection_manager_with_config(config));
-                let connection = match attempt.await {
-                    Ok(result) => result?,
-                    Err(_) => return Err(redis::RedisError::from((redis::ErrorKind::Io, "connecting timed out"))),
-                };
-                let _ = self.shared.connection.set(connection.clone());
-                Ok(connection)
-            })
-            .await?;
-        Ok(connection.clone())
+    /// The pub/sub link: made on first use, and made again on the current runtime when the
+    /// runtime the last one ran on has shut down. Its pushes are routed by a `PushRouter`.
+    async fn link(&self) -> redis::RedisResult<Arc<Link>> {
+        if let Some(link) = self.shared.live_link() {
+            return Ok(link);
+        }
+        let _building = self.building.lock().await;
+        if let Some(link) = self.shared.live_link() {
+            return Ok(link);
+        }
+        let Some(home) = Home::here() else {
+            return Err(redis::RedisError::from((redis::ErrorKind::Io, "no Tokio runtime is running on this thread")));
+        };
+        let generation = self.shared.generations.fetch_add(1, Ordering::AcqRel) + 1;
+        let state = Arc::new(LinkState {
+            generation,
+            connected: AtomicBool::new(true),
+            keeper_running: AtomicBool::new(false),
+        });
+        let response_timeout = self.shared.response_timeout;
+        let router = PushRouter { shared: Arc::downgrade(&self.shared), state: Arc::clone(&state) };
+        let config = ConnectionManagerConfig::new()
+            .set_push_sender(router)
+            .set_automatic_resubscription()
+            .set_connection_timeout(Some(response_timeout))
+            .set_response_timeout(Some(response_timeout))
+            .set_number_of_retries(2)
+            .set_min_delay(Duration::from_millis(20))
+            .set_max_delay(Duration::from_millis(500));
+        let attempt = tokio::time::timeout(response_timeout, self.client.get_connection_manager_with_config(config));
+        let connection = match attempt.await {
+            Ok(result) => result?,
+            Err(_) => return Err(redis::RedisError::from((redis::ErrorKind::Io, "connecting timed out"))),
+        };
+        let link = Arc::new(Link { connection, home, state });
+        let previous = lock(&self.shared.link).replace(Arc::clone(&link));
+        if previous.is_some() {
+            // The runtime of the previous link shut down, and its subscriptions with it: wake
+            // every waiter to look again (and subscribe again, on this link), and subscribe
+            // the record channels of the holds again (nobody waits on those).
+            tracing::debug!(generation, "the runtime of the pub/sub connection shut down; connected again on this one");
+            self.shared.epoch.send_modify(|epoch| *epoch += 1);
+            let records: Vec<Arc<Channel>> = lock(&self.shared.channels)
+                .values()
+                .filter(|channel| !channel.repositions && *lock(&channel.interest) > 0)
+                .cloned()
+                .collect();
+            if !records.is_empty() {
+                drop(tokio::spawn(subscribe_again(Arc::clone(&link), records, response_timeout)));
+            }
+        }
+        Ok(link)
     }
 
     /// Retries the subscription of an interest that is not live.
     pub(crate) async fn revive(&self, interest: &mut Interest) {
-        if !interest.confirmed {
+        if !interest.is_live() {
             self.confirm(interest).await;
         }
     }
 }
 
 impl Channel {
-    fn new(name: String) -> Self {
+    fn new(name: String, repositions: bool) -> Self {
         let (wake, _) = watch::channel(Wake::default());
         Self {
             name,
             interest: Mutex::new(0),
             wake,
-            subscribed: tokio::sync::Mutex::new(false),
+            subscribed: tokio::sync::Mutex::new(0),
             reposition: AtomicBool::new(false),
+            repositions,
+        }
+    }
+}
+
+/// Subscribes `channels` on a new `link`, unless a waiter did already.
+async fn subscribe_again(link: Arc<Link>, channels: Vec<Arc<Channel>>, response_timeout: Duration) {
+    let generation = link.state.generation;
+    for channel in channels {
+        let mut subscribed = channel.subscribed.lock().await;
+        if *subscribed == generation || *lock(&channel.interest) == 0 {
+            continue;
+        }
+        let mut connection = link.connection.clone();
+        if let Ok(Ok(())) = tokio::time::timeout(response_timeout, connection.subscribe(&channel.name)).await {
+            *subscribed = generation;
         }
     }
 }
@@ -299,7 +401,8 @@ pub(crate) struct Interest {
     wake: watch::Receiver<Wake>,
     epoch: watch::Receiver<u64>,
     owner: Weak<Shared>,
-    connection: Option<ConnectionManager>,
+    /// The link the subscription was confirmed on.
+    link: Option<Arc<Link>>,
     confirmed: bool,
 }
 
@@ -312,10 +415,15 @@ impl Interest {
         self.epoch.borrow_and_update();
     }
 
-    /// Whether wake-ups can be trusted: the subscription is confirmed and the connection up.
-    /// When not, the waiter should poll at a short interval.
+    /// Whether wake-ups can be trusted: the subscription is confirmed, and its connection is
+    /// up and on a runtime that still runs. When not, the waiter should poll at a short
+    /// interval.
     pub(crate) fn is_live(&self) -> bool {
-        self.confirmed && self.owner.upgrade().is_some_and(|shared| shared.connected.load(Ordering::Acquire))
+        self.confirmed
+            && self
+                .link
+                .as_ref()
+                .is_some_and(|link| link.state.connected.load(Ordering::Acquire) && !link.home.is_gone())
     }
 
     /// The latest hand-over addressed to this queued waiter, whether or not a wait saw it.
@@ -323,16 +431,25 @@ impl Interest {
         self.wake.borrow().handover
     }
 
-    /// Waits until the channel fires, messages may have been missed, or `at_most` passes,
-    /// and says whether to look at the lock, whether it is another waiter's turn, or
-    /// whether the lock was handed over to this waiter.
+    /// Waits until the channel fires, messages may have been missed (the connection dropped,
+    /// or the runtime it ran on shut down), or `at_most` passes, and says whether to look at
+    /// the lock, whether it is another waiter's turn, or whether the lock was handed over to
+    /// this waiter.
     pub(crate) async fn wait(&mut self, at_most: Duration) -> Woken {
+        let link = self.link.clone();
+        let link_gone = async move {
+            match link {
+                Some(link) => link.home.gone().await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             changed = self.wake.changed() => match changed {
                 Ok(()) => self.wake.borrow_and_update().woken,
                 Err(_) => Woken::Look,
             },
             _ = self.epoch.changed() => Woken::Look,
+            () = link_gone => Woken::Look,
             () = tokio::time::sleep(at_most) => Woken::Look,
         }
     }
@@ -351,34 +468,46 @@ impl Drop for Interest {
             *interest = interest.saturating_sub(1);
             *interest == 0
         };
-        let (Some(shared), Some(connection)) = (self.owner.upgrade(), self.connection.take()) else {
-            return;
-        };
+        let Some(shared) = self.owner.upgrade() else { return };
         if !last {
             return;
         }
-        self.channel.reposition.store(true, Ordering::Release);
+        if self.channel.repositions {
+            self.channel.reposition.store(true, Ordering::Release);
+        }
         // Without a runtime the subscription simply stays: harmless, and dropped with the
         // provider.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            drop(runtime.spawn(unsubscribe_if_unused(shared, Arc::clone(&self.channel), connection)));
+            drop(runtime.spawn(unsubscribe_if_unused(shared, Arc::clone(&self.channel))));
         }
     }
 }
 
 /// Unsubscribes a channel nobody waits on any more, and forgets it.
-async fn unsubscribe_if_unused(shared: Arc<Shared>, channel: Arc<Channel>, mut connection: ConnectionManager) {
+async fn unsubscribe_if_unused(shared: Arc<Shared>, channel: Arc<Channel>) {
     let mut subscribed = channel.subscribed.lock().await;
     if *lock(&channel.interest) > 0 {
         return;
     }
-    if *subscribed {
-        match connection.unsubscribe(&channel.name).await {
-            Ok(()) => *subscribed = false,
-            Err(error) => {
-                tracing::debug!(%error, channel = %channel.name, "unsubscribing failed; the subscription stays");
-                return;
+    if *subscribed != 0 {
+        match shared.live_link() {
+            Some(link) if link.state.generation == *subscribed => {
+                let mut connection = link.connection.clone();
+                let attempt = tokio::time::timeout(shared.response_timeout, connection.unsubscribe(&channel.name));
+                match attempt.await {
+                    Ok(Ok(())) => *subscribed = 0,
+                    Ok(Err(error)) => {
+                        tracing::debug!(%error, channel = %channel.name, "unsubscribing failed; the subscription stays");
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::debug!(channel = %channel.name, "unsubscribing timed out; the subscription stays");
+                        return;
+                    }
+                }
             }
+            // Subscribed on a link whose runtime shut down: nothing is left to undo.
+            _ => *subscribed = 0,
         }
     }
     // Forget the channel only while holding its subscription lock with nobody interested:
@@ -390,45 +519,62 @@ async fn unsubscribe_if_unused(shared: Arc<Shared>, channel: Arc<Channel>, mut c
     }
 }
 
-/// Routes the pushes of the pub/sub connection to the waiters as they are read, in the
+/// Routes the pushes of one link's connection to the waiters as they are read, in the
 /// connection's own task: a wake-up takes no task hop of ours. Holds the provider's side
 /// weakly, so that the connection does not keep it alive.
-struct PushRouter(Weak<Shared>);
+struct PushRouter {
+    shared: Weak<Shared>,
+    state: Arc<LinkState>,
+}
 
 impl redis::aio::AsyncPushSender for PushRouter {
     fn send(&self, push: PushInfo) -> Result<(), redis::aio::SendError> {
         // Refusing a push once the provider is gone tells the connection that nobody listens.
-        let shared = self.0.upgrade().ok_or(redis::aio::SendError)?;
-        route(&shared, push);
+        let shared = self.shared.upgrade().ok_or(redis::aio::SendError)?;
+        route(&shared, &self.state, push);
         Ok(())
     }
 }
 
 /// Routes one push: a message to the waiters it wakes, a (re)confirmed subscription to its
 /// channel's waiters, a disconnection to everyone. Never blocks.
-fn route(shared: &Arc<Shared>, push: PushInfo) {
+fn route(shared: &Arc<Shared>, state: &Arc<LinkState>, push: PushInfo) {
     match push.kind {
         PushKind::Message => {
-            shared.connected.store(true, Ordering::Release);
+            state.connected.store(true, Ordering::Release);
             let text =
                 |value: Option<&Value>| value.and_then(|value| redis::from_redis_value_ref::<String>(value).ok());
             match text(push.data.first()) {
                 Some(name) if name == shared.wake_channel.name => wake_queued(shared, text(push.data.get(1))),
+                Some(name) if shared.keyspace.key_of(&name).is_some() => {
+                    // Our own renewals are the only `expire` events; anything else may have
+                    // ended the hold.
+                    if text(push.data.get(1)).as_deref() != Some("expire")
+                        && let Some(key) = shared.keyspace.key_of(&name)
+                    {
+                        shared.suspects.add(key);
+                    }
+                }
                 _ => wake_channel(shared, push.data.first()),
             }
         }
         PushKind::Subscribe => {
-            shared.connected.store(true, Ordering::Release);
-            wake_channel(shared, push.data.first());
+            state.connected.store(true, Ordering::Release);
+            let name = push.data.first().and_then(|value| redis::from_redis_value_ref::<String>(value).ok());
+            match name.as_deref().and_then(|name| shared.keyspace.key_of(name)) {
+                // Events before the subscription, or during a gap of the connection, were missed.
+                Some(key) => shared.suspects.add(key),
+                None => wake_channel(shared, push.data.first()),
+            }
         }
         PushKind::Disconnection => {
             tracing::debug!("the pub/sub connection dropped; waking every waiter to look again");
-            shared.connected.store(false, Ordering::Release);
+            state.connected.store(false, Ordering::Release);
             shared.epoch.send_modify(|epoch| *epoch += 1);
             if let Ok(runtime) = tokio::runtime::Handle::try_current()
-                && !shared.keeper_running.swap(true, Ordering::AcqRel)
+                && !state.keeper_running.swap(true, Ordering::AcqRel)
             {
-                drop(runtime.spawn(keep_alive(Arc::downgrade(shared))));
+                drop(runtime.spawn(keep_alive(Arc::downgrade(shared), Arc::clone(state))));
             }
         }
         _ => {}
@@ -489,28 +635,30 @@ fn deliver(sender: &watch::Sender<Wake>, woken: Woken) {
 }
 
 /// Pokes a dropped connection until it answers, so that it is rebuilt (and its channels
-/// subscribed again) even when nothing else uses it.
-async fn keep_alive(shared: Weak<Shared>) {
+/// subscribed again) even when nothing else uses it. Ends when the connection is up again,
+/// when its link was replaced, or with the provider.
+async fn keep_alive(shared: Weak<Shared>, state: Arc<LinkState>) {
     loop {
         tokio::time::sleep(KEEPER_INTERVAL).await;
-        let Some(state) = shared.upgrade() else {
-            return;
-        };
         if state.connected.load(Ordering::Acquire) {
             state.keeper_running.store(false, Ordering::Release);
             return;
         }
-        let Some(mut connection) = state.connection.get().cloned() else {
+        let Some(link) = shared.upgrade().and_then(|shared| shared.live_link()) else {
             return;
         };
-        drop(state);
+        if link.state.generation != state.generation {
+            return;
+        }
+        let mut connection = link.connection.clone();
+        drop(link);
         let ping = redis::cmd("PING");
         let ping = tokio::time::timeout(KEEPER_INTERVAL * 5, ping.query_async::<Value>(&mut connection));
         if let Ok(Ok(_)) = ping.await
-            && let Some(state) = shared.upgrade()
+            && let Some(shared) = shared.upgrade()
         {
             state.connected.store(true, Ordering::Release);
-            state.epoch.send_modify(|epoch| *epoch += 1);
+            shared.epoch.send_modify(|epoch| *epoch += 1);
         }
     }
 }

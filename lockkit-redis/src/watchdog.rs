@@ -8,20 +8,27 @@
 //! - A renewal that finds the record gone or owned by another declares the hold lost at once;
 //!   one that cannot be confirmed is retried quickly until the local deadline passes, at which
 //!   point the hold's signal reports the loss by itself.
-//! - The task sleeps while the provider holds nothing, and ends with the provider.
+//! - The task sleeps while the provider holds nothing, and ends with the provider. It runs
+//!   on the runtime that started it; when that runtime shuts down, the provider's next
+//!   operation starts it again on its own runtime ([`Watchdog::ensure_running`]).
 //! - A hold handed over by a release comes with a claim window's lease only: it is confirmed
 //!   at once by a renewal of its own ([`Watchdog::confirm`]), outside the ticks.
+//! - Between ticks, the task reads the records that keyspace notifications made suspect
+//!   (see the `keyspace` module) and declares lost the holds whose record is not theirs.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
-use lockkit_core::{HoldSignal, LossReason, lease_deadline};
+use lockkit_core::LossReason;
+use lockkit_core::backend::{HoldSignal, deadline_after, lease_deadline};
 use tokio::sync::Notify;
+use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use crate::builder::Settings;
+use crate::keyspace::Suspects;
 use crate::store::{Ownership, Store};
 use crate::util::{Backoff, lock};
 
@@ -37,13 +44,22 @@ struct Entry {
     signal: HoldSignal,
 }
 
-/// The registry of live holds and the wake-up of the renewal task.
-#[derive(Debug, Default)]
+/// One hold due for renewal: its id, record key, owner value and signal.
+type Due = (u64, String, String, HoldSignal);
+
+/// The registry of live holds and the renewal task of one provider.
+#[derive(Debug)]
 pub(crate) struct Watchdog {
     holds: Mutex<HashMap<u64, Entry>>,
     next_id: AtomicU64,
     changed: Arc<Notify>,
-    started: std::sync::OnceLock<()>,
+    /// The renewal task, when one was started; finished once its runtime shut down.
+    task: Mutex<Option<JoinHandle<()>>>,
+    /// The provider's connection, held weakly so that the task does not keep it open.
+    store: Weak<Store>,
+    settings: Arc<Settings>,
+    /// Records to read at once, as keyspace notifications told.
+    suspects: Arc<Suspects>,
     /// Counters for tests and benchmarks.
     stats: RenewStats,
 }
@@ -57,24 +73,44 @@ pub(crate) struct RenewStats {
 }
 
 impl Watchdog {
+    /// The watchdog of a provider with this connection and these settings; no task runs
+    /// before the first hold.
+    pub(crate) fn new(store: &Arc<Store>, settings: Arc<Settings>, suspects: Arc<Suspects>) -> Self {
+        Self {
+            holds: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(0),
+            changed: Arc::new(Notify::new()),
+            task: Mutex::new(None),
+            store: Arc::downgrade(store),
+            settings,
+            suspects,
+            stats: RenewStats::default(),
+        }
+    }
+
     /// Registers a granted hold; returns its id for [`forget`](Self::forget). Starts the
-    /// renewal task on first use.
-    pub(crate) fn register(
-        self: &Arc<Self>,
-        key: String,
-        owner: String,
-        signal: HoldSignal,
-        store: &Arc<Store>,
-        settings: &Arc<Settings>,
-    ) -> u64 {
+    /// renewal task if it is not running.
+    pub(crate) fn register(self: &Arc<Self>, key: String, owner: String, signal: HoldSignal) -> u64 {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         lock(&self.holds).insert(id, Entry { key, owner, signal });
-        self.started.get_or_init(|| {
-            let task = run(Arc::downgrade(self), Arc::downgrade(store), Arc::clone(settings));
-            drop(tokio::spawn(task.instrument(tracing::debug_span!("lockkit.redis.watchdog"))));
-        });
+        self.ensure_running();
         self.changed.notify_one();
         id
+    }
+
+    /// Starts the renewal task on the current runtime unless it runs: on first use, and
+    /// again when the runtime it ran on has shut down. Does nothing outside a runtime.
+    pub(crate) fn ensure_running(self: &Arc<Self>) {
+        let mut task = lock(&self.task);
+        if task.as_ref().is_some_and(|task| !task.is_finished()) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        if task.is_some() {
+            tracing::debug!("the runtime of the renewal task shut down; renewing from this one");
+        }
+        let run = run(Arc::downgrade(self), self.settings.renew_every);
+        *task = Some(runtime.spawn(run.instrument(tracing::debug_span!("lockkit.redis.watchdog"))));
     }
 
     /// Stops renewing a hold.
@@ -92,48 +128,80 @@ impl Watchdog {
         &self.stats
     }
 
-    /// Renews hold `id` at once, in the background, retrying until it is confirmed or its
-    /// deadline passes (when its signal reports the loss by itself). A hold released
-    /// meanwhile is left alone.
-    pub(crate) fn confirm(self: &Arc<Self>, id: u64, store: &Arc<Store>, settings: &Arc<Settings>) {
-        let (watchdog, store, settings) = (Arc::downgrade(self), Arc::downgrade(store), Arc::clone(settings));
+    /// Renews hold `id` at once, in the background on the current runtime, retrying until it
+    /// is confirmed or its deadline passes (when its signal reports the loss by itself). A
+    /// hold released meanwhile is left alone. Outside a runtime the next tick renews it.
+    pub(crate) fn confirm(self: &Arc<Self>, id: u64) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let watchdog = Arc::downgrade(self);
         let task = async move {
-            let mut backoff = Backoff::up_to(settings.renew_every);
+            let mut backoff = None;
             loop {
-                let (Some(dog), Some(store)) = (watchdog.upgrade(), store.upgrade()) else { return };
+                let Some(dog) = watchdog.upgrade() else { return };
+                let Some(store) = dog.store.upgrade() else { return };
                 let Some(hold) = dog.live(id) else { return };
-                if !renew_all(&dog, &store, &[hold], settings.lease_millis(), &settings).await {
+                if !renew_all(&dog, &store, &[hold]).await {
                     return;
                 }
+                let delay = backoff.get_or_insert_with(|| Backoff::up_to(dog.settings.renew_every)).next_delay();
                 drop((dog, store));
-                tokio::time::sleep(backoff.next_delay()).await;
+                tokio::time::sleep(delay).await;
             }
         };
         let span = tracing::debug_span!("lockkit.renew", backend = crate::BACKEND, holds = 1, confirm = true);
-        drop(tokio::spawn(task.instrument(span)));
+        drop(runtime.spawn(task.instrument(span)));
     }
 
     /// Hold `id`, if it is still registered and live.
-    fn live(&self, id: u64) -> Option<(u64, String, String, HoldSignal)> {
+    fn live(&self, id: u64) -> Option<Due> {
         let holds = lock(&self.holds);
         let entry = holds.get(&id).filter(|entry| entry.signal.is_held())?;
         Some((id, entry.key.clone(), entry.owner.clone(), entry.signal.clone()))
     }
 
+    /// Reads the records marked suspect since the last look, and declares lost the live holds
+    /// whose record is gone or another owner's. A record that cannot be read is left to the
+    /// next renewal.
+    async fn check_suspects(&self, store: &Store) {
+        let suspects = self.suspects.take();
+        let held: Vec<Due> = {
+            let holds = lock(&self.holds);
+            let live = holds.iter().filter(|(_, entry)| entry.signal.is_held() && suspects.contains(&entry.key));
+            live.map(|(id, e)| (*id, e.key.clone(), e.owner.clone(), e.signal.clone())).collect()
+        };
+        if held.is_empty() {
+            return;
+        }
+        let keys: Vec<&str> = held.iter().map(|(_, key, _, _)| key.as_str()).collect();
+        match store.records(&keys).await {
+            Ok(values) => {
+                for ((_, key, owner, signal), value) in held.iter().zip(values) {
+                    let reason = match value {
+                        Some(value) if value == *owner => continue,
+                        Some(_) => LossReason::OwnedByAnother,
+                        None => LossReason::RecordGone,
+                    };
+                    tracing::debug!(%key, %reason, "a keyspace notification told of the record's loss");
+                    signal.lose(reason);
+                }
+            }
+            Err(error) => tracing::debug!(%error, "suspect records not read; the next renewal checks them"),
+        }
+    }
+
     /// The holds to renew now, dropping those that ended.
-    fn due(&self) -> Vec<(u64, String, String, HoldSignal)> {
+    fn due(&self) -> Vec<Due> {
         let mut holds = lock(&self.holds);
         holds.retain(|_, entry| entry.signal.is_held());
         holds.iter().map(|(id, e)| (*id, e.key.clone(), e.owner.clone(), e.signal.clone())).collect()
     }
 }
 
-/// The renewal loop of one provider.
-/// It holds the watchdog and the store weakly, so that it keeps neither the provider's
-/// registry nor its connection alive once the provider is gone.
-async fn run(watchdog: Weak<Watchdog>, store: Weak<Store>, settings: Arc<Settings>) {
-    let lease_ms = settings.lease_millis();
-    let mut backoff = Backoff::up_to(settings.renew_every);
+/// The renewal loop of one provider. It holds the watchdog (and through it the connection)
+/// weakly, so that it keeps neither the provider's registry nor its connection alive once the
+/// provider is gone.
+async fn run(watchdog: Weak<Watchdog>, renew_every: std::time::Duration) {
+    let mut backoff = Backoff::up_to(renew_every);
     loop {
         // Sleep until there is something to renew, then one interval.
         loop {
@@ -146,9 +214,24 @@ async fn run(watchdog: Weak<Watchdog>, store: Weak<Store>, settings: Arc<Setting
             drop(dog);
             changed.notified().await;
         }
-        tokio::time::sleep(settings.renew_every).await;
+        // One interval, reading the suspect records meanwhile.
+        let tick = deadline_after(Instant::now(), renew_every);
         loop {
-            let (Some(dog), Some(store)) = (watchdog.upgrade(), store.upgrade()) else { return };
+            let Some(dog) = watchdog.upgrade() else { return };
+            let suspects = Arc::clone(&dog.suspects);
+            drop(dog);
+            tokio::select! {
+                () = tokio::time::sleep_until(tick.into()) => break,
+                () = suspects.added.notified() => {
+                    let Some(dog) = watchdog.upgrade() else { return };
+                    let Some(store) = dog.store.upgrade() else { return };
+                    dog.check_suspects(&store).await;
+                }
+            }
+        }
+        loop {
+            let Some(dog) = watchdog.upgrade() else { return };
+            let Some(store) = dog.store.upgrade() else { return };
             let due = dog.due();
             if due.is_empty() {
                 break;
@@ -156,7 +239,7 @@ async fn run(watchdog: Weak<Watchdog>, store: Weak<Store>, settings: Arc<Setting
             let span = tracing::debug_span!("lockkit.renew", backend = crate::BACKEND, holds = due.len());
             let round_trips = u64::try_from(due.len().div_ceil(BATCH)).unwrap_or(u64::MAX);
             dog.stats.round_trips.fetch_add(round_trips, Ordering::Relaxed);
-            let failed = renew_all(&dog, &store, &due, lease_ms, &settings).instrument(span).await;
+            let failed = renew_all(&dog, &store, &due).instrument(span).await;
             dog.stats.ticks.fetch_add(1, Ordering::Relaxed);
             drop((dog, store));
             if !failed {
@@ -179,13 +262,9 @@ impl Drop for Watchdog {
 
 /// Renews every due hold in pipelined batches sent concurrently; returns whether some
 /// renewal could not be confirmed.
-async fn renew_all(
-    dog: &Watchdog,
-    store: &Store,
-    due: &[(u64, String, String, HoldSignal)],
-    lease_ms: u64,
-    settings: &Settings,
-) -> bool {
+async fn renew_all(dog: &Watchdog, store: &Store, due: &[Due]) -> bool {
+    let settings = &dog.settings;
+    let lease_ms = settings.lease_millis();
     let batches = due.chunks(BATCH).map(|batch| async move {
         let pairs: Vec<(&str, &str)> = batch.iter().map(|(_, key, owner, _)| (key.as_str(), owner.as_str())).collect();
         let sent_at = Instant::now();

@@ -9,11 +9,11 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lockkit_core::{LockGuard, LockName, LockProvider, LossReason};
+use lockkit_core::{LockGuard, LockName, LossReason};
 use lockkit_redis::RedisLockProvider;
 use lockkit_testkit::fixture::Persistence;
 use lockkit_testkit::{ClientFaults, History};
-use support::{LEASE, RENEW_EVERY, RedisHarness, test_builder};
+use support::{LEASE, RENEW_EVERY, RedisHarness, test_builder, wait_for_subscriber};
 
 /// A bound for things that take a few round trips on a loaded machine.
 const OPERATION: Duration = Duration::from_secs(3);
@@ -513,7 +513,7 @@ async fn a_lock_handed_over_is_confirmed_to_a_full_lease_before_its_claim_window
         assert!(handed.is_held());
         assert_eq!(waiter.renewal_stats().renewed, renewed_before + 1, "one confirmation, before any tick");
         let info = holder.inspect(&name).await.unwrap();
-        let left = info.holder.and_then(|holder| holder.lease_left).unwrap();
+        let left = info.holder().and_then(|holder| holder.lease_left).unwrap();
         assert!(left > CLAIM_WINDOW, "the record was extended on the server too: {left:?} left");
         handed.release().await.unwrap();
         return;
@@ -547,4 +547,168 @@ async fn a_release_skips_waiters_whose_queue_entries_expired() {
     let after = granted_at.saturating_duration_since(released_at);
     assert!(after < Duration::from_millis(150), "granted {after:?} after the release: the dead waiter was not skipped");
     dying_task.abort();
+}
+
+/// Channels subscribed on the server whose names match `pattern`.
+async fn subscribed(admin: &mut redis::aio::MultiplexedConnection, pattern: &str) -> Vec<String> {
+    redis::cmd("PUBSUB").arg("CHANNELS").arg(pattern).query_async(admin).await.unwrap()
+}
+
+/// A provider first used on a runtime that then shut down (its command connection, its
+/// pub/sub connection with its wake channel subscribed, and its renewal watchdog all made
+/// there) works on the next runtime as on the first: a contended acquisition there waits, is
+/// woken by the pub/sub hand-over (not by the holder's lease running out), holds through
+/// renewals of a watchdog running there, and releases.
+#[test]
+fn a_provider_first_used_on_a_runtime_that_shut_down_works_on_the_next() {
+    // The proxies and the admin connection live on the kit's runtime, which outlives both.
+    let kit = lockkit_testkit::runtime();
+    let harness = kit.block_on(RedisHarness::shared());
+    let prefix = format!("runtimes{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let builder = || test_builder().key_prefix(&prefix);
+    let (provider, _faults) = kit.block_on(harness.client_with(builder())).unwrap();
+    let (other, _other_faults) = kit.block_on(harness.client_with(builder())).unwrap();
+    let mut admin = kit.block_on(harness.admin());
+    let wake_channels = format!("{prefix}:wake:*");
+    let name = unique("two_runtimes");
+
+    let first = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    first.block_on(async {
+        let held = acquire(&other, &name).await;
+        let lock = provider.lock(&name).unwrap();
+        let waiting = tokio::spawn(async move { lock.acquire().await });
+        until_queued(&other, &name, 1, "the waiter is queued on the first runtime", OPERATION).await;
+        wait_for_subscriber(&mut admin, &wake_channels).await;
+        held.release().await.unwrap();
+        let guard = within(OPERATION, "the waiter acquires on the first runtime", waiting).await.unwrap().unwrap();
+        let ticks = provider.renewal_stats().ticks;
+        eventually(RENEW_EVERY * 2 + OPERATION, "a renewal on the first runtime", || {
+            let ticks_now = provider.renewal_stats().ticks;
+            async move { ticks_now > ticks }
+        })
+        .await;
+        guard.release().await.unwrap();
+    });
+    drop(first);
+
+    let second = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    second.block_on(async {
+        // The first runtime took its connections with it: the server sees the wake channel
+        // unsubscribed.
+        eventually(OPERATION, "the first runtime's subscriptions are gone", || {
+            let (mut admin, pattern) = (admin.clone(), wake_channels.clone());
+            async move { subscribed(&mut admin, &pattern).await.is_empty() }
+        })
+        .await;
+        let held = acquire(&other, &name).await;
+        let lock = provider.lock(&name).unwrap();
+        let waiting = tokio::spawn(async move {
+            let guard = lock.acquire().await?;
+            Ok::<_, lockkit_core::Error>((Instant::now(), guard))
+        });
+        until_queued(&other, &name, 1, "the waiter is queued on the second runtime", OPERATION).await;
+        wait_for_subscriber(&mut admin, &wake_channels).await;
+        let released_at = Instant::now();
+        held.release().await.unwrap();
+        let (granted_at, guard) =
+            within(OPERATION, "the waiter acquires on the second runtime", waiting).await.unwrap().unwrap();
+        let after = granted_at.saturating_duration_since(released_at);
+        assert!(after < LEASE / 2, "woken {after:?} after the release: by the lease, not by pub/sub");
+
+        let ticks = provider.renewal_stats().ticks;
+        eventually(RENEW_EVERY * 3 + OPERATION, "two renewals on the second runtime", || {
+            let ticks_now = provider.renewal_stats().ticks;
+            async move { ticks_now >= ticks + 2 }
+        })
+        .await;
+        assert!(guard.is_held(), "the hold was kept: {:?}", guard.watcher().loss());
+        assert!(guard.valid_until().is_some_and(|until| until > Instant::now() + LEASE / 2), "renewed to a lease");
+        assert!(other.lock(&name).unwrap().try_acquire().await.unwrap().is_none(), "and still excludes others");
+        within(OPERATION, "the release on the second runtime", guard.release()).await.unwrap();
+        let again = within(OPERATION, "another client takes it", other.lock(&name).unwrap().try_acquire()).await;
+        again.unwrap().expect("the lock was freed by the release").release().await.unwrap();
+    });
+}
+
+/// A dedicated server that publishes keyspace events for every class of key event.
+async fn server_with_keyspace_events() -> RedisHarness {
+    let harness = RedisHarness::dedicated(Persistence::None).await;
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("notify-keyspace-events")
+        .arg("KA")
+        .query_async(&mut harness.admin().await)
+        .await
+        .unwrap();
+    harness
+}
+
+/// Settings whose renewal tick (every 10 s) cannot explain a loss signalled within a second.
+fn slow_ticks() -> lockkit_redis::RedisLockProviderBuilder {
+    test_builder().lease(Duration::from_secs(30)).renew_every(Duration::from_secs(10))
+}
+
+/// Waits until the keyspace channel of `key` has a subscriber.
+async fn until_record_watched(admin: &redis::aio::MultiplexedConnection, key: &str) {
+    let channel = format!("__keyspace@0__:{key}");
+    eventually(OPERATION, "the record's keyspace channel is subscribed", || {
+        let (mut admin, channel) = (admin.clone(), channel.clone());
+        async move {
+            let counts: Vec<(String, i64)> =
+                redis::cmd("PUBSUB").arg("NUMSUB").arg(&channel).query_async(&mut admin).await.unwrap();
+            counts.first().is_some_and(|(_, n)| *n >= 1)
+        }
+    })
+    .await;
+}
+
+/// On a server that publishes keyspace events, a record deleted behind its holder's back is
+/// signalled lost at once (the event, confirmed by a read), not at the next renewal; so is
+/// a deletion that came before the subscription was made (its confirmation reads the record).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleted_record_is_a_loss_at_once_when_the_server_publishes_keyspace_events() {
+    let harness = server_with_keyspace_events().await;
+    let (holder, _faults) = harness.client_with(slow_ticks()).await.unwrap();
+    let admin = harness.admin().await;
+    for watched_first in [true, false] {
+        let guard = acquire(&holder, &unique("keyspace_deleted")).await;
+        let key = holder.record_key(guard.name());
+        if watched_first {
+            until_record_watched(&admin, &key).await;
+        }
+        let deleted: i64 = redis::cmd("DEL").arg(&key).query_async(&mut admin.clone()).await.unwrap();
+        assert_eq!(deleted, 1);
+        let deleted_at = Instant::now();
+        let reason = within(Duration::from_secs(1), "the loss signal, long before the 10 s tick", guard.lost()).await;
+        assert_eq!(reason, LossReason::RecordGone);
+        println!("watched first {watched_first}: lost {:?} after the DEL", deleted_at.elapsed());
+        assert!(matches!(guard.release().await, Err(lockkit_core::Error::LockLost { .. })));
+    }
+    assert_eq!(holder.renewal_stats().ticks, 0, "no renewal tick came into it");
+}
+
+/// The keyspace events of a holder's own doings are no loss: its renewals (`expire`), and the
+/// `del` of its own release, even when the lock is its own again by the time that event
+/// arrives (the read finds the record ours).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn own_releases_and_renewals_are_not_taken_for_a_loss_by_keyspace_events() {
+    let harness = server_with_keyspace_events().await;
+    let fast = test_builder();
+    let (holder, _faults) = harness.client_with(fast).await.unwrap();
+    let admin = harness.admin().await;
+    let name = unique("keyspace_own");
+    let first = acquire(&holder, &name).await;
+    let key = holder.record_key(first.name());
+    until_record_watched(&admin, &key).await;
+    first.release().await.unwrap();
+    let again = acquire(&holder, &name).await;
+    // Renewals every 500 ms publish `expire` events on the record's channel meanwhile.
+    let ticks = holder.renewal_stats().ticks;
+    eventually(RENEW_EVERY * 3 + OPERATION, "two renewals", || {
+        let now = holder.renewal_stats().ticks;
+        async move { now >= ticks + 2 }
+    })
+    .await;
+    assert!(again.is_held(), "the hold was taken for lost: {:?}", again.watcher().loss());
+    again.release().await.unwrap();
 }

@@ -6,7 +6,7 @@ mod support;
 
 use std::time::Duration;
 
-use lockkit_core::{Error, LockName, LockProvider};
+use lockkit_core::{Error, LockName};
 use lockkit_redis::RedisLockProvider;
 use support::{RedisHarness, wait_for_subscriber};
 
@@ -67,7 +67,7 @@ async fn database_and_prefix_are_honoured() {
     let _: () = redis::cmd("SELECT").arg(5).query_async(&mut admin).await.unwrap();
     let exists: i64 = redis::cmd("EXISTS").arg(&key).query_async(&mut admin).await.unwrap();
     assert_eq!(exists, 1, "the record lives in database 5");
-    let holder = provider.inspect(&name).await.unwrap().holder.unwrap();
+    let holder = provider.inspect(&name).await.unwrap().holder().cloned().unwrap();
     assert_eq!(holder.token, guard.token());
     assert!(holder.owner.contains(&format!("pid {}", std::process::id())), "who holds it: {}", holder.owner);
     assert!(holder.since.is_some() && holder.lease_left.is_some());
@@ -87,8 +87,8 @@ async fn dropping_a_provider_closes_its_connections() {
     };
     let baseline = clients(admin.clone()).await;
     {
-        let holder = RedisLockProvider::new(&url).unwrap();
-        let waiter = RedisLockProvider::new(&url).unwrap();
+        let holder = RedisLockProvider::builder().url(&url).build().unwrap();
+        let waiter = RedisLockProvider::builder().url(&url).build().unwrap();
         let name = unique("drop");
         let guard = holder.lock(&name).unwrap().acquire().await.unwrap();
         // The waiter times out after subscribing: both its connections are open.
@@ -109,4 +109,67 @@ async fn dropping_a_provider_closes_its_connections() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let _: () = redis::cmd("PING").query_async(&mut admin).await.unwrap();
+}
+
+/// The messages of an error and its sources, outermost first.
+fn chain(error: &(dyn std::error::Error + 'static)) -> Vec<String> {
+    let mut lines = vec![error.to_string()];
+    let mut next = error.source();
+    while let Some(source) = next {
+        lines.push(source.to_string());
+        next = source.source();
+    }
+    lines
+}
+
+/// Whether some error in the chain is the Redis client's own, kept typed.
+fn has_redis_source(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(error) = next {
+        if error.downcast_ref::<redis::RedisError>().is_some() {
+            return true;
+        }
+        next = error.source();
+    }
+    false
+}
+
+/// `connect` is eager and reads the URL's options; through the scheme table it is the same.
+/// A server that does not answer is a retryable connection error that names the server and
+/// never the password, and so are the errors of a lazy provider's operations, with the
+/// client's error kept typed as their source.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_reads_the_url_and_errors_name_the_server_without_credentials() {
+    let harness = RedisHarness::shared().await;
+    let url = format!("redis://{}/4?lease=5s&key_prefix=connected&fair=false", harness.upstream());
+    let provider = RedisLockProvider::connect(&url).await.unwrap();
+    assert_eq!((provider.lease(), provider.key_prefix()), (Duration::from_secs(5), "connected"));
+    assert!(!provider.capabilities().fair);
+    let guard = provider.lock(&unique("connect")).unwrap().acquire().await.unwrap();
+    guard.release().await.unwrap();
+
+    lockkit_core::config::register(lockkit_redis::SCHEME);
+    let via_table = lockkit_core::config::connect(&format!("redis://{}/?lease=5s", harness.upstream())).await.unwrap();
+    assert_eq!(via_table.backend_name(), "redis");
+    via_table.lock(&unique("scheme")).unwrap().acquire().await.unwrap().release().await.unwrap();
+
+    let closed = support::closed_port();
+    let address = format!("redis://{closed}/0");
+    let refused = RedisLockProvider::connect(&format!("redis://app:s3cret@{closed}/0?lease=5s")).await.unwrap_err();
+    let lines = chain(&refused);
+    assert!(refused.is_connect() && refused.is_retryable(), "{lines:?}");
+    assert!(lines[0].contains(&address), "the server is named: {lines:?}");
+    assert!(!lines.iter().any(|line| line.contains("s3cret")), "the password is not: {lines:?}");
+    assert!(has_redis_source(&refused), "the client's error is the typed source: {lines:?}");
+
+    let lazy = RedisLockProvider::builder().url(format!("redis://app:s3cret@{closed}/0")).build().unwrap();
+    let lock = lazy.lock("settings/unreachable").unwrap();
+    let error = lock.try_acquire().await.unwrap_err();
+    assert!(error.is_connect() && chain(&error)[0].contains(&address), "{:?}", chain(&error));
+    let timeout = lock.acquire_timeout(Duration::from_millis(300)).await.unwrap_err();
+    let lines = chain(&timeout);
+    assert!(timeout.is_connect() && timeout.is_retryable(), "{lines:?}");
+    assert!(lines.iter().any(|line| line.contains(&address)), "{lines:?}");
+    assert!(!lines.iter().any(|line| line.contains("s3cret")), "{lines:?}");
+    assert!(has_redis_source(&timeout), "{lines:?}");
 }

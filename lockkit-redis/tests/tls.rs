@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use lockkit_core::{Error, LockProvider};
+use lockkit_core::Error;
 use lockkit_redis::RedisLockProvider;
 use lockkit_testkit::fixture::{RedisConfig, RedisServer, free_port};
 use support::wait_for_subscriber;
@@ -108,7 +108,7 @@ async fn rediss_urls_lock_over_tls_and_untrusted_servers_are_refused() {
     waiting.await.unwrap().unwrap().release().await.unwrap();
 
     // Without the private CA the server is not trusted: an error, not a hang.
-    let untrusted = RedisLockProvider::new(&url).unwrap();
+    let untrusted = RedisLockProvider::builder().url(&url).build().unwrap();
     let outcome = tokio::time::timeout(Duration::from_secs(10), untrusted.lock("tls/one").unwrap().try_acquire())
         .await
         .expect("an untrusted server fails fast");

@@ -8,11 +8,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lockkit_core::{LockName, LockProvider};
+use lockkit_core::LockName;
 use lockkit_redis::{RedisLockProvider, RedisLockProviderBuilder};
 use lockkit_testkit::fixture::{Persistence, RedisConfig, RedisServer};
 use lockkit_testkit::proxy::FaultProxy;
-use lockkit_testkit::{ClientFaults, FaultResult, Harness, TestClient, Timing, Unsupported};
+use lockkit_testkit::{ClientFaults, FaultResult, Harness, NoFaults, TestClient, Timing, Unsupported};
 use tokio::sync::Mutex;
 
 /// The lease of test clients: short, so that the expiry cases take seconds, and long enough
@@ -76,7 +76,7 @@ impl RedisHarness {
     ) -> lockkit_core::Result<(RedisLockProvider, Arc<ProxyFaults>)> {
         let proxy = FaultProxy::start(self.upstream)
             .await
-            .map_err(|e| lockkit_core::Error::connection("redis", None, format!("starting the fault proxy: {e}")))?;
+            .map_err(|e| lockkit_core::Error::connection("redis", None, e).with_context("start the fault proxy"))?;
         let provider = builder.url(format!("redis://{}/", proxy.addr())).build()?;
         Ok((provider, Arc::new(ProxyFaults(proxy))))
     }
@@ -141,11 +141,16 @@ impl Harness for RedisHarness {
 
     async fn client(&self) -> lockkit_core::Result<TestClient> {
         let (provider, faults) = self.client_with(test_builder()).await?;
-        Ok(TestClient::new(Arc::new(provider) as Arc<dyn LockProvider>, faults))
+        Ok(TestClient::new(provider, faults))
     }
 
     fn timing(&self) -> Timing {
         Timing::new().with_lease(LEASE)
+    }
+
+    async fn unreachable_client(&self) -> Result<TestClient, Unsupported> {
+        let provider = test_builder().url(format!("redis://{}/", closed_port())).build().map_err(|_| Unsupported)?;
+        Ok(TestClient::new(provider, Arc::new(NoFaults)))
     }
 
     async fn delete_record(&self, name: &str) -> FaultResult {
@@ -184,11 +189,20 @@ impl Harness for RedisHarness {
     async fn invalid_configs(&self) -> Vec<(String, lockkit_core::Result<()>)> {
         let url = format!("redis://{}/", self.upstream);
         let attempt = |what: &str, builder: RedisLockProviderBuilder| (what.to_owned(), builder.build().map(drop));
+        let from_url = |what: &str, query: &str| {
+            let built = lockkit_core::config::StoreUrl::parse(&format!("{url}?{query}"))
+                .and_then(|url| RedisLockProviderBuilder::from_url(&url))
+                .and_then(RedisLockProviderBuilder::build);
+            (what.to_owned(), built.map(drop))
+        };
         vec![
             attempt("no URL", RedisLockProvider::builder()),
             attempt("an unparseable URL", RedisLockProvider::builder().url("redis://host:port:what")),
             attempt("an unknown scheme", RedisLockProvider::builder().url("http://127.0.0.1:6379")),
             attempt("a lease below the floor", RedisLockProvider::builder().url(&url).lease(Duration::from_millis(5))),
+            from_url("a lease of 5000000000000000 hours", "lease=5000000000000000h"),
+            from_url("an unknown option", "ttl=10s"),
+            from_url("a claim window longer than the lease", "lease=1s&claim_window=2s"),
             attempt(
                 "renewal slower than the lease",
                 RedisLockProvider::builder()
@@ -205,6 +219,12 @@ impl Harness for RedisHarness {
             attempt("a key prefix with a brace", RedisLockProvider::builder().url(&url).key_prefix("app{1}")),
         ]
     }
+}
+
+/// An address on loopback where nothing listens: a port that was free a moment ago.
+pub fn closed_port() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap()
 }
 
 /// Waits (up to five seconds) until some connection is subscribed to a channel that matches
