@@ -11,7 +11,10 @@ use lockkit_testkit::fixture::{RedisServer, ZkServer};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_urls_carry_their_options() {
     let server = RedisServer::shared().await.unwrap_or_else(|e| panic!("{e}"));
-    let url = format!("{}?lease=5s&renew_every=1s&key_prefix=connect-test&response_timeout=1s", server.url().trim_end_matches('/'));
+    let url = format!(
+        "{}?lease=5s&renew_every=1s&key_prefix=connect-test&response_timeout=1s",
+        server.url().trim_end_matches('/')
+    );
     let provider = connect(&url).await.unwrap();
     assert!(provider.capabilities().lease);
     let guard = provider.lock("connect/redis").unwrap().acquire().await.unwrap();

@@ -48,6 +48,16 @@ impl Table {
         Some((token, signal))
     }
 
+    /// Restarts the "server": every hold is lost, the token counter is kept (as a store that
+    /// persists it would).
+    pub(crate) fn restart(&self) {
+        let holders: Vec<_> = self.state().holders.drain().collect();
+        for (_, (_, _, signal)) in holders {
+            signal.lose(LossReason::StoreRestarted);
+        }
+        self.freed.notify_waiters();
+    }
+
     /// Frees `lock` if `attempt` holds it, or whoever holds it when `attempt` is `None` (an
     /// administrator deleting the record: the holder is told it lost the lock).
     pub(crate) fn free(&self, lock: &LockName, attempt: Option<Uuid>) -> bool {
@@ -151,6 +161,15 @@ impl lockkit_testkit::Harness for TableHarness {
     async fn delete_record(&self, name: &str) -> lockkit_testkit::FaultResult {
         let name = LockName::new(name).map_err(|_| lockkit_testkit::Unsupported)?;
         self.table.free(&name, None);
+        Ok(())
+    }
+
+    async fn isolated(&self) -> std::result::Result<Arc<dyn lockkit_testkit::Harness>, lockkit_testkit::Unsupported> {
+        Ok(Arc::new(Self::default()))
+    }
+
+    async fn restart_store(&self) -> lockkit_testkit::FaultResult {
+        self.table.restart();
         Ok(())
     }
 }

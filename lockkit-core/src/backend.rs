@@ -39,6 +39,7 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 pub use crate::options::Deadline;
+pub use crate::release::spawn_detached;
 pub use crate::signal::{HoldSignal, deadline_after, lease_deadline};
 use crate::{Capabilities, Error, FencingToken, HoldKind, LockName, Result};
 

@@ -73,25 +73,11 @@ impl Release {
         drop(self);
     }
 
-    /// Sends an unstarted release to run elsewhere: the current runtime or the granting one,
-    /// then lockkit's release thread. A runtime that has shut down drops the task unpolled,
-    /// which brings the release back here for the next place.
+    /// Sends an unstarted release to run elsewhere (see [`next_place`]). A runtime that has
+    /// shut down drops the task unpolled, which brings the release back here for the next
+    /// place.
     fn send_unstarted(mut self) {
-        self.sent += 1;
-        let place = match self.sent {
-            1 => Handle::try_current().ok().or_else(|| self.granted_on.take()),
-            2 => release_thread(),
-            _ => None,
-        };
-        let place = match place {
-            Some(place) => Some(place),
-            None if self.sent == 1 => {
-                self.sent = 2;
-                release_thread()
-            }
-            None => None,
-        };
-        match place {
+        match next_place(&mut self.sent, &mut self.granted_on) {
             Some(runtime) => drop(runtime.spawn(self)),
             None => {
                 self.state = State::Done;
@@ -99,6 +85,84 @@ impl Release {
                     "a release found no runtime to run on; the store frees the hold when its lease or session ends"
                 );
             }
+        }
+    }
+}
+
+/// Where a task that has not started yet goes next, after `sent` earlier places: first the
+/// current runtime, else `home` (the runtime the work belongs to); then lockkit's release
+/// thread; then nowhere. A runtime that has shut down drops a task spawned on it unpolled,
+/// which is how a task comes back for the next place.
+fn next_place(sent: &mut u8, home: &mut Option<Handle>) -> Option<Handle> {
+    *sent += 1;
+    if *sent == 1
+        && let Some(runtime) = Handle::try_current().ok().or_else(|| home.take())
+    {
+        return Some(runtime);
+    }
+    if *sent <= 2 {
+        *sent = 2;
+        return release_thread();
+    }
+    None
+}
+
+/// Runs `task` in the background, from anywhere, never panicking: on the current runtime,
+/// else on `home` (the runtime the work belongs to, when known), else, when `home` has shut
+/// down or there is none, on lockkit's own release thread. For a backend's clean-up work
+/// that must reach the store even when it is started outside every runtime (the abandon of a
+/// cancelled acquisition, say), as lockkit-core does for releases.
+///
+/// The task must not have been polled yet (an `async` block that has not run), so that no
+/// part of it belongs to a runtime; it is polled on one runtime only.
+pub fn spawn_detached<F>(task: F, home: Option<Handle>)
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    Detached { task: Some(Box::pin(task)), home, sent: 0, started: false }.send();
+}
+
+/// A task on its way to a runtime: it moves on to the next place when a runtime drops it
+/// unpolled.
+struct Detached<F: Future<Output = ()> + Send + 'static> {
+    task: Option<Pin<Box<F>>>,
+    home: Option<Handle>,
+    sent: u8,
+    started: bool,
+}
+
+impl<F: Future<Output = ()> + Send + 'static> Detached<F> {
+    fn send(mut self) {
+        match next_place(&mut self.sent, &mut self.home) {
+            Some(runtime) => drop(runtime.spawn(self)),
+            None => {
+                self.task = None;
+                tracing::warn!("a background task of lockkit found no runtime to run on and was dropped");
+            }
+        }
+    }
+}
+
+impl<F: Future<Output = ()> + Send + 'static> Future for Detached<F> {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        self.started = true;
+        let Some(task) = self.task.as_mut() else { return Poll::Ready(()) };
+        std::task::ready!(task.as_mut().poll(cx));
+        self.task = None;
+        Poll::Ready(())
+    }
+}
+
+impl<F: Future<Output = ()> + Send + 'static> Drop for Detached<F> {
+    fn drop(&mut self) {
+        if self.started {
+            return;
+        }
+        if let Some(task) = self.task.take() {
+            // The task was never polled, so nothing of it belongs to a runtime: it may move on.
+            Detached { task: Some(task), home: self.home.take(), sent: self.sent, started: false }.send();
         }
     }
 }
@@ -312,6 +376,23 @@ mod tests {
         wait_until("the release ran", || released.load(Ordering::SeqCst) == 1);
         assert_eq!(on.lock().unwrap().as_deref(), Some("lockkit-release"));
         wait_until("the ticket is returned", || releases.settled(releases.mark()));
+    }
+
+    #[test]
+    fn a_detached_task_whose_home_shut_down_runs_on_the_release_thread() {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let home = runtime.handle().clone();
+        drop(runtime);
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        spawn_detached(
+            async move {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                let _ = done_tx.send(std::thread::current().name().map(str::to_owned));
+            },
+            Some(home),
+        );
+        let ran_on = done_rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert_eq!(ran_on.as_deref(), Some("lockkit-release"));
     }
 
     #[tokio::test]

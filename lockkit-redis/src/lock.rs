@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use lockkit_core::backend::{
     AcquireRequest, Deadline, Grant, HeldLock, HoldSignal, LockBackend, LockInfo, OwnerMeta, deadline_after,
-    lease_deadline,
+    lease_deadline, spawn_detached,
 };
 use lockkit_core::{Capabilities, Error, FencingToken, LockName, LossReason, Result};
 use tracing::Instrument;
@@ -539,10 +539,6 @@ impl Drop for Doubt {
         if !(self.in_doubt() || self.queued) {
             return;
         }
-        let Some(runtime) = tokio::runtime::Handle::try_current().ok().or_else(|| self.runtime.take()) else {
-            tracing::warn!(lock = %self.lock, "an acquisition in doubt was dropped outside a runtime; a hold it may have taken expires with its lease");
-            return;
-        };
         let (store, lock, keys, contender, void_ms, give_up_after) = (
             Arc::clone(&self.store),
             self.lock.clone(),
@@ -573,7 +569,9 @@ impl Drop for Doubt {
                 }
             }
         };
-        drop(runtime.spawn(task.instrument(span)));
+        // On the current runtime, else the one the acquisition ran on, else lockkit's release
+        // thread: the abandon reaches the server even when dropped after its runtime ended.
+        spawn_detached(task.instrument(span), self.runtime.take());
     }
 }
 

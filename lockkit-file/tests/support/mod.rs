@@ -105,7 +105,10 @@ impl Harness for FileHarness {
             attempt("a regular file as the directory", FileLockProvider::open(&file)),
             attempt("a directory under a regular file", FileLockProvider::open(file.join("sub"))),
             attempt("an empty path", FileLockProvider::open("")),
-            attempt("a zero poll interval", FileLockProvider::builder().dir(&self.dir).poll_min(Duration::ZERO).build()),
+            attempt(
+                "a zero poll interval",
+                FileLockProvider::builder().dir(&self.dir).poll_min(Duration::ZERO).build(),
+            ),
             attempt(
                 "a poll interval whose maximum is below its minimum",
                 FileLockProvider::builder()
