@@ -184,6 +184,10 @@ impl LockHandle {
     }
 
     async fn acquire_inner(&self, wait: Wait) -> Result<Option<LockGuard>> {
+        // An acquisition that completes without waiting (an in-process store, a free lock)
+        // touches no Tokio resource, so a loop of them would never yield: take from the
+        // task's cooperative budget, as Tokio's own resources do.
+        tokio::task::consume_budget().await;
         let inner = &self.inner;
         let deadline = Deadline::from_wait(wait, Instant::now());
         if !inner.kind.is_supported_by(&inner.backend.capabilities()) {
@@ -341,6 +345,33 @@ mod tests {
     fn provider(backend: StallingBackend) -> (LockProvider, Arc<StallingBackend>) {
         let backend = Arc::new(backend);
         (LockProvider::new(backend.clone()), backend)
+    }
+
+    /// A loop of acquisitions that never wait (an in-process store) still yields to the other
+    /// tasks of a single-threaded runtime, as a loop on a Tokio resource would.
+    #[test]
+    fn a_loop_of_uncontended_acquisitions_lets_other_tasks_run() {
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            runtime.block_on(async {
+                let lock = crate::memory::MemoryLockProvider::new().lock("hot").unwrap();
+                let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let looping = {
+                    let stop = Arc::clone(&stop);
+                    tokio::spawn(async move {
+                        while !stop.load(Ordering::SeqCst) {
+                            lock.acquire().await.unwrap().release().await.unwrap();
+                        }
+                    })
+                };
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                stop.store(true, Ordering::SeqCst);
+                looping.await.unwrap();
+            });
+            let _ = done_tx.send(());
+        });
+        assert!(done_rx.recv_timeout(Duration::from_secs(10)).is_ok(), "the timer task never ran");
     }
 
     #[tokio::test]

@@ -11,8 +11,8 @@
 //! `MemoryStore::delete_record` and `restart`) make holds lost for real, so every loss case
 //! of the conformance kit runs against this backend too.
 //!
-//! URLs: `mem://` (a store of its own per connect) or `mem://NAME` (one store per NAME per
-//! process), with the option `lease` (and `renew_every`, `drift`).
+//! URLs: `mem://NAME` (one store per NAME per process; `mem://` is the store named ""), with
+//! the option `lease` (and `renew_every`, `drift`).
 //!
 //! ```
 //! use lockkit_core::memory::MemoryLockProvider;
@@ -46,8 +46,8 @@ pub(crate) const SETTINGS: Settings = Settings::of(BACKEND);
 /// The options a `mem://` URL and [`MemoryLockProviderBuilder::option`] take.
 pub const OPTIONS: &[&str] = &["lease", "renew_every", "drift"];
 
-/// The `mem` scheme: `mem://` is a store of its own, `mem://NAME` one store per NAME per
-/// process, shared by every connect with that name (each as a client of its own).
+/// The `mem` scheme: `mem://NAME` is one store per NAME per process, shared by every connect
+/// with that name (each as a client of its own); `mem://` is the store named "".
 pub const SCHEME: Scheme = Scheme { names: &["mem"], backend: BACKEND, connect: connect_url };
 
 fn connect_url(url: StoreUrl) -> ConnectFuture {

@@ -148,8 +148,8 @@ impl MemoryLockProvider {
         MemoryLockProviderBuilder::default()
     }
 
-    /// A client of the store a `mem://` URL names, with its options: `mem://` for a store
-    /// of its own, `mem://NAME` for the process-wide store called NAME. There is nothing to
+    /// A client of the store a `mem://` URL names, with its options: `mem://NAME` is the
+    /// process-wide store called NAME, and `mem://` the one called "". There is nothing to
     /// reach, so this is also what connecting to such a URL does.
     ///
     /// # Errors
@@ -162,8 +162,10 @@ impl MemoryLockProvider {
         if url.user().is_some() {
             return Err(SETTINGS.invalid(format!("{} carries credentials; mem:// takes none", url.redacted())));
         }
+        // `mem://` is the store named "": every connect of the process shares it, as every
+        // `mem://NAME` shares the store called NAME.
         let name = format!("{}{}", url.hosts(), url.path().trim_end_matches('/'));
-        let store = if name.is_empty() { MemoryStore::new() } else { MemoryStore::named(&name) };
+        let store = MemoryStore::named(&name);
         let mut builder = Self::builder().store(store);
         for (key, value) in url.options() {
             builder = builder.option(key, value)?;
