@@ -129,6 +129,20 @@ pub trait HeldLock: Send + Sync + 'static {
     /// [`Error::LockLost`] when the store shows the hold was no longer ours; a connection
     /// error when the outcome is unknown.
     async fn release(self: Box<Self>) -> Result<()>;
+
+    /// Turns this write hold into a read hold in place, for backends that declare
+    /// [`Capabilities::rw_lock`]: the core calls it (at most once, only for a
+    /// [`HoldKind::Write`] hold) when the last write guard goes while read guards of the hold
+    /// live. The store must keep the hold's place: no writer queued meanwhile may be granted
+    /// in between, and readers queued behind no writer may be granted with it. The token
+    /// stays the same.
+    ///
+    /// Returns the work to send, `'static` so that the core can run it in the background;
+    /// `None` (the default) keeps the hold a write hold until its last guard goes, which is
+    /// safe but makes other readers wait longer.
+    fn downgrade(&self) -> Option<std::pin::Pin<Box<dyn std::future::Future<Output = Result<()>> + Send + 'static>>> {
+        None
+    }
 }
 
 /// What a backend can tell about one lock, for status displays and for the conformance kit.

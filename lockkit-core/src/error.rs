@@ -129,6 +129,19 @@ pub enum Error {
         /// What is not supported, as a noun phrase ("a read hold", "inspect").
         what: String,
     },
+    /// The request conflicts with how the lock is held or used: an upgrade from a read hold
+    /// to a write hold, a semaphore asked for with another permit count than the one in use,
+    /// a name in use as another kind of lock. Retrying the same request will not help; the
+    /// message says what to change.
+    #[error("{backend}: conflict{}: {what}", lock_suffix(.lock.as_ref()))]
+    Conflict {
+        /// The backend that was asked.
+        backend: &'static str,
+        /// The lock concerned, when there was one.
+        lock: Option<LockName>,
+        /// What conflicts and what to do instead.
+        what: String,
+    },
     /// The store could not be reached or the connection broke. Retrying may succeed.
     #[error("{backend}: connection problem{}{}{}", server_suffix(.server.as_deref()), lock_suffix(.lock.as_ref()), context_suffix(.context.as_deref()))]
     Connection {
@@ -209,9 +222,10 @@ impl Error {
     pub fn lock(&self) -> Option<&LockName> {
         match self {
             Self::Timeout { lock, .. } | Self::LockLost { lock, .. } => Some(lock),
-            Self::Connection { lock, .. } | Self::Backend { lock, .. } | Self::Unsupported { lock, .. } => {
-                lock.as_ref()
-            }
+            Self::Connection { lock, .. }
+            | Self::Backend { lock, .. }
+            | Self::Unsupported { lock, .. }
+            | Self::Conflict { lock, .. } => lock.as_ref(),
             Self::InvalidName { .. } | Self::InvalidConfig { .. } => None,
         }
     }
@@ -224,6 +238,7 @@ impl Error {
             | Self::LockLost { backend, .. }
             | Self::InvalidConfig { backend, .. }
             | Self::Unsupported { backend, .. }
+            | Self::Conflict { backend, .. }
             | Self::Connection { backend, .. }
             | Self::Backend { backend, .. } => backend,
             Self::InvalidName { .. } => "lockkit",
@@ -243,6 +258,11 @@ impl Error {
     /// Builds an [`Error::Unsupported`]: `what` is a noun phrase such as "a read hold".
     pub fn unsupported(backend: &'static str, lock: Option<&LockName>, what: impl Into<String>) -> Self {
         Self::Unsupported { backend, lock: lock.cloned(), what: what.into() }
+    }
+
+    /// Builds an [`Error::Conflict`]: `what` says what conflicts and what to do instead.
+    pub fn conflict(backend: &'static str, lock: Option<&LockName>, what: impl Into<String>) -> Self {
+        Self::Conflict { backend, lock: lock.cloned(), what: what.into() }
     }
 
     /// Builds an [`Error::InvalidConfig`] whose message says what to change.

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 use tokio::runtime::Handle;
+use tracing::Instrument;
 
 use crate::backend::HeldLock;
 use crate::handle::HandleInner;
@@ -24,6 +25,9 @@ pub(crate) struct Hold {
 struct Guards {
     /// Live guards of this hold.
     count: usize,
+    /// Live guards of this hold in write mode; when the last goes while read guards live, the
+    /// hold is downgraded to a read hold in place.
+    writes: usize,
     /// The backend's means to free the hold; taken by the last guard.
     held: Option<Box<dyn HeldLock>>,
     /// The runtime that granted the hold, where a guard dropped outside every runtime sends
@@ -40,8 +44,10 @@ impl Hold {
         held: Box<dyn HeldLock>,
     ) -> LockGuard {
         let granted_on = Handle::try_current().ok();
-        let state = Mutex::new(Guards { count: 1, held: Some(held), granted_on });
-        LockGuard { hold: Arc::new(Self { handle, token, signal, state }), finished: false }
+        let kind = handle.kind().clone();
+        let writes = usize::from(kind == HoldKind::Write);
+        let state = Mutex::new(Guards { count: 1, writes, held: Some(held), granted_on });
+        LockGuard { hold: Arc::new(Self { handle, token, signal, state }), kind, finished: false }
     }
 
     fn guards(&self) -> MutexGuard<'_, Guards> {
@@ -53,11 +59,31 @@ impl Hold {
         Error::lost(self.handle.backend_name(), self.handle.name(), reason)
     }
 
-    /// Forgets one guard; for the last one, ends the signal and returns the release to run.
-    fn detach(&self) -> Option<(Release, Option<LossReason>)> {
+    /// Adds a guard of mode `kind` to the hold.
+    fn attach(self: &Arc<Self>, kind: HoldKind) -> Result<LockGuard> {
+        let mut guards = self.guards();
+        if let Some(reason) = self.signal.loss() {
+            return Err(self.lost_error(reason));
+        }
+        guards.count += 1;
+        guards.writes += usize::from(kind == HoldKind::Write);
+        tracing::debug!(token = self.token.get(), depth = guards.count, ?kind, "reentered");
+        Ok(LockGuard { hold: Arc::clone(self), kind, finished: false })
+    }
+
+    /// Forgets one guard of mode `kind`; for the last one, ends the signal and returns the
+    /// release to run. The last write guard of a hold that read guards still share turns it
+    /// into a read hold in the store, in the background.
+    fn detach(&self, kind: &HoldKind) -> Option<(Release, Option<LossReason>)> {
         let (held, granted_on) = {
             let mut guards = self.guards();
             guards.count = guards.count.saturating_sub(1);
+            if *kind == HoldKind::Write {
+                guards.writes = guards.writes.saturating_sub(1);
+                if guards.writes == 0 && guards.count > 0 {
+                    self.downgrade(&mut guards);
+                }
+            }
             if guards.count > 0 {
                 return None;
             }
@@ -65,6 +91,24 @@ impl Hold {
         };
         let lost_before = self.signal.release();
         Some((self.handle.start_release(held, granted_on), lost_before))
+    }
+
+    /// Sends the backend's downgrade of this write hold to the store, in the background. The
+    /// hold stays a write hold in the store until it lands, which excludes more, never less.
+    fn downgrade(&self, guards: &mut Guards) {
+        let Some(held) = guards.held.as_ref() else { return };
+        let Some(downgrade) = held.downgrade() else {
+            tracing::debug!("the backend keeps the hold a write hold until its last guard goes");
+            return;
+        };
+        let span =
+            tracing::info_span!("lockkit.downgrade", backend = self.handle.backend_name(), lock = %self.handle.name());
+        let task = async move {
+            if let Err(error) = downgrade.await {
+                tracing::warn!(%error, "the write hold could not become a read hold; it stays a write hold");
+            }
+        };
+        crate::release::spawn_detached(task.instrument(span), guards.granted_on.clone());
     }
 }
 
@@ -102,6 +146,8 @@ impl Hold {
 #[must_use = "dropping the guard releases the lock"]
 pub struct LockGuard {
     hold: Arc<Hold>,
+    /// This guard's mode: the hold's kind, or a read taken from a write hold.
+    kind: HoldKind,
     finished: bool,
 }
 
@@ -116,9 +162,10 @@ impl LockGuard {
         self.hold.handle.name()
     }
 
-    /// The kind of the hold: [`HoldKind::Exclusive`] for a mutex.
+    /// The kind of this guard: [`HoldKind::Exclusive`] for a mutex, [`HoldKind::Read`] for a
+    /// read taken from a write guard.
     pub fn kind(&self) -> &HoldKind {
-        self.hold.handle.kind()
+        &self.kind
     }
 
     /// Whether the hold is still guaranteed: not lost, and its local deadline not passed.
@@ -161,13 +208,51 @@ impl LockGuard {
     ///
     /// [`Error::LockLost`] when the hold was lost: a reentry never revives a lost hold.
     pub fn reenter(&self) -> Result<LockGuard> {
-        let mut guards = self.hold.guards();
-        if let Some(reason) = self.hold.signal.loss() {
-            return Err(self.hold.lost_error(reason));
+        self.hold.attach(self.kind.clone())
+    }
+
+    /// A read guard of the same hold, at once and with the same token: from a read guard
+    /// (as [`reenter`](Self::reenter)) or from a write guard (a read inside the write). When
+    /// the last write guard of a hold goes while read guards of it live, the hold becomes a
+    /// read hold in place: no writer queued meanwhile slips in between.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LockLost`] when the hold was lost; [`Error::Unsupported`] from a guard that is
+    /// neither a read nor a write (a mutex or a permit).
+    pub fn read(&self) -> Result<LockGuard> {
+        match self.kind {
+            HoldKind::Read | HoldKind::Write => self.hold.attach(HoldKind::Read),
+            _ => Err(Error::unsupported(
+                self.hold.handle.backend_name(),
+                Some(self.name()),
+                format!("a read from {}", self.kind),
+            )),
         }
-        guards.count += 1;
-        tracing::debug!(token = self.hold.token.get(), depth = guards.count, "reentered");
-        Ok(LockGuard { hold: Arc::clone(&self.hold), finished: false })
+    }
+
+    /// A write guard of the same hold: from a write guard, as [`reenter`](Self::reenter).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Conflict`] at once from a read guard: an upgrade would wait for every other
+    /// reader, and two readers upgrading would wait for each other forever; release the read
+    /// and acquire the write instead. [`Error::LockLost`] when the hold was lost;
+    /// [`Error::Unsupported`] from a guard that is neither a read nor a write.
+    pub fn write(&self) -> Result<LockGuard> {
+        match self.kind {
+            HoldKind::Write => self.hold.attach(HoldKind::Write),
+            HoldKind::Read => Err(Error::conflict(
+                self.hold.handle.backend_name(),
+                Some(self.name()),
+                "a read hold cannot become a write hold (two readers upgrading would wait for each other forever); release the read guard and acquire the write lock",
+            )),
+            _ => Err(Error::unsupported(
+                self.hold.handle.backend_name(),
+                Some(self.name()),
+                format!("a write from {}", self.kind),
+            )),
+        }
     }
 
     /// Releases this guard; the lock is freed when it is the last guard of the hold.
@@ -184,7 +269,7 @@ impl LockGuard {
     /// task of its own if the future is dropped before it finished.
     pub async fn release(mut self) -> Result<()> {
         self.finished = true;
-        let Some((release, lost_before)) = self.hold.detach() else {
+        let Some((release, lost_before)) = self.hold.detach(&self.kind) else {
             // Other guards keep the hold; only report a loss.
             return match self.hold.signal.loss() {
                 Some(reason) => Err(self.hold.lost_error(reason)),
@@ -204,7 +289,7 @@ impl Drop for LockGuard {
         if self.finished {
             return;
         }
-        if let Some((release, _)) = self.hold.detach() {
+        if let Some((release, _)) = self.hold.detach(&self.kind) {
             release.finish_in_background();
         }
     }

@@ -83,6 +83,7 @@ mod name;
 mod options;
 mod provider;
 mod release;
+mod rw_lock;
 mod signal;
 mod token;
 
@@ -95,7 +96,8 @@ pub use kind::HoldKind;
 pub use lock::DistributedLock;
 pub use name::LockName;
 pub use options::{AcquireOptions, Wait};
-pub use provider::LockProvider;
+pub use provider::{LockProvider, MAX_PERMITS};
+pub use rw_lock::RwLock;
 pub use signal::{HoldEnd, HoldWatcher};
 pub use token::FencingToken;
 

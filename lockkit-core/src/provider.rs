@@ -4,8 +4,13 @@
 use std::fmt;
 use std::sync::Arc;
 
+use std::num::NonZeroU32;
+
 use crate::backend::{LockBackend, LockInfo};
-use crate::{Capabilities, Error, HoldKind, LockHandle, LockName, Result};
+use crate::{Capabilities, Error, HoldKind, LockHandle, LockName, Result, RwLock};
+
+/// The most permits a semaphore may have.
+pub const MAX_PERMITS: u32 = 1_000_000;
 
 /// A connected client of one backend, handing out lock handles by name.
 ///
@@ -63,6 +68,36 @@ impl LockProvider {
             return Err(Error::unsupported(self.backend.name(), Some(&name), kind.describe()));
         }
         Ok(LockHandle::new(Arc::clone(&self.backend), name, kind))
+    }
+
+    /// The read-write lock called `name`: any number of readers, or one writer.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`] for a bad name; [`Error::Unsupported`] when the backend does not
+    /// declare [`Capabilities::rw_lock`].
+    pub fn rw_lock(&self, name: &str) -> Result<RwLock> {
+        Ok(RwLock::new(self.handle(name, HoldKind::Read)?, self.handle(name, HoldKind::Write)?))
+    }
+
+    /// The counting semaphore called `name`, of `permits` permits: each acquisition through
+    /// the handle takes one, and at most `permits` are held at once. The count belongs to
+    /// the semaphore: every user of the name must give the same (a store that sees another
+    /// count in use refuses with [`Error::Conflict`]).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] for a count of 0 or above [`MAX_PERMITS`];
+    /// [`Error::InvalidName`] for a bad name; [`Error::Unsupported`] when the backend does not
+    /// declare [`Capabilities::semaphore`].
+    pub fn semaphore(&self, name: &str, permits: u32) -> Result<LockHandle> {
+        let permits = NonZeroU32::new(permits).filter(|n| n.get() <= MAX_PERMITS).ok_or_else(|| {
+            Error::invalid_config(
+                self.backend.name(),
+                format!("semaphore {name:?} has {permits} permits; give it from 1 to {MAX_PERMITS}"),
+            )
+        })?;
+        self.handle(name, HoldKind::Permit { permits })
     }
 
     /// What the backend promises beyond the common contract.

@@ -17,7 +17,6 @@
 //! expiry then frees the hold). Nothing here polls a future outside a runtime, so nothing
 //! here can panic for want of one.
 
-use std::collections::BTreeSet;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,7 +24,6 @@ use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, Waker};
 
 use tokio::runtime::Handle;
-use tokio::sync::watch;
 use tracing::Instrument;
 
 use crate::Result;
@@ -253,25 +251,28 @@ fn release_thread() -> Option<Handle> {
 /// The releases in flight of one lock handle, so that an acquisition through the handle
 /// waits for the releases that began before it (a guard dropped and the lock asked for again
 /// at once must not find its own previous hold in the way).
-#[derive(Debug)]
+///
+/// Releases are numbered in the order they begin; the ones in flight are kept in a small
+/// vector (a handle rarely has more than one), which allocates nothing until the first.
+#[derive(Debug, Default)]
 pub(crate) struct Releases {
     next: AtomicU64,
-    in_flight: watch::Sender<BTreeSet<u64>>,
-}
-
-impl Default for Releases {
-    fn default() -> Self {
-        Self { next: AtomicU64::new(0), in_flight: watch::Sender::new(BTreeSet::new()) }
-    }
+    in_flight: std::sync::Mutex<Vec<u64>>,
+    /// Woken whenever a release ends.
+    ended: tokio::sync::Notify,
 }
 
 impl Releases {
+    fn in_flight(&self) -> std::sync::MutexGuard<'_, Vec<u64>> {
+        // Nothing panics while holding this lock; recover the data if something ever did.
+        self.in_flight.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Registers a release that begins now; it is over when the ticket is dropped.
     pub(crate) fn begin(self: &Arc<Self>) -> Ticket {
+        let mut in_flight = self.in_flight();
         let id = self.next.fetch_add(1, Ordering::SeqCst);
-        self.in_flight.send_modify(|set| {
-            set.insert(id);
-        });
+        in_flight.push(id);
         Ticket { releases: Arc::clone(self), id }
     }
 
@@ -282,14 +283,21 @@ impl Releases {
 
     /// Whether every release registered before `mark` is over.
     pub(crate) fn settled(&self, mark: u64) -> bool {
-        self.in_flight.borrow().first().is_none_or(|oldest| *oldest >= mark)
+        self.in_flight().iter().all(|id| *id >= mark)
     }
 
     /// Waits until every release registered before `mark` is over.
     pub(crate) async fn wait_settled(&self, mark: u64) {
-        let mut changes = self.in_flight.subscribe();
-        // The sender lives in `self`, so the channel cannot close while we wait.
-        let _ = changes.wait_for(|set| set.first().is_none_or(|oldest| *oldest >= mark)).await;
+        loop {
+            let ended = self.ended.notified();
+            tokio::pin!(ended);
+            // Registered before the check, so that a release ending in between wakes us.
+            ended.as_mut().enable();
+            if self.settled(mark) {
+                return;
+            }
+            ended.await;
+        }
     }
 }
 
@@ -302,9 +310,8 @@ pub(crate) struct Ticket {
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        self.releases.in_flight.send_modify(|set| {
-            set.remove(&self.id);
-        });
+        self.releases.in_flight().retain(|id| *id != self.id);
+        self.releases.ended.notify_waiters();
     }
 }
 

@@ -1,5 +1,6 @@
-//! A history of holds and the checker that finds two holders at once or a token that went
-//! backwards.
+//! A history of holds and the checker that finds holders that could not share the lock at
+//! once (two writers, a reader beside a writer, more permits than the semaphore has) or a
+//! token that went backwards.
 //!
 //! Record [`History::acquired`] right after an acquisition returns and [`History::ended`]
 //! right before the release (or when loss is noticed). Each recorded hold is then a subset of
@@ -11,7 +12,7 @@ use std::fmt;
 use std::sync::{Mutex, PoisonError};
 use std::time::Instant;
 
-use lockkit_core::LockGuard;
+use lockkit_core::{HoldKind, LockGuard};
 
 /// One recorded hold.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -22,6 +23,8 @@ pub struct Hold {
     pub lock: String,
     /// The fencing token.
     pub token: u64,
+    /// The kind of the hold: who it may share the lock with.
+    pub kind: HoldKind,
     /// When the acquisition returned.
     pub start: Instant,
     /// When the hold ended (release started, or loss noticed), if it did.
@@ -31,6 +34,15 @@ pub struct Hold {
 }
 
 impl Hold {
+    /// Whether this hold and `other` may hold the lock at the same time: two readers may, and
+    /// permits of one semaphore may (up to its size, which the checker counts).
+    pub fn may_share_with(&self, other: &Hold) -> bool {
+        matches!(
+            (&self.kind, &other.kind),
+            (HoldKind::Read, HoldKind::Read) | (HoldKind::Permit { .. }, HoldKind::Permit { .. })
+        )
+    }
+
     /// The end of the hold's validity: the earlier of its end and its local deadline.
     pub fn valid_end(&self) -> Option<Instant> {
         match (self.end, self.valid_until) {
@@ -43,14 +55,15 @@ impl Hold {
 /// A violation found by [`History::check`], with the offending holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Violation {
-    /// Two holds of one lock overlapped in time.
+    /// Two holds of one lock that may not share it overlapped in time, or more holds than a
+    /// semaphore's permits did (`first` is one of those already holding).
     Overlap {
         /// The earlier hold.
         first: Hold,
         /// The hold that started before the first one's validity ended.
         second: Hold,
     },
-    /// A later fresh hold had a token not greater than an earlier one.
+    /// A hold had a token not greater than one of a hold that had ended before it started.
     TokenRegression {
         /// The earlier hold.
         earlier: Hold,
@@ -106,6 +119,7 @@ impl History {
             client: client.to_owned(),
             lock: guard.name().as_str().to_owned(),
             token: guard.token().get(),
+            kind: guard.kind().clone(),
             start: Instant::now(),
             end: None,
             valid_until: guard.valid_until(),
@@ -145,8 +159,10 @@ impl History {
         self.holds().clone()
     }
 
-    /// Checks that no two holds of a lock overlapped and that tokens only grew, in the order
-    /// holds started.
+    /// Checks, for every lock, that holds overlapped only where they may share the lock
+    /// (readers with readers, permits up to the semaphore's size), and that every hold's
+    /// token is greater than the token of every hold that ended before it started (holds that
+    /// overlapped, such as two readers, may have come back in either order).
     ///
     /// # Errors
     ///
@@ -159,25 +175,8 @@ impl History {
         let mut violations = Vec::new();
         for holds in by_lock.values_mut() {
             holds.sort_by_key(|hold| hold.start);
-            let mut latest: Option<&Hold> = None;
-            for (i, hold) in holds.iter().enumerate() {
-                if let Some(previous) = latest
-                    && previous.valid_end().is_none_or(|end| end > hold.start)
-                {
-                    violations.push(Violation::Overlap { first: previous.clone(), second: hold.clone() });
-                }
-                if i > 0 && hold.token <= holds[i - 1].token {
-                    violations.push(Violation::TokenRegression { earlier: holds[i - 1].clone(), later: hold.clone() });
-                }
-                let extends = match (latest.and_then(Hold::valid_end), hold.valid_end()) {
-                    (_, None) => true,
-                    (None, Some(_)) => latest.is_none(),
-                    (Some(a), Some(b)) => b > a,
-                };
-                if extends {
-                    latest = Some(hold);
-                }
-            }
+            check_sharing(holds, &mut violations);
+            check_tokens(holds, &mut violations);
         }
         if violations.is_empty() { Ok(()) } else { Err(violations) }
     }
@@ -189,5 +188,112 @@ impl History {
             let list: Vec<String> = violations.iter().map(ToString::to_string).collect();
             panic!("history check failed:\n  {}", list.join("\n  "));
         }
+    }
+}
+
+/// Finds holds that overlapped without being allowed to share the lock. `holds` is sorted by
+/// start; each hold is compared with the holds still valid when it started.
+fn check_sharing(holds: &[Hold], violations: &mut Vec<Violation>) {
+    let mut active: Vec<&Hold> = Vec::new();
+    for hold in holds {
+        active.retain(|other| other.valid_end().is_none_or(|end| end > hold.start));
+        if let Some(other) = active.iter().find(|other| !hold.may_share_with(other)) {
+            violations.push(Violation::Overlap { first: (*other).clone(), second: hold.clone() });
+        } else if let HoldKind::Permit { permits } = &hold.kind
+            && active.len() >= permits.get() as usize
+            && let Some(first) = active.first()
+        {
+            violations.push(Violation::Overlap { first: (*first).clone(), second: hold.clone() });
+        }
+        active.push(hold);
+    }
+}
+
+/// Finds holds whose token is not above the token of a hold that ended before they started.
+/// `holds` is sorted by start.
+fn check_tokens(holds: &[Hold], violations: &mut Vec<Violation>) {
+    let mut ended: Vec<&Hold> = holds.iter().filter(|hold| hold.valid_end().is_some()).collect();
+    ended.sort_by_key(|hold| hold.valid_end());
+    let mut next_ended = ended.iter().peekable();
+    let mut highest: Option<&Hold> = None;
+    for hold in holds {
+        while let Some(done) = next_ended.next_if(|done| done.valid_end().is_some_and(|end| end <= hold.start)) {
+            if highest.is_none_or(|top| done.token > top.token) {
+                highest = Some(done);
+            }
+        }
+        if let Some(top) = highest
+            && hold.token <= top.token
+        {
+            violations.push(Violation::TokenRegression { earlier: top.clone(), later: hold.clone() });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::num::NonZeroU32;
+    use std::time::Duration;
+
+    use super::*;
+
+    /// A hold of `kind` with `token`, valid from `from` to `to` milliseconds after `zero`.
+    fn hold(zero: Instant, kind: HoldKind, token: u64, from: u64, to: u64) -> Hold {
+        Hold {
+            client: format!("client-{token}"),
+            lock: "l".to_owned(),
+            token,
+            kind,
+            start: zero + Duration::from_millis(from),
+            end: Some(zero + Duration::from_millis(to)),
+            valid_until: None,
+        }
+    }
+
+    fn check(holds: Vec<Hold>) -> Result<(), Vec<Violation>> {
+        let history = History::new();
+        for hold in holds {
+            history.record(hold);
+        }
+        history.check()
+    }
+
+    #[test]
+    fn writers_may_not_overlap_anyone_and_readers_may_overlap_readers() {
+        let zero = Instant::now();
+        let (read, write) = (HoldKind::Read, HoldKind::Write);
+        assert!(check(vec![hold(zero, read.clone(), 1, 0, 10), hold(zero, read.clone(), 2, 5, 15)]).is_ok());
+        assert!(check(vec![hold(zero, write.clone(), 1, 0, 10), hold(zero, write.clone(), 2, 5, 15)]).is_err());
+        assert!(check(vec![hold(zero, read.clone(), 1, 0, 10), hold(zero, write.clone(), 2, 5, 15)]).is_err());
+        assert!(check(vec![hold(zero, write.clone(), 1, 0, 10), hold(zero, read.clone(), 2, 5, 15)]).is_err());
+        assert!(check(vec![hold(zero, HoldKind::Exclusive, 1, 0, 10), hold(zero, read, 2, 10, 15)]).is_ok());
+    }
+
+    #[test]
+    fn permits_may_overlap_up_to_the_semaphores_size() {
+        let zero = Instant::now();
+        let two = HoldKind::Permit { permits: NonZeroU32::MIN.saturating_add(1) };
+        let pair = vec![hold(zero, two.clone(), 1, 0, 10), hold(zero, two.clone(), 2, 1, 10)];
+        assert!(check(pair.clone()).is_ok());
+        let mut three = pair;
+        three.push(hold(zero, two.clone(), 3, 2, 10));
+        assert!(check(three).is_err(), "a third permit of two");
+        assert!(
+            check(vec![hold(zero, two.clone(), 1, 0, 5), hold(zero, two.clone(), 2, 1, 10), hold(zero, two, 3, 6, 10)])
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn tokens_must_grow_past_every_hold_that_ended_before() {
+        let zero = Instant::now();
+        let read = HoldKind::Read;
+        // Two overlapping readers may come back in either order.
+        assert!(check(vec![hold(zero, read.clone(), 2, 0, 10), hold(zero, read.clone(), 1, 1, 10)]).is_ok());
+        // A hold after both must be above both.
+        let after = hold(zero, HoldKind::Write, 2, 11, 20);
+        let violations =
+            check(vec![hold(zero, read.clone(), 3, 0, 10), hold(zero, read, 1, 1, 10), after]).unwrap_err();
+        assert!(matches!(&violations[..], [Violation::TokenRegression { earlier, .. }] if earlier.token == 3));
     }
 }

@@ -20,6 +20,7 @@
 //! The argument is an expression evaluated once per test process inside an async block, so
 //! it may `.await` (to start a server, say).
 
+mod as_kind;
 pub mod cases;
 pub mod chaos;
 mod fenced;
@@ -34,6 +35,7 @@ use std::future::Future;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+pub use as_kind::{AsKind, Variant};
 pub use fenced::{FencedResource, StaleToken};
 pub use harness::{ClientFaults, FaultResult, Harness, NoFaults, TestClient, Timing, Unsupported};
 pub use history::{History, Hold, Violation};
@@ -59,10 +61,17 @@ pub fn runtime() -> &'static tokio::runtime::Runtime {
 }
 
 /// Runs one case: makes the harness on first use (shared by the process), then runs the case
-/// on the kit's runtime with a time limit. Used by [`conformance!`]; not for direct use.
+/// on the kit's runtime with a time limit; for a [`Variant`] other than the mutex, on the
+/// harness wrapped in [`AsKind`], or not at all (after saying so) when the backend does not
+/// grant that kind. Used by [`conformance!`]; not for direct use.
 #[doc(hidden)]
-pub fn run_case<M, MF, C, CF>(cell: &'static tokio::sync::OnceCell<Arc<dyn Harness>>, make: M, name: &str, case: C)
-where
+pub fn run_case<M, MF, C, CF>(
+    cell: &'static tokio::sync::OnceCell<Arc<dyn Harness>>,
+    make: M,
+    name: &str,
+    variant: Variant,
+    case: C,
+) where
     M: FnOnce() -> MF,
     MF: Future<Output = Arc<dyn Harness>>,
     C: FnOnce(Arc<dyn Harness>) -> CF,
@@ -71,7 +80,19 @@ where
     // The case runs on the test's own thread (block_on), so its panic message is captured
     // with the test's output; the tasks it spawns run on the shared workers.
     runtime().block_on(async {
-        let harness = cell.get_or_init(make).await.clone();
+        let mut harness = cell.get_or_init(make).await.clone();
+        if variant != Variant::Mutex {
+            let kind = variant.kind();
+            let capabilities = match harness.client().await {
+                Ok(client) => client.provider.capabilities(),
+                Err(error) => panic!("[{} / {name}] connect a client: {error}", harness.name()),
+            };
+            if !kind.is_supported_by(&capabilities) {
+                println!("[{} / {name}] not applicable: the backend does not grant {kind}", harness.name());
+                return;
+            }
+            harness = Arc::new(AsKind::new(harness, kind));
+        }
         let backend = harness.name().to_owned();
         if tokio::time::timeout(CASE_LIMIT, case(harness)).await.is_err() {
             panic!("[{backend} / {name}] the case did not finish within {CASE_LIMIT:?}");
@@ -114,101 +135,131 @@ macro_rules! conformance {
     ($harness:expr, without: [$($skip:ident),* $(,)?] $(,)?) => {
         $crate::__conformance_cases! {
             ($) $harness; [$($skip),*];
-            mutual_exclusion {
-                second_owner_cannot_acquire_while_held,
-                two_handles_of_one_client_exclude_each_other,
-                one_holder_at_a_time_under_contention,
-                different_names_are_independent,
-                names_are_case_sensitive,
-                unusual_names_are_accepted_and_never_collide,
-                empty_name_is_rejected,
-                oversized_name_is_rejected,
+            mutex {
+                errors {
+                    errors_name_the_backend_and_the_lock,
+                    unreachable_store_gives_retryable_errors,
+                    timeout_against_an_unreachable_store_says_so,
+                    bad_configuration_is_refused_when_building,
+                    undeclared_kinds_are_unsupported,
+                }
+                cross_process {
+                    holder_in_another_process_excludes_this_one,
+                    killed_process_frees_its_lock,
+                    __child_contender,
+                }
+                rw_lock {
+                    readers_share_the_lock,
+                    a_writer_excludes_readers_and_writers,
+                    a_queued_writer_is_not_overtaken_by_later_readers,
+                    every_grant_carries_a_greater_token,
+                    a_read_from_a_write_guard_is_the_same_hold,
+                    an_upgrade_from_a_read_guard_is_refused_at_once,
+                    releasing_the_write_guard_under_live_reads_downgrades_in_place,
+                    a_dead_readers_share_returns_after_the_lease,
+                }
+                semaphore {
+                    at_most_n_permits_are_held,
+                    permit_counts_must_agree,
+                    out_of_range_permit_counts_are_refused,
+                    permits_are_granted_in_arrival_order,
+                    every_permit_carries_a_greater_token,
+                    a_name_in_use_as_another_kind_conflicts_or_excludes,
+                }
             }
-            acquire {
-                try_acquire_returns_none_while_held,
-                try_acquire_leaves_no_trace,
-                acquire_timeout_fails_close_to_the_timeout,
-                acquire_timeout_leaves_no_trace,
-                extreme_timeouts_are_handled,
-                acquire_timeout_succeeds_when_released_in_time,
-                release_wakes_waiter_promptly,
-                dropped_acquire_leaves_no_trace,
-                cancelled_waiter_does_not_block_others,
-                acquire_cancelled_at_any_point_leaves_no_trace,
-                acquire_dropped_after_grant_frees_the_lock,
-                waiters_are_granted_in_arrival_order,
-            }
-            reentrancy {
-                reenter_returns_a_guard_of_the_same_hold_at_once,
-                lock_is_freed_only_after_every_reentrant_guard,
-                tasks_sharing_a_handle_exclude_each_other,
-                a_second_acquisition_through_one_handle_is_another_owner,
-                reentry_after_loss_fails_with_lock_lost,
-            }
-            fencing {
-                tokens_increase_with_every_acquisition,
-                tokens_increase_across_clients,
-                tokens_increase_across_store_restart,
-                fenced_resource_refuses_the_stale_holder,
-            }
-            release {
-                release_frees_the_lock,
-                release_admits_next_waiter,
-                release_after_loss_fails_and_spares_the_new_holder,
-                dropped_guard_frees_the_lock_promptly,
-                reacquire_right_after_drop_succeeds,
-                guard_dropped_on_a_plain_thread_is_released_promptly,
-                guard_dropped_after_its_runtime_shut_down_is_released_promptly,
-                provider_used_from_two_runtimes_keeps_its_holds,
-                dead_holder_frees_the_lock_after_the_lease_not_before,
-            }
-            loss {
-                loss_is_signalled_when_the_record_is_deleted,
-                normal_release_is_not_a_loss,
-                loss_is_signalled_when_the_client_dies,
-                loss_is_signalled_before_another_owner_can_acquire,
-                lease_is_renewed_while_the_guard_lives,
-            }
-            errors {
-                errors_name_the_backend_and_the_lock,
-                unreachable_store_gives_retryable_errors,
-                timeout_against_an_unreachable_store_says_so,
-                bad_configuration_is_refused_when_building,
-                undeclared_kinds_are_unsupported,
-            }
-            cross_process {
-                holder_in_another_process_excludes_this_one,
-                killed_process_frees_its_lock,
-                __child_contender,
+            mutex_cases {
+                mutual_exclusion {
+                    second_owner_cannot_acquire_while_held,
+                    two_handles_of_one_client_exclude_each_other,
+                    one_holder_at_a_time_under_contention,
+                    different_names_are_independent,
+                    names_are_case_sensitive,
+                    unusual_names_are_accepted_and_never_collide,
+                    empty_name_is_rejected,
+                    oversized_name_is_rejected,
+                }
+                acquire {
+                    try_acquire_returns_none_while_held,
+                    try_acquire_leaves_no_trace,
+                    acquire_timeout_fails_close_to_the_timeout,
+                    acquire_timeout_leaves_no_trace,
+                    extreme_timeouts_are_handled,
+                    acquire_timeout_succeeds_when_released_in_time,
+                    release_wakes_waiter_promptly,
+                    dropped_acquire_leaves_no_trace,
+                    cancelled_waiter_does_not_block_others,
+                    acquire_cancelled_at_any_point_leaves_no_trace,
+                    acquire_dropped_after_grant_frees_the_lock,
+                    waiters_are_granted_in_arrival_order,
+                }
+                reentrancy {
+                    reenter_returns_a_guard_of_the_same_hold_at_once,
+                    lock_is_freed_only_after_every_reentrant_guard,
+                    tasks_sharing_a_handle_exclude_each_other,
+                    a_second_acquisition_through_one_handle_is_another_owner,
+                    reentry_after_loss_fails_with_lock_lost,
+                }
+                fencing {
+                    tokens_increase_with_every_acquisition,
+                    tokens_increase_across_clients,
+                    tokens_increase_across_store_restart,
+                    fenced_resource_refuses_the_stale_holder,
+                }
+                release {
+                    release_frees_the_lock,
+                    release_admits_next_waiter,
+                    release_after_loss_fails_and_spares_the_new_holder,
+                    dropped_guard_frees_the_lock_promptly,
+                    reacquire_right_after_drop_succeeds,
+                    guard_dropped_on_a_plain_thread_is_released_promptly,
+                    guard_dropped_after_its_runtime_shut_down_is_released_promptly,
+                    provider_used_from_two_runtimes_keeps_its_holds,
+                    dead_holder_frees_the_lock_after_the_lease_not_before,
+                }
+                loss {
+                    loss_is_signalled_when_the_record_is_deleted,
+                    normal_release_is_not_a_loss,
+                    loss_is_signalled_when_the_client_dies,
+                    loss_is_signalled_before_another_owner_can_acquire,
+                    lease_is_renewed_while_the_guard_lives,
+                }
             }
         }
     };
 }
 
 /// The expansion of [`conformance!`]; not for direct use. `$d` is a `$` token, so that the
-/// expansion can define a macro of its own that matches the declared cases by name.
+/// expansion can define a macro of its own that matches the declared cases by name. The
+/// cases of `mutex` run once; the `mutex_cases` run three times: on the mutex (at the top
+/// level, grouped by topic), on the write side of a read-write lock (`write_lock::…`) and on a
+/// one-permit semaphore (`one_permit::…`).
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __conformance_cases {
-    (($d:tt) $harness:expr; [$($skip:ident),*]; $($group:ident { $($case:ident),* $(,)? })*) => {
+    (
+        ($d:tt) $harness:expr; [$($skip:ident),*];
+        mutex { $($group:ident { $($case:ident),* $(,)? })* }
+        mutex_cases { $($mgroup:ident { $($mcase:ident),* $(,)? })* }
+    ) => {
         static __LOCKKIT_HARNESS: $crate::__private::OnceCell<::std::sync::Arc<dyn $crate::Harness>> =
             $crate::__private::OnceCell::const_new();
 
         macro_rules! __lockkit_case {
             $(
-                ($d group:ident, $skip) => {
+                ($d variant:ident, $d group:ident, $skip) => {
                     #[test]
                     #[ignore = "declared in conformance!(…, without: […]): the harness cannot check it"]
                     fn $skip() {}
                 };
             )*
-            ($d group:ident, $d case:ident) => {
+            ($d variant:ident, $d group:ident, $d case:ident) => {
                 #[test]
                 fn $d case() {
                     $crate::run_case(
                         &super::__LOCKKIT_HARNESS,
                         || async { ::std::sync::Arc::new($harness) as ::std::sync::Arc<dyn $crate::Harness> },
                         stringify!($d case),
+                        $crate::Variant::$d variant,
                         |harness| async move { $crate::cases::$d group::$d case(&*harness).await },
                     );
                 }
@@ -217,8 +268,29 @@ macro_rules! __conformance_cases {
 
         $(
             mod $group {
-                $( __lockkit_case!($group, $case); )*
+                $( __lockkit_case!(Mutex, $group, $case); )*
             }
         )*
+        $(
+            mod $mgroup {
+                $( __lockkit_case!(Mutex, $mgroup, $mcase); )*
+            }
+        )*
+        mod write_lock {
+            use super::__LOCKKIT_HARNESS;
+            $(
+                mod $mgroup {
+                    $( __lockkit_case!(WriteLock, $mgroup, $mcase); )*
+                }
+            )*
+        }
+        mod one_permit {
+            use super::__LOCKKIT_HARNESS;
+            $(
+                mod $mgroup {
+                    $( __lockkit_case!(OnePermit, $mgroup, $mcase); )*
+                }
+            )*
+        }
     };
 }

@@ -1,6 +1,8 @@
 //! One client of a store: its session, its watchdog, and the backend protocol.
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
@@ -93,6 +95,8 @@ impl LockBackend for MemoryClient {
             loss_notification: true,
             inspect: true,
             waiter_count: true,
+            rw_lock: true,
+            semaphore: true,
             ..Capabilities::NONE
         }
     }
@@ -111,6 +115,7 @@ impl LockBackend for MemoryClient {
         let (id, receiver) = match admission {
             Admission::Granted(granted) => return Ok(Some(self.grant(request.lock, request.attempt, granted))),
             Admission::Busy => return Ok(None),
+            Admission::Conflict(why) => return Err(Error::conflict(BACKEND, Some(&request.lock), why)),
             Admission::Queued(id, receiver) => (id, receiver),
         };
         let mut waiting =
@@ -146,8 +151,8 @@ impl LockBackend for MemoryClient {
         self.reachable(lock)?;
         let state = self.store.current();
         let Some(entry) = state.locks.get(lock) else { return Ok(LockInfo::default()) };
-        let holders = entry.holder.iter().map(|holder| {
-            let info = holder.owner.holder(holder.token);
+        let holders = entry.holders.iter().map(|holder| {
+            let info = holder.owner.holder(holder.token).with_kind(holder.kind.clone());
             match state.sessions.get(&holder.session).and_then(Session::expires_at) {
                 Some(at) => info.with_lease_left(at.saturating_duration_since(Instant::now())),
                 None => info,
@@ -186,8 +191,9 @@ impl Drop for QueuedWaiter {
         if let Ok(granted) = self.receiver.try_recv() {
             granted.signal.release();
             let token = granted.token;
-            state.remove_holder(&self.lock, |holder| holder.token == token, LossReason::ClientClosed);
-        } else if state.locks.get(&self.lock).is_some_and(|e| e.holder.is_none()) {
+            state.remove_holders(&self.lock, |holder| holder.token == token, LossReason::ClientClosed);
+        } else {
+            // The queue's head may have changed: admit whoever fits now.
             state.hand_off(&self.lock);
         }
     }
@@ -209,7 +215,21 @@ impl HeldLock for MemoryHeld {
         }
         let attempt = self.attempt;
         let removed =
-            self.store.current().remove_holder(&self.lock, |holder| holder.attempt == attempt, LossReason::RecordGone);
+            self.store.current().remove_holders(&self.lock, |holder| holder.attempt == attempt, LossReason::RecordGone);
         if removed { Ok(()) } else { Err(Error::lost(BACKEND, &self.lock, LossReason::RecordGone)) }
+    }
+
+    fn downgrade(&self) -> Option<Pin<Box<dyn Future<Output = Result<()>> + Send + 'static>>> {
+        let (client, store, lock, attempt) = (self.client.clone(), self.store.clone(), self.lock.clone(), self.attempt);
+        Some(Box::pin(async move {
+            if let Some(client) = client.upgrade() {
+                client.reachable(&lock)?;
+            }
+            if store.current().downgrade(&lock, attempt) {
+                Ok(())
+            } else {
+                Err(Error::lost(BACKEND, &lock, LossReason::RecordGone))
+            }
+        }))
     }
 }

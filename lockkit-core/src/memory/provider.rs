@@ -188,10 +188,11 @@ impl MemoryLockProvider {
             return;
         }
         let state = self.client.store.state();
-        let names: Vec<LockName> =
+        let holds: Vec<(LockName, uuid::Uuid)> =
             state.sessions.get(&self.client.session).map(|s| s.holds.iter().cloned().collect()).unwrap_or_default();
-        for name in &names {
-            if let Some(holder) = state.locks.get(name).and_then(|e| e.holder.as_ref()) {
+        for (name, attempt) in &holds {
+            let holders = state.locks.get(name).map(|entry| entry.holders.as_slice()).unwrap_or_default();
+            if let Some(holder) = holders.iter().find(|holder| holder.attempt == *attempt) {
                 holder.signal.lose(LossReason::ClientClosed);
             }
         }

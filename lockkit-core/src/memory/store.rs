@@ -2,6 +2,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
+use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -11,7 +12,7 @@ use uuid::Uuid;
 use super::BACKEND;
 use super::provider::{MemoryLockProvider, MemoryLockProviderBuilder};
 use crate::backend::{AcquireRequest, HoldSignal, OwnerMeta, deadline_after, lease_deadline};
-use crate::{FencingToken, LockName, LossReason};
+use crate::{FencingToken, HoldKind, LockName, LossReason};
 
 /// The in-process store: the "server" that [`MemoryLockProvider`] clients share.
 ///
@@ -34,7 +35,9 @@ pub(super) struct StoreState {
 pub(super) struct Session {
     pub(super) lease: Option<Lease>,
     pub(super) last_heartbeat: Instant,
-    pub(super) holds: HashSet<LockName>,
+    /// The holds of this session: lock and attempt (a session may hold several reads of one
+    /// name).
+    pub(super) holds: HashSet<(LockName, Uuid)>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,15 +47,52 @@ pub(super) struct Lease {
     pub(super) drift: Duration,
 }
 
-#[derive(Default)]
+/// How a name is used while its entry lives: as a lock (mutex, read-write lock; a mutex is a
+/// writer to the read-write lock of its name) or as a semaphore of a given size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Use {
+    Lock,
+    Permits(NonZeroU32),
+}
+
+impl Use {
+    fn of(kind: &HoldKind) -> Self {
+        match kind {
+            HoldKind::Permit { permits } => Self::Permits(*permits),
+            _ => Self::Lock,
+        }
+    }
+}
+
 pub(super) struct Entry {
-    pub(super) holder: Option<Holder>,
+    pub(super) usage: Use,
+    pub(super) holders: Vec<Holder>,
     pub(super) queue: VecDeque<Waiter>,
+}
+
+impl Entry {
+    fn new(usage: Use) -> Self {
+        Self { usage, holders: Vec::new(), queue: VecDeque::new() }
+    }
+
+    /// Whether a hold of `kind` fits beside the current holders.
+    fn fits(&self, kind: &HoldKind) -> bool {
+        match kind {
+            HoldKind::Read => self.holders.iter().all(|holder| holder.kind == HoldKind::Read),
+            HoldKind::Permit { permits } => self.holders.len() < permits.get() as usize,
+            _ => self.holders.is_empty(),
+        }
+    }
+
+    fn is_idle(&self) -> bool {
+        self.holders.is_empty() && self.queue.is_empty()
+    }
 }
 
 pub(super) struct Holder {
     pub(super) session: u64,
     pub(super) attempt: Uuid,
+    pub(super) kind: HoldKind,
     pub(super) token: FencingToken,
     pub(super) signal: HoldSignal,
     /// Who took the hold, for `inspect`: this process, and when.
@@ -63,6 +103,7 @@ pub(super) struct Waiter {
     pub(super) id: u64,
     pub(super) session: u64,
     pub(super) attempt: Uuid,
+    pub(super) kind: HoldKind,
     pub(super) notify: oneshot::Sender<Granted>,
 }
 
@@ -76,6 +117,8 @@ pub(super) enum Admission {
     Granted(Granted),
     Busy,
     Queued(u64, oneshot::Receiver<Granted>),
+    /// The name is in use as another kind of lock; the message says how.
+    Conflict(String),
 }
 
 impl Session {
@@ -111,74 +154,85 @@ impl StoreState {
 
     /// Frees every hold of a session with `reason`, and drops its queued waiters.
     pub(super) fn end_session_holds(&mut self, session: u64, reason: LossReason) {
-        let names: Vec<LockName> =
+        let holds: Vec<(LockName, Uuid)> =
             self.sessions.get_mut(&session).map(|s| s.holds.drain().collect()).unwrap_or_default();
+        for (name, attempt) in holds {
+            self.remove_holders(&name, |holder| holder.attempt == attempt, reason.clone());
+        }
+        let names: Vec<LockName> = self.locks.keys().cloned().collect();
         for name in names {
-            self.remove_holder(&name, |holder| holder.session == session, reason.clone());
+            if let Some(entry) = self.locks.get_mut(&name) {
+                entry.queue.retain(|waiter| waiter.session != session);
+            }
+            self.hand_off(&name);
         }
-        for entry in self.locks.values_mut() {
-            entry.queue.retain(|waiter| waiter.session != session);
-        }
-        self.locks.retain(|_, entry| entry.holder.is_some() || !entry.queue.is_empty());
     }
 
-    /// Removes the holder of `name` if `is_it` says it is the one meant, ending its signal
-    /// with `reason` (ignored when the owner already marked it released), then hands the
-    /// lock to the next waiter. Returns whether a holder was removed.
-    pub(super) fn remove_holder(
+    /// Removes the holders of `name` that `is_it` picks, ending their signals with `reason`
+    /// (ignored when the owner already marked one released), then hands the lock on to the
+    /// waiters it now admits. Returns whether a holder was removed.
+    pub(super) fn remove_holders(
         &mut self,
         name: &LockName,
         is_it: impl Fn(&Holder) -> bool,
         reason: LossReason,
     ) -> bool {
         let Some(entry) = self.locks.get_mut(name) else { return false };
-        if !entry.holder.as_ref().is_some_and(is_it) {
-            return false;
-        }
-        if let Some(holder) = entry.holder.take() {
-            holder.signal.lose(reason);
+        let (removed, kept): (Vec<Holder>, Vec<Holder>) = entry.holders.drain(..).partition(|holder| is_it(holder));
+        entry.holders = kept;
+        for holder in &removed {
+            holder.signal.lose(reason.clone());
             if let Some(session) = self.sessions.get_mut(&holder.session) {
-                session.holds.remove(name);
+                session.holds.remove(&(name.clone(), holder.attempt));
             }
         }
         self.hand_off(name);
-        true
+        !removed.is_empty()
     }
 
-    /// Grants a free lock to the first waiter still listening, in arrival order.
+    /// Grants the waiters at the head of the queue that fit beside the holders, in arrival
+    /// order (a run of readers, or permits while some are free), and forgets an idle entry.
     pub(super) fn hand_off(&mut self, name: &LockName) {
         loop {
             let Some(entry) = self.locks.get_mut(name) else { return };
-            if entry.holder.is_some() {
-                return;
-            }
-            let Some(waiter) = entry.queue.pop_front() else {
-                self.locks.remove(name);
+            let Some(head) = entry.queue.front() else {
+                if entry.is_idle() {
+                    self.locks.remove(name);
+                }
                 return;
             };
-            let granted = self.install_holder(name, waiter.session, waiter.attempt);
+            if !entry.fits(&head.kind) {
+                return;
+            }
+            let Some(waiter) = entry.queue.pop_front() else { return };
+            let granted = self.install_holder(name, waiter.session, waiter.attempt, waiter.kind);
             if let Err(undelivered) = waiter.notify.send(granted) {
                 // The waiter was cancelled before it could take the grant: take it back.
                 undelivered.signal.release();
                 self.uninstall_holder(name, waiter.attempt);
-            } else {
-                return;
             }
         }
     }
 
-    pub(super) fn install_holder(&mut self, name: &LockName, session_id: u64, attempt: Uuid) -> Granted {
+    pub(super) fn install_holder(
+        &mut self,
+        name: &LockName,
+        session_id: u64,
+        attempt: Uuid,
+        kind: HoldKind,
+    ) -> Granted {
         self.last_token += 1;
         let token = FencingToken::new(self.last_token);
         let valid_until = self.sessions.get_mut(&session_id).and_then(|session| {
-            session.holds.insert(name.clone());
+            session.holds.insert((name.clone(), attempt));
             session.local_deadline()
         });
         let signal = HoldSignal::new(BACKEND, name.clone(), valid_until);
-        let entry = self.locks.entry(name.clone()).or_default();
-        entry.holder = Some(Holder {
+        let entry = self.locks.entry(name.clone()).or_insert_with(|| Entry::new(Use::of(&kind)));
+        entry.holders.push(Holder {
             session: session_id,
             attempt,
+            kind,
             token,
             signal: signal.clone(),
             owner: OwnerMeta::current(attempt),
@@ -188,33 +242,68 @@ impl StoreState {
 
     pub(super) fn uninstall_holder(&mut self, name: &LockName, attempt: Uuid) {
         let Some(entry) = self.locks.get_mut(name) else { return };
-        if entry.holder.as_ref().is_some_and(|h| h.attempt == attempt)
-            && let Some(holder) = entry.holder.take()
-            && let Some(session) = self.sessions.get_mut(&holder.session)
-        {
-            session.holds.remove(name);
+        let Some(at) = entry.holders.iter().position(|holder| holder.attempt == attempt) else { return };
+        let holder = entry.holders.remove(at);
+        if let Some(session) = self.sessions.get_mut(&holder.session) {
+            session.holds.remove(&(name.clone(), attempt));
         }
     }
 
     pub(super) fn admit(&mut self, session: u64, request: &AcquireRequest) -> Admission {
-        let entry = self.locks.entry(request.lock.clone()).or_default();
-        if entry.holder.is_none() && entry.queue.is_empty() {
-            return Admission::Granted(self.install_holder(&request.lock, session, request.attempt));
+        let usage = Use::of(&request.kind);
+        let entry = self.locks.entry(request.lock.clone()).or_insert_with(|| Entry::new(usage));
+        if entry.usage != usage {
+            return Admission::Conflict(match (entry.usage, usage) {
+                (Use::Permits(current), Use::Permits(asked)) => format!(
+                    "the semaphore is in use with {current} permits and this handle asks for {asked}; every user of a semaphore must give the same count"
+                ),
+                (Use::Permits(current), Use::Lock) => {
+                    format!("the name is in use as a semaphore of {current} permits; give the lock another name")
+                }
+                _ => "the name is in use as a lock; give the semaphore another name".to_owned(),
+            });
+        }
+        if entry.queue.is_empty() && entry.fits(&request.kind) {
+            return Admission::Granted(self.install_holder(
+                &request.lock,
+                session,
+                request.attempt,
+                request.kind.clone(),
+            ));
         }
         if !request.deadline.may_wait() {
+            if entry.is_idle() {
+                self.locks.remove(&request.lock);
+            }
             return Admission::Busy;
         }
         let id = self.next_id();
         let (notify, receiver) = oneshot::channel();
         if let Some(entry) = self.locks.get_mut(&request.lock) {
-            entry.queue.push_back(Waiter { id, session, attempt: request.attempt, notify });
+            entry.queue.push_back(Waiter { id, session, attempt: request.attempt, kind: request.kind.clone(), notify });
         }
         Admission::Queued(id, receiver)
     }
 
+    /// Turns the write hold of `attempt` into a read hold in place, and admits the readers it
+    /// now lets in. `false` when the hold is gone.
+    pub(super) fn downgrade(&mut self, name: &LockName, attempt: Uuid) -> bool {
+        let Some(holder) =
+            self.locks.get_mut(name).and_then(|entry| entry.holders.iter_mut().find(|h| h.attempt == attempt))
+        else {
+            return false;
+        };
+        if holder.kind == HoldKind::Write {
+            holder.kind = HoldKind::Read;
+        }
+        self.hand_off(name);
+        true
+    }
+
+    /// The earliest moment a holder of `name` may expire: a waiter's fallback wake-up.
     pub(super) fn holder_expiry(&self, name: &LockName) -> Option<Instant> {
-        let holder = self.locks.get(name)?.holder.as_ref()?;
-        self.sessions.get(&holder.session)?.expires_at()
+        let entry = self.locks.get(name)?;
+        entry.holders.iter().filter_map(|holder| self.sessions.get(&holder.session)?.expires_at()).min()
     }
 }
 
@@ -255,15 +344,15 @@ impl MemoryStore {
         stores.lock().unwrap_or_else(PoisonError::into_inner).entry(name.to_owned()).or_default().clone()
     }
 
-    /// Fault hook: deletes the record of `name` behind its holder's back, as an administrator
-    /// deleting a key or znode would. The holder's guard reports
-    /// [`LossReason::RecordGone`] at once and the next waiter is granted the lock. Returns
+    /// Fault hook: deletes the record of `name` behind its holders' backs, as an administrator
+    /// deleting a key or znode would. The holders' guards report
+    /// [`LossReason::RecordGone`] at once and the next waiters are granted the lock. Returns
     /// whether the lock was held.
     #[cfg(any(test, feature = "test-util"))]
     #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
     pub fn delete_record(&self, name: &str) -> bool {
         let Ok(name) = LockName::new(name) else { return false };
-        self.current().remove_holder(&name, |_| true, LossReason::RecordGone)
+        self.current().remove_holders(&name, |_| true, LossReason::RecordGone)
     }
 
     /// Fault hook: restarts the store. Every hold is lost with [`LossReason::StoreRestarted`]
@@ -274,7 +363,7 @@ impl MemoryStore {
     pub fn restart(&self) {
         let mut state = self.state();
         for (_, entry) in state.locks.drain() {
-            if let Some(holder) = entry.holder {
+            for holder in entry.holders {
                 holder.signal.lose(LossReason::StoreRestarted);
             }
         }
@@ -299,8 +388,9 @@ impl MemoryStore {
         let Some(session) = sessions.get_mut(&session) else { return 0 };
         session.last_heartbeat = session.last_heartbeat.max(sent_at);
         let Some(deadline) = session.local_deadline() else { return 0 };
-        for name in &session.holds {
-            if let Some(holder) = locks.get(name).and_then(|entry| entry.holder.as_ref()) {
+        for (name, attempt) in &session.holds {
+            let holders = locks.get(name).map(|entry| entry.holders.as_slice()).unwrap_or_default();
+            if let Some(holder) = holders.iter().find(|holder| holder.attempt == *attempt) {
                 holder.signal.extend(deadline);
             }
         }

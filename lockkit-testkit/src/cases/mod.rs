@@ -12,12 +12,14 @@ pub mod loss;
 pub mod mutual_exclusion;
 pub mod reentrancy;
 pub mod release;
+pub mod rw_lock;
+pub mod semaphore;
 
 use std::fmt::Debug;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use lockkit_core::{LockGuard, LockHandle, LockInfo, Result};
+use lockkit_core::{HoldKind, LockGuard, LockHandle, LockInfo, Result};
 
 use crate::harness::{FaultResult, Harness, TestClient};
 
@@ -27,11 +29,13 @@ pub(crate) struct Ctx<'h> {
     pub(crate) h: &'h dyn Harness,
     pub(crate) case: &'static str,
     pub(crate) name: String,
+    /// The kind of hold [`Ctx::lock`] acquires (see [`Harness::mutex_kind`]).
+    pub(crate) kind: HoldKind,
 }
 
 impl<'h> Ctx<'h> {
     pub(crate) fn new(h: &'h dyn Harness, case: &'static str) -> Self {
-        Self { h, case, name: unique_name(case) }
+        Self { h, case, name: unique_name(case), kind: h.mutex_kind() }
     }
 
     #[track_caller]
@@ -67,9 +71,11 @@ impl<'h> Ctx<'h> {
         self.lock_named(client, &self.name)
     }
 
+    /// A handle on `name` for holds of the case's kind: a mutex, or the write side of a
+    /// read-write lock, or a one-permit semaphore when the mutex cases run again on those.
     #[track_caller]
     pub(crate) fn lock_named(&self, client: &TestClient, name: &str) -> LockHandle {
-        self.ok(client.provider.lock(name), "make a lock handle")
+        self.ok(client.provider.handle(name, self.kind.clone()), "make a lock handle")
     }
 
     /// Awaits `future`, failing the case when it takes longer than `bound`.
