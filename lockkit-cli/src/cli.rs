@@ -80,6 +80,17 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "10s")]
     pub(crate) grace: Duration,
 
+    /// Hold NAME shared, as a reader of the read-write lock NAME: any number of --shared
+    /// commands run at once, and none while an exclusive one (a writer) runs. Without it the
+    /// hold is exclusive (the mutex NAME, which backends treat as the writer of NAME).
+    #[arg(long, conflicts_with = "permits")]
+    pub(crate) shared: bool,
+
+    /// Take one of N permits of the semaphore NAME (1 to 1000000): at most N commands run at
+    /// once. Every user of the semaphore must give the same N.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub(crate) permits: Option<u32>,
+
     /// Run the command in a process group of its own and send SIGTERM and SIGKILL to the
     /// whole group, so that the processes it started stop too (a shell script's children).
     /// The group is not the terminal's foreground group: a command that reads the terminal

@@ -38,7 +38,8 @@ Exit status:
   (the command's)  the command ran to its end while the lock was held; a command
                    killed by a signal gives 128 + the signal's number, as in shells
   64   usage error: bad arguments, bad URL, bad duration, bad lock name, --lease
-       on a backend that has no lease
+       on a backend that has no lease, --shared or --permits on a backend without
+       them, --permits other than the count the semaphore is in use with
   69   the store could not be reached
   70   the lock was lost while the command ran; the command got SIGTERM, then
        SIGKILL after --grace
@@ -96,7 +97,10 @@ impl fmt::Display for Failure {
 pub(crate) fn code_of(error: &lockkit::Error) -> Code {
     use lockkit::Error;
     match error {
-        Error::InvalidName { .. } | Error::InvalidConfig { .. } | Error::Unsupported { .. } => USAGE,
+        Error::InvalidName { .. }
+        | Error::InvalidConfig { .. }
+        | Error::Unsupported { .. }
+        | Error::Conflict { .. } => USAGE,
         // A wait that ended while the store could not be reached is "unreachable", not "busy".
         error if error.is_connect() => UNAVAILABLE,
         Error::Timeout { .. } => TIMEOUT,

@@ -2,7 +2,7 @@
 //! lockkit store (Redis, ZooKeeper, local files, memory) named by a URL.
 //!
 //! ```text
-//! lockkit run NAME [--url URL] [--wait DURATION | --no-wait] [--lease DURATION] [--grace DURATION] -- COMMAND...
+//! lockkit run NAME [--url URL] [--wait DURATION | --no-wait] [--shared | --permits N] [--lease DURATION] [--grace DURATION] -- COMMAND...
 //! lockkit status NAME [--url URL] [--json]
 //! lockkit bench [--url URL] [--clients N] [--duration DURATION] [--locks N] [--json]
 //! ```
@@ -26,6 +26,9 @@
 //! - SIGINT (Ctrl-C), SIGTERM and SIGHUP to `lockkit` are forwarded to the command as
 //!   SIGTERM (SIGKILL after `--grace`, or at once on a second signal); then the lock is
 //!   released and `lockkit` exits 130, 143 or 129.
+//! - `--shared` holds NAME as a reader of the read-write lock NAME (any number of shared
+//!   commands at once, none beside an exclusive one); `--permits N` takes one of N permits of
+//!   the semaphore NAME (at most N commands at once). Without either, the hold is exclusive.
 //! - `--lease` sets the lease on backends that have one (the URL's `lease` option); the lease is
 //!   renewed while the command runs, and frees the lock after a dead `lockkit`.
 //! - While it waits with stderr on a terminal, one line shows what it waits for and for how
@@ -35,16 +38,20 @@
 //! # `lockkit status`
 //!
 //! Prints whether the lock is held and, where the backend knows, the holder's fencing token,
-//! owner, since when, the lease left and the number of waiters. `--json` prints one object
-//! with the fields `held`, `lock`, `url`, `token`, `owner`, `since_unix_ms`, `lease_left_ms`
-//! and `waiters` (`null` where unknown or free). It exits 0 whether the lock is held or free.
+//! owner, since when, the lease left and the number of waiters; for a read-write lock or a
+//! semaphore, every holder with its kind (readers, the writer, permits in use). `--json`
+//! prints one object with the fields `held`, `lock`, `url`, `token`, `owner`,
+//! `since_unix_ms`, `lease_left_ms` and `waiters` (of the first holder; `null` where unknown
+//! or free) and `holders`, a list of every holder's `token`, `kind` and `owner`. It exits 0 whether the lock is held or free.
 //!
 //! # `lockkit bench`
 //!
 //! Measures the store against its raw round trip (Redis PING; ZooKeeper `exists` and
 //! create+delete of an ephemeral node; no floor for `mem://` and `file://`): uncontended
-//! cycles, `--clients` clients on one lock, `--locks` held locks' upkeep, and `--locks`
-//! distinct locks one after another and at once. Prints a table, or one JSON object with
+//! cycles, `--clients` clients on one lock, on backends that have them a read-write lock
+//! (a read cycle, eight readers at once, seven readers and a writer) and a semaphore (eight
+//! clients, three permits), `--locks` held locks' upkeep, and `--locks` distinct locks one
+//! after another and at once. Prints a table, or one JSON object with
 //! `--json`. See docs/PERFORMANCE.md.
 //!
 //! # Exit status
@@ -53,7 +60,7 @@
 //! | --- | --- |
 //! | the command's | `run`: the command ran to its end while the lock was held |
 //! | 0 | `status`: the lock's state was read (held or free); `--help`, `--version` |
-//! | 64 | usage error: bad arguments, bad URL, bad duration, bad lock name, `--lease` on a backend without a lease |
+//! | 64 | usage error: bad arguments, bad URL, bad duration, bad lock name, `--lease` on a backend without a lease, `--shared` or `--permits` on a backend without them, `--permits` other than the count in use |
 //! | 69 | the store could not be reached |
 //! | 70 | the lock was lost while the command ran; the command was stopped |
 //! | 71 | an operating-system failure of `lockkit` itself |

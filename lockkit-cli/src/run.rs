@@ -42,8 +42,12 @@ pub(crate) async fn run(args: RunArgs) -> Result<Code, Failure> {
         provider = target.connect(&args.name, args.lease.is_some()) => provider?,
         signal = signals.recv() => return Ok(interrupted_early(signal, &what)),
     };
-    let lock =
-        provider.lock(&args.name).map_err(|error| Failure::from_lock_error(&error, &format!("cannot use {what}")))?;
+    let lock = match (args.shared, args.permits) {
+        (true, _) => provider.rw_lock(&args.name).map(|rw| rw.reader().clone()),
+        (false, Some(permits)) => provider.semaphore(&args.name, permits),
+        (false, None) => provider.lock(&args.name),
+    }
+    .map_err(|error| Failure::from_lock_error(&error, &format!("cannot use {what}")))?;
 
     // One round trip first, so that an unreachable store fails at once rather than after the
     // backend rode out a lease's worth of reconnects.

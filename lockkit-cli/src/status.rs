@@ -3,7 +3,8 @@
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use lockkit::backend::LockInfo;
+use lockkit::HoldKind;
+use lockkit::backend::{HolderInfo, LockInfo};
 
 use crate::cli::StatusArgs;
 use crate::exit::{Code, Failure};
@@ -26,13 +27,45 @@ pub(crate) async fn status(args: StatusArgs) -> Result<Code, Failure> {
     Ok(0)
 }
 
+/// "3 readers", "a writer", "2 of 3 permits": who holds the lock, by kind.
+fn held_by(holders: &[HolderInfo]) -> String {
+    let count = |kind: fn(&HoldKind) -> bool| holders.iter().filter(|h| kind(&h.kind)).count();
+    let readers = count(|k| *k == HoldKind::Read);
+    let writers = count(|k| matches!(k, HoldKind::Write | HoldKind::Exclusive));
+    let permits = holders.iter().find_map(|h| match h.kind {
+        HoldKind::Permit { permits } => Some(permits.get()),
+        _ => None,
+    });
+    let mut parts = Vec::new();
+    if writers > 0 {
+        parts.push(if writers == 1 { "a writer".to_owned() } else { format!("{writers} writers") });
+    }
+    if readers > 0 {
+        parts.push(if readers == 1 { "a reader".to_owned() } else { format!("{readers} readers") });
+    }
+    if let Some(of) = permits {
+        parts.push(format!("{} of {of} permits", holders.len()));
+    }
+    parts.join(", ")
+}
+
+/// One word for a kind of hold.
+fn kind_word(kind: &HoldKind) -> &'static str {
+    match kind {
+        HoldKind::Read => "read",
+        HoldKind::Write => "write",
+        HoldKind::Permit { .. } => "permit",
+        _ => "exclusive",
+    }
+}
+
 /// The `--json` object. Field names are stable; unknown values are `null`.
 fn json(lock: &str, url: &str, info: &LockInfo) -> String {
     let holder = info.holder();
     let holders: Vec<serde_json::Value> = info
         .holders
         .iter()
-        .map(|h| serde_json::json!({ "token": h.token.get(), "kind": format!("{:?}", h.kind), "owner": h.owner }))
+        .map(|h| serde_json::json!({ "token": h.token.get(), "kind": kind_word(&h.kind), "owner": h.owner }))
         .collect();
     serde_json::json!({
         "held": holder.is_some(),
@@ -55,6 +88,9 @@ fn human_report(lock: &str, url: &str, info: &LockInfo, now: SystemTime) -> Stri
         None => lines.push(("held", "no".to_owned())),
         Some(holder) => {
             lines.push(("held", "yes".to_owned()));
+            if info.holders.len() > 1 || holder.kind != HoldKind::Exclusive {
+                lines.push(("holders", held_by(&info.holders)));
+            }
             lines.push(("token", holder.token.to_string()));
             lines.push(("owner", holder.owner.clone()));
             if let Some(since) = holder.since {
@@ -63,6 +99,9 @@ fn human_report(lock: &str, url: &str, info: &LockInfo, now: SystemTime) -> Stri
             }
             if let Some(left) = holder.lease_left {
                 lines.push(("lease", format!("{} left", human(left))));
+            }
+            for other in info.holders.iter().skip(1) {
+                lines.push(("also", format!("token {} ({}) {}", other.token, kind_word(&other.kind), other.owner)));
             }
         }
     }
@@ -127,8 +166,9 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 
 #[cfg(test)]
 mod tests {
+    use std::num::NonZeroU32;
+
     use lockkit::FencingToken;
-    use lockkit::backend::HolderInfo;
 
     use super::*;
 
@@ -159,6 +199,22 @@ mod tests {
         assert_eq!(held["token"], 7);
         assert_eq!(held["lease_left_ms"], 1500);
         assert_eq!(held["waiters"], serde_json::Value::Null);
+    }
+
+    #[test]
+    fn shared_holders_are_listed_by_kind() {
+        let read = |token| HolderInfo::new(FencingToken::new(token), "r").with_kind(HoldKind::Read);
+        let text = human_report("x", "mem://", &LockInfo::new(vec![read(3), read(4)], Some(1)), UNIX_EPOCH);
+        assert!(text.contains("holders: 2 readers"), "{text}");
+        assert!(text.contains("also:    token 4 (read) r"), "{text}");
+        let three = NonZeroU32::new(3).unwrap();
+        let permit =
+            |token| HolderInfo::new(FencingToken::new(token), "p").with_kind(HoldKind::Permit { permits: three });
+        let text = human_report("x", "mem://", &LockInfo::new(vec![permit(5), permit(6)], None), UNIX_EPOCH);
+        assert!(text.contains("holders: 2 of 3 permits"), "{text}");
+        let json: serde_json::Value =
+            serde_json::from_str(&json("x", "mem://", &LockInfo::new(vec![permit(5)], None))).unwrap();
+        assert_eq!(json["holders"][0]["kind"], "permit");
     }
 
     #[test]

@@ -163,6 +163,69 @@ async fn busy_and_timeout_on_zookeeper() {
     busy_and_timeout(&zk_url().await).await;
 }
 
+// ------------------------------------------------------------------ shared and permits
+
+/// Two `--shared` commands hold NAME at once; an exclusive one waits (`--no-wait`: 73), and
+/// `lockkit status` lists both readers.
+async fn shared_holders_run_together(url: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let name = unique("shared");
+    let (first, _) = hold(&name, url, &["--shared"], dir.path()).await;
+    let second_dir = dir.path().join("second");
+    std::fs::create_dir(&second_dir).unwrap();
+    let (second, _) = hold(&name, url, &["--shared"], &second_dir).await;
+    let out = run(&["run", &name, "--url", url, "--no-wait", "--", "true"], LONG).await;
+    assert_eq!(out.code, Some(BUSY), "an exclusive run waits for the readers: {out:?}");
+    let status = run(&["status", &name, "--url", url, "--json"], LONG).await;
+    assert_eq!(status.code, Some(0), "{status:?}");
+    let json: serde_json::Value = serde_json::from_str(status.stdout.trim()).unwrap();
+    let kinds: Vec<&str> = json["holders"].as_array().unwrap().iter().filter_map(|h| h["kind"].as_str()).collect();
+    assert_eq!(kinds, ["read", "read"], "{json}");
+    stop(first).await;
+    stop(second).await;
+}
+
+/// `--permits 2`: two commands hold a permit at once, a third waits (`--no-wait`: 73), and a
+/// run that gives another count is a usage error.
+async fn permits_bound_the_runs(url: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let name = unique("permits");
+    let (first, _) = hold(&name, url, &["--permits", "2"], dir.path()).await;
+    let second_dir = dir.path().join("second");
+    std::fs::create_dir(&second_dir).unwrap();
+    let (second, _) = hold(&name, url, &["--permits", "2"], &second_dir).await;
+    let out = run(&["run", &name, "--url", url, "--permits", "2", "--no-wait", "--", "true"], LONG).await;
+    assert_eq!(out.code, Some(BUSY), "a third permit of two: {out:?}");
+    let out = run(&["run", &name, "--url", url, "--permits", "3", "--no-wait", "--", "true"], LONG).await;
+    assert_eq!(out.code, Some(USAGE), "another count while the semaphore is in use: {out:?}");
+    assert!(out.stderr.contains("permits"), "{out:?}");
+    let out = run(&["run", &name, "--url", url, "--permits", "0", "--", "true"], LONG).await;
+    assert_eq!(out.code, Some(USAGE), "{out:?}");
+    stop(first).await;
+    stop(second).await;
+}
+
+#[tokio::test]
+async fn shared_holders_run_together_on_redis() {
+    shared_holders_run_together(&redis_url().await).await;
+}
+
+#[tokio::test]
+async fn shared_holders_run_together_on_files() {
+    let dir = tempfile::tempdir().unwrap();
+    shared_holders_run_together(&file_url(dir.path())).await;
+}
+
+#[tokio::test]
+async fn permits_bound_the_runs_on_zookeeper() {
+    permits_bound_the_runs(&zk_url().await).await;
+}
+
+#[tokio::test]
+async fn permits_bound_the_runs_on_redis() {
+    permits_bound_the_runs(&redis_url().await).await;
+}
+
 // ------------------------------------------------------------------ loss
 
 async fn delete_record(url: &str, name: &str) {

@@ -33,6 +33,12 @@ impl std::error::Error for StaleToken {}
 /// resource.write(FencingToken::new(34), "from the new holder").unwrap();
 /// assert!(resource.write(FencingToken::new(33), "from the paused old holder").is_err());
 /// assert_eq!(resource.accepted().len(), 1);
+///
+/// // Readers of a read-write lock: checked against writes only, in any order among them,
+/// // and a writer after them must be above every reader it follows.
+/// resource.read(FencingToken::new(36)).unwrap();
+/// resource.read(FencingToken::new(35)).unwrap();
+/// assert!(resource.write(FencingToken::new(35), "a stale writer").is_err());
 /// ```
 #[derive(Debug)]
 pub struct FencedResource<T = String> {
@@ -41,7 +47,10 @@ pub struct FencedResource<T = String> {
 
 #[derive(Debug)]
 struct State<T> {
+    /// The highest token of any kind seen: a writer must not be below it.
     highest: Option<FencingToken>,
+    /// The highest token a write carried: a reader must not be below it.
+    highest_write: Option<FencingToken>,
     accepted: Vec<(FencingToken, T)>,
     rejected: usize,
 }
@@ -49,7 +58,7 @@ struct State<T> {
 impl<T: Clone> FencedResource<T> {
     /// An empty resource.
     pub fn new() -> Self {
-        Self { state: Mutex::new(State { highest: None, accepted: Vec::new(), rejected: 0 }) }
+        Self { state: Mutex::new(State { highest: None, highest_write: None, accepted: Vec::new(), rejected: 0 }) }
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State<T>> {
@@ -70,8 +79,29 @@ impl<T: Clone> FencedResource<T> {
             return Err(StaleToken { offered: token, highest });
         }
         state.highest = Some(token);
+        state.highest_write = Some(token);
         state.accepted.push((token, value.into()));
         Ok(())
+    }
+
+    /// Reads the latest value for a reader of a read-write lock holding `token`: a reader
+    /// is compared with the highest *write* token only, since two readers may come back in
+    /// either order; its token then counts for the writers that follow (contract 21).
+    ///
+    /// # Errors
+    ///
+    /// [`StaleToken`] when a write with a greater token was accepted before: a newer writer
+    /// has held the lock since this reader's grant.
+    pub fn read(&self, token: FencingToken) -> Result<Option<T>, StaleToken> {
+        let mut state = self.state();
+        if let Some(highest) = state.highest_write
+            && token < highest
+        {
+            state.rejected += 1;
+            return Err(StaleToken { offered: token, highest });
+        }
+        state.highest = state.highest.max(Some(token));
+        Ok(state.accepted.last().map(|(_, value)| value.clone()))
     }
 
     /// Every accepted write, in order.

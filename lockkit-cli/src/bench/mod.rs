@@ -5,7 +5,8 @@
 //! 1. floor and uncontended, interleaved in rounds so both see the same load: the raw round
 //!    trip ([`floor`]) and one client's acquire+release cycles of one lock;
 //! 2. contended: `--clients` clients (each its own connection or session) on one lock, each
-//!    acquiring, recording, releasing, for `--duration`;
+//!    acquiring, recording, releasing, for `--duration`; then, on backends that have them,
+//!    the shared-lock and semaphore phases ([`shared`]);
 //! 3. many locks: `--locks` distinct locks acquired and released one after another, then all
 //!    at once on one client;
 //! 4. held-lock upkeep: `--locks` locks held for a few renewal rounds (Redis: round trips per
@@ -13,6 +14,7 @@
 
 mod floor;
 mod report;
+mod shared;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -82,6 +84,8 @@ struct Bench {
     floor: Option<Floor>,
     /// The floor's p50 in µs, once measured.
     floor_p50: Option<f64>,
+    /// The uncontended mutex cycle's p50 in µs, once measured.
+    cycle_p50: f64,
     report: Report,
 }
 
@@ -108,9 +112,11 @@ pub(crate) async fn bench(args: BenchArgs) -> Result<Code, Failure> {
         floor: floor.as_ref().map(|f| f.describe().to_owned()),
         ..Report::default()
     };
-    let mut bench = Bench { args, target, url, prefix, provider, floor, floor_p50: None, report };
+    let mut bench = Bench { args, target, url, prefix, provider, floor, floor_p50: None, cycle_p50: 0.0, report };
     bench.uncontended().await?;
     bench.contended().await?;
+    bench.shared(bench.cycle_p50).await?;
+    bench.semaphore().await?;
     // Many locks before upkeep: the allocator then already has the memory that 10,000
     // acquisitions in flight need, and the resident memory grows by what the holds keep.
     bench.many_locks().await?;
@@ -251,6 +257,7 @@ impl Bench {
         let section = "uncontended";
         let rate = cycles.len() as f64 / cycle_time.as_secs_f64().max(1e-9);
         let (p50, p99) = (cycles.micros(0.5), cycles.micros(0.99));
+        self.cycle_p50 = p50;
         self.report.add(
             "uncontended",
             "cycles_measured",
