@@ -50,7 +50,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use lockkit_core::{Error, LockGuard, LockHandle};
+use lockkit_core::{Error, HoldKind, LockGuard, LockHandle};
 
 use crate::FencedResource;
 use crate::harness::{Harness, TestClient};
@@ -149,6 +149,23 @@ pub struct ChaosConfig {
     pub liveness_bound: Option<Duration>,
     /// A label for the report, after the backend's name (such as "no persistence").
     pub label: Option<String>,
+    /// What the clients contend for (default: mutexes).
+    pub primitive: Primitive,
+}
+
+/// What the clients of a chaos run contend for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Primitive {
+    /// Mutexes: every hold writes.
+    Mutex,
+    /// Read-write locks: one acquisition in four is a writer, which writes; readers read the
+    /// resource with their token ([`FencedResource::read`]), which must never be refused
+    /// while their guard is valid.
+    ReadWrite,
+    /// Semaphores of this many permits: holders do not write; the history checks that no more
+    /// than that many held at once.
+    Semaphore(u32),
 }
 
 impl ChaosConfig {
@@ -166,7 +183,14 @@ impl ChaosConfig {
             restart_loses_data: false,
             liveness_bound: None,
             label: None,
+            primitive: Primitive::Mutex,
         }
+    }
+
+    /// Sets what the clients contend for.
+    pub fn with_primitive(mut self, primitive: Primitive) -> Self {
+        self.primitive = primitive;
+        self
     }
 
     /// Sets the seed.
@@ -357,6 +381,8 @@ pub struct ChaosReport {
     pub late_writes: u64,
     /// Writes refused by fencing (a newer holder had written): the stale holder was stopped.
     pub stale_rejected: u64,
+    /// Reads made by readers of a read-write lock while their guard was valid.
+    pub reads: u64,
     /// Overlapping holds found by the history checker (violations).
     pub overlaps: usize,
     /// Overlaps involving a hold that spans a restart of a store that loses data (by design).
@@ -434,8 +460,8 @@ impl fmt::Display for ChaosReport {
         writeln!(f, "  faults skipped (no hook): {}", kinds(&self.faults_skipped))?;
         writeln!(
             f,
-            "  writes: valid {}, late {}, stale rejected by fencing {}",
-            self.valid_writes, self.late_writes, self.stale_rejected
+            "  writes: valid {}, late {}, stale rejected by fencing {}; reads while valid {}",
+            self.valid_writes, self.late_writes, self.stale_rejected, self.reads
         )?;
         writeln!(
             f,
@@ -627,6 +653,11 @@ struct Shared {
     long_hold_every: u64,
     long_hold: (Duration, Duration),
     op_limit: Duration,
+    primitive: Primitive,
+    /// Reads made by readers while their guard was valid, and those refused as stale then
+    /// (a violation: a writer wrote while the reader held).
+    reads: AtomicU64,
+    reads_refused_while_valid: Mutex<Vec<String>>,
 }
 
 const NOT_HOLDING: u8 = 0;
@@ -683,6 +714,9 @@ pub async fn run(harness: &dyn Harness, config: ChaosConfig) -> ChaosReport {
             None => (config.max_hold * 2, config.max_hold * 8),
         },
         op_limit,
+        primitive: config.primitive,
+        reads: AtomicU64::new(0),
+        reads_refused_while_valid: Mutex::new(Vec::new()),
     });
 
     let mut workers = Vec::new();
@@ -692,11 +726,17 @@ pub async fn run(harness: &dyn Harness, config: ChaosConfig) -> ChaosReport {
         workers.push(tokio::spawn(worker(i, shared, rng)));
     }
 
+    let primitive = match config.primitive {
+        Primitive::Mutex => None,
+        Primitive::ReadWrite => Some("read-write locks".to_owned()),
+        Primitive::Semaphore(permits) => Some(format!("semaphores of {permits}")),
+    };
     let mut report = ChaosReport {
-        backend: match &config.label {
-            Some(label) => format!("{}, {label}", harness.name()),
-            None => harness.name().to_owned(),
-        },
+        backend: [Some(harness.name().to_owned()), config.label.clone(), primitive]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>()
+            .join(", "),
         seed: config.seed,
         schedule: plan.clone(),
         ..ChaosReport::default()
@@ -867,8 +907,36 @@ async fn apply(
 }
 
 /// One client's loop: pick a name, acquire one of four ways, write while valid, end the hold.
+/// The handles of one name for one client: the one to acquire most of the time, and for a
+/// read-write lock the writer.
+struct Handles {
+    main: LockHandle,
+    writer: Option<LockHandle>,
+}
+
+impl Handles {
+    fn new(client: &TestClient, name: &str, primitive: Primitive) -> lockkit_core::Result<Self> {
+        Ok(match primitive {
+            Primitive::Mutex => Self { main: client.provider.lock(name)?, writer: None },
+            Primitive::ReadWrite => {
+                let rw = client.provider.rw_lock(name)?;
+                Self { main: rw.reader().clone(), writer: Some(rw.writer().clone()) }
+            }
+            Primitive::Semaphore(permits) => Self { main: client.provider.semaphore(name, permits)?, writer: None },
+        })
+    }
+
+    /// The handle for the next acquisition: the writer one time in four, else the main one.
+    fn pick(&self, rng: &mut Rng) -> &LockHandle {
+        match &self.writer {
+            Some(writer) if rng.below(4) == 0 => writer,
+            _ => &self.main,
+        }
+    }
+}
+
 async fn worker(index: usize, shared: Arc<Shared>, mut rng: Rng) {
-    let mut handles: Vec<Option<LockHandle>> = (0..shared.names.len()).map(|_| None).collect();
+    let mut handles: Vec<Option<Handles>> = (0..shared.names.len()).map(|_| None).collect();
     let mut generation = u32::MAX;
     let mut seq = 0u64;
     while !shared.stop.load(Ordering::SeqCst) {
@@ -882,7 +950,7 @@ async fn worker(index: usize, shared: Arc<Shared>, mut rng: Rng) {
         }
         let name = rng.below(shared.names.len() as u64) as usize;
         if handles[name].is_none() {
-            match client.provider.lock(&shared.names[name]) {
+            match Handles::new(&client, &shared.names[name], shared.primitive) {
                 Ok(handle) => handles[name] = Some(handle),
                 Err(_) => {
                     bump(&shared.counters.errors);
@@ -891,8 +959,8 @@ async fn worker(index: usize, shared: Arc<Shared>, mut rng: Rng) {
                 }
             }
         }
-        let Some(lock) = handles[name].as_ref() else { continue };
-        let Some(guard) = acquire(lock, &shared, &mut rng).await else { continue };
+        let Some(lock) = handles[name].as_ref().map(|handles| handles.pick(&mut rng).clone()) else { continue };
+        let Some(guard) = acquire(&lock, &shared, &mut rng).await else { continue };
         let start = Instant::now();
         let mut seen = Seen { start, held: guard.is_held().then_some(start) };
         let id = {
@@ -1027,6 +1095,22 @@ async fn hold_and_write(
         }
         if !seen.check(guard) {
             return;
+        }
+        match guard.kind() {
+            HoldKind::Read => {
+                let read = resource.read(guard.token());
+                if seen.check(guard) {
+                    bump(&shared.reads);
+                    if let Err(stale) = read {
+                        locked(&shared.reads_refused_while_valid)
+                            .push(format!("client {client} hold #{hold} on name {name}: {stale}"));
+                        return;
+                    }
+                }
+                continue;
+            }
+            HoldKind::Permit { .. } => continue,
+            _ => {}
         }
         *seq += 1;
         let counter = resource.accepted().last().map_or(0, |(_, e)| e.counter) + 1;
@@ -1173,7 +1257,13 @@ fn analyse(
         })
         .collect();
 
-    // Mutual exclusion and token order.
+    // Readers: a read made while the guard was valid must never be refused as stale.
+    report.reads = shared.reads.load(Ordering::Relaxed);
+    for refused in locked(&shared.reads_refused_while_valid).iter() {
+        report.violations.push(format!("a read was refused as stale while its guard was valid: {refused}"));
+    }
+
+    // Mutual exclusion (by kind) and token order.
     if let Err(found) = shared.history.check() {
         for violation in found {
             match &violation {

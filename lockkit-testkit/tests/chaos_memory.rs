@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use lockkit_testkit::chaos::{self, ChaosConfig, FaultKind};
+use lockkit_testkit::chaos::{self, ChaosConfig, FaultKind, Primitive};
 use lockkit_testkit::memory::MemoryHarness;
 
 #[test]
@@ -16,5 +16,31 @@ fn chaos_memory_leased() {
         let faults = [FaultKind::Blackhole, FaultKind::Kill, FaultKind::RestartStore];
         let config = ChaosConfig::new(0).with_duration(Duration::from_secs(10)).with_faults(&faults);
         chaos::check(&harness, config, &[1, 2]).await;
+    });
+}
+
+#[test]
+fn chaos_memory_read_write_locks() {
+    lockkit_testkit::runtime().block_on(async {
+        let harness = MemoryHarness::with_lease();
+        let faults = [FaultKind::Blackhole, FaultKind::Kill, FaultKind::RestartStore];
+        let config = ChaosConfig::new(0)
+            .with_duration(Duration::from_secs(8))
+            .with_faults(&faults)
+            .with_primitive(Primitive::ReadWrite);
+        chaos::check(&harness, config, &[3]).await;
+    });
+}
+
+#[test]
+fn chaos_memory_semaphores_of_three() {
+    lockkit_testkit::runtime().block_on(async {
+        let harness = MemoryHarness::with_lease();
+        let faults = [FaultKind::Blackhole, FaultKind::Kill, FaultKind::RestartStore];
+        let config = ChaosConfig::new(0)
+            .with_duration(Duration::from_secs(8))
+            .with_faults(&faults)
+            .with_primitive(Primitive::Semaphore(3));
+        chaos::check(&harness, config, &[4]).await;
     });
 }
