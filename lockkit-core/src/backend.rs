@@ -41,7 +41,7 @@ use uuid::Uuid;
 pub use crate::options::Deadline;
 pub use crate::release::spawn_detached;
 pub use crate::signal::{HoldSignal, deadline_after, lease_deadline};
-use crate::{Capabilities, Error, FencingToken, HoldKind, LockName, Result};
+use crate::{Capabilities, Error, FencingToken, HoldKind, LeaderEvent, LockName, Result};
 
 /// One acquisition asked of a backend.
 #[derive(Clone, Debug)]
@@ -333,7 +333,22 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     async fn inspect(&self, lock: &LockName) -> Result<LockInfo> {
         Err(Error::unsupported(self.name(), Some(lock), "inspecting a lock"))
     }
+
+    /// The changes of leader of the election `lock`, for backends that declare
+    /// [`Capabilities::election`]: first the current state (the leader, as
+    /// [`LeaderEvent::Elected`], or [`LeaderEvent::Vacant`]), then every change, driven by the
+    /// store's notifications, in term order. When the backend cannot replay changes that
+    /// passed while it was cut off (or lagging), it sends [`LeaderEvent::Gap`] and then the
+    /// current state. The stream lives as long as the caller keeps it.
+    ///
+    /// The default says the backend cannot ([`Error::Unsupported`]).
+    fn observe(&self, lock: &LockName) -> Result<LeaderEvents> {
+        Err(Error::unsupported(self.name(), Some(lock), "observing an election"))
+    }
 }
+
+/// The stream [`LockBackend::observe`] returns.
+pub type LeaderEvents = std::pin::Pin<Box<dyn futures_core::Stream<Item = Result<LeaderEvent>> + Send + 'static>>;
 
 #[cfg(test)]
 mod tests {

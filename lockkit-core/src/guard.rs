@@ -284,6 +284,23 @@ impl LockGuard {
     }
 }
 
+impl LockGuard {
+    /// Resigns a leadership ([`Election::campaign`](crate::Election::campaign)): the same as
+    /// [`release`](Self::release), named for what it does there. The next candidate leads
+    /// within a few round trips.
+    ///
+    /// # Errors
+    ///
+    /// As for [`release`](Self::release).
+    ///
+    /// # Cancel safety
+    ///
+    /// As for [`release`](Self::release).
+    pub async fn resign(self) -> Result<()> {
+        self.release().await
+    }
+}
+
 impl Drop for LockGuard {
     fn drop(&mut self) {
         if self.finished {

@@ -73,6 +73,7 @@
 pub mod backend;
 mod capabilities;
 pub mod config;
+mod election;
 mod error;
 mod guard;
 mod handle;
@@ -89,6 +90,7 @@ mod token;
 
 pub use backend::{HolderInfo, LockInfo};
 pub use capabilities::Capabilities;
+pub use election::{Election, Leader, LeaderEvent, MAX_IDENTITY_LEN, Observer};
 pub use error::{BoxError, Error, LossReason, Result};
 pub use guard::LockGuard;
 pub use handle::LockHandle;

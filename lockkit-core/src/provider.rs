@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::num::NonZeroU32;
 
 use crate::backend::{LockBackend, LockInfo};
-use crate::{Capabilities, Error, HoldKind, LockHandle, LockName, Result, RwLock};
+use crate::{Capabilities, Election, Error, HoldKind, LockHandle, LockName, Result, RwLock};
 
 /// The most permits a semaphore may have.
 pub const MAX_PERMITS: u32 = 1_000_000;
@@ -98,6 +98,21 @@ impl LockProvider {
             )
         })?;
         self.handle(name, HoldKind::Permit { permits })
+    }
+
+    /// The election called `name`: candidates [`campaign`](Election::campaign), one leads
+    /// at a time, and anyone may ask who leads or [`observe`](Election::observe) the changes.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`] for a bad name; [`Error::Unsupported`] when the backend does not
+    /// declare [`Capabilities::election`].
+    pub fn election(&self, name: &str) -> Result<Election> {
+        let name = LockName::new(name)?;
+        if !self.backend.capabilities().election {
+            return Err(Error::unsupported(self.backend.name(), Some(&name), "leader election"));
+        }
+        Ok(Election::new(Arc::clone(&self.backend), name))
     }
 
     /// What the backend promises beyond the common contract.

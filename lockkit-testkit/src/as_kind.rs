@@ -20,6 +20,8 @@ pub enum Variant {
     WriteLock,
     /// A semaphore of one permit.
     OnePermit,
+    /// Candidates of an election.
+    Candidate,
 }
 
 impl Variant {
@@ -29,6 +31,7 @@ impl Variant {
             Self::Mutex => HoldKind::Exclusive,
             Self::WriteLock => HoldKind::Write,
             Self::OnePermit => HoldKind::Permit { permits: NonZeroU32::MIN },
+            Self::Candidate => HoldKind::Candidate { identity: std::sync::Arc::from(&b"lockkit-kit-candidate"[..]) },
         }
     }
 }

@@ -158,6 +158,12 @@ macro_rules! conformance {
                     releasing_the_write_guard_under_live_reads_downgrades_in_place,
                     a_dead_readers_share_returns_after_the_lease,
                 }
+                election {
+                    the_leader_is_published_while_it_leads,
+                    observers_see_every_change_in_term_order,
+                    observing_starts_with_the_current_state,
+                    bad_identities_are_refused,
+                }
                 semaphore {
                     at_most_n_permits_are_held,
                     permit_counts_must_agree,
@@ -230,9 +236,9 @@ macro_rules! conformance {
 
 /// The expansion of [`conformance!`]; not for direct use. `$d` is a `$` token, so that the
 /// expansion can define a macro of its own that matches the declared cases by name. The
-/// cases of `mutex` run once; the `mutex_cases` run three times: on the mutex (at the top
-/// level, grouped by topic), on the write side of a read-write lock (`write_lock::…`) and on a
-/// one-permit semaphore (`one_permit::…`).
+/// cases of `mutex` run once; the `mutex_cases` run four times: on the mutex (at the top
+/// level, grouped by topic), on the write side of a read-write lock (`write_lock::…`), on a
+/// one-permit semaphore (`one_permit::…`) and on election candidates (`candidate::…`).
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __conformance_cases {
@@ -289,6 +295,14 @@ macro_rules! __conformance_cases {
             $(
                 mod $mgroup {
                     $( __lockkit_case!(OnePermit, $mgroup, $mcase); )*
+                }
+            )*
+        }
+        mod candidate {
+            use super::__LOCKKIT_HARNESS;
+            $(
+                mod $mgroup {
+                    $( __lockkit_case!(Candidate, $mgroup, $mcase); )*
                 }
             )*
         }

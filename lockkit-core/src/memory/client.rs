@@ -8,12 +8,14 @@ use std::sync::{Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use tokio::sync::oneshot;
+use std::collections::VecDeque;
+
+use tokio::sync::{broadcast, oneshot};
 use tracing::Instrument;
 use uuid::Uuid;
 
-use crate::backend::{AcquireRequest, Grant, HeldLock, LockBackend, LockInfo};
-use crate::{Capabilities, Error, LockName, LossReason, Result};
+use crate::backend::{AcquireRequest, Grant, HeldLock, LeaderEvents, LockBackend, LockInfo};
+use crate::{Capabilities, Error, LeaderEvent, LockName, LossReason, Result};
 
 use super::BACKEND;
 use super::store::{Admission, Granted, Lease, MemoryStore, Session};
@@ -97,6 +99,7 @@ impl LockBackend for MemoryClient {
             waiter_count: true,
             rw_lock: true,
             semaphore: true,
+            election: true,
             ..Capabilities::NONE
         }
     }
@@ -147,6 +150,19 @@ impl LockBackend for MemoryClient {
         .await
     }
 
+    fn observe(&self, lock: &LockName) -> Result<LeaderEvents> {
+        self.reachable(lock)?;
+        let (seq, state, receiver) = self.store.current().election_state(lock);
+        let follow = Follow {
+            store: self.store.clone(),
+            lock: lock.clone(),
+            receiver,
+            last: seq,
+            pending: VecDeque::from([state]),
+        };
+        Ok(Box::pin(futures_util::stream::unfold(follow, Follow::next)))
+    }
+
     async fn inspect(&self, lock: &LockName) -> Result<LockInfo> {
         self.reachable(lock)?;
         let state = self.store.current();
@@ -159,6 +175,40 @@ impl LockBackend for MemoryClient {
             }
         });
         Ok(LockInfo::new(holders.collect(), Some(entry.queue.len())))
+    }
+}
+
+/// An observer of one election: the events to hand out first, then the store's feed.
+pub(super) struct Follow {
+    store: MemoryStore,
+    lock: LockName,
+    receiver: broadcast::Receiver<(u64, LeaderEvent)>,
+    /// The number of the last change handed out (or covered by a state handed out).
+    last: u64,
+    pending: VecDeque<LeaderEvent>,
+}
+
+impl Follow {
+    async fn next(mut self) -> Option<(Result<LeaderEvent>, Self)> {
+        loop {
+            if let Some(event) = self.pending.pop_front() {
+                return Some((Ok(event), self));
+            }
+            match self.receiver.recv().await {
+                Ok((seq, event)) if seq > self.last => {
+                    self.last = seq;
+                    return Some((Ok(event), self));
+                }
+                Ok(_) => {}
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    // Fell behind the feed: say so, then start again from the state now.
+                    let (seq, state, receiver) = self.store.current().election_state(&self.lock);
+                    (self.last, self.receiver) = (seq, receiver);
+                    self.pending.extend([LeaderEvent::Gap, state]);
+                }
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
     }
 }
 

@@ -6,13 +6,13 @@ use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use tokio::sync::oneshot;
+use tokio::sync::{broadcast, oneshot};
 use uuid::Uuid;
 
 use super::BACKEND;
 use super::provider::{MemoryLockProvider, MemoryLockProviderBuilder};
 use crate::backend::{AcquireRequest, HoldSignal, OwnerMeta, deadline_after, lease_deadline};
-use crate::{FencingToken, HoldKind, LockName, LossReason};
+use crate::{FencingToken, HoldKind, Leader, LeaderEvent, LockName, LossReason};
 
 /// The in-process store: the "server" that [`MemoryLockProvider`] clients share.
 ///
@@ -30,6 +30,24 @@ pub(super) struct StoreState {
     pub(super) sessions: HashMap<u64, Session>,
     pub(super) last_token: u64,
     pub(super) last_id: u64,
+    /// The change feeds of elections, kept per name once an election was used or observed.
+    pub(super) elections: HashMap<LockName, Feed>,
+}
+
+/// How many changes of leader an observer may fall behind before it is told of a gap.
+const FEED_CAPACITY: usize = 256;
+
+/// The changes of leader of one election, numbered.
+pub(super) struct Feed {
+    pub(super) sender: broadcast::Sender<(u64, LeaderEvent)>,
+    /// The number of the last change sent.
+    pub(super) seq: u64,
+}
+
+impl Default for Feed {
+    fn default() -> Self {
+        Self { sender: broadcast::channel(FEED_CAPACITY).0, seq: 0 }
+    }
 }
 
 pub(super) struct Session {
@@ -53,13 +71,23 @@ pub(super) struct Lease {
 pub(super) enum Use {
     Lock,
     Permits(NonZeroU32),
+    Election,
 }
 
 impl Use {
     fn of(kind: &HoldKind) -> Self {
         match kind {
             HoldKind::Permit { permits } => Self::Permits(*permits),
+            HoldKind::Candidate { .. } => Self::Election,
             _ => Self::Lock,
+        }
+    }
+
+    fn describe(self) -> String {
+        match self {
+            Self::Lock => "a lock".to_owned(),
+            Self::Permits(permits) => format!("a semaphore of {permits} permits"),
+            Self::Election => "an election".to_owned(),
         }
     }
 }
@@ -97,6 +125,21 @@ pub(super) struct Holder {
     pub(super) signal: HoldSignal,
     /// Who took the hold, for `inspect`: this process, and when.
     pub(super) owner: OwnerMeta,
+}
+
+impl Holder {
+    pub(super) fn is_candidate(&self) -> bool {
+        matches!(self.kind, HoldKind::Candidate { .. })
+    }
+
+    /// The leader this holder is, for a candidate's hold.
+    fn leader(&self) -> Leader {
+        let identity = match &self.kind {
+            HoldKind::Candidate { identity } => std::sync::Arc::clone(identity),
+            _ => std::sync::Arc::from(&[][..]),
+        };
+        Leader::new(identity, self.token, Some(self.owner.since))
+    }
 }
 
 pub(super) struct Waiter {
@@ -187,7 +230,41 @@ impl StoreState {
             }
         }
         self.hand_off(name);
+        if removed.iter().any(Holder::is_candidate) {
+            self.announce_if_vacant(name);
+        }
         !removed.is_empty()
+    }
+
+    /// Sends a change of leader to the observers of election `name`.
+    fn announce(&mut self, name: &LockName, event: LeaderEvent) {
+        let feed = self.elections.entry(name.clone()).or_default();
+        feed.seq += 1;
+        // Nobody may be listening: that is fine, the feed keeps the count.
+        let _ = feed.sender.send((feed.seq, event));
+    }
+
+    /// Announces a vacancy when election `name` has no leader now.
+    fn announce_if_vacant(&mut self, name: &LockName) {
+        let leads = self.locks.get(name).is_some_and(|entry| entry.holders.iter().any(Holder::is_candidate));
+        if !leads {
+            self.announce(name, LeaderEvent::Vacant);
+        }
+    }
+
+    /// The state of election `name` now, with the number of the last change sent and a
+    /// subscription to the changes after it: what an observer starts from.
+    pub(super) fn election_state(
+        &mut self,
+        name: &LockName,
+    ) -> (u64, LeaderEvent, broadcast::Receiver<(u64, LeaderEvent)>) {
+        let leader = self.locks.get(name).and_then(|entry| entry.holders.iter().find(|h| h.is_candidate()));
+        let state = match leader {
+            Some(holder) => LeaderEvent::Elected(holder.leader()),
+            None => LeaderEvent::Vacant,
+        };
+        let feed = self.elections.entry(name.clone()).or_default();
+        (feed.seq, state, feed.sender.subscribe())
     }
 
     /// Grants the waiters at the head of the queue that fit beside the holders, in arrival
@@ -229,14 +306,19 @@ impl StoreState {
         });
         let signal = HoldSignal::new(BACKEND, name.clone(), valid_until);
         let entry = self.locks.entry(name.clone()).or_insert_with(|| Entry::new(Use::of(&kind)));
-        entry.holders.push(Holder {
+        let holder = Holder {
             session: session_id,
             attempt,
             kind,
             token,
             signal: signal.clone(),
             owner: OwnerMeta::current(attempt),
-        });
+        };
+        let elected = holder.is_candidate().then(|| holder.leader());
+        entry.holders.push(holder);
+        if let Some(leader) = elected {
+            self.announce(name, LeaderEvent::Elected(leader));
+        }
         Granted { token, signal }
     }
 
@@ -246,6 +328,9 @@ impl StoreState {
         let holder = entry.holders.remove(at);
         if let Some(session) = self.sessions.get_mut(&holder.session) {
             session.holds.remove(&(name.clone(), attempt));
+        }
+        if holder.is_candidate() {
+            self.announce_if_vacant(name);
         }
     }
 
@@ -257,10 +342,9 @@ impl StoreState {
                 (Use::Permits(current), Use::Permits(asked)) => format!(
                     "the semaphore is in use with {current} permits and this handle asks for {asked}; every user of a semaphore must give the same count"
                 ),
-                (Use::Permits(current), Use::Lock) => {
-                    format!("the name is in use as a semaphore of {current} permits; give the lock another name")
+                (current, asked) => {
+                    format!("the name is in use as {}; give {} another name", current.describe(), asked.describe())
                 }
-                _ => "the name is in use as a lock; give the semaphore another name".to_owned(),
             });
         }
         if entry.queue.is_empty() && entry.fits(&request.kind) {
@@ -362,9 +446,14 @@ impl MemoryStore {
     #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
     pub fn restart(&self) {
         let mut state = self.state();
-        for (_, entry) in state.locks.drain() {
+        let locks: Vec<(LockName, Entry)> = state.locks.drain().collect();
+        for (name, entry) in locks {
+            let led = entry.holders.iter().any(Holder::is_candidate);
             for holder in entry.holders {
                 holder.signal.lose(LossReason::StoreRestarted);
+            }
+            if led {
+                state.announce(&name, LeaderEvent::Vacant);
             }
         }
         for session in state.sessions.values_mut() {

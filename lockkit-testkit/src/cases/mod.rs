@@ -6,6 +6,7 @@
 
 pub mod acquire;
 pub mod cross_process;
+pub mod election;
 pub mod errors;
 pub mod fencing;
 pub mod loss;

@@ -1,0 +1,166 @@
+//! Contract 25-28: leader election. The mutex cases also run on candidates
+//! (`candidate::…`): one leader at a time, terms that grow, loss signalled before another
+//! leads, cancelled campaigns that leave no trace, prompt hand-over on resign. These are the
+//! behaviours of an election beyond a lock's.
+
+use std::time::{Duration, Instant};
+
+use lockkit_core::{Election, Error, LeaderEvent, MAX_IDENTITY_LEN, Observer};
+
+use super::Ctx;
+use crate::harness::{Harness, TestClient};
+
+/// Whether the backend runs elections; says so and returns `false` when not.
+async fn applies(cx: &Ctx<'_>, client: &TestClient) -> bool {
+    if client.provider.capabilities().election {
+        return true;
+    }
+    cx.not_applicable("the backend does not declare `election`");
+    false
+}
+
+impl Ctx<'_> {
+    /// The election of this case on `client`.
+    #[track_caller]
+    fn election(&self, client: &TestClient) -> Election {
+        self.ok(client.provider.election(&self.name), "make an election")
+    }
+
+    /// The next event of `observer`, within the wake-up bound.
+    async fn next_event(&self, observer: &mut Observer, step: &str) -> LeaderEvent {
+        let bound = self.h.timing().wake + self.h.timing().operation;
+        match self.within(bound, step, observer.next()).await {
+            Some(Ok(event)) => event,
+            Some(Err(error)) => self.fail(step, format!("the observer failed: {error}")),
+            None => self.fail(step, "the observer's stream ended"),
+        }
+    }
+}
+
+/// Contract 28: while a candidate leads, anyone can ask who leads: its identity, its term
+/// (the leadership guard's token) and since when; after it resigns, nobody.
+pub async fn the_leader_is_published_while_it_leads(h: &dyn Harness) {
+    let cx = Ctx::new(h, "the_leader_is_published_while_it_leads");
+    let (a, b) = (cx.client().await, cx.client().await);
+    if !applies(&cx, &a).await {
+        return;
+    }
+    cx.check(cx.ok(cx.election(&b).leader().await, "ask who leads").is_none(), "nobody leads at first");
+    let before = std::time::SystemTime::now();
+    let leadership = cx.ok(cx.election(&a).campaign("10.0.0.7:8080").await, "campaign");
+    let leader = match cx.ok(cx.election(&b).leader().await, "ask who leads") {
+        Some(leader) => leader,
+        None => cx.fail("ask who leads", "nobody leads while a candidate holds the leadership"),
+    };
+    cx.check(leader.identity_str() == Some("10.0.0.7:8080"), &format!("the identity is published: {leader:?}"));
+    cx.check(leader.term == leadership.token(), "the term is the leadership guard's token");
+    if let Some(since) = leader.since {
+        let slack = Duration::from_secs(5);
+        cx.check(since + slack >= before, &format!("the term began about now, not {since:?}"));
+    }
+    cx.ok(leadership.resign().await, "resign");
+    let bound = h.timing().operation;
+    let election = cx.election(&b);
+    let deadline = Instant::now() + bound;
+    while cx.ok(election.leader().await, "ask who leads after the resignation").is_some() {
+        if Instant::now() >= deadline {
+            cx.fail("ask who leads after the resignation", format!("someone still leads after {bound:?}"));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Contract 28: an observer sees every change of leader in term order, a vacancy included,
+/// driven by the store's notifications: nobody, the first leader, the next after the first
+/// resigns, and nobody again after the second resigns. A vacancy between two terms may show;
+/// a gap may not, on a healthy connection.
+pub async fn observers_see_every_change_in_term_order(h: &dyn Harness) {
+    let cx = Ctx::new(h, "observers_see_every_change_in_term_order");
+    let (a, b, c) = (cx.client().await, cx.client().await, cx.client().await);
+    if !applies(&cx, &a).await {
+        return;
+    }
+    let mut observer = cx.ok(cx.election(&c).observe(), "observe");
+    let first = cx.next_event(&mut observer, "the first event").await;
+    cx.check(first == LeaderEvent::Vacant, &format!("nobody leads at first: {first:?}"));
+    let leader_a = cx.ok(cx.election(&a).campaign("a").await, "a campaigns");
+    let election_b = cx.election(&b);
+    let campaign_b = tokio::spawn(async move { election_b.campaign("b").await });
+    cx.await_waiters(&a, 1).await;
+    let term_a = leader_a.token();
+    cx.ok(leader_a.resign().await, "a resigns");
+    let leader_b = cx.ok(
+        cx.within(h.timing().wake + h.timing().operation, "b comes to lead", campaign_b)
+            .await
+            .unwrap_or_else(|e| cx.fail("join", e)),
+        "b's campaign",
+    );
+    let term_b = leader_b.token();
+    cx.ok(leader_b.resign().await, "b resigns");
+    let mut seen = Vec::new();
+    loop {
+        let event = cx.next_event(&mut observer, &format!("event #{} after {seen:?}", seen.len() + 1)).await;
+        let done = matches!(&event, LeaderEvent::Vacant)
+            && seen.iter().any(|e| matches!(e, LeaderEvent::Elected(l) if l.term == term_b));
+        seen.push(event);
+        if done {
+            break;
+        }
+    }
+    cx.check(!seen.contains(&LeaderEvent::Gap), &format!("no gap on a healthy connection: {seen:?}"));
+    let elected: Vec<_> = seen
+        .iter()
+        .filter_map(|event| match event {
+            LeaderEvent::Elected(leader) => Some((leader.term, leader.identity_str().map(str::to_owned))),
+            _ => None,
+        })
+        .collect();
+    cx.check(
+        elected == [(term_a, Some("a".to_owned())), (term_b, Some("b".to_owned()))],
+        &format!("a then b, with their terms, each once: {seen:?}"),
+    );
+}
+
+/// Contract 28: an observer that starts while a candidate leads hears of that leader first.
+pub async fn observing_starts_with_the_current_state(h: &dyn Harness) {
+    let cx = Ctx::new(h, "observing_starts_with_the_current_state");
+    let (a, b) = (cx.client().await, cx.client().await);
+    if !applies(&cx, &a).await {
+        return;
+    }
+    let leadership = cx.ok(cx.election(&a).campaign("the leader").await, "campaign");
+    let mut observer = cx.ok(cx.election(&b).observe(), "observe");
+    match cx.next_event(&mut observer, "the first event").await {
+        LeaderEvent::Elected(leader) => {
+            cx.check(leader.term == leadership.token(), "the current leader's term");
+            cx.check(leader.identity_str() == Some("the leader"), "the current leader's identity");
+        }
+        other => cx.fail("the first event", format!("expected the current leader, got {other:?}")),
+    }
+    cx.ok(leadership.resign().await, "resign");
+    let next = cx.next_event(&mut observer, "the vacancy after the resignation").await;
+    cx.check(next == LeaderEvent::Vacant, &format!("nobody leads after the resignation: {next:?}"));
+}
+
+/// Bad input: an empty identity, or one longer than 1024 bytes, is refused at once with
+/// `InvalidConfig` saying what to give, and nothing is left in the store.
+pub async fn bad_identities_are_refused(h: &dyn Harness) {
+    let cx = Ctx::new(h, "bad_identities_are_refused");
+    let a = cx.client().await;
+    if !applies(&cx, &a).await {
+        return;
+    }
+    let election = cx.election(&a);
+    for identity in [Vec::new(), vec![b'x'; MAX_IDENTITY_LEN + 1]] {
+        match election.campaign(&identity).await {
+            Err(error @ Error::InvalidConfig { .. }) => {
+                cx.check(error.to_string().contains("1024"), &format!("{error} gives the limit"));
+            }
+            other => cx.fail(
+                &format!("campaign with {} bytes", identity.len()),
+                format!("expected InvalidConfig, got {other:?}"),
+            ),
+        }
+    }
+    cx.check(cx.ok(election.leader().await, "ask who leads").is_none(), "nobody leads");
+}
