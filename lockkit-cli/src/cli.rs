@@ -32,6 +32,18 @@ pub(crate) enum Command {
     /// SIGINT, SIGTERM and SIGHUP to lockkit stop the command the same way and release the lock.
     #[command(after_help = exit::RUN_TABLE, override_usage = "lockkit run [OPTIONS] <NAME> [--] <COMMAND>...")]
     Run(RunArgs),
+    /// Run a command only while this process leads an election; stop it on loss.
+    ///
+    /// Campaigns in the election NAME with --id published while it leads (waiting as `run`
+    /// waits for a lock), then runs COMMAND with LOCKKIT_LOCK (the election's name) and
+    /// LOCKKIT_FENCING_TOKEN (the term) in its environment. When the leadership is lost, the
+    /// command gets SIGTERM, then SIGKILL after --grace, and lockkit exits 70, or with
+    /// --rejoin campaigns again. Exit codes as for `run`.
+    #[command(after_help = exit::RUN_TABLE, override_usage = "lockkit elect [OPTIONS] --id <ID> <NAME> [--] <COMMAND>...")]
+    Elect(ElectArgs),
+    /// Show who leads an election (identity, term, since), or --watch every change.
+    #[command(after_help = exit::STATUS_TABLE)]
+    Leader(LeaderArgs),
     /// Show whether a lock is held, by whom, with which fencing token.
     ///
     /// Prints the holder's fencing token, owner, since when it holds the lock, its lease left
@@ -59,6 +71,44 @@ pub(crate) struct RunArgs {
     /// The lock's name (any non-empty UTF-8 up to 1024 bytes).
     pub(crate) name: String,
 
+    /// Hold NAME shared, as a reader of the read-write lock NAME: any number of --shared
+    /// commands run at once, and none while an exclusive one (a writer) runs. Without it the
+    /// hold is exclusive (the mutex NAME, which backends treat as the writer of NAME).
+    #[arg(long, conflicts_with = "permits")]
+    pub(crate) shared: bool,
+
+    /// Take one of N permits of the semaphore NAME (1 to 1000000): at most N commands run at
+    /// once. Every user of the semaphore must give the same N.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub(crate) permits: Option<u32>,
+
+    #[command(flatten)]
+    pub(crate) hold: HoldArgs,
+}
+
+/// `lockkit elect`.
+#[derive(Debug, Args)]
+pub(crate) struct ElectArgs {
+    /// The election's name (any non-empty UTF-8 up to 1024 bytes).
+    pub(crate) name: String,
+
+    /// What this candidate publishes while it leads (1 to 1024 bytes), such as host:port:
+    /// `lockkit leader` shows it.
+    #[arg(long, value_name = "ID")]
+    pub(crate) id: String,
+
+    /// After losing the leadership (the command was stopped), campaign again and run the
+    /// command again when elected, instead of exiting 70.
+    #[arg(long)]
+    pub(crate) rejoin: bool,
+
+    #[command(flatten)]
+    pub(crate) hold: HoldArgs,
+}
+
+/// What `run` and `elect` share: the store, how long to wait, the lease, and the command.
+#[derive(Debug, Args)]
+pub(crate) struct HoldArgs {
     #[arg(long, value_name = "URL", help = URL_HELP)]
     pub(crate) url: Option<String>,
 
@@ -80,17 +130,6 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "DURATION", value_parser = duration, default_value = "10s")]
     pub(crate) grace: Duration,
 
-    /// Hold NAME shared, as a reader of the read-write lock NAME: any number of --shared
-    /// commands run at once, and none while an exclusive one (a writer) runs. Without it the
-    /// hold is exclusive (the mutex NAME, which backends treat as the writer of NAME).
-    #[arg(long, conflicts_with = "permits")]
-    pub(crate) shared: bool,
-
-    /// Take one of N permits of the semaphore NAME (1 to 1000000): at most N commands run at
-    /// once. Every user of the semaphore must give the same N.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
-    pub(crate) permits: Option<u32>,
-
     /// Run the command in a process group of its own and send SIGTERM and SIGKILL to the
     /// whole group, so that the processes it started stop too (a shell script's children).
     /// The group is not the terminal's foreground group: a command that reads the terminal
@@ -101,6 +140,25 @@ pub(crate) struct RunArgs {
     /// The command and its arguments (after --).
     #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
     pub(crate) command: Vec<OsString>,
+}
+
+/// `lockkit leader`.
+#[derive(Debug, Args)]
+pub(crate) struct LeaderArgs {
+    /// The election's name.
+    pub(crate) name: String,
+
+    #[arg(long, value_name = "URL", help = URL_HELP)]
+    pub(crate) url: Option<String>,
+
+    /// Print each change of leader as it happens (a vacancy included), until interrupted.
+    #[arg(long)]
+    pub(crate) watch: bool,
+
+    /// Print JSON: one object, or with --watch one object per line: event (elected, vacant,
+    /// gap), identity, term, since_unix_ms.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 /// `lockkit status`.
@@ -170,8 +228,11 @@ mod tests {
         {
             let cli = Cli::try_parse_from(args).map_err(|e| e.to_string());
             let Ok(Cli { command: Command::Run(run) }) = cli else { panic!("{cli:?}") };
-            assert_eq!(run.command, ["sh", "-c", "exit 3"]);
+            assert_eq!(run.hold.command, ["sh", "-c", "exit 3"]);
         }
+        let cli = Cli::try_parse_from(["lockkit", "elect", "x", "--id", "me:1", "--rejoin", "--", "true"]);
+        let Ok(Cli { command: Command::Elect(elect) }) = cli.map_err(|e| e.to_string()) else { panic!("elect") };
+        assert_eq!((elect.id.as_str(), elect.rejoin, elect.hold.command.len()), ("me:1", true, 1));
     }
 
     #[test]

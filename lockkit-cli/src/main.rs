@@ -3,6 +3,8 @@
 //!
 //! ```text
 //! lockkit run NAME [--url URL] [--wait DURATION | --no-wait] [--shared | --permits N] [--lease DURATION] [--grace DURATION] -- COMMAND...
+//! lockkit elect NAME --id ID [--rejoin] [--url URL] [--wait DURATION | --no-wait] [--lease DURATION] [--grace DURATION] -- COMMAND...
+//! lockkit leader NAME [--url URL] [--watch] [--json]
 //! lockkit status NAME [--url URL] [--json]
 //! lockkit bench [--url URL] [--clients N] [--duration DURATION] [--locks N] [--json]
 //! ```
@@ -34,6 +36,21 @@
 //! - While it waits with stderr on a terminal, one line shows what it waits for and for how
 //!   long: `waiting for lock "x" on redis://host:6379/ (held by token 17) for 12s`. Nothing of
 //!   the kind is printed when stderr is not a terminal.
+//!
+//! # `lockkit elect`
+//!
+//! Campaigns in the election NAME, publishing `--id` (such as `host:port`) while it leads,
+//! and runs COMMAND only while it leads, exactly as `lockkit run` runs it under a lock:
+//! `LOCKKIT_FENCING_TOKEN` is the term, and the command gets SIGTERM (then SIGKILL after
+//! `--grace`) when the leadership is lost. `--rejoin` campaigns again after a loss instead of
+//! exiting 70.
+//!
+//! # `lockkit leader`
+//!
+//! Prints who leads the election NAME (`leader 10.0.0.7:8080 (term 42, since …)`, or
+//! `no leader`); `--watch` prints every change as the store notifies it, until interrupted;
+//! `--json` prints objects with `event` (`elected`, `vacant`, `gap`), `election`, `identity`,
+//! `term` and `since_unix_ms`.
 //!
 //! # `lockkit status`
 //!
@@ -78,6 +95,7 @@ mod bench;
 mod child;
 mod cli;
 mod exit;
+mod leader;
 mod progress;
 mod run;
 mod signals;
@@ -110,6 +128,8 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Run(args) => run::run(args).await,
+            Command::Elect(args) => run::elect(args).await,
+            Command::Leader(args) => leader::leader(args).await,
             Command::Status(args) => status::status(args).await,
             Command::Bench(args) => bench::bench(args).await,
         }

@@ -4,10 +4,10 @@
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use lockkit::{AcquireOptions, Error, LockGuard, LockProvider, LossReason, Wait};
+use lockkit::{AcquireOptions, Error, LockGuard, LockHandle, LockProvider, LossReason, Wait};
 
 use crate::child;
-use crate::cli::RunArgs;
+use crate::cli::{ElectArgs, HoldArgs, RunArgs};
 use crate::exit::{self, BUSY, Code, Failure, LOST, OS_ERROR, TIMEOUT, UNAVAILABLE};
 use crate::progress::Progress;
 use crate::signals::{self, Signals};
@@ -29,132 +29,191 @@ enum Outcome {
 
 /// Runs `lockkit run`; returns the exit code.
 pub(crate) async fn run(args: RunArgs) -> Result<Code, Failure> {
-    let mut target = Target::resolve(args.url.clone());
-    if let Some(lease) = &args.lease {
-        target = target.with_lease(lease);
-    }
-    let what = format!("lock {:?} on {}", args.name, target.shown());
-    let mut signals = Signals::install()?;
-
-    // Everything before the command starts gives up at once on a signal: dropping the
-    // futures leaves nothing behind (acquisition is cancel safe).
-    let provider = tokio::select! {
-        provider = target.connect(&args.name, args.lease.is_some()) => provider?,
-        signal = signals.recv() => return Ok(interrupted_early(signal, &what)),
+    let what = |shown: &str| format!("lock {:?} on {shown}", args.name);
+    let mut session = match Session::open(&args.hold, &args.name, what).await? {
+        Ok(session) => session,
+        Err(interrupted) => return Ok(interrupted),
     };
     let lock = match (args.shared, args.permits) {
-        (true, _) => provider.rw_lock(&args.name).map(|rw| rw.reader().clone()),
-        (false, Some(permits)) => provider.semaphore(&args.name, permits),
-        (false, None) => provider.lock(&args.name),
+        (true, _) => session.provider.rw_lock(&args.name).map(|rw| rw.reader().clone()),
+        (false, Some(permits)) => session.provider.semaphore(&args.name, permits),
+        (false, None) => session.provider.lock(&args.name),
     }
-    .map_err(|error| Failure::from_lock_error(&error, &format!("cannot use {what}")))?;
+    .map_err(|error| Failure::from_lock_error(&error, &format!("cannot use {}", session.what)))?;
+    session.hold_and_run(&lock, &args.hold).await
+}
 
-    // One round trip first, so that an unreachable store fails at once rather than after the
-    // backend rode out a lease's worth of reconnects.
-    let probe = tokio::select! {
-        probe = provider.inspect(&args.name) => probe,
-        signal = signals.recv() => return Ok(interrupted_early(signal, &what)),
+/// Runs `lockkit elect`: campaigns, runs the command while leading, and with `--rejoin`
+/// campaigns again after a loss.
+pub(crate) async fn elect(args: ElectArgs) -> Result<Code, Failure> {
+    let what = |shown: &str| format!("the leadership of election {:?} on {shown}", args.name);
+    let mut session = match Session::open(&args.hold, &args.name, what).await? {
+        Ok(session) => session,
+        Err(interrupted) => return Ok(interrupted),
     };
-    if let Err(error) = probe
-        && exit::code_of(&error) == UNAVAILABLE
-    {
-        return Err(Failure::from_lock_error(
-            &error,
-            &format!("cannot reach {} for lock {:?}", target.shown(), args.name),
-        ));
-    }
-
-    let wait = match (args.no_wait, args.wait) {
-        (true, _) => Wait::No,
-        (false, Some(timeout)) => Wait::Timeout(timeout),
-        (false, None) => Wait::Forever,
-    };
-    let mut progress = match wait {
-        Wait::No => Progress::inert(),
-        _ => Progress::start(&provider, &args.name, target.shown(), args.wait),
-    };
-    let acquire = lock.acquire_with(AcquireOptions::default().with_wait(wait));
-    tokio::pin!(acquire);
-    let acquired = loop {
-        tokio::select! {
-            acquired = &mut acquire => break acquired,
-            () = progress.tick() => progress.draw(),
-            signal = signals.recv() => {
-                progress.finish();
-                return Ok(interrupted_early(signal, &what));
-            }
+    let candidate = session
+        .provider
+        .election(&args.name)
+        .and_then(|election| election.candidate(&args.id))
+        .map_err(|error| Failure::from_lock_error(&error, &format!("cannot campaign for {}", session.what)))?;
+    loop {
+        let code = session.hold_and_run(&candidate, &args.hold).await?;
+        if code != LOST || !args.rejoin {
+            return Ok(code);
         }
-    };
-    progress.finish();
-    let guard = match acquired {
-        Ok(Some(guard)) => guard,
-        Ok(None) if wait == Wait::No => {
-            let holder = holder_of(&provider, &args.name).await;
-            return Err(Failure::new(
-                BUSY,
-                format!("{what} is held by another owner{holder}; not waiting (--no-wait)"),
+        eprintln!("lockkit: campaigning again for {} (--rejoin)", session.what);
+    }
+}
+
+/// What `run` and `elect` share once the store is reached: the provider, the signals, and
+/// how messages name what is held.
+struct Session {
+    target: Target,
+    provider: LockProvider,
+    signals: Signals,
+    name: String,
+    what: String,
+}
+
+impl Session {
+    /// Resolves the store, installs the signal handlers and connects; `Err` with the exit
+    /// code when a signal came first (nothing to undo: connecting is cancel safe).
+    async fn open(hold: &HoldArgs, name: &str, what: impl Fn(&str) -> String) -> Result<Result<Self, Code>, Failure> {
+        let mut target = Target::resolve(hold.url.clone());
+        if let Some(lease) = &hold.lease {
+            target = target.with_lease(lease);
+        }
+        let what = what(target.shown());
+        let mut signals = Signals::install()?;
+        // Everything before the command starts gives up at once on a signal: dropping the
+        // futures leaves nothing behind (acquisition is cancel safe).
+        let provider = tokio::select! {
+            provider = target.connect(name, hold.lease.is_some()) => provider?,
+            signal = signals.recv() => return Ok(Err(interrupted_early(signal, &what))),
+        };
+        Ok(Ok(Self { target, provider, signals, name: name.to_owned(), what }))
+    }
+
+    /// Acquires through `lock`, runs the command while the hold lasts, stops it when the hold
+    /// is lost, releases; returns the exit code.
+    async fn hold_and_run(&mut self, lock: &LockHandle, hold: &HoldArgs) -> Result<Code, Failure> {
+        let what = self.what.clone();
+        // One round trip first, so that an unreachable store fails at once rather than after
+        // the backend rode out a lease's worth of reconnects.
+        let probe = tokio::select! {
+            probe = self.provider.inspect(&self.name) => probe,
+            signal = self.signals.recv() => return Ok(interrupted_early(signal, &what)),
+        };
+        if let Err(error) = probe
+            && exit::code_of(&error) == UNAVAILABLE
+        {
+            return Err(Failure::from_lock_error(
+                &error,
+                &format!("cannot reach {} for {:?}", self.target.shown(), self.name),
             ));
         }
-        // A wait that ended while the store was unreachable exits 69, with the store's error.
-        Err(error) if !error.is_timeout() || error.is_connect() => {
-            return Err(Failure::from_lock_error(&error, &format!("cannot acquire {what}")));
-        }
-        Ok(None) | Err(_) => {
-            let holder = holder_of(&provider, &args.name).await;
-            let waited = args.wait.map(human).unwrap_or_default();
-            return Err(Failure::new(TIMEOUT, format!("gave up waiting for {what} after {waited} (--wait){holder}")));
-        }
-    };
 
-    let token = guard.token().get();
-    let mut child = match child::spawn(&args.command, &args.name, token, args.kill_group) {
-        Ok(child) => child,
-        Err(failure) => {
-            release(guard, &what).await;
-            return Err(failure);
-        }
-    };
-
-    let outcome = tokio::select! {
-        status = child.wait() => Outcome::Exited(status),
-        reason = guard.lost() => Outcome::Lost(reason),
-        signal = signals.recv() => Outcome::Signal(signal),
-    };
-    match outcome {
-        Outcome::Exited(Ok(status)) => {
-            if let Some(reason) = guard.watcher().loss() {
-                // Lost before the exit was seen: the command's work may have overlapped
-                // another holder's.
-                eprintln!("lockkit: lost {what} while the command ran (it has exited since): {reason}");
-                release(guard, &what).await;
-                return Ok(LOST);
+        let wait = match (hold.no_wait, hold.wait) {
+            (true, _) => Wait::No,
+            (false, Some(timeout)) => Wait::Timeout(timeout),
+            (false, None) => Wait::Forever,
+        };
+        let mut progress = match wait {
+            Wait::No => Progress::inert(),
+            _ => Progress::start(&self.provider, &self.name, self.target.shown(), hold.wait),
+        };
+        let acquire = lock.acquire_with(AcquireOptions::default().with_wait(wait));
+        tokio::pin!(acquire);
+        let acquired = loop {
+            tokio::select! {
+                acquired = &mut acquire => break acquired,
+                () = progress.tick() => progress.draw(),
+                signal = self.signals.recv() => {
+                    progress.finish();
+                    return Ok(interrupted_early(signal, &what));
+                }
             }
-            release(guard, &what).await;
-            Ok(child::code_of(status))
-        }
-        Outcome::Exited(Err(error)) => {
-            release(guard, &what).await;
-            Err(Failure::new(OS_ERROR, format!("cannot wait for the command: {error}")))
-        }
-        Outcome::Lost(reason) => {
-            eprintln!(
-                "lockkit: lost {what} while the command ran: {reason}; stopping the command \
-                 (SIGTERM, then SIGKILL after {})",
-                human(args.grace)
-            );
-            child::stop(&mut child, args.grace, &mut signals, args.kill_group).await;
-            release(guard, &what).await;
-            Ok(LOST)
-        }
-        Outcome::Signal(signal) => {
-            eprintln!(
-                "lockkit: got {}; stopping the command (SIGTERM, then SIGKILL after {}) and releasing {what}",
-                signals::name(signal),
-                human(args.grace)
-            );
-            child::stop(&mut child, args.grace, &mut signals, args.kill_group).await;
-            release(guard, &what).await;
-            Ok(exit::signalled(signal))
+        };
+        progress.finish();
+        let guard = match acquired {
+            Ok(Some(guard)) => guard,
+            Ok(None) if wait == Wait::No => {
+                let holder = holder_of(&self.provider, &self.name).await;
+                return Err(Failure::new(
+                    BUSY,
+                    format!("{what} is held by another owner{holder}; not waiting (--no-wait)"),
+                ));
+            }
+            // A wait that ended while the store was unreachable exits 69, with the store's error.
+            Err(error) if !error.is_timeout() || error.is_connect() => {
+                return Err(Failure::from_lock_error(&error, &format!("cannot acquire {what}")));
+            }
+            Ok(None) | Err(_) => {
+                let holder = holder_of(&self.provider, &self.name).await;
+                let waited = hold.wait.map(human).unwrap_or_default();
+                return Err(Failure::new(
+                    TIMEOUT,
+                    format!("gave up waiting for {what} after {waited} (--wait){holder}"),
+                ));
+            }
+        };
+        self.run_command(guard, hold).await
+    }
+
+    /// Runs the command under `guard` and stops it when the hold is lost or lockkit is told
+    /// to stop.
+    async fn run_command(&mut self, guard: LockGuard, hold: &HoldArgs) -> Result<Code, Failure> {
+        let what = self.what.clone();
+        let token = guard.token().get();
+        let mut child = match child::spawn(&hold.command, &self.name, token, hold.kill_group) {
+            Ok(child) => child,
+            Err(failure) => {
+                release(guard, &what).await;
+                return Err(failure);
+            }
+        };
+        let signals = &mut self.signals;
+        let outcome = tokio::select! {
+            status = child.wait() => Outcome::Exited(status),
+            reason = guard.lost() => Outcome::Lost(reason),
+            signal = signals.recv() => Outcome::Signal(signal),
+        };
+        match outcome {
+            Outcome::Exited(Ok(status)) => {
+                if let Some(reason) = guard.watcher().loss() {
+                    // Lost before the exit was seen: the command's work may have overlapped
+                    // another holder's.
+                    eprintln!("lockkit: lost {what} while the command ran (it has exited since): {reason}");
+                    release(guard, &what).await;
+                    return Ok(LOST);
+                }
+                release(guard, &what).await;
+                Ok(child::code_of(status))
+            }
+            Outcome::Exited(Err(error)) => {
+                release(guard, &what).await;
+                Err(Failure::new(OS_ERROR, format!("cannot wait for the command: {error}")))
+            }
+            Outcome::Lost(reason) => {
+                eprintln!(
+                    "lockkit: lost {what} while the command ran: {reason}; stopping the command \
+                     (SIGTERM, then SIGKILL after {})",
+                    human(hold.grace)
+                );
+                child::stop(&mut child, hold.grace, signals, hold.kill_group).await;
+                release(guard, &what).await;
+                Ok(LOST)
+            }
+            Outcome::Signal(signal) => {
+                eprintln!(
+                    "lockkit: got {}; stopping the command (SIGTERM, then SIGKILL after {}) and releasing {what}",
+                    signals::name(signal),
+                    human(hold.grace)
+                );
+                child::stop(&mut child, hold.grace, signals, hold.kill_group).await;
+                release(guard, &what).await;
+                Ok(exit::signalled(signal))
+            }
         }
     }
 }

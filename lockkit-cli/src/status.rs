@@ -114,7 +114,7 @@ fn human_report(lock: &str, url: &str, info: &LockInfo, now: SystemTime) -> Stri
     text
 }
 
-fn unix_millis(time: SystemTime) -> u64 {
+pub(crate) fn unix_millis(time: SystemTime) -> u64 {
     time.duration_since(UNIX_EPOCH).map_or(0, |since| u64::try_from(since.as_millis()).unwrap_or(u64::MAX))
 }
 
@@ -134,7 +134,7 @@ pub(crate) fn human(duration: Duration) -> String {
 }
 
 /// `2026-05-01 12:00:00.123 UTC`, without a time-zone database.
-fn utc(time: SystemTime) -> String {
+pub(crate) fn utc(time: SystemTime) -> String {
     let since = time.duration_since(UNIX_EPOCH).unwrap_or_default();
     let secs = since.as_secs();
     let days = i64::try_from(secs / 86_400).unwrap_or(0);

@@ -226,6 +226,62 @@ async fn permits_bound_the_runs_on_redis() {
     permits_bound_the_runs(&redis_url().await).await;
 }
 
+// ------------------------------------------------------------------ elections
+
+/// Two `lockkit elect` candidates: the first leads and runs its command with the term as its
+/// token, the second waits; `lockkit leader` names the first; when the first stops, the second
+/// leads with a greater term, and a `lockkit leader --watch` started at the beginning printed
+/// both leaders in order.
+async fn elect_and_follow(url: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let name = unique("elect");
+    let watcher = spawn(&["leader", &name, "--url", url, "--watch", "--json"]);
+    let first_marker = dir.path().join("first.held");
+    let first =
+        spawn(&["elect", &name, "--url", url, "--id", "first:1", "--", "sh", "-c", &hold_script(&first_marker)]);
+    let first_term: u64 = line_in(&first_marker, Duration::from_secs(20)).await.parse().unwrap();
+    let second_marker = dir.path().join("second.held");
+    let second =
+        spawn(&["elect", &name, "--url", url, "--id", "second:2", "--", "sh", "-c", &hold_script(&second_marker)]);
+    let out = run(&["leader", &name, "--url", url, "--json"], LONG).await;
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let now: serde_json::Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    assert_eq!((now["identity"].as_str(), now["term"].as_u64()), (Some("first:1"), Some(first_term)), "{now}");
+    assert!(!second_marker.exists(), "the second candidate waits while the first leads");
+    stop(first).await;
+    let second_term: u64 = line_in(&second_marker, Duration::from_secs(20)).await.parse().unwrap();
+    assert!(second_term > first_term, "the next term is greater: {second_term} after {first_term}");
+    stop(second).await;
+    // The watcher saw the first leader, then the second (a vacancy may show between them).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = run(&["leader", &name, "--url", url, "--json"], LONG).await;
+        if out.stdout.contains("\"vacant\"") || Instant::now() >= deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    watcher.signal(Signal::TERM);
+    let watched = watcher.finish(LONG).await;
+    let identities: Vec<String> = watched
+        .stdout
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter_map(|event| event["identity"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(identities, ["first:1", "second:2"], "{watched:?}");
+}
+
+#[tokio::test]
+async fn elect_and_follow_on_redis() {
+    elect_and_follow(&redis_url().await).await;
+}
+
+#[tokio::test]
+async fn elect_and_follow_on_zookeeper() {
+    elect_and_follow(&zk_url().await).await;
+}
+
 // ------------------------------------------------------------------ loss
 
 async fn delete_record(url: &str, name: &str) {
