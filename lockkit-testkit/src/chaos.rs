@@ -21,6 +21,11 @@
 //! - **liveness**: every client acquired a lock after the last fault healed, within a bound;
 //! - **no orphans**: once every client stopped, `inspect` reports every name idle.
 //!
+//! The clients contend for mutexes by default; [`ChaosConfig::with_primitive`] runs the same
+//! schedule on read-write locks (one acquisition in four a writer; readers read the resource
+//! with their token, and a read refused while valid is a violation), on semaphores (the
+//! history checks the permit count) or on elections (the leader writes with its term).
+//!
 //! A store restarted without persistence (Redis without AOF) cannot keep mutual exclusion by
 //! design: the record is gone while its holder still believes it holds. Such a run sets
 //! [`ChaosConfig::restart_loses_data`]; overlaps and lost updates involving a hold that
@@ -166,6 +171,9 @@ pub enum Primitive {
     /// Semaphores of this many permits: holders do not write; the history checks that no more
     /// than that many held at once.
     Semaphore(u32),
+    /// Elections: every client campaigns with an identity of its own, and the leader writes
+    /// with its term; the history checks that no two leaders' valid terms overlap.
+    Election,
 }
 
 impl ChaosConfig {
@@ -730,6 +738,7 @@ pub async fn run(harness: &dyn Harness, config: ChaosConfig) -> ChaosReport {
         Primitive::Mutex => None,
         Primitive::ReadWrite => Some("read-write locks".to_owned()),
         Primitive::Semaphore(permits) => Some(format!("semaphores of {permits}")),
+        Primitive::Election => Some("elections".to_owned()),
     };
     let mut report = ChaosReport {
         backend: [Some(harness.name().to_owned()), config.label.clone(), primitive]
@@ -923,6 +932,10 @@ impl Handles {
                 Self { main: rw.reader().clone(), writer: Some(rw.writer().clone()) }
             }
             Primitive::Semaphore(permits) => Self { main: client.provider.semaphore(name, permits)?, writer: None },
+            Primitive::Election => {
+                let identity = format!("chaos-candidate-{}", uuid::Uuid::new_v4().simple());
+                Self { main: client.provider.election(name)?.candidate(identity)?, writer: None }
+            }
         })
     }
 

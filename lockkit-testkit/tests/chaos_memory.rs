@@ -44,3 +44,16 @@ fn chaos_memory_semaphores_of_three() {
         chaos::check(&harness, config, &[4]).await;
     });
 }
+
+#[test]
+fn chaos_memory_elections() {
+    lockkit_testkit::runtime().block_on(async {
+        let harness = MemoryHarness::with_lease();
+        let faults = [FaultKind::Blackhole, FaultKind::Kill, FaultKind::RestartStore];
+        let config = ChaosConfig::new(0)
+            .with_duration(Duration::from_secs(8))
+            .with_faults(&faults)
+            .with_primitive(Primitive::Election);
+        chaos::check(&harness, config, &[5]).await;
+    });
+}
