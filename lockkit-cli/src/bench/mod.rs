@@ -6,12 +6,14 @@
 //!    trip ([`floor`]) and one client's acquire+release cycles of one lock;
 //! 2. contended: `--clients` clients (each its own connection or session) on one lock, each
 //!    acquiring, recording, releasing, for `--duration`; then, on backends that have them,
-//!    the shared-lock and semaphore phases ([`shared`]);
+//!    the shared-lock and semaphore phases ([`shared`]) and the failover of an election
+//!    ([`election`]);
 //! 3. many locks: `--locks` distinct locks acquired and released one after another, then all
 //!    at once on one client;
 //! 4. held-lock upkeep: `--locks` locks held for a few renewal rounds (Redis: round trips per
 //!    tick from the watchdog's counters), client CPU and resident memory per held lock.
 
+mod election;
 mod floor;
 mod report;
 mod shared;
@@ -117,6 +119,7 @@ pub(crate) async fn bench(args: BenchArgs) -> Result<Code, Failure> {
     bench.contended().await?;
     bench.shared(bench.cycle_p50).await?;
     bench.semaphore().await?;
+    bench.election().await?;
     // Many locks before upkeep: the allocator then already has the memory that 10,000
     // acquisitions in flight need, and the resident memory grows by what the holds keep.
     bench.many_locks().await?;
