@@ -1,21 +1,28 @@
-//! The file lock protocol: acquire (with waiting), release, loss detection and inspection.
-//! Everything generic (reentrancy, timeouts, guards) is in lockkit-core; this module only
-//! speaks files.
+//! The file lock protocol: acquire (with waiting) every kind of hold, release, downgrade,
+//! loss detection and inspection. Everything generic (reentrancy, timeouts, guards) is in
+//! lockkit-core; this module only speaks files. The crate docs describe the protocol; the
+//! blocking file operations are in [`crate::lockfile`].
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::io;
+use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use lockkit_core::backend::{AcquireRequest, Deadline, Grant, HeldLock, HoldSignal, LockBackend, LockInfo, OwnerMeta};
-use lockkit_core::{Capabilities, Error, FencingToken, LockName, LossReason, Result};
+use lockkit_core::backend::{
+    AcquireRequest, Deadline, Grant, HeldLock, HoldSignal, HolderInfo, LockBackend, LockInfo, OwnerMeta,
+};
+use lockkit_core::{Capabilities, Error, FencingToken, HoldKind, LockName, LossReason, Result};
 use tracing::Instrument;
 
 use crate::BACKEND;
-use crate::lockfile::{self, FileId, LockedFile, Probe};
-use crate::names::lock_path;
-use crate::record::{Record, next_token};
+use crate::lockfile::{self, FenceLock, FileId, HolderFile, LockedFile, Mode, Probe};
+use crate::names::{LockFiles, lock_files};
+use crate::record::{Fence, Record};
 use crate::wakeups;
 
 /// The checked settings of a provider.
@@ -31,6 +38,16 @@ pub(crate) struct Settings {
     pub(crate) check_every: Duration,
 }
 
+/// The `split_downgrades` fault hook's setting: convert in two steps with a pause between
+/// them, as a kernel whose flock conversion is not atomic would, and whether to hold the
+/// gate meanwhile.
+#[derive(Clone, Copy, Debug)]
+#[cfg_attr(not(feature = "test-util"), allow(dead_code))]
+pub(crate) struct SplitDowngrade {
+    pub(crate) pause: Duration,
+    pub(crate) gate: bool,
+}
+
 /// The file backend of one provider.
 #[derive(Debug)]
 pub(crate) struct FileBackend {
@@ -39,6 +56,9 @@ pub(crate) struct FileBackend {
     watched: Mutex<Watched>,
     /// Set by the `kill` fault hook: the provider acts as a dead process.
     killed: std::sync::atomic::AtomicBool,
+    /// Set by the `split_downgrades` fault hook.
+    #[cfg(feature = "test-util")]
+    split_downgrades: Mutex<Option<SplitDowngrade>>,
 }
 
 /// The holds of this provider that the checker looks after.
@@ -51,25 +71,35 @@ struct Watched {
 
 #[derive(Debug)]
 struct WatchedHold {
+    /// The file whose deletion ends the hold: the lock file, or a permit's record file.
     path: PathBuf,
     file: FileId,
     signal: HoldSignal,
-    /// A second descriptor of the locked file, for the `kill` fault hook.
+    /// The path of the name's lock file, whose waiters the end of the hold wakes.
+    wake: PathBuf,
+    /// Other descriptors of every file the hold locks, for the `kill` fault hook.
     #[cfg(feature = "test-util")]
-    duplicate: Option<std::fs::File>,
+    duplicates: Vec<std::fs::File>,
 }
 
 impl FileBackend {
     pub(crate) fn new(settings: Settings) -> Arc<Self> {
-        Arc::new_cyclic(|me| Self { me: me.clone(), settings, watched: Mutex::default(), killed: Default::default() })
+        Arc::new_cyclic(|me| Self {
+            me: me.clone(),
+            settings,
+            watched: Mutex::default(),
+            killed: Default::default(),
+            #[cfg(feature = "test-util")]
+            split_downgrades: Mutex::default(),
+        })
     }
 
     pub(crate) fn settings(&self) -> &Settings {
         &self.settings
     }
 
-    pub(crate) fn lock_path(&self, lock: &LockName) -> PathBuf {
-        lock_path(&self.settings.dir, lock)
+    pub(crate) fn lock_files(&self, lock: &LockName) -> LockFiles {
+        lock_files(&self.settings.dir, lock)
     }
 
     fn watched(&self) -> MutexGuard<'_, Watched> {
@@ -77,16 +107,21 @@ impl FileBackend {
         self.watched.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    async fn acquire_inner(&self, request: AcquireRequest, path: PathBuf) -> Result<Option<Grant>> {
-        let wake = wakeups::interest(&path);
+    async fn acquire_inner(&self, request: AcquireRequest, files: LockFiles) -> Result<Option<Grant>> {
+        let wake = wakeups::interest(&files.lock);
         let mut pause = self.settings.poll_min;
         loop {
             // Armed before the try, so that a release between the try and the wait wakes us.
             let notified = wake.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if let Some(hold) = self.try_once(&request, &path).await? {
-                return Ok(Some(self.grant(request.lock, hold)));
+            match self.try_once(&request, &files).await? {
+                Taken::Held(hold) => return Ok(Some(self.grant(&request, files, hold))),
+                Taken::Conflict(what) => return Err(Error::conflict(BACKEND, Some(&request.lock), what)),
+                Taken::Unsupported => {
+                    return Err(Error::unsupported(BACKEND, Some(&request.lock), request.kind.describe()));
+                }
+                Taken::Busy => {}
             }
             let wait = match request.deadline {
                 Deadline::Now => return Ok(None),
@@ -109,43 +144,48 @@ impl FileBackend {
         }
     }
 
-    /// One non-blocking try, on a blocking thread (it may wait for the disk). If this future
-    /// is dropped while the try runs, the try's result is dropped when it finishes, and a
-    /// hold it took is freed then.
-    async fn try_once(&self, request: &AcquireRequest, path: &Path) -> Result<Option<OpenHold>> {
+    /// One non-blocking try, on a blocking thread (it may wait for the disk, and for the
+    /// fence an instant). If this future is dropped while the try runs, the try's result is
+    /// dropped when it finishes, and a hold it took is freed then.
+    async fn try_once(&self, request: &AcquireRequest, files: &LockFiles) -> Result<Taken> {
         let holder = OwnerMeta::current(request.attempt);
         let job = {
-            let path = path.to_path_buf();
-            move || take(path, holder)
+            let (files, kind) = (files.clone(), request.kind.clone());
+            move || take(&files, &kind, holder)
         };
-        let outcome = match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => runtime.spawn_blocking(job).await.map_err(|error| {
-                Error::backend(BACKEND, Some(&request.lock), error).with_context("the file operation did not finish")
-            })?,
-            Err(_) => job(),
-        };
-        outcome.map_err(|error| io_error(&request.lock, path, error))
+        run_blocking(&request.lock, job).await?.map_err(|error| io_error(&request.lock, &files.lock, error))
     }
 
-    fn grant(&self, lock: LockName, hold: OpenHold) -> Grant {
+    fn grant(&self, request: &AcquireRequest, files: LockFiles, hold: OpenHold) -> Grant {
+        let lock = request.lock.clone();
         let signal = HoldSignal::new(BACKEND, lock.clone(), None);
         let token = FencingToken::new(hold.token);
-        let watch_id = hold.locked.as_ref().map(|locked| self.watch(locked, &signal));
-        let held = FileHeld { hold, lock, watch_id, backend: self.me.clone() };
+        let watch_id = hold.files.as_ref().map(|held| self.watch(held, &files.lock, &signal));
+        let held = FileHeld {
+            hold: Arc::new(Mutex::new(hold)),
+            files,
+            lock,
+            kind: request.kind.clone(),
+            signal: signal.clone(),
+            watch_id,
+            backend: self.me.clone(),
+        };
         Grant::new(token, signal, Box::new(held))
     }
 
     /// Has the checker look after a hold; starts the checker if it is not running.
-    fn watch(&self, locked: &LockedFile, signal: &HoldSignal) -> u64 {
+    fn watch(&self, held: &HoldFiles, wake: &Path, signal: &HoldSignal) -> u64 {
+        let (path, file) = held.watched();
         let mut watched = self.watched();
         watched.last_id += 1;
         let id = watched.last_id;
         let hold = WatchedHold {
-            path: locked.path().to_path_buf(),
-            file: locked.id(),
+            path,
+            file,
             signal: signal.clone(),
+            wake: wake.to_path_buf(),
             #[cfg(feature = "test-util")]
-            duplicate: locked.duplicate().ok(),
+            duplicates: held.duplicates(),
         };
         watched.holds.insert(id, hold);
         if watched.checker.as_ref().is_none_or(tokio::task::JoinHandle::is_finished)
@@ -165,7 +205,7 @@ impl FileBackend {
     /// Fails every operation of a provider that the `kill` fault hook has killed.
     fn alive(&self, lock: &LockName) -> Result<()> {
         if self.killed.load(std::sync::atomic::Ordering::SeqCst) {
-            let gone = std::io::Error::new(std::io::ErrorKind::NotConnected, "this provider was killed");
+            let gone = io::Error::new(io::ErrorKind::NotConnected, "this provider was killed");
             return Err(Error::connection(BACKEND, Some(lock), gone));
         }
         Ok(())
@@ -179,20 +219,54 @@ impl FileBackend {
         self.killed.store(true, std::sync::atomic::Ordering::SeqCst);
         let holds: Vec<WatchedHold> = self.watched().holds.drain().map(|(_, hold)| hold).collect();
         for hold in holds {
-            if let Some(duplicate) = &hold.duplicate
-                && let Err(error) = crate::lockfile::unlock(duplicate)
-            {
-                tracing::debug!(%error, path = %hold.path.display(), "could not let go of a killed provider's flock");
+            for duplicate in &hold.duplicates {
+                if let Err(error) = lockfile::unlock(duplicate) {
+                    tracing::debug!(%error, path = %hold.path.display(), "could not let go of a killed provider's flock");
+                }
             }
             hold.signal.lose(LossReason::ClientClosed);
-            wakeups::notify(&hold.path);
+            wakeups::notify(&hold.wake);
+        }
+    }
+
+    /// The `split_downgrades` fault hook.
+    #[cfg(feature = "test-util")]
+    pub(crate) fn split_downgrades(&self, split: Option<SplitDowngrade>) {
+        *self.split_downgrades.lock().unwrap_or_else(PoisonError::into_inner) = split;
+    }
+
+    #[cfg(feature = "test-util")]
+    fn split_downgrade(&self) -> Option<SplitDowngrade> {
+        *self.split_downgrades.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    #[cfg(not(feature = "test-util"))]
+    fn split_downgrade(&self) -> Option<SplitDowngrade> {
+        None
+    }
+
+    /// Adds the record file a downgrade created to the files the `kill` hook lets go of.
+    #[cfg(feature = "test-util")]
+    fn watch_also(&self, id: u64, duplicate: std::fs::File) {
+        if let Some(hold) = self.watched().holds.get_mut(&id) {
+            hold.duplicates.push(duplicate);
         }
     }
 }
 
+/// Runs a blocking file job on the runtime's blocking threads (or here, outside a runtime).
+async fn run_blocking<T: Send + 'static>(lock: &LockName, job: impl FnOnce() -> T + Send + 'static) -> Result<T> {
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => runtime.spawn_blocking(job).await.map_err(|error| {
+            Error::backend(BACKEND, Some(lock), error).with_context("the file operation did not finish")
+        }),
+        Err(_) => Ok(job()),
+    }
+}
+
 /// The checker: one task per provider, running while it has holds, checks every
-/// `every` that each held lock file is still the file its path names. A deleted or
-/// replaced lock file no longer excludes anyone, so its hold is lost.
+/// `every` that each held lock file (or permit record) is still the file its path names. A
+/// deleted or replaced lock file no longer excludes anyone, so its hold is lost.
 async fn check_forever(backend: Weak<FileBackend>, every: Duration) {
     loop {
         tokio::time::sleep(every).await;
@@ -221,64 +295,326 @@ async fn check_forever(backend: Weak<FileBackend>, every: Duration) {
         .unwrap_or_default();
         for id in gone {
             if let Some(hold) = backend.watched().holds.remove(&id) {
+                tracing::debug!(path = %hold.path.display(), "the held file was deleted or replaced");
                 hold.signal.lose(LossReason::RecordGone);
+                // Waiters of this process may take the lock's new file at once.
+                wakeups::notify(&hold.wake);
             }
         }
     }
 }
 
-/// Takes the lock file at `path` if free, issues the next token and records the holder,
-/// on disk before returning.
-fn take(path: PathBuf, holder: OwnerMeta) -> std::io::Result<Option<OpenHold>> {
-    let Some(locked) = lockfile::try_lock(&path)? else { return Ok(None) };
-    let token = next_token(locked.read_record()?.token);
-    // From here on, dropping `hold` frees the lock (an error below included).
-    let hold = OpenHold { locked: Some(locked), token, path };
-    if let Some(locked) = &hold.locked {
-        locked.write_record(&Record { token: Some(token), holder: Some(holder) }, true)?;
+/// What one try found.
+#[derive(Debug)]
+enum Taken {
+    /// Granted.
+    Held(OpenHold),
+    /// Held by others in a way that excludes this kind.
+    Busy,
+    /// The name is in use as another kind of lock; the message says how.
+    Conflict(String),
+    /// A kind this backend does not grant (the core never asks for one).
+    Unsupported,
+}
+
+/// Tries once to take a hold of `kind` on the lock whose files are `files`, for `holder`;
+/// every grant draws its token from the name's fence, on disk before it returns.
+fn take(files: &LockFiles, kind: &HoldKind, holder: OwnerMeta) -> io::Result<Taken> {
+    match kind {
+        HoldKind::Exclusive | HoldKind::Write => take_write(files, kind.clone(), holder),
+        HoldKind::Read => take_read(files, holder),
+        HoldKind::Permit { permits } => take_permit(files, *permits, holder),
+        _ => Ok(Taken::Unsupported),
     }
-    Ok(Some(hold))
 }
 
-fn io_error(lock: &LockName, path: &Path, error: std::io::Error) -> Error {
-    Error::backend(BACKEND, Some(lock), error).with_context(format!("lock file {}", path.display()))
+/// A mutex or a writer: under the fence (the gate), the lock file's exclusive flock.
+fn take_write(files: &LockFiles, kind: HoldKind, holder: OwnerMeta) -> io::Result<Taken> {
+    // Writers try only under the fence, so that whoever holds it (a holder converting its
+    // write hold into a read hold, a semaphore's admission, `inspect`) never sees a writer
+    // take the lock meanwhile.
+    let fence = FenceLock::lock(&files.fence)?;
+    let Some(main) = lockfile::try_lock(&files.lock, Mode::Exclusive)? else { return Ok(Taken::Busy) };
+    let counter = fence.read()?;
+    if !lockfile::live_holders(&files.permits)?.is_empty() {
+        drop(main);
+        wakeups::notify(&files.lock);
+        return Ok(Taken::Conflict(semaphore_in_use(counter.permits)));
+    }
+    let token = counter.next_token(main.read_record()?.token);
+    fence.write(&Fence { token: Some(token), ..counter })?;
+    main.write_record(&Record::held(token, holder.clone(), kind))?;
+    drop(fence);
+    Ok(Taken::Held(OpenHold::new(HoldFiles::Write(main), token, holder, files)))
 }
 
-/// A locked lock file with its token: frees the lock when dropped.
+/// A reader: the lock file's shared flock, then, under the fence, its token and its record.
+fn take_read(files: &LockFiles, holder: OwnerMeta) -> io::Result<Taken> {
+    let Some(main) = lockfile::try_lock(&files.lock, Mode::Shared)? else { return Ok(Taken::Busy) };
+    let fence = FenceLock::lock(&files.fence)?;
+    let counter = fence.read()?;
+    if !lockfile::live_holders(&files.permits)?.is_empty() {
+        drop(main);
+        wakeups::notify(&files.lock);
+        return Ok(Taken::Conflict(semaphore_in_use(counter.permits)));
+    }
+    let token = counter.next_token(main.read_record()?.token);
+    fence.write(&Fence { token: Some(token), ..counter })?;
+    let record = HolderFile::create(&files.readers, &Record::held(token, holder.clone(), HoldKind::Read))?;
+    drop(fence);
+    Ok(Taken::Held(OpenHold::new(HoldFiles::Read { main, record }, token, holder, files)))
+}
+
+/// A permit: under the fence, count the live permits and, if one is free, create a locked
+/// record file for this one.
+fn take_permit(files: &LockFiles, permits: NonZeroU32, holder: OwnerMeta) -> io::Result<Taken> {
+    let fence = FenceLock::lock(&files.fence)?;
+    if let Some(what) = lock_in_use(files)? {
+        return Ok(Taken::Conflict(what));
+    }
+    let counter = fence.read()?;
+    let live = lockfile::live_holders(&files.permits)?;
+    if !live.is_empty()
+        && let Some(current) = counter.permits
+        && current != permits
+    {
+        return Ok(Taken::Conflict(format!(
+            "the semaphore is in use with {current} permits and this handle asks for {permits}; every user of a semaphore must give the same count"
+        )));
+    }
+    if live.len() >= permits.get() as usize {
+        return Ok(Taken::Busy);
+    }
+    let token = counter.next_token(None);
+    fence.write(&Fence { token: Some(token), permits: Some(permits) })?;
+    let kind = HoldKind::Permit { permits };
+    let record = HolderFile::create(&files.permits, &Record::held(token, holder.clone(), kind))?;
+    drop(fence);
+    Ok(Taken::Held(OpenHold::new(HoldFiles::Permit(record), token, holder, files)))
+}
+
+/// Whether the name is in use as a lock (a writer or a mutex holds the lock file, or live
+/// readers have records), and how, for a semaphore's admission. Under the fence.
+fn lock_in_use(files: &LockFiles) -> io::Result<Option<String>> {
+    if let Probe::Found { held: true, record } = lockfile::probe(&files.lock)? {
+        let who = match record.kind {
+            Some(HoldKind::Write) => "the writer of a read-write lock",
+            _ => "a mutex",
+        };
+        return Ok(Some(format!("the name is in use as a lock, held by {who}; give the semaphore another name")));
+    }
+    if !lockfile::live_holders(&files.readers)?.is_empty() {
+        return Ok(Some(
+            "the name is in use as a read-write lock, held by readers; give the semaphore another name".to_owned(),
+        ));
+    }
+    Ok(None)
+}
+
+fn semaphore_in_use(permits: Option<NonZeroU32>) -> String {
+    match permits {
+        Some(permits) => {
+            format!("the name is in use as a semaphore of {permits} permits; give the lock another name")
+        }
+        None => "the name is in use as a semaphore; give the lock another name".to_owned(),
+    }
+}
+
+/// What `inspect` reports: the writer of the lock file and the live readers and permits,
+/// seen under the fence.
+fn look(files: &LockFiles) -> io::Result<Vec<HolderInfo>> {
+    let used = [&files.fence, &files.lock, &files.readers, &files.permits].iter().any(|path| path.exists());
+    if !used {
+        // Never used: look without creating anything.
+        return Ok(Vec::new());
+    }
+    let fence = FenceLock::lock(&files.fence)?;
+    let counter = fence.read()?;
+    let mut holders = Vec::new();
+    if let Probe::Found { record: Record { token: Some(token), holder: Some(holder), kind }, held: true } =
+        lockfile::probe(&files.lock)?
+    {
+        holders.push((token, holder, kind.unwrap_or(HoldKind::Exclusive)));
+    }
+    let permit = HoldKind::Permit { permits: counter.permits.unwrap_or(NonZeroU32::MIN) };
+    for (dir, kind) in [(&files.readers, HoldKind::Read), (&files.permits, permit)] {
+        for record in lockfile::live_holders(dir)? {
+            if let Record { token: Some(token), holder: Some(holder), kind: recorded } = record {
+                holders.push((token, holder, recorded.unwrap_or_else(|| kind.clone())));
+            }
+        }
+    }
+    drop(fence);
+    holders.sort_by_key(|(token, ..)| *token);
+    Ok(holders
+        .into_iter()
+        .map(|(token, holder, kind)| holder.holder(FencingToken::new(token)).with_kind(kind))
+        .collect())
+}
+
+fn io_error(lock: &LockName, path: &Path, error: io::Error) -> Error {
+    Error::backend(BACKEND, Some(lock), error).with_context(format!("the files of lock file {}", path.display()))
+}
+
+/// The files a hold locks.
+#[derive(Debug)]
+enum HoldFiles {
+    /// A mutex or a writer: the lock file's exclusive flock.
+    Write(LockedFile),
+    /// A reader: the lock file's shared flock, and the reader's record file.
+    Read { main: LockedFile, record: HolderFile },
+    /// A permit: its record file.
+    Permit(HolderFile),
+}
+
+impl HoldFiles {
+    /// The file whose deletion ends the hold, for the checker.
+    fn watched(&self) -> (PathBuf, FileId) {
+        match self {
+            Self::Write(main) | Self::Read { main, .. } => (main.path().to_path_buf(), main.id()),
+            Self::Permit(record) => (record.path().to_path_buf(), record.id()),
+        }
+    }
+
+    /// Other descriptors of every file locked, for the `kill` fault hook.
+    #[cfg(feature = "test-util")]
+    fn duplicates(&self) -> Vec<std::fs::File> {
+        let duplicates = match self {
+            Self::Write(main) => vec![main.duplicate()],
+            Self::Read { main, record } => vec![main.duplicate(), record.duplicate()],
+            Self::Permit(record) => vec![record.duplicate()],
+        };
+        duplicates.into_iter().filter_map(io::Result::ok).collect()
+    }
+}
+
+/// A hold's files with its token: frees the hold when dropped.
 #[derive(Debug)]
 struct OpenHold {
-    locked: Option<LockedFile>,
+    files: Option<HoldFiles>,
     token: u64,
-    /// The path the process-wide wake-ups know the file by.
-    path: PathBuf,
+    /// Who holds it, for the reader record a downgrade writes.
+    holder: OwnerMeta,
+    /// The name's lock file: the process-wide wake-up of its waiters.
+    wake: PathBuf,
+    /// Why the hold was lost, when a downgrade lost it.
+    lost: Option<LossReason>,
 }
 
 impl OpenHold {
-    /// Marks the record free (keeping the token), closes the file (which frees the flock),
-    /// and wakes the waiters of this process. Returns whether the path still named the file,
-    /// that is whether the hold was still a hold.
-    fn free(&mut self) -> bool {
-        let Some(locked) = self.locked.take() else { return true };
-        let linked = locked.is_linked().unwrap_or(true);
-        if let Err(error) = locked.write_record(&Record { token: Some(self.token), holder: None }, false) {
-            tracing::debug!(%error, path = %self.path.display(), "could not mark a released lock file free");
-        }
-        drop(locked);
-        wakeups::notify(&self.path);
-        linked
+    fn new(files: HoldFiles, token: u64, holder: OwnerMeta, names: &LockFiles) -> Self {
+        Self { files: Some(files), token, holder, wake: names.lock.clone(), lost: None }
+    }
+
+    /// Frees the hold: a writer marks the lock file's record free (keeping the token); a
+    /// reader or a permit unlinks its record file; then the files are closed, which frees
+    /// the flocks, and the waiters of this process are woken. `Err` with the reason when the
+    /// hold was no longer a hold (its file had been deleted, or a downgrade lost it).
+    fn free(&mut self) -> std::result::Result<(), LossReason> {
+        let Some(files) = self.files.take() else { return self.lost.clone().map_or(Ok(()), Err) };
+        let linked = match files {
+            HoldFiles::Write(main) => {
+                let linked = main.is_linked().unwrap_or(true);
+                if let Err(error) = main.write_record(&Record::free(Some(self.token))) {
+                    tracing::debug!(%error, path = %main.path().display(), "could not mark a released lock file free");
+                }
+                linked
+            }
+            HoldFiles::Read { main, record } => {
+                let linked = main.is_linked().unwrap_or(true);
+                // The record goes first, so that the lock is never free while it names us.
+                drop(record);
+                drop(main);
+                linked
+            }
+            HoldFiles::Permit(record) => record.is_linked().unwrap_or(true),
+        };
+        wakeups::notify(&self.wake);
+        if linked { Ok(()) } else { Err(LossReason::RecordGone) }
     }
 }
 
 impl Drop for OpenHold {
     fn drop(&mut self) {
-        self.free();
+        let _ = self.free();
+    }
+}
+
+/// What a downgrade did.
+enum Downgraded {
+    /// The hold is a read hold now; with the new record file's duplicate for the `kill` hook.
+    Done(Option<std::fs::File>),
+    /// The hold was released (or was no write hold) before the downgrade ran.
+    NotHeld,
+    /// The conversion lost the flock: someone else took the lock in between.
+    Lost,
+}
+
+/// Turns the write hold in `hold` into a read hold in place: same open lock file, same
+/// token. Holds the name's fence (the gate writers pass before they try) throughout, so that
+/// no writer can take the lock file while its flock changes mode, however the kernel makes
+/// the change; readers may join at once.
+fn downgrade_blocking(
+    hold: &Mutex<OpenHold>,
+    files: &LockFiles,
+    split: Option<SplitDowngrade>,
+) -> io::Result<Downgraded> {
+    let gate = match split {
+        Some(SplitDowngrade { gate: false, .. }) => None,
+        _ => Some(FenceLock::lock(&files.fence)?),
+    };
+    let mut hold = hold.lock().unwrap_or_else(PoisonError::into_inner);
+    let main = match hold.files.take() {
+        Some(HoldFiles::Write(main)) => main,
+        other => {
+            hold.files = other;
+            return Ok(Downgraded::NotHeld);
+        }
+    };
+    let reader = Record::held(hold.token, hold.holder.clone(), HoldKind::Read);
+    let record = match HolderFile::create(&files.readers, &reader) {
+        Ok(record) => record,
+        Err(error) => {
+            // Still a write hold: safe, and the core keeps it one.
+            hold.files = Some(HoldFiles::Write(main));
+            return Err(error);
+        }
+    };
+    // The reader record names the holder from now on.
+    if let Err(error) = main.write_record(&Record::free(Some(hold.token))) {
+        tracing::debug!(%error, path = %main.path().display(), "could not mark a downgraded lock file free");
+    }
+    let converted = main.convert_to_shared(split.map(|split| split.pause));
+    drop(gate);
+    match converted {
+        Ok(true) => {
+            #[cfg(feature = "test-util")]
+            let duplicate = record.duplicate().ok();
+            #[cfg(not(feature = "test-util"))]
+            let duplicate = None;
+            hold.files = Some(HoldFiles::Read { main, record });
+            Ok(Downgraded::Done(duplicate))
+        }
+        Ok(false) => {
+            hold.lost = Some(LossReason::OwnedByAnother);
+            Ok(Downgraded::Lost)
+        }
+        Err(error) => {
+            // The flock's state is unknown: give the hold up.
+            hold.lost = Some(LossReason::Other(format!("the lock file's flock could not be converted: {error}")));
+            Ok(Downgraded::Lost)
+        }
     }
 }
 
 /// The file backend's record of one granted hold.
 struct FileHeld {
-    hold: OpenHold,
+    /// Shared with a downgrade in flight.
+    hold: Arc<Mutex<OpenHold>>,
+    files: LockFiles,
     lock: LockName,
+    kind: HoldKind,
+    signal: HoldSignal,
     watch_id: Option<u64>,
     backend: Weak<FileBackend>,
 }
@@ -293,8 +629,50 @@ impl Drop for FileHeld {
 
 #[async_trait]
 impl HeldLock for FileHeld {
-    async fn release(mut self: Box<Self>) -> Result<()> {
-        if self.hold.free() { Ok(()) } else { Err(Error::lost(BACKEND, &self.lock, LossReason::RecordGone)) }
+    async fn release(self: Box<Self>) -> Result<()> {
+        let freed = self.hold.lock().unwrap_or_else(PoisonError::into_inner).free();
+        freed.map_err(|reason| Error::lost(BACKEND, &self.lock, reason))
+    }
+
+    fn downgrade(&self) -> Option<Pin<Box<dyn Future<Output = Result<()>> + Send + 'static>>> {
+        if self.kind != HoldKind::Write {
+            return None;
+        }
+        let (hold, files, lock) = (self.hold.clone(), self.files.clone(), self.lock.clone());
+        let (backend, signal, watch_id) = (self.backend.clone(), self.signal.clone(), self.watch_id);
+        Some(Box::pin(async move {
+            let backend = backend.upgrade();
+            if let Some(backend) = &backend {
+                backend.alive(&lock)?;
+            }
+            let split = backend.as_ref().and_then(|backend| backend.split_downgrade());
+            let wake = files.lock.clone();
+            let job = move || downgrade_blocking(&hold, &files, split);
+            let outcome = run_blocking(&lock, job).await?.map_err(|error| io_error(&lock, &wake, error))?;
+            match outcome {
+                Downgraded::Done(duplicate) => {
+                    #[cfg(feature = "test-util")]
+                    if let (Some(backend), Some(id), Some(duplicate)) = (&backend, watch_id, duplicate) {
+                        backend.watch_also(id, duplicate);
+                    }
+                    #[cfg(not(feature = "test-util"))]
+                    let _ = (duplicate, watch_id);
+                    // Readers of this process may join now.
+                    wakeups::notify(&wake);
+                    Ok(())
+                }
+                Downgraded::NotHeld => Ok(()),
+                Downgraded::Lost => {
+                    if let (Some(backend), Some(id)) = (&backend, watch_id) {
+                        backend.unwatch(id);
+                    }
+                    tracing::debug!(lock = %lock, "the flock was lost while converting it to a shared one");
+                    signal.lose(LossReason::OwnedByAnother);
+                    wakeups::notify(&wake);
+                    Err(Error::lost(BACKEND, &lock, LossReason::OwnedByAnother))
+                }
+            }
+        }))
     }
 }
 
@@ -314,26 +692,31 @@ impl LockBackend for FileBackend {
             loss_notification: true,
             inspect: true,
             cross_process: true,
+            rw_lock: true,
+            semaphore: true,
             ..Capabilities::NONE
         }
     }
 
     async fn acquire(&self, request: AcquireRequest) -> Result<Option<Grant>> {
         self.alive(&request.lock)?;
-        let path = self.lock_path(&request.lock);
-        let span = tracing::debug_span!("lockkit.file.acquire", lock = %request.lock, attempt = %request.attempt);
-        self.acquire_inner(request, path).instrument(span).await
+        let files = self.lock_files(&request.lock);
+        let span = tracing::debug_span!(
+            "lockkit.file.acquire",
+            lock = %request.lock,
+            kind = ?request.kind,
+            attempt = %request.attempt
+        );
+        self.acquire_inner(request, files).instrument(span).await
     }
 
     async fn inspect(&self, lock: &LockName) -> Result<LockInfo> {
-        let path = self.lock_path(lock);
-        let probe = lockfile::probe(&path).map_err(|error| io_error(lock, &path, error))?;
-        let holders = match probe {
-            Probe::Found { record: Record { token: Some(token), holder: Some(holder) }, held: true } => {
-                vec![holder.holder(FencingToken::new(token))]
-            }
-            Probe::Found { .. } | Probe::Missing => Vec::new(),
+        let files = self.lock_files(lock);
+        let job = {
+            let files = files.clone();
+            move || look(&files)
         };
+        let holders = run_blocking(lock, job).await?.map_err(|error| io_error(lock, &files.lock, error))?;
         Ok(LockInfo::new(holders, None))
     }
 }

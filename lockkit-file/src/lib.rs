@@ -2,10 +2,12 @@
 //! server.
 //!
 //! [`FileLockProvider::open`] takes a directory. Each lock is a file in it, and holding the
-//! lock is holding an exclusive OS file lock (`flock(2)`) on that file. The operating system
-//! frees the file lock when the holding process dies, however it dies, so a crashed holder
-//! never blocks anyone: the lock is free the moment the process is gone, with no lease to
-//! wait out (the backend declares `lease: false`).
+//! lock is holding an OS file lock (`flock(2)`) on that file: exclusive for a mutex or the
+//! writer of a read-write lock, shared for its readers; a semaphore's permits are files of
+//! their own. The operating system frees the file locks when the holding process dies,
+//! however it dies, so a crashed holder never blocks anyone: the lock, the share or the
+//! permit is free the moment the process is gone, with no lease to wait out (the backend
+//! declares `lease: false`).
 //!
 //! ```
 //! use lockkit_file::FileLockProvider;
@@ -23,57 +25,140 @@
 //! # }
 //! ```
 //!
+//! Read-write locks and counting semaphores live in the same directory:
+//!
+//! ```
+//! use lockkit_file::FileLockProvider;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> lockkit_core::Result<()> {
+//! # let tmp = tempfile::tempdir().map_err(|e| lockkit_core::Error::backend("file", None, e))?;
+//! # let provider = FileLockProvider::open(tmp.path())?;
+//! let config = provider.rw_lock("config/pricing")?;
+//! let (a, b) = (config.read().await?, config.read().await?); // readers share
+//! assert!(config.try_write().await?.is_none(), "readers exclude a writer");
+//! drop((a, b));
+//!
+//! let api = provider.semaphore("partner-api", 3)?; // at most 3 holders at once
+//! let permit = api.acquire().await?;
+//! println!("permit with fencing token {}", permit.token());
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # How it works
 //!
-//! - **Files.** Lock `orders/42` is the file `orders%2f42.lock` in the directory: bytes other
-//!   than `a-z 0-9 - _` are escaped as `%xx` (lower-case, so names stay distinct on
-//!   case-insensitive filesystems), and names whose escaped form exceeds 200 bytes are cut
-//!   into sub-directories, so the 255-byte limit on file names never bites and two names
-//!   never share a file. The directory also holds a `lockkit.dir` marker.
+//! - **Files.** Lock `orders/42` has the files `orders%2f42.*` in the directory
+//!   ([`FileLockProvider::lock_files`]): bytes other than `a-z 0-9 - _` are escaped as
+//!   `%xx` (lower-case, so names stay distinct on case-insensitive filesystems), and names
+//!   whose escaped form exceeds 200 bytes are cut into sub-directories, so the 255-byte limit
+//!   on file names never bites and two names never share a file. A name has up to four:
+//!   - `orders%2f42.lock`, the **lock file**: a mutex or a writer holds its exclusive flock,
+//!     readers its shared flock; its record names the writer (or says `free`);
+//!   - `orders%2f42.fence`, the **fence file**: the last token issued for the name and, for a
+//!     semaphore, its permit count; its exclusive flock is held only for an instant at a time;
+//!   - `orders%2f42.readers/`, one **record file per reader** (token, holder, kind);
+//!   - `orders%2f42.permits/`, one **record file per permit** of a semaphore.
+//!
+//!   The directory also holds a `lockkit.dir` marker.
 //! - **Exclusion.** An acquisition opens the lock file anew (so two providers, or two
 //!   handles, of one process exclude each other too: a flock belongs to an open file
-//!   description) and tries `flock(LOCK_EX | LOCK_NB)`. It never blocks a thread on a lock.
-//! - **Fencing.** The lock file records the last token issued for the lock. The acquirer,
-//!   holding the flock, reads it, adds one, and writes the new token with its own identity
-//!   (pid, host, time, attempt id) to the file, `fsync`ed before the grant, so tokens keep
-//!   increasing across process and machine restarts. A lock file without a token (new,
-//!   deleted by hand, or torn by a crash mid-write) starts from the clock in microseconds,
-//!   so tokens still increase unless the clock steps back.
+//!   description) and tries `flock(LOCK_EX | LOCK_NB)` (a mutex or a writer) or
+//!   `flock(LOCK_SH | LOCK_NB)` (a reader). It never blocks a thread on a lock. A mutex
+//!   *is* a writer of the read-write lock of its name: same file, same exclusive flock, so
+//!   a mutex and a read-write lock of one name exclude each other.
+//! - **Fencing.** Every grant (mutex, read, write, permit) draws its token under the name's
+//!   fence: the acquirer takes the fence file's exclusive flock, reads the last token, adds
+//!   one, writes it back and `fsync`s it, and only then lets go and returns. Tokens are thus
+//!   strictly increasing per name across kinds, processes and restarts; readers and permits
+//!   each get their own, although they hold at once. A fence file without a token (new,
+//!   deleted by hand, or torn by a crash mid-write) starts above the token the lock file
+//!   records and above the clock in microseconds, so tokens still increase unless the clock
+//!   steps back.
+//! - **The fence is also the gate.** A writer (or a mutex) takes the fence *before* it tries
+//!   the lock file, and tries only while it holds it. Whoever holds the fence therefore knows
+//!   that no writer takes the lock meanwhile; the downgrade, the semaphore's admission and
+//!   `inspect` rely on it. Readers take the shared flock first and the fence after, for their
+//!   token; nobody waits for a lock file while holding the fence, so the two never deadlock.
+//! - **Readers.** A reader holds the lock file's shared flock and, to be seen, a record file
+//!   of its own in `.readers/`, created under the fence and exclusively flocked by the reader
+//!   for as long as it reads, removed when it releases. One file per reader (rather than one
+//!   shared record) because readers come and go independently: each writes only its own
+//!   file, no reader rewrites another's, and a reader that dies is told from a live one by
+//!   the same flock probe as a writer: a record file whose flock can be shared is a dead
+//!   reader's, and whoever finds it removes it.
+//! - **Downgrade.** When the write guard of a hold goes while read guards of it live, the
+//!   hold becomes a read hold in place, with its token: under the fence, the holder creates
+//!   its reader record, marks the lock file's record free and converts its flock from
+//!   `LOCK_EX` to `LOCK_SH` on the same open file. flock(2) does not promise that this
+//!   conversion is atomic (the kernel may drop the lock and take it again); holding the fence
+//!   throughout means no writer, all of which pass the fence first, can take the lock in
+//!   between, while readers may join at once.
+//! - **Semaphores.** A semaphore of N permits keeps no N slot files: under the fence, a
+//!   contender lists `.permits/`, counts the record files whose flock is held (removing the
+//!   dead), and if fewer than N are live, creates its own record file, flocks it exclusively,
+//!   and takes the next token. The work per admission grows with the permits held, not with
+//!   N (up to a million), and nothing per permit is left on disk. The count N is recorded in
+//!   the fence file by every admission.
+//! - **Conflicts.** A semaphore asked with another count than the one recorded while permits
+//!   are held gets [`Error::Conflict`](lockkit_core::Error::Conflict); once no permit is held,
+//!   the next admission records its own count. A name held as a lock (mutex, writer or
+//!   readers) and asked as a semaphore, or held as a semaphore and asked as a lock, gets
+//!   `Conflict` too: the admission and the lock's grants check each other under the fence.
 //! - **Waiting.** A release in this process wakes the waiters of this process at once
-//!   (a process-wide wake-up per lock file, shared by every provider of the directory).
+//!   (a process-wide wake-up per lock name, shared by every provider of the directory).
 //!   Waiters cannot be notified of releases by *other* processes; as a safety net they retry
 //!   every 10 ms, doubling up to 50 ms ([`FileLockProviderBuilder::poll_min`], [`poll_max`](FileLockProviderBuilder::poll_max)), so a
-//!   release in another process is noticed within about 50 ms. The backend is not fair:
-//!   whoever tries first after a release wins.
-//! - **Cancel safety.** A try runs on a blocking thread and takes no time waiting; if the
-//!   acquisition is dropped while a try runs, a hold the try took is freed when it returns.
-//! - **Release** marks the record free (keeping the token), closes the file, which frees the
-//!   flock, and wakes this process's waiters.
-//! - **Inspection.** [`inspect`](lockkit_core::LockProvider::inspect) reads the record and,
-//!   when it names a holder, checks with an instant's shared flock that the holder is alive.
-//!   It reports the holder's token, `pid … on host (attempt …)` and since when (the core's
-//!   `OwnerMeta`, as on Redis and ZooKeeper); the waiter count is unknown across processes.
-//!   The record is written just after the flock is taken, so for that instant a new hold
-//!   can still read as free.
+//!   release in another process is noticed within about 50 ms.
+//! - **Not fair.** There is no queue: whoever tries first after a release wins, for every
+//!   kind. A writer does not stop new readers from joining readers that hold the lock, so a
+//!   steady stream of overlapping readers can keep a writer waiting; the backend declares
+//!   `fair: false`, and the kit skips the arrival-order cases.
+//! - **Cancel safety.** A try runs on a blocking thread and never waits for a lock (only, an
+//!   instant, for the fence); if the acquisition is dropped while a try runs, a hold the try
+//!   took is freed when it returns.
+//! - **Release.** A writer marks its record free (keeping the token) and closes the lock
+//!   file, which frees the flock; a reader removes its record file and closes both; a permit
+//!   removes its record file. Then this process's waiters are woken.
+//! - **Inspection.** [`inspect`](lockkit_core::LockProvider::inspect) takes the fence for an
+//!   instant and reports the writer (the lock file's record, when an instant's shared flock
+//!   shows an exclusive one is held: under the fence, that probe never makes a writer's try
+//!   fail), every live reader and every live permit, each with its token, kind,
+//!   `pid … on host (attempt …)` and since when (the core's `OwnerMeta`, as on Redis and
+//!   ZooKeeper). It never reports a read-held lock as free: the readers are seen by their
+//!   records, not by the probe, which shares the flock with them. The waiter count is
+//!   unknown across processes. A name never used is reported idle without creating a file.
 //!
 //! # What is left on disk
 //!
-//! Lock files are never deleted, not even by `try_acquire` or a timed-out `acquire`: a lock
-//! that is not held is an idle file whose record says `free` (or names a dead holder, which
-//! `inspect` sees through). They are small (512 bytes) and one per lock name ever used.
-//! Deleting them is what would break the locks: a flock belongs to the file, not to its
-//! path, so a holder of a deleted file excludes nobody, and a new file under the same path
-//! would be locked by someone else at once. Never delete lock files while processes may
-//! use them; remove the whole directory only when no process uses it.
+//! Lock files and fence files are never deleted, not even by `try_acquire` or a timed-out
+//! `acquire`: a lock that is not held is an idle lock file whose record says `free` (or
+//! names a dead holder, which `inspect` sees through) and a fence file with the last token.
+//! Both are small (512 bytes). A name used for reading keeps an empty `.readers/` directory,
+//! a semaphore an empty `.permits/` directory; record files go with their holders (those of
+//! dead holders are removed by the next admission or `inspect` of the name).
+//! Deleting lock or fence files is what would break the locks: a flock belongs to the file,
+//! not to its path, so a holder of a deleted lock file excludes nobody, and a new file under
+//! the same path would be locked by someone else at once. Never delete them while processes
+//! may use them; remove the whole directory only when no process uses it.
 //!
 //! # Loss
 //!
 //! A hold is not lost while its process lives, with one exception: someone deletes or
-//! replaces its lock file. Each provider checks the files of its held locks every second
-//! ([`FileLockProviderBuilder::check_every`]) and reports a deleted one as
-//! [`LossReason::RecordGone`](lockkit_core::LossReason::RecordGone); releasing such a hold
-//! returns `LockLost`, and an acquirer that locked a file just as it was deleted notices
-//! and locks the new one instead.
+//! replaces its lock file (or a permit's record file). Each provider checks the files of its
+//! held locks every second ([`FileLockProviderBuilder::check_every`]) and reports a deleted
+//! one as [`LossReason::RecordGone`](lockkit_core::LossReason::RecordGone); releasing such a
+//! hold returns `LockLost`, and an acquirer that locked a file just as it was deleted
+//! notices and locks the new one instead. A dead holder's hold, share or permit comes back
+//! the moment its process is gone: the OS frees its flocks.
+//!
+//! # Runtime
+//!
+//! Every file operation runs on the current Tokio runtime's blocking threads (or inline,
+//! outside a runtime), so acquisitions, releases and downgrades work from any runtime and
+//! from lockkit's release thread. The one background task, a provider's checker of held
+//! files, is started again on the current runtime by the next grant when its runtime has
+//! gone.
 //!
 //! # Limits
 //!
@@ -82,6 +167,12 @@
 //!   Redis or ZooKeeper backend.
 //! - Lock files are created with the process's umask; processes of different users need a
 //!   directory and umask that let them all open the files for writing.
+//! - Processes of this version and of versions before the fence file (which took tokens
+//!   from the lock file's record and knew no other kind than the mutex) must not share a
+//!   directory: the older ones pass no gate. A directory left by an older version is fine:
+//!   the first fence of a name starts above the token its lock file records.
+//! - A process stopped (`SIGSTOP`) while it holds a name's fence, for the few file
+//!   operations it takes, stops every grant of that name until it continues.
 
 #![cfg(unix)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -93,7 +184,7 @@ mod provider;
 mod record;
 mod wakeups;
 
-pub use names::{COMPONENT_LEN, LOCK_SUFFIX, encode_name};
+pub use names::{COMPONENT_LEN, FENCE_SUFFIX, LOCK_SUFFIX, LockFiles, PERMITS_SUFFIX, READERS_SUFFIX, encode_name};
 pub use provider::{
     DEFAULT_CHECK_EVERY, DEFAULT_POLL_MAX, DEFAULT_POLL_MIN, FileLockProvider, FileLockProviderBuilder, MARKER_FILE,
     OPTIONS, SCHEME,

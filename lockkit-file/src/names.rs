@@ -11,6 +11,11 @@
 //! [`COMPONENT_LEN`] bytes: all but the last become sub-directories, and the last gets the
 //! suffix `.lock`. Joining the components back (without the suffix) gives the encoded name,
 //! and decoding it gives the lock name, so two names never share a file.
+//!
+//! Next to the lock file, the other files of a name take the same encoded stem with another
+//! suffix ([`LockFiles`]): `.fence` (the token counter), `.readers/` and `.permits/` (one
+//! record file per reader or permit holder). Encoded names never contain a `.`, so a stem and
+//! its suffix are told apart at the first `.`, and the files of two names never meet.
 
 use std::path::{Path, PathBuf};
 
@@ -23,13 +28,61 @@ pub const COMPONENT_LEN: usize = 200;
 /// other file of the backend ends in it.
 pub const LOCK_SUFFIX: &str = ".lock";
 
+/// The suffix of a name's fence file, which keeps the last token issued for the name.
+pub const FENCE_SUFFIX: &str = ".fence";
+
+/// The suffix of a name's directory of reader records.
+pub const READERS_SUFFIX: &str = ".readers";
+
+/// The suffix of a name's directory of permit records, when the name is a semaphore.
+pub const PERMITS_SUFFIX: &str = ".permits";
+
+/// The files and directories of one lock name, all in one directory of the lock directory
+/// (see the [crate docs](crate) for what each holds). Only those a name has used exist.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockFiles {
+    /// The lock file: writers and mutexes hold its exclusive flock, readers its shared flock;
+    /// its record names the writer.
+    pub lock: PathBuf,
+    /// The fence file: the last token issued for the name and the permit count of a
+    /// semaphore; its exclusive flock is taken for an instant to issue a token.
+    pub fence: PathBuf,
+    /// One record file per live reader, each locked by its reader.
+    pub readers: PathBuf,
+    /// One record file per live permit of a semaphore, each locked by its holder.
+    pub permits: PathBuf,
+}
+
 /// The escaped form of `name`: lower-case ASCII letters, digits, `-`, `_` and `%xx`.
 pub fn encode_name(name: &LockName) -> String {
     name.percent_encoded(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'-' || byte == b'_')
 }
 
 /// The path of the lock file of `name` under `dir`.
-pub(crate) fn lock_path(dir: &Path, name: &LockName) -> PathBuf {
+#[cfg(test)]
+fn lock_path(dir: &Path, name: &LockName) -> PathBuf {
+    lock_files(dir, name).lock
+}
+
+/// The files of `name` under `dir`.
+pub(crate) fn lock_files(dir: &Path, name: &LockName) -> LockFiles {
+    let stem = stem(dir, name);
+    let with = |suffix: &str| {
+        let mut path = stem.clone().into_os_string();
+        path.push(suffix);
+        PathBuf::from(path)
+    };
+    LockFiles {
+        lock: with(LOCK_SUFFIX),
+        fence: with(FENCE_SUFFIX),
+        readers: with(READERS_SUFFIX),
+        permits: with(PERMITS_SUFFIX),
+    }
+}
+
+/// The path of `name`'s files under `dir`, without a suffix.
+fn stem(dir: &Path, name: &LockName) -> PathBuf {
     let encoded = encode_name(name);
     let mut path = dir.to_path_buf();
     // The encoding is ASCII, so cutting at any byte offset keeps valid UTF-8.
@@ -39,7 +92,7 @@ pub(crate) fn lock_path(dir: &Path, name: &LockName) -> PathBuf {
         path.push(head);
         rest = tail;
     }
-    path.push(format!("{rest}{LOCK_SUFFIX}"));
+    path.push(rest);
     path
 }
 
@@ -94,5 +147,24 @@ mod tests {
         }
         // A name whose encoding ends at a cut differs from the one cut one byte later.
         assert_ne!(lock_path(dir, &name(&"x".repeat(200))), lock_path(dir, &name(&"x".repeat(201))));
+    }
+
+    #[test]
+    fn a_names_files_share_its_stem_and_never_meet_anothers() {
+        let dir = Path::new("/d");
+        let files = lock_files(dir, &name("a/b"));
+        assert_eq!(files.lock, Path::new("/d/a%2fb.lock"));
+        assert_eq!(files.fence, Path::new("/d/a%2fb.fence"));
+        assert_eq!(files.readers, Path::new("/d/a%2fb.readers"));
+        assert_eq!(files.permits, Path::new("/d/a%2fb.permits"));
+        let mut all = HashSet::new();
+        for n in ["a", "a.lock", "a.fence", "a.readers", "a.permits", "a/b", "x".repeat(200).as_str()] {
+            let files = lock_files(dir, &name(n));
+            for path in [files.lock, files.fence, files.readers, files.permits] {
+                assert!(all.insert(path.clone()), "{path:?} is shared");
+                let file_name = path.file_name().unwrap().to_str().unwrap();
+                assert!(file_name.len() <= COMPONENT_LEN + PERMITS_SUFFIX.len(), "{path:?}");
+            }
+        }
     }
 }

@@ -11,6 +11,7 @@ use lockkit_core::{Error, LockName, LockProvider, Result};
 
 use crate::BACKEND;
 use crate::backend::{FileBackend, Settings};
+use crate::names::LockFiles;
 
 /// The first pause of a waiter between two tries, by default.
 pub const DEFAULT_POLL_MIN: Duration = Duration::from_millis(10);
@@ -113,13 +114,36 @@ impl FileLockProvider {
         self.backend.kill();
     }
 
+    /// Fault hook: emulates a kernel whose conversion of a flock from `LOCK_EX` to
+    /// `LOCK_SH` is not atomic (flock(2) allows it: "the existing lock is first removed, and
+    /// then a new lock is established"). From now on, a downgrade of this provider lets go of
+    /// the lock file's flock, waits `pause`, then takes `LOCK_SH`. With `gate: false` it also
+    /// skips the gate (the name's fence, which writers pass before they try), which is what
+    /// lets a waiting writer slip in during the pause; `None` goes back to normal.
+    #[cfg(feature = "test-util")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
+    pub fn split_downgrades(&self, split: Option<(Duration, bool)>) {
+        let split = split.map(|(pause, gate)| crate::backend::SplitDowngrade { pause, gate });
+        self.backend.split_downgrades(split);
+    }
+
     /// The lock file of the lock called `name`, for administrators and tests.
     ///
     /// # Errors
     ///
     /// [`Error::InvalidName`] for an empty name or one longer than 1024 bytes.
     pub fn lock_path(&self, name: &str) -> Result<PathBuf> {
-        Ok(self.backend.lock_path(&LockName::new(name)?))
+        Ok(self.lock_files(name)?.lock)
+    }
+
+    /// Every file of the lock called `name` (lock file, fence, reader and permit records),
+    /// for administrators and tests; see the [crate docs](crate) for what each holds.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`] for an empty name or one longer than 1024 bytes.
+    pub fn lock_files(&self, name: &str) -> Result<LockFiles> {
+        Ok(self.backend.lock_files(&LockName::new(name)?))
     }
 }
 

@@ -1,25 +1,37 @@
-//! The content of a lock file: the last fencing token issued for the lock and, while it is
-//! held, who holds it.
+//! What the backend's files say: the holder records (of the lock file, and of each reader and
+//! permit record file) and the fence record.
 //!
-//! A record is text, padded to exactly [`RECORD_LEN`] bytes and always written whole at
+//! Every record is text, padded to exactly [`RECORD_LEN`] bytes and always written whole at
 //! offset 0, so a write never leaves a shorter record's tail behind and a single-sector write
-//! replaces it:
+//! replaces it. A holder record:
 //!
 //! ```text
 //! lockkit-file 1
 //! token 1732190000123456
-//! held 5f0c8d2e-…-attempt-uuid myhost 1234 1732190000123
+//! held lockkit1 5f0c8d2e-…-attempt-uuid myhost 1234 1732190000123
+//! kind write
 //! ```
 //!
 //! After `held` comes the holder's [`OwnerMeta`] line (attempt, host, pid, since in ms), the
-//! same metadata the Redis and ZooKeeper backends keep.
+//! same metadata the Redis and ZooKeeper backends keep; `kind` is `exclusive`, `write`,
+//! `read` or `permit N` (records written before kinds existed have no such line and are
+//! exclusive). The lock file's third line is `free` when no writer holds it. A record that
+//! says `held` is only a claim: the flock on the file is the hold, and a holder that died
+//! leaves a `held` record behind whose flock the OS has freed.
 //!
-//! The third line is `free` when nobody holds the lock (or after a holder released it). A
-//! record that says `held` is only a claim: the flock on the file is the hold, and a holder
-//! that died leaves a `held` record behind whose flock the OS has freed.
+//! The fence record of a name keeps the last token issued for it and, for a semaphore, the
+//! permit count in use:
+//!
+//! ```text
+//! lockkit-file fence 1
+//! token 1732190000123460
+//! permits 3
+//! ```
 
+use std::num::NonZeroU32;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use lockkit_core::HoldKind;
 use lockkit_core::backend::OwnerMeta;
 
 /// The size of every record write.
@@ -27,17 +39,32 @@ pub(crate) const RECORD_LEN: usize = 512;
 
 const HEADER: &str = "lockkit-file 1";
 
-/// A parsed lock file.
+const FENCE_HEADER: &str = "lockkit-file fence 1";
+
+/// A parsed holder record.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Record {
-    /// The last token issued; `None` for a new, empty or unreadable file.
+    /// The holder's token (in the lock file, the last writer's); `None` for a new, empty or
+    /// unreadable file.
     pub(crate) token: Option<u64>,
     /// The holder the file names, if it says `held`.
     pub(crate) holder: Option<OwnerMeta>,
+    /// The kind of the hold, if the record says.
+    pub(crate) kind: Option<HoldKind>,
 }
 
 impl Record {
-    /// Parses a lock file's bytes; anything unexpected yields a record without a token.
+    /// A record naming `holder` of a hold of `kind` with `token`.
+    pub(crate) fn held(token: u64, holder: OwnerMeta, kind: HoldKind) -> Self {
+        Self { token: Some(token), holder: Some(holder), kind: Some(kind) }
+    }
+
+    /// The record of a free lock file whose last writer had `token`.
+    pub(crate) fn free(token: Option<u64>) -> Self {
+        Self { token, holder: None, kind: None }
+    }
+
+    /// Parses a record's bytes; anything unexpected yields a record without a token.
     pub(crate) fn parse(bytes: &[u8]) -> Self {
         let Ok(text) = std::str::from_utf8(bytes) else { return Self::default() };
         let mut lines = text.lines().map(str::trim_end);
@@ -47,7 +74,8 @@ impl Record {
         let token = lines.next().and_then(|l| l.strip_prefix("token ")).and_then(|t| t.parse::<u64>().ok());
         let Some(token) = token else { return Self::default() };
         let holder = lines.next().and_then(|l| l.strip_prefix("held ")).and_then(OwnerMeta::decode);
-        Self { token: Some(token), holder }
+        let kind = lines.next().and_then(|l| l.strip_prefix("kind ")).and_then(parse_kind);
+        Self { token: Some(token), holder, kind }
     }
 
     /// The record as written: exactly [`RECORD_LEN`] bytes.
@@ -63,30 +91,99 @@ impl Record {
                 text.push_str("held ");
                 text.push_str(&holder.encode());
                 text.push('\n');
+                if let Some(kind) = self.kind.as_ref().and_then(render_kind) {
+                    text.push_str(&format!("kind {kind}\n"));
+                }
             }
             None => text.push_str("free\n"),
         }
-        let mut bytes = text.into_bytes();
         // Host names have at most 253 bytes and attempt ids are UUIDs, so this never cuts.
-        bytes.truncate(RECORD_LEN - 1);
-        bytes.resize(RECORD_LEN - 1, b' ');
-        bytes.push(b'\n');
-        bytes
+        pad(text)
     }
 }
 
-/// The token of a fresh acquisition, given the last token the lock file records.
-///
-/// A file with a token continues from it. A file without one (new, deleted and recreated,
-/// or unreadable after a crash mid-write) starts from the wall clock in microseconds, so
-/// tokens keep increasing even then, as long as the clock does not step back.
-pub(crate) fn next_token(last: Option<u64>) -> u64 {
-    let clock = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros()).unwrap_or_default();
-    let clock = u64::try_from(clock).unwrap_or(u64::MAX);
-    match last {
-        Some(last) => last.saturating_add(1),
-        None => clock.max(1),
+fn render_kind(kind: &HoldKind) -> Option<String> {
+    match kind {
+        HoldKind::Exclusive => Some("exclusive".to_owned()),
+        HoldKind::Write => Some("write".to_owned()),
+        HoldKind::Read => Some("read".to_owned()),
+        HoldKind::Permit { permits } => Some(format!("permit {permits}")),
+        _ => None,
     }
+}
+
+fn parse_kind(text: &str) -> Option<HoldKind> {
+    match text {
+        "exclusive" => Some(HoldKind::Exclusive),
+        "write" => Some(HoldKind::Write),
+        "read" => Some(HoldKind::Read),
+        other => {
+            let permits = other.strip_prefix("permit ")?.parse::<NonZeroU32>().ok()?;
+            Some(HoldKind::Permit { permits })
+        }
+    }
+}
+
+/// A parsed fence record.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Fence {
+    /// The last token issued for the name; `None` for a new, empty or unreadable fence file.
+    pub(crate) token: Option<u64>,
+    /// The permit count of the semaphore of this name, recorded by its last admission.
+    pub(crate) permits: Option<NonZeroU32>,
+}
+
+impl Fence {
+    /// Parses a fence file's bytes; anything unexpected yields an empty fence.
+    pub(crate) fn parse(bytes: &[u8]) -> Self {
+        let Ok(text) = std::str::from_utf8(bytes) else { return Self::default() };
+        let mut lines = text.lines().map(str::trim_end);
+        if lines.next() != Some(FENCE_HEADER) {
+            return Self::default();
+        }
+        let token = lines.next().and_then(|l| l.strip_prefix("token ")).and_then(|t| t.parse::<u64>().ok());
+        let Some(token) = token else { return Self::default() };
+        let permits = lines.next().and_then(|l| l.strip_prefix("permits ")).and_then(|p| p.parse().ok());
+        Self { token: Some(token), permits }
+    }
+
+    /// The fence as written: exactly [`RECORD_LEN`] bytes.
+    pub(crate) fn render(&self) -> Vec<u8> {
+        let mut text = String::with_capacity(RECORD_LEN);
+        text.push_str(FENCE_HEADER);
+        text.push('\n');
+        if let Some(token) = self.token {
+            text.push_str(&format!("token {token}\n"));
+            if let Some(permits) = self.permits {
+                text.push_str(&format!("permits {permits}\n"));
+            }
+        }
+        pad(text)
+    }
+
+    /// The token of a fresh grant. A fence with a token continues from it. A fence without
+    /// one (new, deleted, or unreadable after a crash mid-write) starts above `floor` (the
+    /// token the lock file records, from the last writer or from an earlier version of this
+    /// backend, which kept tokens there) and above the wall clock in microseconds, so tokens
+    /// keep increasing even then, as long as the clock does not step back.
+    pub(crate) fn next_token(&self, floor: Option<u64>) -> u64 {
+        match self.token {
+            Some(last) => last.saturating_add(1),
+            None => {
+                let clock = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros()).unwrap_or_default();
+                let clock = u64::try_from(clock).unwrap_or(u64::MAX).max(1);
+                floor.map_or(clock, |floor| clock.max(floor.saturating_add(1)))
+            }
+        }
+    }
+}
+
+fn pad(text: String) -> Vec<u8> {
+    let mut bytes = text.into_bytes();
+    bytes.truncate(RECORD_LEN - 1);
+    bytes.resize(RECORD_LEN - 1, b' ');
+    bytes.push(b'\n');
+    bytes
 }
 
 #[cfg(test)]
@@ -100,13 +197,27 @@ mod tests {
         holder.host = "h".repeat(253);
         // The line keeps milliseconds.
         holder.since = UNIX_EPOCH + std::time::Duration::from_millis(1_700_000_000_123);
-        for record in
-            [Record { token: Some(7), holder: Some(holder.clone()) }, Record { token: Some(u64::MAX), holder: None }]
-        {
+        let permits = NonZeroU32::new(1_000_000).unwrap();
+        for record in [
+            Record::held(7, holder.clone(), HoldKind::Write),
+            Record::held(8, holder.clone(), HoldKind::Read),
+            Record::held(9, holder.clone(), HoldKind::Exclusive),
+            Record::held(10, holder, HoldKind::Permit { permits }),
+            Record::free(Some(u64::MAX)),
+        ] {
             let bytes = record.render();
             assert_eq!(bytes.len(), RECORD_LEN);
             assert_eq!(Record::parse(&bytes), record);
         }
+    }
+
+    #[test]
+    fn records_of_earlier_versions_are_read() {
+        let holder = OwnerMeta::current(uuid::Uuid::new_v4());
+        let old = format!("lockkit-file 1\ntoken 5\nheld {}\n", holder.encode());
+        let record = Record::parse(old.as_bytes());
+        assert_eq!((record.token, record.kind), (Some(5), None));
+        assert_eq!(record.holder.map(|h| h.attempt), Some(holder.attempt));
     }
 
     #[test]
@@ -115,11 +226,28 @@ mod tests {
         assert_eq!(Record::parse(b"lockkit-file 1\ntoken x\n"), Record::default());
         assert_eq!(Record::parse(&[0xff, 0xfe]), Record::default());
         assert_eq!(Record::parse(b"lockkit-file 1\ntoken 5\nheld garbage\n").token, Some(5));
+        assert_eq!(Fence::parse(b"lockkit-file 1\ntoken 5\n"), Fence::default());
+        assert_eq!(Fence::parse(b"lockkit-file fence 1\ntoken 5\npermits 0\n").permits, None);
     }
 
     #[test]
-    fn tokens_continue_or_start_from_the_clock() {
-        assert_eq!(next_token(Some(5)), 6);
-        assert!(next_token(None) > 1_600_000_000_000_000);
+    fn fences_round_trip_at_a_fixed_size() {
+        for fence in [
+            Fence { token: Some(3), permits: None },
+            Fence { token: Some(u64::MAX), permits: NonZeroU32::new(1_000_000) },
+            Fence::default(),
+        ] {
+            let bytes = fence.render();
+            assert_eq!(bytes.len(), RECORD_LEN);
+            assert_eq!(Fence::parse(&bytes), fence);
+        }
+    }
+
+    #[test]
+    fn tokens_continue_or_start_above_the_clock_and_the_floor() {
+        assert_eq!(Fence { token: Some(5), permits: None }.next_token(Some(100)), 6);
+        let empty = Fence::default();
+        assert!(empty.next_token(None) > 1_600_000_000_000_000);
+        assert_eq!(empty.next_token(Some(u64::MAX - 1)), u64::MAX);
     }
 }

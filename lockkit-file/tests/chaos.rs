@@ -1,16 +1,19 @@
 //! The chaos run (lockkit-testkit's `chaos`) on the file backend: eight clients (providers of
 //! their own on one directory) on three names, acquiring every way (try, timeout, cancelled,
-//! plain), writing to fenced resources, releasing or dropping. The file harness has no fault
-//! hooks (a flock has no lease and no connection to cut), so every fault is skipped and
-//! counted as such: this run checks exclusion, fencing, cancellation and cleanup under
-//! contention. `LOCKKIT_CHAOS_SECS`, `LOCKKIT_CHAOS_SEEDS` and `LOCKKIT_CHAOS_SEED` make it
-//! longer or replay a seed.
+//! plain), writing to fenced resources, releasing or dropping; once on mutexes, once on
+//! read-write locks (one writer in four; readers read the resource with their token) and once
+//! on semaphores of three permits. The file harness's one fault is a client that dies (`kill`:
+//! its flocks are let go, as the OS does for a dead process); the other faults (a flock has no
+//! lease and no connection to cut) are skipped and counted as such: these runs check
+//! exclusion, sharing, permit counts, fencing, cancellation and cleanup under contention.
+//! `LOCKKIT_CHAOS_SECS`, `LOCKKIT_CHAOS_SEEDS` and `LOCKKIT_CHAOS_SEED` make them longer or
+//! replay a seed.
 
 mod support;
 
 use std::time::Duration;
 
-use lockkit_testkit::chaos::{self, ChaosConfig, FaultKind};
+use lockkit_testkit::chaos::{self, ChaosConfig, FaultKind, Primitive};
 use support::FileHarness;
 
 #[test]
@@ -19,5 +22,29 @@ fn chaos_under_contention() {
         let harness = FileHarness::temporary();
         let config = ChaosConfig::new(0).with_duration(Duration::from_secs(10)).with_faults(&FaultKind::CLIENT);
         chaos::check(&harness, config, &[31]).await;
+    });
+}
+
+#[test]
+fn chaos_read_write_locks() {
+    lockkit_testkit::runtime().block_on(async {
+        let harness = FileHarness::temporary();
+        let config = ChaosConfig::new(0)
+            .with_duration(Duration::from_secs(8))
+            .with_faults(&FaultKind::CLIENT)
+            .with_primitive(Primitive::ReadWrite);
+        chaos::check(&harness, config, &[32]).await;
+    });
+}
+
+#[test]
+fn chaos_semaphores_of_three() {
+    lockkit_testkit::runtime().block_on(async {
+        let harness = FileHarness::temporary();
+        let config = ChaosConfig::new(0)
+            .with_duration(Duration::from_secs(8))
+            .with_faults(&FaultKind::CLIENT)
+            .with_primitive(Primitive::Semaphore(3));
+        chaos::check(&harness, config, &[33]).await;
     });
 }

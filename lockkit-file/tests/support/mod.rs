@@ -78,8 +78,24 @@ impl Harness for FileHarness {
     }
 
     async fn delete_record(&self, name: &str) -> FaultResult {
-        let path = self.provider().lock_path(name).expect("a valid name");
-        std::fs::remove_file(&path).unwrap_or_else(|e| panic!("delete the lock file {}: {e}", path.display()));
+        // The kit does not say which kind of hold the name has (the mutex cases also run on a
+        // write lock and a one-permit semaphore): delete every file that makes a hold, the
+        // lock file and the reader and permit records.
+        let files = self.provider().lock_files(name).expect("a valid name");
+        let mut deleted = Vec::new();
+        if files.lock.exists() {
+            std::fs::remove_file(&files.lock).unwrap_or_else(|e| panic!("delete {}: {e}", files.lock.display()));
+            deleted.push(files.lock.clone());
+        }
+        for dir in [&files.readers, &files.permits] {
+            let Ok(entries) = std::fs::read_dir(dir) else { continue };
+            for entry in entries {
+                let path = entry.expect("a directory entry").path();
+                std::fs::remove_file(&path).unwrap_or_else(|e| panic!("delete {}: {e}", path.display()));
+                deleted.push(path);
+            }
+        }
+        assert!(!deleted.is_empty(), "no file of the lock {name:?} to delete in {}", self.dir.display());
         Ok(())
     }
 
