@@ -143,11 +143,6 @@ macro_rules! conformance {
                     bad_configuration_is_refused_when_building,
                     undeclared_kinds_are_unsupported,
                 }
-                cross_process {
-                    holder_in_another_process_excludes_this_one,
-                    killed_process_frees_its_lock,
-                    __child_contender,
-                }
                 rw_lock {
                     readers_share_the_lock,
                     a_writer_excludes_readers_and_writers,
@@ -228,6 +223,11 @@ macro_rules! conformance {
                     loss_is_signalled_when_the_client_dies,
                     loss_is_signalled_before_another_owner_can_acquire,
                     lease_is_renewed_while_the_guard_lives,
+                }
+                cross_process {
+                    holder_in_another_process_excludes_this_one,
+                    killed_process_frees_its_lock,
+                    __child_contender,
                 }
             }
         }

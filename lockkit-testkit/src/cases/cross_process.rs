@@ -7,7 +7,8 @@
 //! `cross_process::__child_contender`, which the [`conformance!`](crate::conformance) macro
 //! stamps out next to the cases, plus the environment of [`Harness::child_env`] (so the
 //! harness expression, evaluated in the child, reaches the same store) and
-//! [`CHILD_LOCK_ENV`] (the lock to take). The child builds a client from its harness,
+//! [`CHILD_LOCK_ENV`] (the lock to take) and [`CHILD_KIND_ENV`] (the kind of hold: these cases
+//! run on every kind the mutex cases run on). The child builds a client from its harness,
 //! acquires the lock, prints `lockkit-kit-child: ACQUIRED <token>`, waits for a line (or the
 //! end) on its standard input, releases, prints `lockkit-kit-child: RELEASED` and exits.
 //! Without [`CHILD_LOCK_ENV`] the child entry does nothing, so it passes in normal runs.
@@ -29,6 +30,11 @@ use crate::harness::Harness;
 
 /// The environment variable that makes the child entry take a lock: the lock's name.
 pub const CHILD_LOCK_ENV: &str = "LOCKKIT_KIT_CHILD_LOCK";
+
+/// The kind of hold the child takes (`{:?}` of the parent case's kind): the filter matches
+/// the child entry of every run of the mutex cases (the mutex, the write lock, the one-permit
+/// semaphore, candidates), and only the one of the parent's kind acts.
+pub const CHILD_KIND_ENV: &str = "LOCKKIT_KIT_CHILD_KIND";
 
 /// The test-name filter that selects the child entry in a test binary made by the macro.
 pub const CHILD_TEST_FILTER: &str = "cross_process::__child_contender";
@@ -128,11 +134,15 @@ pub async fn killed_process_frees_its_lock(h: &dyn Harness) {
 #[doc(hidden)]
 pub async fn __child_contender(h: &dyn Harness) {
     let Ok(name) = std::env::var(CHILD_LOCK_ENV) else { return };
+    let kind = h.mutex_kind();
+    if std::env::var(CHILD_KIND_ENV).ok() != Some(format!("{kind:?}")) {
+        return;
+    }
     let client = match h.client().await {
         Ok(client) => client,
         Err(error) => say_and_panic(&format!("connect a client: {error}")),
     };
-    let lock = match client.provider.lock(&name) {
+    let lock = match client.provider.handle(&name, kind) {
         Ok(lock) => lock,
         Err(error) => say_and_panic(&format!("make a handle for {name:?}: {error}")),
     };
@@ -195,6 +205,7 @@ impl ChildContender {
             .args([CHILD_TEST_FILTER, "--nocapture", "--test-threads=1"])
             .envs(env)
             .env(CHILD_LOCK_ENV, &cx.name)
+            .env(CHILD_KIND_ENV, format!("{:?}", cx.kind))
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
