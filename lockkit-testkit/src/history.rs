@@ -88,8 +88,8 @@ impl fmt::Display for Violation {
             ),
             Self::TokenRegression { earlier, later } => write!(
                 f,
-                "fencing token went backwards on lock {:?}: {} got token {} after {} had token {}",
-                earlier.lock, later.client, later.token, earlier.client, earlier.token
+                "fencing token went backwards on lock {:?}: {} got token {} ({}) after {} had token {} ({})",
+                earlier.lock, later.client, later.token, later.kind, earlier.client, earlier.token, earlier.kind
             ),
         }
     }
@@ -209,20 +209,19 @@ fn check_sharing(holds: &[Hold], violations: &mut Vec<Violation>) {
     }
 }
 
-/// Finds holds whose token is not above the token of a hold that ended before they started.
-/// `holds` is sorted by start.
+/// Finds holds whose token is not above the token of a hold that ended before they started
+/// and could not have shared the lock with it (contract 21: a reader is compared with writes
+/// only). Two readers, or two permits, may come back in either order: a grant that reaches its
+/// holder late carries a token issued before that of a shared hold granted, held and ended
+/// meanwhile. `holds` is sorted by start.
 fn check_tokens(holds: &[Hold], violations: &mut Vec<Violation>) {
-    let mut ended: Vec<&Hold> = holds.iter().filter(|hold| hold.valid_end().is_some()).collect();
-    ended.sort_by_key(|hold| hold.valid_end());
-    let mut next_ended = ended.iter().peekable();
-    let mut highest: Option<&Hold> = None;
     for hold in holds {
-        while let Some(done) = next_ended.next_if(|done| done.valid_end().is_some_and(|end| end <= hold.start)) {
-            if highest.is_none_or(|top| done.token > top.token) {
-                highest = Some(done);
-            }
-        }
-        if let Some(top) = highest
+        let top = holds
+            .iter()
+            .filter(|done| !hold.may_share_with(done))
+            .filter(|done| done.valid_end().is_some_and(|end| end <= hold.start))
+            .max_by_key(|done| done.token);
+        if let Some(top) = top
             && hold.token <= top.token
         {
             violations.push(Violation::TokenRegression { earlier: top.clone(), later: hold.clone() });
@@ -295,5 +294,13 @@ mod tests {
         let violations =
             check(vec![hold(zero, read.clone(), 3, 0, 10), hold(zero, read, 1, 1, 10), after]).unwrap_err();
         assert!(matches!(&violations[..], [Violation::TokenRegression { earlier, .. }] if earlier.token == 3));
+        // A reader (or permit) granted late may be below a shared hold that came and went,
+        // never below a write (or another kind) that ended before it.
+        let read = HoldKind::Read;
+        assert!(check(vec![hold(zero, read.clone(), 5, 0, 10), hold(zero, read.clone(), 4, 11, 20)]).is_ok());
+        let two = HoldKind::Permit { permits: NonZeroU32::MIN.saturating_add(1) };
+        assert!(check(vec![hold(zero, two.clone(), 5, 0, 10), hold(zero, two, 4, 11, 20)]).is_ok());
+        assert!(check(vec![hold(zero, HoldKind::Write, 5, 0, 10), hold(zero, read.clone(), 4, 11, 20)]).is_err());
+        assert!(check(vec![hold(zero, read, 5, 0, 10), hold(zero, HoldKind::Write, 4, 11, 20)]).is_err());
     }
 }

@@ -7,15 +7,16 @@ use std::time::{Duration, Instant, SystemTime};
 
 use async_trait::async_trait;
 use lockkit_core::backend::{AcquireRequest, Deadline, Grant, HolderInfo, LockBackend, LockInfo, OwnerMeta};
-use lockkit_core::{Capabilities, Error, FencingToken, LockName, Result};
+use lockkit_core::{Capabilities, Error, FencingToken, HoldKind, LockName, Result};
 use tracing::Instrument;
 use zookeeper_client as zk;
 
 use crate::config::ZkConfig;
 use crate::error::{BACKEND, Failure, is_loss};
 use crate::hold::RETRIES;
-use crate::names::queue;
+use crate::names::{Contender, NodeKind, queue};
 use crate::session::Session;
+use crate::{recipe, record};
 
 /// Lock parents this provider created or found, so that later acquisitions skip the create.
 const KNOWN_PARENTS_LIMIT: usize = 4096;
@@ -188,6 +189,19 @@ impl ZkBackend {
     }
 }
 
+/// A holder as its node tells: the owner line of its data, else its attempt id and creation time.
+fn describe(contender: &Contender, data: &[u8], stat: &zk::Stat) -> HolderInfo {
+    let token = FencingToken::new(u64::try_from(stat.czxid).unwrap_or(0));
+    if let Some(meta) = std::str::from_utf8(data).ok().and_then(OwnerMeta::decode) {
+        return meta.holder(token);
+    }
+    let holder = HolderInfo::new(token, contender.attempt.to_string());
+    match u64::try_from(stat.ctime).ok().and_then(|ms| SystemTime::UNIX_EPOCH.checked_add(Duration::from_millis(ms))) {
+        Some(since) => holder.with_since(since),
+        None => holder,
+    }
+}
+
 #[async_trait]
 impl LockBackend for ZkBackend {
     fn name(&self) -> &'static str {
@@ -204,6 +218,8 @@ impl LockBackend for ZkBackend {
             inspect: true,
             waiter_count: true,
             cross_process: true,
+            rw_lock: true,
+            semaphore: true,
             ..Capabilities::NONE
         }
     }
@@ -220,33 +236,58 @@ impl LockBackend for ZkBackend {
     async fn inspect(&self, lock: &LockName) -> Result<LockInfo> {
         let session = self.session(Some(lock)).await?;
         let parent = self.config.lock_path(lock);
-        for _ in 0..RETRIES {
+        'look: for _ in 0..RETRIES {
             let (children, _) = self.list(&session, lock, &parent).await?;
             let queue = queue(&children);
-            let Some(first) = queue.first() else { return Ok(LockInfo::new(Vec::new(), Some(0))) };
-            let path = format!("{parent}/{}", first.name);
-            let (data, stat) = match session.client.get_data(&path).await {
-                Ok(found) => found,
-                Err(zk::Error::NoNode) => continue,
-                Err(ref error) if is_loss(error) => continue,
-                Err(error) => return Err(session.error(error, Some(lock))),
-            };
-            let token = FencingToken::new(u64::try_from(stat.czxid).unwrap_or(0));
-            let meta = std::str::from_utf8(&data).ok().and_then(OwnerMeta::decode);
-            let holder = match meta {
-                Some(meta) => meta.holder(token),
-                None => {
-                    let holder = HolderInfo::new(token, first.attempt.to_string());
-                    match u64::try_from(stat.ctime)
-                        .ok()
-                        .and_then(|ms| SystemTime::UNIX_EPOCH.checked_add(Duration::from_millis(ms)))
-                    {
-                        Some(since) => holder.with_since(since),
-                        None => holder,
-                    }
+            let Some(head) = queue.first() else { return Ok(LockInfo::new(Vec::new(), Some(0))) };
+            // The nodes that hold: those the recipe grants, where a write node first in the
+            // queue may have been downgraded to a read, which its data says (read first).
+            let head_path = format!("{parent}/{}", head.name);
+            let mut head_data = None;
+            if head.kind == NodeKind::Write {
+                match session.client.get_data(&head_path).await {
+                    Ok(found) => head_data = Some(found),
+                    Err(zk::Error::NoNode) => continue,
+                    Err(ref error) if is_loss(error) => continue,
+                    Err(error) => return Err(session.error(error, Some(lock))),
                 }
-            };
-            return Ok(LockInfo::new(vec![holder], Some(queue.len() - 1)));
+            }
+            let head_is_read = head_data.as_ref().is_some_and(|(data, _)| record::says_read(data));
+            let holding: Vec<&Contender> = (0..queue.len())
+                .filter(|&i| recipe::holds(&queue, i, head_is_read))
+                .filter_map(|i| queue.get(i))
+                .collect();
+            // Every holder's data in one round trip (the head's is known when it was read).
+            let reads: Vec<_> = holding
+                .iter()
+                .map(|c| {
+                    let known = (c.name == head.name).then(|| head_data.take()).flatten();
+                    let read = known.is_none().then(|| session.client.get_data(&format!("{parent}/{}", c.name)));
+                    (c, read, known)
+                })
+                .collect();
+            let mut holders = Vec::with_capacity(reads.len());
+            for (contender, read, known) in reads {
+                let (data, stat) = match (known, read) {
+                    (Some(found), _) => found,
+                    (None, Some(read)) => match read.await {
+                        Ok(found) => found,
+                        // Gone meanwhile: look again.
+                        Err(zk::Error::NoNode) => continue 'look,
+                        Err(ref error) if is_loss(error) => continue 'look,
+                        Err(error) => return Err(session.error(error, Some(lock))),
+                    },
+                    (None, None) => continue 'look,
+                };
+                let kind = if contender.kind == NodeKind::Write && record::says_read(&data) {
+                    HoldKind::Read
+                } else {
+                    contender.kind.hold_kind()
+                };
+                holders.push(describe(contender, &data, &stat).with_kind(kind));
+            }
+            let waiters = queue.len() - holders.len();
+            return Ok(LockInfo::new(holders, Some(waiters)));
         }
         Err(Error::connection(BACKEND, Some(lock), Failure::QueueKeptChanging).with_context("inspect the lock"))
     }

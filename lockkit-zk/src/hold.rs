@@ -1,6 +1,7 @@
 //! What outlives an acquisition's future: the contender node of an acquisition in progress
 //! ([`PendingNode`], deleted if the acquisition is dropped), a granted hold ([`ZkHeld`], freed
-//! by one delete), the task that watches a hold's node, and the data watches both use.
+//! by one delete, downgraded from a write to a read by one `setData`), the task that watches a
+//! hold's node, and the data watches both use.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -19,7 +20,8 @@ use zookeeper_client as zk;
 
 use crate::backend::ZkBackend;
 use crate::error::{BACKEND, Failure, is_loss, loss_for_state};
-use crate::names::{Contender, queue};
+use crate::names::{Contender, NodeKind, queue};
+use crate::record;
 use crate::session::{Session, spawn_now};
 
 /// How many times one step is retried after a lost connection before giving up.
@@ -102,6 +104,10 @@ pub(crate) struct PendingNode {
     pub(crate) lock: LockName,
     pub(crate) parent: String,
     pub(crate) attempt: Uuid,
+    /// What the node asks for.
+    pub(crate) kind: NodeKind,
+    /// The node's data: who took it (see the record module).
+    pub(crate) record: String,
     /// The node's path, once a create reply told it.
     pub(crate) path: Option<String>,
     /// Whether a create was sent at all.
@@ -116,8 +122,10 @@ impl PendingNode {
         lock: LockName,
         parent: String,
         attempt: Uuid,
+        kind: NodeKind,
     ) -> Self {
-        Self { backend, session, lock, parent, attempt, path: None, sent: false, armed: true }
+        let record = record::owner_record(attempt);
+        Self { backend, session, lock, parent, attempt, kind, record, path: None, sent: false, armed: true }
     }
 
     pub(crate) fn disarm(&mut self) {
@@ -136,9 +144,18 @@ impl PendingNode {
     }
 
     /// Turns the pending node into a hold: it is no longer deleted on drop.
-    pub(crate) fn into_held(mut self, id: u64, path: String) -> ZkHeld {
+    pub(crate) fn into_held(mut self, id: u64, path: String, signal: HoldSignal) -> ZkHeld {
         self.disarm();
-        ZkHeld { backend: self.backend.clone(), session: Arc::clone(&self.session), id, path, lock: self.lock.clone() }
+        ZkHeld {
+            backend: self.backend.clone(),
+            session: Arc::clone(&self.session),
+            id,
+            path,
+            lock: self.lock.clone(),
+            kind: self.kind,
+            record: std::mem::take(&mut self.record),
+            signal,
+        }
     }
 }
 
@@ -204,6 +221,65 @@ pub(crate) struct ZkHeld {
     id: u64,
     path: String,
     lock: LockName,
+    kind: NodeKind,
+    /// The node's data as created, which a downgrade extends.
+    record: String,
+    /// The hold's signal: no longer held once released or lost.
+    signal: HoldSignal,
+}
+
+/// Writes `data` into a node we own, in place: a write hold downgraded to a read, or a
+/// permit's "held" marker. The first request is sent when this is called (zookeeper-client
+/// sends a request when its future is made), so that it reaches the server before anything
+/// the caller sends later on the session, a release's delete say; the returned future awaits
+/// it and tries again after a lost connection.
+///
+/// Returns `Err(LockLost)` when the node is gone while the hold is still held; a node gone
+/// after the hold ended (released meanwhile) is fine.
+fn write_own_node(
+    session: &Arc<Session>,
+    lock: &LockName,
+    path: &str,
+    data: String,
+    signal: &HoldSignal,
+    what: &'static str,
+) -> Pin<Box<dyn Future<Output = Result<()>> + Send + 'static>> {
+    let first = session.client.set_data(path, data.as_bytes(), None);
+    let (session, lock, path, signal) = (Arc::clone(session), lock.clone(), path.to_owned(), signal.clone());
+    Box::pin(async move {
+        let mut reply =
+            Box::pin(first) as Pin<Box<dyn Future<Output = std::result::Result<zk::Stat, zk::Error>> + Send>>;
+        let mut last = zk::Error::ConnectionLoss;
+        for _ in 0..RETRIES {
+            match reply.await {
+                Ok(_) => {
+                    tracing::debug!(backend = BACKEND, %path, "{what}");
+                    return Ok(());
+                }
+                Err(zk::Error::NoNode) if !signal.is_held() => return Ok(()),
+                Err(zk::Error::NoNode) => return Err(Error::lost(BACKEND, &lock, LossReason::RecordGone)),
+                Err(zk::Error::SessionExpired) => return Err(Error::lost(BACKEND, &lock, LossReason::SessionExpired)),
+                Err(ref error) if is_loss(error) && session.is_alive() && signal.is_held() => {
+                    last = error.clone();
+                    reply = Box::pin(session.client.set_data(&path, data.as_bytes(), None));
+                }
+                Err(error) => return Err(session.error(error, Some(&lock))),
+            }
+        }
+        Err(session.error(last, Some(&lock)).with_context(format!("write the lock node {path}")))
+    })
+}
+
+/// Marks a granted permit's node as held, in the background, so that a waiter watching it as
+/// its predecessor looks at the queue again (see the recipe module).
+pub(crate) fn mark_held(session: &Arc<Session>, lock: &LockName, path: &str, record: &str, signal: &HoldSignal) {
+    let write = write_own_node(session, lock, path, record::held(record), signal, "marked the permit node held");
+    let path = path.to_owned();
+    session.spawn_now(async move {
+        if let Err(error) = write.await {
+            tracing::debug!(backend = BACKEND, %path, %error, "could not mark the permit node held");
+        }
+    });
 }
 
 #[async_trait]
@@ -251,6 +327,24 @@ impl HeldLock for ZkHeld {
         }
         .instrument(span)
         .await
+    }
+
+    /// A write hold becomes a read hold in place: its node keeps its sequence (no writer
+    /// queued behind it can get ahead) and its czxid (the token), and its data says `read`,
+    /// which wakes the readers queued right behind it (they watch it as the last writer
+    /// ahead of them) and lets them in. Writers queued behind still wait for it to go.
+    fn downgrade(&self) -> Option<Pin<Box<dyn Future<Output = Result<()>> + Send + 'static>>> {
+        if self.kind != NodeKind::Write {
+            return None;
+        }
+        if !self.session.is_alive() {
+            let lock = self.lock.clone();
+            return Some(Box::pin(async move { Err(Error::lost(BACKEND, &lock, LossReason::ClientClosed)) }));
+        }
+        let span = tracing::debug_span!("lockkit.zk.downgrade", lock = %self.lock, node = %self.path);
+        let data = record::downgraded(&self.record);
+        let write = write_own_node(&self.session, &self.lock, &self.path, data, &self.signal, "downgraded to a read");
+        Some(Box::pin(write.instrument(span)))
     }
 }
 

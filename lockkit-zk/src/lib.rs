@@ -1,19 +1,24 @@
-//! The ZooKeeper backend of lockkit.
+//! The ZooKeeper backend of lockkit: mutexes, read-write locks and counting semaphores.
 //!
-//! [`ZkLockProvider`] is a ZooKeeper client that hands out lock handles. Each lock is a znode
-//! under a base path; each acquisition creates an EPHEMERAL_SEQUENTIAL child of it, the lowest
-//! sequence holds the lock, and waiters are granted in arrival order. A waiter watches the
-//! nodes ahead of it (every one of them within 16 of the head, else its predecessor), so a
-//! release lets exactly one waiter proceed, without a read: the others only strike a node off.
+//! [`ZkLockProvider`] is a ZooKeeper client that hands out lock handles. Each lock name is a
+//! znode under a base path; each acquisition creates an EPHEMERAL_SEQUENTIAL child of it
+//! whose name says what it asks for, and the children in sequence order are the queue:
+//! whether a node holds follows from the nodes ahead of it, so waiters are granted in arrival
+//! order, whatever they ask for. A waiter watches a few nodes ahead of it, never the whole
+//! queue, so a release wakes the waiters it lets in, most often with one notification and no
+//! read, and the others at most strike a node off (see [Waiting](#waiting)).
 //!
 //! - **Fencing token:** the czxid of the holder's node, the ensemble-wide zxid of its create:
-//!   strictly increasing across clients, parent re-creation and server restarts.
+//!   strictly increasing across clients, parent re-creation and server restarts, and every
+//!   grant (a mutex, a writer, each reader, each permit) has a node and a token of its own.
 //! - **Protected names:** each node's name carries the acquisition's attempt id, so a create
 //!   whose reply was lost is found again, never leaked.
 //! - **Loss:** a hold lives in its session. It is guaranteed until the send time of the last
 //!   answered request plus the session timeout the server granted, minus a drift margin, and
 //!   renewed every third of that timeout; `Disconnected` suspends it, an expired or closed
-//!   session or the deletion of its node loses it (see [`DisconnectPolicy`]).
+//!   session or the deletion of its node loses it (see [`DisconnectPolicy`]). The same for
+//!   every kind of hold: a dead reader's share or holder's permit comes back when the server
+//!   expires its session, not before.
 //! - **Cancel safety:** an acquisition dropped at any point deletes its node in the
 //!   background; `try_acquire` and timeouts leave no node behind.
 //! - **Connection trouble:** an acquisition that may wait retries past a connection failure
@@ -24,6 +29,92 @@
 //! - **Housekeeping:** lock znodes are CONTAINER nodes, deleted by the server once empty.
 //! - **Security:** with digest credentials, every node is creator-only by default, so a
 //!   client with other credentials can neither take nor delete a held lock ([`LockAcl`]).
+//!
+//! # Nodes
+//!
+//! The node of an acquisition is `{base_path}/{lock}/_c_{attempt}-{kind}-{sequence}`, where
+//! `{lock}` is the lock name escaped into one znode name ([`encode_name`]), `{attempt}` the
+//! acquisition's id, `{sequence}` the 10-digit sequence ZooKeeper appends, and `{kind}`:
+//!
+//! | `{kind}`     | asked by                              | holds when                                       |
+//! |--------------|---------------------------------------|--------------------------------------------------|
+//! | `lock`       | a mutex                               | no node is ahead of it                           |
+//! | `write`      | the write side of a read-write lock   | no node is ahead of it                           |
+//! | `read`       | the read side                         | no `lock` or `write` node is ahead of it, but one downgraded to a read |
+//! | `permit-{N}` | a permit of a semaphore of N permits  | fewer than N nodes are ahead of it               |
+//!
+//! A node's data is the owner line of
+//! [`OwnerMeta`](lockkit_core::backend::OwnerMeta) (`lockkit1 attempt host pid since_ms`, what
+//! [`inspect`](lockkit_core::LockProvider::inspect) reports); a state the node reaches later
+//! is a `key=value` field appended to that line, which readers of the line ignore: `mode=read`
+//! for a write hold downgraded to a read, `held=1` for a granted permit a waiter may be
+//! watching. The mutex keeps the `-lock-` name of earlier releases, so mutexes of this release
+//! and of earlier ones exclude each other; earlier releases ignore the other kinds, so do not
+//! use a name as a read-write lock or semaphore while clients older than this release use it
+//! as a mutex.
+//!
+//! # Read-write locks
+//!
+//! [`provider.rw_lock(name)`](lockkit_core::LockProvider::rw_lock) is ZooKeeper's shared-lock
+//! recipe. A writer waits behind every node ahead of it, as a mutex does; a reader waits
+//! only behind the `lock` and `write` nodes ahead of it, and watches the last of them (never
+//! a writer behind it: a reader that waited for a later writer deadlocked with it in kazoo,
+//! [kazoo#649](https://github.com/python-zk/kazoo/issues/649)). A mutex node counts as a
+//! writer, so a mutex and a read-write lock of one name exclude each other.
+//!
+//! **Fairness:** a reader that arrives after a queued writer queues behind it, so a stream of
+//! readers cannot starve a writer; the writer holds once the readers ahead of it are gone.
+//! Every reader has its own node and token; a resource compares a reader's token with the
+//! highest *write* token it has seen (two readers may come back in either order: a reader
+//! that learns of its grant late, on a slow link, may carry a token below that of a reader
+//! that came and went meanwhile, never below a write before it).
+//!
+//! **Downgrade:** when the last write guard of a hold goes while read guards of it live
+//! ([`LockGuard::read`](lockkit_core::LockGuard::read)), the hold becomes a read hold in
+//! place: one `setData` appends `mode=read` to its node's data. The node keeps its sequence,
+//! so no writer queued behind it can slip in before the last read goes, and its czxid, so the
+//! token stays. The readers queued right behind it watch it as the last writer ahead of them:
+//! the data change wakes them, they read the node once, see a read, and hold beside it (a
+//! reader arriving later reads it likewise). Writers queued behind it keep waiting for the
+//! node to go. The request is sent when the write guard goes, before anything the holder
+//! sends after, and survives a reconnect within the session like the hold itself.
+//!
+//! # Semaphores
+//!
+//! [`provider.semaphore(name, permits)`](lockkit_core::LockProvider::semaphore) gives
+//! permits on the same queue: a `permit-{N}` node holds when fewer than N nodes are ahead of
+//! it, so at most N hold at once, and waiters are granted permits in arrival order.
+//!
+//! **The permit count belongs to the semaphore:** it is written in the name of every node,
+//! so every contender sees the count in use in the list it reads anyway, at no extra cost.
+//!
+//! # Conflicts
+//!
+//! A contender that finds, ahead of it in the queue, a node of another use of the name (a
+//! semaphore node while it asks for a mutex or a read or write hold, or the reverse, or a
+//! semaphore node of another permit count) deletes its node and fails with
+//! [`Error::Conflict`](lockkit_core::Error::Conflict), saying what to change. Of two uses of
+//! one name, the later arrival is refused, and two uses never hold at once: the later one
+//! lists the queue after its create, so it sees the earlier one for as long as it exists.
+//! Once every node of the old use is gone, the name is free for another.
+//!
+//! # Waiting
+//!
+//! A waiter sets data watches (`getData`, which leaves no watch on a node already gone) on a
+//! bounded set of nodes ahead of it, and lists the queue again only when the watched nodes do
+//! not tell it enough:
+//!
+//! - a mutex or writer within 16 of the head watches every node ahead of it (and its own) and
+//!   holds, with no list, when the last one goes; further back it watches its predecessor;
+//! - a reader watches the last `lock` or `write` node ahead of it, and holds when it goes or
+//!   says `mode=read`, with no list when it was the only one;
+//! - a permit waiter within 16 of the head watches every node ahead of it and counts
+//!   deletions down, holding, with no list, when fewer than N remain. Further back, the
+//!   first waiter of a semaphore of more than 16 permits watches the list of children (it is
+//!   the only one that does), and every other waiter watches its predecessor, which writes
+//!   `held=1` into its node when it is granted if a waiter may be watching it: that data
+//!   change sends the waiter to watch the nodes that now hold. So the release of any holder
+//!   ahead reaches the waiter it lets in within a few round trips.
 //!
 //! # Making a provider
 //!
@@ -60,6 +151,17 @@
 //!     .build()?;
 //! let guard = lazy.lock("reports/daily")?.acquire_timeout(Duration::from_secs(30)).await?;
 //! guard.release().await?;
+//!
+//! // Readers of a configuration while a writer may migrate it.
+//! let config = provider.rw_lock("config/pricing")?;
+//! let read = config.read().await?;
+//! // ... read, checking read.token() against the last write's ...
+//! read.release().await?;
+//!
+//! // At most three workers calling a rate-limited API, fleet-wide.
+//! let slots = provider.semaphore("api/partner", 3)?;
+//! let permit = slots.acquire().await?;
+//! permit.release().await?;
 //! # Ok(())
 //! # }
 //! ```
@@ -102,6 +204,7 @@ mod hold;
 mod names;
 mod provider;
 mod recipe;
+mod record;
 mod session;
 
 pub use config::{

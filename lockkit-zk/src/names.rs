@@ -6,11 +6,16 @@
 //! spaces, `.`, `..`, NUL) gives a name ZooKeeper accepts. A 1024-byte name gives at most
 //! 3072 characters, far below ZooKeeper's request size limit.
 //!
-//! Each contender's node under the lock's znode is named `_c_{attempt}-lock-{sequence}`, the
-//! Curator "protected" form: the acquisition's attempt id in the name lets a client find its
-//! own node again when the reply to its create was lost.
+//! Each contender's node under the lock's znode is named `_c_{attempt}-{kind}-{sequence}`,
+//! the Curator "protected" form: the acquisition's attempt id in the name lets a client find
+//! its own node again when the reply to its create was lost. The kind (`lock`, `read`,
+//! `write`, `permit-{N}`; the table is in the crate docs) says what the node asks for, so that
+//! every contender reads the whole queue, and the permit count a semaphore is used with, from
+//! one list of children. A mutex keeps `lock`, the form earlier releases write and parse.
 
-use lockkit_core::LockName;
+use std::num::NonZeroU32;
+
+use lockkit_core::{HoldKind, LockName};
 use uuid::Uuid;
 
 /// The znode name of a lock: the lock name with every byte outside `[A-Za-z0-9_-]` written as
@@ -25,9 +30,91 @@ pub fn encode_name(name: &LockName) -> String {
     name.percent_encoded(|byte| byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_')
 }
 
+/// What a contender node asks for, as its name says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum NodeKind {
+    /// A mutex: `-lock-`, the form every earlier release of lockkit-zk wrote and reads.
+    Lock,
+    /// A reader of a read-write lock: `-read-`.
+    Read,
+    /// A writer of a read-write lock: `-write-`.
+    Write,
+    /// A permit of a semaphore of this many permits: `-permit-{N}-`.
+    Permit(NonZeroU32),
+}
+
+/// How a name is used, as the kinds of its nodes say: as a lock (mutex or read-write lock) or
+/// as a semaphore of a given count. Two uses of one name at once are a conflict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Usage {
+    Lock,
+    Permits(NonZeroU32),
+}
+
+impl NodeKind {
+    /// The node kind of a hold kind; `None` for kinds this backend does not grant.
+    pub(crate) fn of(kind: &HoldKind) -> Option<NodeKind> {
+        match kind {
+            HoldKind::Exclusive => Some(Self::Lock),
+            HoldKind::Read => Some(Self::Read),
+            HoldKind::Write => Some(Self::Write),
+            HoldKind::Permit { permits } => Some(Self::Permit(*permits)),
+            _ => None,
+        }
+    }
+
+    /// The hold kind a node of this kind holds.
+    pub(crate) fn hold_kind(self) -> HoldKind {
+        match self {
+            Self::Lock => HoldKind::Exclusive,
+            Self::Read => HoldKind::Read,
+            Self::Write => HoldKind::Write,
+            Self::Permit(permits) => HoldKind::Permit { permits },
+        }
+    }
+
+    /// Whether the node excludes every other holder (a mutex or a writer).
+    pub(crate) fn is_exclusive(self) -> bool {
+        matches!(self, Self::Lock | Self::Write)
+    }
+
+    /// How a node of this kind uses its lock's name.
+    pub(crate) fn usage(self) -> Usage {
+        match self {
+            Self::Permit(permits) => Usage::Permits(permits),
+            _ => Usage::Lock,
+        }
+    }
+
+    /// The kind as written in a node name, between the attempt id and the sequence.
+    fn tag(self) -> String {
+        match self {
+            Self::Lock => "lock".to_owned(),
+            Self::Read => "read".to_owned(),
+            Self::Write => "write".to_owned(),
+            Self::Permit(permits) => format!("permit-{permits}"),
+        }
+    }
+
+    fn parse_tag(tag: &str) -> Option<NodeKind> {
+        match tag {
+            "lock" => Some(Self::Lock),
+            "read" => Some(Self::Read),
+            "write" => Some(Self::Write),
+            _ => {
+                let count = tag.strip_prefix("permit-")?;
+                if count.is_empty() || !count.bytes().all(|b| b.is_ascii_digit()) {
+                    return None;
+                }
+                count.parse().ok().map(Self::Permit)
+            }
+        }
+    }
+}
+
 /// The prefix of a contender node, to which ZooKeeper appends the 10-digit sequence.
-pub(crate) fn node_prefix(parent: &str, attempt: Uuid) -> String {
-    format!("{parent}/_c_{attempt}-lock-")
+pub(crate) fn node_prefix(parent: &str, attempt: Uuid, kind: NodeKind) -> String {
+    format!("{parent}/_c_{attempt}-{}-", kind.tag())
 }
 
 /// A contender node found among a lock's children.
@@ -37,22 +124,25 @@ pub(crate) struct Contender {
     pub(crate) name: String,
     /// The attempt id in its name.
     pub(crate) attempt: Uuid,
+    /// What it asks for.
+    pub(crate) kind: NodeKind,
     /// Its sequence number.
     pub(crate) sequence: i64,
 }
 
 impl Contender {
-    /// Parses a child name of the form `_c_{uuid}-lock-{sequence}`; `None` for anything else.
+    /// Parses a child name of the form `_c_{uuid}-{kind}-{sequence}`; `None` for anything else.
     pub(crate) fn parse(name: &str) -> Option<Contender> {
         let rest = name.strip_prefix("_c_")?;
         let (attempt, rest) = rest.split_at_checked(36)?;
-        let sequence = rest.strip_prefix("-lock-")?;
+        let (tag, sequence) = rest.strip_prefix('-')?.rsplit_once('-')?;
         if sequence.is_empty() || !sequence.bytes().all(|b| b.is_ascii_digit()) {
             return None;
         }
         Some(Contender {
             name: name.to_owned(),
             attempt: Uuid::parse_str(attempt).ok()?,
+            kind: NodeKind::parse_tag(tag)?,
             sequence: sequence.parse().ok()?,
         })
     }
@@ -111,12 +201,23 @@ mod tests {
     #[test]
     fn contender_names_round_trip() {
         let attempt = Uuid::new_v4();
-        let prefix = node_prefix("/base/x", attempt);
-        let child = format!("{}{:010}", prefix.trim_start_matches("/base/x/"), 42);
-        let parsed = Contender::parse(&child).unwrap();
-        assert_eq!((parsed.attempt, parsed.sequence), (attempt, 42));
+        let three = NonZeroU32::new(3).unwrap();
+        for kind in [NodeKind::Lock, NodeKind::Read, NodeKind::Write, NodeKind::Permit(three)] {
+            let prefix = node_prefix("/base/x", attempt, kind);
+            let child = format!("{}{:010}", prefix.trim_start_matches("/base/x/"), 42);
+            let parsed = Contender::parse(&child).unwrap();
+            assert_eq!((parsed.attempt, parsed.sequence, parsed.kind), (attempt, 42, kind), "{child}");
+        }
+        // The mutex keeps the form earlier releases write and parse.
+        assert_eq!(node_prefix("/b", attempt, NodeKind::Lock), format!("/b/_c_{attempt}-lock-"));
         assert_eq!(Contender::parse("lock-0000000001"), None);
         assert_eq!(Contender::parse("_c_nonsense-lock-1"), None);
+        for bad in ["permit-0", "permit-", "permit-x", "permit--3", "permit-+3", "share", "lock-x"] {
+            assert_eq!(Contender::parse(&format!("_c_{attempt}-{bad}-0000000001")), None, "{bad}");
+        }
+        assert_eq!(NodeKind::Permit(three).usage(), Usage::Permits(three));
+        assert_eq!(NodeKind::Read.usage(), NodeKind::Lock.usage());
+        assert!(NodeKind::Write.is_exclusive() && NodeKind::Lock.is_exclusive() && !NodeKind::Read.is_exclusive());
         let order = queue(&[
             format!("_c_{attempt}-lock-0000000010"),
             "foreign".to_owned(),

@@ -1,5 +1,25 @@
-//! The lock recipe: an EPHEMERAL_SEQUENTIAL contender node per acquisition under the lock's
-//! znode, the lowest sequence holds, each waiter watches the nodes ahead of it.
+//! The recipes: an EPHEMERAL_SEQUENTIAL contender node per acquisition under the lock's znode,
+//! named with what it asks for (see the names module); whether a node holds follows from the
+//! nodes ahead of it, and a waiter watches a bounded set of them.
+//!
+//! # Who holds
+//!
+//! [`judge`] is the whole driver, after Curator's `getsTheLock` and kazoo's exclude lists:
+//!
+//! - a mutex (`lock`) or writer (`write`) node holds when no node is ahead of it;
+//! - a reader (`read`) holds when no `lock` or `write` node is ahead of it, a write node
+//!   downgraded to a read excepted (its data says so, and only the first node can be one);
+//!   nodes behind it never count ([kazoo#649](https://github.com/python-zk/kazoo/issues/649):
+//!   a reader that waited for a later writer deadlocked with it);
+//! - a permit of N (`permit-N`) holds when fewer than N nodes are ahead of it;
+//! - a node with a node of another use ahead of it (a semaphore node behind a mutex or
+//!   read-write node, or behind a semaphore node of another count, and the reverse) is refused
+//!   with `Error::Conflict` and deleted: of two uses of one name, the later arrival is refused,
+//!   and no two uses ever hold at once (the later one lists after its create, so it sees the
+//!   earlier one while it exists).
+//!
+//! Queue order is arrival order, so every kind is fair: a reader that arrives after a queued
+//! writer waits behind it, and permits go to waiters in turn.
 //!
 //! # Round trips
 //!
@@ -9,31 +29,50 @@
 //! acquisition of a name by this provider, the create of the lock's container znode joins
 //! the same batch. Release is one delete.
 //!
-//! A waiter with at most [`WATCH_ALL_AHEAD`] nodes ahead of it sets a data watch on every one
-//! of them, and on its own node, all requests in one round trip. Each deletion notification
-//! (or "no node" reply) strikes one node off; when none is left, the waiter is first and is
-//! granted with no list: sequences only grow, so no node can queue before it, and every node
-//! that was before it is gone (a hand-off is one delete and one notification, however many
-//! wait). The watch on its own node catches a node deleted behind its back (by an
-//! administrator), which would otherwise be granted as a ghost while the waiter behind it,
-//! seeing it gone, takes the lock too; any event on it lists again. Once granted, that watch
-//! is the hold's deletion watch: it is never removed (a removal is a request, and one on the
-//! hand-off path measurably slowed the release that follows); our own delete fires it. A
-//! waiter further back watches only its predecessor and lists the children again when it
-//! goes (it may have been a waiter that gave up while the nodes before it still wait).
+//! # What a waiter watches
+//!
+//! A data watch (`getData`, never `exists`, so that no watch is left on a node already gone)
+//! on a few nodes ahead, never on the parent's children (no herd effect):
+//!
+//! - A mutex or writer with at most [`WATCH_ALL_AHEAD`] nodes ahead watches every one of them,
+//!   and its own node, all requests in one round trip. Each deletion notification (or "no
+//!   node" reply) strikes one node off; when none is left, the waiter holds with no list:
+//!   sequences only grow, so no node can queue before it, and every node that was before it is
+//!   gone (a hand-off is one delete and one notification, however many wait). The watch on its
+//!   own node catches a node deleted behind its back (by an administrator), which would
+//!   otherwise be granted as a ghost while the waiter behind it, seeing it gone, takes the lock
+//!   too; any event on it lists again. Once granted, that watch is the hold's deletion watch:
+//!   it is never removed (a removal is a request, and one on the hand-off path measurably
+//!   slowed the release that follows); our own delete fires it. A waiter further back watches
+//!   only its predecessor and lists the children again when it goes (it may have been a waiter
+//!   that gave up while the nodes before it still wait).
+//! - A reader watches the last `lock` or `write` node ahead of it. When that node goes, or its
+//!   data says it became a read (a downgrade), the reader holds at once if it was the only
+//!   such node ahead, and lists again otherwise.
+//! - A permit waiter with at most [`WATCH_ALL_AHEAD`] nodes ahead watches every one of them
+//!   and counts deletions down: it holds, with no list, once fewer than N remain. Further
+//!   back, the first waiter of a semaphore of more than [`WATCH_ALL_AHEAD`] permits watches
+//!   the list of children (it is the only one that does), and every other waiter watches its
+//!   predecessor: a deletion, or the predecessor's data saying it was granted (`held=1`, see
+//!   the record module), makes it list again. A granted permit writes that marker, in the
+//!   background, only when such a waiter may exist: when its first list showed
+//!   [`WATCH_ALL_AHEAD`] or more nodes ahead of it or any node behind it.
+//!
+//! A data change on a watched node (a downgrade, a marker) is looked at with one more read on
+//! that node alone, never with a list.
 //!
 //! # Cancel safety
 //!
 //! From the moment its create is sent, an acquisition owns a [`PendingNode`]. Dropping it
-//! (timeout, cancellation, `try_acquire` that lost, an error) deletes the node in the
-//! background: by path when the create's reply arrived, otherwise by listing the children and
-//! deleting the one that carries the attempt id (the list is sent after the create, so it
+//! (timeout, cancellation, `try_acquire` that lost, a conflict, an error) deletes the node in
+//! the background: by path when the create's reply arrived, otherwise by listing the children
+//! and deleting the one that carries the attempt id (the list is sent after the create, so it
 //! sees it). A grant that arrived while the future was being dropped is freed the same way.
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use lockkit_core::backend::{AcquireRequest, Deadline, Grant, HoldSignal, OwnerMeta};
+use lockkit_core::backend::{AcquireRequest, Deadline, Grant, HoldSignal};
 use lockkit_core::{Error, FencingToken, LockName, LossReason, Result};
 use tracing::Instrument;
 use uuid::Uuid;
@@ -41,17 +80,19 @@ use zookeeper_client as zk;
 
 use crate::backend::ZkBackend;
 use crate::error::{BACKEND, Failure, is_loss, map, state_error};
-use crate::hold::{NodeEvent, PendingNode, RETRIES, Watched, node_event, watch_hold};
-use crate::names::{node_prefix, queue};
+use crate::hold::{NodeEvent, PendingNode, RETRIES, Watched, mark_held, node_event, watch_hold};
+use crate::names::{Contender, NodeKind, Usage, node_prefix, queue};
+use crate::record;
 use crate::session::{Session, remake_root};
 
-/// Up to how many nodes ahead of ours are all watched, so that the last one's deletion grants
-/// the lock without listing the queue. Each watch costs the server one read when we queue and
-/// one notification per deletion; watching everyone ahead at every depth would make a queue
-/// of n waiters cost O(n²) reads and notifications. 16 covers the queues lockkit is tuned for
-/// (a handful of contenders per lock) at a bounded 17 reads per wait; a deeper waiter watches
-/// its predecessor alone and lists when it goes, and watches all once it is within the bound.
-const WATCH_ALL_AHEAD: usize = 16;
+/// Up to how many nodes ahead of ours are all watched, so that the deletions that free our
+/// turn grant it without listing the queue. Each watch costs the server one read when we
+/// queue and one notification per deletion; watching everyone ahead at every depth would make
+/// a queue of n waiters cost O(n²) reads and notifications. 16 covers the queues lockkit is
+/// tuned for (a handful of contenders per lock) at a bounded 17 reads per wait; a deeper
+/// waiter watches one node and lists when it changes, and watches all once it is within the
+/// bound.
+pub(crate) const WATCH_ALL_AHEAD: usize = 16;
 
 /// Our contender node, once created: its path and creation zxid (the fencing token).
 struct OwnNode {
@@ -70,16 +111,160 @@ struct Enqueued {
 enum Waited {
     /// The acquisition's deadline came first.
     DeadlinePassed,
-    /// Every watched node ahead of ours is gone. The session was alive when the requests that
-    /// watched them (or found them gone) were sent, at `confirmed`. `own_watch` is the data
-    /// watch on our own node, if one was set; it has not fired.
+    /// Enough of the watched nodes ahead of ours are gone (or no longer block). The session
+    /// was alive when the requests that watched them (or found them gone) were sent, at
+    /// `confirmed`. `own_watch` is the data watch on our own node, if one was set; it has not
+    /// fired.
     AheadGone { confirmed: Instant, own_watch: Option<NodeEvent> },
-    /// Something else happened to a watched node: look at the queue again.
+    /// Something else happened: look at the queue again.
     Changed,
 }
 
+/// What the queue says about one contender node.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// The node holds.
+    Holds,
+    /// A node of another use of the name is ahead of it; the text says what to change.
+    Conflict(String),
+    /// The node waits, watching as the plan says.
+    Waits(Plan),
+}
+
+/// What a waiting node watches.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Plan {
+    /// Data watches on some nodes ahead.
+    Nodes(Watch),
+    /// A watch on the list of children: the first waiter of a semaphore of more permits than
+    /// [`WATCH_ALL_AHEAD`].
+    Children,
+}
+
+/// Data watches on nodes ahead of a waiting node.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Watch {
+    /// The names of the nodes ahead to watch, in queue order.
+    pub(crate) ahead: Vec<String>,
+    /// Up to how many of them may still block when the wait ends: 0 for a lock, N - 1 for a
+    /// permit of N.
+    pub(crate) may_remain: usize,
+    /// Whether they are every node that blocks ours: then once no more than `may_remain` of
+    /// them block, ours holds, with no list.
+    pub(crate) complete: bool,
+    /// What a watched node's data means.
+    pub(crate) rule: DataRule,
+}
+
+/// What the data of a watched node ahead means to a waiter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum DataRule {
+    /// Nothing: only its deletion counts.
+    Ignore,
+    /// A node whose data says it became a read no longer blocks (a reader behind a write hold
+    /// that was downgraded).
+    ReadClears,
+    /// A node whose data says it was granted ends the wait, to list again (a semaphore waiter
+    /// behind a waiting predecessor).
+    HeldRelooks,
+}
+
+/// What a watched node's data says to a waiter.
+enum Class {
+    Blocks,
+    Clear,
+    Relook,
+}
+
+impl DataRule {
+    fn classify(self, data: &[u8]) -> Class {
+        match self {
+            Self::ReadClears if record::says_read(data) => Class::Clear,
+            Self::HeldRelooks if record::says_held(data) => Class::Relook,
+            _ => Class::Blocks,
+        }
+    }
+}
+
+/// Whether the node at `position` of `queue` (in queue order) holds, conflicts, or waits, and
+/// then what it watches. A reader behind a write node that may have become a read waits on
+/// it with [`DataRule::ReadClears`]: the node's data decides.
+pub(crate) fn judge(queue: &[Contender], position: usize) -> Verdict {
+    let (Some(ahead), Some(me)) = (queue.get(..position), queue.get(position)) else {
+        return Verdict::Holds;
+    };
+    if let Some(other) = ahead.iter().find(|c| c.kind.usage() != me.kind.usage()) {
+        return Verdict::Conflict(conflict(me.kind.usage(), other.kind.usage()));
+    }
+    let all = |ahead: &[Contender]| ahead.iter().map(|c| c.name.clone()).collect();
+    let watch = |ahead: Vec<String>, may_remain: usize, complete: bool, rule: DataRule| {
+        Verdict::Waits(Plan::Nodes(Watch { ahead, may_remain, complete, rule }))
+    };
+    match me.kind {
+        NodeKind::Lock | NodeKind::Write => match ahead {
+            [] => Verdict::Holds,
+            _ if ahead.len() <= WATCH_ALL_AHEAD => watch(all(ahead), 0, true, DataRule::Ignore),
+            [.., last] => watch(vec![last.name.clone()], 0, false, DataRule::Ignore),
+        },
+        NodeKind::Read => {
+            let mut writers = ahead.iter().filter(|c| c.kind.is_exclusive());
+            match writers.next_back() {
+                None => Verdict::Holds,
+                Some(last) => {
+                    // Only a write node can become a read (a mutex is never downgraded).
+                    let rule = if last.kind == NodeKind::Write { DataRule::ReadClears } else { DataRule::Ignore };
+                    watch(vec![last.name.clone()], 0, writers.next().is_none(), rule)
+                }
+            }
+        }
+        NodeKind::Permit(permits) => {
+            let permits = usize::try_from(permits.get()).unwrap_or(usize::MAX);
+            match ahead {
+                _ if ahead.len() < permits => Verdict::Holds,
+                _ if ahead.len() <= WATCH_ALL_AHEAD => watch(all(ahead), permits - 1, true, DataRule::Ignore),
+                _ if ahead.len() == permits => Verdict::Waits(Plan::Children),
+                [] => Verdict::Holds,
+                [.., last] => watch(vec![last.name.clone()], 0, false, DataRule::HeldRelooks),
+            }
+        }
+    }
+}
+
+/// Whether the node at `position` holds, given whether the first node's data says it is a read
+/// (for `inspect`).
+pub(crate) fn holds(queue: &[Contender], position: usize, head_is_read: bool) -> bool {
+    match judge(queue, position) {
+        Verdict::Holds => true,
+        Verdict::Waits(Plan::Nodes(watch)) => {
+            head_is_read
+                && watch.complete
+                && watch.rule == DataRule::ReadClears
+                && queue.first().is_some_and(|head| watch.ahead == [head.name.as_str()])
+        }
+        _ => false,
+    }
+}
+
+/// What `Error::Conflict` says to a contender of use `asked` behind one of use `current`.
+fn conflict(asked: Usage, current: Usage) -> String {
+    match (asked, current) {
+        (Usage::Permits(asked), Usage::Permits(current)) => format!(
+            "the semaphore is in use with {current} permits and this handle asks for {asked}; every user of a semaphore must give the same count"
+        ),
+        (Usage::Permits(_), Usage::Lock) => {
+            "the name is in use as a lock (a mutex or a read-write lock); give the semaphore another name".to_owned()
+        }
+        (Usage::Lock, Usage::Permits(current)) => {
+            format!("the name is in use as a semaphore of {current} permits; give the lock another name")
+        }
+        (Usage::Lock, Usage::Lock) => {
+            "the name is in use as another kind of lock; give this one another name".to_owned()
+        }
+    }
+}
+
 impl ZkBackend {
-    /// One acquisition on `session`: queue a node, wait until it is first (as the deadline
+    /// One acquisition on `session`: queue a node, wait until it holds (as the deadline
     /// allows), and turn it into a hold. `reached` is set once the store answered.
     pub(crate) async fn acquire_in(
         &self,
@@ -89,54 +274,97 @@ impl ZkBackend {
         reached: &mut bool,
     ) -> Result<Option<Grant>> {
         let lock = &request.lock;
+        let Some(kind) = NodeKind::of(&request.kind) else {
+            return Err(Error::unsupported(BACKEND, Some(lock), request.kind.describe()));
+        };
         let parent = self.config.lock_path(lock);
-        let mut pending = PendingNode::new(self.me.clone(), Arc::clone(session), lock.clone(), parent.clone(), attempt);
+        let mut pending =
+            PendingNode::new(self.me.clone(), Arc::clone(session), lock.clone(), parent.clone(), attempt, kind);
         let Enqueued { mut node, mut children, mut listed_at } = self.enqueue(session, &mut pending).await?;
         *reached = true;
         request.note_reached();
+        // Whether a permit, once granted, marks its node held for a waiter that may watch it
+        // as its predecessor: decided on the first list after our create.
+        let mut marks: Option<bool> = None;
+        // The watch on the list of children, set with the list in `children`.
+        let mut children_watch: Option<NodeEvent> = None;
         loop {
             let queue = queue(&children);
+            let watched_children = children_watch.take();
             let Some(position) = queue.iter().position(|c| c.attempt == attempt) else {
                 // Our node vanished while we waited (deleted by an administrator): queue again.
                 tracing::debug!(backend = BACKEND, %lock, "our queued node vanished; queueing again");
                 pending.path = None;
+                marks = None;
                 Enqueued { node, children, listed_at } = self.enqueue(session, &mut pending).await?;
                 continue;
             };
-            if position == 0 {
-                return self.grant(session, pending, node, listed_at, None).map(Some);
-            }
+            let marks_held = *marks.get_or_insert_with(|| {
+                matches!(kind, NodeKind::Permit(_)) && (position >= WATCH_ALL_AHEAD || position + 1 < queue.len())
+            });
+            let plan = match judge(&queue, position) {
+                Verdict::Holds => return self.grant(session, pending, node, listed_at, None, marks_held).map(Some),
+                Verdict::Conflict(what) => {
+                    tracing::debug!(backend = BACKEND, %lock, %what, "the name is in use otherwise");
+                    pending.delete_now().await;
+                    return Err(Error::conflict(BACKEND, Some(lock), what));
+                }
+                Verdict::Waits(plan) => plan,
+            };
             if !request.deadline.may_wait() {
+                // A reader behind nothing but one write node looks once at whether that
+                // node became a read (a downgraded hold that readers may join).
+                if let Plan::Nodes(watch) = &plan
+                    && watch.complete
+                    && watch.rule == DataRule::ReadClears
+                    && let Some(sent_at) = self.all_read(session, lock, &parent, &watch.ahead).await?
+                {
+                    return self.grant(session, pending, node, sent_at, None, false).map(Some);
+                }
                 pending.delete_now().await;
                 return Ok(None);
             }
-            // Within the bound, watch every node ahead (and our own): when all of them are gone
-            // we are first. Further back, watch the predecessor and list when it goes.
-            let watch_all = position <= WATCH_ALL_AHEAD;
-            let ahead = if watch_all { &queue[..position] } else { &queue[position - 1..position] };
-            let ahead: Vec<String> = ahead.iter().map(|c| format!("{parent}/{}", c.name)).collect();
-            let own = watch_all.then_some(node.path.as_str());
+            let watch = match plan {
+                Plan::Nodes(watch) => watch,
+                Plan::Children => {
+                    // Wait on the watch set by the last list, if it set one; then list again,
+                    // with a new watch, and look.
+                    if let Some(watcher) = watched_children {
+                        let span = tracing::debug_span!("lockkit.zk.wait", lock = %lock, watched = "children");
+                        let waited =
+                            self.wait_children(session, lock, watcher, request.deadline).instrument(span).await?;
+                        if let Waited::DeadlinePassed = waited {
+                            pending.delete_now().await;
+                            return Ok(None);
+                        }
+                    }
+                    (children, listed_at, children_watch) = self.list_and_watch(session, lock, &parent).await?;
+                    continue;
+                }
+            };
+            let ahead: Vec<String> = watch.ahead.iter().map(|name| format!("{parent}/{name}")).collect();
+            let own = watch.complete.then_some(node.path.as_str());
             let span = tracing::debug_span!(
                 "lockkit.zk.wait",
                 lock = %lock,
                 predecessor = ahead.last().map_or("", String::as_str),
                 watched = ahead.len(),
             );
-            let waited = self.wait_for(session, lock, &ahead, own, request.deadline).instrument(span).await?;
+            let waited = self.wait_for(session, lock, &ahead, &watch, own, request.deadline).instrument(span).await?;
             match waited {
                 Waited::DeadlinePassed => {
                     pending.delete_now().await;
                     return Ok(None);
                 }
                 Waited::AheadGone { confirmed, own_watch }
-                    if watch_all && confirmed.elapsed() < session.timeout / 3 =>
+                    if watch.complete && confirmed.elapsed() < session.timeout / 3 =>
                 {
-                    // Every node that was ahead of ours is gone, and none can join before ours
-                    // (sequences only grow): we are first, and the hand-off needs no list.
-                    // `confirmed` (the watches' send time) also dates the session's liveness;
-                    // a wait that outlived a third of the session timeout lists instead, which
-                    // confirms it afresh.
-                    return self.grant(session, pending, node, confirmed, own_watch).map(Some);
+                    // Every node that blocked ours is gone (or enough of them), and none can
+                    // join before ours (sequences only grow): we hold, and the hand-off needs
+                    // no list. `confirmed` (the watches' send time) also dates the session's
+                    // liveness; a wait that outlived a third of the session timeout lists
+                    // instead, which confirms it afresh.
+                    return self.grant(session, pending, node, confirmed, own_watch, marks_held).map(Some);
                 }
                 Waited::AheadGone { .. } | Waited::Changed => {
                     (children, listed_at) = self.list(session, lock, &parent).await?;
@@ -154,12 +382,12 @@ impl ZkBackend {
     /// node with another sequence needs the list.
     async fn enqueue(&self, session: &Arc<Session>, pending: &mut PendingNode) -> Result<Enqueued> {
         let (lock, parent) = (pending.lock.clone(), pending.parent.clone());
-        let prefix = node_prefix(&parent, pending.attempt);
+        let prefix = node_prefix(&parent, pending.attempt, pending.kind);
         let client = &session.client;
         let node_options = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::new(&session.acls));
         let parent_options = zk::CreateMode::Container.with_acls(zk::Acls::new(&session.acls));
         // The node's data says who took it, for `inspect` and status displays.
-        let owner = OwnerMeta::current(pending.attempt).encode();
+        let owner = pending.record.clone();
         let mut last = zk::Error::ConnectionLoss;
         for _ in 0..RETRIES {
             let sent_at = Instant::now();
@@ -287,24 +515,71 @@ impl ZkBackend {
         }
     }
 
+    /// Lists the children and sets a watch on the list, retrying on lost connections;
+    /// returns them, the send time, and the watch (none when the lock's znode is gone).
+    async fn list_and_watch(
+        &self,
+        session: &Session,
+        lock: &LockName,
+        parent: &str,
+    ) -> Result<(Vec<String>, Instant, Option<NodeEvent>)> {
+        let mut last = zk::Error::ConnectionLoss;
+        for _ in 0..RETRIES {
+            let sent_at = Instant::now();
+            match session.client.list_and_watch_children(parent).await {
+                Ok((children, watcher)) => return Ok((children, sent_at, Some(node_event(watcher)))),
+                Err(zk::Error::NoNode) => return Ok((Vec::new(), sent_at, None)),
+                Err(error) if is_loss(&error) => last = error,
+                Err(error) => return Err(session.error(error, Some(lock))),
+            }
+        }
+        Err(session.error(last, Some(lock)).with_context("watch the lock's queue"))
+    }
+
+    /// Whether every node of `names` (children of `parent`) is gone or says it is a read, as
+    /// one round trip of reads sent at the returned instant finds; `None` if one still blocks.
+    async fn all_read(
+        &self,
+        session: &Session,
+        lock: &LockName,
+        parent: &str,
+        names: &[String],
+    ) -> Result<Option<Instant>> {
+        let sent_at = Instant::now();
+        let paths: Vec<String> = names.iter().map(|name| format!("{parent}/{name}")).collect();
+        let reads: Vec<_> = paths.iter().map(|path| session.client.get_data(path)).collect();
+        let mut clear = true;
+        for read in reads {
+            match read.await {
+                Ok((data, _)) => clear &= record::says_read(&data),
+                Err(zk::Error::NoNode) => {}
+                Err(error) => return Err(session.error(error, Some(lock)).with_context("read the lock node ahead")),
+            }
+        }
+        Ok(clear.then_some(sent_at))
+    }
+
     /// Sets a data watch on each of `ahead` and on `own` (all requests in one round trip), and
-    /// waits until every node of `ahead` is gone, something else happens to one of them or to
-    /// `own`, or the deadline comes. The watch on `own` comes back with [`Waited::AheadGone`],
-    /// still set, for the hold to use as its deletion watch (dropping it would cost a request
-    /// to remove it).
+    /// waits until no more than `watch.may_remain` of `ahead` still block (each is struck off
+    /// when deleted, or when its data says it no longer blocks under `watch.rule`), something
+    /// else happens to `own` or to a node ahead, or the deadline comes. The watch on `own`
+    /// comes back with [`Waited::AheadGone`], still set, for the hold to use as its deletion
+    /// watch (dropping it would cost a request to remove it).
     async fn wait_for(
         &self,
         session: &Session,
         lock: &LockName,
         ahead: &[String],
+        watch: &Watch,
         own: Option<&str>,
         deadline: Deadline,
     ) -> Result<Waited> {
         let client = &session.client;
-        // The watches on nodes ahead that still exist, and the one on our own node.
-        let mut watches: Vec<NodeEvent> = Vec::with_capacity(ahead.len());
+        // The watches on nodes ahead that still block, and the one on our own node.
+        let mut blocking: Vec<(String, NodeEvent)> = Vec::with_capacity(ahead.len());
         let mut own_watch: Option<NodeEvent> = None;
         let mut own_gone = false;
+        let mut relook = false;
         let mut unwatched: Vec<(&str, bool)> = ahead.iter().map(|path| (path.as_str(), true)).collect();
         unwatched.extend(own.map(|path| (path, false)));
         let mut confirmed = Instant::now();
@@ -323,7 +598,11 @@ impl ZkBackend {
             let mut failed = Vec::new();
             for (path, is_ahead, request) in requests {
                 match request.await {
-                    Ok((_, _, watcher)) if is_ahead => watches.push(node_event(watcher)),
+                    Ok((data, _, watcher)) if is_ahead => match watch.rule.classify(&data) {
+                        Class::Blocks => blocking.push((path.to_owned(), node_event(watcher))),
+                        Class::Clear => {}
+                        Class::Relook => relook = true,
+                    },
                     Ok((_, _, watcher)) => own_watch = Some(node_event(watcher)),
                     // A node ahead already gone is struck off; our own gone means look again
                     // (once every reply is in).
@@ -338,38 +617,98 @@ impl ZkBackend {
             }
             unwatched = failed;
         }
-        if own_gone {
+        if own_gone || relook {
             return Ok(Waited::Changed);
         }
-        while !watches.is_empty() {
+        while blocking.len() > watch.may_remain {
             // Our own node first: notifications come in the order of the changes, so when our
             // node went before the last node ahead, its event is ready too and must win.
-            let (event, is_ahead) = tokio::select! {
+            let (event, ahead_path) = tokio::select! {
                 biased;
-                event = own_event(&mut own_watch) => (event, false),
-                event = next_event(&mut watches) => (event, true),
+                event = own_event(&mut own_watch) => (event, None),
+                (path, event) = next_event(&mut blocking) => (event, Some(path)),
                 () = sleep_until(deadline) => return Ok(Waited::DeadlinePassed),
             };
-            match event {
-                Watched::SessionEnded(state) => {
+            match (event, ahead_path) {
+                (Watched::SessionEnded(state), _) => {
                     return Err(map(state_error(state), Some(lock)).with_context("wait for the nodes ahead"));
                 }
-                Watched::SessionGone => {
+                (Watched::SessionGone, _) => {
                     session.mark_broken();
                     return Err(Error::connection(BACKEND, Some(lock), Failure::RuntimeGone)
                         .with_context("wait for the nodes ahead"));
                 }
                 // One node ahead fewer.
-                Watched::Deleted if is_ahead => {}
-                Watched::Deleted | Watched::Changed => return Ok(Waited::Changed),
+                (Watched::Deleted, Some(_)) => {}
+                // Its data changed (a downgrade, a marker): look at what it says now, on that
+                // node alone.
+                (Watched::Changed, Some(path)) if watch.rule != DataRule::HeldRelooks => {
+                    let sent_at = Instant::now();
+                    if let Some(again) = self.rewatch(session, lock, &path, watch.rule).await? {
+                        blocking.push((path, again));
+                    }
+                    confirmed = sent_at;
+                }
+                _ => return Ok(Waited::Changed),
             }
         }
         Ok(Waited::AheadGone { confirmed, own_watch })
     }
 
-    /// Turns our node, now first in the queue, into a hold: its czxid is the token, the
-    /// pending node is kept, and the session renews and watches it from here on (with
-    /// `own_watch`, when the wait left one on the node).
+    /// Watches a node ahead again after its data changed: the new watch when it still blocks
+    /// under `rule`, `None` when it is gone or no longer blocks.
+    async fn rewatch(
+        &self,
+        session: &Session,
+        lock: &LockName,
+        path: &str,
+        rule: DataRule,
+    ) -> Result<Option<NodeEvent>> {
+        let mut last = zk::Error::ConnectionLoss;
+        for _ in 0..RETRIES {
+            match session.client.get_and_watch_data(path).await {
+                Ok((data, _, watcher)) => {
+                    return Ok(match rule.classify(&data) {
+                        Class::Clear => None,
+                        Class::Blocks | Class::Relook => Some(node_event(watcher)),
+                    });
+                }
+                Err(zk::Error::NoNode) => return Ok(None),
+                Err(error) if is_loss(&error) => last = error,
+                Err(error) => return Err(session.error(error, Some(lock))),
+            }
+        }
+        Err(session.error(last, Some(lock)).with_context("watch the node ahead again"))
+    }
+
+    /// Waits for the watch on the list of children to fire, or the deadline.
+    async fn wait_children(
+        &self,
+        session: &Session,
+        lock: &LockName,
+        mut watcher: NodeEvent,
+        deadline: Deadline,
+    ) -> Result<Waited> {
+        let event = tokio::select! {
+            event = &mut watcher => event,
+            () = sleep_until(deadline) => return Ok(Waited::DeadlinePassed),
+        };
+        match event {
+            Watched::SessionEnded(state) => {
+                Err(map(state_error(state), Some(lock)).with_context("wait for the lock's queue to change"))
+            }
+            Watched::SessionGone => {
+                session.mark_broken();
+                Err(Error::connection(BACKEND, Some(lock), Failure::RuntimeGone)
+                    .with_context("wait for the lock's queue to change"))
+            }
+            Watched::Deleted | Watched::Changed => Ok(Waited::Changed),
+        }
+    }
+
+    /// Turns our node, now holding, into a hold: its czxid is the token, the pending node is
+    /// kept, and the session renews and watches it from here on (with `own_watch`, when the
+    /// wait left one on the node). A permit that `marks_held` writes its marker first.
     fn grant(
         &self,
         session: &Arc<Session>,
@@ -377,26 +716,30 @@ impl ZkBackend {
         node: OwnNode,
         confirmed: Instant,
         own_watch: Option<NodeEvent>,
+        marks_held: bool,
     ) -> Result<Grant> {
         let lock = pending.lock.clone();
         let token = u64::try_from(node.czxid)
             .map_err(|_| Error::backend(BACKEND, Some(&lock), Failure::InvalidCzxid(node.czxid)))?;
-        let signal = HoldSignal::new(BACKEND, lock, Some(session.deadline_from(confirmed)));
+        let signal = HoldSignal::new(BACKEND, lock.clone(), Some(session.deadline_from(confirmed)));
         let id = session.register(signal.clone());
-        let held = pending.into_held(id, node.path.clone());
+        if marks_held {
+            mark_held(session, &lock, &node.path, &pending.record, &signal);
+        }
+        let held = pending.into_held(id, node.path.clone(), signal.clone());
         session.spawn_now(watch_hold(Arc::clone(session), id, node.path, signal.clone(), own_watch));
         Ok(Grant::new(FencingToken::new(token), signal, Box::new(held)))
     }
 }
 
-/// The first event of any of `watches` (whose watch is then removed from the list). Pending
-/// for ever when the list is empty.
-fn next_event(watches: &mut Vec<NodeEvent>) -> impl std::future::Future<Output = Watched> + '_ {
+/// The first event of any of `watches`, with the path it watched (its watch is then removed
+/// from the list). Pending for ever when the list is empty.
+fn next_event(watches: &mut Vec<(String, NodeEvent)>) -> impl std::future::Future<Output = (String, Watched)> + '_ {
     std::future::poll_fn(move |cx| {
         for index in 0..watches.len() {
-            if let std::task::Poll::Ready(event) = watches[index].as_mut().poll(cx) {
-                drop(watches.swap_remove(index));
-                return std::task::Poll::Ready(event);
+            if let std::task::Poll::Ready(event) = watches[index].1.as_mut().poll(cx) {
+                let (path, _) = watches.swap_remove(index);
+                return std::task::Poll::Ready((path, event));
             }
         }
         std::task::Poll::Pending
@@ -417,5 +760,114 @@ async fn sleep_until(deadline: Deadline) {
         Deadline::At(at) => tokio::time::sleep_until(at.into()).await,
         Deadline::Now => {}
         Deadline::Never => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::num::NonZeroU32;
+
+    use super::*;
+
+    /// A queue of nodes of these kinds, with sequences 0, 1, 2, ...
+    fn queue_of(kinds: &[NodeKind]) -> Vec<Contender> {
+        let children: Vec<String> = kinds
+            .iter()
+            .enumerate()
+            .map(|(i, kind)| {
+                let prefix = node_prefix("/p", Uuid::new_v4(), *kind);
+                format!("{}{i:010}", prefix.trim_start_matches("/p/"))
+            })
+            .collect();
+        queue(&children)
+    }
+
+    fn permits(n: u32) -> NodeKind {
+        NodeKind::Permit(NonZeroU32::new(n).unwrap())
+    }
+
+    fn watching(queue: &[Contender], indices: &[usize], may_remain: usize, complete: bool, rule: DataRule) -> Verdict {
+        let ahead = indices.iter().map(|&i| queue[i].name.clone()).collect();
+        Verdict::Waits(Plan::Nodes(Watch { ahead, may_remain, complete, rule }))
+    }
+
+    use NodeKind::{Lock, Read, Write};
+
+    #[test]
+    fn mutexes_and_writers_hold_alone_and_watch_everyone_ahead() {
+        let q = queue_of(&[Read, Lock, Write]);
+        assert_eq!(judge(&q, 0), Verdict::Holds);
+        assert_eq!(judge(&q, 1), watching(&q, &[0], 0, true, DataRule::Ignore), "a mutex waits for a reader");
+        assert_eq!(judge(&q, 2), watching(&q, &[0, 1], 0, true, DataRule::Ignore));
+        let deep = queue_of(&[Write; WATCH_ALL_AHEAD + 2]);
+        assert_eq!(
+            judge(&deep, WATCH_ALL_AHEAD),
+            watching(&deep, &(0..WATCH_ALL_AHEAD).collect::<Vec<_>>(), 0, true, DataRule::Ignore)
+        );
+        assert_eq!(
+            judge(&deep, WATCH_ALL_AHEAD + 1),
+            watching(&deep, &[WATCH_ALL_AHEAD], 0, false, DataRule::Ignore),
+            "further back, the predecessor only"
+        );
+    }
+
+    #[test]
+    fn readers_wait_only_for_the_last_writer_ahead_never_for_one_behind() {
+        let q = queue_of(&[Read, Read, Write, Read, Lock, Read, Write]);
+        assert_eq!(judge(&q, 1), Verdict::Holds, "readers share, and the writer behind does not count (kazoo#649)");
+        assert_eq!(judge(&q, 3), watching(&q, &[2], 0, true, DataRule::ReadClears), "the one writer ahead");
+        assert_eq!(
+            judge(&q, 5),
+            watching(&q, &[4], 0, false, DataRule::Ignore),
+            "the last of two writers ahead (a mutex counts as one, and is never a read): list again when it goes"
+        );
+    }
+
+    #[test]
+    fn permits_count_the_nodes_ahead() {
+        let three = permits(3);
+        let q = queue_of(&[three; WATCH_ALL_AHEAD + 3]);
+        assert_eq!(judge(&q, 2), Verdict::Holds);
+        assert_eq!(judge(&q, 3), watching(&q, &[0, 1, 2], 2, true, DataRule::Ignore), "any one of three to go");
+        assert_eq!(judge(&q, 5), watching(&q, &[0, 1, 2, 3, 4], 2, true, DataRule::Ignore));
+        assert_eq!(
+            judge(&q, WATCH_ALL_AHEAD + 1),
+            watching(&q, &[WATCH_ALL_AHEAD], 0, false, DataRule::HeldRelooks),
+            "deep in the queue: the predecessor, until it is granted"
+        );
+        let many = permits(20);
+        let q = queue_of(&[many; 22]);
+        assert_eq!(judge(&q, 19), Verdict::Holds);
+        assert_eq!(judge(&q, 20), Verdict::Waits(Plan::Children), "the first waiter of 20 permits watches the list");
+        assert_eq!(judge(&q, 21), watching(&q, &[20], 0, false, DataRule::HeldRelooks));
+    }
+
+    #[test]
+    fn a_node_behind_another_use_of_the_name_conflicts_and_the_earlier_one_does_not() {
+        let q = queue_of(&[Lock, permits(2), Read]);
+        assert_eq!(judge(&q, 0), Verdict::Holds);
+        let Verdict::Conflict(what) = judge(&q, 1) else { panic!("a permit behind a mutex") };
+        assert!(what.contains("in use as a lock") && what.contains("another name"), "{what}");
+        let Verdict::Conflict(what) = judge(&q, 2) else { panic!("a reader behind a permit") };
+        assert!(what.contains("semaphore of 2 permits"), "{what}");
+        let q = queue_of(&[permits(3), permits(2)]);
+        let Verdict::Conflict(what) = judge(&q, 1) else { panic!("another count") };
+        assert!(what.contains("in use with 3 permits") && what.contains("asks for 2"), "{what}");
+        let q = queue_of(&[permits(2), Lock]);
+        assert_eq!(judge(&q, 0), Verdict::Holds, "the earlier user is not refused for a later one");
+    }
+
+    #[test]
+    fn a_reader_right_behind_a_downgraded_write_holds_and_a_writer_does_not() {
+        let q = queue_of(&[Write, Read, Read, Write, Read]);
+        assert!(holds(&q, 0, true) && holds(&q, 1, true) && holds(&q, 2, true));
+        assert!(
+            !holds(&q, 3, true) && !holds(&q, 4, true),
+            "a writer waits for the read, and readers behind it for the writer"
+        );
+        assert!(holds(&q, 0, false) && !holds(&q, 1, false) && !holds(&q, 2, false));
+        let q = queue_of(&[Lock, Read]);
+        assert!(!holds(&q, 1, true), "only a write node can be downgraded; a mutex is never read");
     }
 }

@@ -1,13 +1,16 @@
-//! The chaos run (lockkit-testkit's `chaos`) on real ZooKeeper, twice:
+//! The chaos run (lockkit-testkit's `chaos`) on real ZooKeeper:
 //!
 //! - on a dedicated server: eight clients, each with a session through a fault proxy of its
 //!   own, on three names, while connections are cut, blackholed past the session timeout
 //!   (the session expires), slowed down, clients killed, and the server paused and restarted;
+//!   on mutexes, then the same schedule on read-write locks (one writer in four, readers
+//!   reading the fenced resource with their token) and on semaphores of three permits;
 //! - on a three-member ensemble: each client reaches every member through a proxy of its own,
 //!   and the member a client is connected to is stopped and started again, besides cuts,
 //!   blackholes and latency.
 //!
-//! The two run one after the other (three JVMs are enough for two cores).
+//! The runs go one after the other (three JVMs are enough for two cores).
+//!
 //! `LOCKKIT_CHAOS_SECS`, `LOCKKIT_CHAOS_SEEDS` and `LOCKKIT_CHAOS_SEED` make the runs longer
 //! or replay a seed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -18,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lockkit_testkit::chaos::{self, ChaosConfig, FaultKind};
+use lockkit_testkit::chaos::{self, ChaosConfig, FaultKind, Primitive};
 use lockkit_testkit::fixture::zk::ZkEnsemble;
 use lockkit_testkit::proxy::FaultProxy;
 use lockkit_testkit::{ClientFaults, FaultResult, Harness, TestClient, Timing};
@@ -34,16 +37,44 @@ fn chaos_on_a_dedicated_server() {
     lockkit_testkit::runtime().block_on(async {
         let _turn = ONE_AT_A_TIME.lock().await;
         let harness = ZkHarness::dedicated().await;
-        let faults = [
-            FaultKind::Cut,
-            FaultKind::Blackhole,
-            FaultKind::Latency,
-            FaultKind::Kill,
-            FaultKind::PauseStore,
-            FaultKind::RestartStore,
-        ];
-        let config = ChaosConfig::new(0).with_duration(Duration::from_secs(25)).with_faults(&faults);
+        let config = ChaosConfig::new(0).with_duration(Duration::from_secs(25)).with_faults(&DEDICATED_FAULTS);
         chaos::check(&harness, config, &[21]).await;
+    });
+}
+
+/// The faults of the dedicated server's runs.
+const DEDICATED_FAULTS: [FaultKind; 6] = [
+    FaultKind::Cut,
+    FaultKind::Blackhole,
+    FaultKind::Latency,
+    FaultKind::Kill,
+    FaultKind::PauseStore,
+    FaultKind::RestartStore,
+];
+
+#[test]
+fn chaos_read_write_locks_on_a_dedicated_server() {
+    lockkit_testkit::runtime().block_on(async {
+        let _turn = ONE_AT_A_TIME.lock().await;
+        let harness = ZkHarness::dedicated().await;
+        let config = ChaosConfig::new(0)
+            .with_duration(Duration::from_secs(20))
+            .with_faults(&DEDICATED_FAULTS)
+            .with_primitive(Primitive::ReadWrite);
+        chaos::check(&harness, config, &[23]).await;
+    });
+}
+
+#[test]
+fn chaos_semaphores_of_three_on_a_dedicated_server() {
+    lockkit_testkit::runtime().block_on(async {
+        let _turn = ONE_AT_A_TIME.lock().await;
+        let harness = ZkHarness::dedicated().await;
+        let config = ChaosConfig::new(0)
+            .with_duration(Duration::from_secs(20))
+            .with_faults(&DEDICATED_FAULTS)
+            .with_primitive(Primitive::Semaphore(3));
+        chaos::check(&harness, config, &[24]).await;
     });
 }
 

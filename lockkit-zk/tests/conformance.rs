@@ -1,4 +1,6 @@
-//! The whole lock contract, on a real standalone ZooKeeper.
+//! The whole lock contract, on a real standalone ZooKeeper: mutexes, read-write locks and
+//! semaphores (the backend grants every kind but election candidacies), and the mutex cases
+//! again on a write lock and on a one-permit semaphore.
 //!
 //! The harness has every hook the kit asks for (kill, blackhole, cut, delete the record, an
 //! isolated server to restart, a child process's environment, an unreachable client and

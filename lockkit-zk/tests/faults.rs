@@ -726,3 +726,390 @@ fn connect_creates_the_base_path_and_build_does_nothing() {
         assert_eq!(eager.negotiated_session_timeout(), Some(SESSION_TIMEOUT));
     });
 }
+
+/// The reply to a reader's create is lost (replies delayed, the connection reset after the
+/// node was created): the reader finds its own `read` node again by its attempt id instead of
+/// leaking it, keeps its place behind the writer, is granted when the writer releases, with
+/// the czxid of that node as its token, and leaves nothing behind. A reader's `try_read` whose
+/// reply is lost finds its node and deletes it.
+#[test]
+fn lost_create_reply_of_a_read_node_finds_the_node_again() {
+    run(async {
+        let h = shared_harness().await;
+        let name = fresh_name("lost-read-reply");
+        let (a, _a_proxy) = h.proxied_client().await;
+        let (c, c_proxy) = h.proxied_client().await;
+        let write = a.rw_lock(&name).unwrap().write().await.unwrap();
+
+        c.zk_client().await.unwrap();
+        c_proxy.set_latency(Duration::from_millis(600));
+        let reader = c.rw_lock(&name).unwrap();
+        let waiter = tokio::spawn(async move { reader.read().await });
+        eventually(Duration::from_secs(5), "the reader's node is created", || async {
+            h.contenders(&name).await.len() == 2
+        })
+        .await;
+        let read_node = h.contenders(&name).await[1].clone();
+        assert!(read_node.contains("-read-"), "a read node: {read_node}");
+        c_proxy.cut_all();
+        c_proxy.heal();
+        tokio::time::sleep(SESSION_TIMEOUT / 2).await;
+        let queued = h.contenders(&name).await;
+        assert_eq!(queued, vec![queued[0].clone(), read_node.clone()], "exactly one node for the reader, the same");
+        assert!(!waiter.is_finished(), "the reader still waits for the writer");
+        let token = write.token();
+        write.release().await.unwrap();
+        let read = tokio::time::timeout(Duration::from_secs(10), waiter).await.unwrap().unwrap().unwrap();
+        assert!(read.token() > token);
+        let stat = h.admin().check_stat(&format!("{}/{read_node}", h.lock_znode(&name))).await.unwrap().unwrap();
+        assert_eq!(read.token().get(), stat.czxid as u64, "the token is the czxid of the node found again");
+
+        // A try_read behind a writer, whose reply is lost: its node is found and deleted.
+        c_proxy.set_latency(Duration::ZERO);
+        read.release().await.unwrap();
+        let write = a.rw_lock(&name).unwrap().write().await.unwrap();
+        c_proxy.set_latency(Duration::from_millis(600));
+        let reader = c.rw_lock(&name).unwrap();
+        let attempt = tokio::spawn(async move { reader.try_read().await.map(|g| g.is_some()) });
+        eventually(Duration::from_secs(5), "the try's node is created", || async {
+            h.contenders(&name).await.len() == 2
+        })
+        .await;
+        c_proxy.cut_all();
+        c_proxy.heal();
+        let got = tokio::time::timeout(Duration::from_secs(10), attempt).await.unwrap().unwrap();
+        assert!(matches!(got, Ok(false)), "the try fails without error: {got:?}");
+        assert_eq!(h.contenders(&name).await.len(), 1, "the try left no node behind");
+        write.release().await.unwrap();
+        eventually(Duration::from_secs(5), "the queue is empty", || async { h.contenders(&name).await.is_empty() })
+            .await;
+    });
+}
+
+/// Readers queued behind a writer whose session expires. First the writer holds: its loss
+/// is signalled before the reader behind it is granted. Then a writer waits between a
+/// holding reader and a queued one: when its session expires, the queued reader joins the
+/// holding one at once, without waiting for it; the writer, back on the network, queues again
+/// on a new session, behind both readers, and gets the lock after them.
+#[test]
+fn a_reader_queued_behind_a_writer_whose_session_expires_is_granted() {
+    run(async {
+        let h = shared_harness().await;
+        let name = fresh_name("reader-behind-expired-writer");
+        let history = Arc::new(History::new());
+        let (w, w_proxy) = h.proxied_client().await;
+        let (r, _r_proxy) = h.proxied_client().await;
+
+        // The writer holds.
+        let write = w.rw_lock(&name).unwrap().write().await.unwrap();
+        let write_hold = history.acquired("writer", &write);
+        let reader = r.rw_lock(&name).unwrap();
+        let waiting = tokio::spawn(async move {
+            let read = reader.read().await.unwrap();
+            (read, Instant::now())
+        });
+        eventually(Duration::from_secs(5), "the reader is queued", || async { h.contenders(&name).await.len() == 2 })
+            .await;
+        w_proxy.blackhole();
+        let reason = tokio::time::timeout(SESSION_TIMEOUT * 2, write.lost()).await.expect("the writer's loss");
+        let lost_at = Instant::now();
+        history.ended(write_hold, Some(&write));
+        let (first_read, granted_at) = tokio::time::timeout(SESSION_TIMEOUT * 3, waiting).await.unwrap().unwrap();
+        assert!(lost_at <= granted_at, "the writer's loss ({reason}) fired after the reader was granted");
+        assert!(first_read.token() > write.token());
+        let first_hold = history.acquired("reader 1", &first_read);
+        w_proxy.heal();
+        assert!(matches!(write.release().await, Err(Error::LockLost { .. })));
+
+        // A writer waits between the holding reader and a queued one.
+        let writer = w.rw_lock(&name).unwrap();
+        let queued_writer = tokio::spawn(async move { writer.write_timeout(SESSION_TIMEOUT * 8).await });
+        eventually(SESSION_TIMEOUT * 3, "the writer is queued on a new session", || async {
+            h.contenders(&name).await.len() == 2
+        })
+        .await;
+        let reader = r.rw_lock(&name).unwrap();
+        assert!(reader.try_read().await.unwrap().is_none(), "a later reader waits behind the queued writer");
+        let waiting = tokio::spawn(async move {
+            let read = reader.read().await.unwrap();
+            (read, Instant::now())
+        });
+        eventually(Duration::from_secs(5), "the second reader is queued", || async {
+            h.contenders(&name).await.len() == 3
+        })
+        .await;
+        let cut_at = Instant::now();
+        w_proxy.blackhole();
+        let (second_read, granted_at) = tokio::time::timeout(SESSION_TIMEOUT * 3, waiting).await.unwrap().unwrap();
+        assert!(
+            granted_at - cut_at >= SESSION_TIMEOUT / 2,
+            "granted {:?} after the cut, before the writer's session could expire",
+            granted_at - cut_at
+        );
+        assert!(first_read.is_held(), "the two readers hold at once");
+        let second_hold = history.acquired("reader 2", &second_read);
+        w_proxy.heal();
+        assert!(!queued_writer.is_finished(), "the writer waits again, behind both readers");
+        eventually(SESSION_TIMEOUT * 3, "the writer queued again behind the readers", || async {
+            h.contenders(&name).await.len() == 3
+        })
+        .await;
+        history.ended(first_hold, Some(&first_read));
+        first_read.release().await.unwrap();
+        history.ended(second_hold, Some(&second_read));
+        let read_token = second_read.token();
+        second_read.release().await.unwrap();
+        let write = tokio::time::timeout(Duration::from_secs(10), queued_writer).await.unwrap().unwrap().unwrap();
+        assert!(write.token() > read_token);
+        let write_hold = history.acquired("writer again", &write);
+        history.ended(write_hold, Some(&write));
+        write.release().await.unwrap();
+        history.assert_valid();
+        eventually(Duration::from_secs(5), "the queue is empty", || async { h.contenders(&name).await.is_empty() })
+            .await;
+    });
+}
+
+/// A write hold downgraded in place, with a reader queued right behind it, a writer behind
+/// that, and a reader behind the writer: the downgrade lets the first reader in promptly
+/// (woken by the data change of the node it watches), keeps the node (and token) of the
+/// hold, and the queued writer waits. The holder's connection is then reset: the hold
+/// survives the reconnect within the session, still a read, and the writer still waits
+/// until both reads are gone; the reader behind the writer comes last.
+#[test]
+fn a_downgraded_hold_with_a_writer_queued_behind_survives_a_reconnect() {
+    run(async {
+        let h = shared_harness().await;
+        let name = fresh_name("downgrade-reconnect");
+        let history = Arc::new(History::new());
+        let (a, a_proxy) = h.proxied_client().await;
+        let (b, _b_proxy) = h.proxied_client().await;
+        let (c, _c_proxy) = h.proxied_client().await;
+        let write = a.rw_lock(&name).unwrap().write().await.unwrap();
+        let token = write.token();
+        let holder_node = h.contenders(&name).await[0].clone();
+        let spawn = |client: &lockkit_zk::ZkLockProvider, write: bool| {
+            let rw = client.rw_lock(&name).unwrap();
+            tokio::spawn(async move {
+                let guard = if write { rw.write().await } else { rw.read().await }.unwrap();
+                (guard, Instant::now())
+            })
+        };
+        let first_reader = spawn(&b, false);
+        eventually(Duration::from_secs(5), "a reader is queued", || async { h.contenders(&name).await.len() == 2 })
+            .await;
+        let writer = spawn(&c, true);
+        eventually(Duration::from_secs(5), "a writer is queued", || async { h.contenders(&name).await.len() == 3 })
+            .await;
+        let last_reader = spawn(&b, false);
+        eventually(Duration::from_secs(5), "a reader behind the writer", || async {
+            h.contenders(&name).await.len() == 4
+        })
+        .await;
+
+        let read = write.read().unwrap();
+        let downgraded_at = Instant::now();
+        drop(write);
+        let (first_read, first_at) = tokio::time::timeout(Duration::from_secs(2), first_reader)
+            .await
+            .expect("the reader joins promptly")
+            .unwrap();
+        assert!(first_at - downgraded_at < Duration::from_secs(1), "joined after {:?}", first_at - downgraded_at);
+        let read_hold = history.acquired("downgraded", &read);
+        let first_hold = history.acquired("reader behind", &first_read);
+        assert_eq!(read.token(), token, "the hold keeps its token");
+        assert_eq!(h.contenders(&name).await[0], holder_node, "and its node");
+        let (data, _) = h.admin().get_data(&format!("{}/{holder_node}", h.lock_znode(&name))).await.unwrap();
+        assert!(String::from_utf8_lossy(&data).ends_with(" mode=read"), "{}", String::from_utf8_lossy(&data));
+        let info = a.inspect(&name).await.unwrap();
+        assert_eq!(info.holders.len(), 2, "{info:?}");
+        assert!(info.holders.iter().all(|holder| holder.kind == lockkit_core::HoldKind::Read), "{info:?}");
+        assert_eq!(info.waiters, Some(2));
+
+        // The holder's connection is reset; it reconnects within the session.
+        let before = read.valid_until().unwrap();
+        a_proxy.cut_all();
+        eventually(SESSION_TIMEOUT * 2, "the hold is renewed after the reconnect", || async {
+            assert!(read.is_held(), "the downgraded hold survives: {:?}", read.watcher().loss());
+            read.valid_until().unwrap() > before
+        })
+        .await;
+        let (data, _) = h.admin().get_data(&format!("{}/{holder_node}", h.lock_znode(&name))).await.unwrap();
+        assert!(String::from_utf8_lossy(&data).ends_with(" mode=read"), "still a read");
+        assert!(!writer.is_finished() && !last_reader.is_finished(), "the writer and the reader behind it wait");
+
+        history.ended(first_hold, Some(&first_read));
+        first_read.release().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!writer.is_finished(), "the writer waits for the downgraded read too");
+        history.ended(read_hold, Some(&read));
+        read.release().await.unwrap();
+        let (write, _) = tokio::time::timeout(Duration::from_secs(5), writer).await.unwrap().unwrap();
+        assert!(write.token() > token);
+        let write_hold = history.acquired("writer", &write);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!last_reader.is_finished(), "the reader behind the writer waits for it");
+        history.ended(write_hold, Some(&write));
+        write.release().await.unwrap();
+        let (last, _) = tokio::time::timeout(Duration::from_secs(5), last_reader).await.unwrap().unwrap();
+        let last_hold = history.acquired("reader behind the writer", &last);
+        history.ended(last_hold, Some(&last));
+        last.release().await.unwrap();
+        history.assert_valid();
+        eventually(Duration::from_secs(5), "the queue is empty", || async { h.contenders(&name).await.is_empty() })
+            .await;
+    });
+}
+
+/// Permits deep in a queue: a semaphore of 2 with 18 waiters, so that the last two wait
+/// beyond the 16 nodes a waiter watches and watch their predecessor. The waiters in between
+/// give up, the next one is granted a permit when a holder goes, and the last one, still
+/// behind it, is granted the other permit promptly when the second holder goes, though its
+/// predecessor still holds (the predecessor's "held" marker sent it to watch the holders).
+#[test]
+fn a_deep_permit_waiter_notices_a_holder_go_while_its_predecessor_holds() {
+    run(async {
+        let h = shared_harness().await;
+        let name = fresh_name("deep-permits");
+        let (p, _p_proxy) = h.proxied_client().await;
+        let (q, _q_proxy) = h.proxied_client().await;
+        let semaphore = |client: &lockkit_zk::ZkLockProvider| client.semaphore(&name, 2).unwrap();
+        let first = semaphore(&p).acquire().await.unwrap();
+        let second = semaphore(&p).acquire().await.unwrap();
+        let mut waiters = Vec::new();
+        for index in 0..18 {
+            let handle = semaphore(if index % 2 == 0 { &q } else { &p });
+            waiters.push(tokio::spawn(async move {
+                let guard = handle.acquire().await.unwrap();
+                (guard, Instant::now())
+            }));
+            eventually(Duration::from_secs(5), "the waiter is queued", || async {
+                h.contenders(&name).await.len() == index + 3
+            })
+            .await;
+        }
+        let last = waiters.pop().unwrap();
+        let next = waiters.pop().unwrap();
+        for waiter in waiters.drain(..) {
+            waiter.abort();
+        }
+        eventually(Duration::from_secs(5), "the waiters in between are gone", || async {
+            h.contenders(&name).await.len() == 4
+        })
+        .await;
+        first.release().await.unwrap();
+        let (next, _) = tokio::time::timeout(Duration::from_secs(2), next).await.expect("the next waiter").unwrap();
+        assert!(!last.is_finished(), "two permits are held");
+        let released_at = Instant::now();
+        second.release().await.unwrap();
+        let (last, granted_at) =
+            tokio::time::timeout(Duration::from_secs(2), last).await.expect("the last waiter").unwrap();
+        assert!(
+            granted_at - released_at < Duration::from_secs(1),
+            "granted {:?} after the release",
+            granted_at - released_at
+        );
+        assert!(next.is_held() && last.is_held() && last.token() > next.token());
+        let info = p.inspect(&name).await.unwrap();
+        assert_eq!((info.holders.len(), info.waiters), (2, Some(0)), "{info:?}");
+        next.release().await.unwrap();
+        last.release().await.unwrap();
+        eventually(Duration::from_secs(5), "the queue is empty", || async { h.contenders(&name).await.is_empty() })
+            .await;
+    });
+}
+
+/// A semaphore of more permits than a waiter watches nodes (20): the first waiter watches the
+/// list of children and is granted promptly when any holder goes (here one in the middle);
+/// the waiter behind it, woken by its "held" marker, becomes the first waiter and is granted
+/// when another holder goes. A handle with another count is refused with `Conflict`, waiting
+/// or not, and leaves no node.
+#[test]
+fn a_semaphore_of_many_permits_wakes_its_first_waiter_on_any_release() {
+    run(async {
+        let h = shared_harness().await;
+        let name = fresh_name("many-permits");
+        let (p, _p_proxy) = h.proxied_client().await;
+        let (q, _q_proxy) = h.proxied_client().await;
+        let mut held = Vec::new();
+        for _ in 0..20 {
+            held.push(p.semaphore(&name, 20).unwrap().acquire().await.unwrap());
+        }
+        let spawn = || {
+            let handle = q.semaphore(&name, 20).unwrap();
+            tokio::spawn(async move {
+                let guard = handle.acquire().await.unwrap();
+                (guard, Instant::now())
+            })
+        };
+        let first = spawn();
+        eventually(Duration::from_secs(5), "a waiter", || async { h.contenders(&name).await.len() == 21 }).await;
+        let second = spawn();
+        eventually(Duration::from_secs(5), "two waiters", || async { h.contenders(&name).await.len() == 22 }).await;
+        for count in [19, 21] {
+            let refused = q.semaphore(&name, count).unwrap().acquire_timeout(Duration::from_secs(1)).await;
+            assert!(matches!(refused, Err(Error::Conflict { .. })), "another count ({count}): {refused:?}");
+        }
+        assert_eq!(h.contenders(&name).await.len(), 22, "the refused handles left no node");
+        let released_at = Instant::now();
+        held.remove(7).release().await.unwrap();
+        let (first, at) = tokio::time::timeout(Duration::from_secs(2), first).await.expect("the first waiter").unwrap();
+        assert!(at - released_at < Duration::from_secs(1), "granted {:?} after the release", at - released_at);
+        assert!(!second.is_finished());
+        let released_at = Instant::now();
+        held.remove(11).release().await.unwrap();
+        let (second, at) =
+            tokio::time::timeout(Duration::from_secs(2), second).await.expect("the second waiter").unwrap();
+        assert!(at - released_at < Duration::from_secs(1), "granted {:?} after the release", at - released_at);
+        assert!(first.is_held() && second.token() > first.token());
+        let info = q.inspect(&name).await.unwrap();
+        assert_eq!((info.holders.len(), info.waiters), (20, Some(0)));
+        drop((first, second, held));
+        eventually(Duration::from_secs(5), "the queue is empty", || async { h.contenders(&name).await.is_empty() })
+            .await;
+    });
+}
+
+/// A reader whose grant reaches it late (its link is slow: half a second each way) carries the
+/// czxid of its node, created before a reader that was granted, held and released meanwhile
+/// on a fast link: its token is below that reader's, and above every write token before it,
+/// which is what contract 21 asks (a resource compares a reader with writes only), and what a
+/// `FencedResource` checks: the late reader's read is accepted, and a writer after both is
+/// above both.
+#[test]
+fn a_reader_granted_late_is_above_every_earlier_write_not_every_earlier_read() {
+    run(async {
+        let h = shared_harness().await;
+        let name = fresh_name("late-reader");
+        let (a, _a_proxy) = h.proxied_client().await;
+        let (b, b_proxy) = h.proxied_client().await;
+        let (c, _c_proxy) = h.proxied_client().await;
+        let resource: lockkit_testkit::FencedResource = lockkit_testkit::FencedResource::new();
+        let write = a.rw_lock(&name).unwrap().write().await.unwrap();
+        resource.write(write.token(), "w").unwrap();
+        let reader = b.rw_lock(&name).unwrap();
+        let late = tokio::spawn(async move { reader.read().await.map(|guard| (guard, Instant::now())) });
+        eventually(Duration::from_secs(5), "the slow reader is queued", || async {
+            h.contenders(&name).await.len() == 2
+        })
+        .await;
+        b_proxy.set_latency(Duration::from_millis(500));
+        write.release().await.unwrap();
+        let fast = c.rw_lock(&name).unwrap().read().await.unwrap();
+        resource.read(fast.token()).unwrap();
+        let fast_token = fast.token();
+        fast.release().await.unwrap();
+        let fast_done = Instant::now();
+        let (slow, granted_at) = tokio::time::timeout(Duration::from_secs(10), late).await.unwrap().unwrap().unwrap();
+        assert!(granted_at > fast_done, "the slow reader learned of its grant after the fast one was done");
+        assert!(slow.token() < fast_token, "its node came first");
+        let write_token = resource.accepted().last().map(|(token, _)| *token).unwrap();
+        assert!(slow.token() > write_token, "above every write before it");
+        assert!(resource.read(slow.token()).is_ok(), "the resource accepts the read (contract 21)");
+        b_proxy.set_latency(Duration::ZERO);
+        slow.release().await.unwrap();
+        let write = a.rw_lock(&name).unwrap().write().await.unwrap();
+        assert!(write.token() > fast_token && resource.write(write.token(), "w2").is_ok());
+        write.release().await.unwrap();
+    });
+}
