@@ -42,7 +42,7 @@ pub fn register_builtin_schemes() {
 /// | URL | backend | query options |
 /// | --- | --- | --- |
 /// | `mem://` or `mem://NAME` | in-process memory; one store per NAME per process | `lease`, `renew_every`, `drift` |
-/// | `file:///path/to/dir`, `file://` | local files; `file://` alone is the default directory | `poll_min`, `poll_max`, `check_every` |
+/// | `file:///path/to/dir`, `file://` | local files; `file://` alone is the default directory | `poll_min`, `poll_max`, `check_every`, `observe_every` |
 /// | `redis://[user:password@]host[:port][/db]` | Redis (feature `redis`) | `lease`, `renew_every`, `response_timeout`, `drift`, `key_prefix`, `fair`, `claim_window` |
 /// | `rediss://…` | Redis over TLS (feature `redis-tls`) | as `redis://` |
 /// | `zk://[user:password@]host:port[,host:port…][/chroot]` | ZooKeeper (feature `zk`) | `session_timeout`, `connect_timeout`, `base_path`, `drift`, `acl`, `disconnect_policy` |

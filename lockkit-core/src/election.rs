@@ -157,7 +157,7 @@ impl Election {
     /// store could not replay what passed meanwhile).
     pub fn observe(&self) -> Result<Observer> {
         let events = self.backend.observe(&self.name)?;
-        Ok(Observer { events, last_term: None, vacant: false })
+        Ok(Observer { events, last_term: None, vacant: false, after_gap: false })
     }
 }
 
@@ -213,6 +213,9 @@ pub struct Observer {
     events: crate::backend::LeaderEvents,
     last_term: Option<FencingToken>,
     vacant: bool,
+    /// A gap was just reported: the state that follows it is passed on even when it restates
+    /// the last term seen, so that a gap is always followed by the current state.
+    after_gap: bool,
 }
 
 impl Observer {
@@ -236,19 +239,25 @@ impl Stream for Observer {
             };
             match &item {
                 Ok(LeaderEvent::Elected(leader)) => {
-                    if self.last_term.is_some_and(|last| leader.term <= last) {
+                    let restated = self.after_gap && self.last_term == Some(leader.term);
+                    if !restated && self.last_term.is_some_and(|last| leader.term <= last) {
                         continue;
                     }
                     self.last_term = Some(leader.term);
                     self.vacant = false;
+                    self.after_gap = false;
                 }
                 Ok(LeaderEvent::Vacant) => {
-                    if self.vacant {
+                    if self.vacant && !self.after_gap {
                         continue;
                     }
                     self.vacant = true;
+                    self.after_gap = false;
                 }
-                Ok(LeaderEvent::Gap) => self.vacant = false,
+                Ok(LeaderEvent::Gap) => {
+                    self.vacant = false;
+                    self.after_gap = true;
+                }
                 Err(_) => {}
             }
             return Poll::Ready(Some(item));
@@ -259,5 +268,35 @@ impl Stream for Observer {
 impl fmt::Debug for Observer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Observer").field("last_term", &self.last_term).finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn leader(term: u64) -> LeaderEvent {
+        LeaderEvent::Elected(Leader::new(Arc::from(&b"x"[..]), FencingToken::new(term), None))
+    }
+
+    /// What an observer hands out for what a backend sends.
+    async fn observed(sent: Vec<LeaderEvent>) -> Vec<LeaderEvent> {
+        let events: crate::backend::LeaderEvents = Box::pin(futures_util::stream::iter(sent.into_iter().map(Ok)));
+        let mut observer = Observer { events, last_term: None, vacant: false, after_gap: false };
+        let mut out = Vec::new();
+        while let Some(event) = observer.next().await {
+            out.push(event.unwrap());
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn terms_only_go_forward_and_a_gap_is_followed_by_the_current_state() {
+        use LeaderEvent::{Gap, Vacant};
+        let sent =
+            vec![Vacant, Vacant, leader(3), leader(2), leader(3), Vacant, leader(5), Gap, leader(5), Gap, Vacant];
+        let expected = vec![Vacant, leader(3), Vacant, leader(5), Gap, leader(5), Gap, Vacant];
+        assert_eq!(observed(sent).await, expected);
     }
 }

@@ -1,5 +1,6 @@
 //! The file lock protocol: acquire (with waiting) every kind of hold, release, downgrade,
-//! loss detection and inspection. Everything generic (reentrancy, timeouts, guards) is in
+//! loss detection, inspection, and the start of an election's observers (which live in
+//! [`crate::election`]). Everything generic (reentrancy, timeouts, guards) is in
 //! lockkit-core; this module only speaks files. The crate docs describe the protocol; the
 //! blocking file operations are in [`crate::lockfile`].
 
@@ -14,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use lockkit_core::backend::{
-    AcquireRequest, Deadline, Grant, HeldLock, HoldSignal, HolderInfo, LockBackend, LockInfo, OwnerMeta,
+    AcquireRequest, Deadline, Grant, HeldLock, HoldSignal, HolderInfo, LeaderEvents, LockBackend, LockInfo, OwnerMeta,
 };
 use lockkit_core::{Capabilities, Error, FencingToken, HoldKind, LockName, LossReason, Result};
 use tracing::Instrument;
@@ -23,7 +24,7 @@ use crate::BACKEND;
 use crate::lockfile::{self, FenceLock, FileId, HolderFile, LockedFile, Mode, Probe};
 use crate::names::{LockFiles, lock_files};
 use crate::record::{Fence, Record};
-use crate::wakeups;
+use crate::{election, journal, wakeups};
 
 /// The checked settings of a provider.
 #[derive(Clone, Debug)]
@@ -36,6 +37,8 @@ pub(crate) struct Settings {
     pub(crate) poll_max: Duration,
     /// How often held lock files are checked for deletion.
     pub(crate) check_every: Duration,
+    /// How often an election observer reads the election again without a notification.
+    pub(crate) observe_every: Duration,
 }
 
 /// The `split_downgrades` fault hook's setting: convert in two steps with a pause between
@@ -59,6 +62,10 @@ pub(crate) struct FileBackend {
     /// Set by the `split_downgrades` fault hook.
     #[cfg(feature = "test-util")]
     split_downgrades: Mutex<Option<SplitDowngrade>>,
+    /// The inotify instances of this provider's election observers, for the
+    /// `drop_observer_watches` fault hook.
+    #[cfg(feature = "test-util")]
+    observers: Mutex<Vec<Weak<crate::watch::Shared>>>,
 }
 
 /// The holds of this provider that the checker looks after.
@@ -80,6 +87,10 @@ struct WatchedHold {
     /// Other descriptors of every file the hold locks, for the `kill` fault hook.
     #[cfg(feature = "test-util")]
     duplicates: Vec<std::fs::File>,
+    /// Set by the `kill` fault hook: the hold's process is "dead", so freeing it later must
+    /// not write to files another holder may own by then.
+    #[cfg(feature = "test-util")]
+    inert: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl FileBackend {
@@ -91,6 +102,8 @@ impl FileBackend {
             killed: Default::default(),
             #[cfg(feature = "test-util")]
             split_downgrades: Mutex::default(),
+            #[cfg(feature = "test-util")]
+            observers: Mutex::default(),
         })
     }
 
@@ -156,13 +169,13 @@ impl FileBackend {
         run_blocking(&request.lock, job).await?.map_err(|error| io_error(&request.lock, &files.lock, error))
     }
 
-    fn grant(&self, request: &AcquireRequest, files: LockFiles, hold: OpenHold) -> Grant {
+    fn grant(&self, request: &AcquireRequest, files: LockFiles, hold: Box<OpenHold>) -> Grant {
         let lock = request.lock.clone();
         let signal = HoldSignal::new(BACKEND, lock.clone(), None);
         let token = FencingToken::new(hold.token);
-        let watch_id = hold.files.as_ref().map(|held| self.watch(held, &files.lock, &signal));
+        let watch_id = hold.files.as_ref().map(|held| self.watch(held, &hold, &files.lock, &signal));
         let held = FileHeld {
-            hold: Arc::new(Mutex::new(hold)),
+            hold: Arc::new(Mutex::new(*hold)),
             files,
             lock,
             kind: request.kind.clone(),
@@ -174,7 +187,9 @@ impl FileBackend {
     }
 
     /// Has the checker look after a hold; starts the checker if it is not running.
-    fn watch(&self, held: &HoldFiles, wake: &Path, signal: &HoldSignal) -> u64 {
+    fn watch(&self, held: &HoldFiles, open: &OpenHold, wake: &Path, signal: &HoldSignal) -> u64 {
+        #[cfg(not(feature = "test-util"))]
+        let _ = open;
         let (path, file) = held.watched();
         let mut watched = self.watched();
         watched.last_id += 1;
@@ -186,6 +201,8 @@ impl FileBackend {
             wake: wake.to_path_buf(),
             #[cfg(feature = "test-util")]
             duplicates: held.duplicates(),
+            #[cfg(feature = "test-util")]
+            inert: Arc::clone(&open.inert),
         };
         watched.holds.insert(id, hold);
         if watched.checker.as_ref().is_none_or(tokio::task::JoinHandle::is_finished)
@@ -219,6 +236,7 @@ impl FileBackend {
         self.killed.store(true, std::sync::atomic::Ordering::SeqCst);
         let holds: Vec<WatchedHold> = self.watched().holds.drain().map(|(_, hold)| hold).collect();
         for hold in holds {
+            hold.inert.store(true, std::sync::atomic::Ordering::SeqCst);
             for duplicate in &hold.duplicates {
                 if let Err(error) = lockfile::unlock(duplicate) {
                     tracing::debug!(%error, path = %hold.path.display(), "could not let go of a killed provider's flock");
@@ -245,6 +263,18 @@ impl FileBackend {
         None
     }
 
+    /// The `drop_observer_watches` fault hook: removes the inotify watch of every live
+    /// observer of this provider; returns how many were removed.
+    #[cfg(feature = "test-util")]
+    pub(crate) fn drop_observer_watches(&self) -> usize {
+        let observers: Vec<Arc<crate::watch::Shared>> = {
+            let mut observers = self.observers.lock().unwrap_or_else(PoisonError::into_inner);
+            observers.retain(|observer| observer.strong_count() > 0);
+            observers.iter().filter_map(Weak::upgrade).collect()
+        };
+        observers.iter().filter(|observer| observer.drop_watch()).count()
+    }
+
     /// Adds the record file a downgrade created to the files the `kill` hook lets go of.
     #[cfg(feature = "test-util")]
     fn watch_also(&self, id: u64, duplicate: std::fs::File) {
@@ -255,7 +285,10 @@ impl FileBackend {
 }
 
 /// Runs a blocking file job on the runtime's blocking threads (or here, outside a runtime).
-async fn run_blocking<T: Send + 'static>(lock: &LockName, job: impl FnOnce() -> T + Send + 'static) -> Result<T> {
+pub(crate) async fn run_blocking<T: Send + 'static>(
+    lock: &LockName,
+    job: impl FnOnce() -> T + Send + 'static,
+) -> Result<T> {
     match tokio::runtime::Handle::try_current() {
         Ok(runtime) => runtime.spawn_blocking(job).await.map_err(|error| {
             Error::backend(BACKEND, Some(lock), error).with_context("the file operation did not finish")
@@ -308,7 +341,7 @@ async fn check_forever(backend: Weak<FileBackend>, every: Duration) {
 #[derive(Debug)]
 enum Taken {
     /// Granted.
-    Held(OpenHold),
+    Held(Box<OpenHold>),
     /// Held by others in a way that excludes this kind.
     Busy,
     /// The name is in use as another kind of lock; the message says how.
@@ -321,48 +354,97 @@ enum Taken {
 /// every grant draws its token from the name's fence, on disk before it returns.
 fn take(files: &LockFiles, kind: &HoldKind, holder: OwnerMeta) -> io::Result<Taken> {
     match kind {
-        HoldKind::Exclusive | HoldKind::Write => take_write(files, kind.clone(), holder),
+        HoldKind::Exclusive | HoldKind::Write | HoldKind::Candidate { .. } => take_write(files, kind.clone(), holder),
         HoldKind::Read => take_read(files, holder),
         HoldKind::Permit { permits } => take_permit(files, *permits, holder),
         _ => Ok(Taken::Unsupported),
     }
 }
 
-/// A mutex or a writer: under the fence (the gate), the lock file's exclusive flock.
+/// A mutex, a writer or a candidate: under the fence (the gate), the lock file's exclusive
+/// flock. A candidate's grant also writes its term to the election's journal.
 fn take_write(files: &LockFiles, kind: HoldKind, holder: OwnerMeta) -> io::Result<Taken> {
     // Writers try only under the fence, so that whoever holds it (a holder converting its
-    // write hold into a read hold, a semaphore's admission, `inspect`) never sees a writer
-    // take the lock meanwhile.
+    // write hold into a read hold, a semaphore's admission, `inspect`, an election observer)
+    // never sees a writer take the lock meanwhile.
     let fence = FenceLock::lock(&files.fence)?;
-    let Some(main) = lockfile::try_lock(&files.lock, Mode::Exclusive)? else { return Ok(Taken::Busy) };
+    let Some(main) = lockfile::try_lock(&files.lock, Mode::Exclusive)? else {
+        return Ok(match held_as_another_kind(files, &kind)? {
+            Some(what) => Taken::Conflict(what),
+            None => Taken::Busy,
+        });
+    };
     let counter = fence.read()?;
     if !lockfile::live_holders(&files.permits)?.is_empty() {
         drop(main);
         wakeups::notify(&files.lock);
-        return Ok(Taken::Conflict(semaphore_in_use(counter.permits)));
+        return Ok(Taken::Conflict(semaphore_in_use(counter.permits, &kind)));
     }
     let token = counter.next_token(main.read_record()?.token);
     fence.write(&Fence { token: Some(token), ..counter })?;
-    main.write_record(&Record::held(token, holder.clone(), kind))?;
+    main.write_record(&Record::held(token, holder.clone(), kind.clone()))?;
+    if let HoldKind::Candidate { identity } = &kind {
+        // Published before the fence is let go, so that observers, who look under it, see
+        // the term in the journal whenever they see its holder.
+        journal::record_elected(&files.election, token, holder.since, identity)?;
+    }
     drop(fence);
-    Ok(Taken::Held(OpenHold::new(HoldFiles::Write(main), token, holder, files)))
+    if matches!(kind, HoldKind::Candidate { .. }) {
+        wakeups::notify(&files.election);
+    }
+    Ok(Taken::Held(Box::new(OpenHold::new(HoldFiles::Write(main), token, holder, files, &kind))))
+}
+
+/// Why an exclusive try on the lock file failed, when it is because the name is in use as
+/// another kind than `asking`: a candidate leads and a lock is asked, or a lock (mutex,
+/// writer, readers) holds and a candidate is asked. `None` when the holder is of the same
+/// kind, or cannot be told (a release in flight): then it is busy. Under the fence.
+fn held_as_another_kind(files: &LockFiles, asking: &HoldKind) -> io::Result<Option<String>> {
+    let candidate = matches!(asking, HoldKind::Candidate { .. });
+    let what = if candidate { "the election" } else { "the lock" };
+    match lockfile::probe(&files.lock)? {
+        Probe::Found { held: true, record: Record { holder: Some(_), kind, .. } } => {
+            let held = match kind {
+                Some(HoldKind::Candidate { .. }) if candidate => return Ok(None),
+                Some(HoldKind::Candidate { .. }) => "an election (a candidate leads)",
+                _ if !candidate => return Ok(None),
+                Some(HoldKind::Write) => "a lock, held by the writer of a read-write lock",
+                _ => "a lock, held by a mutex",
+            };
+            Ok(Some(format!("the name is in use as {held}; give {what} another name")))
+        }
+        Probe::Found { held: false, .. } if candidate && !lockfile::live_holders(&files.readers)?.is_empty() => {
+            Ok(Some(format!("the name is in use as a read-write lock, held by readers; give {what} another name")))
+        }
+        _ => Ok(None),
+    }
 }
 
 /// A reader: the lock file's shared flock, then, under the fence, its token and its record.
 fn take_read(files: &LockFiles, holder: OwnerMeta) -> io::Result<Taken> {
-    let Some(main) = lockfile::try_lock(&files.lock, Mode::Shared)? else { return Ok(Taken::Busy) };
+    let Some(main) = lockfile::try_lock(&files.lock, Mode::Shared)? else {
+        // Held exclusively. When the record hints at a candidate, make sure under the fence.
+        if lockfile::peek(&files.lock)?.is_some_and(|record| matches!(record.kind, Some(HoldKind::Candidate { .. }))) {
+            let fence = FenceLock::lock(&files.fence)?;
+            if let Some(what) = held_as_another_kind(files, &HoldKind::Read)? {
+                return Ok(Taken::Conflict(what));
+            }
+            drop(fence);
+        }
+        return Ok(Taken::Busy);
+    };
     let fence = FenceLock::lock(&files.fence)?;
     let counter = fence.read()?;
     if !lockfile::live_holders(&files.permits)?.is_empty() {
         drop(main);
         wakeups::notify(&files.lock);
-        return Ok(Taken::Conflict(semaphore_in_use(counter.permits)));
+        return Ok(Taken::Conflict(semaphore_in_use(counter.permits, &HoldKind::Read)));
     }
     let token = counter.next_token(main.read_record()?.token);
     fence.write(&Fence { token: Some(token), ..counter })?;
     let record = HolderFile::create(&files.readers, &Record::held(token, holder.clone(), HoldKind::Read))?;
     drop(fence);
-    Ok(Taken::Held(OpenHold::new(HoldFiles::Read { main, record }, token, holder, files)))
+    Ok(Taken::Held(Box::new(OpenHold::new(HoldFiles::Read { main, record }, token, holder, files, &HoldKind::Read))))
 }
 
 /// A permit: under the fence, count the live permits and, if one is free, create a locked
@@ -388,20 +470,22 @@ fn take_permit(files: &LockFiles, permits: NonZeroU32, holder: OwnerMeta) -> io:
     let token = counter.next_token(None);
     fence.write(&Fence { token: Some(token), permits: Some(permits) })?;
     let kind = HoldKind::Permit { permits };
-    let record = HolderFile::create(&files.permits, &Record::held(token, holder.clone(), kind))?;
+    let record = HolderFile::create(&files.permits, &Record::held(token, holder.clone(), kind.clone()))?;
     drop(fence);
-    Ok(Taken::Held(OpenHold::new(HoldFiles::Permit(record), token, holder, files)))
+    Ok(Taken::Held(Box::new(OpenHold::new(HoldFiles::Permit(record), token, holder, files, &kind))))
 }
 
-/// Whether the name is in use as a lock (a writer or a mutex holds the lock file, or live
-/// readers have records), and how, for a semaphore's admission. Under the fence.
+/// Whether the name is in use as a lock (a writer, a mutex or a candidate holds the lock
+/// file, or live readers have records), and how, for a semaphore's admission. Under the
+/// fence.
 fn lock_in_use(files: &LockFiles) -> io::Result<Option<String>> {
     if let Probe::Found { held: true, record } = lockfile::probe(&files.lock)? {
-        let who = match record.kind {
-            Some(HoldKind::Write) => "the writer of a read-write lock",
-            _ => "a mutex",
+        let what = match record.kind {
+            Some(HoldKind::Write) => "a lock, held by the writer of a read-write lock",
+            Some(HoldKind::Candidate { .. }) => "an election (a candidate leads)",
+            _ => "a lock, held by a mutex",
         };
-        return Ok(Some(format!("the name is in use as a lock, held by {who}; give the semaphore another name")));
+        return Ok(Some(format!("the name is in use as {what}; give the semaphore another name")));
     }
     if !lockfile::live_holders(&files.readers)?.is_empty() {
         return Ok(Some(
@@ -411,12 +495,14 @@ fn lock_in_use(files: &LockFiles) -> io::Result<Option<String>> {
     Ok(None)
 }
 
-fn semaphore_in_use(permits: Option<NonZeroU32>) -> String {
+/// The conflict of `asking` (a lock or a candidate) with a semaphore of the name.
+fn semaphore_in_use(permits: Option<NonZeroU32>, asking: &HoldKind) -> String {
+    let what = if matches!(asking, HoldKind::Candidate { .. }) { "the election" } else { "the lock" };
     match permits {
         Some(permits) => {
-            format!("the name is in use as a semaphore of {permits} permits; give the lock another name")
+            format!("the name is in use as a semaphore of {permits} permits; give {what} another name")
         }
-        None => "the name is in use as a semaphore; give the lock another name".to_owned(),
+        None => format!("the name is in use as a semaphore; give {what} another name"),
     }
 }
 
@@ -499,24 +585,68 @@ struct OpenHold {
     wake: PathBuf,
     /// Why the hold was lost, when a downgrade lost it.
     lost: Option<LossReason>,
+    /// The fence and the journal of the election, for a candidate's hold.
+    candidacy: Option<(PathBuf, PathBuf)>,
+    /// Set by the `kill` fault hook: free the files without writing to them, as a dead
+    /// process would (another holder may own the lock file's record by then).
+    inert: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl OpenHold {
-    fn new(files: HoldFiles, token: u64, holder: OwnerMeta, names: &LockFiles) -> Self {
-        Self { files: Some(files), token, holder, wake: names.lock.clone(), lost: None }
+    fn new(files: HoldFiles, token: u64, holder: OwnerMeta, names: &LockFiles, kind: &HoldKind) -> Self {
+        let candidacy =
+            matches!(kind, HoldKind::Candidate { .. }).then(|| (names.fence.clone(), names.election.clone()));
+        Self {
+            files: Some(files),
+            token,
+            holder,
+            wake: names.lock.clone(),
+            lost: None,
+            candidacy,
+            inert: Arc::default(),
+        }
     }
 
     /// Frees the hold: a writer marks the lock file's record free (keeping the token); a
+    /// candidate does so under the fence and writes the end of its term to the journal; a
     /// reader or a permit unlinks its record file; then the files are closed, which frees
     /// the flocks, and the waiters of this process are woken. `Err` with the reason when the
     /// hold was no longer a hold (its file had been deleted, or a downgrade lost it).
+    ///
+    /// A candidate's release waits for the fence (an instant): run it on a blocking thread.
     fn free(&mut self) -> std::result::Result<(), LossReason> {
         let Some(files) = self.files.take() else { return self.lost.clone().map_or(Ok(()), Err) };
+        let inert = self.inert.load(std::sync::atomic::Ordering::SeqCst);
         let linked = match files {
+            HoldFiles::Write(main) if inert => main.is_linked().unwrap_or(true),
             HoldFiles::Write(main) => {
                 let linked = main.is_linked().unwrap_or(true);
+                // A candidate's end is written under the fence, with its journal line, so
+                // that observers see both or neither.
+                let fence = match &self.candidacy {
+                    Some((fence, _)) => match FenceLock::lock(fence) {
+                        Ok(fence) => Some(fence),
+                        Err(error) => {
+                            tracing::debug!(%error, path = %fence.display(), "could not take the fence to resign");
+                            None
+                        }
+                    },
+                    None => None,
+                };
                 if let Err(error) = main.write_record(&Record::free(Some(self.token))) {
                     tracing::debug!(%error, path = %main.path().display(), "could not mark a released lock file free");
+                }
+                if let (Some(_), Some((_, journal))) = (&fence, &self.candidacy)
+                    && let Err(error) = journal::record_vacant(journal, self.token)
+                {
+                    tracing::debug!(%error, path = %journal.display(), "could not write the end of a term");
+                }
+                // The lock file first, the fence after: a candidate waiting for the fence
+                // then finds the lock free.
+                drop(main);
+                drop(fence);
+                if let Some((_, journal)) = &self.candidacy {
+                    wakeups::notify(journal);
                 }
                 linked
             }
@@ -630,7 +760,22 @@ impl Drop for FileHeld {
 #[async_trait]
 impl HeldLock for FileHeld {
     async fn release(self: Box<Self>) -> Result<()> {
-        let freed = self.hold.lock().unwrap_or_else(PoisonError::into_inner).free();
+        // First the checker's record of the hold: with the `kill` hook compiled in, it keeps
+        // other descriptors of the locked files, and a flock lasts as long as any descriptor
+        // of its open file; closed after `free`, they would keep the lock held past the
+        // wake-up of its waiters, who would then find it still taken.
+        if let (Some(id), Some(backend)) = (self.watch_id, self.backend.upgrade()) {
+            backend.unwatch(id);
+        }
+        let span = tracing::debug_span!("lockkit.file.release", lock = %self.lock, kind = ?self.kind);
+        let freed = if matches!(self.kind, HoldKind::Candidate { .. }) {
+            // A candidate resigns under the fence, which may be busy for an instant.
+            let hold = Arc::clone(&self.hold);
+            let job = move || hold.lock().unwrap_or_else(PoisonError::into_inner).free();
+            run_blocking(&self.lock, job).instrument(span).await?
+        } else {
+            span.in_scope(|| self.hold.lock().unwrap_or_else(PoisonError::into_inner).free())
+        };
         freed.map_err(|reason| Error::lost(BACKEND, &self.lock, reason))
     }
 
@@ -694,6 +839,7 @@ impl LockBackend for FileBackend {
             cross_process: true,
             rw_lock: true,
             semaphore: true,
+            election: true,
             ..Capabilities::NONE
         }
     }
@@ -718,5 +864,30 @@ impl LockBackend for FileBackend {
         };
         let holders = run_blocking(lock, job).await?.map_err(|error| io_error(lock, &files.lock, error))?;
         Ok(LockInfo::new(holders, None))
+    }
+
+    fn observe(&self, lock: &LockName) -> Result<LeaderEvents> {
+        self.alive(lock)?;
+        let files = self.lock_files(lock);
+        let dir = files.lock.parent().unwrap_or(&self.settings.dir).to_path_buf();
+        let watch = if cfg!(target_os = "linux") {
+            let watch = crate::watch::DirWatch::new(&dir, &election::watched_names(&files)).map_err(|error| {
+                Error::backend(BACKEND, Some(lock), error).with_context(format!(
+                    "watch {} with inotify (at the limit, raise fs.inotify.max_user_instances or max_user_watches)",
+                    dir.display()
+                ))
+            })?;
+            #[cfg(feature = "test-util")]
+            {
+                let mut observers = self.observers.lock().unwrap_or_else(PoisonError::into_inner);
+                observers.retain(|observer| observer.strong_count() > 0);
+                observers.push(Arc::downgrade(watch.shared()));
+            }
+            Some(watch)
+        } else {
+            None
+        };
+        tracing::debug!(lock = %lock, dir = %dir.display(), "lockkit.file.observe");
+        Ok(election::follow(lock.clone(), files, watch, self.settings.observe_every))
     }
 }

@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use rustix::fs::{FlockOperation, flock};
 
-use crate::record::{Fence, RECORD_LEN, Record};
+use crate::record::{Fence, MAX_RECORD_LEN, RECORD_LEN, Record};
 
 /// Lets go of the flock held through `file` (any descriptor of the locked open file), as the
 /// death of the holding process would.
@@ -168,9 +168,12 @@ impl LockedFile {
     }
 
     /// Writes `record` over the file's record, without waiting for the disk: the lock file's
-    /// record only says who holds it (tokens are kept durable by the fence).
+    /// record only says who holds it (tokens are kept durable by the fence). The record is
+    /// padded to the file's size, so a shorter record (a mutex's, after a candidate's with a
+    /// long identity) leaves no tail of the longer one behind.
     pub(crate) fn write_record(&self, record: &Record) -> io::Result<()> {
-        self.file.write_all_at(&record.render(), 0)
+        let size = usize::try_from(self.file.metadata()?.len()).unwrap_or(MAX_RECORD_LEN);
+        self.file.write_all_at(&record.render_at_least(size.clamp(RECORD_LEN, MAX_RECORD_LEN)), 0)
     }
 
     /// Whether the path still names the locked file.
@@ -196,10 +199,9 @@ impl LockedFile {
     }
 }
 
-/// Reads the first bytes of `file` (a record is at most [`RECORD_LEN`] bytes; twice that is
-/// read, so that a longer file parses as unreadable rather than as its first record).
+/// Reads the first bytes of `file`: a record is at most [`MAX_RECORD_LEN`] bytes.
 fn read_head(file: &File) -> io::Result<Vec<u8>> {
-    let mut buffer = vec![0; RECORD_LEN * 2];
+    let mut buffer = vec![0; MAX_RECORD_LEN];
     let mut filled = 0;
     loop {
         let read = file.read_at(&mut buffer[filled..], filled as u64)?;
@@ -364,6 +366,17 @@ pub(crate) fn live_holders(dir: &Path) -> io::Result<Vec<Record>> {
         }
     }
     Ok(live)
+}
+
+/// The record of the lock file at `path`, read without any lock: a hint only (it may be a
+/// dead holder's, or half written by a release), to be confirmed under the fence with
+/// [`probe`]. `None` when there is no lock file.
+pub(crate) fn peek(path: &Path) -> io::Result<Option<Record>> {
+    match File::open(path) {
+        Ok(file) => Ok(Some(Record::parse(&read_head(&file)?))),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(error) => Err(error),
+    }
 }
 
 /// What a look at a lock file found.

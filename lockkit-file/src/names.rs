@@ -14,8 +14,9 @@
 //!
 //! Next to the lock file, the other files of a name take the same encoded stem with another
 //! suffix ([`LockFiles`]): `.fence` (the token counter), `.readers/` and `.permits/` (one
-//! record file per reader or permit holder). Encoded names never contain a `.`, so a stem and
-//! its suffix are told apart at the first `.`, and the files of two names never meet.
+//! record file per reader or permit holder) and `.election` (the journal of an election's
+//! terms). Encoded names never contain a `.`, so a stem and its suffix are told apart at the
+//! first `.`, and the files of two names never meet.
 
 use std::path::{Path, PathBuf};
 
@@ -37,6 +38,10 @@ pub const READERS_SUFFIX: &str = ".readers";
 /// The suffix of a name's directory of permit records, when the name is a semaphore.
 pub const PERMITS_SUFFIX: &str = ".permits";
 
+/// The suffix of a name's election journal, when the name is an election: every change of
+/// leader, numbered, for observers to replay.
+pub const ELECTION_SUFFIX: &str = ".election";
+
 /// The files and directories of one lock name, all in one directory of the lock directory
 /// (see the [crate docs](crate) for what each holds). Only those a name has used exist.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,6 +57,9 @@ pub struct LockFiles {
     pub readers: PathBuf,
     /// One record file per live permit of a semaphore, each locked by its holder.
     pub permits: PathBuf,
+    /// The journal of an election: its changes of leader, numbered (see the
+    /// [crate docs](crate#elections)).
+    pub election: PathBuf,
 }
 
 /// The escaped form of `name`: lower-case ASCII letters, digits, `-`, `_` and `%xx`.
@@ -78,6 +86,7 @@ pub(crate) fn lock_files(dir: &Path, name: &LockName) -> LockFiles {
         fence: with(FENCE_SUFFIX),
         readers: with(READERS_SUFFIX),
         permits: with(PERMITS_SUFFIX),
+        election: with(ELECTION_SUFFIX),
     }
 }
 
@@ -157,13 +166,14 @@ mod tests {
         assert_eq!(files.fence, Path::new("/d/a%2fb.fence"));
         assert_eq!(files.readers, Path::new("/d/a%2fb.readers"));
         assert_eq!(files.permits, Path::new("/d/a%2fb.permits"));
+        assert_eq!(files.election, Path::new("/d/a%2fb.election"));
         let mut all = HashSet::new();
-        for n in ["a", "a.lock", "a.fence", "a.readers", "a.permits", "a/b", "x".repeat(200).as_str()] {
+        for n in ["a", "a.lock", "a.fence", "a.readers", "a.permits", "a.election", "a/b", "x".repeat(200).as_str()] {
             let files = lock_files(dir, &name(n));
-            for path in [files.lock, files.fence, files.readers, files.permits] {
+            for path in [files.lock, files.fence, files.readers, files.permits, files.election] {
                 assert!(all.insert(path.clone()), "{path:?} is shared");
                 let file_name = path.file_name().unwrap().to_str().unwrap();
-                assert!(file_name.len() <= COMPONENT_LEN + PERMITS_SUFFIX.len(), "{path:?}");
+                assert!(file_name.len() <= COMPONENT_LEN + ELECTION_SUFFIX.len(), "{path:?}");
             }
         }
     }

@@ -19,6 +19,9 @@ pub const DEFAULT_POLL_MIN: Duration = Duration::from_millis(10);
 pub const DEFAULT_POLL_MAX: Duration = Duration::from_millis(50);
 /// How often held lock files are checked for deletion, by default.
 pub const DEFAULT_CHECK_EVERY: Duration = Duration::from_secs(1);
+/// How often an election observer reads the election again without a notification (its
+/// safety net), by default.
+pub const DEFAULT_OBSERVE_EVERY: Duration = Duration::from_secs(5);
 
 /// The file in the lock directory that marks it as one and proves it writable. Its name has
 /// a `.` and no `.lock` suffix, so it can never be a lock file.
@@ -26,7 +29,7 @@ pub const MARKER_FILE: &str = "lockkit.dir";
 
 /// The options a `file://` URL and [`FileLockProviderBuilder::option`] take: the names of
 /// the builder's methods.
-pub const OPTIONS: &[&str] = &["poll_min", "poll_max", "check_every"];
+pub const OPTIONS: &[&str] = &["poll_min", "poll_max", "check_every", "observe_every"];
 
 /// The `file` scheme: `file:///path/to/dir`, or `file://` for [`FileLockProvider::default_dir`].
 pub const SCHEME: Scheme = Scheme { names: &["file"], backend: BACKEND, connect: connect_url };
@@ -83,6 +86,7 @@ impl FileLockProvider {
             poll_min: DEFAULT_POLL_MIN,
             poll_max: DEFAULT_POLL_MAX,
             check_every: DEFAULT_CHECK_EVERY,
+            observe_every: DEFAULT_OBSERVE_EVERY,
         }
     }
 
@@ -127,6 +131,18 @@ impl FileLockProvider {
         self.backend.split_downgrades(split);
     }
 
+    /// Fault hook: removes the inotify watch of every election observer of this provider,
+    /// as the kernel does when a watched directory is deleted. Each observer notices at its
+    /// next poll, sets its watch again, and reports
+    /// [`LeaderEvent::Gap`](lockkit_core::LeaderEvent::Gap) then the current state, as it
+    /// would after any lost watch or overflowed event queue. Returns how many watches were
+    /// removed (none on systems without inotify).
+    #[cfg(feature = "test-util")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
+    pub fn drop_observer_watches(&self) -> usize {
+        self.backend.drop_observer_watches()
+    }
+
     /// The lock file of the lock called `name`, for administrators and tests.
     ///
     /// # Errors
@@ -169,6 +185,7 @@ pub struct FileLockProviderBuilder {
     poll_min: Duration,
     poll_max: Duration,
     check_every: Duration,
+    observe_every: Duration,
 }
 
 impl FileLockProviderBuilder {
@@ -229,6 +246,16 @@ impl FileLockProviderBuilder {
         self
     }
 
+    /// How often an election observer reads the election again when nothing notified it: a
+    /// safety net only. Observers are woken by this process's releases and grants at once,
+    /// and by those of other processes through inotify (Linux); on systems without inotify,
+    /// this re-read is how they learn of changes made by other processes. Default five
+    /// seconds; from 100 ms to an hour. URL option `observe_every`.
+    pub fn observe_every(mut self, every: Duration) -> Self {
+        self.observe_every = every;
+        self
+    }
+
     /// Sets the option called `key` from its text, as a URL's query gives it: the same
     /// names as the methods ([`OPTIONS`]).
     ///
@@ -240,6 +267,7 @@ impl FileLockProviderBuilder {
             "poll_min" => self.poll_min(CHECKS.duration(key, value)?),
             "poll_max" => self.poll_max(CHECKS.duration(key, value)?),
             "check_every" => self.check_every(CHECKS.duration(key, value)?),
+            "observe_every" => self.observe_every(CHECKS.duration(key, value)?),
             _ => return Err(CHECKS.unknown(key, OPTIONS)),
         })
     }
@@ -250,8 +278,8 @@ impl FileLockProviderBuilder {
     /// # Errors
     ///
     /// [`Error::InvalidConfig`] for a missing directory, a poll interval out of range or
-    /// inverted, a check interval out of range, or a directory that cannot be created, is not
-    /// a directory or is not writable.
+    /// inverted, a check or observe interval out of range, or a directory that cannot be
+    /// created, is not a directory or is not writable.
     pub fn build(self) -> Result<FileLockProvider> {
         let Some(dir) = self.dir else {
             return Err(CHECKS.invalid("no lock directory: name one with dir(…), such as /var/lock/app"));
@@ -260,8 +288,14 @@ impl FileLockProviderBuilder {
         let poll_max = CHECKS.within("poll_max", self.poll_max, MILLI, Duration::from_secs(60))?;
         let poll_min = CHECKS.within("poll_min", self.poll_min, MILLI, poll_max)?;
         let check_every = CHECKS.within("check_every", self.check_every, MILLI, Duration::from_secs(3600))?;
+        let observe_every = CHECKS.within(
+            "observe_every",
+            self.observe_every,
+            Duration::from_millis(100),
+            Duration::from_secs(3600),
+        )?;
         let dir = open_dir(&dir)?;
-        let backend = FileBackend::new(Settings { dir, poll_min, poll_max, check_every });
+        let backend = FileBackend::new(Settings { dir, poll_min, poll_max, check_every, observe_every });
         Ok(FileLockProvider { provider: LockProvider::new(backend.clone()), backend })
     }
 }
@@ -350,6 +384,11 @@ mod tests {
         let inverted = builder.clone().poll_min(Duration::from_secs(1)).poll_max(Duration::from_millis(1));
         assert!(config_message(inverted.build()).contains("poll_min"));
         assert!(config_message(builder.clone().check_every(Duration::ZERO).build()).contains("check_every"));
+        let eager = builder.clone().observe_every(Duration::from_millis(10));
+        assert!(config_message(eager.build()).contains("observe_every"));
+        assert!(
+            config_message(builder.clone().option("observe_every", "2h").unwrap().build()).contains("observe_every")
+        );
         let huge = builder.clone().option("check_every", "5000000000000000h");
         assert!(huge.is_err() || config_message(huge.and_then(FileLockProviderBuilder::build)).contains("at most"));
         assert!(config_message(FileLockProvider::builder().build()).contains("no lock directory"));
@@ -358,7 +397,8 @@ mod tests {
     #[test]
     fn urls_name_a_directory_and_options() {
         let root = tempfile::tempdir().unwrap();
-        let url = StoreUrl::parse(&format!("file://{}?check_every=200ms", root.path().display())).unwrap();
+        let url =
+            StoreUrl::parse(&format!("file://{}?check_every=200ms&observe_every=2s", root.path().display())).unwrap();
         let provider = FileLockProvider::connect(&url).unwrap();
         assert_eq!(provider.dir(), std::fs::canonicalize(root.path()).unwrap());
         let relative = StoreUrl::parse("file://relative/dir").unwrap();

@@ -1,9 +1,11 @@
 //! What the backend's files say: the holder records (of the lock file, and of each reader and
 //! permit record file) and the fence record.
 //!
-//! Every record is text, padded to exactly [`RECORD_LEN`] bytes and always written whole at
-//! offset 0, so a write never leaves a shorter record's tail behind and a single-sector write
-//! replaces it. A holder record:
+//! Every record is text, padded with spaces to a whole number of [`RECORD_LEN`]-byte blocks
+//! (one block, or more for a candidate's long identity, up to [`MAX_RECORD_LEN`]) and always
+//! written whole at offset 0. A lock file's record is padded to the size of the file at least,
+//! so a write never leaves a longer record's tail behind and a single write replaces it. A
+//! holder record:
 //!
 //! ```text
 //! lockkit-file 1
@@ -14,10 +16,20 @@
 //!
 //! After `held` comes the holder's [`OwnerMeta`] line (attempt, host, pid, since in ms), the
 //! same metadata the Redis and ZooKeeper backends keep; `kind` is `exclusive`, `write`,
-//! `read` or `permit N` (records written before kinds existed have no such line and are
-//! exclusive). The lock file's third line is `free` when no writer holds it. A record that
-//! says `held` is only a claim: the flock on the file is the hold, and a holder that died
-//! leaves a `held` record behind whose flock the OS has freed.
+//! `read`, `permit N` or `candidate` (records written before kinds existed have no such line
+//! and are exclusive). A candidate's record has one more line, the identity it publishes:
+//! its length in bytes, then the bytes with every byte outside the printable ASCII range, a
+//! space or a `%` written as `%xx`:
+//!
+//! ```text
+//! kind candidate
+//! identity 14 10.0.0.7:8080
+//! ```
+//!
+//! The length makes a damaged line unreadable rather than a different identity. The lock
+//! file's third line is `free` when no writer holds it. A record that says `held` is only a
+//! claim: the flock on the file is the hold, and a holder that died leaves a `held` record
+//! behind whose flock the OS has freed.
 //!
 //! The fence record of a name keeps the last token issued for it and, for a semaphore, the
 //! permit count in use:
@@ -29,13 +41,17 @@
 //! ```
 
 use std::num::NonZeroU32;
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use lockkit_core::HoldKind;
 use lockkit_core::backend::OwnerMeta;
+use lockkit_core::{HoldKind, Leader};
 
-/// The size of every record write.
+/// The size of a record's block: every record is written as one or more whole blocks.
 pub(crate) const RECORD_LEN: usize = 512;
+
+/// The largest record: a candidate publishing an identity of 1024 bytes, each escaped, fits.
+pub(crate) const MAX_RECORD_LEN: usize = 8 * RECORD_LEN;
 
 const HEADER: &str = "lockkit-file 1";
 
@@ -74,12 +90,37 @@ impl Record {
         let token = lines.next().and_then(|l| l.strip_prefix("token ")).and_then(|t| t.parse::<u64>().ok());
         let Some(token) = token else { return Self::default() };
         let holder = lines.next().and_then(|l| l.strip_prefix("held ")).and_then(OwnerMeta::decode);
-        let kind = lines.next().and_then(|l| l.strip_prefix("kind ")).and_then(parse_kind);
+        let kind = match lines.next().and_then(|l| l.strip_prefix("kind ")) {
+            Some("candidate") => lines
+                .next()
+                .and_then(|l| l.strip_prefix("identity "))
+                .and_then(parse_identity)
+                .map(|identity| HoldKind::Candidate { identity }),
+            Some(other) => parse_kind(other),
+            None => None,
+        };
         Self { token: Some(token), holder, kind }
     }
 
-    /// The record as written: exactly [`RECORD_LEN`] bytes.
+    /// The leader this record names, when it is a candidate's complete record.
+    pub(crate) fn leader(&self) -> Option<Leader> {
+        match (&self.token, &self.holder, &self.kind) {
+            (Some(token), Some(holder), Some(HoldKind::Candidate { identity })) => {
+                Some(Leader::new(Arc::clone(identity), lockkit_core::FencingToken::new(*token), Some(holder.since)))
+            }
+            _ => None,
+        }
+    }
+
+    /// The record as written: one block of [`RECORD_LEN`] bytes, or as many as a candidate's
+    /// identity needs.
     pub(crate) fn render(&self) -> Vec<u8> {
+        self.render_at_least(RECORD_LEN)
+    }
+
+    /// The record as written, padded to `min_len` bytes at least (the size of the file it
+    /// replaces a record in, up to [`MAX_RECORD_LEN`]), in whole blocks.
+    pub(crate) fn render_at_least(&self, min_len: usize) -> Vec<u8> {
         let mut text = String::with_capacity(RECORD_LEN);
         text.push_str(HEADER);
         text.push('\n');
@@ -94,12 +135,57 @@ impl Record {
                 if let Some(kind) = self.kind.as_ref().and_then(render_kind) {
                     text.push_str(&format!("kind {kind}\n"));
                 }
+                if let Some(HoldKind::Candidate { identity }) = &self.kind {
+                    text.push_str(&format!("identity {} {}\n", identity.len(), encode_identity(identity)));
+                }
             }
             None => text.push_str("free\n"),
         }
-        // Host names have at most 253 bytes and attempt ids are UUIDs, so this never cuts.
-        pad(text)
+        // Host names have at most 253 bytes, attempt ids are UUIDs and identities at most
+        // 1024 bytes (3072 escaped), so this never cuts.
+        let blocks = (text.len() + 1).div_ceil(RECORD_LEN);
+        pad(text, (blocks * RECORD_LEN).max(min_len).min(MAX_RECORD_LEN))
     }
+}
+
+/// Escapes an identity for a record or a journal line: printable ASCII but `%` stays, every
+/// other byte (space, newline, `%`, non-ASCII) becomes `%xx`.
+pub(crate) fn encode_identity(identity: &[u8]) -> String {
+    let mut text = String::with_capacity(identity.len());
+    for &byte in identity {
+        if byte.is_ascii_graphic() && byte != b'%' {
+            text.push(char::from(byte));
+        } else {
+            text.push_str(&format!("%{byte:02x}"));
+        }
+    }
+    text
+}
+
+/// Reads `LEN ESCAPED` back into the identity's bytes; `None` unless it decodes to exactly
+/// LEN bytes (1 to 1024).
+pub(crate) fn parse_identity(text: &str) -> Option<Arc<[u8]>> {
+    let (len, escaped) = text.split_once(' ')?;
+    let len: usize = len.parse().ok()?;
+    if len == 0 || len > lockkit_core::MAX_IDENTITY_LEN {
+        return None;
+    }
+    let mut bytes = Vec::with_capacity(len);
+    let mut rest = escaped.as_bytes();
+    while let Some((&byte, tail)) = rest.split_first() {
+        if byte == b'%' {
+            let hex = tail.get(..2)?;
+            let hex = std::str::from_utf8(hex).ok()?;
+            bytes.push(u8::from_str_radix(hex, 16).ok()?);
+            rest = &tail[2..];
+        } else if byte.is_ascii_graphic() {
+            bytes.push(byte);
+            rest = tail;
+        } else {
+            return None;
+        }
+    }
+    (bytes.len() == len).then(|| Arc::from(bytes))
 }
 
 fn render_kind(kind: &HoldKind) -> Option<String> {
@@ -108,6 +194,7 @@ fn render_kind(kind: &HoldKind) -> Option<String> {
         HoldKind::Write => Some("write".to_owned()),
         HoldKind::Read => Some("read".to_owned()),
         HoldKind::Permit { permits } => Some(format!("permit {permits}")),
+        HoldKind::Candidate { .. } => Some("candidate".to_owned()),
         _ => None,
     }
 }
@@ -158,7 +245,7 @@ impl Fence {
                 text.push_str(&format!("permits {permits}\n"));
             }
         }
-        pad(text)
+        pad(text, RECORD_LEN)
     }
 
     /// The token of a fresh grant. A fence with a token continues from it. A fence without
@@ -178,10 +265,11 @@ impl Fence {
     }
 }
 
-fn pad(text: String) -> Vec<u8> {
+/// `text` padded with spaces to `len` bytes, the last a newline.
+fn pad(text: String, len: usize) -> Vec<u8> {
     let mut bytes = text.into_bytes();
-    bytes.truncate(RECORD_LEN - 1);
-    bytes.resize(RECORD_LEN - 1, b' ');
+    bytes.truncate(len - 1);
+    bytes.resize(len - 1, b' ');
     bytes.push(b'\n');
     bytes
 }
@@ -209,6 +297,44 @@ mod tests {
             assert_eq!(bytes.len(), RECORD_LEN);
             assert_eq!(Record::parse(&bytes), record);
         }
+    }
+
+    #[test]
+    fn candidate_records_carry_their_identity_in_as_many_blocks_as_it_needs() {
+        let mut holder = OwnerMeta::current(uuid::Uuid::new_v4());
+        holder.since = UNIX_EPOCH + std::time::Duration::from_millis(1_700_000_000_123);
+        let short: Arc<[u8]> = Arc::from(&b"10.0.0.7:8080"[..]);
+        let record = Record::held(7, holder.clone(), HoldKind::Candidate { identity: short.clone() });
+        let bytes = record.render();
+        assert_eq!(bytes.len(), RECORD_LEN);
+        assert!(String::from_utf8_lossy(&bytes).contains("kind candidate\nidentity 13 10.0.0.7:8080\n"));
+        assert_eq!(Record::parse(&bytes), record);
+        let leader = record.leader().unwrap();
+        assert_eq!((leader.identity, leader.term.get()), (short, 7));
+        // Padded to the file's size when it replaces a longer record.
+        assert_eq!(record.render_at_least(3 * RECORD_LEN).len(), 3 * RECORD_LEN);
+        assert_eq!(Record::parse(&record.render_at_least(3 * RECORD_LEN)), record);
+        // The longest identity, every byte escaped, still fits.
+        let mut host = holder.clone();
+        host.host = "h".repeat(253);
+        let long: Arc<[u8]> = Arc::from(vec![b' '; lockkit_core::MAX_IDENTITY_LEN]);
+        let record = Record::held(u64::MAX, host, HoldKind::Candidate { identity: long });
+        let bytes = record.render();
+        assert!(bytes.len() <= MAX_RECORD_LEN && bytes.len().is_multiple_of(RECORD_LEN));
+        assert_eq!(Record::parse(&bytes), record);
+        // Bytes of every value round-trip.
+        let all: Arc<[u8]> = (0..=255u8).collect::<Vec<_>>().into();
+        assert_eq!(parse_identity(&format!("256 {}", encode_identity(&all))), Some(all));
+        // A damaged or cut identity is no identity, never another one.
+        for bad in ["13 10.0.0.7:80", "2 a", "0 ", "1 %4", "1 %zz", "x a", "1025 a", "1 é"] {
+            assert_eq!(parse_identity(bad), None, "{bad:?}");
+        }
+        let cut =
+            format!("lockkit-file 1\ntoken 5\nheld {}\nkind candidate\nidentity 13 10.0.0.7:80\n", holder.encode());
+        let record = Record::parse(cut.as_bytes());
+        assert_eq!((record.token, record.leader(), record.kind), (Some(5), None, None));
+        // A record that names no holder names no leader.
+        assert_eq!(Record::free(Some(3)).leader(), None);
     }
 
     #[test]

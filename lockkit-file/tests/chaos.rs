@@ -1,11 +1,13 @@
 //! The chaos run (lockkit-testkit's `chaos`) on the file backend: eight clients (providers of
 //! their own on one directory) on three names, acquiring every way (try, timeout, cancelled,
 //! plain), writing to fenced resources, releasing or dropping; once on mutexes, once on
-//! read-write locks (one writer in four; readers read the resource with their token) and once
-//! on semaphores of three permits. The file harness's one fault is a client that dies (`kill`:
+//! read-write locks (one writer in four; readers read the resource with their token), once
+//! on semaphores of three permits and once on elections (every client a candidate; the
+//! leader writes with its term). The file harness's one fault is a client that dies (`kill`:
 //! its flocks are let go, as the OS does for a dead process); the other faults (a flock has no
 //! lease and no connection to cut) are skipped and counted as such: these runs check
-//! exclusion, sharing, permit counts, fencing, cancellation and cleanup under contention.
+//! exclusion, sharing, permit counts, single leadership, fencing, cancellation and cleanup
+//! under contention.
 //! `LOCKKIT_CHAOS_SECS`, `LOCKKIT_CHAOS_SEEDS` and `LOCKKIT_CHAOS_SEED` make them longer or
 //! replay a seed.
 
@@ -46,5 +48,17 @@ fn chaos_semaphores_of_three() {
             .with_faults(&FaultKind::CLIENT)
             .with_primitive(Primitive::Semaphore(3));
         chaos::check(&harness, config, &[33]).await;
+    });
+}
+
+#[test]
+fn chaos_elections() {
+    lockkit_testkit::runtime().block_on(async {
+        let harness = FileHarness::temporary();
+        let config = ChaosConfig::new(0)
+            .with_duration(Duration::from_secs(8))
+            .with_faults(&FaultKind::CLIENT)
+            .with_primitive(Primitive::Election);
+        chaos::check(&harness, config, &[34]).await;
     });
 }

@@ -1,10 +1,12 @@
-//! Read-write locks and semaphores across OS processes: readers in two processes share the
-//! lock and exclude a writer here; a semaphore of two admits two of three processes, and the
-//! third when one gives its permit back; a killed reader process frees its share at once.
+//! Read-write locks, semaphores and elections across OS processes: readers in two processes
+//! share the lock and exclude a writer here; a semaphore of two admits two of three processes,
+//! and the third when one gives its permit back; a killed reader process frees its share at
+//! once; an observer here follows candidates of other processes (elected, resigned, killed)
+//! through inotify alone.
 //!
 //! Each child is this test binary run again with the filter [`CHILD_TEST`] and
-//! [`CHILD_ENV`] saying what to take (`read`, `write` or `permit:N`), on which directory and
-//! name. The child prints `lockkit-file-child: ACQUIRED <token>`, waits for a line (or the
+//! [`CHILD_ENV`] saying what to take (`read`, `write`, `permit:N` or `candidate:IDENTITY`),
+//! on which directory and name. The child prints `lockkit-file-child: ACQUIRED <token>`, waits for a line (or the
 //! end) on its standard input, releases, prints `lockkit-file-child: RELEASED` and exits. The
 //! parent reads the children's output with bounded waits and kills them when it stops early.
 
@@ -13,13 +15,13 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use lockkit_core::{Error, HoldKind, LockHandle};
+use lockkit_core::{Error, HoldKind, LeaderEvent, LockHandle, Observer};
 use lockkit_file::FileLockProvider;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::mpsc;
 
-/// What a child takes: `read`, `write` or `permit:N`, then `|dir|name`.
+/// What a child takes: `read`, `write`, `permit:N` or `candidate:IDENTITY`, then `|dir|name`.
 const CHILD_ENV: &str = "LOCKKIT_FILE_TEST_CHILD";
 /// The filter that runs only the child entry.
 const CHILD_TEST: &str = "child_entry";
@@ -42,6 +44,10 @@ fn child_entry() {
         let handle: LockHandle = match what {
             "read" => provider.rw_lock(name).unwrap().reader().clone(),
             "write" => provider.rw_lock(name).unwrap().writer().clone(),
+            candidate if candidate.starts_with("candidate:") => {
+                let identity = candidate.trim_start_matches("candidate:");
+                provider.election(name).unwrap().candidate(identity).unwrap()
+            }
             permit => {
                 let permits = permit.strip_prefix("permit:").unwrap().parse().unwrap();
                 provider.semaphore(name, permits).unwrap()
@@ -259,5 +265,84 @@ fn a_killed_reader_process_frees_its_share_at_once() {
         guard.release().await.unwrap();
         let files = provider.lock_files(name).unwrap();
         assert_eq!(std::fs::read_dir(&files.readers).unwrap().count(), 0, "the dead reader's record was removed");
+    });
+}
+
+/// The next event of `observer`, within the bound.
+async fn next_event(observer: &mut Observer) -> LeaderEvent {
+    match tokio::time::timeout(START, observer.next()).await {
+        Ok(Some(Ok(event))) => event,
+        other => panic!("expected an event within {START:?}, got {other:?}"),
+    }
+}
+
+/// The next event of `observer`, which must be the leader `identity` of term `term`.
+async fn expect_elected(observer: &mut Observer, identity: &str, term: u64) {
+    match next_event(observer).await {
+        LeaderEvent::Elected(leader) => {
+            assert_eq!((leader.identity_str(), leader.term.get()), (Some(identity), term), "{leader:?}");
+        }
+        other => panic!("expected {identity} to lead for term {term}, got {other:?}"),
+    }
+}
+
+#[test]
+fn an_observer_here_follows_candidates_in_other_processes() {
+    runtime().block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let name = "services/scheduler";
+        // The observer's safety-net re-read is an hour away, and nothing in this process
+        // touches the election before the end: whatever it reports in time, inotify told it.
+        let provider =
+            FileLockProvider::builder().dir(dir.path()).observe_every(Duration::from_secs(3600)).build().unwrap();
+        let election = provider.election(name).unwrap();
+        let mut observer = election.observe().unwrap();
+        assert_eq!(next_event(&mut observer).await, LeaderEvent::Vacant);
+
+        let mut children = Children::new();
+        let a = children.spawn("candidate:10.0.0.7:8080", dir.path(), name);
+        let term_a = children.acquired(1).await[0].1;
+        expect_elected(&mut observer, "10.0.0.7:8080", term_a).await;
+        let leader = election.leader().await.unwrap().expect("a leads");
+        assert_eq!((leader.identity_str(), leader.term.get()), (Some("10.0.0.7:8080"), term_a));
+        let info = provider.inspect(name).await.unwrap();
+        assert!(info.holder().is_some_and(|h| !h.owner.contains(&format!("pid {} ", std::process::id()))));
+
+        // A second candidate waits; when the first resigns, it leads.
+        let b = children.spawn("candidate:10.0.0.8:8080", dir.path(), name);
+        children.tell_release(a).await;
+        let (mut released, mut term_b) = (false, None);
+        while !released || term_b.is_none() {
+            match children.next().await {
+                (index, line) if index == a && line == "RELEASED" => released = true,
+                (index, line) if index == b => {
+                    term_b = Some(line.strip_prefix("ACQUIRED").unwrap().trim().parse::<u64>().unwrap());
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        children.exits_cleanly(a).await;
+        let term_b = term_b.unwrap();
+        assert!(term_b > term_a);
+        // The resignation and the next term, each as it was written, in order.
+        assert_eq!(next_event(&mut observer).await, LeaderEvent::Vacant);
+        expect_elected(&mut observer, "10.0.0.8:8080", term_b).await;
+
+        // The second is killed: it writes nothing, and the close of its lock file by the
+        // kernel is what tells.
+        children.kill(b).await;
+        assert_eq!(next_event(&mut observer).await, LeaderEvent::Vacant);
+        assert_eq!(election.leader().await.unwrap(), None);
+
+        // A third, in another process again, after the death.
+        let c = children.spawn("candidate:10.0.0.9:8080", dir.path(), name);
+        let term_c = children.acquired(1).await[0].1;
+        assert!(term_c > term_b);
+        expect_elected(&mut observer, "10.0.0.9:8080", term_c).await;
+        children.release(c).await;
+        assert_eq!(next_event(&mut observer).await, LeaderEvent::Vacant);
+        let journal = std::fs::read_to_string(provider.lock_files(name).unwrap().election).unwrap();
+        let changes: Vec<&str> = journal.lines().skip(1).filter_map(|line| line.split(' ').nth(1)).collect();
+        assert_eq!(changes, ["elected", "vacant", "elected", "vacant", "elected", "vacant"], "{journal}");
     });
 }

@@ -141,6 +141,10 @@ impl Harness for FileHarness {
                 "a check interval longer than an hour",
                 FileLockProvider::builder().dir(&self.dir).check_every(Duration::from_secs(7200)).build(),
             ),
+            attempt(
+                "an observer's re-read more often than every 100 ms",
+                FileLockProvider::builder().dir(&self.dir).observe_every(Duration::from_millis(10)).build(),
+            ),
         ]
     }
 }
