@@ -273,6 +273,18 @@ async fn elect_and_follow(url: &str) {
 }
 
 #[tokio::test]
+async fn elect_and_follow_on_files() {
+    let dir = tempfile::tempdir().unwrap();
+    elect_and_follow(&file_url(dir.path())).await;
+}
+
+#[tokio::test]
+async fn permits_bound_the_runs_on_files() {
+    let dir = tempfile::tempdir().unwrap();
+    permits_bound_the_runs(&file_url(dir.path())).await;
+}
+
+#[tokio::test]
 async fn elect_and_follow_on_redis() {
     elect_and_follow(&redis_url().await).await;
 }
