@@ -38,6 +38,8 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use uuid::Uuid;
 
+pub use futures_core::Stream;
+
 pub use crate::options::Deadline;
 pub use crate::release::spawn_detached;
 pub use crate::signal::{HoldSignal, deadline_after, lease_deadline};

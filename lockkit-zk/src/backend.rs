@@ -6,8 +6,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
 use async_trait::async_trait;
-use lockkit_core::backend::{AcquireRequest, Deadline, Grant, HolderInfo, LockBackend, LockInfo, OwnerMeta};
-use lockkit_core::{Capabilities, Error, FencingToken, HoldKind, LockName, Result};
+use lockkit_core::backend::{
+    AcquireRequest, Deadline, Grant, HolderInfo, LeaderEvents, LockBackend, LockInfo, OwnerMeta,
+};
+use lockkit_core::{Capabilities, Error, FencingToken, LockName, Result};
 use tracing::Instrument;
 use zookeeper_client as zk;
 
@@ -189,17 +191,26 @@ impl ZkBackend {
     }
 }
 
-/// A holder as its node tells: the owner line of its data, else its attempt id and creation time.
+/// A holder as its node tells: the owner line of its data, else its attempt id and creation
+/// time. A candidate's term began, as the store knows it, when its node was created: its
+/// `since` is the node's ctime (the server's clock), as [`observe`](LockBackend::observe) says.
 fn describe(contender: &Contender, data: &[u8], stat: &zk::Stat) -> HolderInfo {
     let token = FencingToken::new(u64::try_from(stat.czxid).unwrap_or(0));
-    if let Some(meta) = std::str::from_utf8(data).ok().and_then(OwnerMeta::decode) {
-        return meta.holder(token);
-    }
-    let holder = HolderInfo::new(token, contender.attempt.to_string());
-    match u64::try_from(stat.ctime).ok().and_then(|ms| SystemTime::UNIX_EPOCH.checked_add(Duration::from_millis(ms))) {
+    let created = created_at(stat);
+    let holder = match std::str::from_utf8(data).ok().and_then(OwnerMeta::decode) {
+        Some(meta) if contender.kind != NodeKind::Candidate => return meta.holder(token),
+        Some(meta) => meta.holder(token),
+        None => HolderInfo::new(token, contender.attempt.to_string()),
+    };
+    match created {
         Some(since) => holder.with_since(since),
         None => holder,
     }
+}
+
+/// When a node was created, by the server's clock.
+pub(crate) fn created_at(stat: &zk::Stat) -> Option<SystemTime> {
+    u64::try_from(stat.ctime).ok().and_then(|ms| SystemTime::UNIX_EPOCH.checked_add(Duration::from_millis(ms)))
 }
 
 #[async_trait]
@@ -208,6 +219,8 @@ impl LockBackend for ZkBackend {
         BACKEND
     }
 
+    // Every flag is set today; the update keeps this compiling when the core adds one.
+    #[allow(clippy::needless_update)]
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             fair: true,
@@ -220,6 +233,7 @@ impl LockBackend for ZkBackend {
             cross_process: true,
             rw_lock: true,
             semaphore: true,
+            election: true,
             ..Capabilities::NONE
         }
     }
@@ -279,16 +293,19 @@ impl LockBackend for ZkBackend {
                     },
                     (None, None) => continue 'look,
                 };
-                let kind = if contender.kind == NodeKind::Write && record::says_read(&data) {
-                    HoldKind::Read
-                } else {
-                    contender.kind.hold_kind()
-                };
-                holders.push(describe(contender, &data, &stat).with_kind(kind));
+                holders.push(describe(contender, &data, &stat).with_kind(contender.kind.hold_kind(&data)));
             }
             let waiters = queue.len() - holders.len();
             return Ok(LockInfo::new(holders, Some(waiters)));
         }
         Err(Error::connection(BACKEND, Some(lock), Failure::QueueKeptChanging).with_context("inspect the lock"))
+    }
+
+    fn observe(&self, lock: &LockName) -> Result<LeaderEvents> {
+        // `self` is borrowed from the provider's `Arc`, so this always upgrades.
+        let Some(backend) = self.me.upgrade() else {
+            return Err(Error::connection(BACKEND, Some(lock), Failure::RuntimeGone));
+        };
+        Ok(crate::observe::observe(backend, lock.clone()))
     }
 }

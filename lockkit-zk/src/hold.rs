@@ -123,8 +123,8 @@ impl PendingNode {
         parent: String,
         attempt: Uuid,
         kind: NodeKind,
+        record: String,
     ) -> Self {
-        let record = record::owner_record(attempt);
         Self { backend, session, lock, parent, attempt, kind, record, path: None, sent: false, armed: true }
     }
 

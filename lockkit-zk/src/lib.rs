@@ -1,4 +1,5 @@
-//! The ZooKeeper backend of lockkit: mutexes, read-write locks and counting semaphores.
+//! The ZooKeeper backend of lockkit: mutexes, read-write locks, counting semaphores and
+//! leader election.
 //!
 //! [`ZkLockProvider`] is a ZooKeeper client that hands out lock handles. Each lock name is a
 //! znode under a base path; each acquisition creates an EPHEMERAL_SEQUENTIAL child of it
@@ -42,16 +43,18 @@
 //! | `write`      | the write side of a read-write lock   | no node is ahead of it                           |
 //! | `read`       | the read side                         | no `lock` or `write` node is ahead of it, but one downgraded to a read |
 //! | `permit-{N}` | a permit of a semaphore of N permits  | fewer than N nodes are ahead of it               |
+//! | `candidate`  | a candidate of an election            | no node is ahead of it: it leads                 |
 //!
 //! A node's data is the owner line of
 //! [`OwnerMeta`](lockkit_core::backend::OwnerMeta) (`lockkit1 attempt host pid since_ms`, what
 //! [`inspect`](lockkit_core::LockProvider::inspect) reports); a state the node reaches later
 //! is a `key=value` field appended to that line, which readers of the line ignore: `mode=read`
 //! for a write hold downgraded to a read, `held=1` for a granted permit a waiter may be
-//! watching. The mutex keeps the `-lock-` name of earlier releases, so mutexes of this release
-//! and of earlier ones exclude each other; earlier releases ignore the other kinds, so do not
-//! use a name as a read-write lock or semaphore while clients older than this release use it
-//! as a mutex.
+//! watching, and, written at the create, `identity=…` for a candidate (see
+//! [Elections](#elections)). The mutex keeps the `-lock-` name of earlier releases, so
+//! mutexes of this release and of earlier ones exclude each other; earlier releases ignore the
+//! other kinds, so do not use a name as a read-write lock, semaphore or election while
+//! clients older than this release use it as a mutex.
 //!
 //! # Read-write locks
 //!
@@ -88,11 +91,69 @@
 //! **The permit count belongs to the semaphore:** it is written in the name of every node,
 //! so every contender sees the count in use in the list it reads anyway, at no extra cost.
 //!
+//! # Elections
+//!
+//! [`provider.election(name)`](lockkit_core::LockProvider::election) is ZooKeeper's leader
+//! election recipe (Curator's `LeaderLatch` layout) on the same queue: each campaign creates
+//! a `candidate` node, and the lowest candidate leads.
+//!
+//! - **Term:** the czxid of the leader's node, so every term is strictly greater than the
+//!   ones before it, as every fencing token is; the leadership guard's
+//!   [`token`](lockkit_core::LockGuard::token) is the term.
+//! - **Identity:** written in the node's data at its create, as one more field of the owner
+//!   line: `lockkit1 attempt host pid since_ms identity=<escaped>`, where every byte outside
+//!   ASCII's printable characters, and `%`, `=`, is written `%XX`. The line stays one line
+//!   of space-separated fields, so readers of the owner line (earlier releases, status
+//!   displays) still read it, and `host:port` reads as it is.
+//! - **Who leads:** [`Election::leader`](lockkit_core::Election::leader) is one
+//!   [`inspect`](lockkit_core::LockProvider::inspect): the first node, if it is a candidate,
+//!   reported as a holder of kind [`HoldKind::Candidate`](lockkit_core::HoldKind) with its
+//!   identity, its term and, as `since`, its node's creation time (the server's clock); the
+//!   other candidates are the waiters.
+//! - **Campaigns are acquisitions:** waiting, protected names (a campaign whose create reply
+//!   was lost finds its own candidacy again, never leaving a second one), cancel safety (a
+//!   campaign dropped at any point deletes its node) and loss (a suspended session keeps the
+//!   deadline running; an expired one is a loss signalled before another candidate can lead)
+//!   are the mutex's, on the same code. Resigning is one delete: the candidate behind watches
+//!   the leader's node and leads on its notification, with no list. Leadership is only ever
+//!   declared on a node of the campaign's own session: the node comes from this session's
+//!   create reply, or, after a lost reply, from a lookup that checks the node's
+//!   `ephemeralOwner` is this session (the guard of Curator's
+//!   [PR #500](https://github.com/apache/curator/pull/500)); a retry on a new session uses a
+//!   new attempt id, so it never finds a node of an earlier session.
+//!
+//! **Observing** ([`Election::observe`](lockkit_core::Election::observe)) is driven by
+//! watches, never by polling: the observer keeps a data watch on every candidate it has seen
+//! (set by the read that gives its identity and term) and a watch on the list of candidates.
+//! It first yields the current state (the leader, or [`LeaderEvent::Vacant`](lockkit_core::LeaderEvent)),
+//! then each change as the notifications come: when the leader's node goes, the next
+//! candidate it knows leads at once; a new candidacy is read when the list's watch fires.
+//! ZooKeeper notifies a client of changes in their order, so on a healthy connection the
+//! observer sees every term in order. A change it cannot tell is said with
+//! [`LeaderEvent::Gap`](lockkit_core::LeaderEvent) before the state that follows, never
+//! skipped in silence:
+//!
+//! - its session expired (the watches went with it) or went with its runtime: the observer
+//!   continues on the provider's session (a new one when need be), with a gap;
+//! - its connection dropped and came back within the session: the watches are set again and
+//!   the server replays those that fired, in no order; the observer takes them as one batch
+//!   with its next list, and says a gap only if the leader and the candidate right behind it
+//!   both went meanwhile (that one may have led for a moment);
+//! - a candidate came and went between two lists while no candidate it knew was left (the
+//!   znode's `cversion` counts every child created and deleted, so such a node is noticed);
+//! - the consumer fell 256 events behind.
+//!
+//! The observer runs as one task, started at the stream's first poll on the runtime that
+//! polls it (and started again, after a gap, on the runtime that polls it next if that one
+//! shuts down); dropping the stream ends the task and its watches. It opens no session of its
+//! own: it uses the provider's.
+//!
 //! # Conflicts
 //!
 //! A contender that finds, ahead of it in the queue, a node of another use of the name (a
 //! semaphore node while it asks for a mutex or a read or write hold, or the reverse, or a
-//! semaphore node of another permit count) deletes its node and fails with
+//! semaphore node of another permit count, or a candidate while it asks for a lock or a
+//! permit, or the reverse) deletes its node and fails with
 //! [`Error::Conflict`](lockkit_core::Error::Conflict), saying what to change. Of two uses of
 //! one name, the later arrival is refused, and two uses never hold at once: the later one
 //! lists the queue after its create, so it sees the earlier one for as long as it exists.
@@ -162,6 +223,20 @@
 //! let slots = provider.semaphore("api/partner", 3)?;
 //! let permit = slots.acquire().await?;
 //! permit.release().await?;
+//!
+//! // One scheduler at a time; the others follow who leads.
+//! let election = provider.election("services/scheduler")?;
+//! let mut changes = election.observe()?;
+//! let leadership = election.campaign("10.0.0.7:8080").await?;
+//! // ... lead while leadership.is_held(), stamping writes with leadership.token() ...
+//! leadership.resign().await?;
+//! while let Some(change) = changes.next().await {
+//!     match change? {
+//!         lockkit_core::LeaderEvent::Elected(leader) => println!("{:?} leads", leader.identity_str()),
+//!         lockkit_core::LeaderEvent::Gap => println!("changes passed unseen; the leader now follows"),
+//!         _ => println!("nobody leads"),
+//!     }
+//! }
 //! # Ok(())
 //! # }
 //! ```
@@ -178,12 +253,15 @@
 //! through a new session of the same credentials, so the lock is freed at once rather than
 //! when the server expires the old session. A current-thread runtime runs its tasks only
 //! while it is driven (inside `block_on`): keep the runtime a provider first ran on running
-//! for as long as its session serves others.
+//! for as long as its session serves others. An election's observer runs one task on the
+//! runtime that first polls it, and starts it again (after a gap) on the runtime that polls
+//! it next if that one shut down.
 //!
 //! One corner: when the runtime a session runs on shuts down while a task on another runtime
 //! waits on one of that session's watches, zookeeper-client panics inside the watch (an
 //! `unwrap` on a closed channel). lockkit-zk catches that panic at the watch and treats the
-//! session as gone (the waiter queues again on a new session); the panic hook still prints
+//! session as gone (the waiter queues again on a new session, an observer follows on one
+//! after a gap); the panic hook still prints
 //! it. A build with `panic = "abort"` aborts instead: there, keep the runtime that first uses
 //! a provider running for as long as other runtimes use the provider.
 //!
@@ -202,6 +280,7 @@ mod config;
 mod error;
 mod hold;
 mod names;
+mod observe;
 mod provider;
 mod recipe;
 mod record;

@@ -9,14 +9,18 @@
 //! Each contender's node under the lock's znode is named `_c_{attempt}-{kind}-{sequence}`,
 //! the Curator "protected" form: the acquisition's attempt id in the name lets a client find
 //! its own node again when the reply to its create was lost. The kind (`lock`, `read`,
-//! `write`, `permit-{N}`; the table is in the crate docs) says what the node asks for, so that
-//! every contender reads the whole queue, and the permit count a semaphore is used with, from
-//! one list of children. A mutex keeps `lock`, the form earlier releases write and parse.
+//! `write`, `permit-{N}`, `candidate`; the table is in the crate docs) says what the node asks
+//! for, so that every contender reads the whole queue, the permit count a semaphore is used
+//! with, and whether the name is an election, from one list of children. A mutex keeps
+//! `lock`, the form earlier releases write and parse.
 
 use std::num::NonZeroU32;
+use std::sync::Arc;
 
 use lockkit_core::{HoldKind, LockName};
 use uuid::Uuid;
+
+use crate::record;
 
 /// The znode name of a lock: the lock name with every byte outside `[A-Za-z0-9_-]` written as
 /// `%xx`. Injective, and never `.`, `..` or empty.
@@ -41,14 +45,18 @@ pub(crate) enum NodeKind {
     Write,
     /// A permit of a semaphore of this many permits: `-permit-{N}-`.
     Permit(NonZeroU32),
+    /// A candidate of an election: `-candidate-`. Its identity is in the node's data.
+    Candidate,
 }
 
-/// How a name is used, as the kinds of its nodes say: as a lock (mutex or read-write lock) or
-/// as a semaphore of a given count. Two uses of one name at once are a conflict.
+/// How a name is used, as the kinds of its nodes say: as a lock (mutex or read-write lock), as
+/// a semaphore of a given count, or as an election. Two uses of one name at once are a
+/// conflict.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Usage {
     Lock,
     Permits(NonZeroU32),
+    Election,
 }
 
 impl NodeKind {
@@ -59,17 +67,23 @@ impl NodeKind {
             HoldKind::Read => Some(Self::Read),
             HoldKind::Write => Some(Self::Write),
             HoldKind::Permit { permits } => Some(Self::Permit(*permits)),
+            HoldKind::Candidate { .. } => Some(Self::Candidate),
             _ => None,
         }
     }
 
-    /// The hold kind a node of this kind holds.
-    pub(crate) fn hold_kind(self) -> HoldKind {
+    /// The hold kind a node of this kind holds; a candidate's identity is read from the node's
+    /// data (empty when the data carries none).
+    pub(crate) fn hold_kind(self, data: &[u8]) -> HoldKind {
         match self {
             Self::Lock => HoldKind::Exclusive,
             Self::Read => HoldKind::Read,
+            Self::Write if record::says_read(data) => HoldKind::Read,
             Self::Write => HoldKind::Write,
             Self::Permit(permits) => HoldKind::Permit { permits },
+            Self::Candidate => {
+                HoldKind::Candidate { identity: record::identity(data).unwrap_or_else(|| Arc::from(&[][..])) }
+            }
         }
     }
 
@@ -82,6 +96,7 @@ impl NodeKind {
     pub(crate) fn usage(self) -> Usage {
         match self {
             Self::Permit(permits) => Usage::Permits(permits),
+            Self::Candidate => Usage::Election,
             _ => Usage::Lock,
         }
     }
@@ -93,6 +108,7 @@ impl NodeKind {
             Self::Read => "read".to_owned(),
             Self::Write => "write".to_owned(),
             Self::Permit(permits) => format!("permit-{permits}"),
+            Self::Candidate => "candidate".to_owned(),
         }
     }
 
@@ -101,6 +117,7 @@ impl NodeKind {
             "lock" => Some(Self::Lock),
             "read" => Some(Self::Read),
             "write" => Some(Self::Write),
+            "candidate" => Some(Self::Candidate),
             _ => {
                 let count = tag.strip_prefix("permit-")?;
                 if count.is_empty() || !count.bytes().all(|b| b.is_ascii_digit()) {
@@ -202,7 +219,7 @@ mod tests {
     fn contender_names_round_trip() {
         let attempt = Uuid::new_v4();
         let three = NonZeroU32::new(3).unwrap();
-        for kind in [NodeKind::Lock, NodeKind::Read, NodeKind::Write, NodeKind::Permit(three)] {
+        for kind in [NodeKind::Lock, NodeKind::Read, NodeKind::Write, NodeKind::Permit(three), NodeKind::Candidate] {
             let prefix = node_prefix("/base/x", attempt, kind);
             let child = format!("{}{:010}", prefix.trim_start_matches("/base/x/"), 42);
             let parsed = Contender::parse(&child).unwrap();
@@ -217,6 +234,8 @@ mod tests {
         }
         assert_eq!(NodeKind::Permit(three).usage(), Usage::Permits(three));
         assert_eq!(NodeKind::Read.usage(), NodeKind::Lock.usage());
+        assert_eq!(NodeKind::Candidate.usage(), Usage::Election);
+        assert_eq!(node_prefix("/b", attempt, NodeKind::Candidate), format!("/b/_c_{attempt}-candidate-"));
         assert!(NodeKind::Write.is_exclusive() && NodeKind::Lock.is_exclusive() && !NodeKind::Read.is_exclusive());
         let order = queue(&[
             format!("_c_{attempt}-lock-0000000010"),

@@ -6,15 +6,17 @@
 //!
 //! [`judge`] is the whole driver, after Curator's `getsTheLock` and kazoo's exclude lists:
 //!
-//! - a mutex (`lock`) or writer (`write`) node holds when no node is ahead of it;
+//! - a mutex (`lock`), writer (`write`) or election candidate (`candidate`) node holds when no
+//!   node is ahead of it (a candidate that holds leads);
 //! - a reader (`read`) holds when no `lock` or `write` node is ahead of it, a write node
 //!   downgraded to a read excepted (its data says so, and only the first node can be one);
 //!   nodes behind it never count ([kazoo#649](https://github.com/python-zk/kazoo/issues/649):
 //!   a reader that waited for a later writer deadlocked with it);
 //! - a permit of N (`permit-N`) holds when fewer than N nodes are ahead of it;
 //! - a node with a node of another use ahead of it (a semaphore node behind a mutex or
-//!   read-write node, or behind a semaphore node of another count, and the reverse) is refused
-//!   with `Error::Conflict` and deleted: of two uses of one name, the later arrival is refused,
+//!   read-write node, or behind a semaphore node of another count, a candidate behind any
+//!   other kind, and the reverses) is refused with `Error::Conflict` and deleted: of two uses
+//!   of one name, the later arrival is refused,
 //!   and no two uses ever hold at once (the later one lists after its create, so it sees the
 //!   earlier one while it exists).
 //!
@@ -34,9 +36,10 @@
 //! A data watch (`getData`, never `exists`, so that no watch is left on a node already gone)
 //! on a few nodes ahead, never on the parent's children (no herd effect):
 //!
-//! - A mutex or writer with at most [`WATCH_ALL_AHEAD`] nodes ahead watches every one of them,
-//!   and its own node, all requests in one round trip. Each deletion notification (or "no
-//!   node" reply) strikes one node off; when none is left, the waiter holds with no list:
+//! - A mutex, writer or candidate with at most [`WATCH_ALL_AHEAD`] nodes ahead watches every
+//!   one of them, and its own node, all requests in one round trip. Each deletion
+//!   notification (or "no node" reply) strikes one node off; when none is left, the waiter
+//!   holds with no list:
 //!   sequences only grow, so no node can queue before it, and every node that was before it is
 //!   gone (a hand-off is one delete and one notification, however many wait). The watch on its
 //!   own node catches a node deleted behind its back (by an administrator), which would
@@ -60,6 +63,16 @@
 //!
 //! A data change on a watched node (a downgrade, a marker) is looked at with one more read on
 //! that node alone, never with a list.
+//!
+//! # Whose node
+//!
+//! A node is taken for this acquisition's own only when this session's create reply named it,
+//! or, after a lost reply, when a lookup by attempt id finds it and its `ephemeralOwner` is
+//! this session (`find_own`). A zookeeper-client session never changes its id, and a retry on
+//! a new session uses a new attempt id, so no acquisition (no campaign) is granted on a node
+//! of an earlier session that is still on the server: the guard Curator added to
+//! `LeaderLatch` in [PR #500](https://github.com/apache/curator/pull/500) holds by
+//! construction here.
 //!
 //! # Cancel safety
 //!
@@ -201,7 +214,7 @@ pub(crate) fn judge(queue: &[Contender], position: usize) -> Verdict {
         Verdict::Waits(Plan::Nodes(Watch { ahead, may_remain, complete, rule }))
     };
     match me.kind {
-        NodeKind::Lock | NodeKind::Write => match ahead {
+        NodeKind::Lock | NodeKind::Write | NodeKind::Candidate => match ahead {
             [] => Verdict::Holds,
             _ if ahead.len() <= WATCH_ALL_AHEAD => watch(all(ahead), 0, true, DataRule::Ignore),
             [.., last] => watch(vec![last.name.clone()], 0, false, DataRule::Ignore),
@@ -257,7 +270,17 @@ fn conflict(asked: Usage, current: Usage) -> String {
         (Usage::Lock, Usage::Permits(current)) => {
             format!("the name is in use as a semaphore of {current} permits; give the lock another name")
         }
-        (Usage::Lock, Usage::Lock) => {
+        (Usage::Election, Usage::Lock) => {
+            "the name is in use as a lock (a mutex or a read-write lock); give the election another name".to_owned()
+        }
+        (Usage::Election, Usage::Permits(current)) => {
+            format!("the name is in use as a semaphore of {current} permits; give the election another name")
+        }
+        (Usage::Lock, Usage::Election) => "the name is in use as an election; give the lock another name".to_owned(),
+        (Usage::Permits(_), Usage::Election) => {
+            "the name is in use as an election; give the semaphore another name".to_owned()
+        }
+        (Usage::Lock, Usage::Lock) | (Usage::Election, Usage::Election) => {
             "the name is in use as another kind of lock; give this one another name".to_owned()
         }
     }
@@ -278,8 +301,9 @@ impl ZkBackend {
             return Err(Error::unsupported(BACKEND, Some(lock), request.kind.describe()));
         };
         let parent = self.config.lock_path(lock);
+        let record = record::record_for(attempt, &request.kind);
         let mut pending =
-            PendingNode::new(self.me.clone(), Arc::clone(session), lock.clone(), parent.clone(), attempt, kind);
+            PendingNode::new(self.me.clone(), Arc::clone(session), lock.clone(), parent.clone(), attempt, kind, record);
         let Enqueued { mut node, mut children, mut listed_at } = self.enqueue(session, &mut pending).await?;
         *reached = true;
         request.note_reached();
@@ -792,7 +816,7 @@ mod tests {
         Verdict::Waits(Plan::Nodes(Watch { ahead, may_remain, complete, rule }))
     }
 
-    use NodeKind::{Lock, Read, Write};
+    use NodeKind::{Candidate, Lock, Read, Write};
 
     #[test]
     fn mutexes_and_writers_hold_alone_and_watch_everyone_ahead() {
@@ -856,6 +880,24 @@ mod tests {
         assert!(what.contains("in use with 3 permits") && what.contains("asks for 2"), "{what}");
         let q = queue_of(&[permits(2), Lock]);
         assert_eq!(judge(&q, 0), Verdict::Holds, "the earlier user is not refused for a later one");
+        let q = queue_of(&[Candidate, Lock, permits(2), Read]);
+        for (i, use_) in [(1, "a lock"), (2, "a semaphore"), (3, "a lock")] {
+            let Verdict::Conflict(what) = judge(&q, i) else { panic!("{use_} behind a candidate") };
+            assert!(what.contains("in use as an election") && what.contains("another name"), "{what}");
+        }
+        for ahead in [Lock, Write, Read, permits(3)] {
+            let q = queue_of(&[ahead, Candidate]);
+            let Verdict::Conflict(what) = judge(&q, 1) else { panic!("a candidate behind {ahead:?}") };
+            assert!(what.contains("give the election another name"), "{what}");
+        }
+    }
+
+    #[test]
+    fn the_first_candidate_leads_and_the_others_watch_as_a_mutex_does() {
+        let q = queue_of(&[Candidate, Candidate, Candidate]);
+        assert_eq!(judge(&q, 0), Verdict::Holds);
+        assert_eq!(judge(&q, 2), watching(&q, &[0, 1], 0, true, DataRule::Ignore));
+        assert!(holds(&q, 0, false) && !holds(&q, 1, false));
     }
 
     #[test]

@@ -10,7 +10,16 @@
 //! - `held=1`: a semaphore permit that was granted, written when a waiter may be watching the
 //!   node as its predecessor (see the recipe module): the data change tells that waiter to
 //!   look at the queue again.
+//!
+//! A candidate's node carries its identity from the start, as one more field:
+//! `identity=<escaped>`, where every byte outside ASCII's printable characters, and every `%`,
+//! `=` and space, is written `%XX` (uppercase hex). So an identity of any bytes (up to the
+//! core's 1024) keeps the line one line of space-separated fields, which
+//! [`OwnerMeta::decode`] still reads, and `host:port` stays readable as it is.
 
+use std::sync::Arc;
+
+use lockkit_core::HoldKind;
 use lockkit_core::backend::OwnerMeta;
 use uuid::Uuid;
 
@@ -20,12 +29,62 @@ const READ: &str = "mode=read";
 /// The field of a permit node that was granted.
 const HELD: &str = "held=1";
 
+/// The key of a candidate's identity field.
+const IDENTITY: &str = "identity=";
+
 /// How many space-separated fields the owner line has before the added ones.
 const OWNER_FIELDS: usize = 5;
 
 /// The data of a node of acquisition `attempt`, written at its create.
 pub(crate) fn owner_record(attempt: Uuid) -> String {
     OwnerMeta::current(attempt).encode()
+}
+
+/// The data of the node of acquisition `attempt` asking for `kind`: the owner line, and for a
+/// candidate its identity.
+pub(crate) fn record_for(attempt: Uuid, kind: &HoldKind) -> String {
+    match kind {
+        HoldKind::Candidate { identity } => format!("{} {IDENTITY}{}", owner_record(attempt), escape(identity)),
+        _ => owner_record(attempt),
+    }
+}
+
+/// The identity a candidate's node data carries; `None` when it carries none (or a malformed one).
+pub(crate) fn identity(data: &[u8]) -> Option<Arc<[u8]>> {
+    let text = std::str::from_utf8(data).ok()?;
+    let escaped = text.split(' ').skip(OWNER_FIELDS).find_map(|field| field.strip_prefix(IDENTITY))?;
+    unescape(escaped).map(Arc::from)
+}
+
+/// `bytes` with every byte outside `!`..=`~`, and `%`, `=`, written as `%XX`.
+fn escape(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for &byte in bytes {
+        if byte.is_ascii_graphic() && byte != b'%' && byte != b'=' {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+/// The bytes [`escape`] wrote; `None` for a malformed escape.
+fn unescape(text: &str) -> Option<Vec<u8>> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while let Some(&byte) = bytes.get(i) {
+        if byte == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(byte);
+            i += 1;
+        }
+    }
+    Some(out)
 }
 
 /// The data of a write node downgraded to a read.
@@ -71,5 +130,32 @@ mod tests {
         // The fields are looked for after the owner line only, and never in foreign data.
         assert!(!says_read(b"mode=read"));
         assert!(!says_read(&[0xff, 0xfe]));
+    }
+
+    #[test]
+    fn a_candidates_identity_of_any_bytes_round_trips_and_older_readers_still_read_the_line() {
+        let attempt = Uuid::new_v4();
+        for id in [
+            &b"10.0.0.7:8080"[..],
+            b"a b%c=d",
+            b"line\nbreak\x00",
+            &[0xff, 0x00, b' ', b'%'],
+            "h\u{e9}te ünï".as_bytes(),
+            &[b'x'; 1024],
+        ] {
+            let kind = HoldKind::Candidate { identity: Arc::from(id) };
+            let data = record_for(attempt, &kind);
+            assert!(!data.contains('\n') && data.split(' ').count() == OWNER_FIELDS + 1, "{data:?}");
+            assert_eq!(identity(data.as_bytes()).as_deref(), Some(id), "{data:?}");
+            assert_eq!(OwnerMeta::decode(&data).unwrap().attempt, attempt, "older readers ignore the field");
+            assert!(!says_read(data.as_bytes()) && !says_held(data.as_bytes()));
+        }
+        assert_eq!(record_for(attempt, &HoldKind::Exclusive), owner_record(attempt));
+        assert_eq!(identity(owner_record(attempt).as_bytes()), None);
+        assert_eq!(identity(b"identity=abc"), None, "only after the owner line");
+        for bad in ["%", "%4", "%zz", "%\u{e9}x"] {
+            assert_eq!(identity(format!("{} {IDENTITY}{bad}", owner_record(attempt)).as_bytes()), None, "{bad}");
+        }
+        assert_eq!(identity(format!("{} {IDENTITY}", owner_record(attempt)).as_bytes()).as_deref(), Some(&[][..]));
     }
 }

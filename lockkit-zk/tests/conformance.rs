@@ -1,6 +1,6 @@
-//! The whole lock contract, on a real standalone ZooKeeper: mutexes, read-write locks and
-//! semaphores (the backend grants every kind but election candidacies), and the mutex cases
-//! again on a write lock and on a one-permit semaphore.
+//! The whole lock contract, on a real standalone ZooKeeper: mutexes, read-write locks,
+//! semaphores and elections (the backend grants every kind), and the mutex cases again on a
+//! write lock, on a one-permit semaphore and on election candidates.
 //!
 //! The harness has every hook the kit asks for (kill, blackhole, cut, delete the record, an
 //! isolated server to restart, a child process's environment, an unreachable client and

@@ -1,6 +1,10 @@
 //! On a three-member ZooKeeper ensemble: the server a holder is connected to goes away while
 //! it holds the lock. The hold survives the move to another member within the session, or its
-//! loss is signalled; never are there two holders.
+//! loss is signalled; never are there two holders. The same for an election: the leader
+//! keeps leading or is told, and an observer whose server goes away follows the changes of
+//! leader from another member, in term order.
+//!
+//! The tests take turns: one ensemble at a time.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -9,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use lockkit_core::{LockGuard, LockHandle};
+use lockkit_core::{LeaderEvent, LockGuard, LockHandle};
 use lockkit_testkit::History;
 use lockkit_testkit::fixture::zk::ZkEnsemble;
 use lockkit_testkit::proxy::FaultProxy;
@@ -19,9 +23,13 @@ use support::{eventually, fresh_name, run};
 /// Long enough to ride out a leader election on the loopback ensemble.
 const SESSION_TIMEOUT: Duration = Duration::from_secs(6);
 
+/// One ensemble at a time in this test binary.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[test]
 fn holder_survives_losing_its_server_or_is_told_and_there_are_never_two_holders() {
     run(async {
+        let _turn = ONE_AT_A_TIME.lock().await;
         let mut ensemble = ZkEnsemble::start().await.expect("the ensemble starts");
         let base = format!("/lockkit-ensemble-{}", uuid::Uuid::new_v4().simple());
         // The holder reaches each member through a proxy of its own, so we can tell which
@@ -137,4 +145,62 @@ async fn contend(lock: LockHandle, history: Arc<History>, stop: Arc<AtomicBool>)
 async fn end(history: &History, index: usize, guard: LockGuard) {
     history.ended(index, Some(&guard));
     let _ = guard.release().await;
+}
+
+/// An observer connected (through proxies, one per member) to the member that then stops,
+/// while the leader resigns and another candidate comes to lead: the observer moves to
+/// another member within its session and reports the new leader after the old one, with no
+/// gap (one change passed while it moved, which the replayed watches tell exactly); the
+/// candidates' own sessions ride out the stop too, and the new leader is told of nothing lost.
+#[test]
+fn an_observer_follows_the_election_from_another_member_when_its_own_stops() {
+    run(async {
+        let _turn = ONE_AT_A_TIME.lock().await;
+        let mut ensemble = ZkEnsemble::start().await.expect("the ensemble starts");
+        let base = format!("/lockkit-ensemble-{}", uuid::Uuid::new_v4().simple());
+        let mut proxies = Vec::new();
+        for i in 0..ensemble.member_count() {
+            proxies.push(FaultProxy::start(ensemble.member_addr(i)).await.unwrap());
+        }
+        let builder = |servers: String| {
+            ZkLockProvider::builder().connect_string(servers).base_path(base.clone()).session_timeout(SESSION_TIMEOUT)
+        };
+        let observer_side = builder(proxies.iter().map(|p| p.addr().to_string()).collect::<Vec<_>>().join(","));
+        let observing = observer_side.build().unwrap();
+        let a = builder(ensemble.connect_string()).build().unwrap();
+        let b = builder(ensemble.connect_string()).build().unwrap();
+        let name = fresh_name("ensemble-observer");
+
+        let leadership_a = a.election(&name).unwrap().campaign("a").await.unwrap();
+        let mut observer = observing.election(&name).unwrap().observe().unwrap();
+        let first = tokio::time::timeout(SESSION_TIMEOUT, observer.next()).await.unwrap().unwrap().unwrap();
+        assert!(matches!(&first, LeaderEvent::Elected(l) if l.term == leadership_a.token()), "{first:?}");
+        let session = observing.zk_client().await.unwrap().session_id();
+
+        let member = proxies.iter().position(|p| p.connection_count() > 0).expect("the observer is connected");
+        ensemble.stop_member(member).await.expect("stop the observer's member");
+        let term_a = leadership_a.token();
+        tokio::time::timeout(SESSION_TIMEOUT * 2, leadership_a.resign()).await.unwrap().unwrap();
+        let leadership_b =
+            tokio::time::timeout(SESSION_TIMEOUT * 3, b.election(&name).unwrap().campaign("b")).await.unwrap().unwrap();
+        let mut seen = Vec::new();
+        loop {
+            let event = tokio::time::timeout(SESSION_TIMEOUT * 3, observer.next()).await.unwrap().unwrap().unwrap();
+            let done = matches!(&event, LeaderEvent::Elected(l) if l.term == leadership_b.token());
+            seen.push(event);
+            if done {
+                break;
+            }
+        }
+        println!("after the stop of member {member}: {seen:?}");
+        assert!(!seen.contains(&LeaderEvent::Gap), "one change, told exactly: {seen:?}");
+        assert!(leadership_b.token() > term_a);
+        assert_eq!(observing.zk_client().await.unwrap().session_id(), session, "the observer kept its session");
+        assert!(leadership_b.is_held());
+        leadership_b.resign().await.unwrap();
+        let vacant = tokio::time::timeout(SESSION_TIMEOUT, observer.next()).await.unwrap().unwrap().unwrap();
+        assert_eq!(vacant, LeaderEvent::Vacant);
+        ensemble.start_member(member).await.expect("the member rejoins");
+        ensemble.wait_ready().await.expect("the ensemble is ready again");
+    });
 }

@@ -7,7 +7,8 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lockkit_core::{Error, LossReason};
+use lockkit_core::backend::LeaderEvents;
+use lockkit_core::{Error, FencingToken, LeaderEvent, LossReason};
 use lockkit_testkit::History;
 use support::{SESSION_TIMEOUT, eventually, fresh_name, run, shared_harness};
 use zookeeper_client as zk;
@@ -1111,5 +1112,405 @@ fn a_reader_granted_late_is_above_every_earlier_write_not_every_earlier_read() {
         let write = a.rw_lock(&name).unwrap().write().await.unwrap();
         assert!(write.token() > fast_token && resource.write(write.token(), "w2").is_ok());
         write.release().await.unwrap();
+    });
+}
+
+// ------------------------------------------------------------------------------ elections
+
+/// The next event of an observer, within `bound`; connection errors (the stream says them
+/// while its session is being opened again) are skipped when `past_errors`.
+async fn next_event(observer: &mut lockkit_core::Observer, bound: Duration, past_errors: bool) -> LeaderEvent {
+    let deadline = Instant::now() + bound;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, observer.next()).await {
+            Ok(Some(Ok(event))) => return event,
+            Ok(Some(Err(error))) if past_errors && error.is_retryable() => {}
+            other => panic!("expected an event within {bound:?}, got {other:?}"),
+        }
+    }
+}
+
+/// The next item of a backend's raw stream of changes, within `bound`, connection errors
+/// skipped when `past_errors`.
+async fn next_raw(events: &mut LeaderEvents, bound: Duration, past_errors: bool) -> LeaderEvent {
+    let deadline = Instant::now() + bound;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let item = tokio::time::timeout(left, std::future::poll_fn(|cx| events.as_mut().poll_next(cx))).await;
+        match item {
+            Ok(Some(Ok(event))) => return event,
+            Ok(Some(Err(error))) if past_errors && error.is_retryable() => {}
+            other => panic!("expected an event within {bound:?}, got {other:?}"),
+        }
+    }
+}
+
+fn term_of(event: &LeaderEvent) -> Option<FencingToken> {
+    match event {
+        LeaderEvent::Elected(leader) => Some(leader.term),
+        _ => None,
+    }
+}
+
+/// The reply to a campaign's create is lost (the proxy delays replies, and the connection is
+/// reset after the candidate's node was created but before its reply got through): the
+/// campaign finds its own candidacy again by its attempt id instead of leaving a second one,
+/// and leads with it once the leader resigns (a leaked candidacy ahead of its own would block
+/// it for ever): its term is that node's czxid, and its identity is published.
+#[test]
+fn a_campaign_whose_create_reply_is_lost_finds_its_candidacy_again() {
+    run(async {
+        let h = shared_harness().await;
+        let name = fresh_name("lost-campaign-reply");
+        let (a, _a_proxy) = h.proxied_client().await;
+        let (c, c_proxy) = h.proxied_client().await;
+        let leadership = a.election(&name).unwrap().campaign("a:1").await.unwrap();
+
+        c.zk_client().await.unwrap();
+        c_proxy.set_latency(Duration::from_millis(600));
+        let election_c = c.election(&name).unwrap();
+        let campaign = tokio::spawn(async move { election_c.campaign("c:1").await });
+        eventually(Duration::from_secs(5), "c's candidacy is created", || async {
+            h.contenders(&name).await.len() == 2
+        })
+        .await;
+        let c_node = h.contenders(&name).await[1].clone();
+        assert!(c_node.contains("-candidate-"), "a candidate's node: {c_node}");
+        c_proxy.cut_all();
+        c_proxy.heal();
+        let term = leadership.token();
+        leadership.resign().await.unwrap();
+        let led = tokio::time::timeout(SESSION_TIMEOUT * 2, campaign).await.expect("c comes to lead").unwrap().unwrap();
+        assert!(led.token() > term);
+        assert_eq!(h.contenders(&name).await, vec![c_node.clone()], "c's one candidacy, the node whose reply was lost");
+        let stat = h.admin().check_stat(&format!("{}/{c_node}", h.lock_znode(&name))).await.unwrap().unwrap();
+        assert_eq!(led.token().get(), stat.czxid as u64, "the term is the czxid of the node found again");
+        let leader = a.election(&name).unwrap().leader().await.unwrap().expect("c leads");
+        assert_eq!((leader.identity_str(), leader.term), (Some("c:1"), led.token()));
+        led.resign().await.unwrap();
+        assert!(h.contenders(&name).await.is_empty());
+    });
+}
+
+/// An observer cut off past its session timeout, while the leader resigns and another
+/// candidate comes to lead: ZooKeeper cannot replay what passed, so the observer says
+/// `Gap` and then the current leader (after any connection errors while its provider opens a
+/// new session). Through the backend's raw stream, a cut while the leader stays gives `Gap`
+/// and the same leader again.
+#[test]
+fn an_observer_cut_off_past_the_session_timeout_gets_a_gap_then_the_current_leader() {
+    run(async {
+        let h = shared_harness().await;
+        let name = fresh_name("observer-expired");
+        let (a, _a_proxy) = h.proxied_client().await;
+        let (b, _b_proxy) = h.proxied_client().await;
+        let (o, o_proxy) = h.proxied_client().await;
+        let leadership_a = a.election(&name).unwrap().campaign("a").await.unwrap();
+        let mut observer = o.election(&name).unwrap().observe().unwrap();
+        let first = next_event(&mut observer, Duration::from_secs(5), false).await;
+        assert_eq!(term_of(&first), Some(leadership_a.token()), "{first:?}");
+
+        // An ephemeral marker of the observer's session tells when the server expired it.
+        let expired = expire_the_session_of(h, &o, &o_proxy, async {
+            leadership_a.resign().await.unwrap();
+            b.election(&name).unwrap().campaign("b").await.unwrap()
+        })
+        .await;
+        let leadership_b = expired;
+        assert_eq!(next_event(&mut observer, SESSION_TIMEOUT * 3, true).await, LeaderEvent::Gap);
+        match next_event(&mut observer, SESSION_TIMEOUT * 3, true).await {
+            LeaderEvent::Elected(leader) => {
+                assert_eq!((leader.term, leader.identity_str()), (leadership_b.token(), Some("b")));
+            }
+            other => panic!("expected b after the gap, got {other:?}"),
+        }
+        drop(observer);
+
+        // The raw stream restates the same leader after a gap.
+        let lock = lockkit_core::LockName::new(&name).unwrap();
+        let mut raw = o.backend().observe(&lock).unwrap();
+        let first = next_raw(&mut raw, Duration::from_secs(5), false).await;
+        assert_eq!(term_of(&first), Some(leadership_b.token()), "{first:?}");
+        expire_the_session_of(h, &o, &o_proxy, async {}).await;
+        assert_eq!(next_raw(&mut raw, SESSION_TIMEOUT * 3, true).await, LeaderEvent::Gap);
+        let again = next_raw(&mut raw, SESSION_TIMEOUT * 3, true).await;
+        assert_eq!(term_of(&again), Some(leadership_b.token()), "the same leader, restated: {again:?}");
+        leadership_b.resign().await.unwrap();
+        assert_eq!(next_raw(&mut raw, Duration::from_secs(5), false).await, LeaderEvent::Vacant);
+    });
+}
+
+/// Blackholes `client` until the server has expired its session (an ephemeral marker of the
+/// session is gone), running `meanwhile` while it is cut off, then heals it.
+async fn expire_the_session_of<T>(
+    h: &support::ZkHarness,
+    client: &lockkit_zk::ZkLockProvider,
+    proxy: &lockkit_testkit::proxy::FaultProxy,
+    meanwhile: impl std::future::Future<Output = T>,
+) -> T {
+    let marker = format!("{}/session-marker-{}", h.base(), uuid::Uuid::new_v4().simple());
+    let session = client.zk_client().await.unwrap();
+    session.create(&marker, b"", &zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all())).await.unwrap();
+    proxy.blackhole();
+    let out = meanwhile.await;
+    eventually(SESSION_TIMEOUT * 3, "the server expires the cut-off session", || async {
+        h.admin().check_stat(&marker).await.unwrap().is_none()
+    })
+    .await;
+    proxy.heal();
+    out
+}
+
+/// A leader blackholed past its session timeout learns of the loss of its leadership before
+/// the candidate behind it comes to lead, and its `valid_until` lies before that; an observer
+/// on a healthy connection sees the first leader, then the second, in term order.
+#[test]
+fn a_leader_whose_session_expires_is_told_before_another_candidate_leads() {
+    run(async {
+        let h = shared_harness().await;
+        let name = fresh_name("leader-expires");
+        let (a, a_proxy) = h.proxied_client().await;
+        let (b, _b_proxy) = h.proxied_client().await;
+        let (o, _o_proxy) = h.proxied_client().await;
+        let mut observer = o.election(&name).unwrap().observe().unwrap();
+        assert_eq!(next_event(&mut observer, Duration::from_secs(5), false).await, LeaderEvent::Vacant);
+        let leadership = a.election(&name).unwrap().campaign("a").await.unwrap();
+        let watcher = leadership.watcher();
+        let loss = tokio::spawn({
+            let watcher = watcher.clone();
+            async move { (watcher.lost().await, Instant::now()) }
+        });
+        let election_b = b.election(&name).unwrap();
+        let campaign = tokio::spawn(async move {
+            let led = election_b.campaign("b").await.unwrap();
+            (led, Instant::now())
+        });
+        eventually(Duration::from_secs(5), "b is a candidate", || async { h.contenders(&name).await.len() == 2 }).await;
+        let cut_at = Instant::now();
+        a_proxy.blackhole();
+        let (led, led_at) = tokio::time::timeout(SESSION_TIMEOUT * 3, campaign).await.unwrap().unwrap();
+        let (reason, lost_at) = loss.await.unwrap();
+        assert!(lost_at <= led_at, "a's loss ({reason}) came {:?} after b led", lost_at - led_at);
+        assert!(watcher.valid_until().unwrap() <= led_at);
+        assert!(led_at - cut_at >= SESSION_TIMEOUT / 2, "b led only {:?} after the cut", led_at - cut_at);
+        assert!(led.token() > leadership.token());
+        let mut terms = Vec::new();
+        while terms.last() != Some(&led.token()) {
+            match next_event(&mut observer, SESSION_TIMEOUT * 2, false).await {
+                LeaderEvent::Elected(leader) => terms.push(leader.term),
+                LeaderEvent::Vacant => {}
+                LeaderEvent::Gap => panic!("no gap for an observer on a healthy connection"),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert_eq!(terms, vec![leadership.token(), led.token()]);
+        a_proxy.heal();
+        assert!(matches!(leadership.resign().await, Err(Error::LockLost { .. })));
+        led.resign().await.unwrap();
+    });
+}
+
+/// Resigning hands leadership to the next candidate within a few round trips: the delete,
+/// and the notification of the candidate that watched it (which then leads with no list).
+/// The bound is loose for a shared machine; the figures are printed.
+#[test]
+fn resigning_hands_over_within_a_few_round_trips() {
+    run(async {
+        let h = shared_harness().await;
+        let name = fresh_name("resign-handover");
+        let (a, _a_proxy) = h.proxied_client().await;
+        let (b, _b_proxy) = h.proxied_client().await;
+        let (o, _o_proxy) = h.proxied_client().await;
+        let client = b.zk_client().await.unwrap();
+        let mut round_trips = Vec::new();
+        for _ in 0..20 {
+            let sent = Instant::now();
+            client.check_stat("/").await.unwrap();
+            round_trips.push(sent.elapsed());
+        }
+        round_trips.sort();
+        let round_trip = round_trips[round_trips.len() / 2];
+        for round in 0..5 {
+            let leadership = a.election(&name).unwrap().campaign("a").await.unwrap();
+            let mut observer = o.election(&name).unwrap().observe().unwrap();
+            next_event(&mut observer, Duration::from_secs(5), false).await;
+            let election_b = b.election(&name).unwrap();
+            let campaign = tokio::spawn(async move {
+                let led = election_b.campaign("b").await.unwrap();
+                (led, Instant::now())
+            });
+            eventually(Duration::from_secs(5), "b is a candidate", || async { h.contenders(&name).await.len() == 2 })
+                .await;
+            let resigned_at = Instant::now();
+            leadership.resign().await.unwrap();
+            let (led, led_at) = tokio::time::timeout(Duration::from_secs(5), campaign).await.unwrap().unwrap();
+            let handover = led_at - resigned_at;
+            let seen = loop {
+                if term_of(&next_event(&mut observer, Duration::from_secs(5), false).await) == Some(led.token()) {
+                    break resigned_at.elapsed();
+                }
+            };
+            println!("round {round}: handover {handover:?}, observed after {seen:?} (round trip {round_trip:?})");
+            assert!(
+                handover <= round_trip * 10 + Duration::from_millis(250),
+                "b led {handover:?} after the resignation (round trip {round_trip:?})"
+            );
+            led.resign().await.unwrap();
+        }
+    });
+}
+
+/// A name in use as an election is `Conflict` for a mutex, a read-write lock and a semaphore,
+/// and a name in use as a lock is `Conflict` for a campaign, with a message that says to use
+/// another name; nothing is left behind, and the name serves again once free.
+#[test]
+fn an_election_and_a_lock_of_one_name_conflict() {
+    run(async {
+        let h = shared_harness().await;
+        let name = fresh_name("election-conflict");
+        let (a, _a_proxy) = h.proxied_client().await;
+        let (b, _b_proxy) = h.proxied_client().await;
+        let leadership = a.election(&name).unwrap().campaign("a").await.unwrap();
+        let conflicts = |outcome: lockkit_core::Result<Option<lockkit_core::LockGuard>>, what: &str| match outcome {
+            Err(error @ Error::Conflict { .. }) => {
+                assert!(error.to_string().contains("in use as an election"), "{what}: {error}");
+            }
+            other => panic!("{what}: expected Conflict, got {other:?}"),
+        };
+        conflicts(b.lock(&name).unwrap().try_acquire().await, "a mutex");
+        conflicts(b.lock(&name).unwrap().acquire().await.map(Some), "a waiting mutex");
+        conflicts(b.rw_lock(&name).unwrap().try_read().await, "a reader");
+        conflicts(b.semaphore(&name, 2).unwrap().try_acquire().await, "a semaphore");
+        assert_eq!(h.contenders(&name).await.len(), 1, "the refused nodes are gone");
+        leadership.resign().await.unwrap();
+
+        let mutex = a.lock(&name).unwrap().acquire().await.unwrap();
+        match b.election(&name).unwrap().campaign("b").await {
+            Err(error @ Error::Conflict { .. }) => {
+                assert!(error.to_string().contains("give the election another name"), "{error}");
+            }
+            other => panic!("a campaign on a mutex's name: expected Conflict, got {other:?}"),
+        }
+        assert_eq!(b.election(&name).unwrap().leader().await.unwrap(), None, "a mutex holder is no leader");
+        mutex.release().await.unwrap();
+        let leadership = b.election(&name).unwrap().campaign("b").await.unwrap();
+        leadership.resign().await.unwrap();
+        assert!(h.contenders(&name).await.is_empty());
+    });
+}
+
+/// Dropping an observer ends its task (and with it its watches), and opens no session: on a
+/// runtime of its own, the count of live tasks goes back to what it was, and the provider's
+/// session is the one it had.
+#[test]
+fn a_dropped_observer_leaves_no_task_or_session_behind() {
+    run(async {
+        let h = shared_harness().await;
+        let name = fresh_name("observer-dropped");
+        let (o, _o_proxy) = h.proxied_client().await;
+        on_a_private_runtime(async move {
+            let session = o.zk_client().await.unwrap().session_id();
+            let metrics = tokio::runtime::Handle::current().metrics();
+            let before = metrics.num_alive_tasks();
+            let mut observer = o.election(&name).unwrap().observe().unwrap();
+            assert_eq!(next_event(&mut observer, Duration::from_secs(5), false).await, LeaderEvent::Vacant);
+            assert_eq!(metrics.num_alive_tasks(), before + 1, "one task follows the election");
+            drop(observer);
+            eventually(Duration::from_secs(5), "the observer's task ends", || async {
+                metrics.num_alive_tasks() == before
+            })
+            .await;
+            assert_eq!(o.zk_client().await.unwrap().session_id(), session, "no other session");
+        });
+    });
+}
+
+/// An observer first polled on a runtime that then shuts down (taking the provider's session
+/// with it) follows on the runtime that polls it next: a gap (what passed could not be
+/// replayed), the current leader, then the next change.
+#[test]
+fn an_observer_whose_runtime_shut_down_follows_on_the_next() {
+    run(async {
+        let h = shared_harness().await;
+        let name = fresh_name("observer-runtime-gone");
+        let (a, _a_proxy) = h.proxied_client().await;
+        let (o, _o_proxy) = h.proxied_client().await;
+        let leadership = a.election(&name).unwrap().campaign("a").await.unwrap();
+        let lock = lockkit_core::LockName::new(&name).unwrap();
+        let term = leadership.token();
+        let (mut raw, first_session) = {
+            let o = o.clone();
+            on_a_private_runtime(async move {
+                let mut raw = o.backend().observe(&lock).unwrap();
+                let first = next_raw(&mut raw, Duration::from_secs(5), false).await;
+                assert_eq!(term_of(&first), Some(term));
+                (raw, o.zk_client().await.unwrap().session_id())
+            })
+        };
+        assert_eq!(next_raw(&mut raw, Duration::from_secs(10), true).await, LeaderEvent::Gap);
+        assert_eq!(term_of(&next_raw(&mut raw, Duration::from_secs(10), true).await), Some(term));
+        assert_ne!(o.zk_client().await.unwrap().session_id(), first_session, "a new session, on this runtime");
+        leadership.resign().await.unwrap();
+        assert_eq!(next_raw(&mut raw, Duration::from_secs(5), false).await, LeaderEvent::Vacant);
+    });
+}
+
+/// An observer whose connection drops and comes back within the session rides it out: the
+/// server replays the watches that fired meanwhile. One change of leader while it was away
+/// shows as the new leader, with no gap; two (a candidate led and resigned unseen) show as a
+/// gap and the leader now, never as a wrong order.
+#[test]
+fn an_observer_rides_out_a_reconnect_within_its_session() {
+    run(async {
+        let h = shared_harness().await;
+        let name = fresh_name("observer-reconnect");
+        let (a, _a_proxy) = h.proxied_client().await;
+        let (b, _b_proxy) = h.proxied_client().await;
+        let (c, _c_proxy) = h.proxied_client().await;
+        let (o, o_proxy) = h.proxied_client().await;
+        let session = o.zk_client().await.unwrap().session_id();
+        let leadership_a = a.election(&name).unwrap().campaign("a").await.unwrap();
+        let mut observer = o.election(&name).unwrap().observe().unwrap();
+        assert_eq!(
+            term_of(&next_event(&mut observer, Duration::from_secs(5), false).await),
+            Some(leadership_a.token())
+        );
+
+        // One change while away.
+        o_proxy.cut_all();
+        o_proxy.blackhole();
+        leadership_a.resign().await.unwrap();
+        let leadership_b = b.election(&name).unwrap().campaign("b").await.unwrap();
+        o_proxy.heal();
+        let next = next_event(&mut observer, SESSION_TIMEOUT, false).await;
+        assert_eq!(term_of(&next), Some(leadership_b.token()), "b, with no gap: {next:?}");
+
+        // c queues behind b (the observer reads its candidacy), then while the observer is
+        // away b resigns, c leads and resigns, and a leads again.
+        let election_c = c.election(&name).unwrap();
+        let campaign_c = tokio::spawn(async move { election_c.campaign("c").await.unwrap() });
+        eventually(Duration::from_secs(5), "c is a candidate", || async { h.contenders(&name).await.len() == 2 }).await;
+        o_proxy.cut_all();
+        o_proxy.blackhole();
+        leadership_b.resign().await.unwrap();
+        let leadership_c = tokio::time::timeout(Duration::from_secs(5), campaign_c).await.unwrap().unwrap();
+        let term_c = leadership_c.token();
+        leadership_c.resign().await.unwrap();
+        let leadership_a = a.election(&name).unwrap().campaign("a again").await.unwrap();
+        o_proxy.heal();
+        let mut events = Vec::new();
+        while term_of(events.last().unwrap_or(&LeaderEvent::Vacant)) != Some(leadership_a.token()) {
+            events.push(next_event(&mut observer, SESSION_TIMEOUT, false).await);
+        }
+        let terms: Vec<_> = events.iter().filter_map(term_of).collect();
+        println!("after b, c and a again while away: {events:?}");
+        assert!(
+            events.first() == Some(&LeaderEvent::Gap) || terms.contains(&term_c),
+            "c's term is shown, or a gap says it may have passed: {events:?}"
+        );
+        assert!(terms.windows(2).all(|w| w[0] < w[1]), "terms in order: {events:?}");
+        assert_eq!(o.zk_client().await.unwrap().session_id(), session, "the observer kept its session");
+        leadership_a.resign().await.unwrap();
     });
 }
