@@ -187,6 +187,11 @@ impl RedisLockProviderBuilder {
     /// `false` makes every release a race between the woken waiters: a little more
     /// throughput for a client that takes the same lock again and again, and a wait that,
     /// for an unlucky waiter, has no bound.
+    ///
+    /// The same holds for every kind: fair, a read-write lock's readers that arrive after a
+    /// queued writer wait behind it, and a semaphore's permits go to its waiters in arrival
+    /// order; unfair, readers may overtake a waiting writer for as long as readers keep
+    /// coming.
     pub fn fair(mut self, fair: bool) -> Self {
         self.fair = Some(fair);
         self

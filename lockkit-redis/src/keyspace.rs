@@ -113,24 +113,25 @@ impl Suspects {
     }
 }
 
-/// The keyspace subscription of one hold's record, made in the background after the grant
-/// and withdrawn at the release.
+/// The keyspace subscriptions of one hold's records (one, or two for a read-write lock's
+/// hold: its writer record and its readers), made in the background after the grant and
+/// withdrawn at the release.
 #[derive(Debug, Default)]
 pub(crate) struct RecordWatch {
-    interest: Mutex<Option<Interest>>,
+    interests: Mutex<Vec<Interest>>,
     ended: AtomicBool,
 }
 
 impl RecordWatch {
-    /// Keeps the subscription, unless the hold ended meanwhile.
+    /// Keeps a subscription, unless the hold ended meanwhile.
     pub(crate) fn keep(&self, interest: Interest) {
-        let mut slot = lock(&self.interest);
+        let mut slot = lock(&self.interests);
         if self.has_ended() {
             drop(slot);
             drop(interest);
             return;
         }
-        *slot = Some(interest);
+        slot.push(interest);
     }
 
     /// Whether the hold ended.
@@ -141,8 +142,8 @@ impl RecordWatch {
     /// The hold ended: the subscription is withdrawn (in the background).
     pub(crate) fn end(&self) {
         self.ended.store(true, Ordering::Release);
-        let interest = lock(&self.interest).take();
-        drop(interest);
+        let interests = std::mem::take(&mut *lock(&self.interests));
+        drop(interests);
     }
 }
 

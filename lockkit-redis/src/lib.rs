@@ -1,9 +1,10 @@
 //! The Redis backend of lockkit.
 //!
 //! [`RedisLockProvider`] keeps the whole lockkit contract on one Redis server (6.0 or
-//! later; Redis Cluster runs the same scripts, since all keys of a lock share a hash tag).
-//! It dereferences to lockkit's [`LockProvider`](lockkit_core::LockProvider), so every
-//! operation is an inherent method that needs no trait import:
+//! later; Redis Cluster runs the same scripts, since all keys of a lock share a hash tag),
+//! for mutexes, read-write locks and counting semaphores. It dereferences to lockkit's
+//! [`LockProvider`](lockkit_core::LockProvider), so every operation is an inherent method
+//! that needs no trait import:
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -24,6 +25,18 @@
 //!     .build()?;
 //! let locks: lockkit_core::LockProvider = lazy.into(); // for code that picks backends at run time
 //! # let _ = locks;
+//!
+//! // Readers share, a writer excludes them; a read taken from the write guard keeps the hold
+//! // when the write guard goes (a downgrade in place).
+//! let config = provider.rw_lock("config")?;
+//! let write = config.write().await?;
+//! let read = write.read()?;
+//! write.release().await?; // now a read hold, same token; queued readers join it
+//! read.release().await?;
+//!
+//! // At most three holders at once, each with a token of its own.
+//! let permit = provider.semaphore("rate-limited-api", 3)?.acquire().await?;
+//! permit.release().await?;
 //! # Ok(()) }
 //! ```
 //!
@@ -62,28 +75,108 @@
 //!   tells apart released / gone / held by another.
 //! - **Renewal**: one watchdog per provider renews all its holds every `renew_every`
 //!   (default a third of the lease), a pipeline of up to a thousand compare-and-`PEXPIRE`
-//!   scripts per round trip. A hold's local deadline is the send time of its last
+//!   scripts per round trip (of every kind: see below). A hold's local deadline is the send time of its last
 //!   confirmed renewal plus the lease minus the drift margin, so the guard reports the loss
 //!   before the key can expire on the server.
 //! - **A deleted record** (an operator's `DEL`, an eviction) is noticed at the next renewal,
 //!   at most `renew_every` later; at once (about a round trip) when the server publishes
 //!   keyspace events (`notify-keyspace-events` with `K` and one of `g`, `x`, `e`, `A`): each
 //!   hold's record channel `__keyspace@<db>__:<record key>` is then subscribed on the
-//!   provider's pub/sub connection, and an event on it makes the watchdog read the record and
-//!   signal the loss if it is not ours any more. The server's setting is read with
+//!   provider's pub/sub connection (for a read-write lock's hold the writer record's and the
+//!   readers'; for a permit the permit holders'), and an event on it (but the `expire` and
+//!   `zadd` of renewals and of other holders joining) makes the watchdog read the hold and
+//!   signal the loss if it is not there any more. The server's setting is read with
 //!   `CONFIG GET` (at the first hold, then at most once a minute); without it, or for an ACL
 //!   user that may not read it, nothing more is sent. `FLUSHALL` publishes no per-key events
 //!   and is noticed at the next renewal.
 //! - **Unknown outcomes** (a timeout, a dropped connection) are resolved by owner id, never
 //!   by a blind second `SET`; see the `lock` module docs.
 //!
+//! # Read-write locks and semaphores
+//!
+//! The same scripts grant every kind of hold (the kind is an argument), through the same
+//! queue, hand-over, fence counter, watchdog, wake-ups and abandon:
+//!
+//! - **Readers and permit holders** are members of a sorted set (the readers, or the permit
+//!   holders) scored by the server time at which each hold expires, as madelson's
+//!   `RedisSemaphorePrimitive` keeps them, and not by a client's clock (Redisson's
+//!   permit-expirable semaphore trusts the client's). Each has its own owner id and its own
+//!   fencing token (kept in a hash next to the set). A renewal re-scores only its own member,
+//!   so a reader or permit holder that dies frees its share when its own lease runs out,
+//!   neither before nor later. Every script that decides on a set first drops its expired
+//!   members (at most a hundred per call), and the renew scripts drop their own member when
+//!   its lease ran out; `inspect` leaves the expired ones out.
+//! - **The writer** has a record of its own, a string like the mutex record. A writer is
+//!   granted when nobody holds the name; a reader when no writer (nor mutex) does; a permit
+//!   while fewer holders than the count hold it.
+//! - **Tokens:** every grant, a reader's and a permit's included, increments the one fence
+//!   counter of the name, so every token is greater than every token issued before it for the
+//!   name. A release that hands over to a run of readers issues one token per reader.
+//! - **The permit count** is stored with the semaphore (a key kept while a permit is held or
+//!   waited for, and deleted with the last of them). A handle that asks with another count
+//!   while the semaphore is in use gets [`Error::Conflict`](lockkit_core::Error::Conflict);
+//!   once nobody holds or waits, the next user's count is the count.
+//! - **One name, one kind, or exclusion:** a mutex and a read-write lock of one name exclude
+//!   each other, the mutex counting as a writer (a mutex waits for the readers, readers and
+//!   writers wait for the mutex, and one queue serves them all). A semaphore of a name in use
+//!   as a lock, and a lock of a name in use as a semaphore, are a
+//!   [`Conflict`](lockkit_core::Error::Conflict). Each kind keeps its own keys, of one Redis
+//!   type each, so no script meets a key of another type (`WRONGTYPE`); every script that
+//!   grants looks at the keys of the other kinds.
+//! - **The mutex stays as cheap as it was:** every key a script takes is a string Lua makes
+//!   at each call, and a name used by mutexes alone needs only seven of the twelve. So a
+//!   marker of the other kinds (`…:kinds`) lives at least as long as any writer, reader,
+//!   permit or waiter of another kind (each script that makes or renews one extends it, and
+//!   the script that frees the last of them deletes it); the mutex's acquire and release send
+//!   the seven keys, and only when they find the marker do they change nothing and ask for
+//!   all twelve (one more round trip, for names used by several kinds at once).
+//! - **Downgrade:** when the last write guard of a hold goes while read guards of it live,
+//!   one script turns the write hold into a read hold in place: the writer record goes and
+//!   the owner joins the readers in the same step, with its token and the write hold's
+//!   remaining lease, so no writer or mutex queued meanwhile can be granted in between; the
+//!   readers at the head of the queue (up to the first queued writer or mutex) are handed
+//!   their share at once. The hold's renewals, release and keyspace watch cover both forms,
+//!   so a downgrade whose reply is lost changes nothing else.
+//! - **Hand-over:** the script that frees capacity (a release, a downgrade, an abandoned
+//!   acquisition that was granted, or a try that finds a holder's lease ran out) grants it to
+//!   the waiters at the head of the queue that fit: one writer or mutex; or the run of readers
+//!   up to the first queued writer or mutex; or as many permit waiters as permits are free.
+//!   Each gets its own token, its own claim window and its own wake message, and confirms its
+//!   grant as a mutex waiter does.
+//! - **Renewal:** each kind has its renew script (`renew.lua` for a mutex, `renew_rw.lua` for
+//!   a read-write lock's hold, write or read, `renew_permit.lua` for a permit), and the one
+//!   watchdog sends them all in the same pipelines: a tick costs as many round trips for a
+//!   thousand holds of any kinds as for a thousand mutexes. A renewal that finds the hold gone
+//!   is a loss.
+//! - **Lost replies and cancellation:** an acquisition of any kind keeps its owner id across
+//!   its tries, and a try finds the hold an earlier one was granted (a reader or permit by its
+//!   member in the set, with the token it was granted). The abandon script and the void
+//!   marker work for every kind.
+//!
+//! # Fairness of each kind
+//!
+//! With [`fair(true)`](RedisLockProviderBuilder::fair) (the default) every kind waits in one
+//! queue per name, in arrival order: a writer (or mutex) is granted when it is at the head and
+//! nobody holds the name; readers are granted together while no writer or mutex is queued
+//! before them, so a reader that arrives after a queued writer waits behind it and a stream
+//! of readers cannot starve a writer; permit waiters are granted in arrival order as permits
+//! come back. With `fair(false)` no kind queues: every waiter retries when the name's channel
+//! tells of a release (or when the holds in its way expire) and the first to ask wins; readers
+//! may then overtake a waiting writer for as long as readers keep coming, as any waiter of an
+//! unfair lock may be overtaken.
+//!
 //! # Keys
 //!
-//! With the default prefix, lock `orders/42` uses `lockkit:{orders/42}` (the record),
+//! With the default prefix, lock `orders/42` uses `lockkit:{orders/42}` (the mutex record),
 //! `lockkit:{orders/42}:fence` (the counter), the wait queue `lockkit:{orders/42}:queue` and
 //! `lockkit:{orders/42}:queue:expiry` (present only while somebody waits), and the channel
 //! `lockkit:{orders/42}:released`; each provider listens on `lockkit:wake:<random id>`.
-//! The fence counter is never deleted: one small key per lock name ever used.
+//! A read-write lock adds `…:writer` (the writer record, a string), `…:readers` (a sorted
+//! set of owner ids by expiry) and `…:tokens` (a hash of the readers' tokens); a semaphore
+//! `…:permits` (a sorted set of owner ids by expiry), `…:tokens` and `…:permits:count` (its
+//! permit count); both, the marker `…:kinds`. Each is present only while in use, and
+//! expires with the last hold or waiter that keeps it. The fence counter is never deleted: one small key per lock name ever
+//! used.
 //!
 //! # Fencing tokens and server restarts
 //!
@@ -157,7 +250,11 @@ pub use provider::{RedisLockProvider, RenewalStats};
 /// setting, sends one PING, and returns the provider. `rediss` needs the `tls` feature.
 pub const SCHEME: Scheme = Scheme { names: &["redis", "rediss"], backend: BACKEND, connect: provider::connect_url };
 
-/// The sources of the acquire and release scripts, for benchmarks that time them raw.
+/// The sources of the mutex's acquire and release scripts, for benchmarks that time them raw,
+/// with the key layout of earlier versions (acquire: record, fence counter, void marker,
+/// queue, queue expiry times, channel; release: the same without the void marker). The
+/// provider sends seven keys for a mutex (`layout.lua`); these copies make the seventh, the
+/// marker of the other kinds, from the record's name, which a standalone server allows.
 #[doc(hidden)]
 pub mod scripts {
     pub use crate::store::{ACQUIRE_SCRIPT, RELEASE_SCRIPT};
@@ -176,7 +273,8 @@ pub mod scripts {
 /// `&__keyspace@*` (both optional) let the provider learn of a deleted record at once instead
 /// of at the next renewal (see the crate docs); without them it works as before.
 pub const ACL_COMMANDS: &str = "+evalsha +eval +script|load +ping +hello +subscribe +unsubscribe \
-    +set +get +del +exists +incr +time +pexpire +pttl +publish +zadd +zrem +zrange +zrangebyscore +zscore +zcount";
+    +set +get +mget +del +exists +incr +time +pexpire +pttl +publish +zadd +zrem +zrange +zrangebyscore +zscore \
+    +zcount +zcard +hset +hget +hdel";
 
 /// The backend's name in errors, spans and capability tables.
 pub const BACKEND: &str = "redis";

@@ -5,10 +5,12 @@
 //! # Unknown outcomes
 //!
 //! Each acquisition has an owner id of its own (the core's attempt id), which is the value
-//! the lock record holds. When an acquire call times out or loses its connection, the
-//! script may have run. The next try sends the *same* script with the *same* owner id; the
-//! script recognises a record that already holds that id as a grant whose reply was lost
-//! and returns it with its token. Nothing ever sets the record blindly.
+//! the lock record holds (the mutex or writer record; a reader's or permit holder's member
+//! in its set). When an acquire call times out or loses its connection, the script may have
+//! run. The next try sends the *same* script with the *same* owner id; the script recognises
+//! a hold of that id as a grant whose reply was lost and returns it with its token (the
+//! counter's value for an exclusive hold, the token stored with a reader or permit). Nothing
+//! ever sets the record blindly.
 //!
 //! If the acquisition ends while such a doubt remains (its future is dropped mid-call, or it
 //! gives up after a failed call), a background task runs the abandon script: it marks the
@@ -29,8 +31,10 @@
 //!
 //! The release of a lock with a queue grants it to the head at once, for the claim window
 //! only, and tells the head on its provider's wake channel, with the grant's token and server
-//! time. The head takes the hold without another round trip when it can bound the grant's
-//! expiry in its own clock: its last refused try was sent at a known local time and answered
+//! time; for shared kinds, to each waiter of the run at the head that fits (readers up to the
+//! first writer, permit waiters while permits are free), each with its own token and message.
+//! The head takes the hold without another round trip when it can bound the grant's expiry
+//! in its own clock: its last refused try was sent at a known local time and answered
 //! with the fence counter's value and the server time. A token above that value proves the
 //! grant came later; the server times give the interval between the two, so the hold is
 //! guaranteed until the send time of that try, plus the interval (never more than the local
@@ -39,7 +43,10 @@
 //! is left for that (a grant announced very late, or a wait so long that the drift margin
 //! eats the window), the waiter asks again instead, and its try finds the record its own.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -56,7 +63,7 @@ use crate::builder::Settings;
 use crate::error::Failure;
 use crate::keys::LockKeys;
 use crate::keyspace::{Keyspace, RecordWatch, Suspects};
-use crate::store::{AcquireReply, Contender, Ownership, QueueMark, Queueing, Store};
+use crate::store::{AcquireReply, Contender, HoldTarget, Kind, Ownership, QueueMark, Queueing, Store};
 use crate::subscriber::{Handover, Interest, Subscriber, Woken};
 use crate::util::Backoff;
 use crate::watchdog::Watchdog;
@@ -171,22 +178,29 @@ impl RedisBackend {
         }
     }
 
-    /// Who acquisition `attempt` is, in the scripts' terms.
-    fn contender(&self, keys: &LockKeys, attempt: Uuid, queueing: Queueing) -> Contender {
+    /// Who acquisition `attempt` of a hold of `kind` is, in the scripts' terms.
+    fn contender(&self, keys: &LockKeys, attempt: Uuid, kind: Kind, queueing: Queueing) -> Contender {
         // The record's value: unique to this acquisition, and saying who took it.
         let owner = OwnerMeta::current(attempt).encode();
         // A queued waiter's entry names its provider's wake channel, where the release that
-        // makes it its turn addresses it (see Subscriber).
-        let member = if queueing.join { format!("{}\n{owner}", self.subscriber.wake_channel()) } else { String::new() };
-        Contender { owner, member, void: keys.void(&attempt.simple().to_string()) }
+        // makes it its turn addresses it (see Subscriber), and the kind of hold it waits for.
+        let member = match (queueing.join, kind.member_field()) {
+            (false, _) => String::new(),
+            (true, None) => format!("{}\n{owner}", self.subscriber.wake_channel()),
+            (true, Some(field)) => format!("{}\n{field}\n{owner}", self.subscriber.wake_channel()),
+        };
+        Contender { owner, member, void: keys.void(&attempt.simple().to_string()), kind }
     }
 
     async fn acquire_inner(&self, request: &AcquireRequest) -> Result<Option<Grant>> {
         self.ensure_background();
         let lock = request.lock.clone();
+        let Some(kind) = Kind::of(&request.kind) else {
+            return Err(Error::unsupported(BACKEND, Some(&lock), request.kind.describe()));
+        };
         let keys = LockKeys::new(&self.settings.prefix, &lock);
         let queueing = self.queueing(request.deadline.may_wait());
-        let mut contender = self.contender(&keys, request.attempt, queueing);
+        let mut contender = self.contender(&keys, request.attempt, kind, queueing);
         let mut doubt =
             Doubt::new(Arc::clone(&self.store), lock.clone(), keys.clone(), contender.clone(), &self.settings);
         let mut interest: Option<Interest> = None;
@@ -202,9 +216,10 @@ impl RedisBackend {
         // an unfair waiter that yields.
         if queueing.join {
             interest = self.subscriber.watch_queued(&contender.member, true).await;
-        } else if request.deadline.may_wait() && self.yielding.should_yield(&keys.lock) {
-            let span = tracing::debug_span!("lockkit.subscribe", backend = BACKEND, channel = %keys.channel);
-            interest = Some(self.subscriber.watch(&keys.channel).instrument(span).await);
+        } else if request.deadline.may_wait() && self.yielding.should_yield(keys.record()) {
+            let channel = keys.channel();
+            let span = tracing::debug_span!("lockkit.subscribe", backend = BACKEND, channel = %channel);
+            interest = Some(self.subscriber.watch(&channel).instrument(span).await);
         }
         loop {
             if let Some(interest) = interest.as_mut() {
@@ -230,7 +245,12 @@ impl RedisBackend {
                     tracing::debug!(token = token.get(), "granted");
                     let valid_until = lease_deadline(sent_at, self.settings.lease, self.settings.drift);
                     let taken = Taken { token, valid_until, handed_over: false };
-                    return Ok(Some(self.hold(lock, keys, contender.owner, taken, contended)));
+                    return Ok(Some(self.hold(lock, keys, contender, taken, contended)));
+                }
+                Ok(AcquireReply::Conflict(conflict)) => {
+                    // A definite answer: the script left the queue, and nothing was granted.
+                    doubt.settled();
+                    return Err(Error::conflict(BACKEND, Some(&lock), conflict.describe(kind)));
                 }
                 Ok(AcquireReply::Busy(refusal)) => {
                     failing_since = None;
@@ -247,7 +267,7 @@ impl RedisBackend {
                     // voided one is left: the abandon freed its grant and its queue entry.
                     tracing::warn!("this acquisition's owner id was voided; asking again with a fresh one");
                     doubt.settled();
-                    contender = self.contender(&keys, Uuid::new_v4(), queueing);
+                    contender = self.contender(&keys, Uuid::new_v4(), kind, queueing);
                     doubt = Doubt::new(
                         Arc::clone(&self.store),
                         lock.clone(),
@@ -281,7 +301,7 @@ impl RedisBackend {
             // A hand-over may have come while the try was under way.
             if let Some(taken) = self.usable_handover(interest.as_ref(), refused) {
                 doubt.settled();
-                return Ok(Some(self.hold(lock, keys, contender.owner, taken, contended)));
+                return Ok(Some(self.hold(lock, keys, contender, taken, contended)));
             }
             if !request.deadline.may_wait() || request.deadline.has_passed(Instant::now()) {
                 doubt.end_now().await;
@@ -290,11 +310,12 @@ impl RedisBackend {
             let Some(interest) = interest.as_mut() else {
                 // Subscribe before waiting, then try again at once: a release published
                 // before the subscription was confirmed would otherwise be missed.
-                let span = tracing::debug_span!("lockkit.subscribe", backend = BACKEND, channel = %keys.channel);
+                let channel = keys.channel();
+                let span = tracing::debug_span!("lockkit.subscribe", backend = BACKEND, channel = %channel);
                 interest = if queueing.join {
                     self.subscriber.watch_queued(&contender.member, false).instrument(span).await
                 } else {
-                    Some(self.subscriber.watch(&keys.channel).instrument(span).await)
+                    Some(self.subscriber.watch(&channel).instrument(span).await)
                 };
                 continue;
             };
@@ -322,7 +343,7 @@ impl RedisBackend {
             .await;
             if let Some(taken) = self.usable_handover(Some(interest), refused) {
                 doubt.settled();
-                return Ok(Some(self.hold(lock, keys, contender.owner, taken, contended)));
+                return Ok(Some(self.hold(lock, keys, contender, taken, contended)));
             }
         }
     }
@@ -338,16 +359,17 @@ impl RedisBackend {
         Some(Taken { token: FencingToken::new(handover.token), valid_until, handed_over: true })
     }
 
-    /// Makes the hold of `owner`'s grant: its signal, registered with the watchdog, which
+    /// Makes the hold of `contender`'s grant: its signal, registered with the watchdog, which
     /// renews a hand-over at once (it was granted for the claim window only).
-    fn hold(&self, lock: LockName, keys: LockKeys, owner: String, taken: Taken, contended: bool) -> Grant {
+    fn hold(&self, lock: LockName, keys: LockKeys, contender: Contender, taken: Taken, contended: bool) -> Grant {
         let Taken { token, valid_until, handed_over } = taken;
         let signal = HoldSignal::new(BACKEND, lock.clone(), Some(valid_until));
-        let id = self.watchdog.register(keys.lock.clone(), owner.clone(), signal.clone());
+        let target = Arc::new(HoldTarget::new(contender.kind, &keys, contender.owner));
+        let id = self.watchdog.register(Arc::clone(&target), signal.clone());
         if handed_over {
             self.watchdog.confirm(id);
         }
-        let record = self.watch_record(&keys.lock);
+        let record = self.watch_record(target.watched());
         let held = RedisHeld {
             store: Arc::clone(&self.store),
             watchdog: Arc::clone(&self.watchdog),
@@ -355,15 +377,17 @@ impl RedisBackend {
             yielding: (contended && !self.settings.fair).then(|| Arc::clone(&self.yielding)),
             lock,
             keys,
-            owner,
+            target,
+            token,
             id,
+            released: Arc::new(AtomicBool::new(false)),
         };
         Grant::new(token, signal, Box::new(held))
     }
 
-    /// Subscribes the keyspace channel of a held record in the background, when the server
+    /// Subscribes the keyspace channels of a hold's records in the background, when the server
     /// publishes deletions (see the `keyspace` module); nothing when it is known not to.
-    fn watch_record(&self, key: &str) -> Option<Arc<RecordWatch>> {
+    fn watch_record(&self, keys: &[String]) -> Option<Arc<RecordWatch>> {
         if self.keyspace.fresh() == Some(false) {
             return None;
         }
@@ -371,14 +395,17 @@ impl RedisBackend {
         let watch = Arc::new(RecordWatch::default());
         let (keyspace, store, subscriber) =
             (Arc::clone(&self.keyspace), Arc::clone(&self.store), Arc::clone(&self.subscriber));
-        let (channel, slot) = (self.keyspace.channel(key), Arc::clone(&watch));
+        let channels: Vec<String> = keys.iter().map(|key| self.keyspace.channel(key)).collect();
+        let slot = Arc::clone(&watch);
         let task = async move {
             if !keyspace.publishes_deletions(&store).await || slot.has_ended() {
                 return;
             }
-            slot.keep(subscriber.watch(&channel).await);
+            for channel in channels {
+                slot.keep(subscriber.watch(&channel).await);
+            }
         };
-        let span = tracing::debug_span!("lockkit.redis.watch_record", key);
+        let span = tracing::debug_span!("lockkit.redis.watch_record", key = keys.first().map(String::as_str));
         drop(runtime.spawn(task.instrument(span)));
         Some(watch)
     }
@@ -457,6 +484,8 @@ impl LockBackend for RedisBackend {
             inspect: true,
             waiter_count: self.settings.fair,
             cross_process: true,
+            rw_lock: true,
+            semaphore: true,
             ..Capabilities::NONE
         }
     }
@@ -579,20 +608,26 @@ impl Drop for Doubt {
 struct RedisHeld {
     store: Arc<Store>,
     watchdog: Arc<Watchdog>,
-    /// The keyspace subscription of the record, when the server publishes its deletion.
+    /// The keyspace subscriptions of the hold's records, when the server publishes their
+    /// deletion.
     record: Option<Arc<RecordWatch>>,
     /// Set when the acquisition had to wait: the release then makes this provider's next
     /// acquisition of the lock queue up behind the waiters.
     yielding: Option<Arc<Yielding>>,
     lock: LockName,
     keys: LockKeys,
-    owner: String,
+    /// The hold's kind and owner id, shared with the watchdog.
+    target: Arc<HoldTarget>,
+    token: FencingToken,
     id: u64,
+    /// Set when the release starts, so that a downgrade not sent yet is not sent at all.
+    released: Arc<AtomicBool>,
 }
 
 #[async_trait]
 impl HeldLock for RedisHeld {
     async fn release(self: Box<Self>) -> Result<()> {
+        self.released.store(true, Ordering::Release);
         self.watchdog.forget(self.id);
         if let Some(record) = &self.record {
             record.end();
@@ -606,10 +641,10 @@ impl HeldLock for RedisHeld {
         let mut tries = 0;
         loop {
             tries += 1;
-            match self.store.release(&self.lock, &self.keys, &self.owner).await {
+            match self.store.release(&self.lock, &self.keys, &self.target.owner, self.target.kind).await {
                 Ok(Ownership::Ours) => {
                     if let Some(yielding) = &self.yielding {
-                        yielding.released_contended(&self.keys.lock);
+                        yielding.released_contended(self.keys.record());
                     }
                     return Ok(());
                 }
@@ -625,6 +660,42 @@ impl HeldLock for RedisHeld {
                 Err(error) => return Err(error),
             }
         }
+    }
+
+    /// The downgrade script turns the writer record into a reader's entry with the same
+    /// token and the same expiry in one step, and hands the readers at the head of the queue
+    /// their share (see `downgrade.lua`). The renewals, the release and the keyspace watch of
+    /// a read-write hold cover both forms, so nothing else changes here. A call whose outcome
+    /// is unknown is sent again (the script finds a hold that is a read hold already); once
+    /// the release has started, nothing is sent.
+    fn downgrade(&self) -> Option<Pin<Box<dyn Future<Output = Result<()>> + Send + 'static>>> {
+        if self.target.kind != Kind::Write {
+            return None;
+        }
+        let (store, lock, keys) = (Arc::clone(&self.store), self.lock.clone(), self.keys.clone());
+        let (target, token, released) = (Arc::clone(&self.target), self.token, Arc::clone(&self.released));
+        Some(Box::pin(async move {
+            let mut backoff = Backoff::up_to(RETRY_MAX);
+            let mut tries = 0;
+            loop {
+                if released.load(Ordering::Acquire) {
+                    return Ok(());
+                }
+                tries += 1;
+                match store.downgrade(&lock, &keys, &target.owner, token).await {
+                    Ok(Ownership::Ours) => return Ok(()),
+                    // The release started after the check above and got there first.
+                    Ok(_) if released.load(Ordering::Acquire) => return Ok(()),
+                    Ok(Ownership::Gone) => return Err(Error::lost(BACKEND, &lock, LossReason::RecordGone)),
+                    Ok(Ownership::Other) => return Err(Error::lost(BACKEND, &lock, LossReason::OwnedByAnother)),
+                    Err(error) if error.is_retryable() && tries < RELEASE_TRIES => {
+                        tracing::debug!(%error, "downgrade call failed; retrying");
+                        tokio::time::sleep(backoff.next_delay()).await;
+                    }
+                    Err(error) => return Err(error),
+                }
+            }
+        }))
     }
 }
 

@@ -11,11 +11,12 @@
 //! runs on (lockkit's release thread included): a provider works from any runtime.
 
 use std::future::Future;
+use std::num::NonZeroU32;
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use lockkit_core::backend::{HolderInfo, LockInfo, OwnerMeta};
-use lockkit_core::{Error, FencingToken, LockName, Result};
+use lockkit_core::{Error, FencingToken, HoldKind, LockName, Result};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{ErrorKind, RedisError, Script, ScriptInvocation, ServerErrorKind, Value};
 
@@ -25,18 +26,144 @@ use crate::error::Failure;
 use crate::keys::LockKeys;
 use crate::util::{Home, lock};
 
-/// The acquire script's source, with the wait queue's functions in front (they are shared
-/// by the scripts that touch the queue).
-pub const ACQUIRE_SCRIPT: &str = concat!(include_str!("scripts/queue.lua"), include_str!("scripts/acquire.lua"));
-/// The release script's source, with the wait queue's functions in front.
-pub const RELEASE_SCRIPT: &str = concat!(include_str!("scripts/queue.lua"), include_str!("scripts/release.lua"));
-const ABANDON_SCRIPT: &str = concat!(include_str!("scripts/queue.lua"), include_str!("scripts/abandon.lua"));
+/// The sources of the scripts of the wait queue: the names of their keys (`layout.lua`), the
+/// queue's functions (`queue.lua`), then the script's own body.
+macro_rules! queue_script {
+    ($layout:literal, $body:literal) => {
+        concat!(include_str!($layout), include_str!("scripts/queue.lua"), include_str!($body))
+    };
+}
 
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_SCRIPT));
-static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SCRIPT));
+/// The acquire script of a mutex as benchmarks call it raw, with the six keys of earlier
+/// versions (record, fence counter, void marker, queue, queue expiry times, channel; see
+/// `layout_v1.lua`): the provider's own acquire script in every other respect.
+pub const ACQUIRE_SCRIPT: &str = queue_script!("scripts/layout_v1.lua", "scripts/acquire.lua");
+/// The release script of a mutex as benchmarks call it raw, with the five keys of earlier
+/// versions (record, fence counter, queue, queue expiry times, channel; see `layout_v1.lua`).
+pub const RELEASE_SCRIPT: &str = queue_script!("scripts/layout_v1.lua", "scripts/release.lua");
+
+static ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(queue_script!("scripts/layout.lua", "scripts/acquire.lua")));
+static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(queue_script!("scripts/layout.lua", "scripts/release.lua")));
+static ABANDON: LazyLock<Script> =
+    LazyLock::new(|| Script::new(queue_script!("scripts/layout.lua", "scripts/abandon.lua")));
+static DOWNGRADE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(queue_script!("scripts/layout.lua", "scripts/downgrade.lua")));
+static INSPECT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(queue_script!("scripts/layout.lua", "scripts/inspect.lua")));
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
-static ABANDON: LazyLock<Script> = LazyLock::new(|| Script::new(ABANDON_SCRIPT));
-static INSPECT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/inspect.lua")));
+static RENEW_RW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/renew_rw.lua")));
+static RENEW_PERMIT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/renew_permit.lua")));
+
+/// The kinds of hold the scripts grant, as they name them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// A mutex (`x`).
+    Exclusive,
+    /// A reader of a read-write lock (`r`).
+    Read,
+    /// The writer of a read-write lock (`w`).
+    Write,
+    /// A permit of a semaphore of this many permits (`p`).
+    Permit(NonZeroU32),
+}
+
+impl Kind {
+    /// The scripts' kind of a hold of `kind`; `None` for a kind this backend does not grant.
+    pub(crate) fn of(kind: &HoldKind) -> Option<Self> {
+        match kind {
+            HoldKind::Exclusive => Some(Self::Exclusive),
+            HoldKind::Read => Some(Self::Read),
+            HoldKind::Write => Some(Self::Write),
+            HoldKind::Permit { permits } => Some(Self::Permit(*permits)),
+            _ => None,
+        }
+    }
+
+    /// The letter the scripts know the kind by.
+    fn letter(self) -> &'static str {
+        match self {
+            Self::Exclusive => "x",
+            Self::Read => "r",
+            Self::Write => "w",
+            Self::Permit(_) => "p",
+        }
+    }
+
+    /// The semaphore's permit count (0 for the other kinds).
+    fn permits(self) -> u32 {
+        match self {
+            Self::Permit(permits) => permits.get(),
+            _ => 0,
+        }
+    }
+
+    /// The kind field of a queue member (see `queue.lua`): none for a mutex, whose members
+    /// are as they were before the other kinds existed.
+    pub(crate) fn member_field(self) -> Option<String> {
+        match self {
+            Self::Exclusive => None,
+            Self::Permit(permits) => Some(format!("p{permits}")),
+            other => Some(other.letter().to_owned()),
+        }
+    }
+
+    /// The core's kind of a holder the inspect script lists as `letter`, on a semaphore of
+    /// `count` permits.
+    fn hold_kind(letter: &str, count: u32) -> HoldKind {
+        match letter {
+            "r" => HoldKind::Read,
+            "w" => HoldKind::Write,
+            "p" => HoldKind::Permit { permits: NonZeroU32::new(count).unwrap_or(NonZeroU32::MIN) },
+            _ => HoldKind::Exclusive,
+        }
+    }
+}
+
+/// What the watchdog renews for one hold, and what keyspace notifications watch: the hold's
+/// owner id and kind, and the keys of its kind's renew script.
+#[derive(Debug)]
+pub(crate) struct HoldTarget {
+    pub(crate) kind: Kind,
+    pub(crate) owner: String,
+    /// The keys of the renew script: the mutex record (`renew.lua`); the writer record, the
+    /// readers and their tokens (`renew_rw.lua`, for a write hold and, after a downgrade, a
+    /// read hold); the permit holders, their tokens and the permit count (`renew_permit.lua`);
+    /// for these two, the marker of the other kinds last (see `layout.lua`).
+    keys: Box<[String]>,
+}
+
+impl HoldTarget {
+    /// The target of `owner`'s hold of `kind` on the lock of `keys`.
+    pub(crate) fn new(kind: Kind, keys: &LockKeys, owner: String) -> Self {
+        let keys: Box<[String]> = match kind {
+            Kind::Exclusive => Box::new([keys.record().to_owned()]),
+            Kind::Read | Kind::Write => Box::new([keys.writer(), keys.readers(), keys.tokens(), keys.kinds()]),
+            Kind::Permit(_) => Box::new([keys.permits(), keys.tokens(), keys.permit_count(), keys.kinds()]),
+        };
+        Self { kind, owner, keys }
+    }
+
+    /// The keys whose deletion (a keyspace event) may end the hold: the mutex record; the
+    /// writer record and the readers; the permit holders.
+    pub(crate) fn watched(&self) -> &[String] {
+        let watched = match self.kind {
+            Kind::Read | Kind::Write => 2,
+            _ => 1,
+        };
+        self.keys.get(..watched).unwrap_or(&self.keys)
+    }
+
+    /// The renew script of the hold's kind.
+    fn renew_script(&self) -> &'static Script {
+        match self.kind {
+            Kind::Exclusive => &RENEW,
+            Kind::Read | Kind::Write => &RENEW_RW,
+            Kind::Permit(_) => &RENEW_PERMIT,
+        }
+    }
+}
 
 /// What the acquire script answered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,6 +175,40 @@ pub(crate) enum AcquireReply {
     Busy(Refusal),
     /// This acquisition was abandoned earlier and can no longer be granted.
     Void,
+    /// The name is in use as another kind of lock, or as a semaphore of another permit
+    /// count: what, and what to do instead.
+    Conflict(Conflict),
+}
+
+/// Why the acquire script refused a kind of hold outright.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Conflict {
+    /// A lock was asked of a name in use as a semaphore of this many permits.
+    Semaphore(u64),
+    /// A permit was asked of a semaphore in use with this many permits, another count.
+    Count(u64),
+    /// A permit was asked of a name in use as a lock (a mutex or a read-write lock).
+    Lock,
+}
+
+impl Conflict {
+    /// What conflicts, and what to change, for a request of `kind`.
+    pub(crate) fn describe(self, kind: Kind) -> String {
+        match self {
+            Self::Semaphore(count) => {
+                let what = if kind == Kind::Exclusive { "lock" } else { "read-write lock" };
+                format!("the name is in use as a semaphore of {count} permits; give the {what} another name")
+            }
+            Self::Count(count) => format!(
+                "the semaphore is in use with {count} permits and this handle asks for {}; every user of a semaphore must give the same count",
+                kind.permits()
+            ),
+            Self::Lock => {
+                "the name is in use as a lock (a mutex or a read-write lock); give the semaphore another name"
+                    .to_owned()
+            }
+        }
+    }
 }
 
 /// What a refused acquire call learnt.
@@ -81,6 +242,8 @@ pub(crate) struct Contender {
     pub(crate) member: String,
     /// The key of the marker that voids it once abandoned with its outcome unknown.
     pub(crate) void: String,
+    /// The kind of hold it asks for.
+    pub(crate) kind: Kind,
 }
 
 /// How an acquire call stands towards the lock's wait queue.
@@ -93,7 +256,8 @@ pub(crate) struct Queueing {
     pub(crate) entry_ttl_ms: u64,
 }
 
-/// What the release, renew and abandon scripts found: ours, gone, or another owner's.
+/// What the release, renew, downgrade and abandon scripts found: ours, gone, or another
+/// owner's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Ownership {
     /// The record was ours (and was released, renewed or freed).
@@ -219,19 +383,32 @@ impl Store {
         lease_ms: u64,
         queueing: Queueing,
     ) -> Result<AcquireReply> {
-        let (code, value, fence, server_ms): (i64, i64, i64, i64) = self
-            .run(Some(lock), |mut connection| async move {
-                contender_keys(&ACQUIRE, keys, contender)
-                    .arg(&contender.owner)
-                    .arg(lease_ms)
-                    .arg(if queueing.join { "1" } else { "0" })
-                    .arg(queueing.entry_ttl_ms)
-                    .arg(self.claim_ms)
-                    .arg(&contender.member)
-                    .invoke_async(&mut connection)
-                    .await
-            })
-            .await?;
+        // A mutex is asked with the short layout first (see `layout.lua`), and again with all
+        // the keys when other kinds use the name.
+        let mut short = contender.kind == Kind::Exclusive;
+        let (code, value, fence, server_ms) = loop {
+            let reply: (i64, i64, i64, i64) = self
+                .run(Some(lock), |mut connection| async move {
+                    let mut invocation = queue_script(&ACQUIRE, keys, &contender.void, short);
+                    invocation
+                        .arg(&contender.owner)
+                        .arg(lease_ms)
+                        .arg(if queueing.join { "1" } else { "0" })
+                        .arg(queueing.entry_ttl_ms)
+                        .arg(self.claim_ms)
+                        .arg(&contender.member);
+                    if contender.kind != Kind::Exclusive {
+                        invocation.arg(contender.kind.letter()).arg(contender.kind.permits());
+                    }
+                    invocation.invoke_async(&mut connection).await
+                })
+                .await?;
+            if reply.0 == -3 && short {
+                short = false;
+                continue;
+            }
+            break reply;
+        };
         match code {
             1 => match u64::try_from(value) {
                 Ok(token) => Ok(AcquireReply::Granted(FencingToken::new(token))),
@@ -240,7 +417,7 @@ impl Store {
                     Some(lock),
                     Failure::UnexpectedReply {
                         command: "the acquire script",
-                        reply: format!("the token {value} from the fence counter {}", keys.fence),
+                        reply: format!("the token {value} from the fence counter {}", keys.fence()),
                     },
                 )),
             },
@@ -251,23 +428,58 @@ impl Store {
                     _ => None,
                 },
             })),
+            -2 => {
+                let count = u64::try_from(fence).unwrap_or(0);
+                Ok(AcquireReply::Conflict(match value {
+                    1 => Conflict::Semaphore(count),
+                    2 => Conflict::Count(count),
+                    _ => Conflict::Lock,
+                }))
+            }
             _ => Ok(AcquireReply::Void),
         }
     }
 
-    /// Runs the release script: frees the lock if `owner` holds it and hands it over to the
-    /// head of its queue, or wakes every waiter when nobody is queued.
-    pub(crate) async fn release(&self, lock: &LockName, keys: &LockKeys, owner: &str) -> Result<Ownership> {
+    /// Runs the release script: frees `owner`'s hold of `kind` and hands what it freed over to
+    /// the head of the queue, or wakes every waiter when nobody is queued.
+    pub(crate) async fn release(&self, lock: &LockName, keys: &LockKeys, owner: &str, kind: Kind) -> Result<Ownership> {
+        // A mutex is released with the short layout first (see `layout.lua`), and again with
+        // all the keys when other kinds use the name and waiters are queued.
+        let mut short = kind == Kind::Exclusive;
+        loop {
+            let code: i64 = self
+                .run(Some(lock), |mut connection| async move {
+                    let mut invocation = queue_script(&RELEASE, keys, keys.record(), short);
+                    invocation.arg(owner).arg(self.claim_ms);
+                    if kind != Kind::Exclusive {
+                        invocation.arg(kind.letter());
+                    }
+                    invocation.invoke_async(&mut connection).await
+                })
+                .await?;
+            if code == -3 && short {
+                short = false;
+                continue;
+            }
+            return Ok(Ownership::from_code(code));
+        }
+    }
+
+    /// Runs the downgrade script: turns `owner`'s write hold (of token `token`) into a read
+    /// hold in place, and hands the readers at the head of the queue their share.
+    pub(crate) async fn downgrade(
+        &self,
+        lock: &LockName,
+        keys: &LockKeys,
+        owner: &str,
+        token: FencingToken,
+    ) -> Result<Ownership> {
         let code: i64 = self
             .run(Some(lock), |mut connection| async move {
-                RELEASE
-                    .key(&keys.lock)
-                    .key(&keys.fence)
-                    .key(&keys.queue)
-                    .key(&keys.queue_expiry)
-                    .key(&keys.channel)
+                queue_script(&DOWNGRADE, keys, keys.record(), false)
                     .arg(owner)
                     .arg(self.claim_ms)
+                    .arg(token.get())
                     .invoke_async(&mut connection)
                     .await
             })
@@ -275,9 +487,9 @@ impl Store {
         Ok(Ownership::from_code(code))
     }
 
-    /// Runs the abandon script: `contender` leaves the wait queue and frees the lock if it was
-    /// granted to it (a try in doubt, or a hand-over); when `void_ms` is not zero (its outcome
-    /// is in doubt) it is also voided for `void_ms`. Returns whether it freed a grant.
+    /// Runs the abandon script: `contender` leaves the wait queue and frees its hold if it was
+    /// granted (a try in doubt, or a hand-over); when `void_ms` is not zero (its outcome is in
+    /// doubt) it is also voided for `void_ms`. Returns whether it freed a grant.
     pub(crate) async fn abandon(
         &self,
         lock: &LockName,
@@ -287,11 +499,12 @@ impl Store {
     ) -> Result<bool> {
         let code: i64 = self
             .run(Some(lock), |mut connection| async move {
-                contender_keys(&ABANDON, keys, contender)
+                queue_script(&ABANDON, keys, &contender.void, false)
                     .arg(&contender.owner)
                     .arg(void_ms)
                     .arg(self.claim_ms)
                     .arg(&contender.member)
+                    .arg(contender.kind.letter())
                     .invoke_async(&mut connection)
                     .await
             })
@@ -299,92 +512,132 @@ impl Store {
         Ok(code == 1)
     }
 
-    /// Renews a batch of holds in one pipeline (one round trip, and one script call per hold
-    /// so that it runs unchanged on Redis Cluster). Returns one answer per hold, in order.
-    pub(crate) async fn renew_batch(&self, holds: &[(&str, &str)], lease_ms: u64) -> Result<Vec<Ownership>> {
-        let answers = self.renew_pipeline(holds, lease_ms).await?;
-        if answers
-            .iter()
-            .any(|answer| matches!(answer, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)))
-        {
-            // The server lost its script cache (a restart or SCRIPT FLUSH): load and redo.
-            self.run(None, |mut connection| async move { RENEW.prepare_invoke().load_async(&mut connection).await })
-                .await?;
-            let again = self.renew_pipeline(holds, lease_ms).await?;
-            return again
-                .into_iter()
-                .map(|answer| answer.map(Ownership::from_code).map_err(|e| map_error(e, None)))
-                .collect();
-        }
-        answers.into_iter().map(|answer| answer.map(Ownership::from_code).map_err(|e| map_error(e, None))).collect()
+    /// Renews a batch of holds of any kinds in one pipeline (one round trip, and one script
+    /// call per hold, of its kind, so that it runs unchanged on Redis Cluster). Returns one
+    /// answer per hold, in order.
+    pub(crate) async fn renew_batch(&self, holds: &[&HoldTarget], lease_ms: u64) -> Result<Vec<Ownership>> {
+        let answers = self.hold_pipeline(holds, Some(lease_ms)).await?;
+        answers.into_iter().map(|answer| Ok(Ownership::from_code(parse(answer?)?))).collect()
     }
 
-    async fn renew_pipeline(
+    /// Reads whether each of `holds` is still there, in one pipeline, changing nothing (a
+    /// `GET` of a mutex record; the renew script of the other kinds with no lease, which only
+    /// drops a hold whose lease ran out). Returns one answer per hold, in order.
+    pub(crate) async fn check(&self, holds: &[&HoldTarget]) -> Result<Vec<Ownership>> {
+        let answers = self.hold_pipeline(holds, None).await?;
+        holds
+            .iter()
+            .zip(answers)
+            .map(|(hold, answer)| {
+                let answer = answer?;
+                Ok(match hold.kind {
+                    Kind::Exclusive => match parse::<Option<String>>(answer)? {
+                        Some(value) if value == hold.owner => Ownership::Ours,
+                        Some(_) => Ownership::Other,
+                        None => Ownership::Gone,
+                    },
+                    _ => Ownership::from_code(parse(answer)?),
+                })
+            })
+            .collect()
+    }
+
+    /// Sends the renew script of each hold's kind (with `lease_ms`, or, for `None`, the check
+    /// described at [`check`](Self::check)) in one pipeline; when the server lost its script
+    /// cache (a restart, `SCRIPT FLUSH`), loads the scripts and sends it again. Returns one
+    /// reply per hold.
+    async fn hold_pipeline(&self, holds: &[&HoldTarget], lease_ms: Option<u64>) -> Result<Vec<Result<Value>>> {
+        let answers = self.send_hold_pipeline(holds, lease_ms).await?;
+        let lost_scripts = answers
+            .iter()
+            .any(|answer| matches!(answer, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)));
+        let answers = if lost_scripts {
+            self.run(None, |mut connection| async move {
+                for script in [&*RENEW, &*RENEW_RW, &*RENEW_PERMIT] {
+                    script.prepare_invoke().load_async(&mut connection).await?;
+                }
+                Ok(())
+            })
+            .await?;
+            self.send_hold_pipeline(holds, lease_ms).await?
+        } else {
+            answers
+        };
+        Ok(answers.into_iter().map(|answer| answer.map_err(|e| map_error(e, None))).collect())
+    }
+
+    async fn send_hold_pipeline(
         &self,
-        holds: &[(&str, &str)],
-        lease_ms: u64,
-    ) -> Result<Vec<std::result::Result<i64, RedisError>>> {
+        holds: &[&HoldTarget],
+        lease_ms: Option<u64>,
+    ) -> Result<Vec<std::result::Result<Value, RedisError>>> {
         let mut pipeline = redis::pipe();
         pipeline.ignore_errors();
-        for (key, owner) in holds {
-            pipeline.cmd("EVALSHA").arg(RENEW.get_hash()).arg(1).arg(*key).arg(*owner).arg(lease_ms);
+        for hold in holds {
+            match (hold.kind, lease_ms) {
+                (Kind::Exclusive, None) => {
+                    pipeline.cmd("GET").arg(&*hold.keys);
+                }
+                (_, lease_ms) => {
+                    let script = hold.renew_script();
+                    pipeline
+                        .cmd("EVALSHA")
+                        .arg(script.get_hash())
+                        .arg(hold.keys.len())
+                        .arg(&*hold.keys)
+                        .arg(&hold.owner)
+                        .arg(lease_ms.unwrap_or(0));
+                }
+            }
         }
         self.run(None, |mut connection| async move { pipeline.query_async(&mut connection).await }).await
     }
 
-    /// Reads the holder of a lock and, for a fair provider (`count_waiters`), the number of
-    /// waiters in its queue.
+    /// Reads the holders of a name (of every kind) and, for a fair provider
+    /// (`count_waiters`), the number of waiters in its queue.
     pub(crate) async fn inspect(&self, lock: &LockName, keys: &LockKeys, count_waiters: bool) -> Result<LockInfo> {
         let reply: Vec<Value> = self
             .run(Some(lock), |mut connection| async move {
-                INSPECT
-                    .key(&keys.lock)
-                    .key(&keys.fence)
-                    .key(&keys.queue)
-                    .key(&keys.queue_expiry)
-                    .invoke_async(&mut connection)
-                    .await
+                queue_script(&INSPECT, keys, keys.record(), false).invoke_async(&mut connection).await
             })
             .await?;
-        let [owner, pttl, token, waiters] = reply.as_slice() else {
-            return Err(Error::backend(
+        let unexpected = || {
+            Error::backend(
                 BACKEND,
                 Some(lock),
                 Failure::UnexpectedReply {
                     command: "the inspect script",
-                    reply: format!("{reply:?} instead of [owner, pttl, token, waiters]"),
+                    reply: format!("{reply:?} instead of [waiters, permits, (kind, owner, ms left, token)...]"),
                 },
-            ));
+            )
         };
-        let waiters = redis::from_redis_value_ref::<u64>(waiters).ok().and_then(|n| usize::try_from(n).ok());
-        let waiters = if count_waiters { waiters } else { None };
+        let [waiters, count, holders @ ..] = reply.as_slice() else { return Err(unexpected()) };
+        if holders.len() % 4 != 0 {
+            return Err(unexpected());
+        }
+        let number = |value: &Value| redis::from_redis_value_ref::<i64>(value).ok();
         let text = |value: &Value| redis::from_redis_value_ref::<String>(value).ok();
-        let owner = text(owner).unwrap_or_default();
-        if owner.is_empty() {
-            return Ok(LockInfo::new(Vec::new(), waiters));
-        }
-        let token = FencingToken::new(text(token).and_then(|t| t.parse::<u64>().ok()).unwrap_or(0));
-        // Records written by lockkit carry who took them; anything else is shown as is.
-        let mut holder = match OwnerMeta::decode(&owner) {
-            Some(meta) => meta.holder(token),
-            None => HolderInfo::new(token, owner),
-        };
-        if let Ok(left) = redis::from_redis_value_ref::<i64>(pttl)
-            && let Ok(left) = u64::try_from(left)
-        {
-            holder = holder.with_lease_left(Duration::from_millis(left));
-        }
-        Ok(LockInfo::new(vec![holder], waiters))
-    }
-
-    /// Reads the records at `keys` in one pipeline (one `GET` each, so that it runs unchanged
-    /// on Redis Cluster): their values, in order, `None` where there is none.
-    pub(crate) async fn records(&self, keys: &[&str]) -> Result<Vec<Option<String>>> {
-        let mut pipeline = redis::pipe();
-        for key in keys {
-            pipeline.cmd("GET").arg(*key);
-        }
-        self.run(None, |mut connection| async move { pipeline.query_async(&mut connection).await }).await
+        let waiters = number(waiters).and_then(|n| usize::try_from(n).ok()).filter(|_| count_waiters);
+        let count = number(count).and_then(|n| u32::try_from(n).ok()).unwrap_or(0);
+        let holders = holders
+            .chunks_exact(4)
+            .map(|holder| {
+                let [kind, owner, left, token] = holder else { return Err(unexpected()) };
+                let owner = text(owner).unwrap_or_default();
+                let token = FencingToken::new(text(token).and_then(|t| t.parse::<u64>().ok()).unwrap_or(0));
+                // Records written by lockkit carry who took them; anything else is shown as is.
+                let mut info = match OwnerMeta::decode(&owner) {
+                    Some(meta) => meta.holder(token),
+                    None => HolderInfo::new(token, owner),
+                };
+                info = info.with_kind(Kind::hold_kind(&text(kind).unwrap_or_default(), count));
+                if let Some(left) = number(left).and_then(|left| u64::try_from(left).ok()) {
+                    info = info.with_lease_left(Duration::from_millis(left));
+                }
+                Ok(info)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(LockInfo::new(holders, waiters))
     }
 
     /// The server's `notify-keyspace-events` flags (`CONFIG GET`).
@@ -413,13 +666,27 @@ impl Store {
     }
 }
 
-/// An invocation of `script` (acquire or abandon, which touch the same keys) with the keys
-/// of `contender`'s try on a lock: the record, the fence counter, the contender's void marker,
-/// the wait queue and its expiry times, and the lock's channel.
-fn contender_keys<'a>(script: &'a Script, keys: &LockKeys, contender: &Contender) -> ScriptInvocation<'a> {
-    let mut invocation = script.key(&keys.lock);
-    invocation.key(&keys.fence).key(&contender.void).key(&keys.queue).key(&keys.queue_expiry).key(&keys.channel);
+/// An invocation of `script`, one of the scripts of the wait queue, with the twelve keys of
+/// `layout.lua`, or only the first seven (`short`, for the mutex's acquire and release);
+/// `void` is the void marker of the acquisition (any key of the name for the scripts that
+/// void nothing).
+fn queue_script<'a>(script: &'a Script, keys: &LockKeys, void: &str, short: bool) -> ScriptInvocation<'a> {
+    let mut invocation = script.prepare_invoke();
+    if short {
+        for key in keys.mutex_keys(void) {
+            invocation.key(key);
+        }
+    } else {
+        for key in keys.script_keys(void) {
+            invocation.key(key);
+        }
+    }
     invocation
+}
+
+/// Reads a reply of a pipeline as a `T`.
+fn parse<T: redis::FromRedisValue>(value: Value) -> Result<T> {
+    redis::from_redis_value(value).map_err(|error| map_error(RedisError::from(error), None))
 }
 
 /// Maps a Redis error: anything that leaves the outcome unknown or may pass with time

@@ -547,9 +547,10 @@ fn route(shared: &Arc<Shared>, state: &Arc<LinkState>, push: PushInfo) {
             match text(push.data.first()) {
                 Some(name) if name == shared.wake_channel.name => wake_queued(shared, text(push.data.get(1))),
                 Some(name) if shared.keyspace.key_of(&name).is_some() => {
-                    // Our own renewals are the only `expire` events; anything else may have
-                    // ended the hold.
-                    if text(push.data.get(1)).as_deref() != Some("expire")
+                    // Our own renewals are the only `expire` events, and additions to a set of
+                    // readers or permit holders (`zadd`: other holders joining, or our own
+                    // renewals) remove nobody; anything else may have ended the hold.
+                    if !matches!(text(push.data.get(1)).as_deref(), Some("expire" | "zadd"))
                         && let Some(key) = shared.keyspace.key_of(&name)
                     {
                         shared.suspects.add(key);

@@ -13,8 +13,12 @@
 //!   operation starts it again on its own runtime ([`Watchdog::ensure_running`]).
 //! - A hold handed over by a release comes with a claim window's lease only: it is confirmed
 //!   at once by a renewal of its own ([`Watchdog::confirm`]), outside the ticks.
-//! - Between ticks, the task reads the records that keyspace notifications made suspect
-//!   (see the `keyspace` module) and declares lost the holds whose record is not theirs.
+//! - Every kind of hold is renewed in the same batches, each by the renew script of its kind
+//!   (a mutex's `renew.lua`; `renew_rw.lua` for a read-write lock's hold, write or read;
+//!   `renew_permit.lua` for a permit): a tick sends as many pipelines as it has batches,
+//!   whatever the kinds in them.
+//! - Between ticks, the task reads the holds whose records keyspace notifications made
+//!   suspect (see the `keyspace` module) and declares lost those that are not there any more.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,7 +33,7 @@ use tracing::Instrument;
 
 use crate::builder::Settings;
 use crate::keyspace::Suspects;
-use crate::store::{Ownership, Store};
+use crate::store::{HoldTarget, Ownership, Store};
 use crate::util::{Backoff, lock};
 
 /// Holds renewed per pipeline: large enough that 10,000 holds take a few round trips, small
@@ -39,13 +43,12 @@ pub(crate) const BATCH: usize = 1000;
 /// One hold the watchdog keeps alive.
 #[derive(Debug)]
 struct Entry {
-    key: String,
-    owner: String,
+    target: Arc<HoldTarget>,
     signal: HoldSignal,
 }
 
-/// One hold due for renewal: its id, record key, owner value and signal.
-type Due = (u64, String, String, HoldSignal);
+/// One hold due for renewal: its id, what to renew, and its signal.
+type Due = (u64, Arc<HoldTarget>, HoldSignal);
 
 /// The registry of live holds and the renewal task of one provider.
 #[derive(Debug)]
@@ -90,9 +93,9 @@ impl Watchdog {
 
     /// Registers a granted hold; returns its id for [`forget`](Self::forget). Starts the
     /// renewal task if it is not running.
-    pub(crate) fn register(self: &Arc<Self>, key: String, owner: String, signal: HoldSignal) -> u64 {
+    pub(crate) fn register(self: &Arc<Self>, target: Arc<HoldTarget>, signal: HoldSignal) -> u64 {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        lock(&self.holds).insert(id, Entry { key, owner, signal });
+        lock(&self.holds).insert(id, Entry { target, signal });
         self.ensure_running();
         self.changed.notify_one();
         id
@@ -156,36 +159,38 @@ impl Watchdog {
     fn live(&self, id: u64) -> Option<Due> {
         let holds = lock(&self.holds);
         let entry = holds.get(&id).filter(|entry| entry.signal.is_held())?;
-        Some((id, entry.key.clone(), entry.owner.clone(), entry.signal.clone()))
+        Some((id, Arc::clone(&entry.target), entry.signal.clone()))
     }
 
-    /// Reads the records marked suspect since the last look, and declares lost the live holds
-    /// whose record is gone or another owner's. A record that cannot be read is left to the
-    /// next renewal.
+    /// Reads the live holds whose records were marked suspect since the last look, and
+    /// declares lost those that are gone or another owner's. A hold that cannot be read is left
+    /// to the next renewal.
     async fn check_suspects(&self, store: &Store) {
         let suspects = self.suspects.take();
         let held: Vec<Due> = {
             let holds = lock(&self.holds);
-            let live = holds.iter().filter(|(_, entry)| entry.signal.is_held() && suspects.contains(&entry.key));
-            live.map(|(id, e)| (*id, e.key.clone(), e.owner.clone(), e.signal.clone())).collect()
+            let live = holds.iter().filter(|(_, entry)| {
+                entry.signal.is_held() && entry.target.watched().iter().any(|key| suspects.contains(key))
+            });
+            live.map(|(id, e)| (*id, Arc::clone(&e.target), e.signal.clone())).collect()
         };
         if held.is_empty() {
             return;
         }
-        let keys: Vec<&str> = held.iter().map(|(_, key, _, _)| key.as_str()).collect();
-        match store.records(&keys).await {
-            Ok(values) => {
-                for ((_, key, owner, signal), value) in held.iter().zip(values) {
-                    let reason = match value {
-                        Some(value) if value == *owner => continue,
-                        Some(_) => LossReason::OwnedByAnother,
-                        None => LossReason::RecordGone,
+        let targets: Vec<&HoldTarget> = held.iter().map(|(_, target, _)| &**target).collect();
+        match store.check(&targets).await {
+            Ok(answers) => {
+                for ((_, target, signal), answer) in held.iter().zip(answers) {
+                    let reason = match answer {
+                        Ownership::Ours => continue,
+                        Ownership::Other => LossReason::OwnedByAnother,
+                        Ownership::Gone => LossReason::RecordGone,
                     };
-                    tracing::debug!(%key, %reason, "a keyspace notification told of the record's loss");
+                    tracing::debug!(key = ?target.watched(), %reason, "a keyspace notification told of the hold's loss");
                     signal.lose(reason);
                 }
             }
-            Err(error) => tracing::debug!(%error, "suspect records not read; the next renewal checks them"),
+            Err(error) => tracing::debug!(%error, "suspect holds not read; the next renewal checks them"),
         }
     }
 
@@ -193,7 +198,7 @@ impl Watchdog {
     fn due(&self) -> Vec<Due> {
         let mut holds = lock(&self.holds);
         holds.retain(|_, entry| entry.signal.is_held());
-        holds.iter().map(|(id, e)| (*id, e.key.clone(), e.owner.clone(), e.signal.clone())).collect()
+        holds.iter().map(|(id, e)| (*id, Arc::clone(&e.target), e.signal.clone())).collect()
     }
 }
 
@@ -266,16 +271,16 @@ async fn renew_all(dog: &Watchdog, store: &Store, due: &[Due]) -> bool {
     let settings = &dog.settings;
     let lease_ms = settings.lease_millis();
     let batches = due.chunks(BATCH).map(|batch| async move {
-        let pairs: Vec<(&str, &str)> = batch.iter().map(|(_, key, owner, _)| (key.as_str(), owner.as_str())).collect();
+        let targets: Vec<&HoldTarget> = batch.iter().map(|(_, target, _)| &**target).collect();
         let sent_at = Instant::now();
-        (batch, sent_at, store.renew_batch(&pairs, lease_ms).await)
+        (batch, sent_at, store.renew_batch(&targets, lease_ms).await)
     });
     let mut failed = false;
     for (batch, sent_at, outcome) in futures_util::future::join_all(batches).await {
         match outcome {
             Ok(answers) => {
                 let valid_until = lease_deadline(sent_at, settings.lease, settings.drift);
-                for ((_, _, _, signal), answer) in batch.iter().zip(answers) {
+                for ((_, _, signal), answer) in batch.iter().zip(answers) {
                     match answer {
                         Ownership::Ours => {
                             dog.stats.renewed.fetch_add(1, Ordering::Relaxed);

@@ -5,14 +5,15 @@
 //! Two runs on dedicated servers: with an append-only file (`appendfsync always`), where a
 //! restart keeps every record, and without persistence, where a restart loses the records
 //! (mutual exclusion is then impossible by design; the run counts those overlaps apart and
-//! shows fencing refusing the stale writes). `LOCKKIT_CHAOS_SECS`, `LOCKKIT_CHAOS_SEEDS` and
+//! shows fencing refusing the stale writes). Read-write locks (one acquisition in four a
+//! writer) and semaphores of three permits run the same schedule with AOF. `LOCKKIT_CHAOS_SECS`, `LOCKKIT_CHAOS_SEEDS` and
 //! `LOCKKIT_CHAOS_SEED` make the runs longer or replay a seed.
 
 mod support;
 
 use std::time::Duration;
 
-use lockkit_testkit::chaos::{self, ChaosConfig, FaultKind};
+use lockkit_testkit::chaos::{self, ChaosConfig, FaultKind, Primitive};
 use lockkit_testkit::fixture::Persistence;
 use support::RedisHarness;
 
@@ -44,5 +45,23 @@ fn chaos_without_persistence() {
         let harness = RedisHarness::dedicated(Persistence::None).await;
         let config = config().with_restart_loses_data(true).with_label("no persistence");
         chaos::check(&harness, config, &[12]).await;
+    });
+}
+
+#[test]
+fn chaos_read_write_locks_with_aof() {
+    lockkit_testkit::runtime().block_on(async {
+        let harness = RedisHarness::dedicated(Persistence::Aof).await;
+        let config = config().with_primitive(Primitive::ReadWrite).with_label("AOF, read-write locks");
+        chaos::check(&harness, config, &[13]).await;
+    });
+}
+
+#[test]
+fn chaos_semaphores_of_three_with_aof() {
+    lockkit_testkit::runtime().block_on(async {
+        let harness = RedisHarness::dedicated(Persistence::Aof).await;
+        let config = config().with_primitive(Primitive::Semaphore(3)).with_label("AOF, semaphores of three");
+        chaos::check(&harness, config, &[14]).await;
     });
 }

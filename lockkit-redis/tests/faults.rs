@@ -712,3 +712,429 @@ async fn own_releases_and_renewals_are_not_taken_for_a_loss_by_keyspace_events()
     assert!(again.is_held(), "the hold was taken for lost: {:?}", again.watcher().loss());
     again.release().await.unwrap();
 }
+
+/// Spawns an acquisition of `kind` on `name` through `provider` that keeps its guard; it
+/// returns when granted, with the time of the grant.
+fn spawn_hold(
+    provider: &RedisLockProvider,
+    name: &str,
+    kind: lockkit_core::HoldKind,
+) -> tokio::task::JoinHandle<Result<(Instant, LockGuard), lockkit_core::Error>> {
+    let handle = provider.handle(name, kind).unwrap();
+    tokio::spawn(async move {
+        let guard = handle.acquire().await?;
+        Ok((Instant::now(), guard))
+    })
+}
+
+/// Waits until `task` is granted, failing after `bound`.
+async fn granted(
+    task: tokio::task::JoinHandle<Result<(Instant, LockGuard), lockkit_core::Error>>,
+    what: &str,
+    bound: Duration,
+) -> (Instant, LockGuard) {
+    within(bound, what, task).await.unwrap().unwrap()
+}
+
+/// How many holders of each kind `inspect` lists for `name`: (readers, writers, permits,
+/// mutexes).
+async fn holders_by_kind(provider: &RedisLockProvider, name: &str) -> (usize, usize, usize, usize) {
+    let info = provider.inspect(name).await.unwrap();
+    let count = |pick: fn(&lockkit_core::HoldKind) -> bool| info.holders.iter().filter(|h| pick(&h.kind)).count();
+    (
+        count(|k| *k == lockkit_core::HoldKind::Read),
+        count(|k| *k == lockkit_core::HoldKind::Write),
+        count(|k| matches!(k, lockkit_core::HoldKind::Permit { .. })),
+        count(|k| *k == lockkit_core::HoldKind::Exclusive),
+    )
+}
+
+/// The release of a writer hands the read-write lock over to the whole run of readers at the
+/// head of the queue at once (three readers, each on a provider of its own: each with a token
+/// of its own, above the writer's, and told on its own provider's wake channel, taking its
+/// share within the claim window and having it confirmed to a full lease), and to nobody
+/// past the first queued writer: the writer and the reader behind it keep waiting, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_hands_a_read_write_lock_over_to_the_run_of_readers_at_the_head() {
+    use lockkit_core::HoldKind::{Read, Write};
+    let harness = RedisHarness::shared().await;
+    let (holder, _holder_faults) = harness.client_with(test_builder()).await.unwrap();
+    let mut readers = Vec::new();
+    for _ in 0..3 {
+        readers.push(harness.client_with(test_builder()).await.unwrap());
+    }
+    let (late, _late_faults) = harness.client_with(test_builder()).await.unwrap();
+    let name = unique("reader_run");
+    let rw = holder.rw_lock(&name).unwrap();
+    let write = within(OPERATION, "the first writer", rw.write()).await.unwrap();
+    let mut reader_tasks = Vec::new();
+    for (queued, (reader, _)) in readers.iter().enumerate() {
+        reader_tasks.push(spawn_hold(reader, &name, Read));
+        until_queued(&holder, &name, queued + 1, "a reader is queued", OPERATION).await;
+    }
+    let writer_task = spawn_hold(&late, &name, Write);
+    until_queued(&holder, &name, 4, "the second writer is queued", OPERATION).await;
+    let late_reader_task = spawn_hold(&late, &name, Read);
+    until_queued(&holder, &name, 5, "a reader behind the writer is queued", OPERATION).await;
+    let confirmed_before: Vec<u64> = readers.iter().map(|(r, _)| r.renewal_stats().renewed).collect();
+
+    let released_at = Instant::now();
+    let first_token = write.token();
+    write.release().await.unwrap();
+    let mut guards = Vec::new();
+    for task in reader_tasks {
+        let (at, guard) = granted(task, "a reader of the run", OPERATION).await;
+        assert!(at.saturating_duration_since(released_at) < LEASE / 4, "woken by the hand-over, not by polling");
+        assert!(guard.token() > first_token);
+        guards.push(guard);
+    }
+    let mut tokens: Vec<u64> = guards.iter().map(|g| g.token().get()).collect();
+    tokens.sort_unstable();
+    tokens.dedup();
+    assert_eq!(tokens.len(), 3, "each reader of the run has a token of its own");
+    // Each share was handed over for a claim window only, and confirmed at once by its
+    // provider's watchdog (outside the ticks); none is lost.
+    for ((reader, _), before) in readers.iter().zip(&confirmed_before) {
+        eventually(OPERATION, "the share is confirmed", || {
+            let renewed = reader.renewal_stats().renewed;
+            async move { renewed > *before }
+        })
+        .await;
+    }
+    for guard in &guards {
+        eventually(OPERATION, "the share's deadline is a full lease", || {
+            let until = guard.valid_until();
+            async move { until.is_some_and(|until| until > Instant::now() + LEASE / 2) }
+        })
+        .await;
+    }
+    assert_eq!(holders_by_kind(&holder, &name).await, (3, 0, 0, 0), "the three readers hold");
+    assert_eq!(holder.inspect(&name).await.unwrap().waiters, Some(2), "the writer and the late reader wait");
+    assert!(!writer_task.is_finished() && !late_reader_task.is_finished());
+
+    // The readers go: the queued writer is next, and the reader behind it only after it.
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+    let (_, writer) = granted(writer_task, "the queued writer", OPERATION).await;
+    assert!(writer.token().get() > *tokens.last().unwrap());
+    assert!(!late_reader_task.is_finished(), "the late reader waits behind the writer");
+    let writer_token = writer.token();
+    writer.release().await.unwrap();
+    let (_, late_reader) = granted(late_reader_task, "the late reader", OPERATION).await;
+    assert!(late_reader.token() > writer_token);
+    late_reader.release().await.unwrap();
+    assert!(holder.inspect(&name).await.unwrap().is_idle(), "no trace is left");
+}
+
+/// A reader whose process dies keeps its share until its lease runs out on the server, and
+/// not longer: a live reader's release does not let the queued writer in, the dead reader's
+/// expiry does (the writer's wait is bounded by the readers' expiry), and nothing is left of
+/// the dead reader's entry or token afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_readers_share_expires_with_its_lease_and_lets_the_queued_writer_in() {
+    use lockkit_core::HoldKind::Write;
+    let harness = RedisHarness::shared().await;
+    let (dying, dying_faults) = harness.client_with(test_builder()).await.unwrap();
+    let (live, _live_faults) = harness.client_with(test_builder()).await.unwrap();
+    let (writer, _writer_faults) = harness.client_with(test_builder()).await.unwrap();
+    let name = unique("dead_reader");
+    let dead_share = within(OPERATION, "the doomed reader", dying.rw_lock(&name).unwrap().read()).await.unwrap();
+    let live_share = within(OPERATION, "the live reader", live.rw_lock(&name).unwrap().read()).await.unwrap();
+    dying_faults.0.blackhole();
+    let died_at = Instant::now();
+    let writer_task = spawn_hold(&writer, &name, Write);
+    until_queued(&live, &name, 1, "the writer is queued", OPERATION).await;
+    live_share.release().await.unwrap();
+    // The dead reader's share lives on: the writer waits.
+    tokio::time::sleep(LEASE / 2).await;
+    assert!(!writer_task.is_finished(), "the writer got in {:?} after the reader died", died_at.elapsed());
+    let (granted_at, guard) = granted(writer_task, "the writer after the dead reader's lease", LEASE * 2).await;
+    let after = granted_at.saturating_duration_since(died_at);
+    assert!(after >= LEASE - RENEW_EVERY, "the share came back {after:?} after the reader died, before its lease");
+    assert!(after < LEASE + Duration::from_millis(1500), "the writer waited {after:?}: not woken by the expiry");
+    assert!(guard.token() > dead_share.token());
+    assert_eq!(holders_by_kind(&live, &name).await, (0, 1, 0, 0), "only the writer holds");
+    let tokens_key = format!("{}:tokens", live.record_key(&LockName::new(&name).unwrap()));
+    let left: i64 = redis::cmd("EXISTS").arg(&tokens_key).query_async(&mut harness.admin().await).await.unwrap();
+    assert_eq!(left, 0, "the dead reader's token was purged with its entry");
+    guard.release().await.unwrap();
+    drop(dead_share);
+}
+
+/// A permit whose grant reply is lost (it comes back after the response timeout) is found
+/// again by its owner id: the retry returns the token the permit was granted with, although
+/// other permits were granted since, and no second permit is taken for the same acquisition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_whose_reply_was_lost_is_found_again_with_its_own_token() {
+    let harness = RedisHarness::shared().await;
+    let (client, faults) = harness.client_with(test_builder()).await.unwrap();
+    let (other, _other_faults) = harness.client_with(test_builder()).await.unwrap();
+    client.ping().await.unwrap();
+    let name = unique("lost_permit_reply");
+    let record = client.record_key(&LockName::new(&name).unwrap());
+    let (permits_key, tokens_key) = (format!("{record}:permits"), format!("{record}:tokens"));
+    let first = within(OPERATION, "a first permit", other.semaphore(&name, 3).unwrap().acquire()).await.unwrap();
+    // The request arrives, the reply comes back after the response timeout.
+    faults.0.set_latency(Duration::from_millis(300));
+    let semaphore = client.semaphore(&name, 3).unwrap();
+    let acquiring = tokio::spawn(async move { semaphore.acquire_timeout(Duration::from_secs(10)).await });
+    let mut admin = harness.admin().await;
+    eventually(OPERATION, "the permit is granted on the server", || {
+        let (mut admin, key) = (admin.clone(), permits_key.clone());
+        async move { redis::cmd("ZCARD").arg(&key).query_async::<i64>(&mut admin).await.unwrap() == 2 }
+    })
+    .await;
+    // Another permit is granted meanwhile: the fence counter moves past the lost grant's token.
+    let third = within(OPERATION, "another permit", other.semaphore(&name, 3).unwrap().acquire()).await.unwrap();
+    faults.0.set_latency(Duration::ZERO);
+    let guard = within(LEASE / 2, "the acquisition finds its permit again", acquiring).await.unwrap().unwrap();
+    let owners: Vec<String> =
+        redis::cmd("ZRANGE").arg(&permits_key).arg(0).arg(-1).query_async(&mut admin).await.unwrap();
+    assert_eq!(owners.len(), 3, "one permit per acquisition: {owners:?}");
+    let mut stored = Vec::new();
+    for owner in &owners {
+        let token: u64 = redis::cmd("HGET").arg(&tokens_key).arg(owner).query_async(&mut admin).await.unwrap();
+        stored.push(token);
+    }
+    assert!(stored.contains(&guard.token().get()), "the token the permit was granted with: {stored:?}");
+    assert!(guard.token() > first.token() && guard.token() < third.token(), "granted between the two others");
+    for permit in [guard, first, third] {
+        permit.release().await.unwrap();
+    }
+    assert!(client.inspect(&name).await.unwrap().is_idle(), "no trace is left");
+}
+
+/// A write hold turned into a read hold while a reader, a writer and another reader are
+/// queued (in that order): the downgrade keeps the token and lets the first reader join at
+/// once, the queued writer stays out for as long as a read lives (not slipping in between the
+/// write and the read), and the reader behind the writer does not pass it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_downgrade_lets_the_readers_at_the_head_join_and_keeps_the_queued_writer_out() {
+    use lockkit_core::HoldKind::{Read, Write};
+    let harness = RedisHarness::shared().await;
+    let (holder, _holder_faults) = harness.client_with(test_builder()).await.unwrap();
+    let (waiters, _waiter_faults) = harness.client_with(test_builder()).await.unwrap();
+    let name = unique("downgrade_queue");
+    let write = within(OPERATION, "the write", holder.rw_lock(&name).unwrap().write()).await.unwrap();
+    let token = write.token();
+    let first_reader = spawn_hold(&waiters, &name, Read);
+    until_queued(&holder, &name, 1, "the first reader is queued", OPERATION).await;
+    let writer = spawn_hold(&waiters, &name, Write);
+    until_queued(&holder, &name, 2, "the writer is queued", OPERATION).await;
+    let late_reader = spawn_hold(&waiters, &name, Read);
+    until_queued(&holder, &name, 3, "the late reader is queued", OPERATION).await;
+
+    let read = write.read().unwrap();
+    write.release().await.unwrap();
+    let (_, first) = granted(first_reader, "the first reader joins the downgraded hold", OPERATION).await;
+    assert!(read.is_held() && read.token() == token, "the read keeps the hold and its token");
+    assert!(first.token() > token);
+    assert_eq!(holders_by_kind(&holder, &name).await, (2, 0, 0, 0), "two readers, the downgraded one among them");
+    let info = holder.inspect(&name).await.unwrap();
+    assert!(info.holders.iter().any(|h| h.token == token), "the downgraded hold keeps its token in the store");
+    assert_eq!(info.waiters, Some(2), "the writer and the late reader wait");
+    // Renewals of the downgraded hold go on as a read hold.
+    let renewed = holder.renewal_stats().renewed;
+    eventually(RENEW_EVERY * 2 + OPERATION, "a renewal of the read hold", || {
+        let now = holder.renewal_stats().renewed;
+        async move { now > renewed }
+    })
+    .await;
+    assert!(read.is_held(), "the downgraded hold is renewed: {:?}", read.watcher().loss());
+    assert!(!writer.is_finished() && !late_reader.is_finished());
+    first.release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!writer.is_finished(), "the writer slipped in while the downgraded read lives");
+    read.release().await.unwrap();
+    let (_, writer) = granted(writer, "the writer after the last read", OPERATION).await;
+    assert!(!late_reader.is_finished(), "the late reader waits behind the writer");
+    let writer_token = writer.token();
+    writer.release().await.unwrap();
+    let (_, late) = granted(late_reader, "the late reader after the writer", OPERATION).await;
+    assert!(late.token() > writer_token);
+    late.release().await.unwrap();
+}
+
+/// A mutex and a read-write lock of one name exclude each other as a writer excludes, both
+/// ways and through the queue (the mutex's release hands over to the readers queued behind
+/// it); a semaphore of that name is a conflict while either is in use, and a semaphore of
+/// another count a conflict while the semaphore is. No script meets a key of another type.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kinds_of_one_name_exclude_each_other_or_conflict() {
+    use lockkit_core::HoldKind::Read;
+    let harness = RedisHarness::shared().await;
+    let (a, _a_faults) = harness.client_with(test_builder()).await.unwrap();
+    let (b, _b_faults) = harness.client_with(test_builder()).await.unwrap();
+    let name = unique("kinds");
+    let mutex = acquire(&a, &name).await;
+    assert!(b.rw_lock(&name).unwrap().try_read().await.unwrap().is_none(), "a mutex excludes readers");
+    assert!(b.rw_lock(&name).unwrap().try_write().await.unwrap().is_none(), "and writers");
+    let conflict = b.semaphore(&name, 2).unwrap().try_acquire().await;
+    assert!(matches!(conflict, Err(lockkit_core::Error::Conflict { .. })), "{conflict:?}");
+    let readers: Vec<_> = (0..2).map(|_| spawn_hold(&b, &name, Read)).collect();
+    until_queued(&a, &name, 2, "two readers queue behind the mutex", OPERATION).await;
+    let mutex_token = mutex.token();
+    mutex.release().await.unwrap();
+    for task in readers {
+        let (_, read) = granted(task, "a reader after the mutex", OPERATION).await;
+        assert!(read.token() > mutex_token);
+        assert!(a.lock(&name).unwrap().try_acquire().await.unwrap().is_none(), "readers exclude a mutex");
+        read.release().await.unwrap();
+    }
+    let permit =
+        within(OPERATION, "a permit of the free name", b.semaphore(&name, 2).unwrap().acquire()).await.unwrap();
+    for outcome in [
+        a.lock(&name).unwrap().try_acquire().await.map(|g| g.is_some()),
+        a.rw_lock(&name).unwrap().try_read().await.map(|g| g.is_some()),
+        a.semaphore(&name, 3).unwrap().try_acquire().await.map(|g| g.is_some()),
+    ] {
+        match outcome {
+            Err(lockkit_core::Error::Conflict { what, .. }) => assert!(what.contains("name") || what.contains("count")),
+            other => panic!("a conflict while the semaphore is in use: {other:?}"),
+        }
+    }
+    let permit_token = permit.token();
+    permit.release().await.unwrap();
+    // Idle again: any kind may take the name, with tokens still increasing. A read held for
+    // several leases (its renewals keep the marker of the other kinds alive) still keeps a
+    // mutex out, whose script takes its short path only while the marker is absent.
+    let read = within(OPERATION, "a read of the idle name", a.rw_lock(&name).unwrap().read()).await.unwrap();
+    assert!(read.token() > permit_token);
+    tokio::time::sleep(LEASE * 2).await;
+    assert!(read.is_held());
+    assert!(b.lock(&name).unwrap().try_acquire().await.unwrap().is_none(), "a long read still excludes a mutex");
+    read.release().await.unwrap();
+    assert!(a.inspect(&name).await.unwrap().is_idle());
+    let marker = format!("{}:kinds", a.record_key(&LockName::new(&name).unwrap()));
+    let left: i64 = redis::cmd("EXISTS").arg(&marker).query_async(&mut harness.admin().await).await.unwrap();
+    assert_eq!(left, 0, "the marker of the other kinds goes with the last of them");
+    acquire(&b, &name).await.release().await.unwrap();
+}
+
+/// Without a queue (`fair(false)`), read-write locks and semaphores still keep their modes:
+/// readers share, a writer excludes them, a semaphore admits its count, and a waiter of each
+/// kind is woken by the release that lets it in (pub/sub on the name's channel).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unfair_providers_keep_the_modes_and_wake_on_release() {
+    use lockkit_core::HoldKind::{Permit, Read, Write};
+    let harness = RedisHarness::shared().await;
+    let (a, _a_faults) = harness.client_with(test_builder().fair(false)).await.unwrap();
+    let (b, _b_faults) = harness.client_with(test_builder().fair(false)).await.unwrap();
+    let name = unique("unfair_rw");
+    let reads = [
+        within(OPERATION, "a read", a.rw_lock(&name).unwrap().read()).await.unwrap(),
+        within(OPERATION, "another read", b.rw_lock(&name).unwrap().read()).await.unwrap(),
+    ];
+    let writer = spawn_hold(&b, &name, Write);
+    let mut admin = harness.admin().await;
+    let channel = format!("{}:released", a.record_key(&LockName::new(&name).unwrap()));
+    wait_for_subscriber(&mut admin, &channel).await;
+    let [first, second] = reads;
+    first.release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!writer.is_finished(), "a writer got in beside a reader");
+    let released_at = Instant::now();
+    second.release().await.unwrap();
+    let (at, write) = granted(writer, "the writer after the readers", OPERATION).await;
+    assert!(at.saturating_duration_since(released_at) < LEASE / 4, "woken by the release");
+    let reader = spawn_hold(&a, &name, Read);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!reader.is_finished(), "a reader got in beside the writer");
+    write.release().await.unwrap();
+    granted(reader, "the reader after the writer", OPERATION).await.1.release().await.unwrap();
+
+    let name = unique("unfair_semaphore");
+    let two = lockkit_core::HoldKind::Permit { permits: std::num::NonZeroU32::new(2).unwrap() };
+    let held = [
+        granted(spawn_hold(&a, &name, two.clone()), "a permit", OPERATION).await.1,
+        granted(spawn_hold(&b, &name, two.clone()), "another permit", OPERATION).await.1,
+    ];
+    let third = spawn_hold(&b, &name, two);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!third.is_finished(), "a third permit of two");
+    let [one, other] = held;
+    one.release().await.unwrap();
+    let (_, got) = granted(third, "the third after a permit came back", OPERATION).await;
+    assert!(matches!(got.kind(), Permit { .. }) && got.token() > other.token());
+    for permit in [got, other] {
+        permit.release().await.unwrap();
+    }
+}
+
+/// On a server that publishes keyspace events, the readers' set or the permit holders' set
+/// deleted behind the holders' backs is signalled lost at once (not at the next renewal),
+/// while other holders joining and leaving the set, and the holder's own renewals, are not
+/// taken for a loss.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_holds_learn_of_a_deleted_set_at_once_from_keyspace_events() {
+    let harness = server_with_keyspace_events().await;
+    let (holder, _faults) = harness.client_with(slow_ticks()).await.unwrap();
+    let (others, _other_faults) = harness.client_with(slow_ticks()).await.unwrap();
+    let admin = harness.admin().await;
+    for (suffix, semaphore) in [("readers", false), ("permits", true)] {
+        let name = unique("keyspace_shared");
+        let take = |provider: &RedisLockProvider| {
+            let provider = provider.clone();
+            let name = name.clone();
+            async move {
+                if semaphore {
+                    provider.semaphore(&name, 5).unwrap().acquire().await.unwrap()
+                } else {
+                    provider.rw_lock(&name).unwrap().read().await.unwrap()
+                }
+            }
+        };
+        let guard = within(OPERATION, "a shared hold", take(&holder)).await;
+        let set = format!("{}:{suffix}", holder.record_key(guard.name()));
+        until_record_watched(&admin, &set).await;
+        // Others come and go: their `zadd` and `zrem` leave this hold alone.
+        for _ in 0..3 {
+            let other = within(OPERATION, "another holder", take(&others)).await;
+            other.release().await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            guard.is_held(),
+            "{suffix}: the comings and goings of others are no loss: {:?}",
+            guard.watcher().loss()
+        );
+        let deleted: i64 = redis::cmd("DEL").arg(&set).query_async(&mut admin.clone()).await.unwrap();
+        assert_eq!(deleted, 1);
+        let reason = within(Duration::from_secs(1), "the loss signal, long before the 10 s tick", guard.lost()).await;
+        assert_eq!(reason, LossReason::RecordGone, "{suffix}");
+        assert!(matches!(guard.release().await, Err(lockkit_core::Error::LockLost { .. })));
+    }
+    assert_eq!(holder.renewal_stats().ticks, 0, "no renewal tick came into it");
+}
+
+/// A writer at the head of the queue that gives up (its timed acquisition ends) leaves the
+/// queue through the abandon script, which hands the readers queued behind it their share
+/// beside the readers that hold: they are granted at once, not when the holders go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_writer_that_gives_up_lets_the_readers_behind_it_join() {
+    use lockkit_core::HoldKind::Read;
+    let harness = RedisHarness::shared().await;
+    let (holder, _holder_faults) = harness.client_with(test_builder()).await.unwrap();
+    let (writer, _writer_faults) = harness.client_with(test_builder()).await.unwrap();
+    let (readers, _reader_faults) = harness.client_with(test_builder()).await.unwrap();
+    let name = unique("writer_gives_up");
+    let read = within(OPERATION, "the first reader", holder.rw_lock(&name).unwrap().read()).await.unwrap();
+    let rw = writer.rw_lock(&name).unwrap();
+    let giving_up = tokio::spawn(async move { rw.write_timeout(Duration::from_millis(600)).await });
+    until_queued(&holder, &name, 1, "the writer is queued", OPERATION).await;
+    let behind: Vec<_> = (0..2).map(|_| spawn_hold(&readers, &name, Read)).collect();
+    until_queued(&holder, &name, 3, "two readers queue behind the writer", OPERATION).await;
+    let outcome = within(OPERATION, "the writer's timeout", giving_up).await.unwrap();
+    assert!(matches!(outcome, Err(lockkit_core::Error::Timeout { .. })), "{outcome:?}");
+    let gave_up_at = Instant::now();
+    for task in behind {
+        let (at, guard) = granted(task, "a reader behind the writer", OPERATION).await;
+        assert!(at.saturating_duration_since(gave_up_at) < LEASE / 4, "granted by the abandon's hand-over");
+        assert!(guard.token() > read.token());
+        guard.release().await.unwrap();
+    }
+    assert!(read.is_held());
+    read.release().await.unwrap();
+    assert!(holder.inspect(&name).await.unwrap().is_idle(), "no trace is left");
+}

@@ -41,6 +41,33 @@ async fn acl_user_limited_to_lockkit_keys_works_and_bad_passwords_are_refused() 
     guard.release().await.unwrap();
     let second = waiting.await.unwrap().unwrap();
     second.release().await.unwrap();
+    // Every kind, contended so that every script runs (the queue, the hand-over, the
+    // downgrade), stays within the commands ACL_COMMANDS names.
+    let rw = provider.rw_lock(&name).unwrap();
+    let write = rw.write().await.unwrap();
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let rw = rw.clone();
+            tokio::spawn(async move { rw.read_timeout(Duration::from_secs(5)).await })
+        })
+        .collect();
+    let read = write.read().unwrap();
+    write.release().await.unwrap();
+    for reader in readers {
+        reader.await.unwrap().unwrap().release().await.unwrap();
+    }
+    read.release().await.unwrap();
+    let permits = provider.semaphore(&unique("acl_semaphore"), 1).unwrap();
+    let permit = permits.acquire().await.unwrap();
+    let waiting = tokio::spawn({
+        let permits = permits.clone();
+        async move { permits.acquire_timeout(Duration::from_secs(5)).await }
+    });
+    while provider.inspect(permits.name().as_str()).await.unwrap().waiters != Some(1) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    permit.release().await.unwrap();
+    waiting.await.unwrap().unwrap().release().await.unwrap();
 
     let wrong =
         RedisLockProvider::builder().url(format!("redis://locker:wrong@{}/", harness.upstream())).build().unwrap();

@@ -153,7 +153,7 @@ pub trait Harness: Send + Sync + 'static {
     /// When the client cannot connect; the case fails with this error.
     async fn client(&self) -> lockkit_core::Result<TestClient>;
 
-    /// The kind of hold the mutex cases acquire: [`HoldKind::Exclusive`]. The kit's
+    /// The kind of hold the mutex cases acquire: [`HoldKind::Exclusive`](lockkit_core::HoldKind::Exclusive). The kit's
     /// [`AsKind`](crate::AsKind) wrapper changes it to run every mutex case again on a write
     /// lock and on a one-permit semaphore; a backend's harness keeps the default.
     fn mutex_kind(&self) -> lockkit_core::HoldKind {

@@ -1,12 +1,29 @@
--- Reads lock KEYS[1]: {owner, pttl, token, waiters}, with the token from the fence counter
--- KEYS[2] and the number of live entries in the wait queue KEYS[3] (expiry times in KEYS[4]);
--- owner is '' when the lock is free. While a hold lives nobody else can increment the
--- counter, so its value is the holder's token.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local waiters = redis.call('ZCOUNT', KEYS[4], '(' .. now, '+inf')
-local owner = redis.call('GET', KEYS[1])
-if not owner then
-  return {'', -2, '0', waiters}
+-- Reads the holders of a name and its queue (keys: see layout.lua):
+-- {waiters, permit count, then for each holder: kind, owner, ms left, token}, kind being 'x'
+-- (mutex), 'w' (writer), 'r' (reader) or 'p' (permit), waiters the number of live entries in
+-- the wait queue, and the permit count 0 unless the name is a semaphore in use. While an
+-- exclusive hold lives nobody else can increment the fence counter, so its value is that
+-- holder's token; readers and permit holders have theirs in the tokens hash. Holders whose
+-- lease ran out are left out (at most 1000 readers and 1000 permits are listed).
+local now = now_ms()
+local out = {redis.call('ZCOUNT', K_EXPIRY, '(' .. now, '+inf'), tonumber(redis.call('GET', K_COUNT) or '0')}
+local fence = redis.call('GET', K_FENCE) or '0'
+local function add(kind, owner, left, token)
+  out[#out + 1] = kind
+  out[#out + 1] = owner
+  out[#out + 1] = left
+  out[#out + 1] = token
 end
-return {owner, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]) or '0', waiters}
+for _, exclusive in ipairs({{'x', K_RECORD}, {'w', K_WRITER}}) do
+  local holder = redis.call('GET', exclusive[2])
+  if holder then
+    add(exclusive[1], holder, redis.call('PTTL', exclusive[2]), fence)
+  end
+end
+for _, shared in ipairs({{'r', K_READERS}, {'p', K_PERMITS}}) do
+  local members = redis.call('ZRANGEBYSCORE', shared[2], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1000)
+  for i = 1, #members, 2 do
+    add(shared[1], members[i], tonumber(members[i + 1]) - now, redis.call('HGET', K_TOKENS, members[i]) or '0')
+  end
+end
+return out

@@ -154,9 +154,11 @@ impl Harness for RedisHarness {
     }
 
     async fn delete_record(&self, name: &str) -> FaultResult {
-        let key = test_builder().url("redis://unused/").build().unwrap().record_key(&LockName::new(name).unwrap());
-        let deleted: i64 = redis::cmd("DEL").arg(&key).query_async(&mut self.admin().await).await.unwrap();
-        assert_eq!(deleted, 1, "the record {key} of a held lock exists");
+        // Whichever kind holds the name: the mutex record, the writer record, the readers or
+        // the permit holders.
+        let keys = hold_keys(name);
+        let deleted: i64 = redis::cmd("DEL").arg(&keys).query_async(&mut self.admin().await).await.unwrap();
+        assert!(deleted >= 1, "a record of the held lock exists among {keys:?}");
         Ok(())
     }
 
@@ -219,6 +221,13 @@ impl Harness for RedisHarness {
             attempt("a key prefix with a brace", RedisLockProvider::builder().url(&url).key_prefix("app{1}")),
         ]
     }
+}
+
+/// The keys that record the holds of lock `name` with the default prefix: the mutex record, the
+/// writer record, the readers and the permit holders.
+pub fn hold_keys(name: &str) -> [String; 4] {
+    let record = test_builder().url("redis://unused/").build().unwrap().record_key(&LockName::new(name).unwrap());
+    [format!("{record}:writer"), format!("{record}:readers"), format!("{record}:permits"), record]
 }
 
 /// An address on loopback where nothing listens: a port that was free a moment ago.
