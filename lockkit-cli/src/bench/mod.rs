@@ -569,7 +569,7 @@ impl Bench {
         Ok(())
     }
 
-    /// file://: removes this run's lock files (every lock is released and their names carry
+    /// file://: removes this run's lock files and holder directories (every lock is released and their names carry
     /// this run's id, so no one else has them open). With the default directory, says
     /// which files to remove instead.
     fn remove_lock_files(&mut self) {
@@ -584,7 +584,16 @@ impl Bench {
         let Ok(entries) = std::fs::read_dir(dir) else { return };
         let mut left = 0_usize;
         for entry in entries.flatten() {
-            if entry.file_name().to_string_lossy().starts_with(&marker) && std::fs::remove_file(entry.path()).is_err() {
+            if !entry.file_name().to_string_lossy().starts_with(&marker) {
+                continue;
+            }
+            // Read-write locks and semaphores keep their holders' records in a directory
+            // of their own (`NAME.readers/`, `NAME.permits/`), empty once all are released.
+            let removed = match entry.file_type() {
+                Ok(kind) if kind.is_dir() => std::fs::remove_dir_all(entry.path()),
+                _ => std::fs::remove_file(entry.path()),
+            };
+            if removed.is_err() {
                 left += 1;
             }
         }
