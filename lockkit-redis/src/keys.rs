@@ -97,16 +97,22 @@ impl LockKeys {
         self.suffixed("kinds")
     }
 
+    /// The journal of an election: a capped stream of its terms and vacancies, in term
+    /// order. Its name is also the channel the scripts that append to it publish on.
+    pub(crate) fn terms(&self) -> String {
+        self.suffixed("terms")
+    }
+
     /// The marker that voids acquisition `attempt` once it was abandoned with its outcome
     /// unknown, so that a delayed request of it can never create a hold nobody renews.
     pub(crate) fn void(&self, attempt: &str) -> String {
         format!("{}:void:{attempt}", self.base)
     }
 
-    /// The twelve keys every script of the wait queue takes, in the order `layout.lua`
+    /// The thirteen keys every script of the wait queue takes, in the order `layout.lua`
     /// names them, with `void` third (the void marker of an acquisition; any key of the name
     /// for scripts that void nothing).
-    pub(crate) fn script_keys(&self, void: &str) -> [String; 12] {
+    pub(crate) fn script_keys(&self, void: &str) -> [String; 13] {
         [
             self.base.clone(),
             self.fence(),
@@ -120,6 +126,7 @@ impl LockKeys {
             self.permits(),
             self.tokens(),
             self.permit_count(),
+            self.terms(),
         ]
     }
 
@@ -168,6 +175,7 @@ mod tests {
         assert_eq!(k.tokens(), "app:{orders/42 é}:tokens");
         assert_eq!(k.permit_count(), "app:{orders/42 é}:permits:count");
         assert_eq!(k.kinds(), "app:{orders/42 é}:kinds");
+        assert_eq!(k.terms(), "app:{orders/42 é}:terms");
         assert_eq!(k.void("o1"), "app:{orders/42 é}:void:o1");
     }
 
@@ -183,7 +191,7 @@ mod tests {
 
     #[test]
     fn braces_cannot_break_the_tag_or_collide() {
-        for name in ["a}b", "{x}", "}", "%7d", "a}:fence", "%", "%25", "a}:writer"] {
+        for name in ["a}b", "{x}", "}", "%7d", "a}:fence", "%", "%25", "a}:writer", "a}:terms"] {
             let k = keys(name);
             for key in k.script_keys(&k.void("v")) {
                 assert_eq!(hash_tag(&key), hash_tag(k.record()), "{name}: {key}");

@@ -231,6 +231,7 @@ mod error;
 mod keys;
 mod keyspace;
 mod lock;
+mod observe;
 mod provider;
 mod store;
 mod subscriber;

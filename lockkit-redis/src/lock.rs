@@ -54,7 +54,8 @@ use lockkit_core::backend::{
     AcquireRequest, Deadline, Grant, HeldLock, HoldSignal, LockBackend, LockInfo, OwnerMeta, deadline_after,
     lease_deadline, spawn_detached,
 };
-use lockkit_core::{Capabilities, Error, FencingToken, LockName, LossReason, Result};
+use lockkit_core::backend::LeaderEvents;
+use lockkit_core::{Capabilities, Error, FencingToken, HoldKind, LockName, LossReason, Result};
 use tracing::Instrument;
 use uuid::Uuid;
 
@@ -63,7 +64,9 @@ use crate::builder::Settings;
 use crate::error::Failure;
 use crate::keys::LockKeys;
 use crate::keyspace::{Keyspace, RecordWatch, Suspects};
-use crate::store::{AcquireReply, Contender, HoldTarget, Kind, Ownership, QueueMark, Queueing, Store};
+use crate::store::{
+    AcquireReply, Contender, HoldTarget, Kind, Ownership, QueueMark, Queueing, Store, candidate_owner,
+};
 use crate::subscriber::{Handover, Interest, Subscriber, Woken};
 use crate::util::Backoff;
 use crate::watchdog::Watchdog;
@@ -179,9 +182,20 @@ impl RedisBackend {
     }
 
     /// Who acquisition `attempt` of a hold of `kind` is, in the scripts' terms.
-    fn contender(&self, keys: &LockKeys, attempt: Uuid, kind: Kind, queueing: Queueing) -> Contender {
+    /// A candidate's owner id carries its `identity` too.
+    fn contender(
+        &self,
+        keys: &LockKeys,
+        attempt: Uuid,
+        kind: Kind,
+        identity: Option<&[u8]>,
+        queueing: Queueing,
+    ) -> Contender {
         // The record's value: unique to this acquisition, and saying who took it.
-        let owner = OwnerMeta::current(attempt).encode();
+        let mut owner = OwnerMeta::current(attempt).encode();
+        if let Some(identity) = identity {
+            owner = candidate_owner(&owner, identity);
+        }
         // A queued waiter's entry names its provider's wake channel, where the release that
         // makes it its turn addresses it (see Subscriber), and the kind of hold it waits for.
         let member = match (queueing.join, kind.member_field()) {
@@ -200,7 +214,11 @@ impl RedisBackend {
         };
         let keys = LockKeys::new(&self.settings.prefix, &lock);
         let queueing = self.queueing(request.deadline.may_wait());
-        let mut contender = self.contender(&keys, request.attempt, kind, queueing);
+        let identity = match &request.kind {
+            HoldKind::Candidate { identity } => Some(Arc::clone(identity)),
+            _ => None,
+        };
+        let mut contender = self.contender(&keys, request.attempt, kind, identity.as_deref(), queueing);
         let mut doubt =
             Doubt::new(Arc::clone(&self.store), lock.clone(), keys.clone(), contender.clone(), &self.settings);
         let mut interest: Option<Interest> = None;
@@ -267,7 +285,7 @@ impl RedisBackend {
                     // voided one is left: the abandon freed its grant and its queue entry.
                     tracing::warn!("this acquisition's owner id was voided; asking again with a fresh one");
                     doubt.settled();
-                    contender = self.contender(&keys, Uuid::new_v4(), kind, queueing);
+                    contender = self.contender(&keys, Uuid::new_v4(), kind, identity.as_deref(), queueing);
                     doubt = Doubt::new(
                         Arc::clone(&self.store),
                         lock.clone(),
@@ -486,6 +504,7 @@ impl LockBackend for RedisBackend {
             cross_process: true,
             rw_lock: true,
             semaphore: true,
+            election: true,
             ..Capabilities::NONE
         }
     }
@@ -502,6 +521,17 @@ impl LockBackend for RedisBackend {
     async fn inspect(&self, lock: &LockName) -> Result<LockInfo> {
         self.ensure_background();
         self.store.inspect(lock, &LockKeys::new(&self.settings.prefix, lock), self.settings.fair).await
+    }
+
+    fn observe(&self, lock: &LockName) -> Result<LeaderEvents> {
+        self.ensure_background();
+        Ok(crate::observe::observe(
+            Arc::clone(&self.store),
+            Arc::clone(&self.subscriber),
+            Arc::clone(&self.keyspace),
+            &self.settings,
+            lock.clone(),
+        ))
     }
 }
 

@@ -52,6 +52,10 @@ static DOWNGRADE: LazyLock<Script> =
     LazyLock::new(|| Script::new(queue_script!("scripts/layout.lua", "scripts/downgrade.lua")));
 static INSPECT: LazyLock<Script> =
     LazyLock::new(|| Script::new(queue_script!("scripts/layout.lua", "scripts/inspect.lua")));
+static OBSERVE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(queue_script!("scripts/layout.lua", "scripts/observe.lua")));
+static RENEW_LEADER: LazyLock<Script> =
+    LazyLock::new(|| Script::new(queue_script!("scripts/layout.lua", "scripts/renew_leader.lua")));
 static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
 static RENEW_RW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/renew_rw.lua")));
 static RENEW_PERMIT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/renew_permit.lua")));
@@ -67,6 +71,9 @@ pub(crate) enum Kind {
     Write,
     /// A permit of a semaphore of this many permits (`p`).
     Permit(NonZeroU32),
+    /// A candidate of an election (`c`): its identity is in its owner id (see
+    /// [`candidate_owner`]).
+    Candidate,
 }
 
 impl Kind {
@@ -77,6 +84,7 @@ impl Kind {
             HoldKind::Read => Some(Self::Read),
             HoldKind::Write => Some(Self::Write),
             HoldKind::Permit { permits } => Some(Self::Permit(*permits)),
+            HoldKind::Candidate { .. } => Some(Self::Candidate),
             _ => None,
         }
     }
@@ -88,6 +96,7 @@ impl Kind {
             Self::Read => "r",
             Self::Write => "w",
             Self::Permit(_) => "p",
+            Self::Candidate => "c",
         }
     }
 
@@ -109,9 +118,14 @@ impl Kind {
         }
     }
 
-    /// The core's kind of a holder the inspect script lists as `letter`, on a semaphore of
-    /// `count` permits.
-    fn hold_kind(letter: &str, count: u32) -> HoldKind {
+    /// The core's kind of a holder the inspect script lists as `letter` with owner id
+    /// `owner`, on a semaphore of `count` permits.
+    fn hold_kind(letter: &str, owner: &str, count: u32) -> HoldKind {
+        if letter == "x"
+            && let Some(identity) = candidate_identity(owner)
+        {
+            return HoldKind::Candidate { identity };
+        }
         match letter {
             "r" => HoldKind::Read,
             "w" => HoldKind::Write,
@@ -130,7 +144,9 @@ pub(crate) struct HoldTarget {
     /// The keys of the renew script: the mutex record (`renew.lua`); the writer record, the
     /// readers and their tokens (`renew_rw.lua`, for a write hold and, after a downgrade, a
     /// read hold); the permit holders, their tokens and the permit count (`renew_permit.lua`);
-    /// for these two, the marker of the other kinds last (see `layout.lua`).
+    /// for these two, the marker of the other kinds last (see `layout.lua`); every key of
+    /// the name for a leader (`renew_leader.lua`, which writes the vacancy in the election's
+    /// journal when it finds the record gone).
     keys: Box<[String]>,
 }
 
@@ -141,6 +157,7 @@ impl HoldTarget {
             Kind::Exclusive => Box::new([keys.record().to_owned()]),
             Kind::Read | Kind::Write => Box::new([keys.writer(), keys.readers(), keys.tokens(), keys.kinds()]),
             Kind::Permit(_) => Box::new([keys.permits(), keys.tokens(), keys.permit_count(), keys.kinds()]),
+            Kind::Candidate => Box::new(keys.script_keys(keys.record())),
         };
         Self { kind, owner, keys }
     }
@@ -161,6 +178,7 @@ impl HoldTarget {
             Kind::Exclusive => &RENEW,
             Kind::Read | Kind::Write => &RENEW_RW,
             Kind::Permit(_) => &RENEW_PERMIT,
+            Kind::Candidate => &RENEW_LEADER,
         }
     }
 }
@@ -196,7 +214,11 @@ impl Conflict {
     pub(crate) fn describe(self, kind: Kind) -> String {
         match self {
             Self::Semaphore(count) => {
-                let what = if kind == Kind::Exclusive { "lock" } else { "read-write lock" };
+                let what = match kind {
+                    Kind::Exclusive => "lock",
+                    Kind::Candidate => "election",
+                    _ => "read-write lock",
+                };
                 format!("the name is in use as a semaphore of {count} permits; give the {what} another name")
             }
             Self::Count(count) => format!(
@@ -553,7 +575,7 @@ impl Store {
             .any(|answer| matches!(answer, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)));
         let answers = if lost_scripts {
             self.run(None, |mut connection| async move {
-                for script in [&*RENEW, &*RENEW_RW, &*RENEW_PERMIT] {
+                for script in [&*RENEW, &*RENEW_RW, &*RENEW_PERMIT, &*RENEW_LEADER] {
                     script.prepare_invoke().load_async(&mut connection).await?;
                 }
                 Ok(())
@@ -587,6 +609,10 @@ impl Store {
                         .arg(&*hold.keys)
                         .arg(&hold.owner)
                         .arg(lease_ms.unwrap_or(0));
+                    if hold.kind == Kind::Candidate {
+                        // Where it finds the leader gone, it hands over (see renew_leader.lua).
+                        pipeline.arg(self.claim_ms);
+                    }
                 }
             }
         }
@@ -607,11 +633,11 @@ impl Store {
                 Some(lock),
                 Failure::UnexpectedReply {
                     command: "the inspect script",
-                    reply: format!("{reply:?} instead of [waiters, permits, (kind, owner, ms left, token)...]"),
+                    reply: format!("{reply:?} instead of [waiters, permits, since, (kind, owner, ms left, token)...]"),
                 },
             )
         };
-        let [waiters, count, holders @ ..] = reply.as_slice() else { return Err(unexpected()) };
+        let [waiters, count, since, holders @ ..] = reply.as_slice() else { return Err(unexpected()) };
         if holders.len() % 4 != 0 {
             return Err(unexpected());
         }
@@ -619,6 +645,8 @@ impl Store {
         let text = |value: &Value| redis::from_redis_value_ref::<String>(value).ok();
         let waiters = number(waiters).and_then(|n| usize::try_from(n).ok()).filter(|_| count_waiters);
         let count = number(count).and_then(|n| u32::try_from(n).ok()).unwrap_or(0);
+        // When the holder of the mutex record was granted it, in server time (elections).
+        let since = number(since).and_then(|ms| u64::try_from(ms).ok()).filter(|&ms| ms > 0).map(server_time);
         let holders = holders
             .chunks_exact(4)
             .map(|holder| {
@@ -628,9 +656,13 @@ impl Store {
                 // Records written by lockkit carry who took them; anything else is shown as is.
                 let mut info = match OwnerMeta::decode(&owner) {
                     Some(meta) => meta.holder(token),
-                    None => HolderInfo::new(token, owner),
+                    None => HolderInfo::new(token, owner.clone()),
                 };
-                info = info.with_kind(Kind::hold_kind(&text(kind).unwrap_or_default(), count));
+                let letter = text(kind).unwrap_or_default();
+                info = info.with_kind(Kind::hold_kind(&letter, &owner, count));
+                if let (Some(since), "x") = (since, letter.as_str()) {
+                    info = info.with_since(since);
+                }
                 if let Some(left) = number(left).and_then(|left| u64::try_from(left).ok()) {
                     info = info.with_lease_left(Duration::from_millis(left));
                 }
@@ -638,6 +670,27 @@ impl Store {
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(LockInfo::new(holders, waiters))
+    }
+
+    /// Runs the observe script for an observer of the election of `keys` that has seen the
+    /// journal up to entry `seen` (none yet: `None`).
+    pub(crate) async fn observe(&self, lock: &LockName, keys: &LockKeys, seen: Option<&str>) -> Result<Observed> {
+        let reply: Vec<Value> = self
+            .run(Some(lock), |mut connection| async move {
+                queue_script(&OBSERVE, keys, keys.record(), false)
+                    .arg(seen.unwrap_or(""))
+                    .arg(self.claim_ms)
+                    .invoke_async(&mut connection)
+                    .await
+            })
+            .await?;
+        Observed::parse(&reply).ok_or_else(|| {
+            Error::backend(
+                BACKEND,
+                Some(lock),
+                Failure::UnexpectedReply { command: "the observe script", reply: format!("{reply:?}") },
+            )
+        })
     }
 
     /// The server's `notify-keyspace-events` flags (`CONFIG GET`).
@@ -682,6 +735,110 @@ fn queue_script<'a>(script: &'a Script, keys: &LockKeys, void: &str, short: bool
         }
     }
     invocation
+}
+
+/// The owner id of a candidate: `meta` (see [`OwnerMeta::encode`]) and a field `c:<identity
+/// in hex>`, which a reader of the version-1 line ignores. Hex keeps the line free of spaces
+/// and newlines (queue members are split at newlines) whatever bytes the identity has.
+pub(crate) fn candidate_owner(meta: &str, identity: &[u8]) -> String {
+    use std::fmt::Write;
+    let mut owner = String::with_capacity(meta.len() + 3 + identity.len() * 2);
+    owner.push_str(meta);
+    owner.push_str(" c:");
+    for byte in identity {
+        let _ = write!(owner, "{byte:02x}");
+    }
+    owner
+}
+
+/// The identity in a candidate's owner id (see [`candidate_owner`]); `None` for other owners.
+pub(crate) fn candidate_identity(owner: &str) -> Option<Arc<[u8]>> {
+    let hex = owner.split(' ').skip(5).find_map(|field| field.strip_prefix("c:"))?;
+    if hex.is_empty() || hex.len() % 2 != 0 {
+        return None;
+    }
+    let bytes: Option<Vec<u8>> = (0..hex.len())
+        .step_by(2)
+        .map(|at| hex.get(at..at + 2).and_then(|pair| u8::from_str_radix(pair, 16).ok()))
+        .collect();
+    bytes.map(Arc::from)
+}
+
+/// A time the server gave in milliseconds since the epoch.
+fn server_time(ms: u64) -> std::time::SystemTime {
+    std::time::SystemTime::UNIX_EPOCH + Duration::from_millis(ms)
+}
+
+/// A leader as the journal or the record tells.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Term {
+    pub(crate) term: FencingToken,
+    pub(crate) identity: Arc<[u8]>,
+    pub(crate) since: Option<std::time::SystemTime>,
+}
+
+impl Term {
+    /// The leader of owner id `owner` for `term`, granted at server ms `since` (0: unknown);
+    /// `None` when the owner is no candidate's.
+    fn new(owner: &str, term: i64, since: i64) -> Option<Self> {
+        let identity = candidate_identity(owner)?;
+        let since = u64::try_from(since).ok().filter(|&ms| ms > 0).map(server_time);
+        Some(Self { term: FencingToken::new(u64::try_from(term).ok()?), identity, since })
+    }
+}
+
+/// One change in the journal of an election.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Change {
+    Elected(Term),
+    /// The leader of this term no longer leads.
+    Vacant(FencingToken),
+}
+
+/// What the observe script read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Observed {
+    /// The current state rather than the changes since the entry the observer saw: its first
+    /// read, or the entry is gone (trimmed, or the journal with it).
+    pub(crate) restart: bool,
+    /// The id of the last entry read (`None`: the journal is empty).
+    pub(crate) last_id: Option<String>,
+    /// How long the current leader's record lives, when somebody leads.
+    pub(crate) leader_ttl: Option<Duration>,
+    /// For a restart: the current leader, if any.
+    pub(crate) leader: Option<Term>,
+    /// Otherwise: the changes since the entry the observer saw, in journal order.
+    pub(crate) changes: Vec<Change>,
+}
+
+impl Observed {
+    fn parse(reply: &[Value]) -> Option<Self> {
+        let number = |value: &Value| redis::from_redis_value_ref::<i64>(value).ok();
+        let text = |value: &Value| redis::from_redis_value_ref::<String>(value).ok();
+        let [status, last_id, ttl, owner, term, since, entries @ ..] = reply else { return None };
+        let last_id = text(last_id)?;
+        let restart = number(status)? == 1;
+        let mut changes = Vec::new();
+        if entries.len() % 5 != 0 {
+            return None;
+        }
+        for entry in entries.chunks_exact(5) {
+            let [_, kind, term, owner, since] = entry else { return None };
+            let term_number = number(term)?;
+            match text(kind)?.as_str() {
+                "e" => changes.extend(Term::new(&text(owner)?, term_number, number(since)?).map(Change::Elected)),
+                "v" => changes.push(Change::Vacant(FencingToken::new(u64::try_from(term_number).ok()?))),
+                _ => {}
+            }
+        }
+        Some(Self {
+            restart,
+            last_id: (!last_id.is_empty()).then_some(last_id),
+            leader_ttl: u64::try_from(number(ttl)?).ok().map(Duration::from_millis),
+            leader: Term::new(&text(owner)?, number(term)?, number(since)?),
+            changes,
+        })
+    }
 }
 
 /// Reads a reply of a pipeline as a `T`.

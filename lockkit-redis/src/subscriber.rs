@@ -554,6 +554,8 @@ fn route(shared: &Arc<Shared>, state: &Arc<LinkState>, push: PushInfo) {
                         && let Some(key) = shared.keyspace.key_of(&name)
                     {
                         shared.suspects.add(key);
+                        // Observers of an election watch their leader's record too.
+                        wake_channel(shared, push.data.first());
                     }
                 }
                 _ => wake_channel(shared, push.data.first()),
@@ -564,7 +566,10 @@ fn route(shared: &Arc<Shared>, state: &Arc<LinkState>, push: PushInfo) {
             let name = push.data.first().and_then(|value| redis::from_redis_value_ref::<String>(value).ok());
             match name.as_deref().and_then(|name| shared.keyspace.key_of(name)) {
                 // Events before the subscription, or during a gap of the connection, were missed.
-                Some(key) => shared.suspects.add(key),
+                Some(key) => {
+                    shared.suspects.add(key);
+                    wake_channel(shared, push.data.first());
+                }
                 None => wake_channel(shared, push.data.first()),
             }
         }

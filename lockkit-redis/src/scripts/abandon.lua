@@ -11,10 +11,13 @@ local freed = 0
 if tonumber(ARGV[2]) > 0 then
   redis.call('SET', K_VOID, '1', 'PX', ARGV[2])
 end
-if kind == 'x' then
+if kind == 'x' or kind == 'c' then
   if redis.call('GET', K_RECORD) == owner then
     redis.call('DEL', K_RECORD)
     freed = 1
+    if kind == 'c' then
+      machinery().note_vacancy()
+    end
   end
 elseif kind == 'p' then
   if redis.call('ZREM', K_PERMITS, owner) == 1 then

@@ -5,7 +5,8 @@
 --       granted), '0' otherwise, [4] how long a queue entry lives without a refresh (ms),
 --       [5] how long a hand-over to the head of the queue lasts unless confirmed (ms),
 --       [6] this acquisition's queue member, [7] the kind: 'x' mutex, 'r' read, 'w' write,
---       'p' permit, [8] the semaphore's permit count (permits only).
+--       'p' permit, 'c' candidate of an election (its identity is in its owner id; see
+--       queue.lua), [8] the semaphore's permit count (permits only).
 -- Returns {1, token, 0, 0} when granted; {-1, 0, 0, 0} when this acquisition was abandoned
 -- and must not be granted any more; {-3, 0, 0, 0}, having changed nothing, when a mutex was
 -- asked with the short layout (see layout.lua) of a name that other kinds use;
@@ -154,7 +155,7 @@ end
 -- Whether this acquisition holds already: an earlier try of it was granted and its reply
 -- lost, or a hand-over made it the holder.
 local function mine()
-  if kind == 'x' then
+  if kind == 'x' or kind == 'c' then
     return s.record == owner
   elseif kind == 'w' then
     return s.writer == owner
@@ -168,7 +169,7 @@ end
 -- token; readers and permits have theirs in the tokens hash.
 local function regrant()
   local token
-  if kind == 'x' or kind == 'w' then
+  if kind == 'x' or kind == 'w' or kind == 'c' then
     local key = K_RECORD
     if kind == 'w' then
       key = K_WRITER

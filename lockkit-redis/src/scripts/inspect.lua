@@ -1,12 +1,21 @@
 -- Reads the holders of a name and its queue (keys: see layout.lua):
--- {waiters, permit count, then for each holder: kind, owner, ms left, token}, kind being 'x'
--- (mutex), 'w' (writer), 'r' (reader) or 'p' (permit), waiters the number of live entries in
+-- {waiters, permit count, since, then for each holder: kind, owner, ms left, token}, kind
+-- being 'x' (mutex, or a leader, whose owner id says so), 'w' (writer), 'r' (reader) or 'p'
+-- (permit), since the server ms at which the holder of the mutex record was granted it when
+-- the election's journal says (0 otherwise), waiters the number of live entries in
 -- the wait queue, and the permit count 0 unless the name is a semaphore in use. While an
 -- exclusive hold lives nobody else can increment the fence counter, so its value is that
 -- holder's token; readers and permit holders have theirs in the tokens hash. Holders whose
 -- lease ran out are left out (at most 1000 readers and 1000 permits are listed).
 local now = now_ms()
-local out = {redis.call('ZCOUNT', K_EXPIRY, '(' .. now, '+inf'), tonumber(redis.call('GET', K_COUNT) or '0')}
+local out = {redis.call('ZCOUNT', K_EXPIRY, '(' .. now, '+inf'), tonumber(redis.call('GET', K_COUNT) or '0'), 0}
+local record = redis.call('GET', K_RECORD)
+if record and K_TERMS then
+  local last = machinery().last_entry()
+  if last and last.k == 'e' and last.o == record then
+    out[3] = tonumber(last.s)
+  end
+end
 local fence = redis.call('GET', K_FENCE) or '0'
 local function add(kind, owner, left, token)
   out[#out + 1] = kind

@@ -9,7 +9,8 @@
 --   [10] the semaphore's permit holders (sorted sets of owner ids scored by the server time
 --   in ms at which each hold expires), [11] the tokens of readers and permit holders (a hash:
 --   owner id -> token), [12] the semaphore's permit count (a string, kept while the
---   semaphore is in use).
+--   semaphore is in use), [13] the journal of an election (a capped stream of its terms and
+--   vacancies; its name is also the channel its changes are published on).
 --
 -- The mutex's acquire and release scripts take the first seven only (SHORT) while the name is
 -- used by mutexes alone: every key is a string Lua makes at each call, and the mutex's paths
@@ -17,6 +18,7 @@
 -- return -3, and the caller sends them again with all twelve.
 local K_RECORD, K_FENCE, K_VOID, K_QUEUE, K_EXPIRY, K_CHANNEL = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local K_KINDS, K_WRITER, K_READERS, K_PERMITS, K_TOKENS, K_COUNT = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
+local K_TERMS = KEYS[13]
 local SHORT = #KEYS == 7
 
 -- The keys in the order above, for queue.lua's machinery (which reads them from here rather

@@ -2,8 +2,10 @@
 -- in front of each of them: acquire, release, abandon, downgrade, inspect, after layout.lua,
 -- which names their keys K_RECORD, K_FENCE, ...).
 --
--- Kinds of hold: 'x' a mutex, 'r' a reader, 'w' a writer, 'p' a permit. A mutex excludes
--- readers and writers as a writer does; a name in use as a semaphore refuses every other
+-- Kinds of hold: 'x' a mutex, 'r' a reader, 'w' a writer, 'p' a permit, 'c' a candidate of
+-- an election (the leader holds the mutex record, its owner id carrying its identity, and
+-- every grant and end of a leadership is written in the election's journal, K[13]). A mutex
+-- (or a leader) excludes readers and writers as a writer does; a name in use as a semaphore refuses every other
 -- kind, and a semaphore in use with another permit count, as a conflict.
 --
 -- The wait queue of a fair lock is a sorted set of members scored by arrival (µs of server
@@ -107,6 +109,7 @@ local function machinery()
   local K = layout()
   local K_RECORD, K_FENCE, K_QUEUE, K_EXPIRY, K_CHANNEL = K[1], K[2], K[4], K[5], K[6]
   local K_KINDS, K_WRITER, K_READERS, K_PERMITS, K_TOKENS, K_COUNT = K[7], K[8], K[9], K[10], K[11], K[12]
+  local K_TERMS = K[13]
   local SHORT = #K == 7
 
   -- How many waiters one call hands over at most; the waiters after them are told to look
@@ -213,12 +216,64 @@ local function machinery()
     return s.readers == 0 and s.permits == 0
   end
 
+  -- How many entries the journal of an election keeps, about (XADD MAXLEN ~).
+  local JOURNAL_LEN = 1000
+
+  -- The last entry of the election's journal as a table of its fields (k: 'e' elected or
+  -- 'v' vacant; t: the term; o: the leader's owner id and s: the server ms of the grant, for
+  -- 'e'), with its id; nil when the journal is empty or gone.
+  function M.last_entry()
+    local last = redis.call('XREVRANGE', K_TERMS, '+', '-', 'COUNT', 1)[1]
+    if not last then
+      return nil
+    end
+    local entry = { id = last[1] }
+    for i = 1, #last[2], 2 do
+      entry[last[2][i]] = last[2][i + 1]
+    end
+    return entry
+  end
+
+  -- Appends an entry to the journal (capped) and publishes its id on the journal's channel.
+  local function append(...)
+    local id = redis.call('XADD', K_TERMS, 'MAXLEN', '~', JOURNAL_LEN, '*', ...)
+    redis.call('PUBLISH', K_TERMS, id)
+  end
+
+  -- Writes in the journal that the leader of its last entry no longer leads, once: when that
+  -- entry names a leader whose record is gone (released, abandoned, expired, deleted, or
+  -- taken by another since). Returns whether it did.
+  function M.note_vacancy()
+    if not K_TERMS then
+      return false
+    end
+    local last = M.last_entry()
+    if last and last.k == 'e' and redis.call('GET', K_RECORD) ~= last.o then
+      append('k', 'v', 't', last.t)
+      return true
+    end
+    return false
+  end
+
+  -- Writes in the journal that candidate `owner` leads for term `token` from server ms
+  -- `now` (the vacancy of the previous leader first, if it was not written yet).
+  function M.elected(owner, token, now)
+    local last = M.last_entry()
+    if last and last.k == 'e' then
+      append('k', 'v', 't', last.t)
+    end
+    append('k', 'e', 't', M.int(token), 'o', owner, 's', M.int(now))
+  end
+
   -- Grants a hold of `kind` to `owner` for `ms` and returns its token; `s` follows.
   function M.grant(kind, permits, owner, ms, s)
     local token = next_token(K_FENCE)
-    if kind == 'x' then
+    if kind == 'x' or kind == 'c' then
       redis.call('SET', K_RECORD, owner, 'PX', ms)
       s.record = owner
+      if kind == 'c' then
+        M.elected(owner, token, s.now)
+      end
       return token
     end
     M.mark_kinds(ms)
@@ -290,7 +345,7 @@ local function machinery()
         local token = M.grant(kind, permits, owner, claim_ms, s)
         redis.call('PUBLISH', channel, string.format('grant:%d:%d:%d:', token, s.now, claim_ms) .. head)
         granted = granted + 1
-        if kind == 'x' or kind == 'w' then
+        if kind == 'x' or kind == 'w' or kind == 'c' then
           break
         end
       end

@@ -1,4 +1,4 @@
--- Frees the hold of owner ARGV[1], of kind ARGV[3] ('x' mutex; 'r' or 'w' read-write lock,
+-- Frees the hold of owner ARGV[1], of kind ARGV[3] ('x' mutex; 'c' a leader; 'r' or 'w' read-write lock,
 -- whose hold may be a write or, after a downgrade, a read; 'p' permit), and hands what it
 -- freed over to the waiters at the head of the queue with a claim window of ARGV[2] ms, or
 -- wakes every waiter on the name's channel when nobody is queued (keys: see layout.lua).
@@ -7,6 +7,24 @@
 -- was released with the short layout (see layout.lua) while other kinds use the name and
 -- waiters are queued.
 local owner, claim_ms, kind = ARGV[1], tonumber(ARGV[2]), ARGV[3] or 'x'
+
+if kind == 'c' then
+  -- A leader resigns: the vacancy goes in the election's journal before the next candidate's
+  -- term (a hand-over writes it).
+  local holder = redis.call('GET', K_RECORD)
+  if holder == owner then
+    redis.call('DEL', K_RECORD)
+    machinery().note_vacancy()
+    machinery().pass_on(claim_ms, true, nil)
+    machinery().forget_kinds()
+    return 1
+  end
+  machinery().note_vacancy()
+  if holder then
+    return -1
+  end
+  return 0
+end
 
 if kind == 'x' then
   local holder = redis.call('GET', K_RECORD)
