@@ -6,7 +6,8 @@
 //! restart keeps every record, and without persistence, where a restart loses the records
 //! (mutual exclusion is then impossible by design; the run counts those overlaps apart and
 //! shows fencing refusing the stale writes). Read-write locks (one acquisition in four a
-//! writer) and semaphores of three permits run the same schedule with AOF. `LOCKKIT_CHAOS_SECS`, `LOCKKIT_CHAOS_SEEDS` and
+//! writer), semaphores of three permits and elections (every client a candidate, the leader
+//! writing with its term) run the same schedule with AOF. `LOCKKIT_CHAOS_SECS`, `LOCKKIT_CHAOS_SEEDS` and
 //! `LOCKKIT_CHAOS_SEED` make the runs longer or replay a seed.
 
 mod support;
@@ -63,5 +64,14 @@ fn chaos_semaphores_of_three_with_aof() {
         let harness = RedisHarness::dedicated(Persistence::Aof).await;
         let config = config().with_primitive(Primitive::Semaphore(3)).with_label("AOF, semaphores of three");
         chaos::check(&harness, config, &[14]).await;
+    });
+}
+
+#[test]
+fn chaos_elections_with_aof() {
+    lockkit_testkit::runtime().block_on(async {
+        let harness = RedisHarness::dedicated(Persistence::Aof).await;
+        let config = config().with_primitive(Primitive::Election).with_label("AOF, elections");
+        chaos::check(&harness, config, &[15]).await;
     });
 }
