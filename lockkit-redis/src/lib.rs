@@ -2,7 +2,7 @@
 //!
 //! [`RedisLockProvider`] keeps the whole lockkit contract on one Redis server (6.0 or
 //! later; Redis Cluster runs the same scripts, since all keys of a lock share a hash tag),
-//! for mutexes, read-write locks and counting semaphores. It dereferences to lockkit's
+//! for mutexes, read-write locks, counting semaphores and leader elections. It dereferences to lockkit's
 //! [`LockProvider`](lockkit_core::LockProvider), so every operation is an inherent method
 //! that needs no trait import:
 //!
@@ -37,6 +37,13 @@
 //! // At most three holders at once, each with a token of its own.
 //! let permit = provider.semaphore("rate-limited-api", 3)?.acquire().await?;
 //! permit.release().await?;
+//!
+//! // One leader at a time; its term is its fencing token; anyone can follow the changes.
+//! let election = provider.election("services/scheduler")?;
+//! let mut changes = election.observe()?;
+//! let leadership = election.campaign("10.0.0.7:8080").await?;
+//! let _current = changes.next().await; // Vacant or the leader, then every change in term order
+//! leadership.resign().await?;
 //! # Ok(()) }
 //! ```
 //!
@@ -153,6 +160,43 @@
 //!   member in the set, with the token it was granted). The abandon script and the void
 //!   marker work for every kind.
 //!
+//! # Elections
+//!
+//! A candidate is an exclusive hold on the election's name, granted through the mutex's
+//! machinery: the same queue, hand-over, fence counter, claim window, abandon, void marker,
+//! watchdog and keyspace watch; the term of a leader is its fencing token.
+//!
+//! - **The leader** holds the mutex record (`lockkit:{name}`), whose value, the owner id,
+//!   carries the candidate's identity after the usual owner line (a field `c:<identity in
+//!   hex>`, so any bytes fit and a reader of the owner line ignores it). So a mutex and an
+//!   election of one name exclude each other, as a mutex and a writer do, and a semaphore of
+//!   that name is a [`Conflict`](lockkit_core::Error::Conflict). The mutex's seven-key fast
+//!   path is unchanged: candidates are always asked with every key, and candidates waiting
+//!   keep the marker of the other kinds.
+//! - **The journal** `lockkit:{name}:terms` is a Redis stream of the election's changes,
+//!   capped at about the last thousand entries (`XADD … MAXLEN ~ 1000`): `k=e t=<term>
+//!   o=<owner id> s=<server ms of the grant>` when a candidate comes to lead, `k=v t=<term>`
+//!   when that term ends. The scripts that grant (acquire, and every script that hands over)
+//!   write the term in the same step as the grant; the release, the abandon of a granted
+//!   campaign, a renewal that finds the leader's record gone and an observer's read that finds
+//!   it gone (expired, deleted) write the vacancy, once: only while the last entry names a
+//!   leader whose record is not there, so every observer sees the same vacancy, with the term
+//!   that ended, and the next term always comes after it. Each entry's id is published on the
+//!   channel of the same name. `leader()` is `inspect`: the record's holder, its term (the
+//!   fence counter), and since when (the journal's last entry, in server time).
+//! - **Observers** subscribe to the journal's channel on their provider's pub/sub connection
+//!   and read (one script) the current state first, then, at each message, the entries after
+//!   the last one they read (`XRANGE` with an exclusive start). Nothing is read at an
+//!   interval: a renewed subscription (the connection dropped) makes them read again; a
+//!   leader whose lease runs out runs no script, so they also read once when the leader's
+//!   record expires on the server (its `PTTL`: a deadline from the lease, not a poll), and at
+//!   once on the record's keyspace events where the server publishes them; that read writes
+//!   the vacancy and hands the leadership to the next candidate queued.
+//! - **The gap rule:** when the entry an observer read last is no longer in the journal
+//!   (trimmed while it was cut off, or the journal gone with a `FLUSHALL` or a restart
+//!   without persistence), it reports [`LeaderEvent::Gap`](lockkit_core::LeaderEvent::Gap)
+//!   and then the current state; otherwise it replays every term it missed, in order.
+//!
 //! # Fairness of each kind
 //!
 //! With [`fair(true)`](RedisLockProviderBuilder::fair) (the default) every kind waits in one
@@ -174,7 +218,9 @@
 //! A read-write lock adds `…:writer` (the writer record, a string), `…:readers` (a sorted
 //! set of owner ids by expiry) and `…:tokens` (a hash of the readers' tokens); a semaphore
 //! `…:permits` (a sorted set of owner ids by expiry), `…:tokens` and `…:permits:count` (its
-//! permit count); both, the marker `…:kinds`. Each is present only while in use, and
+//! permit count); both, the marker `…:kinds`. An election adds its journal `…:terms` (a
+//! stream, also the name of the channel its changes are published on), which is kept, like
+//! the fence counter: an observer that comes back after any time replays what it missed. Each is present only while in use, and
 //! expires with the last hold or waiter that keeps it. The fence counter is never deleted: one small key per lock name ever
 //! used.
 //!
@@ -215,8 +261,8 @@
 //! # Features
 //!
 //! - `tls`: `rediss://` URLs with rustls (the `redis-tls` feature of the `lockkit` crate),
-//!   and the builder's [`tls_root_certificate`](RedisLockProviderBuilder::tls_root_certificate)
-//!   and [`tls_client_certificate`](RedisLockProviderBuilder::tls_client_certificate).
+//!   and the builder's `tls_root_certificate` and `tls_client_certificate` (methods that
+//!   exist with the feature on).
 //!   rustls needs a process-wide crypto provider: building a provider for a `rediss://` URL
 //!   installs rustls's ring provider as the process default **only when none is installed
 //!   yet** (`CryptoProvider::get_default()` is `None`). An application that wants its own
@@ -275,7 +321,7 @@ pub mod scripts {
 /// of at the next renewal (see the crate docs); without them it works as before.
 pub const ACL_COMMANDS: &str = "+evalsha +eval +script|load +ping +hello +subscribe +unsubscribe \
     +set +get +mget +del +exists +incr +time +pexpire +pttl +publish +zadd +zrem +zrange +zrangebyscore +zscore \
-    +zcount +zcard +hset +hget +hdel";
+    +zcount +zcard +hset +hget +hdel +xadd +xrange +xrevrange";
 
 /// The backend's name in errors, spans and capability tables.
 pub const BACKEND: &str = "redis";

@@ -143,7 +143,8 @@ async fn a_deleted_leader_record_is_learnt_promptly_and_observers_see_vacant_the
     assert_eq!(deleted, 1);
     let deleted_at = Instant::now();
     let reason = within(Duration::from_secs(2), "the leader's loss signal", leadership.lost()).await;
-    assert_eq!(reason, LossReason::RecordGone);
+    // Gone, or the next candidate's already: an observer's read may hand over first.
+    assert!(matches!(reason, LossReason::RecordGone | LossReason::OwnedByAnother), "{reason:?}");
     let vacant = next_event(&mut observer, Duration::from_secs(2), "the vacancy").await;
     assert_eq!(vacant, LeaderEvent::Vacant);
     let next = next_event(&mut observer, Duration::from_secs(5), "the next term").await;
