@@ -68,6 +68,22 @@ async fn acl_user_limited_to_lockkit_keys_works_and_bad_passwords_are_refused() 
     }
     permit.release().await.unwrap();
     waiting.await.unwrap().unwrap().release().await.unwrap();
+    // An election: a leader, a queued candidate, an observer (the journal's scripts).
+    let election = provider.election(&unique("acl_election")).unwrap();
+    let mut observer = election.observe().unwrap();
+    assert_eq!(observer.next().await.unwrap().unwrap(), lockkit_core::LeaderEvent::Vacant);
+    let leadership = election.campaign("first").await.unwrap();
+    let next = tokio::spawn({
+        let election = election.clone();
+        async move { election.campaign_timeout("second", Duration::from_secs(5)).await }
+    });
+    while provider.inspect(election.name().as_str()).await.unwrap().waiters != Some(1) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(matches!(observer.next().await, Some(Ok(lockkit_core::LeaderEvent::Elected(_)))));
+    leadership.resign().await.unwrap();
+    next.await.unwrap().unwrap().resign().await.unwrap();
+    assert_eq!(election.leader().await.unwrap(), None);
 
     let wrong =
         RedisLockProvider::builder().url(format!("redis://locker:wrong@{}/", harness.upstream())).build().unwrap();
