@@ -15,6 +15,7 @@
 //! ```no_run
 //! // tests/conformance.rs of a backend crate
 //! lockkit_testkit::conformance!(lockkit_testkit::memory::MemoryHarness::with_lease());
+//! # fn main() {}
 //! ```
 //!
 //! The argument is an expression evaluated once per test process inside an async block, so
