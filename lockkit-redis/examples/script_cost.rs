@@ -4,7 +4,8 @@
 //!
 //! Phases: 5,000 acquisitions of free locks (the acquire script's uncontended path), one
 //! renewal tick of those 5,000 holds (the renew script), their release with nobody waiting
-//! (the release script), 5,000 acquire+release cycles of one lock, and 8 providers contending
+//! (the release script), 5,000 acquire+release cycles of one lock (and of one read-write
+//! lock's read, one permit of a semaphore, one election's term), and 8 providers contending
 //! for one lock for 3 s (queue joins, hand-overs, confirmations). `--runs N` repeats the whole.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs, clippy::print_stdout)]
@@ -93,6 +94,27 @@ async fn main() {
             lock.acquire().await.unwrap().release().await.unwrap();
         }
         show("acquire+release cycle, one lock", evalsha(&mut admin).await, Some(("cycle", LOCKS as u64)));
+
+        // The same cycle on the other kinds: what a reader, a permit and a candidate cost
+        // the server beyond the mutex (more keys, a sorted set, the election's journal).
+        let rw = provider.rw_lock(&format!("{prefix}/read-cycle")).unwrap();
+        reset(&mut admin).await;
+        for _ in 0..LOCKS {
+            rw.read().await.unwrap().release().await.unwrap();
+        }
+        show("read acquire+release cycle, one rw lock", evalsha(&mut admin).await, Some(("cycle", LOCKS as u64)));
+        let semaphore = provider.semaphore(&format!("{prefix}/permit-cycle"), 3).unwrap();
+        reset(&mut admin).await;
+        for _ in 0..LOCKS {
+            semaphore.acquire().await.unwrap().release().await.unwrap();
+        }
+        show("permit acquire+release cycle, 3 permits", evalsha(&mut admin).await, Some(("cycle", LOCKS as u64)));
+        let election = provider.election(&format!("{prefix}/term-cycle")).unwrap();
+        reset(&mut admin).await;
+        for _ in 0..LOCKS {
+            election.campaign("10.0.0.7:8080").await.unwrap().release().await.unwrap();
+        }
+        show("campaign+resign cycle, one election", evalsha(&mut admin).await, Some(("cycle", LOCKS as u64)));
 
         let name = format!("{prefix}/contended");
         let providers: Vec<RedisLockProvider> = (0..8).map(|_| builder().build().unwrap()).collect();
