@@ -53,7 +53,7 @@ fn chaos_without_persistence() {
 fn chaos_read_write_locks_with_aof() {
     lockkit_testkit::runtime().block_on(async {
         let harness = RedisHarness::dedicated(Persistence::Aof).await;
-        let config = config().with_primitive(Primitive::ReadWrite).with_label("AOF, read-write locks");
+        let config = config().with_primitive(Primitive::ReadWrite).with_label("AOF");
         chaos::check(&harness, config, &[13]).await;
     });
 }
@@ -62,7 +62,7 @@ fn chaos_read_write_locks_with_aof() {
 fn chaos_semaphores_of_three_with_aof() {
     lockkit_testkit::runtime().block_on(async {
         let harness = RedisHarness::dedicated(Persistence::Aof).await;
-        let config = config().with_primitive(Primitive::Semaphore(3)).with_label("AOF, semaphores of three");
+        let config = config().with_primitive(Primitive::Semaphore(3)).with_label("AOF");
         chaos::check(&harness, config, &[14]).await;
     });
 }
@@ -71,7 +71,7 @@ fn chaos_semaphores_of_three_with_aof() {
 fn chaos_elections_with_aof() {
     lockkit_testkit::runtime().block_on(async {
         let harness = RedisHarness::dedicated(Persistence::Aof).await;
-        let config = config().with_primitive(Primitive::Election).with_label("AOF, elections");
+        let config = config().with_primitive(Primitive::Election).with_label("AOF");
         chaos::check(&harness, config, &[15]).await;
     });
 }
