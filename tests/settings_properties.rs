@@ -104,8 +104,9 @@ proptest! {
 
     #[test]
     fn file_settings_build_or_are_refused(query in query(lockkit::file::OPTIONS)) {
-        let dir = std::env::temp_dir().join(format!("lockkit-properties-{}", std::process::id()));
-        check(&format!("file://{}?{query}", dir.display()), |url| {
+        // A directory of its own per case, removed when the case ends.
+        let dir = tempfile::tempdir().map_err(|e| TestCaseError::fail(e.to_string()))?;
+        check(&format!("file://{}?{query}", dir.path().display()), |url| {
             lockkit::file::FileLockProvider::connect(url).map(Into::into)
         })?;
     }
