@@ -280,15 +280,16 @@ impl OwnerMeta {
     }
 }
 
-/// This machine's host name, from the kernel, or `unknown`; only characters that keep the
-/// owner line parseable. Read once per process: every acquisition records it.
+/// This machine's host name, from the kernel (`uname(2)` on Unix, `COMPUTERNAME` or
+/// `HOSTNAME` elsewhere), or `unknown`; only characters that keep the owner line parseable.
+/// Read once per process: every acquisition records it.
 fn host_name() -> String {
     static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     HOST.get_or_init(|| {
-        let raw = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .ok()
-            .or_else(|| std::env::var("HOSTNAME").ok())
-            .unwrap_or_default();
+        #[cfg(unix)]
+        let raw = rustix::system::uname().nodename().to_string_lossy().into_owned();
+        #[cfg(not(unix))]
+        let raw = std::env::var("COMPUTERNAME").or_else(|_| std::env::var("HOSTNAME")).unwrap_or_default();
         let host: String = raw
             .trim()
             .chars()
@@ -356,6 +357,18 @@ pub type LeaderEvents = std::pin::Pin<Box<dyn futures_core::Stream<Item = Result
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[cfg(unix)]
+    #[test]
+    fn the_host_name_is_the_kernels() {
+        let kernel = rustix::system::uname().nodename().to_string_lossy().into_owned();
+        let plain = kernel.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'));
+        if plain && !kernel.is_empty() {
+            assert_eq!(host_name(), kernel);
+        } else {
+            assert!(!host_name().is_empty());
+        }
+    }
 
     #[test]
     fn owner_meta_round_trips_and_refuses_other_text() {
