@@ -39,8 +39,10 @@ fn redis_url(server: &RedisServer) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn process_chaos_on_redis_with_aof() {
     let server = redis_with_aof().await;
+    let pid = server.pid().expect("the server runs");
     let config = ProcessChaosConfig::from_env(0x18, redis_url(&server), WORKER)
         .with_lease(LEASE)
+        .with_store_pid(pid)
         .with_label("redis, AOF, lease 1s");
     let report = process_chaos::run(config, connect).await;
     println!("{report}");

@@ -10,7 +10,9 @@
 //! by the store, not by the writer. Meanwhile a schedule drawn from the seed pauses a worker
 //! (`SIGSTOP`, then `SIGCONT` after 10 ms to two leases; half the time the worker that
 //! currently holds a lock, so that some pauses outlive the lease mid-hold and the worker
-//! writes on resume) or kills one (`SIGKILL`, replaced by a fresh worker).
+//! writes on resume) or kills one (`SIGKILL`, replaced by a fresh worker). Given the store's
+//! pid ([`ProcessChaosConfig::with_store_pid`]) it also pauses the store for up to a lease while
+//! the schedule goes on, so that workers are paused and killed while the store is paused too.
 //!
 //! Every worker reports its holds (grant, end, and its guard's local deadline) with wall-clock
 //! times, comparable across the processes of one machine; the parent turns them into a
@@ -85,6 +87,10 @@ pub enum ProcessFault {
     Pause,
     /// `SIGKILL` a worker and start a fresh one in its place.
     Kill,
+    /// `SIGSTOP` the store's process ([`ProcessChaosConfig::store_pid`]) for 10 ms to one lease,
+    /// then `SIGCONT` it. The schedule goes on meanwhile, so that workers are paused and killed
+    /// while the store is paused too. Drawn only when the store's pid is known.
+    PauseStore,
 }
 
 impl fmt::Display for ProcessFault {
@@ -92,6 +98,7 @@ impl fmt::Display for ProcessFault {
         f.write_str(match self {
             ProcessFault::Pause => "pause",
             ProcessFault::Kill => "kill",
+            ProcessFault::PauseStore => "pause-store",
         })
     }
 }
@@ -124,6 +131,9 @@ pub struct ProcessChaosConfig {
     pub fault_gap: (Duration, Duration),
     /// The planted bug: workers skip the loss deadline; the run must report overlaps.
     pub planted_bug: bool,
+    /// The store's process, for [`ProcessFault::PauseStore`] (a server of the test's own: a
+    /// shared one would pause other tests).
+    pub store_pid: Option<u32>,
     /// A label for the report (the backend and its settings).
     pub label: String,
 }
@@ -145,6 +155,7 @@ impl ProcessChaosConfig {
             pause: None,
             fault_gap: (Duration::from_millis(100), Duration::from_millis(500)),
             planted_bug: false,
+            store_pid: None,
         }
     }
 
@@ -207,6 +218,15 @@ impl ProcessChaosConfig {
     /// Plants the bug (workers skip the loss deadline).
     pub fn with_planted_bug(mut self, planted: bool) -> Self {
         self.planted_bug = planted;
+        self
+    }
+
+    /// Sets the store's process and adds [`ProcessFault::PauseStore`] to the faults drawn.
+    pub fn with_store_pid(mut self, pid: u32) -> Self {
+        self.store_pid = Some(pid);
+        if !self.faults.contains(&ProcessFault::PauseStore) {
+            self.faults.push(ProcessFault::PauseStore);
+        }
         self
     }
 
@@ -583,6 +603,30 @@ fn start(config: &ProcessChaosConfig, names: &[String], id: u64, state: &Arc<Mut
     Ok(Worker { id, child, pid, stop: Some(stop_tx), ready: ready_rx })
 }
 
+/// Waits until `worker` connected to the store. A worker that exits or takes more than 30 s
+/// (a store paused at that moment refuses or stalls its connection) is started again, up to
+/// five attempts in all.
+async fn connected(
+    mut worker: Worker,
+    config: &ProcessChaosConfig,
+    names: &[String],
+    state: &Arc<Mutex<State>>,
+) -> Result<Worker, String> {
+    const ATTEMPTS: u32 = 5;
+    for attempt in 1..=ATTEMPTS {
+        if let Ok(Ok(())) = tokio::time::timeout(Duration::from_secs(30), &mut worker.ready).await {
+            return Ok(worker);
+        }
+        let _ = worker.child.start_kill();
+        let _ = worker.child.wait().await;
+        if attempt < ATTEMPTS {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            worker = start(config, names, worker.id, state)?;
+        }
+    }
+    Err(format!("worker {} did not connect in {ATTEMPTS} attempts", worker.id))
+}
+
 /// Runs the multi-process chaos run and returns its report. `connect` connects the parent to
 /// the store by URL (to find orphans at the end); the workers connect through
 /// [`worker_if_requested`].
@@ -615,20 +659,40 @@ where
         }
         next_id += 1;
     }
-    for worker in &mut workers {
-        if tokio::time::timeout(Duration::from_secs(30), &mut worker.ready).await.is_err() {
-            fail(&state, format!("worker {} did not connect within 30 s", worker.id));
+    let mut connected_workers = Vec::new();
+    for worker in workers {
+        match connected(worker, &config, &names, &state).await {
+            Ok(worker) => connected_workers.push(worker),
+            Err(error) => fail(&state, error),
         }
     }
+    let mut workers = connected_workers;
     lock(&state).report.workers_started = next_id;
 
     let pause_range = config
         .pause
         .unwrap_or((Duration::from_millis(10), config.lease.map_or(Duration::from_secs(1), |lease| lease * 2)));
     let faults_end = Instant::now() + config.duration;
+    // Store pauses run beside the rest of the schedule; each resumes the store at its end.
+    let mut store_pauses: Vec<tokio::task::JoinHandle<Result<(), String>>> = Vec::new();
+    let store_paused = Arc::new(tokio::sync::Mutex::new(()));
     while Instant::now() < faults_end && !config.faults.is_empty() && !workers.is_empty() {
         tokio::time::sleep(rng.between(config.fault_gap.0, config.fault_gap.1)).await;
         let kind = config.faults[usize::try_from(rng.below(config.faults.len() as u64)).unwrap_or(0)];
+        if kind == ProcessFault::PauseStore {
+            let Some(pid) = config.store_pid else { continue };
+            // One store pause at a time: a second SIGCONT must not end the first pause early.
+            let Ok(permit) = Arc::clone(&store_paused).try_lock_owned() else { continue };
+            let pause = rng.between(Duration::from_millis(10), config.lease.unwrap_or(Duration::from_secs(1)));
+            *lock(&state).report.faults.entry(kind).or_insert(0) += 1;
+            store_pauses.push(tokio::spawn(async move {
+                let _permit = permit;
+                signal(pid, "STOP").await?;
+                tokio::time::sleep(pause).await;
+                signal(pid, "CONT").await
+            }));
+            continue;
+        }
         // Half the time a worker that holds a lock now, if one does.
         let holders: Vec<usize> = (0..workers.len()).filter(|&i| lock(&state).holds_now(workers[i].id)).collect();
         let index = if !holders.is_empty() && rng.below(2) == 0 {
@@ -661,23 +725,31 @@ where
                     state_now.report.errors.push(error);
                 }
             }
+            ProcessFault::PauseStore => {}
             ProcessFault::Kill => {
                 let mut victim = workers.swap_remove(index);
                 let _ = victim.child.start_kill();
                 let _ = tokio::time::timeout(Duration::from_secs(10), victim.child.wait()).await;
                 lock(&state).died(victim.id, now_ns());
-                match start(&config, &names, next_id, &state) {
-                    Ok(mut worker) => {
-                        if tokio::time::timeout(Duration::from_secs(30), &mut worker.ready).await.is_err() {
-                            fail(&state, format!("worker {} did not connect within 30 s", worker.id));
-                        }
-                        workers.push(worker);
-                    }
+                let replacement = match start(&config, &names, next_id, &state) {
+                    Ok(worker) => connected(worker, &config, &names, &state).await,
+                    Err(error) => Err(error),
+                };
+                match replacement {
+                    Ok(worker) => workers.push(worker),
                     Err(error) => fail(&state, error),
                 }
                 next_id += 1;
                 lock(&state).report.workers_started = next_id;
             }
+        }
+    }
+
+    for pause in store_pauses {
+        match pause.await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => fail(&state, error),
+            Err(error) => fail(&state, format!("a store pause failed: {error}")),
         }
     }
 
