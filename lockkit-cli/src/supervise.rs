@@ -44,16 +44,31 @@ pub(crate) const SUBCOMMAND: &str = "__child";
 /// The command `lockkit` spawns to run `command`: its own binary re-executed as
 /// `__child --parent <our pid> [--group] -- COMMAND…`.
 pub(crate) fn command(command: &[OsString], group: bool) -> Result<tokio::process::Command, Failure> {
-    let exe = std::env::current_exe().map_err(|error| {
-        Failure::new(OS_ERROR, format!("cannot find lockkit's own binary to start the command: {error}"))
-    })?;
-    let mut supervisor = tokio::process::Command::new(exe);
+    let mut supervisor = tokio::process::Command::new(own_binary()?);
+    // Named as lockkit in `ps`, whichever path started it.
+    supervisor.arg0("lockkit");
     supervisor.arg(SUBCOMMAND).arg("--parent").arg(std::process::id().to_string());
     if group {
         supervisor.arg("--group");
     }
     supervisor.arg("--").args(command);
     Ok(supervisor)
+}
+
+/// The path that re-executes this binary. On Linux `/proc/self/exe`, which still names the
+/// running binary after it was deleted or replaced on disk (a package upgrade while `lockkit`
+/// waits for its lock), where the path from `current_exe` would fail.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn own_binary() -> Result<std::path::PathBuf, Failure> {
+    Ok(std::path::PathBuf::from("/proc/self/exe"))
+}
+
+/// The path that re-executes this binary.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn own_binary() -> Result<std::path::PathBuf, Failure> {
+    std::env::current_exe().map_err(|error| {
+        Failure::new(OS_ERROR, format!("cannot find lockkit's own binary to start the command: {error}"))
+    })
 }
 
 /// Runs `lockkit __child`: dies with the parent, then becomes (or supervises) the command.

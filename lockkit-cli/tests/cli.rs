@@ -498,6 +498,38 @@ async fn with_kill_group_a_terminated_lockkit_stops_the_command_and_releases_the
     assert_eq!(status["held"], false, "{status}");
 }
 
+/// lockkit starts the command through its own binary again (`/proc/self/exe` on Linux): a
+/// lockkit whose binary was deleted or replaced (a package upgrade) while it waited for the
+/// lock still runs the command.
+#[tokio::test]
+async fn a_lockkit_whose_binary_was_deleted_while_it_waited_still_runs_the_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = file_url(dir.path());
+    let name = unique("deleted-binary");
+    let (holder, _) = hold(&name, &url, &[], dir.path()).await;
+    let exe = dir.path().join("lockkit-copy");
+    if std::fs::hard_link(env!("CARGO_BIN_EXE_lockkit"), &exe).is_err() {
+        std::fs::copy(env!("CARGO_BIN_EXE_lockkit"), &exe).unwrap();
+    }
+    let script = "echo \"token $LOCKKIT_FENCING_TOKEN\"; exit 5";
+    let waiter = tokio::process::Command::new(&exe)
+        .args(["run", &name, "--url", &url, "--wait", "20s", "--", "sh", "-c", script])
+        .env_remove("LOCKKIT_URL")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    // The process runs the binary once spawn returns; the path can go.
+    std::fs::remove_file(&exe).unwrap();
+    stop(holder).await;
+    let out = tokio::time::timeout(LONG, waiter.wait_with_output()).await.unwrap().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(5), "{stdout}{stderr}");
+    assert!(stdout.starts_with("token "), "{stdout}{stderr}");
+}
+
 // ------------------------------------------------------------------ signals
 
 /// SIGINT to lockkit stops the command and releases the lock: the next owner gets it.
