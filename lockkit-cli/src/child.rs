@@ -2,31 +2,34 @@
 //! grace period) and turning its exit status into ours.
 
 use std::ffi::OsString;
-use std::io;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
 use rustix::process::{Pid, Signal, kill_process, kill_process_group};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
-use crate::exit::{self, CANNOT_EXECUTE, Code, Failure, NOT_FOUND};
+use crate::exit::{self, Code, Failure, OS_ERROR};
 use crate::signals::Signals;
+use crate::supervise;
 
 /// Starts `command` with the lock's name and fencing token in its environment and the
-/// standard streams inherited, in a process group of its own when `group` is set. The child
-/// is killed if `lockkit` unwinds without waiting for it.
+/// standard streams inherited, in a process group of its own when `group` is set. The command
+/// is started through `lockkit __child` (see [`crate::supervise`]) so that it dies with
+/// `lockkit`, whatever kills `lockkit`; a command that cannot be run is reported by that
+/// re-executed `lockkit`, which exits 127 or 126. The child is killed if `lockkit` unwinds
+/// without waiting for it.
 pub(crate) fn spawn(command: &[OsString], lock: &str, token: u64, group: bool) -> Result<Child, Failure> {
-    let Some((program, args)) = command.split_first() else {
+    if command.is_empty() {
         return Err(Failure::new(exit::USAGE, "no command to run"));
-    };
-    let mut command = Command::new(program);
+    }
+    let mut command = supervise::command(command, group)?;
     if group {
-        // The child leads a new group whose id is its pid: `stop` signals the whole group.
+        // The supervisor leads a new group whose id is its pid, and starts the command in it:
+        // `stop` signals the whole group.
         command.process_group(0);
     }
     command
-        .args(args)
         .env("LOCKKIT_LOCK", lock)
         .env("LOCKKIT_FENCING_TOKEN", token.to_string())
         .stdin(Stdio::inherit())
@@ -34,15 +37,7 @@ pub(crate) fn spawn(command: &[OsString], lock: &str, token: u64, group: bool) -
         .stderr(Stdio::inherit())
         .kill_on_drop(true)
         .spawn()
-        .map_err(|error| {
-            let program = program.to_string_lossy();
-            match error.kind() {
-                io::ErrorKind::NotFound => {
-                    Failure::new(NOT_FOUND, format!("cannot run {program:?}: command not found"))
-                }
-                _ => Failure::new(CANNOT_EXECUTE, format!("cannot run {program:?}: {error}")),
-            }
-        })
+        .map_err(|error| Failure::new(OS_ERROR, format!("cannot start lockkit's supervisor of the command: {error}")))
 }
 
 /// The exit code that passes `status` on: its code, or 128 + the signal that ended it.

@@ -63,6 +63,25 @@ pub(crate) enum Command {
     /// with lockkit-bench/; a run takes about 2 × --duration plus the many-locks phases.
     #[command(after_help = crate::bench::EXIT_TABLE)]
     Bench(BenchArgs),
+    /// Internal: how `run` and `elect` start the command, so that it dies with lockkit.
+    #[command(name = "__child", hide = true)]
+    Child(ChildArgs),
+}
+
+/// `lockkit __child` (internal, see `supervise.rs`).
+#[derive(Debug, Args)]
+pub(crate) struct ChildArgs {
+    /// The pid of the lockkit that holds the lock: the command must not outlive it.
+    #[arg(long, value_name = "PID")]
+    pub(crate) parent: i32,
+
+    /// Supervise the command and kill the whole process group when lockkit dies.
+    #[arg(long)]
+    pub(crate) group: bool,
+
+    /// The command and its arguments (after --).
+    #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
+    pub(crate) command: Vec<OsString>,
 }
 
 /// `lockkit run`.
@@ -133,7 +152,8 @@ pub(crate) struct HoldArgs {
     /// Run the command in a process group of its own and send SIGTERM and SIGKILL to the
     /// whole group, so that the processes it started stop too (a shell script's children).
     /// The group is not the terminal's foreground group: a command that reads the terminal
-    /// should run without it.
+    /// should run without it. If lockkit dies (even by SIGKILL), the whole group gets SIGKILL
+    /// (Linux, Android, FreeBSD).
     #[arg(long)]
     pub(crate) kill_group: bool,
 

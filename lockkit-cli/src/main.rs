@@ -28,6 +28,10 @@
 //! - SIGINT (Ctrl-C), SIGTERM and SIGHUP to `lockkit` are forwarded to the command as
 //!   SIGTERM (SIGKILL after `--grace`, or at once on a second signal); then the lock is
 //!   released and `lockkit` exits 130, 143 or 129.
+//! - When `lockkit` itself dies, by any signal, SIGKILL included, the command gets SIGKILL
+//!   (with `--kill-group`, its whole process group): on Linux, Android and FreeBSD through the
+//!   parent-death signal (see `supervise.rs`); other platforms have none, and there a killed
+//!   `lockkit` leaves its command running.
 //! - `--shared` holds NAME as a reader of the read-write lock NAME (any number of shared
 //!   commands at once, none beside an exclusive one); `--permits N` takes one of N permits of
 //!   the semaphore NAME (at most N commands at once). Without either, the hold is exclusive.
@@ -100,6 +104,7 @@ mod progress;
 mod run;
 mod signals;
 mod status;
+mod supervise;
 mod target;
 
 use std::process::ExitCode;
@@ -118,6 +123,11 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    let command = match cli.command {
+        // The re-executed lockkit that starts the command: no runtime of ours, it may exec.
+        Command::Child(args) => return ExitCode::from(supervise::main(args)),
+        command => command,
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -126,12 +136,14 @@ fn main() -> ExitCode {
         }
     };
     let result = runtime.block_on(async {
-        match cli.command {
+        match command {
             Command::Run(args) => run::run(args).await,
             Command::Elect(args) => run::elect(args).await,
             Command::Leader(args) => leader::leader(args).await,
             Command::Status(args) => status::status(args).await,
             Command::Bench(args) => bench::bench(args).await,
+            // Handled above, before the runtime starts.
+            Command::Child(_) => Err(exit::Failure::new(exit::OS_ERROR, "__child runs without a runtime")),
         }
     });
     // Background tasks (connections, watchdogs) have nothing left to do once the lock is

@@ -378,6 +378,158 @@ async fn a_command_is_stopped_with_sigterm_when_the_lock_is_lost() {
     assert!(lost_at.elapsed() < Duration::from_secs(5), "took {:?}: SIGTERM was not sent", lost_at.elapsed());
 }
 
+// ------------------------------------------------------------------ a killed lockkit
+
+/// SIGKILL of `lockkit run` while its command runs: the command dies with it (the
+/// parent-death signal set by `lockkit __child`), and with `--kill-group` so does a background
+/// child of the command. Both are gone within a bounded wait.
+async fn a_killed_lockkit_takes_its_command_with_it(url: &str, group: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let name = unique("killed");
+    let (command_pid, background_pid, marker) =
+        (dir.path().join("command"), dir.path().join("background"), dir.path().join("marker"));
+    // The command writes its pid, starts a background child (the grandchild, off lockkit's
+    // output pipes so that an orphan does not hold them open) and waits; both would sleep for a
+    // minute.
+    let script = format!(
+        "echo $$ > '{}'; sleep 60 > /dev/null 2>&1 & echo $! > '{}'; echo \"$LOCKKIT_FENCING_TOKEN\" > '{}'; wait",
+        command_pid.display(),
+        background_pid.display(),
+        marker.display()
+    );
+    let mut args = vec!["run", &name, "--url", url];
+    if group {
+        args.push("--kill-group");
+    }
+    args.extend_from_slice(&["--", "sh", "-c", &script]);
+    let holder = spawn(&args);
+    line_in(&marker, LONG).await;
+    let command: i32 = line_in(&command_pid, LONG).await.parse().unwrap();
+    let background: i32 = line_in(&background_pid, LONG).await.parse().unwrap();
+    assert!(!has_ended(command) && !has_ended(background), "the command runs under the lock");
+
+    holder.signal(Signal::KILL);
+    // The processes first: a surviving command would keep lockkit's output pipes open.
+    all_end(&[command], Duration::from_secs(5), "the command of a killed lockkit").await;
+    if group {
+        all_end(&[background], Duration::from_secs(5), "the command's child of a killed lockkit --kill-group").await;
+    } else {
+        // Without --kill-group only the command is lockkit's to stop; the orphan is ours.
+        let _ = rustix::process::kill_process(Pid::from_raw(background).unwrap(), Signal::KILL);
+    }
+    let out = holder.finish(LONG).await;
+    assert_eq!(out.code, None, "lockkit was killed: {out:?}");
+}
+
+#[tokio::test]
+async fn a_killed_lockkit_takes_its_command_with_it_on_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = file_url(dir.path());
+    a_killed_lockkit_takes_its_command_with_it(&url, false).await;
+    a_killed_lockkit_takes_its_command_with_it(&url, true).await;
+}
+
+#[tokio::test]
+async fn a_killed_lockkit_takes_its_command_with_it_on_redis() {
+    let url = redis_url().await;
+    a_killed_lockkit_takes_its_command_with_it(&url, false).await;
+    a_killed_lockkit_takes_its_command_with_it(&url, true).await;
+}
+
+#[tokio::test]
+async fn a_killed_lockkit_takes_its_command_with_it_on_zookeeper() {
+    let url = zk_url().await;
+    a_killed_lockkit_takes_its_command_with_it(&url, false).await;
+    a_killed_lockkit_takes_its_command_with_it(&url, true).await;
+}
+
+/// SIGKILL of `lockkit elect` while it leads: the command dies with it.
+#[tokio::test]
+async fn a_killed_leader_takes_its_command_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = file_url(dir.path());
+    let (pid_file, marker) = (dir.path().join("pid"), dir.path().join("marker"));
+    let script = format!(
+        "echo $$ > '{}'; echo \"$LOCKKIT_FENCING_TOKEN\" > '{}'; exec sleep 60",
+        pid_file.display(),
+        marker.display()
+    );
+    let leader = spawn(&["elect", &unique("killed-leader"), "--url", &url, "--id", "a:1", "--", "sh", "-c", &script]);
+    line_in(&marker, LONG).await;
+    let command: i32 = line_in(&pid_file, LONG).await.parse().unwrap();
+    leader.signal(Signal::KILL);
+    all_end(&[command], Duration::from_secs(5), "the command of a killed lockkit elect").await;
+    leader.finish(LONG).await;
+}
+
+/// Through the supervisor that `--kill-group` puts between lockkit and the command, the
+/// command still gets the lock's name and token, its exit code is passed on, a command killed
+/// by a signal gives 128 + the signal, and a missing command gives 127.
+#[tokio::test]
+async fn with_kill_group_the_command_gets_its_environment_and_its_exit_code_is_passed_on() {
+    let name = unique("group-env");
+    let script = "echo \"$LOCKKIT_LOCK $LOCKKIT_FENCING_TOKEN\"; exit 7";
+    let out = run(&["run", &name, "--url", "mem://", "--kill-group", "--", "sh", "-c", script], LONG).await;
+    assert_eq!(out.code, Some(7), "{out:?}");
+    let (lock, token) = out.stdout.trim().split_once(' ').expect("two words");
+    assert_eq!(lock, name);
+    assert!(token.parse::<u64>().expect("a number") > 0);
+    assert_eq!(out.stderr, "", "nothing to say on success");
+    let out = run(&["run", "x", "--url", "mem://", "--kill-group", "--", "sh", "-c", "kill -KILL $$"], LONG).await;
+    assert_eq!(out.code, Some(128 + 9), "{out:?}");
+    let out = run(&["run", "x", "--url", "mem://", "--kill-group", "--", "no-such-command-lockkit"], LONG).await;
+    assert_eq!(out.code, Some(NOT_FOUND), "{out:?}");
+    assert!(out.stderr.contains("no-such-command-lockkit"), "{out:?}");
+}
+
+/// SIGTERM to lockkit with `--kill-group` still reaches the command through the supervisor:
+/// the command stops, the lock is released, lockkit exits 143.
+#[tokio::test]
+async fn with_kill_group_a_terminated_lockkit_stops_the_command_and_releases_the_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = file_url(dir.path());
+    let name = unique("group-term");
+    let (holder, _) = hold(&name, &url, &["--kill-group", "--grace", "30s"], dir.path()).await;
+    holder.signal(Signal::TERM);
+    let out = holder.finish(Duration::from_secs(10)).await;
+    assert_eq!(out.code, Some(143), "{out:?}");
+    assert!(out.elapsed < Duration::from_secs(25), "the command got SIGTERM, not the grace's SIGKILL: {out:?}");
+    let status = status_json(&name, &url).await;
+    assert_eq!(status["held"], false, "{status}");
+}
+
+/// lockkit starts the command through its own binary again (`/proc/self/exe` on Linux): a
+/// lockkit whose binary was deleted or replaced (a package upgrade) while it waited for the
+/// lock still runs the command.
+#[tokio::test]
+async fn a_lockkit_whose_binary_was_deleted_while_it_waited_still_runs_the_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = file_url(dir.path());
+    let name = unique("deleted-binary");
+    let (holder, _) = hold(&name, &url, &[], dir.path()).await;
+    let exe = dir.path().join("lockkit-copy");
+    if std::fs::hard_link(env!("CARGO_BIN_EXE_lockkit"), &exe).is_err() {
+        std::fs::copy(env!("CARGO_BIN_EXE_lockkit"), &exe).unwrap();
+    }
+    let script = "echo \"token $LOCKKIT_FENCING_TOKEN\"; exit 5";
+    let waiter = tokio::process::Command::new(&exe)
+        .args(["run", &name, "--url", &url, "--wait", "20s", "--", "sh", "-c", script])
+        .env_remove("LOCKKIT_URL")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    // The process runs the binary once spawn returns; the path can go.
+    std::fs::remove_file(&exe).unwrap();
+    stop(holder).await;
+    let out = tokio::time::timeout(LONG, waiter.wait_with_output()).await.unwrap().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(5), "{stdout}{stderr}");
+    assert!(stdout.starts_with("token "), "{stdout}{stderr}");
+}
+
 // ------------------------------------------------------------------ signals
 
 /// SIGINT to lockkit stops the command and releases the lock: the next owner gets it.

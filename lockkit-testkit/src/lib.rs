@@ -30,6 +30,7 @@ mod harness;
 mod history;
 pub mod memory;
 pub mod panics;
+pub mod process_chaos;
 pub mod proxy;
 
 use std::future::Future;

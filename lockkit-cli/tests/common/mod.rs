@@ -169,3 +169,22 @@ pub async fn stop(holder: Lockkit) {
     let out = holder.finish(Duration::from_secs(10)).await;
     assert_eq!(out.code, Some(143), "{out:?}");
 }
+
+/// Whether process `pid` has ended: it no longer exists, or it is a zombie that nobody reaped
+/// yet (an orphan waits for init, which in a container may reap late or never).
+pub fn has_ended(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name, which is in parentheses and may hold spaces.
+        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X'])),
+        Err(_) => Pid::from_raw(pid).is_none_or(|pid| rustix::process::test_kill_process(pid).is_err()),
+    }
+}
+
+/// Waits until every process in `pids` has ended, for at most `within`.
+pub async fn all_end(pids: &[i32], within: Duration, what: &str) {
+    let deadline = Instant::now() + within;
+    while let Some(alive) = pids.iter().find(|pid| !has_ended(**pid)) {
+        assert!(Instant::now() < deadline, "{what}: process {alive} still runs after {within:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

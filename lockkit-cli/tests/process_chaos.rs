@@ -1,0 +1,97 @@
+//! The multi-process chaos run (lockkit-testkit's `process_chaos`) on real stores: workers
+//! are this test binary re-run as OS processes, paused with SIGSTOP and killed with SIGKILL.
+//! Each test takes about 15 to 25 s. `LOCKKIT_PROCESS_CHAOS_SEED` replays a seed,
+//! `LOCKKIT_PROCESS_CHAOS_SECS` runs longer (see docs/RELIABILITY.md).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use lockkit::LockProvider;
+use lockkit_testkit::fixture::{Persistence, RedisConfig, RedisServer, ZkServer};
+use lockkit_testkit::process_chaos::{self, ProcessChaosConfig, ProcessFault};
+
+/// The test every worker process runs: it does nothing unless the run started this process
+/// as a worker.
+const WORKER: &str = "process_chaos_worker";
+
+async fn connect(url: String) -> lockkit::Result<LockProvider> {
+    lockkit::connect(&url).await
+}
+
+#[test]
+fn process_chaos_worker() {
+    process_chaos::worker_if_requested(connect);
+}
+
+/// The lease of the Redis runs: short, so that pauses of up to two leases outlive it.
+const LEASE: Duration = Duration::from_secs(1);
+
+async fn redis_with_aof() -> RedisServer {
+    let config = RedisConfig { persistence: Persistence::Aof, ..RedisConfig::default() };
+    RedisServer::start_with(config).await.unwrap_or_else(|error| panic!("{error}"))
+}
+
+fn redis_url(server: &RedisServer) -> String {
+    format!("{}?lease={}ms", server.url(), LEASE.as_millis())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn process_chaos_on_redis_with_aof() {
+    let server = redis_with_aof().await;
+    let pid = server.pid().expect("the server runs");
+    let config = ProcessChaosConfig::from_env(0x18, redis_url(&server), WORKER)
+        .with_lease(LEASE)
+        .with_store_pid(pid)
+        .with_label("redis, AOF, lease 1s");
+    let report = process_chaos::run(config, connect).await;
+    println!("{report}");
+    report.assert_ok();
+    assert!(report.faults.values().sum::<u64>() > 0, "faults were applied:\n{report}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn process_chaos_on_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", dir.path().display());
+    let config = ProcessChaosConfig::from_env(0x18f, url, WORKER).with_label("files");
+    let report = process_chaos::run(config, connect).await;
+    println!("{report}");
+    report.assert_ok();
+    assert!(report.faults.values().sum::<u64>() > 0, "faults were applied:\n{report}");
+}
+
+/// ZooKeeper's session timeout in the ZooKeeper run: a worker paused longer loses its session
+/// (and its lock node) to the server.
+const SESSION: Duration = Duration::from_secs(2);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn process_chaos_on_zookeeper() {
+    let server = ZkServer::shared().await.unwrap_or_else(|error| panic!("{error}"));
+    let url = format!("zk://{}?session_timeout={}ms", server.connect_string(), SESSION.as_millis());
+    let config =
+        ProcessChaosConfig::from_env(0x18c, url, WORKER).with_lease(SESSION).with_label("zookeeper, session 2s");
+    let report = process_chaos::run(config, connect).await;
+    println!("{report}");
+    report.assert_ok();
+    assert!(report.faults.values().sum::<u64>() > 0, "faults were applied:\n{report}");
+}
+
+/// The planted bug: workers skip the loss deadline, so a worker paused past its lease goes on
+/// as if it held the lock. The checker must report overlaps. Every pause outlives the lease,
+/// and the seed is fixed (not taken from the environment), so that the bug has its chance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_process_chaos_checker_catches_a_planted_bug() {
+    let server = redis_with_aof().await;
+    let config = ProcessChaosConfig::new(0x18b, redis_url(&server), WORKER)
+        .with_lease(LEASE)
+        .with_faults([ProcessFault::Pause])
+        .with_pause(LEASE + LEASE / 5, LEASE * 2)
+        .with_planted_bug(true)
+        .with_label("redis, AOF, lease 1s");
+    let report = process_chaos::run(config, connect).await;
+    println!("{report}");
+    assert!(report.pauses_outliving_lease > 0, "no pause outlived the lease:\n{report}");
+    assert!(report.overlaps() > 0, "the planted bug went unnoticed:\n{report}");
+    assert!(!report.is_ok(), "{report}");
+}

@@ -1,0 +1,823 @@
+//! The multi-process chaos run: clients as OS processes, paused with `SIGSTOP` and killed
+//! with `SIGKILL`, the faults that fencing tokens exist for.
+//!
+//! [`run`] starts K worker processes (default 4; the test binary re-run as a worker, see
+//! [`worker_if_requested`]), each with its own provider, contending for a few lock names
+//! (default 2). While a worker holds a lock it makes read-modify-writes on a resource that
+//! lives in the parent, one per name: it asks for the counter, then asks to write
+//! `counter + 1` with its fencing token. The parent accepts a write only when its token is not
+//! below the highest it has seen for that name, as a fenced store does: the writes are checked
+//! by the store, not by the writer. Meanwhile a schedule drawn from the seed pauses a worker
+//! (`SIGSTOP`, then `SIGCONT` after 10 ms to two leases; half the time the worker that
+//! currently holds a lock, so that some pauses outlive the lease mid-hold and the worker
+//! writes on resume) or kills one (`SIGKILL`, replaced by a fresh worker). Given the store's
+//! pid ([`ProcessChaosConfig::with_store_pid`]) it also pauses the store for up to a lease while
+//! the schedule goes on, so that workers are paused and killed while the store is paused too.
+//!
+//! Every worker reports its holds (grant, end, and its guard's local deadline) with wall-clock
+//! times, comparable across the processes of one machine; the parent turns them into a
+//! [`History`] and checks it. The report counts:
+//!
+//! - **overlaps** of valid holds and token regressions ([`History::check`]): must be 0;
+//! - **lost writes**: a write accepted while its hold was valid, then overwritten by a write
+//!   that had read the counter before it landed: must be 0 (with a store that keeps its data);
+//! - **pauses that outlived a lease** (the worker held a lock when paused, and the pause was
+//!   longer than the lease), **writes refused by fencing**, and of those the ones **after a
+//!   resume** (a pause of the writer ended between its last validity check and its write);
+//! - **late writes**: accepted after the writer's deadline had passed, before any newer holder
+//!   wrote (fencing cannot refuse those; they are reported, not failed);
+//! - **orphans**: names still held once every worker stopped and the lease had time to run out.
+//!
+//! [`ProcessChaosConfig::planted_bug`] makes the workers skip the loss deadline (they write
+//! without checking that their hold is still guaranteed, and report their holds as valid until
+//! they end): the run must then report overlaps, which proves the checker can fail.
+//!
+//! The same seed draws the same fault schedule and worker choices; the interleaving of
+//! processes is not reproducible, so a replay reproduces the conditions, not the exact order.
+//! Environment: `LOCKKIT_PROCESS_CHAOS_SEED=<n>` replays a seed, `LOCKKIT_PROCESS_CHAOS_SECS=<s>`
+//! sets how long faults are injected (see [`ProcessChaosConfig::from_env`]).
+//!
+//! ```no_run
+//! use lockkit_testkit::process_chaos::{self, ProcessChaosConfig};
+//!
+//! // In tests/process_chaos.rs of a crate that depends on the `lockkit` facade:
+//! #[test]
+//! fn process_chaos_worker() {
+//!     process_chaos::worker_if_requested(|url| async move { lockkit_core::config::connect(&url).await });
+//! }
+//!
+//! # async fn demo() {
+//! let config = ProcessChaosConfig::new(7, "redis://127.0.0.1:6379/?lease=1s", "process_chaos_worker")
+//!     .with_lease(std::time::Duration::from_secs(1));
+//! let report =
+//!     process_chaos::run(config, |url| async move { lockkit_core::config::connect(&url).await }).await;
+//! println!("{report}");
+//! report.assert_ok();
+//! # }
+//! # fn main() {}
+//! ```
+
+mod worker;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::future::Future;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use lockkit_core::{HoldKind, LockProvider};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, Command};
+
+pub use worker::worker_if_requested;
+
+use crate::history::{History, Hold, Violation};
+
+/// Replays one seed.
+pub const SEED_ENV: &str = "LOCKKIT_PROCESS_CHAOS_SEED";
+/// How many seconds faults are injected.
+pub const SECS_ENV: &str = "LOCKKIT_PROCESS_CHAOS_SECS";
+
+/// A fault of the multi-process run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ProcessFault {
+    /// `SIGSTOP` a worker, then `SIGCONT` it after 10 ms to two leases (one second without a
+    /// lease).
+    Pause,
+    /// `SIGKILL` a worker and start a fresh one in its place.
+    Kill,
+    /// `SIGSTOP` the store's process ([`ProcessChaosConfig::store_pid`]) for 10 ms to one lease,
+    /// then `SIGCONT` it. The schedule goes on meanwhile, so that workers are paused and killed
+    /// while the store is paused too. Drawn only when the store's pid is known.
+    PauseStore,
+}
+
+impl fmt::Display for ProcessFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ProcessFault::Pause => "pause",
+            ProcessFault::Kill => "kill",
+            ProcessFault::PauseStore => "pause-store",
+        })
+    }
+}
+
+/// The settings of one multi-process run. Plain `pub` fields with `with_*` setters.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct ProcessChaosConfig {
+    /// The seed of the fault schedule and of the workers' choices.
+    pub seed: u64,
+    /// The store's URL, as the workers connect to it.
+    pub url: String,
+    /// The test (in the current test binary) that calls [`worker_if_requested`].
+    pub worker_test: String,
+    /// How many workers run at once (default 4).
+    pub workers: usize,
+    /// How many lock names they contend for (default 2).
+    pub names: usize,
+    /// How long faults are injected (default 10 s).
+    pub duration: Duration,
+    /// The store's lease, if it has one: pauses are drawn up to two leases, and a pause of a
+    /// holder longer than it is counted as having outlived it.
+    pub lease: Option<Duration>,
+    /// The faults to draw from (default: both).
+    pub faults: Vec<ProcessFault>,
+    /// The length of a pause is drawn from this range (default 10 ms to two leases, or to one
+    /// second without a lease).
+    pub pause: Option<(Duration, Duration)>,
+    /// The pause between two faults is drawn from this range (default 100 ms to 500 ms).
+    pub fault_gap: (Duration, Duration),
+    /// The planted bug: workers skip the loss deadline; the run must report overlaps.
+    pub planted_bug: bool,
+    /// The store's process, for [`ProcessFault::PauseStore`] (a server of the test's own: a
+    /// shared one would pause other tests).
+    pub store_pid: Option<u32>,
+    /// A label for the report (the backend and its settings).
+    pub label: String,
+}
+
+impl ProcessChaosConfig {
+    /// The defaults with `seed`, workers on `url` started through the test `worker_test`.
+    pub fn new(seed: u64, url: impl Into<String>, worker_test: impl Into<String>) -> Self {
+        let url = url.into();
+        Self {
+            seed,
+            label: url.split("://").next().unwrap_or("store").to_owned(),
+            url,
+            worker_test: worker_test.into(),
+            workers: 4,
+            names: 2,
+            duration: Duration::from_secs(10),
+            lease: None,
+            faults: vec![ProcessFault::Pause, ProcessFault::Kill],
+            pause: None,
+            fault_gap: (Duration::from_millis(100), Duration::from_millis(500)),
+            planted_bug: false,
+            store_pid: None,
+        }
+    }
+
+    /// The defaults, with the seed and duration taken from [`SEED_ENV`] and [`SECS_ENV`]
+    /// when they are set.
+    ///
+    /// # Panics
+    ///
+    /// If either variable is set to something that is not a number.
+    pub fn from_env(seed: u64, url: impl Into<String>, worker_test: impl Into<String>) -> Self {
+        let number = |name: &str| {
+            std::env::var(name).ok().map(|text| match text.trim().parse::<u64>() {
+                Ok(value) => value,
+                Err(error) => panic!("{name}={text:?} is not a number: {error}"),
+            })
+        };
+        let mut config = Self::new(number(SEED_ENV).unwrap_or(seed), url, worker_test);
+        if let Some(secs) = number(SECS_ENV) {
+            config.duration = Duration::from_secs(secs);
+        }
+        config
+    }
+
+    /// Sets the store's lease.
+    pub fn with_lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// Sets how many workers run at once.
+    pub fn with_workers(mut self, workers: usize) -> Self {
+        self.workers = workers.max(1);
+        self
+    }
+
+    /// Sets how many names they contend for.
+    pub fn with_names(mut self, names: usize) -> Self {
+        self.names = names.max(1);
+        self
+    }
+
+    /// Sets how long faults are injected.
+    pub fn with_duration(mut self, duration: Duration) -> Self {
+        self.duration = duration;
+        self
+    }
+
+    /// Sets the faults to draw from.
+    pub fn with_faults(mut self, faults: impl Into<Vec<ProcessFault>>) -> Self {
+        self.faults = faults.into();
+        self
+    }
+
+    /// Sets the range a pause's length is drawn from.
+    pub fn with_pause(mut self, shortest: Duration, longest: Duration) -> Self {
+        self.pause = Some((shortest, longest));
+        self
+    }
+
+    /// Plants the bug (workers skip the loss deadline).
+    pub fn with_planted_bug(mut self, planted: bool) -> Self {
+        self.planted_bug = planted;
+        self
+    }
+
+    /// Sets the store's process and adds [`ProcessFault::PauseStore`] to the faults drawn.
+    pub fn with_store_pid(mut self, pid: u32) -> Self {
+        self.store_pid = Some(pid);
+        if !self.faults.contains(&ProcessFault::PauseStore) {
+            self.faults.push(ProcessFault::PauseStore);
+        }
+        self
+    }
+
+    /// Sets the report's label.
+    pub fn with_label(mut self, label: impl Into<String>) -> Self {
+        self.label = label.into();
+        self
+    }
+}
+
+/// What a multi-process run found. [`is_ok`](Self::is_ok) says whether it passed.
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct ProcessChaosReport {
+    /// The report's label.
+    pub label: String,
+    /// The seed.
+    pub seed: u64,
+    /// Whether the bug was planted.
+    pub planted_bug: bool,
+    /// From the first worker's start to the check.
+    pub elapsed: Duration,
+    /// Workers started, replacements included.
+    pub workers_started: u64,
+    /// Holds reported by the workers.
+    pub acquisitions: u64,
+    /// Faults applied, per kind.
+    pub faults: BTreeMap<ProcessFault, u64>,
+    /// Pauses of a worker that held a lock, longer than the lease.
+    pub pauses_outliving_lease: u64,
+    /// The longest pause.
+    pub longest_pause: Duration,
+    /// Writes the resource accepted.
+    pub writes_accepted: u64,
+    /// Writes the resource refused as stale (a newer token had written).
+    pub writes_refused: u64,
+    /// Of those, the writes whose writer was paused between its validity check and its write.
+    pub writes_refused_after_resume: u64,
+    /// Writes accepted after the writer's deadline, before a newer holder wrote.
+    pub late_writes: u64,
+    /// Writes accepted while valid and then overwritten by a write that read before them.
+    pub lost_writes: u64,
+    /// Overlaps of valid holds and token regressions, with the offending holds.
+    pub violations: Vec<Violation>,
+    /// Names still held after every worker stopped and the lease ran out.
+    pub orphans: Vec<String>,
+    /// Problems of the run itself (a worker that did not start, a signal that failed).
+    pub errors: Vec<String>,
+}
+
+impl ProcessChaosReport {
+    /// How many overlaps of valid holds the checker found.
+    pub fn overlaps(&self) -> usize {
+        self.violations.iter().filter(|v| matches!(v, Violation::Overlap { .. })).count()
+    }
+
+    /// Whether the run passed: no violation, no lost write, no orphan, no error, and at least
+    /// one write made.
+    pub fn is_ok(&self) -> bool {
+        self.violations.is_empty()
+            && self.lost_writes == 0
+            && self.orphans.is_empty()
+            && self.errors.is_empty()
+            && self.writes_accepted > 0
+    }
+
+    /// Panics with the report and how to replay the seed unless [`is_ok`](Self::is_ok).
+    ///
+    /// # Panics
+    ///
+    /// When the run failed.
+    pub fn assert_ok(&self) {
+        if !self.is_ok() {
+            panic!("{self}\nreplay with {SEED_ENV}={}", self.seed);
+        }
+    }
+}
+
+impl fmt::Display for ProcessChaosReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let faults = if self.faults.is_empty() {
+            "none".to_owned()
+        } else {
+            self.faults.iter().map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>().join(", ")
+        };
+        writeln!(
+            f,
+            "process chaos [{}{}] seed {} ({:#x}): {} in {:.1} s",
+            self.label,
+            if self.planted_bug { ", planted bug" } else { "" },
+            self.seed,
+            self.seed,
+            if self.is_ok() { "OK" } else { "FAILED" },
+            self.elapsed.as_secs_f64()
+        )?;
+        writeln!(f, "  workers started {}, acquisitions {}", self.workers_started, self.acquisitions)?;
+        writeln!(
+            f,
+            "  faults: {faults}; pauses of a holder that outlived the lease: {} (longest pause {} ms)",
+            self.pauses_outliving_lease,
+            self.longest_pause.as_millis()
+        )?;
+        writeln!(
+            f,
+            "  writes: accepted {}, refused by fencing {} (after a resume {}), late (accepted past the deadline) {}",
+            self.writes_accepted, self.writes_refused, self.writes_refused_after_resume, self.late_writes
+        )?;
+        writeln!(
+            f,
+            "  overlaps of valid holds {}, token regressions {}, lost writes {}, orphans {}",
+            self.overlaps(),
+            self.violations.len() - self.overlaps(),
+            self.lost_writes,
+            self.orphans.len()
+        )?;
+        for violation in self.violations.iter().take(5) {
+            writeln!(f, "  violation: {violation}")?;
+        }
+        for orphan in &self.orphans {
+            writeln!(f, "  orphan: {orphan:?} is still held")?;
+        }
+        for error in &self.errors {
+            writeln!(f, "  error: {error}")?;
+        }
+        Ok(())
+    }
+}
+
+/// A small seeded PRNG (splitmix64).
+#[derive(Clone, Debug)]
+pub(crate) struct Rng(u64);
+
+impl Rng {
+    pub(crate) fn new(seed: u64) -> Self {
+        Self(seed)
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `0..n`.
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+
+    /// A duration in `low..=high`.
+    pub(crate) fn between(&mut self, low: Duration, high: Duration) -> Duration {
+        if high <= low {
+            return low;
+        }
+        let span = u64::try_from((high - low).as_micros()).unwrap_or(u64::MAX - 1);
+        low + Duration::from_micros(self.below(span.saturating_add(1)))
+    }
+}
+
+/// One hold as the workers reported it (wall nanoseconds).
+#[derive(Clone, Debug)]
+struct HoldRecord {
+    worker: u64,
+    name: usize,
+    token: u64,
+    start: u64,
+    end: Option<u64>,
+    valid: Option<u64>,
+}
+
+/// The last accepted write of a name.
+#[derive(Clone, Copy, Debug)]
+struct LastWrite {
+    counter: u64,
+    /// Accepted while its hold was valid.
+    valid: bool,
+}
+
+/// One name's fenced resource, kept by the parent.
+#[derive(Debug, Default)]
+struct Resource {
+    highest: u64,
+    counter: u64,
+    last: Option<LastWrite>,
+}
+
+/// What the parent tracks while the workers run.
+#[derive(Debug, Default)]
+struct State {
+    holds: Vec<HoldRecord>,
+    /// (worker, name, token) → index in `holds`.
+    open: HashMap<(u64, usize, u64), usize>,
+    resources: Vec<Resource>,
+    /// Per worker: its pauses (start, end) in wall nanoseconds.
+    pauses: HashMap<u64, Vec<(u64, u64)>>,
+    report: ProcessChaosReport,
+}
+
+fn lock(state: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
+    state.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn now_ns() -> u64 {
+    u64::try_from(SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)).unwrap_or(u64::MAX)
+}
+
+impl State {
+    /// Handles one line from worker `id`; returns the answer to send, if any.
+    fn handle(&mut self, id: u64, line: &str) -> Option<String> {
+        let mut words = line.split_whitespace();
+        let verb = words.next()?;
+        let mut number = || words.next().and_then(|w| w.parse::<u64>().ok());
+        match verb {
+            "acquired" => {
+                let (name, token, start) = (number()?, number()?, number()?);
+                let valid = number();
+                let name = usize::try_from(name).ok()?;
+                self.report.acquisitions += 1;
+                self.holds.push(HoldRecord { worker: id, name, token, start, end: None, valid });
+                self.open.insert((id, name, token), self.holds.len() - 1);
+                None
+            }
+            "read" => {
+                let name = usize::try_from(number()?).ok()?;
+                Some(format!("value {}", self.resources.get(name)?.counter))
+            }
+            "write" => {
+                let (name, token, counter, checked) = (number()?, number()?, number()?, number()?);
+                let valid = number();
+                let name = usize::try_from(name).ok()?;
+                let received = now_ns();
+                if let Some(&index) = self.open.get(&(id, name, token))
+                    && let Some(hold) = self.holds.get_mut(index)
+                {
+                    hold.valid = valid;
+                }
+                let resumed = self
+                    .pauses
+                    .get(&id)
+                    .is_some_and(|pauses| pauses.iter().any(|&(_, end)| end >= checked && end <= received));
+                let resource = self.resources.get_mut(name)?;
+                if token < resource.highest {
+                    self.report.writes_refused += 1;
+                    if resumed {
+                        self.report.writes_refused_after_resume += 1;
+                    }
+                    return Some("stale".to_owned());
+                }
+                let made_while_valid = valid.is_none_or(|valid| received <= valid);
+                if !made_while_valid {
+                    self.report.late_writes += 1;
+                }
+                // The write read `counter - 1`: an accepted write it did not see is lost.
+                if let Some(last) = resource.last
+                    && counter.saturating_sub(1) < last.counter
+                    && last.valid
+                {
+                    self.report.lost_writes += 1;
+                }
+                resource.highest = token;
+                resource.counter = counter;
+                resource.last = Some(LastWrite { counter, valid: made_while_valid });
+                self.report.writes_accepted += 1;
+                Some("ok".to_owned())
+            }
+            "ended" => {
+                let (name, token, end) = (number()?, number()?, number()?);
+                let valid = number();
+                let name = usize::try_from(name).ok()?;
+                if let Some(index) = self.open.remove(&(id, name, token))
+                    && let Some(hold) = self.holds.get_mut(index)
+                {
+                    hold.end = Some(end);
+                    hold.valid = valid;
+                }
+                None
+            }
+            _ => None,
+        }
+    }
+
+    /// Ends the open holds of a worker that died at `at`: its process is gone, and with it
+    /// its session or file lock (a lease still bounds a Redis hold through `valid`).
+    fn died(&mut self, id: u64, at: u64) {
+        let open: Vec<(u64, usize, u64)> = self.open.keys().filter(|(worker, _, _)| *worker == id).copied().collect();
+        for key in open {
+            if let Some(index) = self.open.remove(&key)
+                && let Some(hold) = self.holds.get_mut(index)
+            {
+                hold.end = Some(at);
+            }
+        }
+    }
+
+    /// Whether worker `id` holds a lock now.
+    fn holds_now(&self, id: u64) -> bool {
+        self.open.keys().any(|(worker, _, _)| *worker == id)
+    }
+}
+
+/// One running worker.
+struct Worker {
+    id: u64,
+    child: Child,
+    pid: u32,
+    /// Dropping it closes the worker's stdin: the worker releases and exits.
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    ready: tokio::sync::oneshot::Receiver<()>,
+}
+
+/// Sends `signal` (`STOP`, `CONT`) to `pid` with kill(1).
+async fn signal(pid: u32, signal: &str) -> Result<(), String> {
+    let status = Command::new("kill")
+        .args(["-s", signal, &pid.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .await
+        .map_err(|error| format!("cannot run kill(1): {error}"))?;
+    if status.success() { Ok(()) } else { Err(format!("kill -s {signal} {pid} failed: {status}")) }
+}
+
+/// Starts worker `id`: the test binary, filtered to the worker test.
+fn start(config: &ProcessChaosConfig, names: &[String], id: u64, state: &Arc<Mutex<State>>) -> Result<Worker, String> {
+    let exe = std::env::current_exe().map_err(|error| format!("cannot find the test binary: {error}"))?;
+    let mut child = Command::new(exe)
+        .args([config.worker_test.as_str(), "--exact", "--nocapture", "--test-threads=1"])
+        .env(worker::ID_ENV, id.to_string())
+        .env(worker::URL_ENV, &config.url)
+        .env(worker::NAMES_ENV, names.join(","))
+        .env(worker::SEED_ENV, config.seed.to_string())
+        .env(worker::PLANTED_ENV, if config.planted_bug { "1" } else { "0" })
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|error| format!("cannot start worker {id}: {error}"))?;
+    let pid = child.id().ok_or_else(|| format!("worker {id} has no pid"))?;
+    let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+        return Err(format!("worker {id} has no pipes"));
+    };
+    let (stop_tx, mut stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel::<()>();
+    let state = Arc::clone(state);
+    tokio::spawn(async move {
+        let mut ready = Some(ready_tx);
+        let mut lines = BufReader::new(stdout).lines();
+        // Dropped (closed) to tell the worker to release and exit.
+        let mut input = Some(stdin);
+        while let Ok(Some(line)) = lines.next_line().await {
+            // The test harness may print on the same line before the protocol's prefix.
+            let Some(at) = line.find(worker::PREFIX) else { continue };
+            let message = &line[at + worker::PREFIX.len()..];
+            if message == "ready" {
+                if let Some(ready) = ready.take() {
+                    let _ = ready.send(());
+                }
+                continue;
+            }
+            let answer = lock(&state).handle(id, message);
+            if !matches!(stop_rx.try_recv(), Err(tokio::sync::oneshot::error::TryRecvError::Empty)) {
+                input = None;
+            }
+            if let (Some(answer), Some(stdin)) = (answer, input.as_mut())
+                && stdin.write_all(format!("{answer}\n").as_bytes()).await.is_err()
+            {
+                input = None;
+            }
+        }
+    });
+    Ok(Worker { id, child, pid, stop: Some(stop_tx), ready: ready_rx })
+}
+
+/// Waits until `worker` connected to the store. A worker that exits or takes more than 30 s
+/// (a store paused at that moment refuses or stalls its connection) is started again, up to
+/// five attempts in all.
+async fn connected(
+    mut worker: Worker,
+    config: &ProcessChaosConfig,
+    names: &[String],
+    state: &Arc<Mutex<State>>,
+) -> Result<Worker, String> {
+    const ATTEMPTS: u32 = 5;
+    for attempt in 1..=ATTEMPTS {
+        if let Ok(Ok(())) = tokio::time::timeout(Duration::from_secs(30), &mut worker.ready).await {
+            return Ok(worker);
+        }
+        let _ = worker.child.start_kill();
+        let _ = worker.child.wait().await;
+        if attempt < ATTEMPTS {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            worker = start(config, names, worker.id, state)?;
+        }
+    }
+    Err(format!("worker {} did not connect in {ATTEMPTS} attempts", worker.id))
+}
+
+/// Runs the multi-process chaos run and returns its report. `connect` connects the parent to
+/// the store by URL (to find orphans at the end); the workers connect through
+/// [`worker_if_requested`].
+pub async fn run<F, Fut>(config: ProcessChaosConfig, connect: F) -> ProcessChaosReport
+where
+    F: FnOnce(String) -> Fut,
+    Fut: Future<Output = lockkit_core::Result<LockProvider>>,
+{
+    let began = Instant::now();
+    let run_id = format!("{:x}-{}", now_ns(), std::process::id());
+    let names: Vec<String> = (0..config.names).map(|i| format!("process-chaos/{run_id}/{i}")).collect();
+    let state = Arc::new(Mutex::new(State {
+        resources: (0..config.names).map(|_| Resource::default()).collect(),
+        report: ProcessChaosReport {
+            label: config.label.clone(),
+            seed: config.seed,
+            planted_bug: config.planted_bug,
+            ..ProcessChaosReport::default()
+        },
+        ..State::default()
+    }));
+    let fail = |state: &Arc<Mutex<State>>, error: String| lock(state).report.errors.push(error);
+    let mut rng = Rng::new(config.seed);
+    let mut next_id = 0u64;
+    let mut workers: Vec<Worker> = Vec::new();
+    for _ in 0..config.workers {
+        match start(&config, &names, next_id, &state) {
+            Ok(worker) => workers.push(worker),
+            Err(error) => fail(&state, error),
+        }
+        next_id += 1;
+    }
+    let mut connected_workers = Vec::new();
+    for worker in workers {
+        match connected(worker, &config, &names, &state).await {
+            Ok(worker) => connected_workers.push(worker),
+            Err(error) => fail(&state, error),
+        }
+    }
+    let mut workers = connected_workers;
+    lock(&state).report.workers_started = next_id;
+
+    let pause_range = config
+        .pause
+        .unwrap_or((Duration::from_millis(10), config.lease.map_or(Duration::from_secs(1), |lease| lease * 2)));
+    let faults_end = Instant::now() + config.duration;
+    // Store pauses run beside the rest of the schedule; each resumes the store at its end.
+    let mut store_pauses: Vec<tokio::task::JoinHandle<Result<(), String>>> = Vec::new();
+    let store_paused = Arc::new(tokio::sync::Mutex::new(()));
+    while Instant::now() < faults_end && !config.faults.is_empty() && !workers.is_empty() {
+        tokio::time::sleep(rng.between(config.fault_gap.0, config.fault_gap.1)).await;
+        let kind = config.faults[usize::try_from(rng.below(config.faults.len() as u64)).unwrap_or(0)];
+        if kind == ProcessFault::PauseStore {
+            let Some(pid) = config.store_pid else { continue };
+            // One store pause at a time: a second SIGCONT must not end the first pause early.
+            let Ok(permit) = Arc::clone(&store_paused).try_lock_owned() else { continue };
+            let pause = rng.between(Duration::from_millis(10), config.lease.unwrap_or(Duration::from_secs(1)));
+            *lock(&state).report.faults.entry(kind).or_insert(0) += 1;
+            store_pauses.push(tokio::spawn(async move {
+                let _permit = permit;
+                signal(pid, "STOP").await?;
+                tokio::time::sleep(pause).await;
+                signal(pid, "CONT").await
+            }));
+            continue;
+        }
+        // Half the time a worker that holds a lock now, if one does.
+        let holders: Vec<usize> = (0..workers.len()).filter(|&i| lock(&state).holds_now(workers[i].id)).collect();
+        let index = if !holders.is_empty() && rng.below(2) == 0 {
+            holders[usize::try_from(rng.below(holders.len() as u64)).unwrap_or(0)]
+        } else {
+            usize::try_from(rng.below(workers.len() as u64)).unwrap_or(0)
+        };
+        *lock(&state).report.faults.entry(kind).or_insert(0) += 1;
+        match kind {
+            ProcessFault::Pause => {
+                let (id, pid) = (workers[index].id, workers[index].pid);
+                let pause = rng.between(pause_range.0, pause_range.1);
+                let held = lock(&state).holds_now(id);
+                let started = now_ns();
+                if let Err(error) = signal(pid, "STOP").await {
+                    fail(&state, error);
+                    continue;
+                }
+                tokio::time::sleep(pause).await;
+                let resumed = signal(pid, "CONT").await;
+                let ended = now_ns();
+                let mut state_now = lock(&state);
+                state_now.pauses.entry(id).or_default().push((started, ended));
+                let took = Duration::from_nanos(ended.saturating_sub(started));
+                state_now.report.longest_pause = state_now.report.longest_pause.max(took);
+                if held && config.lease.is_some_and(|lease| took > lease) {
+                    state_now.report.pauses_outliving_lease += 1;
+                }
+                if let Err(error) = resumed {
+                    state_now.report.errors.push(error);
+                }
+            }
+            ProcessFault::PauseStore => {}
+            ProcessFault::Kill => {
+                let mut victim = workers.swap_remove(index);
+                let _ = victim.child.start_kill();
+                let _ = tokio::time::timeout(Duration::from_secs(10), victim.child.wait()).await;
+                lock(&state).died(victim.id, now_ns());
+                let replacement = match start(&config, &names, next_id, &state) {
+                    Ok(worker) => connected(worker, &config, &names, &state).await,
+                    Err(error) => Err(error),
+                };
+                match replacement {
+                    Ok(worker) => workers.push(worker),
+                    Err(error) => fail(&state, error),
+                }
+                next_id += 1;
+                lock(&state).report.workers_started = next_id;
+            }
+        }
+    }
+
+    for pause in store_pauses {
+        match pause.await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => fail(&state, error),
+            Err(error) => fail(&state, format!("a store pause failed: {error}")),
+        }
+    }
+
+    // Stop: every worker releases what it holds and exits.
+    for worker in &mut workers {
+        if let Some(stop) = worker.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+    for mut worker in workers {
+        if tokio::time::timeout(Duration::from_secs(15), worker.child.wait()).await.is_err() {
+            fail(&state, format!("worker {} did not stop within 15 s of being told to; killed", worker.id));
+            let _ = worker.child.start_kill();
+            let _ = worker.child.wait().await;
+            lock(&state).died(worker.id, now_ns());
+        }
+    }
+
+    // Orphans: every name must be free once the lease had time to run out.
+    let orphans = match connect(config.url.clone()).await {
+        Ok(provider) => {
+            let deadline = Instant::now() + config.lease.unwrap_or_default() * 2 + Duration::from_secs(5);
+            let mut held: Vec<String> = names.clone();
+            while !held.is_empty() {
+                let mut still = Vec::new();
+                for name in held {
+                    match provider.inspect(&name).await {
+                        Ok(info) if info.holder().is_none() => {}
+                        _ => still.push(name),
+                    }
+                }
+                held = still;
+                if held.is_empty() || Instant::now() >= deadline {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            held
+        }
+        Err(error) => {
+            fail(&state, format!("cannot connect to {} to look for orphans: {error}", config.url));
+            Vec::new()
+        }
+    };
+
+    let mut state = lock(&state);
+    let history = History::new();
+    let (base_instant, base_wall) = (Instant::now(), now_ns());
+    let instant = |ns: u64| {
+        if ns >= base_wall {
+            base_instant + Duration::from_nanos(ns - base_wall)
+        } else {
+            base_instant.checked_sub(Duration::from_nanos(base_wall - ns)).unwrap_or(began)
+        }
+    };
+    for hold in &state.holds {
+        history.record(Hold {
+            client: format!("worker {}", hold.worker),
+            lock: names.get(hold.name).cloned().unwrap_or_default(),
+            token: hold.token,
+            kind: HoldKind::Exclusive,
+            start: instant(hold.start),
+            end: hold.end.map(instant),
+            valid_until: hold.valid.map(instant),
+        });
+    }
+    state.report.violations = history.check().err().unwrap_or_default();
+    state.report.orphans = orphans;
+    state.report.elapsed = began.elapsed();
+    std::mem::take(&mut state.report)
+}
