@@ -60,9 +60,11 @@
 //!
 //! # How it works
 //!
-//! - **Acquire** is one Lua script: `SET lock owner NX PX lease` and, when granted, `INCR`
-//!   of the lock's fence counter, whose new value is the fencing token. On contention it
-//!   returns the holder's remaining lease. One round trip when the lock is free.
+//! - **Acquire** is one Lua script: `SET lock owner NX PX lease` and, when granted, the next
+//!   value of the lock's fence counter, `max(counter + 1, server time in µs)`, which is the
+//!   fencing token (see [Fencing tokens and server restarts](#fencing-tokens-and-server-restarts)).
+//!   On contention it returns the holder's remaining lease. One round trip when the lock is
+//!   free.
 //! - **Fair waiting** (the default): a waiting acquisition joins the lock's wait queue, two
 //!   sorted sets kept by the scripts with the server's clock, and a free lock belongs to the
 //!   head of the queue. The release hands the lock over: it grants it to the head for a
@@ -226,16 +228,34 @@
 //!
 //! # Fencing tokens and server restarts
 //!
-//! Tokens strictly increase for as long as the fence counter survives. Plainly:
+//! Every grant's token is `max(counter + 1, server time in µs)`, read with one `TIME` in the
+//! granting script, and the fence counter keeps it. So tokens strictly increase on one
+//! server, and do not go back when the counter does. Plainly:
 //!
 //! - With AOF persistence and `appendfsync always`, the counter survives restarts and
-//!   tokens never repeat. This is the configuration to use when tokens guard data.
-//! - Without persistence (or with `appendfsync everysec`, which can lose the last second,
-//!   or after a failover to a replica that missed the last writes), a restart loses the
-//!   counter and every hold. The holds are signalled lost at their next renewal. The
-//!   counter then starts again from the server's clock in microseconds, so tokens still
-//!   increase **as long as the server's clock does not step back** across the restart;
-//!   a server whose clock is set back can repeat tokens.
+//!   tokens never repeat, whatever the clock does.
+//! - Without persistence (or with `appendfsync everysec`, which can lose the last second),
+//!   a restart loses the counter and every hold. The holds are signalled lost at their next
+//!   renewal. Tokens still increase, because the last token was at most the server time of
+//!   its grant (or a few more than it, for grants within one microsecond) and the next
+//!   grant's clock is later: this rests on **the server's clock not stepping back** across
+//!   the restart.
+//! - After a failover to a replica that missed the last grants of the old primary (Redis
+//!   replication is asynchronous), the promoted server's counter is behind. Its first token
+//!   is still above every token the old primary issued as long as **the promoted server's
+//!   clock is not behind the old primary's by more than the failover took** (the time from
+//!   the old primary's last grant to the new primary's first): the clock term then exceeds
+//!   every earlier token. Keep the servers' clocks synchronised (NTP); a skew of
+//!   milliseconds is covered by any real failover, which takes seconds.
+//! - The counter term still matters: it keeps tokens increasing when grants come faster than
+//!   the clock's microseconds (a hand-over granting several waiters in one script), and
+//!   when a server's clock is behind the tokens already issued.
+//!
+//! Holds themselves do not survive a failover reliably: a grant that had not reached the
+//! replica is gone, and its holder learns it at its next renewal (the hold is signalled
+//! lost), by which time another client may hold the lock; the tokens tell their writes
+//! apart. A server whose clock is set back, beyond what the failover took, can repeat
+//! tokens.
 //! - Eviction: under a `maxmemory` policy that evicts any key (`allkeys-*`), Redis may
 //!   evict a fence counter or a lock record. Use `noeviction` or a `volatile-*` policy.
 //!
