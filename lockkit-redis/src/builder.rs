@@ -16,8 +16,17 @@ const CHECKS: config::Settings = config::Settings::of(BACKEND);
 
 /// The options a `redis://` URL and [`RedisLockProviderBuilder::option`] take: each is the
 /// name of the builder method that sets it.
-pub const OPTIONS: &[&str] =
-    &["lease", "renew_every", "response_timeout", "drift", "key_prefix", "fair", "claim_window"];
+pub const OPTIONS: &[&str] = &[
+    "lease",
+    "renew_every",
+    "response_timeout",
+    "drift",
+    "key_prefix",
+    "fair",
+    "claim_window",
+    "replicas",
+    "replicas_timeout",
+];
 
 /// The default lease: how long a hold outlives its holder when the holder dies.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
@@ -34,6 +43,14 @@ pub const DEFAULT_CLAIM_WINDOW: Duration = Duration::from_millis(200);
 
 /// The shortest claim window accepted: a live head must be told and confirm within it.
 pub const MIN_CLAIM_WINDOW: Duration = Duration::from_millis(20);
+
+/// The most replicas [`RedisLockProviderBuilder::replicas`] accepts: more is a typo, not a
+/// deployment.
+pub const MAX_REPLICAS: u32 = 16;
+
+/// The default time a grant or a renewal waits for its replicas' acknowledgements (see
+/// [`RedisLockProviderBuilder::replicas_timeout`]).
+pub const DEFAULT_REPLICAS_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// The shortest lease accepted: below it, a renewal round trip on a busy network could not
 /// be confirmed in time and every hold would be lost at random.
@@ -81,6 +98,8 @@ pub struct RedisLockProviderBuilder {
     drift: Option<Duration>,
     fair: Option<bool>,
     claim_window: Option<Duration>,
+    replicas: Option<u32>,
+    replicas_timeout: Option<Duration>,
     #[cfg(feature = "tls")]
     tls: TlsSettings,
 }
@@ -118,6 +137,12 @@ impl RedisLockProviderBuilder {
             "key_prefix" => self.key_prefix(value),
             "fair" => self.fair(CHECKS.flag(key, value)?),
             "claim_window" => self.claim_window(CHECKS.duration(key, value)?),
+            "replicas" => self.replicas(value.trim().parse().map_err(|_| {
+                CHECKS.invalid(format!(
+                    "replicas={value:?} is not a number of replicas; write a whole number from 0 to {MAX_REPLICAS}"
+                ))
+            })?),
+            "replicas_timeout" => self.replicas_timeout(CHECKS.duration(key, value)?),
             _ => return Err(CHECKS.unknown(key, OPTIONS)),
         })
     }
@@ -212,6 +237,47 @@ impl RedisLockProviderBuilder {
         self
     }
 
+    /// How many replicas must acknowledge each grant and each renewal (default 0: none is
+    /// waited for; at most [`MAX_REPLICAS`]). URL option `replicas`.
+    ///
+    /// With `n` above 0, a grant is followed by `WAIT n` on the same connection and counts
+    /// only when `n` replicas acknowledged it within
+    /// [`replicas_timeout`](Self::replicas_timeout); otherwise the grant is released and the
+    /// acquisition tries again, like after a failed call, until it gives up with a retryable
+    /// [`Error::Connection`] saying how many replicas acknowledged. A hand-over from a fair
+    /// lock's queue is acknowledged with the renewal that confirms it. Each renewal round
+    /// ends with the same `WAIT`: a renewal that is not acknowledged leaves the hold's
+    /// deadline where it was (the hold is not extended) and is tried again, so a hold whose
+    /// replicas stay behind runs out and is signalled lost.
+    ///
+    /// What it narrows: a failover to a replica that has acknowledged a grant keeps that grant
+    /// and its fence counter, so the new primary does not hand the lock to a second client
+    /// while the first still holds it. What it cannot promise: Redis replication stays
+    /// asynchronous. `WAIT` says that replicas received the writes, not that they wrote them
+    /// to disk, nor that the replica promoted at a failover is one of those that
+    /// acknowledged; a replica may still lose them in a restart. And a renewal that reached
+    /// the primary but not the replicas before a failover is lost with it: the hold ends
+    /// at the deadline of its last acknowledged renewal, which is what its local deadline
+    /// says. Tokens never go back across a failover either way (see the crate docs).
+    ///
+    /// The primary must have at least `n` replicas connected: the provider checks it when it
+    /// connects, and a primary with fewer is an [`Error::InvalidConfig`] naming both numbers.
+    /// `WAIT` blocks the provider's shared command connection while it waits, so commands of
+    /// other holds queue behind it for up to `replicas_timeout` when a replica is slow.
+    pub fn replicas(mut self, n: u32) -> Self {
+        self.replicas = Some(n);
+        self
+    }
+
+    /// How long a grant or a renewal waits for [`replicas`](Self::replicas) acknowledgements
+    /// (default 500 ms, and never more than a fifth of the lease when the lease is short; at
+    /// least 1 ms, and with `replicas` set, the renewal interval plus the response timeout
+    /// plus this below the lease minus the drift margin). URL option `replicas_timeout`.
+    pub fn replicas_timeout(mut self, timeout: Duration) -> Self {
+        self.replicas_timeout = Some(timeout);
+        self
+    }
+
     /// Trusts the certificate authority in `pem` (PEM-encoded) for `rediss://` servers,
     /// instead of the system's trust store: for servers with a private CA.
     #[cfg(feature = "tls")]
@@ -273,6 +339,23 @@ impl RedisLockProviderBuilder {
                 "renew_every ({renew_every:?}) plus response_timeout ({response_timeout:?}) must stay below the lease minus the drift margin ({budget:?}), or a hold expires before its renewal is confirmed; renew every third of the lease"
             )));
         }
+        let replicas = self.replicas.unwrap_or(0);
+        if replicas > MAX_REPLICAS {
+            return Err(CHECKS.invalid(format!(
+                "replicas is {replicas}, more than {MAX_REPLICAS}: it is the number of replicas that must acknowledge each grant, which the primary must have; write the number your primary has (or fewer)"
+            )));
+        }
+        let replicas_timeout = whole_millis(CHECKS.within(
+            "replicas_timeout",
+            self.replicas_timeout.unwrap_or(DEFAULT_REPLICAS_TIMEOUT.min(lease / 5)),
+            MIN_INTERVAL,
+            lease,
+        )?);
+        if replicas > 0 && renew_every + response_timeout + replicas_timeout >= budget {
+            return Err(CHECKS.invalid(format!(
+                "renew_every ({renew_every:?}) plus response_timeout ({response_timeout:?}) plus replicas_timeout ({replicas_timeout:?}) must stay below the lease minus the drift margin ({budget:?}), or a hold expires before its renewal is acknowledged; lower replicas_timeout or raise the lease"
+            )));
+        }
         let claim_window = whole_millis(CHECKS.within(
             "claim_window",
             self.claim_window.unwrap_or(DEFAULT_CLAIM_WINDOW.min(lease)),
@@ -296,6 +379,8 @@ impl RedisLockProviderBuilder {
             drift,
             fair: self.fair.unwrap_or(true),
             claim_window,
+            replicas,
+            replicas_timeout,
             #[cfg(feature = "tls")]
             tls: self.tls,
         })
@@ -313,7 +398,9 @@ impl std::fmt::Debug for RedisLockProviderBuilder {
             .field("response_timeout", &self.response_timeout)
             .field("drift", &self.drift)
             .field("fair", &self.fair)
-            .field("claim_window", &self.claim_window);
+            .field("claim_window", &self.claim_window)
+            .field("replicas", &self.replicas)
+            .field("replicas_timeout", &self.replicas_timeout);
         #[cfg(feature = "tls")]
         debug.field("tls", &self.tls);
         debug.finish()
@@ -340,6 +427,10 @@ pub(crate) struct Settings {
     pub(crate) fair: bool,
     /// How long a hand-over waits for the head to confirm it.
     pub(crate) claim_window: Duration,
+    /// How many replicas must acknowledge each grant and renewal (0: none).
+    pub(crate) replicas: u32,
+    /// How long `WAIT` waits for them.
+    pub(crate) replicas_timeout: Duration,
     #[cfg(feature = "tls")]
     pub(crate) tls: TlsSettings,
 }
@@ -505,6 +596,8 @@ mod tests {
         assert_eq!(settings.claim_window, DEFAULT_CLAIM_WINDOW);
         let short = base().lease(MIN_LEASE).settings().unwrap();
         assert_eq!(short.claim_window, MIN_LEASE, "a hand-over never outlives a lease");
+        assert_eq!(short.replicas_timeout, MIN_LEASE / 5);
+        assert!(base().lease(MIN_LEASE).replicas(1).settings().is_ok(), "replicas fit the shortest lease");
     }
 
     #[test]
@@ -579,6 +672,24 @@ mod tests {
         let longest = base().lease(day).settings().unwrap();
         assert_eq!(longest.lease_millis(), 86_400_000);
         assert!(longest.lease_millis().saturating_mul(4) < u64::try_from(i64::MAX).unwrap(), "PX takes it");
+    }
+
+    #[test]
+    fn replicas_are_counted_and_bounded_when_building() {
+        let settings = from_url("redis://h/?replicas=2&replicas_timeout=250ms").unwrap();
+        assert_eq!((settings.replicas, settings.replicas_timeout), (2, Duration::from_millis(250)));
+        let default = base().settings().unwrap();
+        assert_eq!((default.replicas, default.replicas_timeout), (0, DEFAULT_REPLICAS_TIMEOUT));
+        let absurd = message(base().replicas(MAX_REPLICAS + 1));
+        assert!(absurd.contains("replicas is 17") && absurd.contains("more than 16"), "{absurd}");
+        for bad in ["replicas=-1", "replicas=two", "replicas=1.5"] {
+            let message = url_message(&format!("redis://h/?{bad}"));
+            assert!(message.contains("whole number"), "{bad}: {message}");
+        }
+        let slow = message(base().lease(Duration::from_secs(3)).replicas(1).replicas_timeout(Duration::from_secs(2)));
+        assert!(slow.contains("replicas_timeout") && slow.contains("below the lease"), "{slow}");
+        assert!(base().lease(Duration::from_secs(3)).replicas_timeout(Duration::from_secs(2)).settings().is_ok());
+        assert!(message(base().replicas_timeout(Duration::ZERO)).contains("replicas_timeout"));
     }
 
     #[test]

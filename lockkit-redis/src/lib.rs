@@ -51,7 +51,7 @@
 //!
 //! Every setting has one name, the same as a builder method and as a URL option
 //! ([`OPTIONS`]): `lease`, `renew_every`, `response_timeout`, `drift`, `key_prefix`, `fair`,
-//! `claim_window`, as in `redis://host:6379/0?lease=10s&fair=false`. Every duration is
+//! `claim_window`, `replicas`, `replicas_timeout`, as in `redis://host:6379/0?lease=10s&fair=false`. Every duration is
 //! range-checked when the provider is built (see the builder's methods; none exceeds a day),
 //! so that a bad value is an [`InvalidConfig`](lockkit_core::Error::InvalidConfig) naming the
 //! option and its range, never a server error later. [`SCHEME`] registers `redis://` and
@@ -250,14 +250,32 @@
 //! - The counter term still matters: it keeps tokens increasing when grants come faster than
 //!   the clock's microseconds (a hand-over granting several waiters in one script), and
 //!   when a server's clock is behind the tokens already issued.
-//!
-//! Holds themselves do not survive a failover reliably: a grant that had not reached the
-//! replica is gone, and its holder learns it at its next renewal (the hold is signalled
-//! lost), by which time another client may hold the lock; the tokens tell their writes
-//! apart. A server whose clock is set back, beyond what the failover took, can repeat
-//! tokens.
 //! - Eviction: under a `maxmemory` policy that evicts any key (`allkeys-*`), Redis may
 //!   evict a fence counter or a lock record. Use `noeviction` or a `volatile-*` policy.
+//!
+//! A server whose clock is set back, beyond what a failover took, can repeat tokens.
+//!
+//! # Replicas and failover
+//!
+//! Holds themselves do not survive a failover reliably: Redis replicates asynchronously, so
+//! a grant that had not reached the promoted replica is gone. Its holder learns it at its
+//! next renewal (the hold is signalled lost), by which time another client may hold the
+//! lock; the tokens, which never go back, tell their writes apart.
+//!
+//! [`replicas(n)`](RedisLockProviderBuilder::replicas) (URL option `replicas`, with
+//! `replicas_timeout`) narrows that window: every grant is followed by `WAIT n` and counts
+//! only when `n` replicas acknowledged it (otherwise it is released and the acquisition
+//! retries, then fails with a retryable connection error saying how many replicas
+//! acknowledged), and every renewal round ends with the same `WAIT`: a renewal that is not
+//! acknowledged does not extend the hold's local deadline, so a hold whose replicas fall
+//! behind runs out, and is signalled lost, at the deadline its last acknowledged renewal
+//! gave it. It cannot make replication synchronous: `WAIT` does not say that the replica
+//! promoted at a failover is one that acknowledged, nor that a replica keeps what it
+//! acknowledged across its own restart. The provider checks when it connects that the
+//! server is a primary with at least `n` replicas connected, and refuses with an
+//! [`InvalidConfig`](lockkit_core::Error::InvalidConfig) naming both numbers otherwise.
+//! Each grant costs one more round trip (the `WAIT`); a renewal round costs none (the
+//! `WAIT` ends its pipeline).
 //!
 //! # Runtime
 //!
@@ -305,8 +323,8 @@ mod util;
 mod watchdog;
 
 pub use builder::{
-    DEFAULT_CLAIM_WINDOW, DEFAULT_LEASE, DEFAULT_PREFIX, DEFAULT_RESPONSE_TIMEOUT, MIN_CLAIM_WINDOW, MIN_LEASE,
-    OPTIONS, RedisLockProviderBuilder,
+    DEFAULT_CLAIM_WINDOW, DEFAULT_LEASE, DEFAULT_PREFIX, DEFAULT_REPLICAS_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT,
+    MAX_REPLICAS, MIN_CLAIM_WINDOW, MIN_LEASE, OPTIONS, RedisLockProviderBuilder,
 };
 use lockkit_core::config::Scheme;
 pub use provider::{RedisLockProvider, RenewalStats};
