@@ -10,6 +10,7 @@ use redis::IntoConnectionInfo;
 
 use crate::BACKEND;
 use crate::provider::RedisLockProvider;
+use crate::sentinel::SentinelSettings;
 
 /// The checks every setting goes through, shared with the other backends.
 const CHECKS: config::Settings = config::Settings::of(BACKEND);
@@ -149,7 +150,15 @@ impl RedisLockProviderBuilder {
 
     /// The server: `redis://[user[:password]@]host[:port][/db]`, `rediss://` for TLS (feature
     /// `tls`), or `redis+unix:///path/to/socket`. A user name selects an ACL user; a password
-    /// alone authenticates the default user. The lockkit options belong to
+    /// alone authenticates the default user.
+    ///
+    /// Or the sentinels of a Sentinel-managed primary:
+    /// `redis+sentinel://[user[:password]@]s1[:port],s2[:port]/MASTER_NAME` (port 26379 by
+    /// default; `rediss+sentinel://` for TLS to the sentinels and the servers). The provider
+    /// asks the sentinels, in the order written, for the primary's address whenever it
+    /// connects, and connects again (asking again) when the primary stops answering or
+    /// refuses writes as a replica after a failover. The credentials are the Redis servers';
+    /// the sentinels are asked without any. See the crate docs, "Replicas and failover". The lockkit options belong to
     /// [`from_url`](Self::from_url) or to this builder's methods, not to this URL.
     pub fn url(mut self, url: impl Into<String>) -> Self {
         self.url = Some(url.into());
@@ -314,7 +323,7 @@ impl RedisLockProviderBuilder {
         let url = self.url.ok_or_else(|| {
             CHECKS.invalid("no server URL was given: call .url(\"redis://host:port\") or use from_url")
         })?;
-        let connection = parse_url(&url)?;
+        let (connection, sentinel) = parse_target(&url)?;
         let prefix = self.prefix.unwrap_or_else(|| DEFAULT_PREFIX.to_owned());
         check_prefix(&prefix)?;
         let lease =
@@ -370,8 +379,12 @@ impl RedisLockProviderBuilder {
             )));
         }
         Ok(Settings {
-            address: shown_address(&connection),
+            address: match &sentinel {
+                Some(sentinel) => format!("{}://{}", config::StoreUrl::parse(&url)?.scheme(), sentinel.shown()),
+                None => shown_address(&connection),
+            },
             connection,
+            sentinel,
             prefix,
             lease,
             renew_every,
@@ -416,7 +429,11 @@ fn whole_millis(duration: Duration) -> Duration {
 /// Settings that passed every check.
 #[derive(Clone, Debug)]
 pub(crate) struct Settings {
+    /// The server; with `sentinel`, a template (credentials, database, TLS) pointed at each
+    /// primary the sentinels name.
     pub(crate) connection: redis::ConnectionInfo,
+    /// The sentinels of a `redis+sentinel://` URL.
+    pub(crate) sentinel: Option<SentinelSettings>,
     /// The server's address without credentials, for messages.
     pub(crate) address: String,
     pub(crate) prefix: String,
@@ -491,7 +508,52 @@ pub(crate) fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// Reads the server URL given to [`RedisLockProviderBuilder::url`].
+/// Reads the server URL given to [`RedisLockProviderBuilder::url`]: a server, or the
+/// sentinels of a `redis+sentinel://` URL (with the connection info of the primary they will
+/// name, but for its address).
+fn parse_target(url: &str) -> Result<(redis::ConnectionInfo, Option<SentinelSettings>)> {
+    let shown = config::redact(url);
+    let parsed = StoreUrl::parse(url).map_err(|error| match error {
+        Error::InvalidConfig { message, .. } => CHECKS.invalid(message),
+        other => other,
+    })?;
+    let tls = match parsed.scheme() {
+        "redis+sentinel" => false,
+        #[cfg(feature = "tls")]
+        "rediss+sentinel" => true,
+        #[cfg(not(feature = "tls"))]
+        "rediss+sentinel" => return Err(CHECKS.invalid(TLS_FEATURE)),
+        _ => return Ok((parse_url(url)?, None)),
+    };
+    check_misplaced(&parsed, &shown)?;
+    let sentinel =
+        SentinelSettings::parse(parsed.hosts(), parsed.path(), tls, &shown).map_err(|m| CHECKS.invalid(m))?;
+    let Some((_, first)) = sentinel.sentinels.first() else {
+        return Err(CHECKS.invalid(format!("the URL {shown} names no sentinel")));
+    };
+    let mut redis_settings = first.redis_settings().clone();
+    if let Some(user) = parsed.user() {
+        redis_settings = redis_settings.set_username(user);
+    }
+    if let Some(password) = parsed.password() {
+        redis_settings = redis_settings.set_password(password);
+    }
+    Ok((first.clone().set_redis_settings(redis_settings), Some(sentinel)))
+}
+
+/// Refuses a server URL that carries lockkit options.
+fn check_misplaced(parsed: &StoreUrl, shown: &str) -> Result<()> {
+    let misplaced: Vec<&str> = parsed.options().map(|(key, _)| key).filter(|key| OPTIONS.contains(key)).collect();
+    if !misplaced.is_empty() {
+        return Err(CHECKS.invalid(format!(
+            "the URL {shown} carries lockkit options ({}): give such a URL to RedisLockProviderBuilder::from_url (or RedisLockProvider::connect), or set them with the builder's methods",
+            misplaced.join(", ")
+        )));
+    }
+    Ok(())
+}
+
+/// Reads the URL of one server.
 fn parse_url(url: &str) -> Result<redis::ConnectionInfo> {
     let shown = config::redact(url);
     let parsed = StoreUrl::parse(url).map_err(|error| match error {
@@ -505,17 +567,12 @@ fn parse_url(url: &str) -> Result<redis::ConnectionInfo> {
         #[cfg(not(feature = "tls"))]
         "rediss" => return Err(CHECKS.invalid(TLS_FEATURE)),
         other => {
-            return Err(CHECKS
-                .invalid(format!("the URL {shown} has the scheme {other:?}; use redis:// (or rediss:// for TLS)")));
+            return Err(CHECKS.invalid(format!(
+                "the URL {shown} has the scheme {other:?}; use redis:// (or rediss:// for TLS), or redis+sentinel://sentinel:26379,…/MASTER_NAME for a Sentinel-managed primary"
+            )));
         }
     }
-    let misplaced: Vec<&str> = parsed.options().map(|(key, _)| key).filter(|key| OPTIONS.contains(key)).collect();
-    if !misplaced.is_empty() {
-        return Err(CHECKS.invalid(format!(
-            "the URL {shown} carries lockkit options ({}): give such a URL to RedisLockProviderBuilder::from_url (or RedisLockProvider::connect), or set them with the builder's methods",
-            misplaced.join(", ")
-        )));
-    }
+    check_misplaced(&parsed, &shown)?;
     let info = url.into_connection_info().map_err(|error| {
         // The client's message is all there is to say; an InvalidConfig has no source.
         CHECKS.invalid(format!("the URL {shown} cannot be used: {error}"))
@@ -690,6 +747,31 @@ mod tests {
         assert!(slow.contains("replicas_timeout") && slow.contains("below the lease"), "{slow}");
         assert!(base().lease(Duration::from_secs(3)).replicas_timeout(Duration::from_secs(2)).settings().is_ok());
         assert!(message(base().replicas_timeout(Duration::ZERO)).contains("replicas_timeout"));
+    }
+
+    #[test]
+    fn sentinel_urls_name_the_sentinels_and_the_master() {
+        let settings = base().url("redis+sentinel://app:pw@s1:26380,s2,[::1]:7000/mymaster").settings().unwrap();
+        let sentinel = settings.sentinel.as_ref().unwrap();
+        assert_eq!(sentinel.master, "mymaster");
+        let hosts: Vec<&str> = sentinel.sentinels.iter().map(|(host, _)| host.as_str()).collect();
+        assert_eq!(hosts, ["s1:26380", "s2:26379", "[::1]:7000"]);
+        assert_eq!(settings.address, "redis+sentinel://s1:26380,s2:26379,[::1]:7000/mymaster");
+        assert_eq!(settings.connection.redis_settings().username(), Some("app"));
+        assert_eq!(settings.connection.redis_settings().password(), Some("pw"));
+        assert!(sentinel.sentinels.iter().all(|(_, info)| info.redis_settings().password().is_none()));
+        let from_url = from_url("redis+sentinel://s1/mymaster?lease=10s&replicas=1").unwrap();
+        assert_eq!((from_url.lease, from_url.replicas), (Duration::from_secs(10), 1));
+        for (url, says) in [
+            ("redis+sentinel://s1:26379", "names no master"),
+            ("redis+sentinel://s1:26379/", "names no master"),
+            ("redis+sentinel://s1:26379,/m", "empty sentinel address"),
+            ("redis+sentinel://s1:26379/m?lease=1s", "from_url"),
+            ("redis+cluster+sentinel://s1/m", "redis+sentinel://"),
+        ] {
+            let message = message(base().url(url));
+            assert!(message.contains(says), "{url}: {message}");
+        }
     }
 
     #[test]

@@ -54,8 +54,8 @@
 //! `claim_window`, `replicas`, `replicas_timeout`, as in `redis://host:6379/0?lease=10s&fair=false`. Every duration is
 //! range-checked when the provider is built (see the builder's methods; none exceeds a day),
 //! so that a bad value is an [`InvalidConfig`](lockkit_core::Error::InvalidConfig) naming the
-//! option and its range, never a server error later. [`SCHEME`] registers `redis://` and
-//! `rediss://` with `lockkit_core::config::register`, which is how the `lockkit` facade's
+//! option and its range, never a server error later. [`SCHEME`] registers `redis://`,
+//! `rediss://`, `redis+sentinel://` and `rediss+sentinel://` with `lockkit_core::config::register`, which is how the `lockkit` facade's
 //! `connect` reaches this crate.
 //!
 //! # How it works
@@ -277,6 +277,27 @@
 //! Each grant costs one more round trip (the `WAIT`); a renewal round costs none (the
 //! `WAIT` ends its pipeline).
 //!
+//! # Sentinel
+//!
+//! `redis+sentinel://[user:password@]s1:26379,s2:26379/MASTER_NAME[?options]` (and
+//! `rediss+sentinel://` with the `tls` feature) names the sentinels of a Sentinel-managed
+//! primary instead of a server. Both of the provider's connections (commands and pub/sub)
+//! ask the sentinels, in the order written, for the primary's address whenever they are
+//! made, and a connection whose server is not the primary (`INFO replication`) is not kept.
+//! The command connection is made again, asking the sentinels again, after an error that
+//! says the primary may have changed: no answer, a dropped or refused connection, or a
+//! `READONLY` refusal from a primary demoted to a replica. So after a failover, commands go
+//! to the new primary within a retry or two. A hold granted on the old primary is renewed on
+//! the new one when the grant reached it (which [`replicas`](RedisLockProviderBuilder::replicas)
+//! makes sure of), and is signalled lost at its next renewal otherwise; tokens keep
+//! increasing either way (see above). A master name the sentinels do not monitor, and hosts
+//! that are not sentinels, are an [`InvalidConfig`](lockkit_core::Error::InvalidConfig) at
+//! the first use, naming what to change; sentinels that cannot be reached are a retryable
+//! connection error. The pub/sub connection stays on a demoted primary while it answers
+//! (published wake-ups reach it through replication); when it drops and its server does not
+//! answer again, it is made again to the primary the sentinels name (waiters poll
+//! meanwhile).
+//!
 //! # Runtime
 //!
 //! lockkit-redis runs on Tokio with the time and I/O drivers enabled (`#[tokio::main]` and
@@ -317,6 +338,7 @@ mod keyspace;
 mod lock;
 mod observe;
 mod provider;
+mod sentinel;
 mod store;
 mod subscriber;
 mod util;
@@ -329,11 +351,15 @@ pub use builder::{
 use lockkit_core::config::Scheme;
 pub use provider::{RedisLockProvider, RenewalStats};
 
-/// The `redis` and `rediss` URL schemes, for `lockkit_core::config::register` (the `lockkit`
+/// The `redis`, `rediss`, `redis+sentinel` and `rediss+sentinel` URL schemes, for `lockkit_core::config::register` (the `lockkit`
 /// facade registers it when its `redis` feature is on). Its `connect` reads the URL's
 /// address, credentials and options ([`RedisLockProviderBuilder::from_url`]), checks every
 /// setting, sends one PING, and returns the provider. `rediss` needs the `tls` feature.
-pub const SCHEME: Scheme = Scheme { names: &["redis", "rediss"], backend: BACKEND, connect: provider::connect_url };
+pub const SCHEME: Scheme = Scheme {
+    names: &["redis", "rediss", "redis+sentinel", "rediss+sentinel"],
+    backend: BACKEND,
+    connect: provider::connect_url,
+};
 
 /// The sources of the mutex's acquire and release scripts, for benchmarks that time them raw,
 /// with the key layout of earlier versions (acquire: record, fence counter, void marker,

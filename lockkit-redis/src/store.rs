@@ -24,7 +24,7 @@ use crate::BACKEND;
 use crate::builder::Settings;
 use crate::error::Failure;
 use crate::keys::LockKeys;
-use crate::util::{Home, lock};
+use crate::util::{Home, lock, lock as lock_link};
 
 /// The sources of the scripts of the wait queue: the names of their keys (`layout.lua`), the
 /// queue's functions (`queue.lua`), then the script's own body.
@@ -318,6 +318,9 @@ pub(crate) struct Store {
     replicas_timeout: Duration,
     /// The server's address without credentials, for messages.
     address: String,
+    /// The settings, when the server is the primary the sentinels name: each connection is
+    /// made to the primary they name at the time.
+    sentinel: Option<Box<Settings>>,
 }
 
 /// A connection and the runtime it belongs to.
@@ -342,6 +345,7 @@ impl Store {
             replicas: settings.replicas,
             replicas_timeout: settings.replicas_timeout,
             address: settings.address.clone(),
+            sentinel: settings.sentinel.is_some().then(|| Box::new(settings.clone())),
         })
     }
 
@@ -382,9 +386,19 @@ impl Store {
             .set_number_of_retries(2)
             .set_min_delay(Duration::from_millis(20))
             .set_max_delay(Duration::from_millis(500));
-        let mut connection =
-            self.client.get_connection_manager_with_config(config).await.map_err(|e| map_error(e, name))?;
-        if self.replicas > 0 {
+        let mut connection = match self.sentinel.as_deref() {
+            Some(settings) => {
+                // The primary the sentinels name now.
+                let Some(sentinel) = settings.sentinel.as_ref() else {
+                    return Err(Error::invalid_config(BACKEND, "sentinel settings without sentinels"));
+                };
+                let primary = crate::sentinel::discover(settings, sentinel, self.response_timeout, name).await?;
+                let client = crate::client::open(settings, primary).map_err(|e| map_error(e, name))?;
+                client.get_connection_manager_with_config(config).await.map_err(|e| map_error(e, name))?
+            }
+            None => self.client.get_connection_manager_with_config(config).await.map_err(|e| map_error(e, name))?,
+        };
+        if self.replicas > 0 || self.sentinel.is_some() {
             self.check_replicas(&mut connection, name).await?;
         }
         let previous = lock(&self.link).replace(Arc::new(Link { connection: connection.clone(), home }));
@@ -409,6 +423,22 @@ impl Store {
             })?;
         let field = |name: &str| info.lines().find_map(|l| l.trim().strip_prefix(name)?.strip_prefix(':'));
         let wanted = self.replicas;
+        if self.sentinel.is_some() && field("role") != Some("master") {
+            // The sentinels named a server that is no longer the primary: a failover is under
+            // way, and the next try asks them again.
+            return Err(Error::connection(
+                BACKEND,
+                lock,
+                std::io::Error::other(format!(
+                    "the sentinels of {} named a server that is not the primary (role {:?}); a failover is under way",
+                    self.address,
+                    field("role").unwrap_or("unknown")
+                )),
+            ));
+        }
+        if wanted == 0 {
+            return Ok(());
+        }
         if field("role") != Some("master") {
             return Err(Error::invalid_config(
                 BACKEND,
@@ -445,12 +475,30 @@ impl Store {
         }
         let attempt = async {
             let connection = self.connection(lock).await?;
-            command(connection).await.map_err(|error| map_error(error, lock))
+            command(connection).await.map_err(|error| {
+                self.note_error(&error);
+                map_error(error, lock)
+            })
         };
         let timeout = self.reply_timeout();
         match tokio::time::timeout(timeout, attempt).await {
             Ok(result) => result,
-            Err(_) => Err(Error::connection(BACKEND, lock, Failure::NoReply(timeout))),
+            Err(_) => {
+                if self.sentinel.is_some() {
+                    // A primary that stopped answering may have been failed over.
+                    lock_link(&self.link).take();
+                }
+                Err(Error::connection(BACKEND, lock, Failure::NoReply(timeout)))
+            }
+        }
+    }
+
+    /// With sentinels, forgets the connection after an error that says the server may no
+    /// longer be the primary, so that the next command asks the sentinels again.
+    fn note_error(&self, error: &RedisError) {
+        if self.sentinel.is_some() && crate::sentinel::is_failover_sign(error) {
+            tracing::debug!(%error, "the primary may have changed; asking the sentinels again");
+            lock_link(&self.link).take();
         }
     }
 
@@ -702,7 +750,15 @@ impl Store {
         } else {
             answers
         };
-        Ok(answers.into_iter().map(|answer| answer.map_err(|e| map_error(e, None))).collect())
+        Ok(answers
+            .into_iter()
+            .map(|answer| {
+                answer.map_err(|e| {
+                    self.note_error(&e);
+                    map_error(e, None)
+                })
+            })
+            .collect())
     }
 
     async fn send_hold_pipeline(
