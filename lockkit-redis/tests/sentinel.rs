@@ -224,3 +224,49 @@ async fn acquisitions_continue_across_a_failover_with_increasing_tokens() {
         assert!(guard.token().get() > held.token().get());
     }
 }
+
+/// A primary that stops answering (suspended, as a hung or cut-off server): the sentinels fail
+/// over, the provider finds the new primary by itself, acquisitions continue with increasing
+/// tokens, a waiter is woken by a release on the new primary, and a hold from before is
+/// renewed on the new primary or signalled lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquisitions_continue_after_the_primary_stops_answering() {
+    let mut fixture = match RedisSentinels::start().await {
+        Ok(fixture) => fixture,
+        Err(error) => panic!("the Sentinel tests need redis-server: {error}"),
+    };
+    let provider: RedisLockProvider = test_builder().url(fixture.url()).build().unwrap();
+    let waiter: RedisLockProvider = test_builder().url(fixture.url()).build().unwrap();
+    let name = unique("stopped");
+    let mut last = 0;
+    for _ in 0..3 {
+        let guard = within(OPERATION, "an acquisition", provider.lock(&name).unwrap().acquire()).await.unwrap();
+        last = guard.token().get();
+        guard.release().await.unwrap();
+    }
+    let held =
+        within(OPERATION, "an acquisition to hold", provider.lock(&unique("held")).unwrap().acquire()).await.unwrap();
+
+    fixture.fail_primary().await.unwrap();
+    let failed_over = std::time::Instant::now();
+
+    let after = Duration::from_secs(20);
+    let guard =
+        within(after, "an acquisition after the failover", provider.lock(&name).unwrap().acquire()).await.unwrap();
+    assert!(guard.token().get() > last, "a token went back across the failover: {} after {last}", guard.token().get());
+    last = guard.token().get();
+    let lock = waiter.lock(&name).unwrap();
+    let waiting = tokio::spawn(async move { lock.acquire().await });
+    guard.release().await.unwrap();
+    let woken = within(after, "the waiter's grant after the release", waiting).await.unwrap().unwrap();
+    assert!(woken.token().get() > last);
+    woken.release().await.unwrap();
+
+    // The hold from before the failover: renewed on the new primary, or signalled lost.
+    let deadline = failed_over + after;
+    while held.is_held() && held.valid_until().is_none_or(|until| until < failed_over + LEASE / 2) {
+        assert!(std::time::Instant::now() < deadline, "the hold from before the failover is neither renewed nor lost");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    fixture.resume_all().unwrap();
+}
