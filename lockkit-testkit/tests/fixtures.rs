@@ -9,8 +9,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use lockkit_testkit::fixture::{
-    FixtureError, FixtureErrorKind, Persistence, RedisConfig, RedisReplicated, RedisSentinels, RedisServer,
-    SENTINEL_MASTER_NAME, ZkEnsemble, ZkServer,
+    FixtureError, FixtureErrorKind, Persistence, RedisCluster, RedisConfig, RedisReplicated, RedisSentinels,
+    RedisServer, SENTINEL_MASTER_NAME, ZkEnsemble, ZkServer,
 };
 use redis::AsyncConnectionConfig;
 use zookeeper_client as zk;
@@ -190,6 +190,20 @@ async fn redis_sentinels_name_the_primary_and_fail_over() {
     assert!(fixture.servers().replicas().iter().any(|r| r.addr() == new), "{new} is one of the replicas");
     let mut promoted = redis_conn(&format!("redis://{new}/")).await.unwrap();
     let _: () = redis::cmd("SET").arg("after-failover").arg("1").query_async(&mut promoted).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cluster_forms_and_redirects() {
+    let cluster = ok(RedisCluster::start().await);
+    assert!(cluster.url().starts_with("redis+cluster://127.0.0.1:"), "{}", cluster.url());
+    assert_eq!((cluster.primaries().len(), cluster.replicas().len()), (3, 3));
+    let mut node = redis_conn(&cluster.primaries()[0].url()).await.unwrap();
+    let info: String = redis::cmd("CLUSTER").arg("INFO").query_async(&mut node).await.unwrap();
+    assert!(info.contains("cluster_state:ok") && info.contains("cluster_size:3"), "{info}");
+    // "{b}" hashes to slot 3300 (the first primary's), "{a}" to 15495 (the third's).
+    let _: () = redis::cmd("SET").arg("{b}k").arg("1").query_async(&mut node).await.unwrap();
+    let moved = redis::cmd("SET").arg("{a}k").arg("1").query_async::<()>(&mut node).await.unwrap_err();
+    assert!(moved.to_string().contains("MOVED") || moved.code() == Some("MOVED"), "{moved}");
 }
 
 async fn zk_client(connect: &str) -> zk::Client {
