@@ -19,10 +19,17 @@ pub const URL_ENV: &str = "LOCKKIT_URL";
 pub const DEFAULT_URL: &str = "file://";
 
 /// Schemes this crate knows, with the feature that builds each in.
-const FEATURES: &[(&str, &str)] = &[("redis", "redis"), ("rediss", "redis-tls"), ("zk", "zk")];
+const FEATURES: &[(&str, &str)] = &[
+    ("redis", "redis"),
+    ("rediss", "redis-tls"),
+    ("redis+sentinel", "redis"),
+    ("rediss+sentinel", "redis-tls"),
+    ("zk", "zk"),
+];
 
-/// Registers the backends this crate's features build in (`file` on Unix, `redis` and
-/// `rediss` with feature `redis`, `zk` with feature `zk`) in the scheme table. [`connect`]
+/// Registers the backends this crate's features build in (`file` on Unix, `redis`,
+/// `rediss`, `redis+sentinel` and `rediss+sentinel` with feature `redis`, `zk` with feature
+/// `zk`) in the scheme table. [`connect`]
 /// does it on first use; call it yourself only to list or look up schemes before that.
 pub fn register_builtin_schemes() {
     static ONCE: Once = Once::new();
@@ -43,8 +50,9 @@ pub fn register_builtin_schemes() {
 /// | --- | --- | --- |
 /// | `mem://` or `mem://NAME` | in-process memory; one store per NAME per process | `lease`, `renew_every`, `drift` |
 /// | `file:///path/to/dir`, `file://` | local files; `file://` alone is the default directory | `poll_min`, `poll_max`, `check_every`, `observe_every` |
-/// | `redis://[user:password@]host[:port][/db]` | Redis (feature `redis`) | `lease`, `renew_every`, `response_timeout`, `drift`, `key_prefix`, `fair`, `claim_window` |
+/// | `redis://[user:password@]host[:port][/db]` | Redis (feature `redis`) | `lease`, `renew_every`, `response_timeout`, `drift`, `key_prefix`, `fair`, `claim_window`, `replicas`, `replicas_timeout` |
 /// | `rediss://…` | Redis over TLS (feature `redis-tls`) | as `redis://` |
+/// | `redis+sentinel://[user:password@]host:port[,host:port…]/MASTER_NAME` | the primary a Redis Sentinel names, followed across failovers (feature `redis`; `rediss+sentinel://` with `redis-tls`) | as `redis://` |
 /// | `zk://[user:password@]host:port[,host:port…][/chroot]` | ZooKeeper (feature `zk`) | `session_timeout`, `connect_timeout`, `base_path`, `drift`, `acl`, `disconnect_policy` |
 ///
 /// An option has the name of the backend builder's method that sets it. Durations are

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use lockkit::{Error, connect};
-use lockkit_testkit::fixture::{RedisServer, ZkServer};
+use lockkit_testkit::fixture::{RedisSentinels, RedisServer, ZkServer};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_urls_carry_their_options() {
@@ -25,6 +25,20 @@ async fn redis_urls_carry_their_options() {
     guard.release().await.unwrap();
     let info = provider.inspect("connect/redis").await.unwrap();
     assert!(info.is_idle());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_sentinel_urls_reach_the_primary_the_sentinels_name() {
+    let sentinels = RedisSentinels::start().await.unwrap_or_else(|e| panic!("{e}"));
+    let provider = connect(&format!("{}?lease=5s&replicas=1", sentinels.url())).await.unwrap();
+    let guard = provider.lock("connect/sentinel").unwrap().acquire().await.unwrap();
+    // The hold is on the primary the sentinels name.
+    let primary = sentinels.primary_addr().await.unwrap();
+    let direct = connect(&format!("redis://{primary}/")).await.unwrap();
+    assert!(direct.lock("connect/sentinel").unwrap().try_acquire().await.unwrap().is_none());
+    guard.release().await.unwrap();
+    let unknown = connect(&sentinels.url().replace("/lockkit", "/other")).await.err().unwrap();
+    assert!(unknown.to_string().contains("\"other\""), "{unknown}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,14 +10,24 @@ use redis::IntoConnectionInfo;
 
 use crate::BACKEND;
 use crate::provider::RedisLockProvider;
+use crate::sentinel::SentinelSettings;
 
 /// The checks every setting goes through, shared with the other backends.
 const CHECKS: config::Settings = config::Settings::of(BACKEND);
 
 /// The options a `redis://` URL and [`RedisLockProviderBuilder::option`] take: each is the
 /// name of the builder method that sets it.
-pub const OPTIONS: &[&str] =
-    &["lease", "renew_every", "response_timeout", "drift", "key_prefix", "fair", "claim_window"];
+pub const OPTIONS: &[&str] = &[
+    "lease",
+    "renew_every",
+    "response_timeout",
+    "drift",
+    "key_prefix",
+    "fair",
+    "claim_window",
+    "replicas",
+    "replicas_timeout",
+];
 
 /// The default lease: how long a hold outlives its holder when the holder dies.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
@@ -34,6 +44,14 @@ pub const DEFAULT_CLAIM_WINDOW: Duration = Duration::from_millis(200);
 
 /// The shortest claim window accepted: a live head must be told and confirm within it.
 pub const MIN_CLAIM_WINDOW: Duration = Duration::from_millis(20);
+
+/// The most replicas [`RedisLockProviderBuilder::replicas`] accepts: more is a typo, not a
+/// deployment.
+pub const MAX_REPLICAS: u32 = 16;
+
+/// The default time a grant or a renewal waits for its replicas' acknowledgements (see
+/// [`RedisLockProviderBuilder::replicas_timeout`]).
+pub const DEFAULT_REPLICAS_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// The shortest lease accepted: below it, a renewal round trip on a busy network could not
 /// be confirmed in time and every hold would be lost at random.
@@ -81,6 +99,8 @@ pub struct RedisLockProviderBuilder {
     drift: Option<Duration>,
     fair: Option<bool>,
     claim_window: Option<Duration>,
+    replicas: Option<u32>,
+    replicas_timeout: Option<Duration>,
     #[cfg(feature = "tls")]
     tls: TlsSettings,
 }
@@ -118,13 +138,27 @@ impl RedisLockProviderBuilder {
             "key_prefix" => self.key_prefix(value),
             "fair" => self.fair(CHECKS.flag(key, value)?),
             "claim_window" => self.claim_window(CHECKS.duration(key, value)?),
+            "replicas" => self.replicas(value.trim().parse().map_err(|_| {
+                CHECKS.invalid(format!(
+                    "replicas={value:?} is not a number of replicas; write a whole number from 0 to {MAX_REPLICAS}"
+                ))
+            })?),
+            "replicas_timeout" => self.replicas_timeout(CHECKS.duration(key, value)?),
             _ => return Err(CHECKS.unknown(key, OPTIONS)),
         })
     }
 
     /// The server: `redis://[user[:password]@]host[:port][/db]`, `rediss://` for TLS (feature
     /// `tls`), or `redis+unix:///path/to/socket`. A user name selects an ACL user; a password
-    /// alone authenticates the default user. The lockkit options belong to
+    /// alone authenticates the default user.
+    ///
+    /// Or the sentinels of a Sentinel-managed primary:
+    /// `redis+sentinel://[user[:password]@]s1[:port],s2[:port]/MASTER_NAME` (port 26379 by
+    /// default; `rediss+sentinel://` for TLS to the sentinels and the servers). The provider
+    /// asks the sentinels, in the order written, for the primary's address whenever it
+    /// connects, and connects again (asking again) when the primary stops answering or
+    /// refuses writes as a replica after a failover. The credentials are the Redis servers';
+    /// the sentinels are asked without any. See the crate docs, "Replicas and failover". The lockkit options belong to
     /// [`from_url`](Self::from_url) or to this builder's methods, not to this URL.
     pub fn url(mut self, url: impl Into<String>) -> Self {
         self.url = Some(url.into());
@@ -212,6 +246,47 @@ impl RedisLockProviderBuilder {
         self
     }
 
+    /// How many replicas must acknowledge each grant and each renewal (default 0: none is
+    /// waited for; at most [`MAX_REPLICAS`]). URL option `replicas`.
+    ///
+    /// With `n` above 0, a grant is followed by `WAIT n` on the same connection and counts
+    /// only when `n` replicas acknowledged it within
+    /// [`replicas_timeout`](Self::replicas_timeout); otherwise the grant is released and the
+    /// acquisition tries again, like after a failed call, until it gives up with a retryable
+    /// [`Error::Connection`] saying how many replicas acknowledged. A hand-over from a fair
+    /// lock's queue is acknowledged with the renewal that confirms it. Each renewal round
+    /// ends with the same `WAIT`: a renewal that is not acknowledged leaves the hold's
+    /// deadline where it was (the hold is not extended) and is tried again, so a hold whose
+    /// replicas stay behind runs out and is signalled lost.
+    ///
+    /// What it narrows: a failover to a replica that has acknowledged a grant keeps that grant
+    /// and its fence counter, so the new primary does not hand the lock to a second client
+    /// while the first still holds it. What it cannot promise: Redis replication stays
+    /// asynchronous. `WAIT` says that replicas received the writes, not that they wrote them
+    /// to disk, nor that the replica promoted at a failover is one of those that
+    /// acknowledged; a replica may still lose them in a restart. And a renewal that reached
+    /// the primary but not the replicas before a failover is lost with it: the hold ends
+    /// at the deadline of its last acknowledged renewal, which is what its local deadline
+    /// says. Tokens never go back across a failover either way (see the crate docs).
+    ///
+    /// The primary must have at least `n` replicas connected: the provider checks it when it
+    /// connects, and a primary with fewer is an [`Error::InvalidConfig`] naming both numbers.
+    /// `WAIT` blocks the provider's shared command connection while it waits, so commands of
+    /// other holds queue behind it for up to `replicas_timeout` when a replica is slow.
+    pub fn replicas(mut self, n: u32) -> Self {
+        self.replicas = Some(n);
+        self
+    }
+
+    /// How long a grant or a renewal waits for [`replicas`](Self::replicas) acknowledgements
+    /// (default 500 ms, and never more than a fifth of the lease when the lease is short; at
+    /// least 1 ms, and with `replicas` set, the renewal interval plus the response timeout
+    /// plus this below the lease minus the drift margin). URL option `replicas_timeout`.
+    pub fn replicas_timeout(mut self, timeout: Duration) -> Self {
+        self.replicas_timeout = Some(timeout);
+        self
+    }
+
     /// Trusts the certificate authority in `pem` (PEM-encoded) for `rediss://` servers,
     /// instead of the system's trust store: for servers with a private CA.
     #[cfg(feature = "tls")]
@@ -248,7 +323,7 @@ impl RedisLockProviderBuilder {
         let url = self.url.ok_or_else(|| {
             CHECKS.invalid("no server URL was given: call .url(\"redis://host:port\") or use from_url")
         })?;
-        let connection = parse_url(&url)?;
+        let (connection, sentinel) = parse_target(&url)?;
         let prefix = self.prefix.unwrap_or_else(|| DEFAULT_PREFIX.to_owned());
         check_prefix(&prefix)?;
         let lease =
@@ -273,6 +348,23 @@ impl RedisLockProviderBuilder {
                 "renew_every ({renew_every:?}) plus response_timeout ({response_timeout:?}) must stay below the lease minus the drift margin ({budget:?}), or a hold expires before its renewal is confirmed; renew every third of the lease"
             )));
         }
+        let replicas = self.replicas.unwrap_or(0);
+        if replicas > MAX_REPLICAS {
+            return Err(CHECKS.invalid(format!(
+                "replicas is {replicas}, more than {MAX_REPLICAS}: it is the number of replicas that must acknowledge each grant, which the primary must have; write the number your primary has (or fewer)"
+            )));
+        }
+        let replicas_timeout = whole_millis(CHECKS.within(
+            "replicas_timeout",
+            self.replicas_timeout.unwrap_or(DEFAULT_REPLICAS_TIMEOUT.min(lease / 5)),
+            MIN_INTERVAL,
+            lease,
+        )?);
+        if replicas > 0 && renew_every + response_timeout + replicas_timeout >= budget {
+            return Err(CHECKS.invalid(format!(
+                "renew_every ({renew_every:?}) plus response_timeout ({response_timeout:?}) plus replicas_timeout ({replicas_timeout:?}) must stay below the lease minus the drift margin ({budget:?}), or a hold expires before its renewal is acknowledged; lower replicas_timeout or raise the lease"
+            )));
+        }
         let claim_window = whole_millis(CHECKS.within(
             "claim_window",
             self.claim_window.unwrap_or(DEFAULT_CLAIM_WINDOW.min(lease)),
@@ -287,8 +379,12 @@ impl RedisLockProviderBuilder {
             )));
         }
         Ok(Settings {
-            address: shown_address(&connection),
+            address: match &sentinel {
+                Some(sentinel) => format!("{}://{}", config::StoreUrl::parse(&url)?.scheme(), sentinel.shown()),
+                None => shown_address(&connection),
+            },
             connection,
+            sentinel,
             prefix,
             lease,
             renew_every,
@@ -296,6 +392,8 @@ impl RedisLockProviderBuilder {
             drift,
             fair: self.fair.unwrap_or(true),
             claim_window,
+            replicas,
+            replicas_timeout,
             #[cfg(feature = "tls")]
             tls: self.tls,
         })
@@ -313,7 +411,9 @@ impl std::fmt::Debug for RedisLockProviderBuilder {
             .field("response_timeout", &self.response_timeout)
             .field("drift", &self.drift)
             .field("fair", &self.fair)
-            .field("claim_window", &self.claim_window);
+            .field("claim_window", &self.claim_window)
+            .field("replicas", &self.replicas)
+            .field("replicas_timeout", &self.replicas_timeout);
         #[cfg(feature = "tls")]
         debug.field("tls", &self.tls);
         debug.finish()
@@ -329,7 +429,11 @@ fn whole_millis(duration: Duration) -> Duration {
 /// Settings that passed every check.
 #[derive(Clone, Debug)]
 pub(crate) struct Settings {
+    /// The server; with `sentinel`, a template (credentials, database, TLS) pointed at each
+    /// primary the sentinels name.
     pub(crate) connection: redis::ConnectionInfo,
+    /// The sentinels of a `redis+sentinel://` URL.
+    pub(crate) sentinel: Option<SentinelSettings>,
     /// The server's address without credentials, for messages.
     pub(crate) address: String,
     pub(crate) prefix: String,
@@ -340,6 +444,10 @@ pub(crate) struct Settings {
     pub(crate) fair: bool,
     /// How long a hand-over waits for the head to confirm it.
     pub(crate) claim_window: Duration,
+    /// How many replicas must acknowledge each grant and renewal (0: none).
+    pub(crate) replicas: u32,
+    /// How long `WAIT` waits for them.
+    pub(crate) replicas_timeout: Duration,
     #[cfg(feature = "tls")]
     pub(crate) tls: TlsSettings,
 }
@@ -400,7 +508,52 @@ pub(crate) fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// Reads the server URL given to [`RedisLockProviderBuilder::url`].
+/// Reads the server URL given to [`RedisLockProviderBuilder::url`]: a server, or the
+/// sentinels of a `redis+sentinel://` URL (with the connection info of the primary they will
+/// name, but for its address).
+fn parse_target(url: &str) -> Result<(redis::ConnectionInfo, Option<SentinelSettings>)> {
+    let shown = config::redact(url);
+    let parsed = StoreUrl::parse(url).map_err(|error| match error {
+        Error::InvalidConfig { message, .. } => CHECKS.invalid(message),
+        other => other,
+    })?;
+    let tls = match parsed.scheme() {
+        "redis+sentinel" => false,
+        #[cfg(feature = "tls")]
+        "rediss+sentinel" => true,
+        #[cfg(not(feature = "tls"))]
+        "rediss+sentinel" => return Err(CHECKS.invalid(TLS_FEATURE)),
+        _ => return Ok((parse_url(url)?, None)),
+    };
+    check_misplaced(&parsed, &shown)?;
+    let sentinel =
+        SentinelSettings::parse(parsed.hosts(), parsed.path(), tls, &shown).map_err(|m| CHECKS.invalid(m))?;
+    let Some((_, first)) = sentinel.sentinels.first() else {
+        return Err(CHECKS.invalid(format!("the URL {shown} names no sentinel")));
+    };
+    let mut redis_settings = first.redis_settings().clone();
+    if let Some(user) = parsed.user() {
+        redis_settings = redis_settings.set_username(user);
+    }
+    if let Some(password) = parsed.password() {
+        redis_settings = redis_settings.set_password(password);
+    }
+    Ok((first.clone().set_redis_settings(redis_settings), Some(sentinel)))
+}
+
+/// Refuses a server URL that carries lockkit options.
+fn check_misplaced(parsed: &StoreUrl, shown: &str) -> Result<()> {
+    let misplaced: Vec<&str> = parsed.options().map(|(key, _)| key).filter(|key| OPTIONS.contains(key)).collect();
+    if !misplaced.is_empty() {
+        return Err(CHECKS.invalid(format!(
+            "the URL {shown} carries lockkit options ({}): give such a URL to RedisLockProviderBuilder::from_url (or RedisLockProvider::connect), or set them with the builder's methods",
+            misplaced.join(", ")
+        )));
+    }
+    Ok(())
+}
+
+/// Reads the URL of one server.
 fn parse_url(url: &str) -> Result<redis::ConnectionInfo> {
     let shown = config::redact(url);
     let parsed = StoreUrl::parse(url).map_err(|error| match error {
@@ -414,17 +567,12 @@ fn parse_url(url: &str) -> Result<redis::ConnectionInfo> {
         #[cfg(not(feature = "tls"))]
         "rediss" => return Err(CHECKS.invalid(TLS_FEATURE)),
         other => {
-            return Err(CHECKS
-                .invalid(format!("the URL {shown} has the scheme {other:?}; use redis:// (or rediss:// for TLS)")));
+            return Err(CHECKS.invalid(format!(
+                "the URL {shown} has the scheme {other:?}; use redis:// (or rediss:// for TLS), or redis+sentinel://sentinel:26379,…/MASTER_NAME for a Sentinel-managed primary"
+            )));
         }
     }
-    let misplaced: Vec<&str> = parsed.options().map(|(key, _)| key).filter(|key| OPTIONS.contains(key)).collect();
-    if !misplaced.is_empty() {
-        return Err(CHECKS.invalid(format!(
-            "the URL {shown} carries lockkit options ({}): give such a URL to RedisLockProviderBuilder::from_url (or RedisLockProvider::connect), or set them with the builder's methods",
-            misplaced.join(", ")
-        )));
-    }
+    check_misplaced(&parsed, &shown)?;
     let info = url.into_connection_info().map_err(|error| {
         // The client's message is all there is to say; an InvalidConfig has no source.
         CHECKS.invalid(format!("the URL {shown} cannot be used: {error}"))
@@ -505,6 +653,8 @@ mod tests {
         assert_eq!(settings.claim_window, DEFAULT_CLAIM_WINDOW);
         let short = base().lease(MIN_LEASE).settings().unwrap();
         assert_eq!(short.claim_window, MIN_LEASE, "a hand-over never outlives a lease");
+        assert_eq!(short.replicas_timeout, MIN_LEASE / 5);
+        assert!(base().lease(MIN_LEASE).replicas(1).settings().is_ok(), "replicas fit the shortest lease");
     }
 
     #[test]
@@ -579,6 +729,49 @@ mod tests {
         let longest = base().lease(day).settings().unwrap();
         assert_eq!(longest.lease_millis(), 86_400_000);
         assert!(longest.lease_millis().saturating_mul(4) < u64::try_from(i64::MAX).unwrap(), "PX takes it");
+    }
+
+    #[test]
+    fn replicas_are_counted_and_bounded_when_building() {
+        let settings = from_url("redis://h/?replicas=2&replicas_timeout=250ms").unwrap();
+        assert_eq!((settings.replicas, settings.replicas_timeout), (2, Duration::from_millis(250)));
+        let default = base().settings().unwrap();
+        assert_eq!((default.replicas, default.replicas_timeout), (0, DEFAULT_REPLICAS_TIMEOUT));
+        let absurd = message(base().replicas(MAX_REPLICAS + 1));
+        assert!(absurd.contains("replicas is 17") && absurd.contains("more than 16"), "{absurd}");
+        for bad in ["replicas=-1", "replicas=two", "replicas=1.5"] {
+            let message = url_message(&format!("redis://h/?{bad}"));
+            assert!(message.contains("whole number"), "{bad}: {message}");
+        }
+        let slow = message(base().lease(Duration::from_secs(3)).replicas(1).replicas_timeout(Duration::from_secs(2)));
+        assert!(slow.contains("replicas_timeout") && slow.contains("below the lease"), "{slow}");
+        assert!(base().lease(Duration::from_secs(3)).replicas_timeout(Duration::from_secs(2)).settings().is_ok());
+        assert!(message(base().replicas_timeout(Duration::ZERO)).contains("replicas_timeout"));
+    }
+
+    #[test]
+    fn sentinel_urls_name_the_sentinels_and_the_master() {
+        let settings = base().url("redis+sentinel://app:pw@s1:26380,s2,[::1]:7000/mymaster").settings().unwrap();
+        let sentinel = settings.sentinel.as_ref().unwrap();
+        assert_eq!(sentinel.master, "mymaster");
+        let hosts: Vec<&str> = sentinel.sentinels.iter().map(|(host, _)| host.as_str()).collect();
+        assert_eq!(hosts, ["s1:26380", "s2:26379", "[::1]:7000"]);
+        assert_eq!(settings.address, "redis+sentinel://s1:26380,s2:26379,[::1]:7000/mymaster");
+        assert_eq!(settings.connection.redis_settings().username(), Some("app"));
+        assert_eq!(settings.connection.redis_settings().password(), Some("pw"));
+        assert!(sentinel.sentinels.iter().all(|(_, info)| info.redis_settings().password().is_none()));
+        let from_url = from_url("redis+sentinel://s1/mymaster?lease=10s&replicas=1").unwrap();
+        assert_eq!((from_url.lease, from_url.replicas), (Duration::from_secs(10), 1));
+        for (url, says) in [
+            ("redis+sentinel://s1:26379", "names no master"),
+            ("redis+sentinel://s1:26379/", "names no master"),
+            ("redis+sentinel://s1:26379,/m", "empty sentinel address"),
+            ("redis+sentinel://s1:26379/m?lease=1s", "from_url"),
+            ("redis+cluster+sentinel://s1/m", "redis+sentinel://"),
+        ] {
+            let message = message(base().url(url));
+            assert!(message.contains(says), "{url}: {message}");
+        }
     }
 
     #[test]

@@ -16,6 +16,20 @@ pub(crate) enum Failure {
     /// A call was made outside every Tokio runtime (a future polled off-runtime).
     #[error("no Tokio runtime is running on this thread; the lease frees what could not be released")]
     NoRuntime,
+    /// Fewer replicas than asked for acknowledged a write within the time allowed.
+    #[error(
+        "{acked} of the {wanted} replicas asked for (the `replicas` setting) acknowledged {what} within {timeout:?}; check the replicas' links (INFO replication on the primary), raise replicas_timeout, or lower replicas"
+    )]
+    NotReplicated {
+        /// What was not acknowledged: a grant (released again) or a renewal.
+        what: &'static str,
+        /// How many replicas acknowledged it.
+        acked: i64,
+        /// How many were asked for.
+        wanted: u32,
+        /// How long `WAIT` waited.
+        timeout: Duration,
+    },
     /// A script or command answered something this version does not read.
     #[error("{command} answered {reply}, which this version of lockkit-redis does not read")]
     UnexpectedReply {

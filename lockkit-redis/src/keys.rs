@@ -41,7 +41,8 @@ impl LockKeys {
         &self.base
     }
 
-    /// The fencing counter: INCRed by every grant of every kind, never deleted.
+    /// The fencing counter: set to every grant's token (max(counter + 1, server µs)), never
+    /// deleted.
     pub(crate) fn fence(&self) -> String {
         self.suffixed("fence")
     }

@@ -51,18 +51,20 @@
 //!
 //! Every setting has one name, the same as a builder method and as a URL option
 //! ([`OPTIONS`]): `lease`, `renew_every`, `response_timeout`, `drift`, `key_prefix`, `fair`,
-//! `claim_window`, as in `redis://host:6379/0?lease=10s&fair=false`. Every duration is
+//! `claim_window`, `replicas`, `replicas_timeout`, as in `redis://host:6379/0?lease=10s&fair=false`. Every duration is
 //! range-checked when the provider is built (see the builder's methods; none exceeds a day),
 //! so that a bad value is an [`InvalidConfig`](lockkit_core::Error::InvalidConfig) naming the
-//! option and its range, never a server error later. [`SCHEME`] registers `redis://` and
-//! `rediss://` with `lockkit_core::config::register`, which is how the `lockkit` facade's
+//! option and its range, never a server error later. [`SCHEME`] registers `redis://`,
+//! `rediss://`, `redis+sentinel://` and `rediss+sentinel://` with `lockkit_core::config::register`, which is how the `lockkit` facade's
 //! `connect` reaches this crate.
 //!
 //! # How it works
 //!
-//! - **Acquire** is one Lua script: `SET lock owner NX PX lease` and, when granted, `INCR`
-//!   of the lock's fence counter, whose new value is the fencing token. On contention it
-//!   returns the holder's remaining lease. One round trip when the lock is free.
+//! - **Acquire** is one Lua script: `SET lock owner NX PX lease` and, when granted, the next
+//!   value of the lock's fence counter, `max(counter + 1, server time in µs)`, which is the
+//!   fencing token (see [Fencing tokens and server restarts](#fencing-tokens-and-server-restarts)).
+//!   On contention it returns the holder's remaining lease. One round trip when the lock is
+//!   free.
 //! - **Fair waiting** (the default): a waiting acquisition joins the lock's wait queue, two
 //!   sorted sets kept by the scripts with the server's clock, and a free lock belongs to the
 //!   head of the queue. The release hands the lock over: it grants it to the head for a
@@ -226,18 +228,75 @@
 //!
 //! # Fencing tokens and server restarts
 //!
-//! Tokens strictly increase for as long as the fence counter survives. Plainly:
+//! Every grant's token is `max(counter + 1, server time in µs)`, read with one `TIME` in the
+//! granting script, and the fence counter keeps it. So tokens strictly increase on one
+//! server, and do not go back when the counter does. Plainly:
 //!
 //! - With AOF persistence and `appendfsync always`, the counter survives restarts and
-//!   tokens never repeat. This is the configuration to use when tokens guard data.
-//! - Without persistence (or with `appendfsync everysec`, which can lose the last second,
-//!   or after a failover to a replica that missed the last writes), a restart loses the
-//!   counter and every hold. The holds are signalled lost at their next renewal. The
-//!   counter then starts again from the server's clock in microseconds, so tokens still
-//!   increase **as long as the server's clock does not step back** across the restart;
-//!   a server whose clock is set back can repeat tokens.
+//!   tokens never repeat, whatever the clock does.
+//! - Without persistence (or with `appendfsync everysec`, which can lose the last second),
+//!   a restart loses the counter and every hold. The holds are signalled lost at their next
+//!   renewal. Tokens still increase, because the last token was at most the server time of
+//!   its grant (or a few more than it, for grants within one microsecond) and the next
+//!   grant's clock is later: this rests on **the server's clock not stepping back** across
+//!   the restart.
+//! - After a failover to a replica that missed the last grants of the old primary (Redis
+//!   replication is asynchronous), the promoted server's counter is behind. Its first token
+//!   is still above every token the old primary issued as long as **the promoted server's
+//!   clock is not behind the old primary's by more than the failover took** (the time from
+//!   the old primary's last grant to the new primary's first): the clock term then exceeds
+//!   every earlier token. Keep the servers' clocks synchronised (NTP); a skew of
+//!   milliseconds is covered by any real failover, which takes seconds.
+//! - The counter term still matters: it keeps tokens increasing when grants come faster than
+//!   the clock's microseconds (a hand-over granting several waiters in one script), and
+//!   when a server's clock is behind the tokens already issued.
 //! - Eviction: under a `maxmemory` policy that evicts any key (`allkeys-*`), Redis may
 //!   evict a fence counter or a lock record. Use `noeviction` or a `volatile-*` policy.
+//!
+//! A server whose clock is set back, beyond what a failover took, can repeat tokens.
+//!
+//! # Replicas and failover
+//!
+//! Holds themselves do not survive a failover reliably: Redis replicates asynchronously, so
+//! a grant that had not reached the promoted replica is gone. Its holder learns it at its
+//! next renewal (the hold is signalled lost), by which time another client may hold the
+//! lock; the tokens, which never go back, tell their writes apart.
+//!
+//! [`replicas(n)`](RedisLockProviderBuilder::replicas) (URL option `replicas`, with
+//! `replicas_timeout`) narrows that window: every grant is followed by `WAIT n` and counts
+//! only when `n` replicas acknowledged it (otherwise it is released and the acquisition
+//! retries, then fails with a retryable connection error saying how many replicas
+//! acknowledged), and every renewal round ends with the same `WAIT`: a renewal that is not
+//! acknowledged does not extend the hold's local deadline, so a hold whose replicas fall
+//! behind runs out, and is signalled lost, at the deadline its last acknowledged renewal
+//! gave it. It cannot make replication synchronous: `WAIT` does not say that the replica
+//! promoted at a failover is one that acknowledged, nor that a replica keeps what it
+//! acknowledged across its own restart. The provider checks when it connects that the
+//! server is a primary with at least `n` replicas connected, and refuses with an
+//! [`InvalidConfig`](lockkit_core::Error::InvalidConfig) naming both numbers otherwise.
+//! Each grant costs one more round trip (the `WAIT`); a renewal round costs none (the
+//! `WAIT` ends its pipeline).
+//!
+//! # Sentinel
+//!
+//! `redis+sentinel://[user:password@]s1:26379,s2:26379/MASTER_NAME[?options]` (and
+//! `rediss+sentinel://` with the `tls` feature) names the sentinels of a Sentinel-managed
+//! primary instead of a server. Both of the provider's connections (commands and pub/sub)
+//! ask the sentinels, in the order written, for the primary's address whenever they are
+//! made, and a connection whose server is not the primary (`INFO replication`) is not kept.
+//! The command connection is made again, asking the sentinels again, after an error that
+//! says the primary may have changed: no answer, a dropped or refused connection, or a
+//! `READONLY` refusal from a primary demoted to a replica. So after a failover, commands go
+//! to the new primary within a retry or two. A hold granted on the old primary is renewed on
+//! the new one when the grant reached it (which [`replicas`](RedisLockProviderBuilder::replicas)
+//! makes sure of), and is signalled lost at its next renewal otherwise; tokens keep
+//! increasing either way (see above). A master name the sentinels do not monitor, and hosts
+//! that are not sentinels, are an [`InvalidConfig`](lockkit_core::Error::InvalidConfig) at
+//! the first use, naming what to change; sentinels that cannot be reached are a retryable
+//! connection error. The pub/sub connection stays on a demoted primary while it answers
+//! (published wake-ups reach it through replication); when it drops and its server does not
+//! answer again, it is made again to the primary the sentinels name (waiters poll
+//! meanwhile).
 //!
 //! # Runtime
 //!
@@ -279,23 +338,28 @@ mod keyspace;
 mod lock;
 mod observe;
 mod provider;
+mod sentinel;
 mod store;
 mod subscriber;
 mod util;
 mod watchdog;
 
 pub use builder::{
-    DEFAULT_CLAIM_WINDOW, DEFAULT_LEASE, DEFAULT_PREFIX, DEFAULT_RESPONSE_TIMEOUT, MIN_CLAIM_WINDOW, MIN_LEASE,
-    OPTIONS, RedisLockProviderBuilder,
+    DEFAULT_CLAIM_WINDOW, DEFAULT_LEASE, DEFAULT_PREFIX, DEFAULT_REPLICAS_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT,
+    MAX_REPLICAS, MIN_CLAIM_WINDOW, MIN_LEASE, OPTIONS, RedisLockProviderBuilder,
 };
 use lockkit_core::config::Scheme;
 pub use provider::{RedisLockProvider, RenewalStats};
 
-/// The `redis` and `rediss` URL schemes, for `lockkit_core::config::register` (the `lockkit`
+/// The `redis`, `rediss`, `redis+sentinel` and `rediss+sentinel` URL schemes, for `lockkit_core::config::register` (the `lockkit`
 /// facade registers it when its `redis` feature is on). Its `connect` reads the URL's
 /// address, credentials and options ([`RedisLockProviderBuilder::from_url`]), checks every
 /// setting, sends one PING, and returns the provider. `rediss` needs the `tls` feature.
-pub const SCHEME: Scheme = Scheme { names: &["redis", "rediss"], backend: BACKEND, connect: provider::connect_url };
+pub const SCHEME: Scheme = Scheme {
+    names: &["redis", "rediss", "redis+sentinel", "rediss+sentinel"],
+    backend: BACKEND,
+    connect: provider::connect_url,
+};
 
 /// The sources of the mutex's acquire and release scripts, for benchmarks that time them raw,
 /// with the key layout of earlier versions (acquire: record, fence counter, void marker,

@@ -250,7 +250,18 @@ impl RedisBackend {
             let sent_at = Instant::now();
             doubt.in_flight = true;
             doubt.queued |= queueing.join;
-            let reply = self.store.acquire(&lock, &keys, &contender, self.settings.lease_millis(), queueing).await;
+            let mut reply = self.store.acquire(&lock, &keys, &contender, self.settings.lease_millis(), queueing).await;
+            if matches!(reply, Ok(AcquireReply::Granted(_)))
+                && self.store.replicas() > 0
+                && let Err(error) = self.store.replicated(&lock).await
+            {
+                // Not acknowledged by enough replicas, so it does not count: free it (which
+                // hands it on to the head of the queue, if any) and go on as after a failed
+                // call. A release that fails leaves the acquisition in doubt, and its retry
+                // or its abandon settles it.
+                let _ = self.store.release(&lock, &keys, &contender.owner, kind).await;
+                reply = Err(error);
+            }
             doubt.in_flight = false;
             if reply.is_ok() {
                 request.note_reached();

@@ -24,7 +24,7 @@ use crate::BACKEND;
 use crate::builder::Settings;
 use crate::error::Failure;
 use crate::keys::LockKeys;
-use crate::util::{Home, lock};
+use crate::util::{Home, lock, lock as lock_link};
 
 /// The sources of the scripts of the wait queue: the names of their keys (`layout.lua`), the
 /// queue's functions (`queue.lua`), then the script's own body.
@@ -312,6 +312,15 @@ pub(crate) struct Store {
     response_timeout: Duration,
     /// The claim window of hand-overs, in milliseconds.
     claim_ms: u64,
+    /// How many replicas must acknowledge grants and renewals (0: none).
+    replicas: u32,
+    /// How long `WAIT` waits for them.
+    replicas_timeout: Duration,
+    /// The server's address without credentials, for messages.
+    address: String,
+    /// The settings, when the server is the primary the sentinels name: each connection is
+    /// made to the primary they name at the time.
+    sentinel: Option<Box<Settings>>,
 }
 
 /// A connection and the runtime it belongs to.
@@ -333,6 +342,10 @@ impl Store {
             building: tokio::sync::Mutex::new(()),
             response_timeout: settings.response_timeout,
             claim_ms: settings.claim_millis(),
+            replicas: settings.replicas,
+            replicas_timeout: settings.replicas_timeout,
+            address: settings.address.clone(),
+            sentinel: settings.sentinel.is_some().then(|| Box::new(settings.clone())),
         })
     }
 
@@ -349,7 +362,10 @@ impl Store {
     /// The connection: made on first use, and made again on the current runtime when the
     /// runtime it ran on has shut down. A failed attempt leaves nothing behind, so the next
     /// command tries again.
-    async fn connection(&self) -> std::result::Result<ConnectionManager, RedisError> {
+    ///
+    /// With [`replicas`](crate::RedisLockProviderBuilder::replicas) set, a new connection is
+    /// kept only when the server is a primary with at least that many replicas connected.
+    async fn connection(&self, name: Option<&LockName>) -> Result<ConnectionManager> {
         if let Some(connection) = self.live() {
             return Ok(connection);
         }
@@ -358,15 +374,33 @@ impl Store {
             return Ok(connection);
         }
         let Some(home) = Home::here() else {
-            return Err(RedisError::from((ErrorKind::Io, "no Tokio runtime is running on this thread")));
+            return Err(map_error(
+                RedisError::from((ErrorKind::Io, "no Tokio runtime is running on this thread")),
+                name,
+            ));
         };
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(self.response_timeout))
-            .set_response_timeout(Some(self.response_timeout))
+            // A WAIT may take the replicas' timeout on top of a reply's.
+            .set_response_timeout(Some(self.reply_timeout()))
             .set_number_of_retries(2)
             .set_min_delay(Duration::from_millis(20))
             .set_max_delay(Duration::from_millis(500));
-        let connection = self.client.get_connection_manager_with_config(config).await?;
+        let mut connection = match self.sentinel.as_deref() {
+            Some(settings) => {
+                // The primary the sentinels name now.
+                let Some(sentinel) = settings.sentinel.as_ref() else {
+                    return Err(Error::invalid_config(BACKEND, "sentinel settings without sentinels"));
+                };
+                let primary = crate::sentinel::discover(settings, sentinel, self.response_timeout, name).await?;
+                let client = crate::client::open(settings, primary).map_err(|e| map_error(e, name))?;
+                client.get_connection_manager_with_config(config).await.map_err(|e| map_error(e, name))?
+            }
+            None => self.client.get_connection_manager_with_config(config).await.map_err(|e| map_error(e, name))?,
+        };
+        if self.replicas > 0 || self.sentinel.is_some() {
+            self.check_replicas(&mut connection, name).await?;
+        }
         let previous = lock(&self.link).replace(Arc::new(Link { connection: connection.clone(), home }));
         if previous.is_some() {
             tracing::debug!("the runtime of the command connection shut down; connected again on this one");
@@ -374,7 +408,62 @@ impl Store {
         Ok(connection)
     }
 
-    /// Runs `command` on the connection within the response timeout.
+    /// How long a reply may take: the response timeout, plus the replicas' timeout when
+    /// commands may end with a `WAIT`.
+    fn reply_timeout(&self) -> Duration {
+        if self.replicas > 0 { self.response_timeout + self.replicas_timeout } else { self.response_timeout }
+    }
+
+    /// Refuses a server that is not a primary with at least `replicas` replicas connected
+    /// (`INFO replication`), naming the setting to change.
+    async fn check_replicas(&self, connection: &mut ConnectionManager, lock: Option<&LockName>) -> Result<()> {
+        let info: String =
+            redis::cmd("INFO").arg("replication").query_async(connection).await.map_err(|e| {
+                map_error(e, lock).with_context("read INFO replication to check the `replicas` setting")
+            })?;
+        let field = |name: &str| info.lines().find_map(|l| l.trim().strip_prefix(name)?.strip_prefix(':'));
+        let wanted = self.replicas;
+        if self.sentinel.is_some() && field("role") != Some("master") {
+            // The sentinels named a server that is no longer the primary: a failover is under
+            // way, and the next try asks them again.
+            return Err(Error::connection(
+                BACKEND,
+                lock,
+                std::io::Error::other(format!(
+                    "the sentinels of {} named a server that is not the primary (role {:?}); a failover is under way",
+                    self.address,
+                    field("role").unwrap_or("unknown")
+                )),
+            ));
+        }
+        if wanted == 0 {
+            return Ok(());
+        }
+        if field("role") != Some("master") {
+            return Err(Error::invalid_config(
+                BACKEND,
+                format!(
+                    "replicas={wanted} asks the primary to wait for its replicas, but {} is a replica (role {:?}); point the URL at the primary, or use redis+sentinel:// to find it",
+                    self.address,
+                    field("role").unwrap_or("unknown")
+                ),
+            ));
+        }
+        let connected: u32 = field("connected_slaves").and_then(|n| n.parse().ok()).unwrap_or(0);
+        if connected < wanted {
+            return Err(Error::invalid_config(
+                BACKEND,
+                format!(
+                    "replicas={wanted}, but the primary {} has {connected} replica(s) connected; lower replicas to {connected} or fewer, or attach more replicas",
+                    self.address
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Runs `command` on the connection within the response timeout (and the replicas'
+    /// timeout, when `replicas` is set: a command may end with a `WAIT`).
     async fn run<T, F, Fut>(&self, lock: Option<&LockName>, command: F) -> Result<T>
     where
         F: FnOnce(ConnectionManager) -> Fut,
@@ -385,14 +474,60 @@ impl Store {
             return Err(Error::connection(BACKEND, lock, Failure::NoRuntime));
         }
         let attempt = async {
-            let connection = self.connection().await?;
-            command(connection).await
+            let connection = self.connection(lock).await?;
+            command(connection).await.map_err(|error| {
+                self.note_error(&error);
+                map_error(error, lock)
+            })
         };
-        match tokio::time::timeout(self.response_timeout, attempt).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(error)) => Err(map_error(error, lock)),
-            Err(_) => Err(Error::connection(BACKEND, lock, Failure::NoReply(self.response_timeout))),
+        let timeout = self.reply_timeout();
+        match tokio::time::timeout(timeout, attempt).await {
+            Ok(result) => result,
+            Err(_) => {
+                if self.sentinel.is_some() {
+                    // A primary that stopped answering may have been failed over.
+                    lock_link(&self.link).take();
+                }
+                Err(Error::connection(BACKEND, lock, Failure::NoReply(timeout)))
+            }
         }
+    }
+
+    /// With sentinels, forgets the connection after an error that says the server may no
+    /// longer be the primary, so that the next command asks the sentinels again.
+    fn note_error(&self, error: &RedisError) {
+        if self.sentinel.is_some() && crate::sentinel::is_failover_sign(error) {
+            tracing::debug!(%error, "the primary may have changed; asking the sentinels again");
+            lock_link(&self.link).take();
+        }
+    }
+
+    /// How many replicas must acknowledge grants and renewals (0: none).
+    pub(crate) fn replicas(&self) -> u32 {
+        self.replicas
+    }
+
+    /// Waits until `replicas` replicas acknowledged every write this provider's connection
+    /// made so far (a grant just made among them): `WAIT replicas replicas_timeout`.
+    ///
+    /// # Errors
+    ///
+    /// A retryable [`Error::Connection`] ([`Failure::NotReplicated`]) when fewer did in time.
+    pub(crate) async fn replicated(&self, lock: &LockName) -> Result<()> {
+        let (wanted, timeout) = (self.replicas, self.replicas_timeout);
+        let acked: i64 = self
+            .run(Some(lock), |mut connection| async move {
+                redis::cmd("WAIT").arg(wanted).arg(crate::builder::millis(timeout)).query_async(&mut connection).await
+            })
+            .await?;
+        if acked < i64::from(wanted) {
+            return Err(Error::connection(
+                BACKEND,
+                Some(lock),
+                Failure::NotReplicated { what: "the grant", acked, wanted, timeout },
+            ));
+        }
+        Ok(())
     }
 
     /// Runs the acquire script for `contender` with a lease of `lease_ms`, in or out of the
@@ -536,10 +671,40 @@ impl Store {
 
     /// Renews a batch of holds of any kinds in one pipeline (one round trip, and one script
     /// call per hold, of its kind, so that it runs unchanged on Redis Cluster). Returns one
-    /// answer per hold, in order.
-    pub(crate) async fn renew_batch(&self, holds: &[&HoldTarget], lease_ms: u64) -> Result<Vec<Ownership>> {
-        let answers = self.hold_pipeline(holds, Some(lease_ms)).await?;
-        answers.into_iter().map(|answer| Ok(Ownership::from_code(parse(answer?)?))).collect()
+    /// answer per hold, in order, and whether the renewals count: with `replicas` set, the
+    /// pipeline ends with a `WAIT`, and renewals that not enough replicas acknowledged
+    /// (the error says how many did) must not extend the holds' deadlines.
+    pub(crate) async fn renew_batch(
+        &self,
+        holds: &[&HoldTarget],
+        lease_ms: u64,
+    ) -> Result<(Vec<Ownership>, Result<()>)> {
+        let mut answers = self.hold_pipeline(holds, Some(lease_ms)).await?;
+        let acknowledged = if self.replicas > 0 {
+            let acked = match answers.pop() {
+                Some(answer) => parse::<i64>(answer?)?,
+                None => 0,
+            };
+            if acked < i64::from(self.replicas) {
+                Err(Error::connection(
+                    BACKEND,
+                    None,
+                    Failure::NotReplicated {
+                        what: "the renewal",
+                        acked,
+                        wanted: self.replicas,
+                        timeout: self.replicas_timeout,
+                    },
+                ))
+            } else {
+                Ok(())
+            }
+        } else {
+            Ok(())
+        };
+        let owned =
+            answers.into_iter().map(|answer| Ok(Ownership::from_code(parse(answer?)?))).collect::<Result<_>>()?;
+        Ok((owned, acknowledged))
     }
 
     /// Reads whether each of `holds` is still there, in one pipeline, changing nothing (a
@@ -585,7 +750,15 @@ impl Store {
         } else {
             answers
         };
-        Ok(answers.into_iter().map(|answer| answer.map_err(|e| map_error(e, None))).collect())
+        Ok(answers
+            .into_iter()
+            .map(|answer| {
+                answer.map_err(|e| {
+                    self.note_error(&e);
+                    map_error(e, None)
+                })
+            })
+            .collect())
     }
 
     async fn send_hold_pipeline(
@@ -615,6 +788,10 @@ impl Store {
                     }
                 }
             }
+        }
+        if self.replicas > 0 && lease_ms.is_some() {
+            // The renewals count once the replicas have them (see renew_batch).
+            pipeline.cmd("WAIT").arg(self.replicas).arg(crate::builder::millis(self.replicas_timeout));
         }
         self.run(None, |mut connection| async move { pipeline.query_async(&mut connection).await }).await
     }

@@ -96,6 +96,9 @@ pub(crate) struct Handover {
 #[derive(Debug)]
 pub(crate) struct Subscriber {
     client: redis::Client,
+    /// The settings (for RESP3), when the server is the primary the sentinels name: each
+    /// link is made to the primary they name at the time.
+    sentinel: Option<Box<Settings>>,
     shared: Arc<Shared>,
     /// Taken while a link is being made, so that one is made at a time.
     building: tokio::sync::Mutex<()>,
@@ -117,6 +120,9 @@ struct Shared {
     /// wake-ups.
     queued: Mutex<HashMap<String, watch::Sender<Wake>>>,
     response_timeout: Duration,
+    /// Whether links are made to the primary the sentinels name (and made again when it
+    /// stops answering).
+    follows_sentinels: bool,
     /// The names of the record channels.
     keyspace: Arc<Keyspace>,
     /// Where the events of record channels go.
@@ -140,6 +146,9 @@ struct LinkState {
     /// next confirmation or reply).
     connected: AtomicBool,
     keeper_running: AtomicBool,
+    /// Set by the keeper of a link to a sentinel-named primary that stopped answering: the
+    /// next use makes a new link to the primary the sentinels name then.
+    stale: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -163,7 +172,10 @@ struct Channel {
 impl Shared {
     /// The current link, if it was made on a runtime that still runs.
     fn live_link(&self) -> Option<Arc<Link>> {
-        lock(&self.link).as_ref().filter(|link| !link.home.is_gone()).cloned()
+        lock(&self.link)
+            .as_ref()
+            .filter(|link| !link.home.is_gone() && !link.state.stale.load(Ordering::Acquire))
+            .cloned()
     }
 }
 
@@ -177,11 +189,17 @@ impl Subscriber {
     ) -> redis::RedisResult<Self> {
         let connection = &settings.connection;
         let resp3 = connection.redis_settings().clone().set_protocol(redis::ProtocolVersion::RESP3);
-        let client = crate::client::open(settings, connection.clone().set_redis_settings(resp3))?;
+        let client = crate::client::open(settings, connection.clone().set_redis_settings(resp3.clone()))?;
+        let sentinel = settings.sentinel.is_some().then(|| {
+            let mut settings = settings.clone();
+            settings.connection = settings.connection.set_redis_settings(resp3);
+            Box::new(settings)
+        });
         let (epoch, _) = watch::channel(0);
         let wake_channel = Channel::new(format!("{}:wake:{}", settings.prefix, Uuid::new_v4().simple()), false);
         Ok(Self {
             client,
+            sentinel,
             shared: Arc::new(Shared {
                 channels: Mutex::new(HashMap::new()),
                 epoch,
@@ -190,6 +208,7 @@ impl Subscriber {
                 wake_channel: Arc::new(wake_channel),
                 queued: Mutex::new(HashMap::new()),
                 response_timeout: settings.response_timeout,
+                follows_sentinels: settings.sentinel.is_some(),
                 keyspace,
                 suspects,
             }),
@@ -317,6 +336,7 @@ impl Subscriber {
             generation,
             connected: AtomicBool::new(true),
             keeper_running: AtomicBool::new(false),
+            stale: AtomicBool::new(false),
         });
         let response_timeout = self.shared.response_timeout;
         let router = PushRouter { shared: Arc::downgrade(&self.shared), state: Arc::clone(&state) };
@@ -328,7 +348,20 @@ impl Subscriber {
             .set_number_of_retries(2)
             .set_min_delay(Duration::from_millis(20))
             .set_max_delay(Duration::from_millis(500));
-        let attempt = tokio::time::timeout(response_timeout, self.client.get_connection_manager_with_config(config));
+        let client = match self.sentinel.as_deref() {
+            Some(settings) => {
+                let Some(sentinel) = settings.sentinel.as_ref() else {
+                    return Err(redis::RedisError::from((redis::ErrorKind::Io, "sentinel settings without sentinels")));
+                };
+                let primary =
+                    crate::sentinel::discover(settings, sentinel, response_timeout, None).await.map_err(|e| {
+                        redis::RedisError::from((redis::ErrorKind::Io, "the sentinels named no primary", e.to_string()))
+                    })?;
+                crate::client::open(settings, primary)?
+            }
+            None => self.client.clone(),
+        };
+        let attempt = tokio::time::timeout(response_timeout, client.get_connection_manager_with_config(config));
         let connection = match attempt.await {
             Ok(result) => result?,
             Err(_) => return Err(redis::RedisError::from((redis::ErrorKind::Io, "connecting timed out"))),
@@ -660,11 +693,19 @@ async fn keep_alive(shared: Weak<Shared>, state: Arc<LinkState>) {
         drop(link);
         let ping = redis::cmd("PING");
         let ping = tokio::time::timeout(KEEPER_INTERVAL * 5, ping.query_async::<Value>(&mut connection));
-        if let Ok(Ok(_)) = ping.await
-            && let Some(shared) = shared.upgrade()
-        {
+        let answered = matches!(ping.await, Ok(Ok(_)));
+        let Some(shared) = shared.upgrade() else { return };
+        if answered {
             state.connected.store(true, Ordering::Release);
             shared.epoch.send_modify(|epoch| *epoch += 1);
+        } else if shared.follows_sentinels {
+            // The primary may have been failed over: the next use asks the sentinels again
+            // (and subscribes again on the new link); the waiters poll meanwhile.
+            tracing::debug!("the pub/sub connection's primary does not answer; asking the sentinels again");
+            state.stale.store(true, Ordering::Release);
+            state.keeper_running.store(false, Ordering::Release);
+            shared.epoch.send_modify(|epoch| *epoch += 1);
+            return;
         }
     }
 }

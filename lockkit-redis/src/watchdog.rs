@@ -278,10 +278,17 @@ async fn renew_all(dog: &Watchdog, store: &Store, due: &[Due]) -> bool {
     let mut failed = false;
     for (batch, sent_at, outcome) in futures_util::future::join_all(batches).await {
         match outcome {
-            Ok(answers) => {
+            Ok((answers, acknowledged)) => {
                 let valid_until = lease_deadline(sent_at, settings.lease, settings.drift);
+                if let Err(error) = &acknowledged {
+                    // The holds are ours on the primary, but a failover may lose the renewal:
+                    // their deadlines stay where the last acknowledged renewal put them.
+                    tracing::debug!(%error, holds = batch.len(), "renewal not acknowledged by the replicas; retrying");
+                    failed = true;
+                }
                 for ((_, _, signal), answer) in batch.iter().zip(answers) {
                     match answer {
+                        Ownership::Ours if acknowledged.is_err() => {}
                         Ownership::Ours => {
                             dog.stats.renewed.fetch_add(1, Ordering::Relaxed);
                             signal.extend(valid_until);

@@ -9,7 +9,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use lockkit_testkit::fixture::{
-    FixtureError, FixtureErrorKind, Persistence, RedisConfig, RedisServer, ZkEnsemble, ZkServer,
+    FixtureError, FixtureErrorKind, Persistence, RedisCluster, RedisConfig, RedisReplicated, RedisSentinels,
+    RedisServer, SENTINEL_MASTER_NAME, ZkEnsemble, ZkServer,
 };
 use redis::AsyncConnectionConfig;
 use zookeeper_client as zk;
@@ -161,6 +162,49 @@ fn redis_shared_survives_the_runtime_that_started_it() {
 }
 
 // ------------------------------------------------------------------------------------- zk
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_replicated_replicates_and_promotes() {
+    let fixture = ok(RedisReplicated::start(1).await);
+    let mut primary = redis_conn(&fixture.primary().url()).await.unwrap();
+    let _: () = redis::cmd("SET").arg("fixture-key").arg("1").query_async(&mut primary).await.unwrap();
+    ok(fixture.wait_in_sync().await);
+    let mut replica = redis_conn(&fixture.replicas()[0].url()).await.unwrap();
+    let seen: Option<String> = redis::cmd("GET").arg("fixture-key").query_async(&mut replica).await.unwrap();
+    assert_eq!(seen.as_deref(), Some("1"));
+    ok(fixture.promote(0).await);
+    let _: () = redis::cmd("SET").arg("fixture-key").arg("2").query_async(&mut primary).await.unwrap();
+    let _: () = redis::cmd("SET").arg("promoted").arg("1").query_async(&mut replica).await.unwrap();
+    let seen: Option<String> = redis::cmd("GET").arg("fixture-key").query_async(&mut replica).await.unwrap();
+    assert_eq!(seen.as_deref(), Some("1"), "the promoted replica no longer follows the old primary");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_sentinels_name_the_primary_and_fail_over() {
+    let fixture = ok(RedisSentinels::start().await);
+    assert!(fixture.url().starts_with("redis+sentinel://127.0.0.1:"), "{}", fixture.url());
+    assert!(fixture.url().ends_with(&format!("/{SENTINEL_MASTER_NAME}")), "{}", fixture.url());
+    assert_eq!(ok(fixture.primary_addr().await), fixture.servers().primary().addr());
+    let new = ok(fixture.failover().await);
+    assert_ne!(new, fixture.servers().primary().addr());
+    assert!(fixture.servers().replicas().iter().any(|r| r.addr() == new), "{new} is one of the replicas");
+    let mut promoted = redis_conn(&format!("redis://{new}/")).await.unwrap();
+    let _: () = redis::cmd("SET").arg("after-failover").arg("1").query_async(&mut promoted).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cluster_forms_and_redirects() {
+    let cluster = ok(RedisCluster::start().await);
+    assert!(cluster.url().starts_with("redis+cluster://127.0.0.1:"), "{}", cluster.url());
+    assert_eq!((cluster.primaries().len(), cluster.replicas().len()), (3, 3));
+    let mut node = redis_conn(&cluster.primaries()[0].url()).await.unwrap();
+    let info: String = redis::cmd("CLUSTER").arg("INFO").query_async(&mut node).await.unwrap();
+    assert!(info.contains("cluster_state:ok") && info.contains("cluster_size:3"), "{info}");
+    // "{b}" hashes to slot 3300 (the first primary's), "{a}" to 15495 (the third's).
+    let _: () = redis::cmd("SET").arg("{b}k").arg("1").query_async(&mut node).await.unwrap();
+    let moved = redis::cmd("SET").arg("{a}k").arg("1").query_async::<()>(&mut node).await.unwrap_err();
+    assert!(moved.to_string().contains("MOVED") || moved.code() == Some("MOVED"), "{moved}");
+}
 
 async fn zk_client(connect: &str) -> zk::Client {
     zk::Client::connector()

@@ -45,17 +45,22 @@ local function prune(queue, expiry, now)
   return #expired
 end
 
--- Issues the next fencing token of a name from its counter `fence`, for a grant of any kind.
--- A new counter (a new name, or a server restarted without persistence) starts from the
--- server clock in microseconds, so tokens keep increasing across such a restart as long as
--- the server clock does not step back: no lock is granted twice in one microsecond.
+-- Issues the next fencing token of a name from its counter `fence`, for a grant of any kind:
+-- max(counter + 1, server time in µs), which the counter then holds. The clock term keeps
+-- tokens from going back when the counter itself went back: a new name, a server restarted
+-- without persistence, or a replica promoted after a failover that missed the last grants
+-- of its old primary (as long as the server clock, and the promoted server's clock, is not
+-- behind the last grant's time; see "Fencing tokens and server restarts" in lib.rs). The
+-- counter term keeps tokens increasing when grants come faster than the clock's
+-- microseconds. One GET, one TIME, one SET per grant.
 local function next_token(fence)
-  local token = redis.call('INCR', fence)
-  if token == 1 then
-    local t = redis.call('TIME')
-    redis.call('SET', fence, t[1] .. string.rep('0', 6 - #t[2]) .. t[2])
-    token = redis.call('INCR', fence)
+  local token = (tonumber(redis.call('GET', fence)) or 0) + 1
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if now > token then
+    token = now
   end
+  redis.call('SET', fence, string.format('%d', token))
   return token
 end
 
