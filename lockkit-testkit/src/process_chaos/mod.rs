@@ -57,6 +57,7 @@
 //! # fn main() {}
 //! ```
 
+mod cli;
 mod worker;
 
 use std::collections::{BTreeMap, HashMap};
@@ -70,6 +71,7 @@ use lockkit_core::{HoldKind, LockProvider};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 
+pub use cli::{cli_writer_if_requested, run_cli};
 pub use worker::worker_if_requested;
 
 use crate::history::{History, Hold, Violation};
@@ -91,6 +93,13 @@ pub enum ProcessFault {
     /// then `SIGCONT` it. The schedule goes on meanwhile, so that workers are paused and killed
     /// while the store is paused too. Drawn only when the store's pid is known.
     PauseStore,
+    /// [`run_cli`] only: `SIGSTOP` the command that a `lockkit run` runs (not `lockkit`
+    /// itself), then `SIGCONT` it after the drawn pause. In [`run_cli`], [`Pause`](Self::Pause)
+    /// and [`Kill`](Self::Kill) strike `lockkit` itself.
+    PauseCommand,
+    /// [`run_cli`] only: `SIGKILL` the command that a `lockkit run` runs; `lockkit` must see
+    /// it end, release the lock and exit.
+    KillCommand,
 }
 
 impl fmt::Display for ProcessFault {
@@ -99,6 +108,8 @@ impl fmt::Display for ProcessFault {
             ProcessFault::Pause => "pause",
             ProcessFault::Kill => "kill",
             ProcessFault::PauseStore => "pause-store",
+            ProcessFault::PauseCommand => "pause-command",
+            ProcessFault::KillCommand => "kill-command",
         })
     }
 }
@@ -265,13 +276,17 @@ pub struct ProcessChaosReport {
     pub writes_refused: u64,
     /// Of those, the writes whose writer was paused between its validity check and its write.
     pub writes_refused_after_resume: u64,
+    /// [`run_cli`] only: writes refused by fencing whose `lockkit` had been paused (with
+    /// `SIGSTOP`) during the hold: its command went on writing while the lease ran out.
+    pub writes_refused_lockkit_paused: u64,
     /// Writes accepted after the writer's deadline, before a newer holder wrote.
     pub late_writes: u64,
     /// Writes accepted while valid and then overwritten by a write that read before them.
     pub lost_writes: u64,
     /// Overlaps of valid holds and token regressions, with the offending holds.
     pub violations: Vec<Violation>,
-    /// Names still held after every worker stopped and the lease ran out.
+    /// Names still held after every worker stopped and the lease ran out, and, in
+    /// [`run_cli`], commands still running after their `lockkit` was killed.
     pub orphans: Vec<String>,
     /// Problems of the run itself (a worker that did not start, a signal that failed).
     pub errors: Vec<String>,
@@ -331,8 +346,12 @@ impl fmt::Display for ProcessChaosReport {
         )?;
         writeln!(
             f,
-            "  writes: accepted {}, refused by fencing {} (after a resume {}), late (accepted past the deadline) {}",
-            self.writes_accepted, self.writes_refused, self.writes_refused_after_resume, self.late_writes
+            "  writes: accepted {}, refused by fencing {} (after a resume {}, lockkit paused {}), late (accepted past the deadline) {}",
+            self.writes_accepted,
+            self.writes_refused,
+            self.writes_refused_after_resume,
+            self.writes_refused_lockkit_paused,
+            self.late_writes
         )?;
         writeln!(
             f,
@@ -423,6 +442,10 @@ struct State {
     resources: Vec<Resource>,
     /// Per worker: its pauses (start, end) in wall nanoseconds.
     pauses: HashMap<u64, Vec<(u64, u64)>>,
+    /// [`run_cli`]: per worker (one `lockkit run`), the end of its hold's validity set when
+    /// its `lockkit` was paused while holding: the pause's start plus half the lease (see
+    /// `cli.rs`).
+    caps: HashMap<u64, u64>,
     report: ProcessChaosReport,
 }
 
@@ -457,6 +480,7 @@ impl State {
             "write" => {
                 let (name, token, counter, checked) = (number()?, number()?, number()?, number()?);
                 let valid = number();
+                let capped = self.capped(id, valid);
                 let name = usize::try_from(name).ok()?;
                 let received = now_ns();
                 if let Some(&index) = self.open.get(&(id, name, token))
@@ -474,9 +498,12 @@ impl State {
                     if resumed {
                         self.report.writes_refused_after_resume += 1;
                     }
+                    if self.caps.contains_key(&id) {
+                        self.report.writes_refused_lockkit_paused += 1;
+                    }
                     return Some("stale".to_owned());
                 }
-                let made_while_valid = valid.is_none_or(|valid| received <= valid);
+                let made_while_valid = capped.is_none_or(|valid| received <= valid);
                 if !made_while_valid {
                     self.report.late_writes += 1;
                 }
@@ -519,6 +546,15 @@ impl State {
             {
                 hold.end = Some(at);
             }
+        }
+    }
+
+    /// `valid`, bounded by worker `id`'s cap (see `caps`).
+    fn capped(&self, id: u64, valid: Option<u64>) -> Option<u64> {
+        match (valid, self.caps.get(&id)) {
+            (Some(valid), Some(&cap)) => Some(valid.min(cap)),
+            (None, Some(&cap)) => Some(cap),
+            (valid, None) => valid,
         }
     }
 
@@ -725,7 +761,7 @@ where
                     state_now.report.errors.push(error);
                 }
             }
-            ProcessFault::PauseStore => {}
+            ProcessFault::PauseStore | ProcessFault::PauseCommand | ProcessFault::KillCommand => {}
             ProcessFault::Kill => {
                 let mut victim = workers.swap_remove(index);
                 let _ = victim.child.start_kill();
@@ -769,33 +805,49 @@ where
     }
 
     // Orphans: every name must be free once the lease had time to run out.
-    let orphans = match connect(config.url.clone()).await {
-        Ok(provider) => {
-            let deadline = Instant::now() + config.lease.unwrap_or_default() * 2 + Duration::from_secs(5);
-            let mut held: Vec<String> = names.clone();
-            while !held.is_empty() {
-                let mut still = Vec::new();
-                for name in held {
-                    match provider.inspect(&name).await {
-                        Ok(info) if info.holder().is_none() => {}
-                        _ => still.push(name),
-                    }
-                }
-                held = still;
-                if held.is_empty() || Instant::now() >= deadline {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            held
-        }
+    let orphans = match held_names(connect, &config, &names).await {
+        Ok(held) => held,
         Err(error) => {
-            fail(&state, format!("cannot connect to {} to look for orphans: {error}", config.url));
+            fail(&state, error);
             Vec::new()
         }
     };
 
     let mut state = lock(&state);
+    state.report.orphans = orphans;
+    finish(&mut state, &names, began)
+}
+
+/// The names still held once the lease had time to run out (bounded).
+async fn held_names<F, Fut>(connect: F, config: &ProcessChaosConfig, names: &[String]) -> Result<Vec<String>, String>
+where
+    F: FnOnce(String) -> Fut,
+    Fut: Future<Output = lockkit_core::Result<LockProvider>>,
+{
+    let provider = connect(config.url.clone())
+        .await
+        .map_err(|error| format!("cannot connect to {} to look for orphans: {error}", config.url))?;
+    let deadline = Instant::now() + config.lease.unwrap_or_default() * 2 + Duration::from_secs(5);
+    let mut held: Vec<String> = names.to_vec();
+    while !held.is_empty() {
+        let mut still = Vec::new();
+        for name in held {
+            match provider.inspect(&name).await {
+                Ok(info) if info.holder().is_none() => {}
+                _ => still.push(name),
+            }
+        }
+        held = still;
+        if held.is_empty() || Instant::now() >= deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(held)
+}
+
+/// Checks the recorded holds as a [`History`] and returns the report.
+fn finish(state: &mut State, names: &[String], began: Instant) -> ProcessChaosReport {
     let history = History::new();
     let (base_instant, base_wall) = (Instant::now(), now_ns());
     let instant = |ns: u64| {
@@ -813,11 +865,10 @@ where
             kind: HoldKind::Exclusive,
             start: instant(hold.start),
             end: hold.end.map(instant),
-            valid_until: hold.valid.map(instant),
+            valid_until: state.capped(hold.worker, hold.valid).map(instant),
         });
     }
     state.report.violations = history.check().err().unwrap_or_default();
-    state.report.orphans = orphans;
     state.report.elapsed = began.elapsed();
     std::mem::take(&mut state.report)
 }
