@@ -79,3 +79,24 @@ async fn cli_chaos_on_zookeeper() {
         .with_label("lockkit run, zookeeper, session 2s");
     run(config).await;
 }
+
+/// The planted bug: the command runs in the background of a shell, which the parent-death
+/// signal kills alone. Killing `lockkit` must then leave orphans, and the run must say so.
+/// The seed is fixed (not taken from the environment).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_chaos_run_catches_an_orphaned_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", dir.path().display());
+    let config = ProcessChaosConfig::new(0x18f, url, WRITER)
+        .with_faults([ProcessFault::Kill])
+        // Files have no lease; this one only makes the writers write for up to 6 s, so that
+        // an orphan is still running when it is looked for.
+        .with_lease(Duration::from_secs(3))
+        .with_duration(Duration::from_secs(4))
+        .with_planted_bug(true)
+        .with_label("lockkit run, files");
+    let report = process_chaos::run_cli(config, env!("CARGO_BIN_EXE_lockkit"), connect).await;
+    println!("{report}");
+    assert!(!report.orphans.is_empty(), "the orphaned commands went unnoticed:\n{report}");
+    assert!(!report.is_ok(), "{report}");
+}

@@ -17,11 +17,16 @@
 //!   overlap in the rest of the lease would go unseen), and the writes that follow must be
 //!   refused by fencing once a newer holder wrote.
 //! - [`ProcessFault::Kill`]: `SIGKILL` `lockkit` itself. Its command must die with it (the
-//!   parent-death signal `lockkit __child` sets): a command still running 5 s later is an
-//!   **orphan** (reported, then killed).
+//!   parent-death signal `lockkit __child` sets): a command still running 500 ms after
+//!   `lockkit` is gone is an **orphan** (reported, then killed).
 //! - [`ProcessFault::PauseCommand`], [`ProcessFault::KillCommand`]: the same on the command:
 //!   `lockkit` goes on renewing while its command is paused, and releases and exits when it
 //!   is killed.
+//!
+//! [`ProcessChaosConfig::planted_bug`] runs the writer in the background of a shell
+//! (`sh -c '"$@" & wait'`), where the parent-death signal that kills the shell does not reach
+//! it: with kills of `lockkit`, the run must then report orphans, which proves the orphan
+//! check can fail.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -46,8 +51,12 @@ const WRITER_SEED_ENV: &str = "LOCKKIT_CLI_CHAOS_SEED";
 const WRITER_SPAN_ENV: &str = "LOCKKIT_CLI_CHAOS_SPAN_MS";
 /// How long a `lockkit run` waits for its lock.
 const WAIT: &str = "5s";
-/// How long a command may outlive its killed `lockkit` before it counts as an orphan.
-const ORPHAN_AFTER: Duration = Duration::from_secs(5);
+/// How long a killed `lockkit` may take to be gone.
+const LOCKKIT_GONE_WITHIN: Duration = Duration::from_secs(5);
+/// How long a command may outlive its killed `lockkit` before it counts as an orphan. The
+/// kernel sends the parent-death signal while `lockkit` exits; the command only has to be
+/// scheduled to die.
+const ORPHAN_AFTER: Duration = Duration::from_millis(500);
 
 /// Runs this process as the writer a `lockkit run` of [`run_cli`] runs, and exits, if the
 /// environment says so; returns at once otherwise.
@@ -177,8 +186,14 @@ async fn slot(shared: Arc<Shared>, index: usize) {
 /// Runs one `lockkit run` to its end (bounded).
 async fn once(shared: &Shared, index: usize, id: u64, name: usize) -> Result<(), String> {
     let config = &shared.config;
-    let mut child = Command::new(&shared.lockkit)
-        .args(["run", &shared.names[name], "--url", &config.url, "--wait", WAIT, "--"])
+    let mut command = Command::new(&shared.lockkit);
+    command.args(["run", &shared.names[name], "--url", &config.url, "--wait", WAIT, "--"]);
+    if config.planted_bug {
+        // The planted bug: the writer runs in the background of a shell, out of reach of the
+        // parent-death signal, which kills the shell only.
+        command.args(["sh", "-c", "exec 3<&0; \"$@\" <&3 3<&- & wait", "sh"]);
+    }
+    let mut child = command
         .arg(&shared.writer)
         .args([config.worker_test.as_str(), "--exact", "--nocapture", "--test-threads=1"])
         .env(INDEX_ENV, name.to_string())
@@ -357,15 +372,27 @@ where
                 *lock(&state).report.faults.entry(kind).or_insert(0) += 1;
                 if on_lockkit && let Some(command) = target.command {
                     // The command must die with its lockkit.
-                    let deadline = Instant::now() + ORPHAN_AFTER;
-                    while !gone(command) && Instant::now() < deadline {
-                        tokio::time::sleep(Duration::from_millis(10)).await;
-                    }
-                    if !gone(command) {
-                        lock(&state).report.orphans.push(format!(
-                            "command {command} of lockkit run {} still ran {} s after lockkit was killed",
+                    let gone_within = |pid: u32, within: Duration| async move {
+                        let deadline = Instant::now() + within;
+                        while !gone(pid) && Instant::now() < deadline {
+                            tokio::time::sleep(Duration::from_millis(5)).await;
+                        }
+                        gone(pid)
+                    };
+                    let dead = gone_within(target.lockkit, LOCKKIT_GONE_WITHIN).await;
+                    // The hold ended with lockkit.
+                    lock(&state).died(target.id, now_ns());
+                    if !dead {
+                        fail(format!(
+                            "lockkit run {} was not gone {} s after SIGKILL",
                             target.id,
-                            ORPHAN_AFTER.as_secs()
+                            LOCKKIT_GONE_WITHIN.as_secs()
+                        ));
+                    } else if !gone_within(command, ORPHAN_AFTER).await {
+                        lock(&state).report.orphans.push(format!(
+                            "command {command} of lockkit run {} still ran {} ms after its lockkit died",
+                            target.id,
+                            ORPHAN_AFTER.as_millis()
                         ));
                         let _ = signal(command, "KILL").await;
                     }

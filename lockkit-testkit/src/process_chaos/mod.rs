@@ -365,7 +365,11 @@ impl fmt::Display for ProcessChaosReport {
             writeln!(f, "  violation: {violation}")?;
         }
         for orphan in &self.orphans {
-            writeln!(f, "  orphan: {orphan:?} is still held")?;
+            if orphan.starts_with("command ") {
+                writeln!(f, "  orphan: {orphan}")?;
+            } else {
+                writeln!(f, "  orphan: {orphan:?} is still held")?;
+            }
         }
         for error in &self.errors {
             writeln!(f, "  error: {error}")?;
