@@ -37,12 +37,14 @@ async fn run(config: ProcessChaosConfig) -> ProcessChaosReport {
     println!("{report}");
     report.assert_ok();
     assert!(report.faults.values().sum::<u64>() > 0, "faults were applied:\n{report}");
-    // The default seeds kill both lockkit and its command (a replayed seed may not).
-    if std::env::var(process_chaos::SEED_ENV).is_err() {
-        for kind in [ProcessFault::Kill, ProcessFault::KillCommand] {
-            assert!(report.faults.get(&kind).copied().unwrap_or(0) > 0, "no {kind} was applied:\n{report}");
-        }
-    }
+    // Which kills land depends on the interleaving as well as on the seed (a drawn target may
+    // have exited): `a_killed_lockkit_takes_its_command_with_it_*` in cli.rs proves the
+    // guarantee on every backend deterministically; here some kill must have landed.
+    let kills: u64 = [ProcessFault::Kill, ProcessFault::KillCommand]
+        .iter()
+        .map(|kind| report.faults.get(kind).copied().unwrap_or(0))
+        .sum();
+    assert!(kills > 0, "no kill was applied:\n{report}");
     report
 }
 

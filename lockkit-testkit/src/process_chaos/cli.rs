@@ -271,6 +271,10 @@ where
             planted_bug: config.planted_bug,
             ..ProcessChaosReport::default()
         },
+        // lockkit renews every third of a lease: its last renewal started at most a third of a
+        // lease (and some lateness) before a pause, so the store keeps the hold until at least
+        // half a lease after the pause's start.
+        half_lease: config.lease.map(|lease| u64::try_from((lease / 2).as_nanos()).unwrap_or(u64::MAX)),
         ..State::default()
     }));
     let writer = match std::env::current_exe() {
@@ -332,24 +336,21 @@ where
                     }
                 }
                 *lock(&state).report.faults.entry(kind).or_insert(0) += 1;
-                if on_lockkit
-                    && held
-                    && let Some(lease) = config.lease
-                {
-                    // lockkit renews every third of a lease: its last renewal started at most a
-                    // third of a lease (and some lateness) before the pause, so the store keeps
-                    // the hold until at least half a lease after the pause's start.
-                    let cap = started.saturating_add(u64::try_from((lease / 2).as_nanos()).unwrap_or(u64::MAX));
-                    let mut state = lock(&state);
-                    let entry = state.caps.entry(target.id).or_insert(cap);
-                    *entry = (*entry).min(cap);
+                if on_lockkit {
+                    // Bounds the validity of the hold this lockkit has or is about to report
+                    // (`State::capped`).
+                    lock(&state).lockkit_pauses.entry(target.id).or_default().push((started, None));
                 }
                 tokio::time::sleep(pause).await;
                 let resumed = send(pid, "CONT").await;
                 let ended = now_ns();
                 let took = Duration::from_nanos(ended.saturating_sub(started));
                 let mut state = lock(&state);
-                if !on_lockkit {
+                if on_lockkit {
+                    if let Some(pause) = state.lockkit_pauses.get_mut(&target.id).and_then(|pauses| pauses.last_mut()) {
+                        pause.1 = Some(ended);
+                    }
+                } else {
                     state.pauses.entry(target.id).or_default().push((started, ended));
                 }
                 state.report.longest_pause = state.report.longest_pause.max(took);

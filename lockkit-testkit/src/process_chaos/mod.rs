@@ -76,6 +76,10 @@ pub use worker::worker_if_requested;
 
 use crate::history::{History, Hold, Violation};
 
+/// [`run_cli`]: a pause of `lockkit` that ended less than this before its command reported
+/// the hold may have come between the grant and the command's start, so it bounds the hold.
+const SPAWN_WINDOW: Duration = Duration::from_millis(250);
+
 /// Replays one seed.
 pub const SEED_ENV: &str = "LOCKKIT_PROCESS_CHAOS_SEED";
 /// How many seconds faults are injected.
@@ -281,6 +285,10 @@ pub struct ProcessChaosReport {
     pub writes_refused_lockkit_paused: u64,
     /// Writes accepted after the writer's deadline, before a newer holder wrote.
     pub late_writes: u64,
+    /// [`run_cli`] only: holds whose command started after the bound on their validity (its
+    /// `lockkit` was paused between the grant and the command's start). They are left out of
+    /// the [`History`] (they were never valid); their writes are checked by the resource.
+    pub holds_never_valid: u64,
     /// Writes accepted while valid and then overwritten by a write that read before them.
     pub lost_writes: u64,
     /// Overlaps of valid holds and token regressions, with the offending holds.
@@ -337,7 +345,11 @@ impl fmt::Display for ProcessChaosReport {
             if self.is_ok() { "OK" } else { "FAILED" },
             self.elapsed.as_secs_f64()
         )?;
-        writeln!(f, "  workers started {}, acquisitions {}", self.workers_started, self.acquisitions)?;
+        writeln!(
+            f,
+            "  workers started {}, acquisitions {} (never valid {})",
+            self.workers_started, self.acquisitions, self.holds_never_valid
+        )?;
         writeln!(
             f,
             "  faults: {faults}; pauses of a holder that outlived the lease: {} (longest pause {} ms)",
@@ -446,10 +458,13 @@ struct State {
     resources: Vec<Resource>,
     /// Per worker: its pauses (start, end) in wall nanoseconds.
     pauses: HashMap<u64, Vec<(u64, u64)>>,
-    /// [`run_cli`]: per worker (one `lockkit run`), the end of its hold's validity set when
-    /// its `lockkit` was paused while holding: the pause's start plus half the lease (see
+    /// [`run_cli`]: per worker (one `lockkit run`), the pauses of its `lockkit` (start, end
+    /// once resumed), in wall nanoseconds. One that was not over some time before the hold
+    /// started ([`SPAWN_WINDOW`]) ends the hold's validity half a lease after its start (see
     /// `cli.rs`).
-    caps: HashMap<u64, u64>,
+    lockkit_pauses: HashMap<u64, Vec<(u64, Option<u64>)>>,
+    /// [`run_cli`]: half the lease, in nanoseconds, when the store has a lease.
+    half_lease: Option<u64>,
     report: ProcessChaosReport,
 }
 
@@ -484,7 +499,9 @@ impl State {
             "write" => {
                 let (name, token, counter, checked) = (number()?, number()?, number()?, number()?);
                 let valid = number();
-                let capped = self.capped(id, valid);
+                let start = self.open.get(&(id, usize::try_from(name).unwrap_or(usize::MAX), token));
+                let start = start.and_then(|&index| self.holds.get(index)).map_or(0, |hold| hold.start);
+                let capped = self.capped(id, start, valid);
                 let name = usize::try_from(name).ok()?;
                 let received = now_ns();
                 if let Some(&index) = self.open.get(&(id, name, token))
@@ -502,7 +519,7 @@ impl State {
                     if resumed {
                         self.report.writes_refused_after_resume += 1;
                     }
-                    if self.caps.contains_key(&id) {
+                    if self.lockkit_pauses.contains_key(&id) {
                         self.report.writes_refused_lockkit_paused += 1;
                     }
                     return Some("stale".to_owned());
@@ -553,11 +570,19 @@ impl State {
         }
     }
 
-    /// `valid`, bounded by worker `id`'s cap (see `caps`).
-    fn capped(&self, id: u64, valid: Option<u64>) -> Option<u64> {
-        match (valid, self.caps.get(&id)) {
-            (Some(valid), Some(&cap)) => Some(valid.min(cap)),
-            (None, Some(&cap)) => Some(cap),
+    /// `valid`, the deadline worker `id` reported for its hold that started at `start`,
+    /// bounded by the pauses of its `lockkit` (see `lockkit_pauses`).
+    fn capped(&self, id: u64, start: u64, valid: Option<u64>) -> Option<u64> {
+        let (Some(half), Some(pauses)) = (self.half_lease, self.lockkit_pauses.get(&id)) else { return valid };
+        let window = u64::try_from(SPAWN_WINDOW.as_nanos()).unwrap_or(u64::MAX);
+        let cap = pauses
+            .iter()
+            .filter(|(_, end)| end.is_none_or(|end| end.saturating_add(window) >= start))
+            .map(|(begin, _)| begin.saturating_add(half))
+            .min();
+        match (valid, cap) {
+            (Some(valid), Some(cap)) => Some(valid.min(cap)),
+            (None, cap) => cap,
             (valid, None) => valid,
         }
     }
@@ -861,7 +886,13 @@ fn finish(state: &mut State, names: &[String], began: Instant) -> ProcessChaosRe
             base_instant.checked_sub(Duration::from_nanos(base_wall - ns)).unwrap_or(began)
         }
     };
+    let mut never_valid = 0;
     for hold in &state.holds {
+        let valid = state.capped(hold.worker, hold.start, hold.valid);
+        if state.half_lease.is_some() && valid.is_some_and(|valid| valid <= hold.start) {
+            never_valid += 1;
+            continue;
+        }
         history.record(Hold {
             client: format!("worker {}", hold.worker),
             lock: names.get(hold.name).cloned().unwrap_or_default(),
@@ -869,9 +900,10 @@ fn finish(state: &mut State, names: &[String], began: Instant) -> ProcessChaosRe
             kind: HoldKind::Exclusive,
             start: instant(hold.start),
             end: hold.end.map(instant),
-            valid_until: state.capped(hold.worker, hold.valid).map(instant),
+            valid_until: valid.map(instant),
         });
     }
+    state.report.holds_never_valid = never_valid;
     state.report.violations = history.check().err().unwrap_or_default();
     state.report.elapsed = began.elapsed();
     std::mem::take(&mut state.report)
