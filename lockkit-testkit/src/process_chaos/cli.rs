@@ -15,7 +15,10 @@
 //!   until half a lease after the pause's start (the store keeps it at least that long, as
 //!   `lockkit` renews every third of a lease; the parent cannot know the exact expiry, so an
 //!   overlap in the rest of the lease would go unseen), and the writes that follow must be
-//!   refused by fencing once a newer holder wrote.
+//!   refused by fencing once a newer holder wrote. A pause that ended less than 250 ms before
+//!   the command reported its hold counts too (it may have fallen between the grant and the
+//!   command's start); a hold whose bound comes before its start was never valid: it is left
+//!   out of the `History` and counted (`holds_never_valid`).
 //! - [`ProcessFault::Kill`]: `SIGKILL` `lockkit` itself. Its command must die with it (the
 //!   parent-death signal `lockkit __child` sets): a command still running 500 ms after
 //!   `lockkit` is gone is an **orphan** (reported, then killed).
