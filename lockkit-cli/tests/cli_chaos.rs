@@ -95,9 +95,9 @@ async fn the_cli_chaos_run_catches_an_orphaned_command() {
     let url = format!("file://{}", dir.path().display());
     let config = ProcessChaosConfig::new(0x18f, url, WRITER)
         .with_faults([ProcessFault::Kill])
-        // Files have no lease; this one only makes the writers write for up to 6 s, so that
+        // Files have no lease; this one only makes the writers write for up to 10 s, so that
         // an orphan is still running when it is looked for.
-        .with_lease(Duration::from_secs(3))
+        .with_lease(Duration::from_secs(5))
         .with_duration(Duration::from_secs(4))
         .with_planted_bug(true)
         .with_label("lockkit run, files");
