@@ -165,6 +165,13 @@ impl Session {
     async fn run_command(&mut self, guard: LockGuard, hold: &HoldArgs) -> Result<Code, Failure> {
         let what = self.what.clone();
         let token = guard.token().get();
+        // A hold that ran out between the grant and here (lockkit stopped or starved meanwhile):
+        // never start the command with a token a newer holder may already have superseded.
+        if !guard.is_held() {
+            eprintln!("lockkit: lost {what} before the command started; not starting it");
+            release(guard, &what).await;
+            return Ok(LOST);
+        }
         let mut child = match child::spawn(&hold.command, &self.name, token, hold.kill_group) {
             Ok(child) => child,
             Err(failure) => {

@@ -57,6 +57,7 @@
 //! # fn main() {}
 //! ```
 
+mod cli;
 mod worker;
 
 use std::collections::{BTreeMap, HashMap};
@@ -70,9 +71,14 @@ use lockkit_core::{HoldKind, LockProvider};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 
+pub use cli::{cli_writer_if_requested, run_cli};
 pub use worker::worker_if_requested;
 
 use crate::history::{History, Hold, Violation};
+
+/// [`run_cli`]: a pause of `lockkit` that ended less than this before its command reported
+/// the hold may have come between the grant and the command's start, so it bounds the hold.
+const SPAWN_WINDOW: Duration = Duration::from_millis(250);
 
 /// Replays one seed.
 pub const SEED_ENV: &str = "LOCKKIT_PROCESS_CHAOS_SEED";
@@ -91,6 +97,13 @@ pub enum ProcessFault {
     /// then `SIGCONT` it. The schedule goes on meanwhile, so that workers are paused and killed
     /// while the store is paused too. Drawn only when the store's pid is known.
     PauseStore,
+    /// [`run_cli`] only: `SIGSTOP` the command that a `lockkit run` runs (not `lockkit`
+    /// itself), then `SIGCONT` it after the drawn pause. In [`run_cli`], [`Pause`](Self::Pause)
+    /// and [`Kill`](Self::Kill) strike `lockkit` itself.
+    PauseCommand,
+    /// [`run_cli`] only: `SIGKILL` the command that a `lockkit run` runs; `lockkit` must see
+    /// it end, release the lock and exit.
+    KillCommand,
 }
 
 impl fmt::Display for ProcessFault {
@@ -99,6 +112,8 @@ impl fmt::Display for ProcessFault {
             ProcessFault::Pause => "pause",
             ProcessFault::Kill => "kill",
             ProcessFault::PauseStore => "pause-store",
+            ProcessFault::PauseCommand => "pause-command",
+            ProcessFault::KillCommand => "kill-command",
         })
     }
 }
@@ -265,13 +280,21 @@ pub struct ProcessChaosReport {
     pub writes_refused: u64,
     /// Of those, the writes whose writer was paused between its validity check and its write.
     pub writes_refused_after_resume: u64,
+    /// [`run_cli`] only: writes refused by fencing whose `lockkit` had been paused (with
+    /// `SIGSTOP`) during the hold: its command went on writing while the lease ran out.
+    pub writes_refused_lockkit_paused: u64,
     /// Writes accepted after the writer's deadline, before a newer holder wrote.
     pub late_writes: u64,
+    /// [`run_cli`] only: holds whose command started after the bound on their validity (its
+    /// `lockkit` was paused between the grant and the command's start). They are left out of
+    /// the [`History`] (they were never valid); their writes are checked by the resource.
+    pub holds_never_valid: u64,
     /// Writes accepted while valid and then overwritten by a write that read before them.
     pub lost_writes: u64,
     /// Overlaps of valid holds and token regressions, with the offending holds.
     pub violations: Vec<Violation>,
-    /// Names still held after every worker stopped and the lease ran out.
+    /// Names still held after every worker stopped and the lease ran out, and, in
+    /// [`run_cli`], commands still running after their `lockkit` was killed.
     pub orphans: Vec<String>,
     /// Problems of the run itself (a worker that did not start, a signal that failed).
     pub errors: Vec<String>,
@@ -322,7 +345,11 @@ impl fmt::Display for ProcessChaosReport {
             if self.is_ok() { "OK" } else { "FAILED" },
             self.elapsed.as_secs_f64()
         )?;
-        writeln!(f, "  workers started {}, acquisitions {}", self.workers_started, self.acquisitions)?;
+        writeln!(
+            f,
+            "  workers started {}, acquisitions {} (never valid {})",
+            self.workers_started, self.acquisitions, self.holds_never_valid
+        )?;
         writeln!(
             f,
             "  faults: {faults}; pauses of a holder that outlived the lease: {} (longest pause {} ms)",
@@ -331,8 +358,12 @@ impl fmt::Display for ProcessChaosReport {
         )?;
         writeln!(
             f,
-            "  writes: accepted {}, refused by fencing {} (after a resume {}), late (accepted past the deadline) {}",
-            self.writes_accepted, self.writes_refused, self.writes_refused_after_resume, self.late_writes
+            "  writes: accepted {}, refused by fencing {} (after a resume {}, lockkit paused {}), late (accepted past the deadline) {}",
+            self.writes_accepted,
+            self.writes_refused,
+            self.writes_refused_after_resume,
+            self.writes_refused_lockkit_paused,
+            self.late_writes
         )?;
         writeln!(
             f,
@@ -346,7 +377,11 @@ impl fmt::Display for ProcessChaosReport {
             writeln!(f, "  violation: {violation}")?;
         }
         for orphan in &self.orphans {
-            writeln!(f, "  orphan: {orphan:?} is still held")?;
+            if orphan.starts_with("command ") {
+                writeln!(f, "  orphan: {orphan}")?;
+            } else {
+                writeln!(f, "  orphan: {orphan:?} is still held")?;
+            }
         }
         for error in &self.errors {
             writeln!(f, "  error: {error}")?;
@@ -423,6 +458,13 @@ struct State {
     resources: Vec<Resource>,
     /// Per worker: its pauses (start, end) in wall nanoseconds.
     pauses: HashMap<u64, Vec<(u64, u64)>>,
+    /// [`run_cli`]: per worker (one `lockkit run`), the pauses of its `lockkit` (start, end
+    /// once resumed), in wall nanoseconds. One that was not over some time before the hold
+    /// started ([`SPAWN_WINDOW`]) ends the hold's validity half a lease after its start (see
+    /// `cli.rs`).
+    lockkit_pauses: HashMap<u64, Vec<(u64, Option<u64>)>>,
+    /// [`run_cli`]: half the lease, in nanoseconds, when the store has a lease.
+    half_lease: Option<u64>,
     report: ProcessChaosReport,
 }
 
@@ -457,6 +499,9 @@ impl State {
             "write" => {
                 let (name, token, counter, checked) = (number()?, number()?, number()?, number()?);
                 let valid = number();
+                let start = self.open.get(&(id, usize::try_from(name).unwrap_or(usize::MAX), token));
+                let start = start.and_then(|&index| self.holds.get(index)).map_or(0, |hold| hold.start);
+                let capped = self.capped(id, start, valid);
                 let name = usize::try_from(name).ok()?;
                 let received = now_ns();
                 if let Some(&index) = self.open.get(&(id, name, token))
@@ -474,9 +519,12 @@ impl State {
                     if resumed {
                         self.report.writes_refused_after_resume += 1;
                     }
+                    if self.lockkit_pauses.contains_key(&id) {
+                        self.report.writes_refused_lockkit_paused += 1;
+                    }
                     return Some("stale".to_owned());
                 }
-                let made_while_valid = valid.is_none_or(|valid| received <= valid);
+                let made_while_valid = capped.is_none_or(|valid| received <= valid);
                 if !made_while_valid {
                     self.report.late_writes += 1;
                 }
@@ -519,6 +567,23 @@ impl State {
             {
                 hold.end = Some(at);
             }
+        }
+    }
+
+    /// `valid`, the deadline worker `id` reported for its hold that started at `start`,
+    /// bounded by the pauses of its `lockkit` (see `lockkit_pauses`).
+    fn capped(&self, id: u64, start: u64, valid: Option<u64>) -> Option<u64> {
+        let (Some(half), Some(pauses)) = (self.half_lease, self.lockkit_pauses.get(&id)) else { return valid };
+        let window = u64::try_from(SPAWN_WINDOW.as_nanos()).unwrap_or(u64::MAX);
+        let cap = pauses
+            .iter()
+            .filter(|(_, end)| end.is_none_or(|end| end.saturating_add(window) >= start))
+            .map(|(begin, _)| begin.saturating_add(half))
+            .min();
+        match (valid, cap) {
+            (Some(valid), Some(cap)) => Some(valid.min(cap)),
+            (None, cap) => cap,
+            (valid, None) => valid,
         }
     }
 
@@ -725,7 +790,7 @@ where
                     state_now.report.errors.push(error);
                 }
             }
-            ProcessFault::PauseStore => {}
+            ProcessFault::PauseStore | ProcessFault::PauseCommand | ProcessFault::KillCommand => {}
             ProcessFault::Kill => {
                 let mut victim = workers.swap_remove(index);
                 let _ = victim.child.start_kill();
@@ -769,33 +834,49 @@ where
     }
 
     // Orphans: every name must be free once the lease had time to run out.
-    let orphans = match connect(config.url.clone()).await {
-        Ok(provider) => {
-            let deadline = Instant::now() + config.lease.unwrap_or_default() * 2 + Duration::from_secs(5);
-            let mut held: Vec<String> = names.clone();
-            while !held.is_empty() {
-                let mut still = Vec::new();
-                for name in held {
-                    match provider.inspect(&name).await {
-                        Ok(info) if info.holder().is_none() => {}
-                        _ => still.push(name),
-                    }
-                }
-                held = still;
-                if held.is_empty() || Instant::now() >= deadline {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            held
-        }
+    let orphans = match held_names(connect, &config, &names).await {
+        Ok(held) => held,
         Err(error) => {
-            fail(&state, format!("cannot connect to {} to look for orphans: {error}", config.url));
+            fail(&state, error);
             Vec::new()
         }
     };
 
     let mut state = lock(&state);
+    state.report.orphans = orphans;
+    finish(&mut state, &names, began)
+}
+
+/// The names still held once the lease had time to run out (bounded).
+async fn held_names<F, Fut>(connect: F, config: &ProcessChaosConfig, names: &[String]) -> Result<Vec<String>, String>
+where
+    F: FnOnce(String) -> Fut,
+    Fut: Future<Output = lockkit_core::Result<LockProvider>>,
+{
+    let provider = connect(config.url.clone())
+        .await
+        .map_err(|error| format!("cannot connect to {} to look for orphans: {error}", config.url))?;
+    let deadline = Instant::now() + config.lease.unwrap_or_default() * 2 + Duration::from_secs(5);
+    let mut held: Vec<String> = names.to_vec();
+    while !held.is_empty() {
+        let mut still = Vec::new();
+        for name in held {
+            match provider.inspect(&name).await {
+                Ok(info) if info.holder().is_none() => {}
+                _ => still.push(name),
+            }
+        }
+        held = still;
+        if held.is_empty() || Instant::now() >= deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(held)
+}
+
+/// Checks the recorded holds as a [`History`] and returns the report.
+fn finish(state: &mut State, names: &[String], began: Instant) -> ProcessChaosReport {
     let history = History::new();
     let (base_instant, base_wall) = (Instant::now(), now_ns());
     let instant = |ns: u64| {
@@ -805,7 +886,13 @@ where
             base_instant.checked_sub(Duration::from_nanos(base_wall - ns)).unwrap_or(began)
         }
     };
+    let mut never_valid = 0;
     for hold in &state.holds {
+        let valid = state.capped(hold.worker, hold.start, hold.valid);
+        if state.half_lease.is_some() && valid.is_some_and(|valid| valid <= hold.start) {
+            never_valid += 1;
+            continue;
+        }
         history.record(Hold {
             client: format!("worker {}", hold.worker),
             lock: names.get(hold.name).cloned().unwrap_or_default(),
@@ -813,11 +900,11 @@ where
             kind: HoldKind::Exclusive,
             start: instant(hold.start),
             end: hold.end.map(instant),
-            valid_until: hold.valid.map(instant),
+            valid_until: valid.map(instant),
         });
     }
+    state.report.holds_never_valid = never_valid;
     state.report.violations = history.check().err().unwrap_or_default();
-    state.report.orphans = orphans;
     state.report.elapsed = began.elapsed();
     std::mem::take(&mut state.report)
 }

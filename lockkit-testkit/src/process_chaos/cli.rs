@@ -1,0 +1,425 @@
+//! The multi-process run through the `lockkit` command: K `lockkit run NAME -- WRITER`
+//! processes, where WRITER is the test binary re-run as a tiny writer that makes fenced
+//! read-modify-writes with `$LOCKKIT_FENCING_TOKEN` on the parent's resource (the same
+//! resource and checker as [`run`](super::run)).
+//!
+//! Each `lockkit run` is one worker of the report: it waits for the lock (at most 5 s), runs
+//! the writer (writes for up to two leases, one second without a lease), releases and exits; its slot then starts another. The
+//! writer speaks the worker's protocol on the standard streams it inherits through `lockkit`,
+//! and first says `pid PID`, so that the parent can signal the command apart from `lockkit`.
+//!
+//! Faults, drawn from the seed, one at a time:
+//!
+//! - [`ProcessFault::Pause`]: `SIGSTOP` `lockkit` itself, `SIGCONT` after the drawn pause.
+//!   Its command goes on writing while nothing renews the lease. The hold counts as valid
+//!   until half a lease after the pause's start (the store keeps it at least that long, as
+//!   `lockkit` renews every third of a lease; the parent cannot know the exact expiry, so an
+//!   overlap in the rest of the lease would go unseen), and the writes that follow must be
+//!   refused by fencing once a newer holder wrote. A pause that ended less than 250 ms before
+//!   the command reported its hold counts too (it may have fallen between the grant and the
+//!   command's start); a hold whose bound comes before its start was never valid: it is left
+//!   out of the `History` and counted (`holds_never_valid`).
+//! - [`ProcessFault::Kill`]: `SIGKILL` `lockkit` itself. Its command must die with it (the
+//!   parent-death signal `lockkit __child` sets): a command still running 500 ms after
+//!   `lockkit` is gone is an **orphan** (reported, then killed).
+//! - [`ProcessFault::PauseCommand`], [`ProcessFault::KillCommand`]: the same on the command:
+//!   `lockkit` goes on renewing while its command is paused, and releases and exits when it
+//!   is killed.
+//!
+//! [`ProcessChaosConfig::planted_bug`] runs the writer in the background of a shell
+//! (`sh -c '"$@" & wait'`), where the parent-death signal that kills the shell does not reach
+//! it: with kills of `lockkit`, the run must then report orphans, which proves the orphan
+//! check can fail.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use lockkit_core::LockProvider;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::Command;
+
+use super::{
+    ProcessChaosConfig, ProcessChaosReport, ProcessFault, Resource, Rng, State, finish, lock, now_ns, signal,
+    worker::PREFIX,
+};
+
+/// Set in the environment of `lockkit run` (and so of its command): the index of the name.
+const INDEX_ENV: &str = "LOCKKIT_CLI_CHAOS_INDEX";
+/// The run's seed, for the writer's draws.
+const WRITER_SEED_ENV: &str = "LOCKKIT_CLI_CHAOS_SEED";
+/// The longest a writer goes on writing, in milliseconds.
+const WRITER_SPAN_ENV: &str = "LOCKKIT_CLI_CHAOS_SPAN_MS";
+/// How long a `lockkit run` waits for its lock.
+const WAIT: &str = "5s";
+/// How long a killed `lockkit` may take to be gone.
+const LOCKKIT_GONE_WITHIN: Duration = Duration::from_secs(5);
+/// How long a command may outlive its killed `lockkit` before it counts as an orphan. The
+/// kernel sends the parent-death signal while `lockkit` exits; the command only has to be
+/// scheduled to die.
+const ORPHAN_AFTER: Duration = Duration::from_millis(500);
+
+/// Runs this process as the writer a `lockkit run` of [`run_cli`] runs, and exits, if the
+/// environment says so; returns at once otherwise.
+///
+/// Call it first thing in the test that [`ProcessChaosConfig::worker_test`] names.
+pub fn cli_writer_if_requested() {
+    let Ok(index) = std::env::var(INDEX_ENV) else { return };
+    std::process::exit(write(&index));
+}
+
+/// Prints one protocol line; false when stdout is gone.
+fn say(line: &str) -> bool {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{PREFIX}{line}").and_then(|()| out.flush()).is_ok()
+}
+
+/// The writer: fenced read-modify-writes with the hold's token, for a span drawn up to
+/// [`WRITER_SPAN_ENV`] (at least one write), until one is refused; the exit code.
+fn write(index: &str) -> i32 {
+    let Some(token) = std::env::var("LOCKKIT_FENCING_TOKEN").ok().and_then(|t| t.trim().parse::<u64>().ok()) else {
+        eprintln!("cli chaos writer: no LOCKKIT_FENCING_TOKEN");
+        return 2;
+    };
+    let seed = std::env::var(WRITER_SEED_ENV).ok().and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
+    let mut rng = Rng::new(seed ^ token.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    let longest = std::env::var(WRITER_SPAN_ENV).ok().and_then(|s| s.parse::<u64>().ok()).unwrap_or(200);
+    let until = Instant::now() + rng.between(Duration::ZERO, Duration::from_millis(longest));
+    let mut answers = std::io::stdin().lines();
+    if !say(&format!("pid {}", std::process::id())) || !say(&format!("acquired {index} {token} {} -", now_ns())) {
+        return 0;
+    }
+    loop {
+        let checked = now_ns();
+        if !say(&format!("read {index} {token}")) {
+            return 0;
+        }
+        let Some(Ok(answer)) = answers.next() else { return 0 };
+        let counter: u64 = answer.strip_prefix("value ").and_then(|v| v.parse().ok()).unwrap_or(0);
+        // The work between the read and the write, where a pause hurts.
+        std::thread::sleep(rng.between(Duration::from_millis(5), Duration::from_millis(60)));
+        if !say(&format!("write {index} {token} {} {checked} -", counter + 1)) {
+            return 0;
+        }
+        match answers.next() {
+            Some(Ok(answer)) if answer == "ok" => {}
+            // Refused by fencing: a real command gives up.
+            _ => break,
+        }
+        if Instant::now() >= until {
+            break;
+        }
+    }
+    let _ = say(&format!("ended {index} {token} {} -", now_ns()));
+    0
+}
+
+/// The longest a writer writes: two leases (one second without a lease), so that a writer
+/// whose `lockkit` is paused goes on writing past the lease.
+fn span_ms(config: &ProcessChaosConfig) -> u128 {
+    config.lease.map_or(Duration::from_secs(1), |lease| lease * 2).as_millis()
+}
+
+/// The `lockkit run` a slot runs now.
+#[derive(Clone, Copy, Debug)]
+struct Current {
+    id: u64,
+    lockkit: u32,
+    command: Option<u32>,
+}
+
+type Slots = Arc<Mutex<Vec<Option<Current>>>>;
+
+fn slots_now(slots: &Slots) -> Vec<Option<Current>> {
+    slots.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+}
+
+fn set_slot(slots: &Slots, index: usize, current: Option<Current>) {
+    if let Some(slot) = slots.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get_mut(index) {
+        *slot = current;
+    }
+}
+
+/// What every slot shares.
+struct Shared {
+    config: ProcessChaosConfig,
+    lockkit: PathBuf,
+    writer: PathBuf,
+    names: Vec<String>,
+    state: Arc<Mutex<State>>,
+    slots: Slots,
+    next_id: AtomicU64,
+    stop: AtomicBool,
+}
+
+/// Whether process `pid` is gone (or a zombie: dead, not yet reaped).
+fn gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name in parentheses.
+        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X'])),
+        Err(_) => true,
+    }
+}
+
+/// Sends `name` to `pid`; a process that already exited is not an error (`Ok(false)`).
+async fn send(pid: u32, name: &str) -> Result<bool, String> {
+    match signal(pid, name).await {
+        Ok(()) => Ok(true),
+        Err(_) if gone(pid) => Ok(false),
+        Err(error) => Err(error),
+    }
+}
+
+/// One slot: `lockkit run` after `lockkit run` until the run stops.
+async fn slot(shared: Arc<Shared>, index: usize) {
+    let mut rng = Rng::new(shared.config.seed ^ (index as u64 + 1).wrapping_mul(0xbf58_476d_1ce4_e5b9));
+    while !shared.stop.load(Ordering::SeqCst) {
+        let id = shared.next_id.fetch_add(1, Ordering::SeqCst);
+        let name = usize::try_from(rng.below(shared.names.len() as u64)).unwrap_or(0);
+        if let Err(error) = once(&shared, index, id, name).await {
+            lock(&shared.state).report.errors.push(error);
+            return;
+        }
+    }
+}
+
+/// Runs one `lockkit run` to its end (bounded).
+async fn once(shared: &Shared, index: usize, id: u64, name: usize) -> Result<(), String> {
+    let config = &shared.config;
+    let mut command = Command::new(&shared.lockkit);
+    command.args(["run", &shared.names[name], "--url", &config.url, "--wait", WAIT, "--"]);
+    if config.planted_bug {
+        // The planted bug: the writer runs in the background of a shell, out of reach of the
+        // parent-death signal, which kills the shell only.
+        command.args(["sh", "-c", "exec 3<&0; \"$@\" <&3 3<&- & wait", "sh"]);
+    }
+    let mut child = command
+        .arg(&shared.writer)
+        .args([config.worker_test.as_str(), "--exact", "--nocapture", "--test-threads=1"])
+        .env(INDEX_ENV, name.to_string())
+        .env(WRITER_SEED_ENV, config.seed.to_string())
+        .env(WRITER_SPAN_ENV, span_ms(config).to_string())
+        .env_remove("LOCKKIT_URL")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|error| format!("cannot start lockkit run ({}): {error}", shared.lockkit.display()))?;
+    let pid = child.id().ok_or_else(|| format!("lockkit run {id} has no pid"))?;
+    let (Some(mut stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+        return Err(format!("lockkit run {id} has no pipes"));
+    };
+    set_slot(&shared.slots, index, Some(Current { id, lockkit: pid, command: None }));
+    let talk = async {
+        let mut lines = BufReader::new(stdout).lines();
+        let mut open = true;
+        while let Ok(Some(line)) = lines.next_line().await {
+            let Some(at) = line.find(PREFIX) else { continue };
+            let message = &line[at + PREFIX.len()..];
+            if let Some(command) = message.strip_prefix("pid ").and_then(|p| p.parse::<u32>().ok()) {
+                set_slot(&shared.slots, index, Some(Current { id, lockkit: pid, command: Some(command) }));
+                continue;
+            }
+            let answer = lock(&shared.state).handle(id, message);
+            if let Some(answer) = answer
+                && open
+                && stdin.write_all(format!("{answer}\n").as_bytes()).await.is_err()
+            {
+                open = false;
+            }
+        }
+    };
+    // The wait, the writes and the pauses of both processes fit well within it.
+    let bound = Duration::from_secs(60);
+    let result = match tokio::time::timeout(bound, talk).await {
+        Ok(()) => match tokio::time::timeout(Duration::from_secs(10), child.wait()).await {
+            Ok(_) => Ok(()),
+            Err(_) => Err(format!("lockkit run {id} did not exit within 10 s of closing its output")),
+        },
+        Err(_) => Err(format!("lockkit run {id} did not end within {} s", bound.as_secs())),
+    };
+    if result.is_err() {
+        let _ = child.start_kill();
+        let _ = child.wait().await;
+    }
+    lock(&shared.state).died(id, now_ns());
+    set_slot(&shared.slots, index, None);
+    result
+}
+
+/// Runs the multi-process chaos run through `lockkit run` (the binary at `lockkit`) and
+/// returns its report. [`ProcessChaosConfig::worker_test`] names the test of the current
+/// binary that calls [`cli_writer_if_requested`]; [`ProcessChaosConfig::workers`] is the
+/// number of `lockkit run` processes at once; the faults drawn are
+/// [`ProcessChaosConfig::faults`] among [`ProcessFault::Pause`], [`ProcessFault::Kill`] (of
+/// `lockkit`), [`ProcessFault::PauseCommand`] and [`ProcessFault::KillCommand`]. `connect`
+/// connects the parent to the store to look for orphaned names at the end.
+pub async fn run_cli<F, Fut>(config: ProcessChaosConfig, lockkit: impl AsRef<Path>, connect: F) -> ProcessChaosReport
+where
+    F: FnOnce(String) -> Fut,
+    Fut: std::future::Future<Output = lockkit_core::Result<LockProvider>>,
+{
+    let began = Instant::now();
+    let run_id = format!("{:x}-{}", now_ns(), std::process::id());
+    let names: Vec<String> = (0..config.names).map(|i| format!("cli-chaos/{run_id}/{i}")).collect();
+    let state = Arc::new(Mutex::new(State {
+        resources: (0..config.names).map(|_| Resource::default()).collect(),
+        report: ProcessChaosReport {
+            label: config.label.clone(),
+            seed: config.seed,
+            planted_bug: config.planted_bug,
+            ..ProcessChaosReport::default()
+        },
+        // lockkit renews every third of a lease: its last renewal started at most a third of a
+        // lease (and some lateness) before a pause, so the store keeps the hold until at least
+        // half a lease after the pause's start.
+        half_lease: config.lease.map(|lease| u64::try_from((lease / 2).as_nanos()).unwrap_or(u64::MAX)),
+        ..State::default()
+    }));
+    let writer = match std::env::current_exe() {
+        Ok(writer) => writer,
+        Err(error) => {
+            lock(&state).report.errors.push(format!("cannot find the test binary: {error}"));
+            return finish(&mut lock(&state), &names, began);
+        }
+    };
+    let shared = Arc::new(Shared {
+        config: config.clone(),
+        lockkit: lockkit.as_ref().to_path_buf(),
+        writer,
+        names: names.clone(),
+        state: Arc::clone(&state),
+        slots: Arc::new(Mutex::new(vec![None; config.workers])),
+        next_id: AtomicU64::new(0),
+        stop: AtomicBool::new(false),
+    });
+    let tasks: Vec<_> = (0..config.workers).map(|index| tokio::spawn(slot(Arc::clone(&shared), index))).collect();
+    let fail = |error: String| lock(&state).report.errors.push(error);
+
+    let mut rng = Rng::new(config.seed);
+    let pause_range = config
+        .pause
+        .unwrap_or((Duration::from_millis(10), config.lease.map_or(Duration::from_secs(1), |lease| lease * 2)));
+    let faults_end = Instant::now() + config.duration;
+    while Instant::now() < faults_end && !config.faults.is_empty() {
+        tokio::time::sleep(rng.between(config.fault_gap.0, config.fault_gap.1)).await;
+        let kind = config.faults[usize::try_from(rng.below(config.faults.len() as u64)).unwrap_or(0)];
+        let running: Vec<Current> = slots_now(&shared.slots).into_iter().flatten().collect();
+        if running.is_empty() {
+            continue;
+        }
+        // Half the time one that holds a lock now, if one does.
+        let holders: Vec<Current> = running.iter().copied().filter(|c| lock(&state).holds_now(c.id)).collect();
+        let pick = |rng: &mut Rng, from: &[Current]| from[usize::try_from(rng.below(from.len() as u64)).unwrap_or(0)];
+        let target =
+            if !holders.is_empty() && rng.below(2) == 0 { pick(&mut rng, &holders) } else { pick(&mut rng, &running) };
+        let pause = rng.between(pause_range.0, pause_range.1);
+        let (pid, on_lockkit) = match kind {
+            ProcessFault::Pause | ProcessFault::Kill => (target.lockkit, true),
+            ProcessFault::PauseCommand | ProcessFault::KillCommand => match target.command {
+                Some(command) => (command, false),
+                None => continue,
+            },
+            ProcessFault::PauseStore => continue,
+        };
+        let held = lock(&state).holds_now(target.id);
+        let started = now_ns();
+        match kind {
+            ProcessFault::Pause | ProcessFault::PauseCommand => {
+                match send(pid, "STOP").await {
+                    Ok(true) => {}
+                    Ok(false) => continue,
+                    Err(error) => {
+                        fail(error);
+                        continue;
+                    }
+                }
+                *lock(&state).report.faults.entry(kind).or_insert(0) += 1;
+                if on_lockkit {
+                    // Bounds the validity of the hold this lockkit has or is about to report
+                    // (`State::capped`).
+                    lock(&state).lockkit_pauses.entry(target.id).or_default().push((started, None));
+                }
+                tokio::time::sleep(pause).await;
+                let resumed = send(pid, "CONT").await;
+                let ended = now_ns();
+                let took = Duration::from_nanos(ended.saturating_sub(started));
+                let mut state = lock(&state);
+                if on_lockkit {
+                    if let Some(pause) = state.lockkit_pauses.get_mut(&target.id).and_then(|pauses| pauses.last_mut()) {
+                        pause.1 = Some(ended);
+                    }
+                } else {
+                    state.pauses.entry(target.id).or_default().push((started, ended));
+                }
+                state.report.longest_pause = state.report.longest_pause.max(took);
+                if on_lockkit && held && config.lease.is_some_and(|lease| took > lease) {
+                    state.report.pauses_outliving_lease += 1;
+                }
+                if let Err(error) = resumed {
+                    state.report.errors.push(error);
+                }
+            }
+            _ => {
+                match send(pid, "KILL").await {
+                    Ok(true) => {}
+                    Ok(false) => continue,
+                    Err(error) => {
+                        fail(error);
+                        continue;
+                    }
+                }
+                *lock(&state).report.faults.entry(kind).or_insert(0) += 1;
+                if on_lockkit && let Some(command) = target.command {
+                    // The command must die with its lockkit.
+                    let gone_within = |pid: u32, within: Duration| async move {
+                        let deadline = Instant::now() + within;
+                        while !gone(pid) && Instant::now() < deadline {
+                            tokio::time::sleep(Duration::from_millis(5)).await;
+                        }
+                        gone(pid)
+                    };
+                    let dead = gone_within(target.lockkit, LOCKKIT_GONE_WITHIN).await;
+                    // The hold ended with lockkit.
+                    lock(&state).died(target.id, now_ns());
+                    if !dead {
+                        fail(format!(
+                            "lockkit run {} was not gone {} s after SIGKILL",
+                            target.id,
+                            LOCKKIT_GONE_WITHIN.as_secs()
+                        ));
+                    } else if !gone_within(command, ORPHAN_AFTER).await {
+                        lock(&state).report.orphans.push(format!(
+                            "command {command} of lockkit run {} still ran {} ms after its lockkit died",
+                            target.id,
+                            ORPHAN_AFTER.as_millis()
+                        ));
+                        let _ = signal(command, "KILL").await;
+                    }
+                }
+                lock(&state).died(target.id, now_ns());
+            }
+        }
+    }
+
+    // Stop: every slot lets its current lockkit run finish (bounded by its own bounds).
+    shared.stop.store(true, Ordering::SeqCst);
+    for task in tasks {
+        if let Err(error) = task.await {
+            fail(format!("a slot failed: {error}"));
+        }
+    }
+
+    let orphans = super::held_names(connect, &config, &names).await;
+    let mut state = lock(&state);
+    match orphans {
+        Ok(held) => state.report.orphans.extend(held),
+        Err(error) => state.report.errors.push(error),
+    }
+    state.report.workers_started = shared.next_id.load(Ordering::SeqCst);
+    finish(&mut state, &names, began)
+}
