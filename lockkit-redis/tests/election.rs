@@ -6,36 +6,12 @@
 
 mod support;
 
-use std::future::Future;
 use std::time::{Duration, Instant};
 
 use lockkit_core::{FencingToken, HoldKind, LeaderEvent, LockName, LossReason, Observer};
 use lockkit_redis::RedisLockProvider;
 use lockkit_testkit::fixture::Persistence;
-use support::{LEASE, RedisHarness, test_builder};
-
-/// A bound for things that take a few round trips on a loaded machine.
-const OPERATION: Duration = Duration::from_secs(3);
-
-async fn within<T>(bound: Duration, what: &str, future: impl Future<Output = T>) -> T {
-    match tokio::time::timeout(bound, future).await {
-        Ok(value) => value,
-        Err(_) => panic!("{what} did not happen within {bound:?}"),
-    }
-}
-
-/// Polls `condition` every 10 ms until it holds, failing after `bound`.
-async fn eventually<F, Fut>(bound: Duration, what: &str, mut condition: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = Instant::now() + bound;
-    while !condition().await {
-        assert!(Instant::now() < deadline, "{what} did not happen within {bound:?}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
+use support::{LEASE, OPERATION, RedisHarness, eventually, test_builder, within};
 
 fn unique(case: &str) -> String {
     format!("election/{case}/{}", uuid::Uuid::new_v4().simple())

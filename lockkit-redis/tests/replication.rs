@@ -5,22 +5,11 @@
 
 mod support;
 
-use std::future::Future;
 use std::time::Duration;
 
 use lockkit_redis::RedisLockProvider;
 use lockkit_testkit::fixture::RedisReplicated;
-use support::test_builder;
-
-/// A bound for things that take a few round trips on a loaded machine.
-const OPERATION: Duration = Duration::from_secs(3);
-
-async fn within<T>(bound: Duration, what: &str, future: impl Future<Output = T>) -> T {
-    match tokio::time::timeout(bound, future).await {
-        Ok(value) => value,
-        Err(_) => panic!("{what} did not happen within {bound:?}"),
-    }
-}
+use support::{OPERATION, test_builder, within};
 
 fn unique(case: &str) -> String {
     format!("replication/{case}/{}", uuid::Uuid::new_v4().simple())

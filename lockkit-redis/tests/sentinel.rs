@@ -12,7 +12,6 @@
 
 mod support;
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,7 +19,7 @@ use async_trait::async_trait;
 use lockkit_redis::{RedisLockProvider, RedisLockProviderBuilder};
 use lockkit_testkit::fixture::RedisSentinels;
 use lockkit_testkit::{FaultResult, Harness, NoFaults, TestClient, Timing, Unsupported};
-use support::{LEASE, closed_port, hold_keys, test_builder};
+use support::{LEASE, closed_port, hold_keys, test_builder, within};
 use tokio::sync::OnceCell;
 
 /// The environment variable that hands the sentinel URL of the parent test process to the
@@ -136,15 +135,8 @@ lockkit_testkit::conformance!(
     ]
 );
 
-/// A bound for things that take a few round trips on a loaded machine.
+/// A bound for things that take a few round trips on a loaded machine, through the sentinels.
 const OPERATION: Duration = Duration::from_secs(5);
-
-async fn within<T>(bound: Duration, what: &str, future: impl Future<Output = T>) -> T {
-    match tokio::time::timeout(bound, future).await {
-        Ok(value) => value,
-        Err(_) => panic!("{what} did not happen within {bound:?}"),
-    }
-}
 
 fn unique(case: &str) -> String {
     format!("sentinel/{case}/{}", uuid::Uuid::new_v4().simple())
