@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use lockkit_core::{FencingToken, HoldKind, LeaderEvent, LockName, LossReason, Observer};
 use lockkit_redis::RedisLockProvider;
 use lockkit_testkit::fixture::Persistence;
-use support::{LEASE, OPERATION, RedisHarness, eventually, test_builder, within};
+use support::{LEASE, OPERATION, RedisHarness, eventually, server_with_keyspace_events, test_builder, within};
 
 fn unique(case: &str) -> String {
     format!("election/{case}/{}", uuid::Uuid::new_v4().simple())
@@ -36,19 +36,6 @@ fn term_of(event: &LeaderEvent) -> Option<FencingToken> {
         LeaderEvent::Elected(leader) => Some(leader.term),
         _ => None,
     }
-}
-
-/// A dedicated server that publishes keyspace events for every class of key event.
-async fn server_with_keyspace_events() -> RedisHarness {
-    let harness = RedisHarness::dedicated(Persistence::None).await;
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("notify-keyspace-events")
-        .arg("KA")
-        .query_async(&mut harness.admin().await)
-        .await
-        .unwrap();
-    harness
 }
 
 fn journal_key(provider: &RedisLockProvider, name: &str) -> String {

@@ -12,7 +12,10 @@ use lockkit_core::{LockGuard, LockName, LossReason};
 use lockkit_redis::RedisLockProvider;
 use lockkit_testkit::fixture::Persistence;
 use lockkit_testkit::{ClientFaults, History};
-use support::{LEASE, OPERATION, RENEW_EVERY, RedisHarness, eventually, test_builder, wait_for_subscriber, within};
+use support::{
+    LEASE, OPERATION, RENEW_EVERY, RedisHarness, eventually, server_with_keyspace_events, test_builder,
+    wait_for_subscriber, within,
+};
 
 fn unique(case: &str) -> String {
     format!("faults/{case}/{}", uuid::Uuid::new_v4().simple())
@@ -604,19 +607,6 @@ fn a_provider_first_used_on_a_runtime_that_shut_down_works_on_the_next() {
         let again = within(OPERATION, "another client takes it", other.lock(&name).unwrap().try_acquire()).await;
         again.unwrap().expect("the lock was freed by the release").release().await.unwrap();
     });
-}
-
-/// A dedicated server that publishes keyspace events for every class of key event.
-async fn server_with_keyspace_events() -> RedisHarness {
-    let harness = RedisHarness::dedicated(Persistence::None).await;
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("notify-keyspace-events")
-        .arg("KA")
-        .query_async(&mut harness.admin().await)
-        .await
-        .unwrap();
-    harness
 }
 
 /// Settings whose renewal tick (every 10 s) cannot explain a loss signalled within a second.

@@ -273,3 +273,16 @@ pub async fn wait_for_subscriber(admin: &mut redis::aio::MultiplexedConnection, 
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// A dedicated server that publishes keyspace events for every class of key event.
+pub async fn server_with_keyspace_events() -> RedisHarness {
+    let harness = RedisHarness::dedicated(Persistence::None).await;
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("notify-keyspace-events")
+        .arg("KA")
+        .query_async(&mut harness.admin().await)
+        .await
+        .unwrap();
+    harness
+}
