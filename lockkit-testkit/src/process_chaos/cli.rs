@@ -42,7 +42,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 
 use super::{
-    ProcessChaosConfig, ProcessChaosReport, ProcessFault, Resource, Rng, State, finish, lock, now_ns, signal,
+    ProcessChaosConfig, ProcessChaosReport, ProcessFault, Rng, State, StoreFaults, finish, lock, now_ns, signal,
     worker::PREFIX,
 };
 
@@ -267,18 +267,11 @@ where
     let run_id = format!("{:x}-{}", now_ns(), std::process::id());
     let names: Vec<String> = (0..config.names).map(|i| format!("cli-chaos/{run_id}/{i}")).collect();
     let state = Arc::new(Mutex::new(State {
-        resources: (0..config.names).map(|_| Resource::default()).collect(),
-        report: ProcessChaosReport {
-            label: config.label.clone(),
-            seed: config.seed,
-            planted_bug: config.planted_bug,
-            ..ProcessChaosReport::default()
-        },
         // lockkit renews every third of a lease: its last renewal started at most a third of a
         // lease (and some lateness) before a pause, so the store keeps the hold until at least
         // half a lease after the pause's start.
         half_lease: config.lease.map(|lease| u64::try_from((lease / 2).as_nanos()).unwrap_or(u64::MAX)),
-        ..State::default()
+        ..State::new(&config)
     }));
     let writer = match std::env::current_exe() {
         Ok(writer) => writer,
@@ -305,9 +298,14 @@ where
         .pause
         .unwrap_or((Duration::from_millis(10), config.lease.map_or(Duration::from_secs(1), |lease| lease * 2)));
     let faults_end = Instant::now() + config.duration;
+    let mut store_faults = StoreFaults::default();
     while Instant::now() < faults_end && !config.faults.is_empty() {
         tokio::time::sleep(rng.between(config.fault_gap.0, config.fault_gap.1)).await;
         let kind = config.faults[usize::try_from(rng.below(config.faults.len() as u64)).unwrap_or(0)];
+        if matches!(kind, ProcessFault::PauseStore | ProcessFault::RestartStore) {
+            store_faults.draw(&config, kind, &mut rng, &state);
+            continue;
+        }
         let running: Vec<Current> = slots_now(&shared.slots).into_iter().flatten().collect();
         if running.is_empty() {
             continue;
@@ -324,7 +322,7 @@ where
                 Some(command) => (command, false),
                 None => continue,
             },
-            ProcessFault::PauseStore => continue,
+            ProcessFault::PauseStore | ProcessFault::RestartStore => continue,
         };
         let held = lock(&state).holds_now(target.id);
         let started = now_ns();
@@ -406,6 +404,7 @@ where
         }
     }
 
+    store_faults.wait(&state).await;
     // Stop: every slot lets its current lockkit run finish (bounded by its own bounds).
     shared.stop.store(true, Ordering::SeqCst);
     for task in tasks {

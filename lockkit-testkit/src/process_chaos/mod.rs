@@ -11,8 +11,10 @@
 //! (`SIGSTOP`, then `SIGCONT` after 10 ms to two leases; half the time the worker that
 //! currently holds a lock, so that some pauses outlive the lease mid-hold and the worker
 //! writes on resume) or kills one (`SIGKILL`, replaced by a fresh worker). Given the store's
-//! pid ([`ProcessChaosConfig::with_store_pid`]) it also pauses the store for up to a lease while
-//! the schedule goes on, so that workers are paused and killed while the store is paused too.
+//! control ([`ProcessChaosConfig::with_store`], a [`StoreControl`]: the kit's Redis and
+//! ZooKeeper fixtures have one) it also pauses the store for up to a lease, or restarts it (an
+//! ensemble: one member stopped and started again), while the schedule goes on, so that
+//! workers are paused and killed while the store is faulted too.
 //!
 //! Every worker reports its holds (grant, end, and its guard's local deadline) with wall-clock
 //! times, comparable across the processes of one machine; the parent turns them into a
@@ -21,6 +23,10 @@
 //! - **overlaps** of valid holds and token regressions ([`History::check`]): must be 0;
 //! - **lost writes**: a write accepted while its hold was valid, then overwritten by a write
 //!   that had read the counter before it landed: must be 0 (with a store that keeps its data);
+//! - with a store that loses its records when restarted (Redis without persistence,
+//!   [`ProcessChaosConfig::restart_loses_data`]), the overlaps and lost writes involving a hold
+//!   that may have been granted before a restart and was still valid when it began are counted
+//!   apart, **by design**; the others must still be 0;
 //! - **pauses that outlived a lease** (the worker held a lock when paused, and the pause was
 //!   longer than the lease), **writes refused by fencing**, and of those the ones **after a
 //!   resume** (a pause of the writer ended between its last validity check and its write);
@@ -58,6 +64,7 @@
 //! ```
 
 mod cli;
+mod store;
 mod worker;
 
 use std::collections::{BTreeMap, HashMap};
@@ -72,6 +79,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 
 pub use cli::{cli_writer_if_requested, run_cli};
+pub use store::{StoreControl, StorePid, control};
 pub use worker::worker_if_requested;
 
 use crate::history::{History, Hold, Violation};
@@ -93,10 +101,16 @@ pub enum ProcessFault {
     Pause,
     /// `SIGKILL` a worker and start a fresh one in its place.
     Kill,
-    /// `SIGSTOP` the store's process ([`ProcessChaosConfig::store_pid`]) for 10 ms to one lease,
-    /// then `SIGCONT` it. The schedule goes on meanwhile, so that workers are paused and killed
-    /// while the store is paused too. Drawn only when the store's pid is known.
+    /// Pause the store ([`ProcessChaosConfig::store`]; an ensemble: one member) for 10 ms to
+    /// one lease (one second without a lease), then resume it. The schedule goes on
+    /// meanwhile, so that workers are paused and killed while the store is paused too. Drawn
+    /// only when the run has the store's control; one store fault at a time.
     PauseStore,
+    /// Restart the store through its control ([`StoreControl::restart`]): a Redis server or a
+    /// standalone ZooKeeper is stopped and started again; an ensemble member is stopped, kept
+    /// down for 10 ms to one lease and started again (the run waits until it rejoined). The
+    /// schedule goes on meanwhile. Drawn only when the run has the store's control.
+    RestartStore,
     /// [`run_cli`] only: `SIGSTOP` the command that a `lockkit run` runs (not `lockkit`
     /// itself), then `SIGCONT` it after the drawn pause. In [`run_cli`], [`Pause`](Self::Pause)
     /// and [`Kill`](Self::Kill) strike `lockkit` itself.
@@ -112,6 +126,7 @@ impl fmt::Display for ProcessFault {
             ProcessFault::Pause => "pause",
             ProcessFault::Kill => "kill",
             ProcessFault::PauseStore => "pause-store",
+            ProcessFault::RestartStore => "restart-store",
             ProcessFault::PauseCommand => "pause-command",
             ProcessFault::KillCommand => "kill-command",
         })
@@ -146,9 +161,13 @@ pub struct ProcessChaosConfig {
     pub fault_gap: (Duration, Duration),
     /// The planted bug: workers skip the loss deadline; the run must report overlaps.
     pub planted_bug: bool,
-    /// The store's process, for [`ProcessFault::PauseStore`] (a server of the test's own: a
-    /// shared one would pause other tests).
-    pub store_pid: Option<u32>,
+    /// The store's control, for [`ProcessFault::PauseStore`] and
+    /// [`ProcessFault::RestartStore`] (a server of the test's own: faults on a shared one would
+    /// strike other tests).
+    pub store: Option<Arc<dyn StoreControl>>,
+    /// The store loses its records when restarted (Redis without persistence): overlaps and
+    /// lost writes involving a hold that spans a restart are counted as by design.
+    pub restart_loses_data: bool,
     /// A label for the report (the backend and its settings).
     pub label: String,
 }
@@ -170,7 +189,8 @@ impl ProcessChaosConfig {
             pause: None,
             fault_gap: (Duration::from_millis(100), Duration::from_millis(500)),
             planted_bug: false,
-            store_pid: None,
+            store: None,
+            restart_loses_data: false,
         }
     }
 
@@ -236,13 +256,35 @@ impl ProcessChaosConfig {
         self
     }
 
-    /// Sets the store's process and adds [`ProcessFault::PauseStore`] to the faults drawn.
+    /// Sets the store's process ([`StorePid`]: pauses only) and adds
+    /// [`ProcessFault::PauseStore`] to the faults drawn.
     pub fn with_store_pid(mut self, pid: u32) -> Self {
-        self.store_pid = Some(pid);
-        if !self.faults.contains(&ProcessFault::PauseStore) {
-            self.faults.push(ProcessFault::PauseStore);
-        }
+        self.store = Some(Arc::new(StorePid(pid)));
+        self.add_faults(&[ProcessFault::PauseStore]);
         self
+    }
+
+    /// Sets the store's control and adds [`ProcessFault::PauseStore`] and
+    /// [`ProcessFault::RestartStore`] to the faults drawn (set the faults afterwards to draw
+    /// fewer).
+    pub fn with_store(mut self, store: Arc<dyn StoreControl>) -> Self {
+        self.store = Some(store);
+        self.add_faults(&[ProcessFault::PauseStore, ProcessFault::RestartStore]);
+        self
+    }
+
+    /// Declares that a restart of the store loses its records (see the field).
+    pub fn with_restart_loses_data(mut self, loses: bool) -> Self {
+        self.restart_loses_data = loses;
+        self
+    }
+
+    fn add_faults(&mut self, kinds: &[ProcessFault]) {
+        for kind in kinds {
+            if !self.faults.contains(kind) {
+                self.faults.push(*kind);
+            }
+        }
     }
 
     /// Sets the report's label.
@@ -289,10 +331,20 @@ pub struct ProcessChaosReport {
     /// `lockkit` was paused between the grant and the command's start). They are left out of
     /// the [`History`] (they were never valid); their writes are checked by the resource.
     pub holds_never_valid: u64,
-    /// Writes accepted while valid and then overwritten by a write that read before them.
+    /// Writes accepted while valid and then overwritten by a write that read before them
+    /// (those counted in [`lost_by_design`](Self::lost_by_design) left out).
     pub lost_writes: u64,
-    /// Overlaps of valid holds and token regressions, with the offending holds.
+    /// Whether the store loses its records when restarted (see
+    /// [`ProcessChaosConfig::restart_loses_data`]).
+    pub restart_loses_data: bool,
+    /// Lost writes where the overwritten write's hold or the overwriting one spans a restart of
+    /// a store that loses its records: by design.
+    pub lost_by_design: u64,
+    /// Overlaps of valid holds and token regressions, with the offending holds (those in
+    /// [`by_design`](Self::by_design) left out).
     pub violations: Vec<Violation>,
+    /// Overlaps whose first hold spans a restart of a store that loses its records: by design.
+    pub by_design: Vec<Violation>,
     /// Names still held after every worker stopped and the lease ran out, and, in
     /// [`run_cli`], commands still running after their `lockkit` was killed.
     pub orphans: Vec<String>,
@@ -306,8 +358,14 @@ impl ProcessChaosReport {
         self.violations.iter().filter(|v| matches!(v, Violation::Overlap { .. })).count()
     }
 
+    /// How many store restarts the run applied.
+    pub fn store_restarts(&self) -> u64 {
+        self.faults.get(&ProcessFault::RestartStore).copied().unwrap_or(0)
+    }
+
     /// Whether the run passed: no violation, no lost write, no orphan, no error, and at least
-    /// one write made.
+    /// one write made (what a restart of a store that loses data excuses by design left
+    /// out).
     pub fn is_ok(&self) -> bool {
         self.violations.is_empty()
             && self.lost_writes == 0
@@ -373,8 +431,20 @@ impl fmt::Display for ProcessChaosReport {
             self.lost_writes,
             self.orphans.len()
         )?;
+        if self.restart_loses_data {
+            writeln!(
+                f,
+                "  store restarts {} (the store loses its records: overlaps by design {}, lost writes by design {})",
+                self.store_restarts(),
+                self.by_design.len(),
+                self.lost_by_design
+            )?;
+        }
         for violation in self.violations.iter().take(5) {
             writeln!(f, "  violation: {violation}")?;
+        }
+        for violation in self.by_design.iter().take(3) {
+            writeln!(f, "  by design (a restart lost the record): {violation}")?;
         }
         for orphan in &self.orphans {
             if orphan.starts_with("command ") {
@@ -399,7 +469,7 @@ impl Rng {
         Self(seed)
     }
 
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -431,6 +501,9 @@ struct HoldRecord {
     start: u64,
     end: Option<u64>,
     valid: Option<u64>,
+    /// The deadline the worker reported with the grant: the store granted the hold no earlier
+    /// than a lease before it (a guard's deadline never passes the store's expiry).
+    first_valid: Option<u64>,
 }
 
 /// The last accepted write of a name.
@@ -439,6 +512,8 @@ struct LastWrite {
     counter: u64,
     /// Accepted while its hold was valid.
     valid: bool,
+    /// The writer's hold (an index in `State::holds`).
+    hold: Option<usize>,
 }
 
 /// One name's fenced resource, kept by the parent.
@@ -465,6 +540,15 @@ struct State {
     lockkit_pauses: HashMap<u64, Vec<(u64, Option<u64>)>>,
     /// [`run_cli`]: half the lease, in nanoseconds, when the store has a lease.
     half_lease: Option<u64>,
+    /// The store's restarts (start, end once it serves again), in wall nanoseconds.
+    restarts: Vec<(u64, Option<u64>)>,
+    /// Lost writes: the hold of the overwritten write and the hold of the one that overwrote
+    /// it (indexes in `holds`), classified at the end.
+    lost: Vec<(Option<usize>, Option<usize>)>,
+    /// The lease in nanoseconds, if the store has one.
+    lease: Option<u64>,
+    /// See [`ProcessChaosConfig::restart_loses_data`].
+    restart_loses_data: bool,
     report: ProcessChaosReport,
 }
 
@@ -477,6 +561,38 @@ fn now_ns() -> u64 {
 }
 
 impl State {
+    /// The state of a run with `config`, on `names` names.
+    fn new(config: &ProcessChaosConfig) -> State {
+        State {
+            resources: (0..config.names).map(|_| Resource::default()).collect(),
+            report: ProcessChaosReport {
+                label: config.label.clone(),
+                seed: config.seed,
+                planted_bug: config.planted_bug,
+                restart_loses_data: config.restart_loses_data,
+                ..ProcessChaosReport::default()
+            },
+            lease: config.lease.map(|lease| u64::try_from(lease.as_nanos()).unwrap_or(u64::MAX)),
+            restart_loses_data: config.restart_loses_data,
+            ..State::default()
+        }
+    }
+
+    /// Whether the store may have granted `hold` before a restart was over, while the hold was
+    /// still valid when the restart began: a restart that loses data may have lost its record
+    /// (the server stops some time after the restart began, Redis at its next tick, and grants
+    /// until then). The grant came no earlier than a lease before the first deadline the
+    /// worker reported (without one, than the hold's start), and the hold was valid until
+    /// `valid` (without one, until its end).
+    fn spans_restart(&self, hold: &HoldRecord, valid: Option<u64>) -> bool {
+        let granted_after = match (hold.first_valid, self.lease) {
+            (Some(first), Some(lease)) => first.saturating_sub(lease).min(hold.start),
+            _ => hold.start,
+        };
+        let valid_end = valid.or(hold.end).unwrap_or(u64::MAX);
+        self.restarts.iter().any(|&(start, end)| granted_after < end.unwrap_or(u64::MAX) && valid_end > start)
+    }
+
     /// Handles one line from worker `id`; returns the answer to send, if any.
     fn handle(&mut self, id: u64, line: &str) -> Option<String> {
         let mut words = line.split_whitespace();
@@ -488,7 +604,7 @@ impl State {
                 let valid = number();
                 let name = usize::try_from(name).ok()?;
                 self.report.acquisitions += 1;
-                self.holds.push(HoldRecord { worker: id, name, token, start, end: None, valid });
+                self.holds.push(HoldRecord { worker: id, name, token, start, end: None, valid, first_valid: valid });
                 self.open.insert((id, name, token), self.holds.len() - 1);
                 None
             }
@@ -504,9 +620,8 @@ impl State {
                 let capped = self.capped(id, start, valid);
                 let name = usize::try_from(name).ok()?;
                 let received = now_ns();
-                if let Some(&index) = self.open.get(&(id, name, token))
-                    && let Some(hold) = self.holds.get_mut(index)
-                {
+                let index = self.open.get(&(id, name, token)).copied();
+                if let Some(hold) = index.and_then(|index| self.holds.get_mut(index)) {
                     hold.valid = valid;
                 }
                 let resumed = self
@@ -533,11 +648,11 @@ impl State {
                     && counter.saturating_sub(1) < last.counter
                     && last.valid
                 {
-                    self.report.lost_writes += 1;
+                    self.lost.push((last.hold, index));
                 }
                 resource.highest = token;
                 resource.counter = counter;
-                resource.last = Some(LastWrite { counter, valid: made_while_valid });
+                resource.last = Some(LastWrite { counter, valid: made_while_valid, hold: index });
                 self.report.writes_accepted += 1;
                 Some("ok".to_owned())
             }
@@ -703,16 +818,7 @@ where
     let began = Instant::now();
     let run_id = format!("{:x}-{}", now_ns(), std::process::id());
     let names: Vec<String> = (0..config.names).map(|i| format!("process-chaos/{run_id}/{i}")).collect();
-    let state = Arc::new(Mutex::new(State {
-        resources: (0..config.names).map(|_| Resource::default()).collect(),
-        report: ProcessChaosReport {
-            label: config.label.clone(),
-            seed: config.seed,
-            planted_bug: config.planted_bug,
-            ..ProcessChaosReport::default()
-        },
-        ..State::default()
-    }));
+    let state = Arc::new(Mutex::new(State::new(&config)));
     let fail = |state: &Arc<Mutex<State>>, error: String| lock(state).report.errors.push(error);
     let mut rng = Rng::new(config.seed);
     let mut next_id = 0u64;
@@ -738,24 +844,14 @@ where
         .pause
         .unwrap_or((Duration::from_millis(10), config.lease.map_or(Duration::from_secs(1), |lease| lease * 2)));
     let faults_end = Instant::now() + config.duration;
-    // Store pauses run beside the rest of the schedule; each resumes the store at its end.
-    let mut store_pauses: Vec<tokio::task::JoinHandle<Result<(), String>>> = Vec::new();
-    let store_paused = Arc::new(tokio::sync::Mutex::new(()));
+    // Store faults run beside the rest of the schedule; each ends its fault (resumes or
+    // restarts the store) before it returns.
+    let mut store_faults = StoreFaults::default();
     while Instant::now() < faults_end && !config.faults.is_empty() && !workers.is_empty() {
         tokio::time::sleep(rng.between(config.fault_gap.0, config.fault_gap.1)).await;
         let kind = config.faults[usize::try_from(rng.below(config.faults.len() as u64)).unwrap_or(0)];
-        if kind == ProcessFault::PauseStore {
-            let Some(pid) = config.store_pid else { continue };
-            // One store pause at a time: a second SIGCONT must not end the first pause early.
-            let Ok(permit) = Arc::clone(&store_paused).try_lock_owned() else { continue };
-            let pause = rng.between(Duration::from_millis(10), config.lease.unwrap_or(Duration::from_secs(1)));
-            *lock(&state).report.faults.entry(kind).or_insert(0) += 1;
-            store_pauses.push(tokio::spawn(async move {
-                let _permit = permit;
-                signal(pid, "STOP").await?;
-                tokio::time::sleep(pause).await;
-                signal(pid, "CONT").await
-            }));
+        if matches!(kind, ProcessFault::PauseStore | ProcessFault::RestartStore) {
+            store_faults.draw(&config, kind, &mut rng, &state);
             continue;
         }
         // Half the time a worker that holds a lock now, if one does.
@@ -790,7 +886,10 @@ where
                     state_now.report.errors.push(error);
                 }
             }
-            ProcessFault::PauseStore | ProcessFault::PauseCommand | ProcessFault::KillCommand => {}
+            ProcessFault::PauseStore
+            | ProcessFault::RestartStore
+            | ProcessFault::PauseCommand
+            | ProcessFault::KillCommand => {}
             ProcessFault::Kill => {
                 let mut victim = workers.swap_remove(index);
                 let _ = victim.child.start_kill();
@@ -810,13 +909,7 @@ where
         }
     }
 
-    for pause in store_pauses {
-        match pause.await {
-            Ok(Ok(())) => {}
-            Ok(Err(error)) => fail(&state, error),
-            Err(error) => fail(&state, format!("a store pause failed: {error}")),
-        }
-    }
+    store_faults.wait(&state).await;
 
     // Stop: every worker releases what it holds and exits.
     for worker in &mut workers {
@@ -875,6 +968,44 @@ where
     Ok(held)
 }
 
+/// The store faults of a run in flight, one at a time (a second `SIGCONT` must not end a
+/// pause early, and an ensemble keeps its quorum).
+#[derive(Default)]
+struct StoreFaults {
+    busy: Arc<tokio::sync::Mutex<()>>,
+    running: Vec<tokio::task::JoinHandle<Result<(), String>>>,
+}
+
+impl StoreFaults {
+    /// Draws a store fault of `kind` and starts it beside the schedule, unless the run has no
+    /// store control or another store fault is still running.
+    fn draw(&mut self, config: &ProcessChaosConfig, kind: ProcessFault, rng: &mut Rng, state: &Arc<Mutex<State>>) {
+        let pick = rng.next();
+        let length = rng.between(Duration::from_millis(10), config.lease.unwrap_or(Duration::from_secs(1)));
+        let Some(store) = config.store.clone() else { return };
+        let Ok(permit) = Arc::clone(&self.busy).try_lock_owned() else { return };
+        *lock(state).report.faults.entry(kind).or_insert(0) += 1;
+        let state = Arc::clone(state);
+        self.running.push(tokio::spawn(async move {
+            let _permit = permit;
+            store::apply(store, kind, pick, length, state).await
+        }));
+    }
+
+    /// Waits until every store fault ended; their failures are errors of the run.
+    async fn wait(self, state: &Arc<Mutex<State>>) {
+        for fault in self.running {
+            let outcome = match fault.await {
+                Ok(outcome) => outcome,
+                Err(error) => Err(format!("a store fault failed: {error}")),
+            };
+            if let Err(error) = outcome {
+                lock(state).report.errors.push(error);
+            }
+        }
+    }
+}
+
 /// Checks the recorded holds as a [`History`] and returns the report.
 fn finish(state: &mut State, names: &[String], began: Instant) -> ProcessChaosReport {
     let history = History::new();
@@ -887,15 +1018,23 @@ fn finish(state: &mut State, names: &[String], began: Instant) -> ProcessChaosRe
         }
     };
     let mut never_valid = 0;
+    // (client, lock, token) → whether the hold spans a restart that lost its record.
+    let mut excused: HashMap<(String, String, u64), bool> = HashMap::new();
     for hold in &state.holds {
         let valid = state.capped(hold.worker, hold.start, hold.valid);
         if state.half_lease.is_some() && valid.is_some_and(|valid| valid <= hold.start) {
             never_valid += 1;
             continue;
         }
+        let client = format!("worker {}", hold.worker);
+        let name = names.get(hold.name).cloned().unwrap_or_default();
+        excused.insert(
+            (client.clone(), name.clone(), hold.token),
+            state.restart_loses_data && state.spans_restart(hold, valid),
+        );
         history.record(Hold {
-            client: format!("worker {}", hold.worker),
-            lock: names.get(hold.name).cloned().unwrap_or_default(),
+            client,
+            lock: name,
             token: hold.token,
             kind: HoldKind::Exclusive,
             start: instant(hold.start),
@@ -904,7 +1043,24 @@ fn finish(state: &mut State, names: &[String], began: Instant) -> ProcessChaosRe
         });
     }
     state.report.holds_never_valid = never_valid;
-    state.report.violations = history.check().err().unwrap_or_default();
+    let (by_design, violations): (Vec<Violation>, Vec<Violation>) =
+        history.check().err().unwrap_or_default().into_iter().partition(|violation| match violation {
+            Violation::Overlap { first, .. } => {
+                excused.get(&(first.client.clone(), first.lock.clone(), first.token)).copied().unwrap_or(false)
+            }
+            Violation::TokenRegression { .. } => false,
+        });
+    state.report.violations = violations;
+    state.report.by_design = by_design;
+    let spans = |index: Option<usize>| {
+        state.restart_loses_data
+            && index
+                .and_then(|index| state.holds.get(index))
+                .is_some_and(|hold| state.spans_restart(hold, state.capped(hold.worker, hold.start, hold.valid)))
+    };
+    let by_design = state.lost.iter().filter(|&&(lost, by)| spans(lost) || spans(by)).count();
+    state.report.lost_by_design = by_design as u64;
+    state.report.lost_writes = (state.lost.len() - by_design) as u64;
     state.report.elapsed = began.elapsed();
     std::mem::take(&mut state.report)
 }

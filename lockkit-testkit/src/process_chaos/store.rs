@@ -1,0 +1,173 @@
+//! Store faults of the multi-process run: the store's control, handed to the run as a small
+//! hook ([`StoreControl`], in [`ProcessChaosConfig::store`](super::ProcessChaosConfig::store)),
+//! and how the run applies [`ProcessFault::PauseStore`] and [`ProcessFault::RestartStore`]
+//! beside the rest of its schedule.
+//!
+//! The kit implements the hook for its fixtures behind a `tokio::sync::Mutex` (the run holds
+//! the store for the length of a fault): [`RedisServer`] (a restart is the fixture's, stop
+//! and start at once; without persistence the restarted server is empty), [`ZkServer`]
+//! (standalone: the same, its data directory kept) and [`ZkEnsemble`] (one member, drawn,
+//! paused, or stopped for the drawn time and started again; the run waits until it rejoined).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::{ProcessFault, State, lock, now_ns, signal};
+use crate::fixture::{RedisServer, ZkEnsemble, ZkServer};
+
+/// The store's control, for the store faults of a run. `pick` is a number drawn from the
+/// seed: a store of several members chooses the member with it (a single server ignores it).
+#[async_trait]
+pub trait StoreControl: Send + Sync + std::fmt::Debug {
+    /// Suspends the store (or the member `pick` chooses) until [`resume`](Self::resume).
+    ///
+    /// # Errors
+    ///
+    /// A message when the store cannot be paused.
+    async fn pause(&self, pick: u64) -> Result<(), String>;
+
+    /// Resumes what [`pause`](Self::pause) with the same `pick` suspended.
+    ///
+    /// # Errors
+    ///
+    /// A message when the store cannot be resumed.
+    async fn resume(&self, pick: u64) -> Result<(), String>;
+
+    /// Stops the store (or the member `pick` chooses), keeps it down for about `down` where
+    /// it can, starts it again and returns once it serves.
+    ///
+    /// # Errors
+    ///
+    /// A message when the store cannot be stopped or does not serve again.
+    async fn restart(&self, pick: u64, down: Duration) -> Result<(), String>;
+}
+
+/// A store process the run knows by its pid only: pauses with `SIGSTOP`/`SIGCONT`; it cannot
+/// restart it (a [`ProcessFault::RestartStore`] drawn on it is an error of the run).
+#[derive(Clone, Copy, Debug)]
+pub struct StorePid(pub u32);
+
+#[async_trait]
+impl StoreControl for StorePid {
+    async fn pause(&self, _pick: u64) -> Result<(), String> {
+        signal(self.0, "STOP").await
+    }
+
+    async fn resume(&self, _pick: u64) -> Result<(), String> {
+        signal(self.0, "CONT").await
+    }
+
+    async fn restart(&self, _pick: u64, _down: Duration) -> Result<(), String> {
+        Err(format!("cannot restart the store process {}: the run knows its pid only", self.0))
+    }
+}
+
+#[async_trait]
+impl StoreControl for tokio::sync::Mutex<RedisServer> {
+    async fn pause(&self, _pick: u64) -> Result<(), String> {
+        self.lock().await.pause().map_err(|error| error.to_string())
+    }
+
+    async fn resume(&self, _pick: u64) -> Result<(), String> {
+        self.lock().await.resume().map_err(|error| error.to_string())
+    }
+
+    /// The fixture's restart: `SIGTERM`, then started again at once on the same port and
+    /// directory (`down` is not used: the stop and the start take their own time).
+    async fn restart(&self, _pick: u64, _down: Duration) -> Result<(), String> {
+        self.lock().await.restart().await.map_err(|error| error.to_string())
+    }
+}
+
+#[async_trait]
+impl StoreControl for tokio::sync::Mutex<ZkServer> {
+    async fn pause(&self, _pick: u64) -> Result<(), String> {
+        self.lock().await.pause().map_err(|error| error.to_string())
+    }
+
+    async fn resume(&self, _pick: u64) -> Result<(), String> {
+        self.lock().await.resume().map_err(|error| error.to_string())
+    }
+
+    /// The fixture's restart: stopped and started again at once on the same port and data
+    /// directory (`down` is not used: the JVM's start takes its own time).
+    async fn restart(&self, _pick: u64, _down: Duration) -> Result<(), String> {
+        self.lock().await.restart().await.map_err(|error| error.to_string())
+    }
+}
+
+#[async_trait]
+impl StoreControl for tokio::sync::Mutex<ZkEnsemble> {
+    async fn pause(&self, pick: u64) -> Result<(), String> {
+        let mut ensemble = self.lock().await;
+        let member = member(&ensemble, pick);
+        ensemble.pause_member(member).map_err(|error| error.to_string())
+    }
+
+    async fn resume(&self, pick: u64) -> Result<(), String> {
+        let mut ensemble = self.lock().await;
+        let member = member(&ensemble, pick);
+        ensemble.resume_member(member).map_err(|error| error.to_string())
+    }
+
+    /// Stops member `pick % members`, keeps it down for `down`, starts it again and waits
+    /// until it rejoined (the fixture's bound, 60 s).
+    async fn restart(&self, pick: u64, down: Duration) -> Result<(), String> {
+        let mut ensemble = self.lock().await;
+        let member = member(&ensemble, pick);
+        ensemble.stop_member(member).await.map_err(|error| error.to_string())?;
+        tokio::time::sleep(down).await;
+        ensemble.start_member(member).await.map_err(|error| error.to_string())
+    }
+}
+
+/// The member of `ensemble` that `pick` chooses.
+fn member(ensemble: &ZkEnsemble, pick: u64) -> usize {
+    let members = u64::try_from(ensemble.member_count()).unwrap_or(1).max(1);
+    usize::try_from(pick % members).unwrap_or(0)
+}
+
+/// Applies one store fault (`kind` is [`ProcessFault::PauseStore`] or
+/// [`ProcessFault::RestartStore`]) of `length`: a pause resumes the store after it, a restart
+/// keeps the store down for it where the control can. A restart is recorded in `state` (its
+/// start before the stop, its end once the store serves again) for the classification of a
+/// store that loses data.
+pub(crate) async fn apply(
+    store: Arc<dyn StoreControl>,
+    kind: ProcessFault,
+    pick: u64,
+    length: Duration,
+    state: Arc<Mutex<State>>,
+) -> Result<(), String> {
+    match kind {
+        ProcessFault::PauseStore => {
+            store.pause(pick).await?;
+            tokio::time::sleep(length).await;
+            store.resume(pick).await
+        }
+        ProcessFault::RestartStore => {
+            let index = {
+                let mut state = lock(&state);
+                state.restarts.push((now_ns(), None));
+                state.restarts.len() - 1
+            };
+            let outcome = store.restart(pick, length).await;
+            if let Some(restart) = lock(&state).restarts.get_mut(index) {
+                restart.1 = Some(now_ns());
+            }
+            outcome.map_err(|error| format!("the store restart failed: {error}"))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The control of a fixture the run owns from now on (it is stopped when the run's config
+/// is dropped): `control(server)` for a [`RedisServer`], [`ZkServer`] or [`ZkEnsemble`].
+pub fn control<S>(store: S) -> Arc<dyn StoreControl>
+where
+    tokio::sync::Mutex<S>: StoreControl + 'static,
+{
+    Arc::new(tokio::sync::Mutex::new(store))
+}
