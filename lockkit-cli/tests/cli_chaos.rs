@@ -2,7 +2,8 @@
 //! `process_chaos::run_cli`): K `lockkit run` processes whose command (this test binary re-run
 //! as a writer) makes fenced writes with `$LOCKKIT_FENCING_TOKEN` on a resource in the test
 //! process, while `lockkit` itself and its command are paused with SIGSTOP and killed with
-//! SIGKILL. A command that outlives its killed `lockkit` is an orphan. Each test takes about
+//! SIGKILL, and the store (Redis with AOF, ZooKeeper) is paused and restarted. A command that
+//! outlives its killed `lockkit` is an orphan. Each test takes about
 //! 15 s. `LOCKKIT_PROCESS_CHAOS_SEED` replays a seed, `LOCKKIT_PROCESS_CHAOS_SECS` runs longer
 //! (see docs/RELIABILITY.md).
 
@@ -27,12 +28,17 @@ fn cli_chaos_writer() {
     process_chaos::cli_writer_if_requested();
 }
 
-/// Every fault of the CLI run: pauses and kills of `lockkit` and of its command.
+/// The process faults of the CLI run: pauses and kills of `lockkit` and of its command
+/// (`with_store` adds the store's pauses and restarts).
 const FAULTS: [ProcessFault; 4] =
     [ProcessFault::Pause, ProcessFault::Kill, ProcessFault::PauseCommand, ProcessFault::KillCommand];
 
+/// The run's settings: `seed` unless the environment replays another, every process fault.
+fn chaos_config(seed: u64, url: String) -> ProcessChaosConfig {
+    ProcessChaosConfig::from_env(seed, url, WRITER).with_faults(FAULTS)
+}
+
 async fn run(config: ProcessChaosConfig) -> ProcessChaosReport {
-    let config = config.with_faults(FAULTS);
     let report = process_chaos::run_cli(config, env!("CARGO_BIN_EXE_lockkit"), connect).await;
     println!("{report}");
     report.assert_ok();
@@ -48,6 +54,16 @@ async fn run(config: ProcessChaosConfig) -> ProcessChaosReport {
     report
 }
 
+/// The store was faulted: the first store fault drawn always finds the store free (a later one
+/// is skipped while another still runs, so how many restarts land depends on the timing).
+fn assert_store_faulted(report: &ProcessChaosReport) {
+    let store: u64 = [ProcessFault::PauseStore, ProcessFault::RestartStore]
+        .iter()
+        .map(|kind| report.faults.get(kind).copied().unwrap_or(0))
+        .sum();
+    assert!(store > 0, "no store fault was applied:\n{report}");
+}
+
 /// The lease of the Redis run: short, so that pauses of `lockkit` of up to two leases outlive it.
 const LEASE: Duration = Duration::from_secs(1);
 
@@ -56,10 +72,13 @@ async fn cli_chaos_on_redis_with_aof() {
     let config = RedisConfig { persistence: Persistence::Aof, ..RedisConfig::default() };
     let server = RedisServer::start_with(config).await.unwrap_or_else(|error| panic!("{error}"));
     let url = format!("{}?lease={}ms", server.url(), LEASE.as_millis());
-    let config = ProcessChaosConfig::from_env(0x18d, url, WRITER)
+    // The run pauses and restarts the server (its own) beside the process faults.
+    let config = chaos_config(0x195, url)
         .with_lease(LEASE)
+        .with_store(process_chaos::control(server))
         .with_label("lockkit run, redis, AOF, lease 1s");
     let report = run(config).await;
+    assert_store_faulted(&report);
     // The default seed pauses a holding lockkit past its lease (a replayed seed may not).
     if std::env::var(process_chaos::SEED_ENV).is_err() {
         assert!(report.pauses_outliving_lease > 0, "no pause of lockkit outlived the lease:\n{report}");
@@ -70,7 +89,7 @@ async fn cli_chaos_on_redis_with_aof() {
 async fn cli_chaos_on_files() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("file://{}", dir.path().display());
-    run(ProcessChaosConfig::from_env(0x18e, url, WRITER).with_label("lockkit run, files")).await;
+    run(chaos_config(0x18e, url).with_label("lockkit run, files")).await;
 }
 
 /// ZooKeeper's session timeout: a `lockkit` paused longer loses its session and its lock node.
@@ -78,12 +97,15 @@ const SESSION: Duration = Duration::from_secs(2);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cli_chaos_on_zookeeper() {
-    let server = ZkServer::shared().await.unwrap_or_else(|error| panic!("{error}"));
+    // A server of the test's own: the run pauses and restarts it.
+    let server = ZkServer::start().await.unwrap_or_else(|error| panic!("{error}"));
     let url = format!("zk://{}?session_timeout={}ms", server.connect_string(), SESSION.as_millis());
-    let config = ProcessChaosConfig::from_env(0x18a, url, WRITER)
+    let config = chaos_config(0x1a5, url)
         .with_lease(SESSION)
+        .with_store(process_chaos::control(server))
         .with_label("lockkit run, zookeeper, session 2s");
-    run(config).await;
+    let report = run(config).await;
+    assert_store_faulted(&report);
 }
 
 /// The planted bug: the command runs in the background of a shell, which the parent-death
@@ -93,11 +115,14 @@ async fn cli_chaos_on_zookeeper() {
 async fn the_cli_chaos_run_catches_an_orphaned_command() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("file://{}", dir.path().display());
-    let config = ProcessChaosConfig::new(0x18f, url, WRITER)
+    let config = ProcessChaosConfig::new(0x1d6, url, WRITER)
         .with_faults([ProcessFault::Kill])
         // Files have no lease; this one only makes the writers write for up to 10 s, so that
         // an orphan is still running when it is looked for.
         .with_lease(Duration::from_secs(5))
+        // Many names for four slots: the name of a killed holder is seldom taken at once, so
+        // that its orphan is not stopped early by a write refused by fencing.
+        .with_names(8)
         .with_duration(Duration::from_secs(4))
         .with_planted_bug(true)
         .with_label("lockkit run, files");

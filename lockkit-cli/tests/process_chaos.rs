@@ -25,6 +25,16 @@ fn process_chaos_worker() {
     process_chaos::worker_if_requested(connect);
 }
 
+/// The store was faulted: the first store fault drawn always finds the store free (a later one
+/// is skipped while another still runs, so how many restarts land depends on the timing).
+fn assert_store_faulted(report: &ProcessChaosReport) {
+    let store: u64 = [ProcessFault::PauseStore, ProcessFault::RestartStore]
+        .iter()
+        .map(|kind| report.faults.get(kind).copied().unwrap_or(0))
+        .sum();
+    assert!(store > 0, "no store fault was applied:\n{report}");
+}
+
 /// The lease of the Redis runs: short, so that pauses of up to two leases outlive it.
 const LEASE: Duration = Duration::from_secs(1);
 
@@ -54,11 +64,12 @@ fn redis_url(server: &RedisServer) -> String {
 async fn process_chaos_on_redis_with_aof() {
     let server = redis_with_aof().await;
     let url = redis_url(&server);
-    let config = ProcessChaosConfig::from_env(0x18, url, WORKER)
+    let config = ProcessChaosConfig::from_env(0x1c, url, WORKER)
         .with_lease(LEASE)
         .with_store(process_chaos::control(server))
         .with_label("redis, AOF, lease 1s");
-    run(config).await;
+    let report = run(config).await;
+    assert_store_faulted(&report);
 }
 
 /// Redis without persistence: a restart empties the store while holders still believe they
@@ -75,6 +86,7 @@ async fn process_chaos_on_redis_without_persistence() {
         .with_restart_loses_data(true)
         .with_label("redis, no persistence, lease 1s");
     let report = run(config).await;
+    assert_store_faulted(&report);
     if report.store_restarts() == 0 {
         assert!(report.by_design.is_empty() && report.lost_by_design == 0, "{report}");
     }
@@ -96,11 +108,12 @@ async fn process_chaos_on_zookeeper() {
     // A server of the test's own: the run pauses and restarts it.
     let server = ZkServer::start().await.unwrap_or_else(|error| panic!("{error}"));
     let url = format!("zk://{}?session_timeout={}ms", server.connect_string(), SESSION.as_millis());
-    let config = ProcessChaosConfig::from_env(0x18c, url, WORKER)
+    let config = ProcessChaosConfig::from_env(0x198, url, WORKER)
         .with_lease(SESSION)
         .with_store(process_chaos::control(server))
         .with_label("zookeeper, session 2s");
-    run(config).await;
+    let report = run(config).await;
+    assert_store_faulted(&report);
 }
 
 /// A three-member ensemble of the test's own; the store faults pause a member, or stop one
@@ -113,7 +126,8 @@ async fn process_chaos_on_a_zookeeper_ensemble() {
         .with_lease(SESSION)
         .with_store(process_chaos::control(ensemble))
         .with_label("zookeeper ensemble of 3, session 2s");
-    run(config).await;
+    let report = run(config).await;
+    assert_store_faulted(&report);
 }
 
 /// The planted bug: workers skip the loss deadline, so a worker paused past its lease goes on

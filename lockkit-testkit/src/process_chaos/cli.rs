@@ -25,6 +25,12 @@
 //! - [`ProcessFault::PauseCommand`], [`ProcessFault::KillCommand`]: the same on the command:
 //!   `lockkit` goes on renewing while its command is paused, and releases and exits when it
 //!   is killed.
+//! - [`ProcessFault::PauseStore`], [`ProcessFault::RestartStore`], given the store's control
+//!   ([`ProcessChaosConfig::with_store`]): as in [`run`](super::run), beside the schedule.
+//!   Nothing renews a hold during a store fault, and the command cannot see its deadline, so
+//!   a hold open then (or whose command reported it less than 250 ms after the fault ended)
+//!   counts as valid until half a lease after the fault's start, as for a pause of its
+//!   `lockkit`.
 //!
 //! [`ProcessChaosConfig::planted_bug`] runs the writer in the background of a shell
 //! (`sh -c '"$@" & wait'`), where the parent-death signal that kills the shell does not reach
@@ -42,7 +48,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 
 use super::{
-    ProcessChaosConfig, ProcessChaosReport, ProcessFault, Rng, State, StoreFaults, finish, lock, now_ns, signal,
+    Draw, ProcessChaosConfig, ProcessChaosReport, ProcessFault, Rng, State, StoreFaults, finish, lock, now_ns, signal,
     worker::PREFIX,
 };
 
@@ -256,7 +262,8 @@ async fn once(shared: &Shared, index: usize, id: u64, name: usize) -> Result<(),
 /// binary that calls [`cli_writer_if_requested`]; [`ProcessChaosConfig::workers`] is the
 /// number of `lockkit run` processes at once; the faults drawn are
 /// [`ProcessChaosConfig::faults`] among [`ProcessFault::Pause`], [`ProcessFault::Kill`] (of
-/// `lockkit`), [`ProcessFault::PauseCommand`] and [`ProcessFault::KillCommand`]. `connect`
+/// `lockkit`), [`ProcessFault::PauseCommand`], [`ProcessFault::KillCommand`] and, given the
+/// store's control, [`ProcessFault::PauseStore`] and [`ProcessFault::RestartStore`]. `connect`
 /// connects the parent to the store to look for orphaned names at the end.
 pub async fn run_cli<F, Fut>(config: ProcessChaosConfig, lockkit: impl AsRef<Path>, connect: F) -> ProcessChaosReport
 where
@@ -294,28 +301,21 @@ where
     let fail = |error: String| lock(&state).report.errors.push(error);
 
     let mut rng = Rng::new(config.seed);
-    let pause_range = config
-        .pause
-        .unwrap_or((Duration::from_millis(10), config.lease.map_or(Duration::from_secs(1), |lease| lease * 2)));
     let faults_end = Instant::now() + config.duration;
     let mut store_faults = StoreFaults::default();
-    while Instant::now() < faults_end && !config.faults.is_empty() {
-        tokio::time::sleep(rng.between(config.fault_gap.0, config.fault_gap.1)).await;
-        let kind = config.faults[usize::try_from(rng.below(config.faults.len() as u64)).unwrap_or(0)];
+    while Instant::now() < faults_end {
+        let Some(draw) = Draw::new(&mut rng, &config) else { break };
+        tokio::time::sleep(draw.gap).await;
+        let kind = draw.kind;
         if matches!(kind, ProcessFault::PauseStore | ProcessFault::RestartStore) {
-            store_faults.draw(&config, kind, &mut rng, &state);
+            store_faults.start(&config, &draw, &state);
             continue;
         }
         let running: Vec<Current> = slots_now(&shared.slots).into_iter().flatten().collect();
-        if running.is_empty() {
-            continue;
-        }
         // Half the time one that holds a lock now, if one does.
         let holders: Vec<Current> = running.iter().copied().filter(|c| lock(&state).holds_now(c.id)).collect();
-        let pick = |rng: &mut Rng, from: &[Current]| from[usize::try_from(rng.below(from.len() as u64)).unwrap_or(0)];
-        let target =
-            if !holders.is_empty() && rng.below(2) == 0 { pick(&mut rng, &holders) } else { pick(&mut rng, &running) };
-        let pause = rng.between(pause_range.0, pause_range.1);
+        let Some(target) = draw.choose(&holders, &running) else { continue };
+        let pause = draw.pause;
         let (pid, on_lockkit) = match kind {
             ProcessFault::Pause | ProcessFault::Kill => (target.lockkit, true),
             ProcessFault::PauseCommand | ProcessFault::KillCommand => match target.command {

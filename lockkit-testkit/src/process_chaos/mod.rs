@@ -38,8 +38,12 @@
 //! without checking that their hold is still guaranteed, and report their holds as valid until
 //! they end): the run must then report overlaps, which proves the checker can fail.
 //!
-//! The same seed draws the same fault schedule and worker choices; the interleaving of
-//! processes is not reproducible, so a replay reproduces the conditions, not the exact order.
+//! The same seed draws the same fault schedule and worker choices: each step (the gap, the
+//! kind, whether to aim at a holder, which process, the lengths) is drawn whole whatever the
+//! run's state, so a replay draws the same sequence. The interleaving of processes is not
+//! reproducible (which process holds when a fault strikes, whether a store fault finds the
+//! store still busy with the previous one), so a replay reproduces the conditions, not the
+//! exact order.
 //! Environment: `LOCKKIT_PROCESS_CHAOS_SEED=<n>` replays a seed, `LOCKKIT_PROCESS_CHAOS_SECS=<s>`
 //! sets how long faults are injected (see [`ProcessChaosConfig::from_env`]).
 //!
@@ -542,6 +546,10 @@ struct State {
     half_lease: Option<u64>,
     /// The store's restarts (start, end once it serves again), in wall nanoseconds.
     restarts: Vec<(u64, Option<u64>)>,
+    /// The store's faults, pauses and restarts (start, end once over), in wall nanoseconds.
+    /// [`run_cli`] bounds a hold by them as by a pause of its `lockkit`: nothing renews the
+    /// hold during one, and a command cannot see its hold's deadline.
+    store_faults: Vec<(u64, Option<u64>)>,
     /// Lost writes: the hold of the overwritten write and the hold of the one that overwrote
     /// it (indexes in `holds`), classified at the end.
     lost: Vec<(Option<usize>, Option<usize>)>,
@@ -686,12 +694,17 @@ impl State {
     }
 
     /// `valid`, the deadline worker `id` reported for its hold that started at `start`,
-    /// bounded by the pauses of its `lockkit` (see `lockkit_pauses`).
+    /// bounded by the pauses of its `lockkit` (see `lockkit_pauses`) and, in [`run_cli`], by
+    /// the store's faults (see `store_faults`).
     fn capped(&self, id: u64, start: u64, valid: Option<u64>) -> Option<u64> {
-        let (Some(half), Some(pauses)) = (self.half_lease, self.lockkit_pauses.get(&id)) else { return valid };
+        let Some(half) = self.half_lease else { return valid };
         let window = u64::try_from(SPAWN_WINDOW.as_nanos()).unwrap_or(u64::MAX);
-        let cap = pauses
-            .iter()
+        let cap = self
+            .lockkit_pauses
+            .get(&id)
+            .into_iter()
+            .flatten()
+            .chain(&self.store_faults)
             .filter(|(_, end)| end.is_none_or(|end| end.saturating_add(window) >= start))
             .map(|(begin, _)| begin.saturating_add(half))
             .min();
@@ -840,32 +853,27 @@ where
     let mut workers = connected_workers;
     lock(&state).report.workers_started = next_id;
 
-    let pause_range = config
-        .pause
-        .unwrap_or((Duration::from_millis(10), config.lease.map_or(Duration::from_secs(1), |lease| lease * 2)));
     let faults_end = Instant::now() + config.duration;
     // Store faults run beside the rest of the schedule; each ends its fault (resumes or
     // restarts the store) before it returns.
     let mut store_faults = StoreFaults::default();
-    while Instant::now() < faults_end && !config.faults.is_empty() && !workers.is_empty() {
-        tokio::time::sleep(rng.between(config.fault_gap.0, config.fault_gap.1)).await;
-        let kind = config.faults[usize::try_from(rng.below(config.faults.len() as u64)).unwrap_or(0)];
+    while Instant::now() < faults_end && !workers.is_empty() {
+        let Some(draw) = Draw::new(&mut rng, &config) else { break };
+        tokio::time::sleep(draw.gap).await;
+        let kind = draw.kind;
         if matches!(kind, ProcessFault::PauseStore | ProcessFault::RestartStore) {
-            store_faults.draw(&config, kind, &mut rng, &state);
+            store_faults.start(&config, &draw, &state);
             continue;
         }
         // Half the time a worker that holds a lock now, if one does.
         let holders: Vec<usize> = (0..workers.len()).filter(|&i| lock(&state).holds_now(workers[i].id)).collect();
-        let index = if !holders.is_empty() && rng.below(2) == 0 {
-            holders[usize::try_from(rng.below(holders.len() as u64)).unwrap_or(0)]
-        } else {
-            usize::try_from(rng.below(workers.len() as u64)).unwrap_or(0)
-        };
+        let all: Vec<usize> = (0..workers.len()).collect();
+        let Some(index) = draw.choose(&holders, &all) else { continue };
         *lock(&state).report.faults.entry(kind).or_insert(0) += 1;
         match kind {
             ProcessFault::Pause => {
                 let (id, pid) = (workers[index].id, workers[index].pid);
-                let pause = rng.between(pause_range.0, pause_range.1);
+                let pause = draw.pause;
                 let held = lock(&state).holds_now(id);
                 let started = now_ns();
                 if let Err(error) = signal(pid, "STOP").await {
@@ -968,6 +976,53 @@ where
     Ok(held)
 }
 
+/// One step of a run's fault schedule, drawn whole from the seed whatever the run's state (who
+/// holds, how many run), so that a replay draws the same kinds, lengths and choices in the
+/// same order.
+struct Draw {
+    /// The wait before the fault.
+    gap: Duration,
+    kind: ProcessFault,
+    /// Whether to aim at a process that holds a lock (when one does).
+    at_holder: bool,
+    /// Chooses the process among the candidates.
+    which: u64,
+    /// The length of a pause of a process.
+    pause: Duration,
+    /// Chooses the member of a store of several.
+    store_pick: u64,
+    /// The length of a store fault: 10 ms to a lease (one second without a lease).
+    store_length: Duration,
+}
+
+impl Draw {
+    /// The next step; `None` when the run draws no faults.
+    fn new(rng: &mut Rng, config: &ProcessChaosConfig) -> Option<Draw> {
+        if config.faults.is_empty() {
+            return None;
+        }
+        let pause = config
+            .pause
+            .unwrap_or((Duration::from_millis(10), config.lease.map_or(Duration::from_secs(1), |lease| lease * 2)));
+        Some(Draw {
+            gap: rng.between(config.fault_gap.0, config.fault_gap.1),
+            kind: config.faults[usize::try_from(rng.below(config.faults.len() as u64)).unwrap_or(0)],
+            at_holder: rng.below(2) == 0,
+            which: rng.next(),
+            pause: rng.between(pause.0, pause.1),
+            store_pick: rng.next(),
+            store_length: rng.between(Duration::from_millis(10), config.lease.unwrap_or(Duration::from_secs(1))),
+        })
+    }
+
+    /// The target: among `holders` half the time when there are some, else among `all`.
+    fn choose<T: Copy>(&self, holders: &[T], all: &[T]) -> Option<T> {
+        let from = if self.at_holder && !holders.is_empty() { holders } else { all };
+        let count = u64::try_from(from.len()).ok().filter(|&count| count > 0)?;
+        from.get(usize::try_from(self.which % count).ok()?).copied()
+    }
+}
+
 /// The store faults of a run in flight, one at a time (a second `SIGCONT` must not end a
 /// pause early, and an ensemble keeps its quorum).
 #[derive(Default)]
@@ -977,11 +1032,10 @@ struct StoreFaults {
 }
 
 impl StoreFaults {
-    /// Draws a store fault of `kind` and starts it beside the schedule, unless the run has no
-    /// store control or another store fault is still running.
-    fn draw(&mut self, config: &ProcessChaosConfig, kind: ProcessFault, rng: &mut Rng, state: &Arc<Mutex<State>>) {
-        let pick = rng.next();
-        let length = rng.between(Duration::from_millis(10), config.lease.unwrap_or(Duration::from_secs(1)));
+    /// Starts the store fault `draw` drew beside the schedule, unless the run has no store
+    /// control or another store fault is still running.
+    fn start(&mut self, config: &ProcessChaosConfig, draw: &Draw, state: &Arc<Mutex<State>>) {
+        let (kind, pick, length) = (draw.kind, draw.store_pick, draw.store_length);
         let Some(store) = config.store.clone() else { return };
         let Ok(permit) = Arc::clone(&self.busy).try_lock_owned() else { return };
         *lock(state).report.faults.entry(kind).or_insert(0) += 1;

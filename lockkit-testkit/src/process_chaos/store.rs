@@ -131,9 +131,9 @@ fn member(ensemble: &ZkEnsemble, pick: u64) -> usize {
 
 /// Applies one store fault (`kind` is [`ProcessFault::PauseStore`] or
 /// [`ProcessFault::RestartStore`]) of `length`: a pause resumes the store after it, a restart
-/// keeps the store down for it where the control can. A restart is recorded in `state` (its
-/// start before the stop, its end once the store serves again) for the classification of a
-/// store that loses data.
+/// keeps the store down for it where the control can. Every store fault is recorded in
+/// `state` (its start before it, its end once the store serves again), a restart also apart,
+/// for the classification of a store that loses data.
 pub(crate) async fn apply(
     store: Arc<dyn StoreControl>,
     kind: ProcessFault,
@@ -141,12 +141,19 @@ pub(crate) async fn apply(
     length: Duration,
     state: Arc<Mutex<State>>,
 ) -> Result<(), String> {
-    match kind {
-        ProcessFault::PauseStore => {
-            store.pause(pick).await?;
-            tokio::time::sleep(length).await;
-            store.resume(pick).await
-        }
+    let fault = {
+        let mut state = lock(&state);
+        state.store_faults.push((now_ns(), None));
+        state.store_faults.len() - 1
+    };
+    let outcome = match kind {
+        ProcessFault::PauseStore => match store.pause(pick).await {
+            Ok(()) => {
+                tokio::time::sleep(length).await;
+                store.resume(pick).await
+            }
+            Err(error) => Err(error),
+        },
         ProcessFault::RestartStore => {
             let index = {
                 let mut state = lock(&state);
@@ -160,7 +167,11 @@ pub(crate) async fn apply(
             outcome.map_err(|error| format!("the store restart failed: {error}"))
         }
         _ => Ok(()),
+    };
+    if let Some(fault) = lock(&state).store_faults.get_mut(fault) {
+        fault.1 = Some(now_ns());
     }
+    outcome
 }
 
 /// The control of a fixture the run owns from now on (it is stopped when the run's config
