@@ -382,8 +382,8 @@ where
                         gone(pid)
                     };
                     let dead = gone_within(target.lockkit, LOCKKIT_GONE_WITHIN).await;
-                    // The hold ended with lockkit.
-                    lock(&state).died(target.id, now_ns());
+                    // The hold ended with lockkit, which ran nothing after the SIGKILL.
+                    lock(&state).died(target.id, started);
                     if !dead {
                         fail(format!(
                             "lockkit run {} was not gone {} s after SIGKILL",
@@ -399,7 +399,7 @@ where
                         let _ = signal(command, "KILL").await;
                     }
                 }
-                lock(&state).died(target.id, now_ns());
+                lock(&state).died(target.id, if on_lockkit { started } else { now_ns() });
             }
         }
     }

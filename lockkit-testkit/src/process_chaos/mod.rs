@@ -555,6 +555,8 @@ struct State {
     lost: Vec<(Option<usize>, Option<usize>)>,
     /// The lease in nanoseconds, if the store has one.
     lease: Option<u64>,
+    /// Workers that died (were killed), and when.
+    dead: HashMap<u64, u64>,
     /// See [`ProcessChaosConfig::restart_loses_data`].
     restart_loses_data: bool,
     report: ProcessChaosReport,
@@ -612,8 +614,11 @@ impl State {
                 let valid = number();
                 let name = usize::try_from(name).ok()?;
                 self.report.acquisitions += 1;
-                self.holds.push(HoldRecord { worker: id, name, token, start, end: None, valid, first_valid: valid });
-                self.open.insert((id, name, token), self.holds.len() - 1);
+                let end = self.dead.get(&id).map(|&died| died.max(start));
+                self.holds.push(HoldRecord { worker: id, name, token, start, end, valid, first_valid: valid });
+                if end.is_none() {
+                    self.open.insert((id, name, token), self.holds.len() - 1);
+                }
                 None
             }
             "read" => {
@@ -681,8 +686,13 @@ impl State {
     }
 
     /// Ends the open holds of a worker that died at `at`: its process is gone, and with it
-    /// its session or file lock (a lease still bounds a Redis hold through `valid`).
+    /// its session or file lock (a lease still bounds a Redis hold through `valid`). For a
+    /// kill, `at` is when `SIGKILL` was sent: the worker runs nothing after it, and its lock
+    /// may be free (a file lock is, as soon as the process is gone) before the parent reaps
+    /// it. A hold the worker reported before it died but the parent reads only later ends
+    /// there too.
     fn died(&mut self, id: u64, at: u64) {
+        self.dead.entry(id).or_insert(at);
         let open: Vec<(u64, usize, u64)> = self.open.keys().filter(|(worker, _, _)| *worker == id).copied().collect();
         for key in open {
             if let Some(index) = self.open.remove(&key)
@@ -900,9 +910,10 @@ where
             | ProcessFault::KillCommand => {}
             ProcessFault::Kill => {
                 let mut victim = workers.swap_remove(index);
+                let killed = now_ns();
                 let _ = victim.child.start_kill();
                 let _ = tokio::time::timeout(Duration::from_secs(10), victim.child.wait()).await;
-                lock(&state).died(victim.id, now_ns());
+                lock(&state).died(victim.id, killed);
                 let replacement = match start(&config, &names, next_id, &state) {
                     Ok(worker) => connected(worker, &config, &names, &state).await,
                     Err(error) => Err(error),
@@ -928,9 +939,10 @@ where
     for mut worker in workers {
         if tokio::time::timeout(Duration::from_secs(15), worker.child.wait()).await.is_err() {
             fail(&state, format!("worker {} did not stop within 15 s of being told to; killed", worker.id));
+            let killed = now_ns();
             let _ = worker.child.start_kill();
             let _ = worker.child.wait().await;
-            lock(&state).died(worker.id, now_ns());
+            lock(&state).died(worker.id, killed);
         }
     }
 
