@@ -571,7 +571,7 @@ fn now_ns() -> u64 {
 }
 
 impl State {
-    /// The state of a run with `config`, on `names` names.
+    /// The state of a run with `config`, before its first worker starts.
     fn new(config: &ProcessChaosConfig) -> State {
         State {
             resources: (0..config.names).map(|_| Resource::default()).collect(),
