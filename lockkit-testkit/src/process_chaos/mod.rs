@@ -1130,3 +1130,102 @@ fn finish(state: &mut State, names: &[String], began: Instant) -> ProcessChaosRe
     state.report.elapsed = began.elapsed();
     std::mem::take(&mut state.report)
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    const SECOND: u64 = 1_000_000_000;
+
+    /// Worker 1 holds from before a restart (valid long after it), worker 2 is granted after the
+    /// restart while worker 1 still writes: an overlap and a lost write, both involving a hold
+    /// the restart may have lost.
+    fn across_a_restart(loses_data: bool) -> ProcessChaosReport {
+        let config = ProcessChaosConfig::new(1, "redis://unused", "unused")
+            .with_lease(Duration::from_secs(1))
+            .with_restart_loses_data(loses_data);
+        let mut state = State::new(&config);
+        let base = now_ns();
+        let far = base + 60 * SECOND;
+        state.restarts.push((base - SECOND / 2, Some(base - 2 * SECOND / 5)));
+        assert_eq!(state.handle(1, &format!("acquired 0 100 {} {far}", base - SECOND)), None);
+        assert_eq!(state.handle(2, &format!("acquired 0 200 {} {far}", base - SECOND / 4)), None);
+        assert_eq!(state.handle(2, "read 0 200").as_deref(), Some("value 0"));
+        assert_eq!(state.handle(1, &format!("write 0 100 1 {base} {far}")).as_deref(), Some("ok"));
+        // Worker 2 read 0 before worker 1's write landed: worker 1's write is lost.
+        assert_eq!(state.handle(2, &format!("write 0 200 1 {base} {far}")).as_deref(), Some("ok"));
+        finish(&mut state, &["process-chaos/test/0".to_owned()], Instant::now())
+    }
+
+    #[test]
+    fn a_restart_that_loses_data_excuses_what_involves_a_hold_it_may_have_lost() {
+        let report = across_a_restart(true);
+        assert_eq!((report.by_design.len(), report.lost_by_design), (1, 1), "{report}");
+        assert_eq!((report.overlaps(), report.lost_writes), (0, 0), "{report}");
+        assert!(report.is_ok(), "{report}");
+    }
+
+    #[test]
+    fn without_restart_loses_data_the_same_run_fails() {
+        let report = across_a_restart(false);
+        assert_eq!((report.overlaps(), report.lost_writes), (1, 1), "{report}");
+        assert!(report.by_design.is_empty() && report.lost_by_design == 0, "{report}");
+        assert!(!report.is_ok(), "{report}");
+    }
+
+    #[test]
+    fn a_hold_granted_after_the_restart_is_not_excused() {
+        let config = ProcessChaosConfig::new(1, "redis://unused", "unused")
+            .with_lease(Duration::from_secs(1))
+            .with_restart_loses_data(true);
+        let mut state = State::new(&config);
+        let base = now_ns();
+        let far = base + 60 * SECOND;
+        state.restarts.push((base - 3 * SECOND, Some(base - 2 * SECOND)));
+        // Both granted after the restart was over (the first deadline minus a lease is later).
+        state.handle(1, &format!("acquired 0 100 {} {far}", base - SECOND));
+        state.handle(2, &format!("acquired 0 200 {} {far}", base - SECOND / 2));
+        let report = finish(&mut state, &["process-chaos/test/0".to_owned()], Instant::now());
+        assert_eq!((report.overlaps(), report.by_design.len()), (1, 0), "{report}");
+    }
+
+    #[test]
+    fn a_killed_workers_hold_ends_when_it_was_killed_even_when_read_later() {
+        let config = ProcessChaosConfig::new(1, "file:///unused", "unused");
+        let mut state = State::new(&config);
+        let base = now_ns();
+        state.handle(1, &format!("acquired 0 100 {} -", base - 2 * SECOND));
+        state.died(1, base - SECOND);
+        // A grant the worker reported before it died, read after.
+        state.handle(1, &format!("acquired 1 101 {} -", base - SECOND - SECOND / 2));
+        // The next holders start after the kill: no overlap.
+        state.handle(2, &format!("acquired 0 200 {} -", base - SECOND / 2));
+        state.handle(2, &format!("acquired 1 201 {} -", base - SECOND / 2));
+        let names = ["process-chaos/test/0".to_owned(), "process-chaos/test/1".to_owned()];
+        let report = finish(&mut state, &names, Instant::now());
+        assert!(report.violations.is_empty(), "{report}");
+        assert!(state.holds.iter().filter(|hold| hold.worker == 1).all(|hold| hold.end == Some(base - SECOND)));
+    }
+
+    #[test]
+    fn a_seed_draws_the_same_schedule_whatever_the_run_s_state() {
+        let config = ProcessChaosConfig::new(7, "redis://unused", "unused")
+            .with_lease(Duration::from_secs(1))
+            .with_faults([ProcessFault::Pause, ProcessFault::Kill, ProcessFault::RestartStore]);
+        let (mut first, mut second) = (Rng::new(config.seed), Rng::new(config.seed));
+        for _ in 0..100 {
+            let (a, b) = (Draw::new(&mut first, &config).unwrap(), Draw::new(&mut second, &config).unwrap());
+            assert_eq!((a.gap, a.kind, a.at_holder, a.which, a.pause), (b.gap, b.kind, b.at_holder, b.which, b.pause));
+            assert_eq!((a.store_pick, a.store_length), (b.store_pick, b.store_length));
+            // Choosing a target draws nothing, so the next step does not depend on who holds.
+            let holders = [3, 5];
+            let all = [1, 2, 3, 4, 5];
+            let target = a.choose(&holders, &all).unwrap();
+            assert!(if a.at_holder { holders.contains(&target) } else { all.contains(&target) });
+            assert_eq!(a.choose::<u32>(&[], &[]), None);
+        }
+        assert!(Draw::new(&mut first, &config.clone().with_faults([])).is_none());
+    }
+}
