@@ -169,6 +169,13 @@ macro_rules! conformance {
                     every_permit_carries_a_greater_token,
                     a_name_in_use_as_another_kind_conflicts_or_excludes,
                 }
+                multi {
+                    multi_lock_is_all_or_nothing,
+                    multi_locks_in_opposite_order_do_not_deadlock,
+                    multi_lock_rollback_leaves_no_trace,
+                    dropped_multi_lock_acquisition_leaves_no_trace,
+                    multi_lock_refuses_a_name_given_twice,
+                }
             }
             mutex_cases {
                 mutual_exclusion {
