@@ -176,6 +176,10 @@ macro_rules! conformance {
                     dropped_multi_lock_acquisition_leaves_no_trace,
                     multi_lock_refuses_a_name_given_twice,
                 }
+                break_lock {
+                    breaking_a_held_lock_signals_the_holder_and_admits_another,
+                    breaking_a_free_lock_finds_nothing_to_break,
+                }
             }
             mutex_cases {
                 mutual_exclusion {

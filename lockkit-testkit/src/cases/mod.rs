@@ -5,6 +5,7 @@
 //! server. Failures name the backend, the case, the lock and the step.
 
 pub mod acquire;
+pub mod break_lock;
 pub mod cross_process;
 pub mod election;
 pub mod errors;
