@@ -179,6 +179,8 @@ macro_rules! conformance {
                 break_lock {
                     breaking_a_held_lock_signals_the_holder_and_admits_another,
                     breaking_a_free_lock_finds_nothing_to_break,
+                    breaking_shared_holds_breaks_every_holder,
+                    breaking_the_leader_hands_the_election_on,
                 }
             }
             mutex_cases {

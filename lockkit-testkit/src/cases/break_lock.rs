@@ -81,3 +81,88 @@ pub async fn breaking_a_free_lock_finds_nothing_to_break(h: &dyn Harness) {
     cx.check(free.is_empty(), &format!("nothing to break on a released lock: {free:?}"));
     cx.assert_free(&a, "the lock is still usable").await;
 }
+
+/// Breaking a read-write lock held by two readers, and a semaphore whose permits are all
+/// taken, breaks every holder: each is reported, each guard is signalled lost, and a writer
+/// (or a new permit holder) is granted with a token greater than all of them.
+pub async fn breaking_shared_holds_breaks_every_holder(h: &dyn Harness) {
+    let cx = Ctx::new(h, "breaking_shared_holds_breaks_every_holder");
+    let (a, b, operator) = (cx.client().await, cx.client().await, cx.client().await);
+    if !applies(&cx, &a) {
+        return;
+    }
+    let capabilities = a.provider.capabilities();
+    let lost_bound = h.timing().lease.unwrap_or(Duration::ZERO) + h.timing().operation * 2;
+    let bound = h.timing().operation;
+    let mut shapes = Vec::new();
+    if capabilities.rw_lock {
+        shapes.push(("readers", format!("{}/rw", cx.name), None));
+    }
+    if capabilities.semaphore {
+        shapes.push(("permits", format!("{}/sem", cx.name), Some(2)));
+    }
+    if shapes.is_empty() {
+        return cx.not_applicable("the backend has neither read-write locks nor semaphores");
+    }
+    for (what, name, permits) in shapes {
+        let handle = |client: &TestClient| match permits {
+            Some(n) => cx.ok(client.provider.semaphore(&name, n), "make a semaphore handle"),
+            None => cx.ok(client.provider.handle(&name, lockkit_core::HoldKind::Read), "make a read handle"),
+        };
+        let first = cx.acquire(&handle(&a), &format!("{what}: the first holder acquires")).await;
+        let second = cx.acquire(&handle(&b), &format!("{what}: the second holder acquires")).await;
+        let broken = cx.within(bound, &format!("{what}: break"), operator.provider.break_lock(&name)).await;
+        let broken = cx.ok(broken, &format!("{what}: break"));
+        let mut tokens: Vec<_> = broken.iter().map(|held| held.token).collect();
+        tokens.sort();
+        let mut held = vec![first.token(), second.token()];
+        held.sort();
+        cx.check(tokens == held, &format!("{what}: the break reports both holders {held:?}: {tokens:?}"));
+        for guard in [&first, &second] {
+            let end =
+                cx.within(lost_bound, &format!("{what}: the holder is signalled lost"), guard.watcher().ended()).await;
+            cx.check(matches!(end, HoldEnd::Lost(_)), &format!("{what}: the hold ended by loss, not {end:?}"));
+        }
+        let next = match permits {
+            Some(_) => cx.acquire(&handle(&operator), &format!("{what}: a new holder acquires")).await,
+            None => {
+                let writer =
+                    cx.ok(operator.provider.handle(&name, lockkit_core::HoldKind::Write), "make a write handle");
+                cx.acquire(&writer, &format!("{what}: a writer acquires")).await
+            }
+        };
+        cx.check(held.iter().all(|token| next.token() > *token), &format!("{what}: the next token is greater"));
+        drop((first, second));
+        cx.release(next, &format!("{what}: release")).await;
+    }
+}
+
+/// Breaking the lock of an election ends its leader's term: the leader's guard is signalled
+/// lost, and the candidate waiting behind it leads with a greater term.
+pub async fn breaking_the_leader_hands_the_election_on(h: &dyn Harness) {
+    let cx = Ctx::new(h, "breaking_the_leader_hands_the_election_on");
+    let (a, b, operator) = (cx.client().await, cx.client().await, cx.client().await);
+    if !applies(&cx, &a) {
+        return;
+    }
+    if !a.provider.capabilities().election {
+        return cx.not_applicable("the backend does not declare `election`");
+    }
+    let bound = h.timing().operation;
+    let leader = cx.ok(cx.ok(a.provider.election(&cx.name), "make an election").campaign("a").await, "campaign");
+    let election_b = cx.ok(b.provider.election(&cx.name), "make an election");
+    let next = tokio::spawn(async move { election_b.campaign("b").await });
+    let broken = cx.ok(cx.within(bound, "break", operator.provider.break_lock(&cx.name)).await, "break");
+    let tokens: Vec<_> = broken.iter().map(|held| held.token).collect();
+    cx.check(tokens == [leader.token()], &format!("the break reports the leader's term: {tokens:?}"));
+    let lost_bound = h.timing().lease.unwrap_or(Duration::ZERO) + h.timing().operation * 2;
+    let end = cx.within(lost_bound, "the leader is signalled lost", leader.watcher().ended()).await;
+    cx.check(matches!(end, HoldEnd::Lost(_)), &format!("the term ended by loss, not {end:?}"));
+    let next = cx.within(h.timing().wake + bound * 2, "the next candidate leads", next).await;
+    let next = cx.ok(next.unwrap_or_else(|error| cx.fail("join the candidate", error)), "the next candidate leads");
+    cx.check(next.token() > leader.token(), "the next term is greater");
+    let now = cx.ok(cx.ok(operator.provider.election(&cx.name), "make an election").leader().await, "who leads");
+    cx.check(now.is_some_and(|leads| leads.term == next.token()), "the next candidate is published as the leader");
+    drop(leader);
+    cx.ok(next.resign().await, "resign");
+}
