@@ -86,16 +86,20 @@ impl fmt::Display for StoreId {
 ///
 /// # Behavior
 ///
-/// Every bullet is a conformance case of `lockkit-testkit` (group `multi`).
+/// Every bullet is a conformance case of `lockkit-testkit` (group `multi`, named in brackets).
 ///
 /// - All or nothing: when one lock is not granted before the one deadline, the locks taken
-///   so far are released before the call returns, and none is held afterwards.
-/// - Two multi-locks over the same names given in opposite orders both complete: no deadlock.
-/// - A failed or timed-out acquisition leaves no trace in any store.
+///   so far are released before the call returns, and none is held afterwards
+///   (`multi_lock_is_all_or_nothing`).
+/// - Two multi-locks over the same names given in opposite orders both complete: no deadlock
+///   (`multi_locks_in_opposite_order_do_not_deadlock`).
+/// - A failed or timed-out acquisition leaves no trace in any store
+///   (`multi_lock_rollback_leaves_no_trace`).
 /// - Dropping an acquisition future at any point leaves no trace: the guards taken so far are
-///   dropped with it, and their releases run in the background as for any dropped guard.
+///   dropped with it, and their releases run in the background as for any dropped guard
+///   (`dropped_multi_lock_acquisition_leaves_no_trace`).
 /// - The same name twice on one store is refused by [`MultiLock::new`], before anything is
-///   acquired.
+///   acquired (`multi_lock_refuses_a_name_given_twice`).
 ///
 /// ```
 /// use std::time::Duration;
