@@ -16,6 +16,7 @@ const LONG: Duration = Duration::from_secs(30);
 
 /// Exit codes of `lockkit break`.
 const NOTHING_TO_BREAK: i32 = 1;
+const DECLINED: i32 = 2;
 
 async fn redis_url() -> String {
     RedisServer::shared().await.expect("redis-server starts").url()
@@ -113,4 +114,45 @@ async fn break_of_a_bad_name_is_a_usage_error() {
     let out = run(&["break", "", "--url", "mem://", "--yes"], LONG).await;
     assert_eq!(out.code, Some(USAGE), "{out:?}");
     assert!(out.stderr.contains("name"), "{out:?}");
+}
+
+/// On a terminal (a pty from `script(1)`), `break` asks first: "n" leaves the holder alone
+/// (exit 2), "y" breaks the lock (exit 0) and the holder's `lockkit run` exits 70.
+#[tokio::test]
+async fn break_on_a_terminal_asks_first() {
+    if !Path::new("/usr/bin/script").exists() {
+        eprintln!("skipped: script(1) is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let url = file_url(dir.path());
+    let name = unique("tty");
+    let (holder, token) = hold(&name, &url, &[], dir.path()).await;
+    let on_a_terminal = |answer: &'static str| {
+        let inner = format!("{} break {name} --url '{url}'", env!("CARGO_BIN_EXE_lockkit"));
+        let mut command = tokio::process::Command::new("script");
+        command
+            .args(["-qec", &inner, "/dev/null"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        async move {
+            let mut child = command.spawn().unwrap();
+            let mut stdin = child.stdin.take().unwrap();
+            tokio::io::AsyncWriteExt::write_all(&mut stdin, answer.as_bytes()).await.unwrap();
+            let out = tokio::time::timeout(LONG, child.wait_with_output()).await.unwrap().unwrap();
+            (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
+        }
+    };
+    let (code, text) = on_a_terminal("n\n").await;
+    assert_eq!(code, Some(DECLINED), "{text}");
+    assert!(text.contains("[y/N]") && text.contains("not broken"), "{text}");
+    let status = status_json(&name, &url).await;
+    assert_eq!(status["token"], token, "declined: the holder keeps the lock: {status}");
+
+    let (code, text) = on_a_terminal("y\n").await;
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains(&format!("broke:   token {token}")), "{text}");
+    let lost = holder.finish(LONG).await;
+    assert_eq!(lost.code, Some(LOST), "{lost:?}");
 }
