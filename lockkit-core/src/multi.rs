@@ -100,6 +100,8 @@ impl fmt::Display for StoreId {
 ///   (`dropped_multi_lock_acquisition_leaves_no_trace`).
 /// - The same name twice on one store is refused by [`MultiLock::new`], before anything is
 ///   acquired (`multi_lock_refuses_a_name_given_twice`).
+/// - The [`MultiGuard`]'s [`lost`](MultiGuard::lost) fires on the first loss of any of its
+///   holds and names that lock (`multi_guard_signals_the_first_loss`).
 ///
 /// ```
 /// use std::time::Duration;

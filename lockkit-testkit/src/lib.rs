@@ -175,6 +175,7 @@ macro_rules! conformance {
                     multi_lock_rollback_leaves_no_trace,
                     dropped_multi_lock_acquisition_leaves_no_trace,
                     multi_lock_refuses_a_name_given_twice,
+                    multi_guard_signals_the_first_loss,
                 }
                 break_lock {
                     breaking_a_held_lock_signals_the_holder_and_admits_another,

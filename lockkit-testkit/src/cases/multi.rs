@@ -192,3 +192,26 @@ pub async fn multi_lock_refuses_a_name_given_twice(h: &dyn Harness) {
     }
     assert_all_idle(&cx, &b, &names, "nothing was acquired").await;
 }
+
+/// One guard for the set: `lost()` fires on the first loss of any of the locks (here the
+/// record of one deleted behind the holder's back), names that lock, and the release of the
+/// set then reports the loss while freeing the others.
+pub async fn multi_guard_signals_the_first_loss(h: &dyn Harness) {
+    let cx = Ctx::new(h, "multi_guard_signals_the_first_loss");
+    let (a, c) = (cx.client().await, cx.client().await);
+    let names = names(&cx, 3);
+    let locks = multi(&cx, handles(&cx, &a, &names));
+    let guard = cx.ok(cx.within(h.timing().operation * 3, "acquire all", locks.acquire()).await, "acquire all");
+    if !cx.applied(h.delete_record(&names[1]).await, "delete_record") {
+        return;
+    }
+    let bound = h.timing().lease.unwrap_or(Duration::ZERO) + h.timing().operation * 2;
+    let (lost, _reason) = cx.within(bound, "the set's lost() fires", guard.lost()).await;
+    cx.check(lost.as_str() == names[1], &format!("the loss names the deleted lock, not {lost}"));
+    cx.check(!guard.is_held(), "the set is no longer held");
+    match cx.within(h.timing().operation * 3, "release the set", guard.release()).await {
+        Err(Error::LockLost { lock, .. }) => cx.check(lock.as_str() == names[1], "the release reports the lost lock"),
+        other => cx.fail("release the set", format!("expected LockLost, got {other:?}")),
+    }
+    assert_all_idle(&cx, &c, &[names[0].clone(), names[2].clone()], "the other locks are released").await;
+}
