@@ -414,6 +414,15 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn breaking_on_a_backend_that_cannot_is_unsupported() {
+        let (provider, _) = provider(StallingBackend::default());
+        let refused = provider.break_lock("x").await.unwrap_err();
+        assert!(matches!(refused, Error::Unsupported { .. }), "{refused}");
+        assert!(refused.to_string().contains("breaking a lock"), "{refused}");
+        assert!(matches!(provider.break_lock("").await, Err(Error::InvalidName { .. })));
+    }
+
+    #[tokio::test]
     async fn an_undeclared_kind_is_unsupported() {
         let (provider, backend) = provider(StallingBackend::default());
         let refused = provider.handle("x", HoldKind::Read).unwrap_err();
