@@ -104,7 +104,9 @@
 //!   hands over to the head of the queue as a release does; a broken leader's vacancy goes
 //!   in the journal. The fence counter stays, so the next token is greater. A broken holder
 //!   learns of it at its next renewal (at once with keyspace events). It needs no command
-//!   beyond [`ACL_COMMANDS`].
+//!   beyond [`ACL_COMMANDS`]. With `replicas` set, a break counts only once the replicas
+//!   acknowledged it, as a grant does (else a retryable error, the break applied on the
+//!   primary).
 //! - **Unknown outcomes** (a timeout, a dropped connection) are resolved by owner id, never
 //!   by a blind second `SET`; see the `lock` module docs.
 //!

@@ -516,6 +516,11 @@ impl Store {
     ///
     /// A retryable [`Error::Connection`] ([`Failure::NotReplicated`]) when fewer did in time.
     pub(crate) async fn replicated(&self, lock: &LockName) -> Result<()> {
+        self.replicated_as(lock, "the grant").await
+    }
+
+    /// [`replicated`](Self::replicated) for a write described as `what` in the error.
+    pub(crate) async fn replicated_as(&self, lock: &LockName, what: &'static str) -> Result<()> {
         let (wanted, timeout) = (self.replicas, self.replicas_timeout);
         let acked: i64 = self
             .run(Some(lock), |mut connection| async move {
@@ -526,7 +531,7 @@ impl Store {
             return Err(Error::connection(
                 BACKEND,
                 Some(lock),
-                Failure::NotReplicated { what: "the grant", acked, wanted, timeout },
+                Failure::NotReplicated { what, acked, wanted, timeout },
             ));
         }
         Ok(())
@@ -816,7 +821,12 @@ impl Store {
                 queue_script(&BREAK, keys, keys.record(), false).arg(self.claim_ms).invoke_async(&mut connection).await
             })
             .await?;
-        Ok(holders_reply(lock, &reply, false, "the break script")?.holders)
+        let broken = holders_reply(lock, &reply, false, "the break script")?.holders;
+        if self.replicas > 0 && !broken.is_empty() {
+            // As a grant does: a break the replicas missed could be undone by a failover.
+            self.replicated_as(lock, "the break").await?;
+        }
+        Ok(broken)
     }
 
     /// Runs the observe script for an observer of the election of `keys` that has seen the
