@@ -51,6 +51,16 @@ pub(crate) enum Command {
     /// or free.
     #[command(after_help = exit::STATUS_TABLE)]
     Status(StatusArgs),
+    /// Free a lock whose holder is stuck: show who holds it, ask, break it.
+    ///
+    /// Shows the holder as `status` does, asks for confirmation on the terminal (unless
+    /// --yes; without a terminal and without --yes it refuses), then frees the lock in the
+    /// store: the holder's guard is signalled lost (at once on ZooKeeper, at its next renewal
+    /// or check on Redis and files), the waiters are handed the lock as by a release, and the
+    /// next owner's fencing token is greater than the broken one. The store's permissions
+    /// decide who may (see README).
+    #[command(after_help = exit::BREAK_TABLE)]
+    Break(BreakArgs),
     /// Measure the store: lock latencies and rates against its raw round trip.
     ///
     /// In one run, on the store named by --url: the floor (the raw round trip of the same
@@ -194,6 +204,20 @@ pub(crate) struct StatusArgs {
     /// waiters (null where unknown or free).
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+/// `lockkit break`.
+#[derive(Debug, Args)]
+pub(crate) struct BreakArgs {
+    /// The lock's name.
+    pub(crate) name: String,
+
+    #[arg(long, value_name = "URL", help = URL_HELP)]
+    pub(crate) url: Option<String>,
+
+    /// Break it without asking (required when stdin is not a terminal).
+    #[arg(long, short = 'y')]
+    pub(crate) yes: bool,
 }
 
 /// `lockkit bench`.

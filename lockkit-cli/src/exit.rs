@@ -7,6 +7,10 @@ use std::fmt;
 /// are the ones `lockkit` itself chooses.
 pub(crate) type Code = u8;
 
+/// `break`: nothing to break, the lock is free (as `pkill` when nothing matched).
+pub(crate) const NOTHING_TO_BREAK: Code = 1;
+/// `break`: the confirmation asked on the terminal was declined; nothing was changed.
+pub(crate) const DECLINED: Code = 2;
 /// Usage error: bad arguments, a bad URL, a bad duration, a bad lock name (`EX_USAGE`).
 pub(crate) const USAGE: Code = 64;
 /// The store could not be reached (`EX_UNAVAILABLE`).
@@ -57,6 +61,17 @@ pub(crate) const STATUS_TABLE: &str = "\
 Exit status:
   0    the lock's state was read, whether it is held or free (see \"held\")
   64   usage error: bad arguments, bad URL, bad lock name
+  69   the store could not be reached
+  76   the store answered with an error (for example: permission denied)";
+
+/// The table shown by `lockkit break --help`.
+pub(crate) const BREAK_TABLE: &str = "\
+Exit status:
+  0    the lock was broken: its holders are listed, and lose it at their next renewal or check
+  1    nothing to break: the lock is free (or was released before the break)
+  2    the confirmation was declined; nothing was changed
+  64   usage error: bad arguments, bad URL, bad lock name, or no terminal to confirm on
+       and no --yes
   69   the store could not be reached
   76   the store answered with an error (for example: permission denied)";
 

@@ -6,6 +6,7 @@
 //! lockkit elect NAME --id ID [--rejoin] [--url URL] [--wait DURATION | --no-wait] [--lease DURATION] [--grace DURATION] -- COMMAND...
 //! lockkit leader NAME [--url URL] [--watch] [--json]
 //! lockkit status NAME [--url URL] [--json]
+//! lockkit break NAME [--url URL] [--yes]
 //! lockkit bench [--url URL] [--clients N] [--duration DURATION] [--locks N] [--json]
 //! ```
 //!
@@ -65,6 +66,16 @@
 //! `since_unix_ms`, `lease_left_ms` and `waiters` (of the first holder; `null` where unknown
 //! or free) and `holders`, a list of every holder's `token`, `kind` and `owner`. It exits 0 whether the lock is held or free.
 //!
+//! # `lockkit break`
+//!
+//! Frees a lock whose holder is stuck but alive: prints who holds it (as `lockkit status`),
+//! asks for confirmation on the terminal (`--yes` skips it; without a terminal and without
+//! `--yes` it refuses with exit 64), breaks every hold of the name in the store and prints
+//! each hold it broke. The holder's guard is signalled lost (at once on ZooKeeper, at its next
+//! renewal on Redis, at its next check on files), and the next owner's fencing token is
+//! greater. Exits 1 when there is nothing to break (the lock is free), 2 when the
+//! confirmation was declined.
+//!
 //! # `lockkit bench`
 //!
 //! Measures the store against its raw round trip (Redis PING; ZooKeeper `exists` and
@@ -80,7 +91,9 @@
 //! | code | meaning |
 //! | --- | --- |
 //! | the command's | `run`: the command ran to its end while the lock was held |
-//! | 0 | `status`: the lock's state was read (held or free); `--help`, `--version` |
+//! | 0 | `status`: the lock's state was read (held or free); `break`: the lock was broken; `--help`, `--version` |
+//! | 1 | `break`: nothing to break, the lock is free |
+//! | 2 | `break`: the confirmation was declined |
 //! | 64 | usage error: bad arguments, bad URL, bad duration, bad lock name, `--lease` on a backend without a lease, `--shared` or `--permits` on a backend without them, `--permits` other than the count in use |
 //! | 69 | the store could not be reached |
 //! | 70 | the lock was lost while the command ran; the command was stopped |
@@ -96,6 +109,7 @@
 //! store's URL with any password replaced by `***`.
 
 mod bench;
+mod break_lock;
 mod child;
 mod cli;
 mod exit;
@@ -141,6 +155,7 @@ fn main() -> ExitCode {
             Command::Elect(args) => run::elect(args).await,
             Command::Leader(args) => leader::leader(args).await,
             Command::Status(args) => status::status(args).await,
+            Command::Break(args) => break_lock::break_lock(args).await,
             Command::Bench(args) => bench::bench(args).await,
             // Handled above, before the runtime starts.
             Command::Child(_) => Err(exit::Failure::new(exit::OS_ERROR, "__child runs without a runtime")),

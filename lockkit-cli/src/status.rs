@@ -50,7 +50,7 @@ fn held_by(holders: &[HolderInfo]) -> String {
 }
 
 /// One word for a kind of hold.
-fn kind_word(kind: &HoldKind) -> &'static str {
+pub(crate) fn kind_word(kind: &HoldKind) -> &'static str {
     match kind {
         HoldKind::Read => "read",
         HoldKind::Write => "write",
@@ -82,7 +82,7 @@ fn json(lock: &str, url: &str, info: &LockInfo) -> String {
 }
 
 /// The aligned lines for people.
-fn human_report(lock: &str, url: &str, info: &LockInfo, now: SystemTime) -> String {
+pub(crate) fn human_report(lock: &str, url: &str, info: &LockInfo, now: SystemTime) -> String {
     let mut lines: Vec<(&str, String)> = vec![("lock", format!("{lock:?}")), ("url", url.to_owned())];
     match info.holder() {
         None => lines.push(("held", "no".to_owned())),

@@ -337,6 +337,28 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
         Err(Error::unsupported(self.name(), Some(lock), "inspecting a lock"))
     }
 
+    /// Frees the lock `lock` whatever its holders do: for an operator whose holder is stuck
+    /// but alive. Returns the holds it broke, as [`inspect`](Self::inspect) would have shown
+    /// them (one for a mutex, a writer or a leader; every reader or permit holder of a shared
+    /// lock); none when there was nothing to break.
+    ///
+    /// What the core expects, for backends that declare [`Capabilities::break_lock`]:
+    ///
+    /// - The store forgets the holds (and the holders' entries in its queue, if any) and
+    ///   hands the lock over to the next waiters, as a release would.
+    /// - Each broken holder's guard is signalled lost ([`LossReason::RecordGone`]: to the
+    ///   holder a broken lock is a record deleted behind its back) at once where the store
+    ///   notifies deletions, at the latest by its next renewal or check.
+    /// - The next grant of the name carries a token greater than every broken one, so that a
+    ///   resource that checks tokens refuses the broken holder's late writes.
+    ///
+    /// The default says the backend cannot ([`Error::Unsupported`]).
+    ///
+    /// [`LossReason::RecordGone`]: crate::LossReason::RecordGone
+    async fn break_lock(&self, lock: &LockName) -> Result<Vec<HolderInfo>> {
+        Err(Error::unsupported(self.name(), Some(lock), "breaking a lock"))
+    }
+
     /// The changes of leader of the election `lock`, for backends that declare
     /// [`Capabilities::election`]: first the current state (the leader, as
     /// [`LeaderEvent::Elected`], or [`LeaderEvent::Vacant`]), then every change, driven by the

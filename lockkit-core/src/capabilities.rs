@@ -7,7 +7,8 @@
 ///
 /// The core reads the kind flags ([`rw_lock`](Self::rw_lock), [`semaphore`](Self::semaphore),
 /// [`election`](Self::election)) and refuses a kind of hold the backend does not declare with
-/// [`Error::Unsupported`](crate::Error::Unsupported), and [`inspect`](Self::inspect) likewise.
+/// [`Error::Unsupported`](crate::Error::Unsupported), and [`inspect`](Self::inspect) and
+/// [`break_lock`](Self::break_lock) likewise.
 /// The conformance kit reads the others: a case that needs a guarantee the backend does not
 /// declare says so and does not check it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -37,6 +38,10 @@ pub struct Capabilities {
     pub semaphore: bool,
     /// The backend grants [`HoldKind::Candidate`](crate::HoldKind::Candidate): leader election.
     pub election: bool,
+    /// The backend can free a lock whose holder is stuck
+    /// ([`LockBackend::break_lock`](crate::backend::LockBackend::break_lock)): the holder's
+    /// guard is signalled lost, and the next owner's token is greater than the broken one's.
+    pub break_lock: bool,
 }
 
 impl Capabilities {
@@ -53,5 +58,6 @@ impl Capabilities {
         rw_lock: false,
         semaphore: false,
         election: false,
+        break_lock: false,
     };
 }

@@ -14,7 +14,7 @@ use tracing::Instrument;
 use crate::backend::{AcquireRequest, Deadline, Grant, HeldLock, LockBackend};
 use crate::guard::Hold;
 use crate::release::{Release, Releases};
-use crate::{AcquireOptions, Error, HoldKind, LockGuard, LockName, Result, Wait};
+use crate::{AcquireOptions, Error, HoldKind, LockGuard, LockName, Result, StoreId, Wait};
 
 /// A handle on one named lock: a cheap, cloneable factory of acquisitions.
 ///
@@ -99,6 +99,16 @@ impl LockHandle {
     /// The backend's short name, as used in errors.
     pub fn backend_name(&self) -> &'static str {
         self.inner.backend_name
+    }
+
+    /// The store this lock lives in: the backend's name and address, and for a backend
+    /// without an address (the memory backend) the client itself.
+    /// [`MultiLock`](crate::MultiLock) orders locks by it.
+    pub fn store(&self) -> StoreId {
+        let address = self.inner.backend.address();
+        // Only the identity of the client is wanted, never its content.
+        let instance = Arc::as_ptr(&self.inner.backend).cast::<()>() as usize;
+        StoreId::new(self.inner.backend_name, address, instance)
     }
 
     /// Waits as long as it takes for the lock.
@@ -401,6 +411,15 @@ mod tests {
         assert!(error.to_string().contains("unreachable"), "{error}");
         let source = std::error::Error::source(&error).unwrap().to_string();
         assert!(source.contains("stall://here"), "the source names the store: {source}");
+    }
+
+    #[tokio::test]
+    async fn breaking_on_a_backend_that_cannot_is_unsupported() {
+        let (provider, _) = provider(StallingBackend::default());
+        let refused = provider.break_lock("x").await.unwrap_err();
+        assert!(matches!(refused, Error::Unsupported { .. }), "{refused}");
+        assert!(refused.to_string().contains("breaking a lock"), "{refused}");
+        assert!(matches!(provider.break_lock("").await, Err(Error::InvalidName { .. })));
     }
 
     #[tokio::test]

@@ -16,6 +16,11 @@
 //! - [`LockGuard::reenter`], another guard of the same hold for code that needs the lock
 //!   again while holding it.
 //!
+//! Several locks are taken all or nothing, in one canonical order and with one deadline, by a
+//! [`MultiLock`]; an operator frees a lock whose holder is stuck with
+//! [`LockProvider::break_lock`] (the holder's guard is signalled lost, the next token is
+//! greater).
+//!
 //! Deadlines, cancellation, reentrancy, the loss signal, name validation and the release of
 //! dropped guards are written once, here. A backend implements [`backend::LockBackend`]: its
 //! store's protocol and nothing more. The conformance kit in `lockkit-testkit` checks that a
@@ -80,6 +85,7 @@ mod handle;
 mod kind;
 mod lock;
 pub mod memory;
+mod multi;
 mod name;
 mod options;
 mod provider;
@@ -96,6 +102,7 @@ pub use guard::LockGuard;
 pub use handle::LockHandle;
 pub use kind::HoldKind;
 pub use lock::DistributedLock;
+pub use multi::{MultiGuard, MultiLock, StoreId};
 pub use name::LockName;
 pub use options::{AcquireOptions, Wait};
 pub use provider::{LockProvider, MAX_PERMITS};

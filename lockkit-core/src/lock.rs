@@ -3,7 +3,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use crate::{AcquireOptions, LockGuard, LockHandle, LockName, Result};
+use crate::{AcquireOptions, LockGuard, LockHandle, LockName, Result, StoreId};
 
 /// Anything that can be acquired for a [`LockGuard`]: a mutex handle, a side of a
 /// read-write lock, a semaphore. Write generic code against it (`impl DistributedLock`);
@@ -28,6 +28,16 @@ pub trait DistributedLock: Send + Sync {
 
     /// The general form. See [`LockHandle::acquire_with`].
     fn acquire_with(&self, options: AcquireOptions) -> impl Future<Output = Result<Option<LockGuard>>> + Send;
+
+    /// The store the lock lives in: what [`MultiLock`](crate::MultiLock) orders locks of
+    /// several stores by, and how it tells the same name on two stores from a name given
+    /// twice. See [`LockHandle::store`].
+    ///
+    /// The default is [`StoreId::unknown`], which puts every lock of the implementor in one
+    /// anonymous store; a wrapper around a [`LockHandle`] should forward to it.
+    fn store(&self) -> StoreId {
+        StoreId::unknown()
+    }
 }
 
 impl DistributedLock for LockHandle {
@@ -49,5 +59,9 @@ impl DistributedLock for LockHandle {
 
     fn acquire_with(&self, options: AcquireOptions) -> impl Future<Output = Result<Option<LockGuard>>> + Send {
         LockHandle::acquire_with(self, options)
+    }
+
+    fn store(&self) -> StoreId {
+        LockHandle::store(self)
     }
 }

@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use std::num::NonZeroU32;
 
-use crate::backend::{LockBackend, LockInfo};
+use tracing::Instrument;
+
+use crate::backend::{HolderInfo, LockBackend, LockInfo};
 use crate::{Capabilities, Election, Error, HoldKind, LockHandle, LockName, Result, RwLock};
 
 /// The most permits a semaphore may have.
@@ -138,6 +140,34 @@ impl LockProvider {
         }
         let info = self.backend.inspect(&name).await;
         info.map_err(|error| error.with_server(self.backend.address().as_deref()))
+    }
+
+    /// Frees the lock called `name` whatever its holders do, for an operator whose holder is
+    /// stuck but alive, and returns the holds it broke (empty: nothing to break). Each broken
+    /// holder's guard is signalled lost ([`LossReason::RecordGone`](crate::LossReason::RecordGone)),
+    /// at once or by its next renewal or check, and the next owner's token is greater, so a
+    /// resource that checks tokens refuses the broken holder's late writes. The waiters queued
+    /// for the lock are handed it as by a release.
+    ///
+    /// The store's own permissions decide who may do this (a Redis ACL user that may run the
+    /// scripts, a ZooKeeper ACL that allows deleting the lock's nodes, write access to a lock
+    /// directory).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`] for a bad name; [`Error::Unsupported`] when the backend cannot
+    /// (see [`Capabilities::break_lock`]); connection and store errors (a store that refuses
+    /// the permission among them).
+    pub async fn break_lock(&self, name: &str) -> Result<Vec<HolderInfo>> {
+        let name = LockName::new(name)?;
+        if !self.backend.capabilities().break_lock {
+            return Err(Error::unsupported(self.backend.name(), Some(&name), "breaking a lock"));
+        }
+        let span = tracing::warn_span!("lockkit.break", backend = self.backend.name(), lock = %name);
+        let broken = self.backend.break_lock(&name).instrument(span.clone()).await;
+        let broken = broken.map_err(|error| error.with_server(self.backend.address().as_deref()))?;
+        span.in_scope(|| tracing::warn!(holds = broken.len(), "lock broken"));
+        Ok(broken)
     }
 
     /// The backend behind this provider, for layers that wrap it (metrics, fault injection)

@@ -538,6 +538,65 @@ fn look(files: &LockFiles) -> io::Result<Vec<HolderInfo>> {
         .collect())
 }
 
+/// The file backend's break, under the fence: the lock file is deleted when a mutex, a writer
+/// or a candidate holds its exclusive flock or readers hold it shared, and so are the live
+/// readers' and permit holders' record files. A holder keeps its flock on the unlinked file,
+/// which excludes nobody any more: its checker finds the file gone at its next check
+/// (`check_every`) and reports [`LossReason::RecordGone`]. The next holder creates a new lock
+/// file and draws its token from the fence, which stays. A broken leader's term is closed in
+/// the election's journal. Returns the holds broken, as [`look`] shows them.
+fn break_holds(files: &LockFiles) -> io::Result<Vec<HolderInfo>> {
+    let used = [&files.fence, &files.lock, &files.readers, &files.permits].iter().any(|path| path.exists());
+    if !used {
+        return Ok(Vec::new());
+    }
+    let fence = FenceLock::lock(&files.fence)?;
+    let counter = fence.read()?;
+    let mut broken = Vec::new();
+    let mut lock_file_held = false;
+    if let Probe::Found { record, held: true } = lockfile::probe(&files.lock)? {
+        lock_file_held = true;
+        if let Record { token: Some(token), holder: Some(holder), kind } = record {
+            if matches!(kind, Some(HoldKind::Candidate { .. })) {
+                journal::record_vacant(&files.election, token)?;
+            }
+            broken.push((token, holder, kind.unwrap_or(HoldKind::Exclusive)));
+        }
+    }
+    let readers = lockfile::live_holder_files(&files.readers)?;
+    let permits = lockfile::live_holder_files(&files.permits)?;
+    if lock_file_held || !readers.is_empty() {
+        remove_if_there(&files.lock)?;
+    }
+    let permit = HoldKind::Permit { permits: counter.permits.unwrap_or(NonZeroU32::MIN) };
+    for (records, kind) in [(readers, HoldKind::Read), (permits, permit)] {
+        for (path, record) in records {
+            remove_if_there(&path)?;
+            if let Record { token: Some(token), holder: Some(holder), kind: recorded } = record {
+                broken.push((token, holder, recorded.unwrap_or_else(|| kind.clone())));
+            }
+        }
+    }
+    drop(fence);
+    if !broken.is_empty() {
+        // The waiters of this process may take the lock's new file at once.
+        wakeups::notify(&files.lock);
+        wakeups::notify(&files.election);
+    }
+    broken.sort_by_key(|(token, ..)| *token);
+    Ok(broken
+        .into_iter()
+        .map(|(token, holder, kind)| holder.holder(FencingToken::new(token)).with_kind(kind))
+        .collect())
+}
+
+fn remove_if_there(path: &Path) -> io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(error) if error.kind() != io::ErrorKind::NotFound => Err(error),
+        _ => Ok(()),
+    }
+}
+
 fn io_error(lock: &LockName, path: &Path, error: io::Error) -> Error {
     Error::backend(BACKEND, Some(lock), error).with_context(format!("the files of lock file {}", path.display()))
 }
@@ -840,6 +899,7 @@ impl LockBackend for FileBackend {
             rw_lock: true,
             semaphore: true,
             election: true,
+            break_lock: true,
             ..Capabilities::NONE
         }
     }
@@ -864,6 +924,21 @@ impl LockBackend for FileBackend {
         };
         let holders = run_blocking(lock, job).await?.map_err(|error| io_error(lock, &files.lock, error))?;
         Ok(LockInfo::new(holders, None))
+    }
+
+    async fn break_lock(&self, lock: &LockName) -> Result<Vec<HolderInfo>> {
+        self.alive(lock)?;
+        let files = self.lock_files(lock);
+        let job = {
+            let files = files.clone();
+            move || break_holds(&files)
+        };
+        run_blocking(lock, job).await?.map_err(|error| {
+            io_error(lock, &files.lock, error).with_context(format!(
+                "break the lock: delete its files in {} (needs write access to the directory)",
+                self.settings.dir.display()
+            ))
+        })
     }
 
     fn observe(&self, lock: &LockName) -> Result<LeaderEvents> {

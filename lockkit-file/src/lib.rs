@@ -155,6 +155,12 @@
 //!   file, which frees the flock; a leader does the same under the fence, and writes the end
 //!   of its term to the journal; a reader removes its record file and closes both; a permit
 //!   removes its record file. Then this process's waiters are woken.
+//! - **Breaking.** [`break_lock`](lockkit_core::LockProvider::break_lock) takes the fence and
+//!   deletes the held lock file and every live reader's and permit's record file (a broken
+//!   leader's term is closed in the journal). A holder keeps its flock on a file that no path
+//!   names any more, which excludes nobody: its checker finds the file gone at its next check
+//!   (`check_every`) and reports `RecordGone`. The fence file stays, so the next token is
+//!   greater. Breaking needs write access to the directory.
 //! - **Inspection.** [`inspect`](lockkit_core::LockProvider::inspect) takes the fence for an
 //!   instant and reports the writer (the lock file's record, when an instant's shared flock
 //!   shows an exclusive one is held: under the fence, that probe never makes a writer's try

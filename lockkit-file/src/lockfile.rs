@@ -336,6 +336,11 @@ impl Drop for HolderFile {
 /// Call it under the name's fence: record files are created under it, so none is seen here
 /// before its holder locked it.
 pub(crate) fn live_holders(dir: &Path) -> io::Result<Vec<Record>> {
+    Ok(live_holder_files(dir)?.into_iter().map(|(_, record)| record).collect())
+}
+
+/// [`live_holders`] with the path of each live holder's record file.
+pub(crate) fn live_holder_files(dir: &Path) -> io::Result<Vec<(PathBuf, Record)>> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -362,7 +367,7 @@ pub(crate) fn live_holders(dir: &Path) -> io::Result<Vec<Record>> {
                 tracing::debug!(%error, path = %path.display(), "could not remove a dead holder's record file");
             }
         } else {
-            live.push(Record::parse(&read_head(&file)?));
+            live.push((path, Record::parse(&read_head(&file)?)));
         }
     }
     Ok(live)

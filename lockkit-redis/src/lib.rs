@@ -98,6 +98,15 @@
 //!   `CONFIG GET` (at the first hold, then at most once a minute); without it, or for an ACL
 //!   user that may not read it, nothing more is sent. `FLUSHALL` publishes no per-key events
 //!   and is noticed at the next renewal.
+//! - **Breaking** ([`break_lock`](lockkit_core::LockProvider::break_lock), `break.lua`): one
+//!   script deletes every hold of the name (the mutex or leader record, the writer, every
+//!   reader and permit holder with their tokens) and the holders' own queue entries, then
+//!   hands over to the head of the queue as a release does; a broken leader's vacancy goes
+//!   in the journal. The fence counter stays, so the next token is greater. A broken holder
+//!   learns of it at its next renewal (at once with keyspace events). It needs no command
+//!   beyond [`ACL_COMMANDS`]. With `replicas` set, a break counts only once the replicas
+//!   acknowledged it, as a grant does (else a retryable error, the break applied on the
+//!   primary).
 //! - **Unknown outcomes** (a timeout, a dropped connection) are resolved by owner id, never
 //!   by a blind second `SET`; see the `lock` module docs.
 //!

@@ -52,8 +52,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use lockkit_core::backend::LeaderEvents;
 use lockkit_core::backend::{
-    AcquireRequest, Deadline, Grant, HeldLock, HoldSignal, LockBackend, LockInfo, OwnerMeta, deadline_after,
-    lease_deadline, spawn_detached,
+    AcquireRequest, Deadline, Grant, HeldLock, HoldSignal, HolderInfo, LockBackend, LockInfo, OwnerMeta,
+    deadline_after, lease_deadline, spawn_detached,
 };
 use lockkit_core::{Capabilities, Error, FencingToken, HoldKind, LockName, LossReason, Result};
 use tracing::Instrument;
@@ -516,6 +516,7 @@ impl LockBackend for RedisBackend {
             rw_lock: true,
             semaphore: true,
             election: true,
+            break_lock: true,
             ..Capabilities::NONE
         }
     }
@@ -532,6 +533,11 @@ impl LockBackend for RedisBackend {
     async fn inspect(&self, lock: &LockName) -> Result<LockInfo> {
         self.ensure_background();
         self.store.inspect(lock, &LockKeys::new(&self.settings.prefix, lock), self.settings.fair).await
+    }
+
+    async fn break_lock(&self, lock: &LockName) -> Result<Vec<HolderInfo>> {
+        self.ensure_background();
+        self.store.break_lock(lock, &LockKeys::new(&self.settings.prefix, lock)).await
     }
 
     fn observe(&self, lock: &LockName) -> Result<LeaderEvents> {

@@ -52,6 +52,8 @@ static DOWNGRADE: LazyLock<Script> =
     LazyLock::new(|| Script::new(queue_script!("scripts/layout.lua", "scripts/downgrade.lua")));
 static INSPECT: LazyLock<Script> =
     LazyLock::new(|| Script::new(queue_script!("scripts/layout.lua", "scripts/inspect.lua")));
+static BREAK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(queue_script!("scripts/layout.lua", "scripts/break.lua")));
 static OBSERVE: LazyLock<Script> =
     LazyLock::new(|| Script::new(queue_script!("scripts/layout.lua", "scripts/observe.lua")));
 static RENEW_LEADER: LazyLock<Script> =
@@ -514,6 +516,11 @@ impl Store {
     ///
     /// A retryable [`Error::Connection`] ([`Failure::NotReplicated`]) when fewer did in time.
     pub(crate) async fn replicated(&self, lock: &LockName) -> Result<()> {
+        self.replicated_as(lock, "the grant").await
+    }
+
+    /// [`replicated`](Self::replicated) for a write described as `what` in the error.
+    pub(crate) async fn replicated_as(&self, lock: &LockName, what: &'static str) -> Result<()> {
         let (wanted, timeout) = (self.replicas, self.replicas_timeout);
         let acked: i64 = self
             .run(Some(lock), |mut connection| async move {
@@ -524,7 +531,7 @@ impl Store {
             return Err(Error::connection(
                 BACKEND,
                 Some(lock),
-                Failure::NotReplicated { what: "the grant", acked, wanted, timeout },
+                Failure::NotReplicated { what, acked, wanted, timeout },
             ));
         }
         Ok(())
@@ -804,49 +811,22 @@ impl Store {
                 queue_script(&INSPECT, keys, keys.record(), false).invoke_async(&mut connection).await
             })
             .await?;
-        let unexpected = || {
-            Error::backend(
-                BACKEND,
-                Some(lock),
-                Failure::UnexpectedReply {
-                    command: "the inspect script",
-                    reply: format!("{reply:?} instead of [waiters, permits, since, (kind, owner, ms left, token)...]"),
-                },
-            )
-        };
-        let [waiters, count, since, holders @ ..] = reply.as_slice() else { return Err(unexpected()) };
-        if holders.len() % 4 != 0 {
-            return Err(unexpected());
-        }
-        let number = |value: &Value| redis::from_redis_value_ref::<i64>(value).ok();
-        let text = |value: &Value| redis::from_redis_value_ref::<String>(value).ok();
-        let waiters = number(waiters).and_then(|n| usize::try_from(n).ok()).filter(|_| count_waiters);
-        let count = number(count).and_then(|n| u32::try_from(n).ok()).unwrap_or(0);
-        // When the holder of the mutex record was granted it, in server time (elections).
-        let since = number(since).and_then(|ms| u64::try_from(ms).ok()).filter(|&ms| ms > 0).map(server_time);
-        let holders = holders
-            .chunks_exact(4)
-            .map(|holder| {
-                let [kind, owner, left, token] = holder else { return Err(unexpected()) };
-                let owner = text(owner).unwrap_or_default();
-                let token = FencingToken::new(text(token).and_then(|t| t.parse::<u64>().ok()).unwrap_or(0));
-                // Records written by lockkit carry who took them; anything else is shown as is.
-                let mut info = match OwnerMeta::decode(&owner) {
-                    Some(meta) => meta.holder(token),
-                    None => HolderInfo::new(token, owner.clone()),
-                };
-                let letter = text(kind).unwrap_or_default();
-                info = info.with_kind(Kind::hold_kind(&letter, &owner, count));
-                if let (Some(since), "x") = (since, letter.as_str()) {
-                    info = info.with_since(since);
-                }
-                if let Some(left) = number(left).and_then(|left| u64::try_from(left).ok()) {
-                    info = info.with_lease_left(Duration::from_millis(left));
-                }
-                Ok(info)
+        holders_reply(lock, &reply, count_waiters, "the inspect script")
+    }
+
+    /// Breaks every hold of a name (see `break.lua`) and returns the holds broken.
+    pub(crate) async fn break_lock(&self, lock: &LockName, keys: &LockKeys) -> Result<Vec<HolderInfo>> {
+        let reply: Vec<Value> = self
+            .run(Some(lock), |mut connection| async move {
+                queue_script(&BREAK, keys, keys.record(), false).arg(self.claim_ms).invoke_async(&mut connection).await
             })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(LockInfo::new(holders, waiters))
+            .await?;
+        let broken = holders_reply(lock, &reply, false, "the break script")?.holders;
+        if self.replicas > 0 && !broken.is_empty() {
+            // As a grant does: a break the replicas missed could be undone by a failover.
+            self.replicated_as(lock, "the break").await?;
+        }
+        Ok(broken)
     }
 
     /// Runs the observe script for an observer of the election of `keys` that has seen the
@@ -894,6 +874,54 @@ impl Store {
             .await?;
         Ok(())
     }
+}
+
+/// Reads what the inspect and break scripts return: `[waiters, permits, since, (kind, owner,
+/// ms left, token)...]`; the waiter count only when `count_waiters` (a fair provider).
+fn holders_reply(lock: &LockName, reply: &[Value], count_waiters: bool, command: &'static str) -> Result<LockInfo> {
+    let unexpected = || {
+        Error::backend(
+            BACKEND,
+            Some(lock),
+            Failure::UnexpectedReply {
+                command,
+                reply: format!("{reply:?} instead of [waiters, permits, since, (kind, owner, ms left, token)...]"),
+            },
+        )
+    };
+    let [waiters, count, since, holders @ ..] = reply else { return Err(unexpected()) };
+    if holders.len() % 4 != 0 {
+        return Err(unexpected());
+    }
+    let number = |value: &Value| redis::from_redis_value_ref::<i64>(value).ok();
+    let text = |value: &Value| redis::from_redis_value_ref::<String>(value).ok();
+    let waiters = number(waiters).and_then(|n| usize::try_from(n).ok()).filter(|_| count_waiters);
+    let count = number(count).and_then(|n| u32::try_from(n).ok()).unwrap_or(0);
+    // When the holder of the mutex record was granted it, in server time (elections).
+    let since = number(since).and_then(|ms| u64::try_from(ms).ok()).filter(|&ms| ms > 0).map(server_time);
+    let holders = holders
+        .chunks_exact(4)
+        .map(|holder| {
+            let [kind, owner, left, token] = holder else { return Err(unexpected()) };
+            let owner = text(owner).unwrap_or_default();
+            let token = FencingToken::new(text(token).and_then(|t| t.parse::<u64>().ok()).unwrap_or(0));
+            // Records written by lockkit carry who took them; anything else is shown as is.
+            let mut info = match OwnerMeta::decode(&owner) {
+                Some(meta) => meta.holder(token),
+                None => HolderInfo::new(token, owner.clone()),
+            };
+            let letter = text(kind).unwrap_or_default();
+            info = info.with_kind(Kind::hold_kind(&letter, &owner, count));
+            if let (Some(since), "x") = (since, letter.as_str()) {
+                info = info.with_since(since);
+            }
+            if let Some(left) = number(left).and_then(|left| u64::try_from(left).ok()) {
+                info = info.with_lease_left(Duration::from_millis(left));
+            }
+            Ok(info)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(LockInfo::new(holders, waiters))
 }
 
 /// An invocation of `script`, one of the scripts of the wait queue, with the twelve keys of

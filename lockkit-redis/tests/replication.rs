@@ -148,3 +148,33 @@ async fn an_unacknowledged_renewal_does_not_extend_the_hold() {
     assert!(!guard.is_held());
     fixture.replicas_mut()[0].resume().unwrap();
 }
+
+/// With `replicas=1`, a break counts only once the replica has it, as a grant does: with the
+/// replica paused it fails with a retryable error that names the break (the primary has
+/// applied it: nothing is held), and with the replica back it succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_break_counts_only_when_the_replicas_acknowledge_it() {
+    let mut fixture = replicated(1).await;
+    let provider = test_builder()
+        .url(fixture.primary().url())
+        .replicas(1)
+        .replicas_timeout(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let name = unique("break");
+    let held = within(OPERATION, "a grant", provider.lock(&name).unwrap().acquire()).await.unwrap();
+    let broken = within(OPERATION, "an acknowledged break", provider.break_lock(&name)).await.unwrap();
+    assert_eq!(broken.iter().map(|hold| hold.token).collect::<Vec<_>>(), [held.token()]);
+    drop(held);
+
+    let again = within(OPERATION, "a grant", provider.lock(&name).unwrap().acquire()).await.unwrap();
+    fixture.replicas_mut()[0].pause().unwrap();
+    let error = within(OPERATION, "an unacknowledged break", provider.break_lock(&name)).await.unwrap_err();
+    assert!(error.is_retryable(), "{error:?}");
+    assert!(format!("{error:?}").contains("the break"), "{error:?}");
+    let plain = plain_provider(fixture.primary().url());
+    assert!(plain.inspect(&name).await.unwrap().holders.is_empty(), "the primary applied the break");
+    fixture.replicas_mut()[0].resume().unwrap();
+    fixture.wait_in_sync().await.unwrap();
+    drop(again);
+}

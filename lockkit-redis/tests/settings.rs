@@ -84,6 +84,22 @@ async fn acl_user_limited_to_lockkit_keys_works_and_bad_passwords_are_refused() 
     leadership.resign().await.unwrap();
     next.await.unwrap().unwrap().resign().await.unwrap();
     assert_eq!(election.leader().await.unwrap(), None);
+    // Breaking a held lock with a waiter queued (break.lua and its hand-over) too.
+    let stuck_name = unique("acl_break");
+    let stuck = provider.lock(&stuck_name).unwrap().acquire().await.unwrap();
+    let queued = tokio::spawn({
+        let (provider, name) = (provider.clone(), stuck_name.clone());
+        async move { provider.lock(&name).unwrap().acquire_timeout(Duration::from_secs(5)).await }
+    });
+    while provider.inspect(&stuck_name).await.unwrap().waiters != Some(1) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let broken = provider.break_lock(&stuck_name).await.unwrap();
+    assert_eq!(broken.iter().map(|held| held.token).collect::<Vec<_>>(), [stuck.token()]);
+    let next = queued.await.unwrap().unwrap();
+    assert!(next.token() > stuck.token());
+    drop(stuck);
+    next.release().await.unwrap();
 
     let wrong =
         RedisLockProvider::builder().url(format!("redis://locker:wrong@{}/", harness.upstream())).build().unwrap();

@@ -169,6 +169,20 @@ macro_rules! conformance {
                     every_permit_carries_a_greater_token,
                     a_name_in_use_as_another_kind_conflicts_or_excludes,
                 }
+                multi {
+                    multi_lock_is_all_or_nothing,
+                    multi_locks_in_opposite_order_do_not_deadlock,
+                    multi_lock_rollback_leaves_no_trace,
+                    dropped_multi_lock_acquisition_leaves_no_trace,
+                    multi_lock_refuses_a_name_given_twice,
+                    multi_guard_signals_the_first_loss,
+                }
+                break_lock {
+                    breaking_a_held_lock_signals_the_holder_and_admits_another,
+                    breaking_a_free_lock_finds_nothing_to_break,
+                    breaking_shared_holds_breaks_every_holder,
+                    breaking_the_leader_hands_the_election_on,
+                }
             }
             mutex_cases {
                 mutual_exclusion {

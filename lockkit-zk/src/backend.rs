@@ -208,52 +208,16 @@ fn describe(contender: &Contender, data: &[u8], stat: &zk::Stat) -> HolderInfo {
     }
 }
 
-/// When a node was created, by the server's clock.
-pub(crate) fn created_at(stat: &zk::Stat) -> Option<SystemTime> {
-    u64::try_from(stat.ctime).ok().and_then(|ms| SystemTime::UNIX_EPOCH.checked_add(Duration::from_millis(ms)))
-}
-
-#[async_trait]
-impl LockBackend for ZkBackend {
-    fn name(&self) -> &'static str {
-        BACKEND
-    }
-
-    // Every flag is set today; the update keeps this compiling when the core adds one.
-    #[allow(clippy::needless_update)]
-    fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            fair: true,
-            fencing_survives_restart: true,
-            lease: true,
-            lease_renewal: true,
-            loss_notification: true,
-            inspect: true,
-            waiter_count: true,
-            cross_process: true,
-            rw_lock: true,
-            semaphore: true,
-            election: true,
-            ..Capabilities::NONE
-        }
-    }
-
-    fn address(&self) -> Option<String> {
-        Some(self.config.address())
-    }
-
-    async fn acquire(&self, request: AcquireRequest) -> Result<Option<Grant>> {
-        let span = tracing::debug_span!("lockkit.zk.acquire", lock = %request.lock, attempt = %request.attempt);
-        self.acquire_retrying(&request).instrument(span).await
-    }
-
-    async fn inspect(&self, lock: &LockName) -> Result<LockInfo> {
-        let session = self.session(Some(lock)).await?;
+impl ZkBackend {
+    /// The nodes that hold `lock` now, with their paths and what they say of their holders,
+    /// and how many nodes wait: what [`inspect`](LockBackend::inspect) shows and
+    /// [`break_lock`](LockBackend::break_lock) deletes.
+    async fn holding(&self, session: &Session, lock: &LockName) -> Result<(Vec<(String, HolderInfo)>, usize)> {
         let parent = self.config.lock_path(lock);
         'look: for _ in 0..RETRIES {
-            let (children, _) = self.list(&session, lock, &parent).await?;
+            let (children, _) = self.list(session, lock, &parent).await?;
             let queue = queue(&children);
-            let Some(head) = queue.first() else { return Ok(LockInfo::new(Vec::new(), Some(0))) };
+            let Some(head) = queue.first() else { return Ok((Vec::new(), 0)) };
             // The nodes that hold: those the recipe grants, where a write node first in the
             // queue may have been downgraded to a read, which its data says (read first).
             let head_path = format!("{parent}/{}", head.name);
@@ -293,12 +257,82 @@ impl LockBackend for ZkBackend {
                     },
                     (None, None) => continue 'look,
                 };
-                holders.push(describe(contender, &data, &stat).with_kind(contender.kind.hold_kind(&data)));
+                let holder = describe(contender, &data, &stat).with_kind(contender.kind.hold_kind(&data));
+                holders.push((format!("{parent}/{}", contender.name), holder));
             }
             let waiters = queue.len() - holders.len();
-            return Ok(LockInfo::new(holders, Some(waiters)));
+            return Ok((holders, waiters));
         }
         Err(Error::connection(BACKEND, Some(lock), Failure::QueueKeptChanging).with_context("inspect the lock"))
+    }
+}
+
+/// When a node was created, by the server's clock.
+pub(crate) fn created_at(stat: &zk::Stat) -> Option<SystemTime> {
+    u64::try_from(stat.ctime).ok().and_then(|ms| SystemTime::UNIX_EPOCH.checked_add(Duration::from_millis(ms)))
+}
+
+#[async_trait]
+impl LockBackend for ZkBackend {
+    fn name(&self) -> &'static str {
+        BACKEND
+    }
+
+    // Every flag is set today; the update keeps this compiling when the core adds one.
+    #[allow(clippy::needless_update)]
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            fair: true,
+            fencing_survives_restart: true,
+            lease: true,
+            lease_renewal: true,
+            loss_notification: true,
+            inspect: true,
+            waiter_count: true,
+            cross_process: true,
+            rw_lock: true,
+            semaphore: true,
+            election: true,
+            break_lock: true,
+            ..Capabilities::NONE
+        }
+    }
+
+    fn address(&self) -> Option<String> {
+        Some(self.config.address())
+    }
+
+    async fn acquire(&self, request: AcquireRequest) -> Result<Option<Grant>> {
+        let span = tracing::debug_span!("lockkit.zk.acquire", lock = %request.lock, attempt = %request.attempt);
+        self.acquire_retrying(&request).instrument(span).await
+    }
+
+    async fn inspect(&self, lock: &LockName) -> Result<LockInfo> {
+        let session = self.session(Some(lock)).await?;
+        let (holders, waiters) = self.holding(&session, lock).await?;
+        Ok(LockInfo::new(holders.into_iter().map(|(_, holder)| holder).collect(), Some(waiters)))
+    }
+
+    async fn break_lock(&self, lock: &LockName) -> Result<Vec<HolderInfo>> {
+        let session = self.session(Some(lock)).await?;
+        let (holders, _) = self.holding(&session, lock).await?;
+        // Every holder's node at once: each deletion fires the holder's deletion watch (its
+        // guard reports RecordGone) and the watches of the waiters behind it.
+        let deletes: Vec<_> = holders.iter().map(|(path, _)| session.client.delete(path, None)).collect();
+        let mut broken = Vec::with_capacity(holders.len());
+        for ((path, holder), delete) in holders.into_iter().zip(deletes) {
+            match delete.await {
+                Ok(()) => broken.push(holder),
+                // Released (or broken by someone else) meanwhile: nothing of ours to report.
+                Err(zk::Error::NoNode) => {}
+                Err(error) => {
+                    return Err(session.error(error, Some(lock)).with_context(format!(
+                        "break the lock: delete {path} (needs the DELETE permission on its parent)"
+                    )));
+                }
+            }
+        }
+        Ok(broken)
     }
 
     fn observe(&self, lock: &LockName) -> Result<LeaderEvents> {

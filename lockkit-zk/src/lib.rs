@@ -29,7 +29,10 @@
 //!   it waits without one. `try_acquire` does not retry.
 //! - **Housekeeping:** lock znodes are CONTAINER nodes, deleted by the server once empty.
 //! - **Security:** with digest credentials, every node is creator-only by default, so a
-//!   client with other credentials can neither take nor delete a held lock ([`LockAcl`]).
+//!   client with other credentials can neither take, delete nor break a held lock ([`LockAcl`]).
+//! - **Breaking:** [`break_lock`](lockkit_core::LockProvider::break_lock) deletes the nodes
+//!   that hold (as `inspect` finds them), all at once: each holder's deletion watch signals
+//!   `RecordGone` at once, and the node behind is granted as by a release, with a greater czxid.
 //!
 //! # Nodes
 //!

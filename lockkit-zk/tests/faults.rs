@@ -405,8 +405,8 @@ fn waiter_whose_node_was_deleted_queues_again_instead_of_holding_a_ghost() {
 }
 
 /// With credentials, lock nodes are creator-only: a client with other (or no) credentials
-/// can neither delete a held lock's node nor take the lock, while a client of the same user
-/// contends normally.
+/// can neither delete a held lock's node, nor take the lock, nor break it, while a client of
+/// the same user contends normally and may break it.
 #[test]
 fn wrong_credentials_cannot_delete_or_take_a_held_lock() {
     run(async {
@@ -434,10 +434,15 @@ fn wrong_credentials_cannot_delete_or_take_a_held_lock() {
         let stolen = thief.lock(&name).unwrap().try_acquire().await;
         assert!(matches!(stolen, Err(Error::Backend { .. })), "the thief is refused: {stolen:?}");
         assert!(peer.lock(&name).unwrap().try_acquire().await.unwrap().is_none(), "the same user contends");
+        let refused = thief.break_lock(&name).await;
+        assert!(matches!(refused, Err(Error::Backend { .. })), "the thief may not break the lock: {refused:?}");
         assert!(guard.is_held());
         guard.release().await.unwrap();
-        let next = peer.lock(&name).unwrap().try_acquire().await.unwrap();
-        assert!(next.is_some());
+        let next = peer.lock(&name).unwrap().try_acquire().await.unwrap().expect("the peer takes the lock");
+        // The same user may break it (the ACL on the lock's node decides who may).
+        let broken = owner.break_lock(&name).await.unwrap();
+        assert_eq!(broken.iter().map(|held| held.token).collect::<Vec<_>>(), [next.token()]);
+        tokio::time::timeout(Duration::from_secs(5), next.lost()).await.expect("the broken holder learns of it");
     });
 }
 

@@ -14,7 +14,7 @@ use tokio::sync::{broadcast, oneshot};
 use tracing::Instrument;
 use uuid::Uuid;
 
-use crate::backend::{AcquireRequest, Grant, HeldLock, LeaderEvents, LockBackend, LockInfo};
+use crate::backend::{AcquireRequest, Grant, HeldLock, HolderInfo, LeaderEvents, LockBackend, LockInfo};
 use crate::{Capabilities, Error, LeaderEvent, LockName, LossReason, Result};
 
 use super::BACKEND;
@@ -100,6 +100,7 @@ impl LockBackend for MemoryClient {
             rw_lock: true,
             semaphore: true,
             election: true,
+            break_lock: true,
             ..Capabilities::NONE
         }
     }
@@ -163,6 +164,11 @@ impl LockBackend for MemoryClient {
         Ok(Box::pin(futures_util::stream::unfold(follow, Follow::next)))
     }
 
+    async fn break_lock(&self, lock: &LockName) -> Result<Vec<HolderInfo>> {
+        self.reachable(lock)?;
+        Ok(break_holds(&self.store, lock))
+    }
+
     async fn inspect(&self, lock: &LockName) -> Result<LockInfo> {
         self.reachable(lock)?;
         let state = self.store.current();
@@ -176,6 +182,17 @@ impl LockBackend for MemoryClient {
         });
         Ok(LockInfo::new(holders.collect(), Some(entry.queue.len())))
     }
+}
+
+/// The memory backend's break: every holder of the name is removed (their guards report
+/// [`LossReason::RecordGone`] at once) and the queue's head is handed the lock.
+pub(super) fn break_holds(store: &MemoryStore, lock: &LockName) -> Vec<HolderInfo> {
+    let mut state = store.current();
+    let Some(entry) = state.locks.get(lock) else { return Vec::new() };
+    let broken = entry.holders.iter().map(|holder| holder.owner.holder(holder.token).with_kind(holder.kind.clone()));
+    let broken: Vec<HolderInfo> = broken.collect();
+    state.remove_holders(lock, |_| true, LossReason::RecordGone);
+    broken
 }
 
 /// An observer of one election: the events to hand out first, then the store's feed.

@@ -5,11 +5,13 @@
 //! server. Failures name the backend, the case, the lock and the step.
 
 pub mod acquire;
+pub mod break_lock;
 pub mod cross_process;
 pub mod election;
 pub mod errors;
 pub mod fencing;
 pub mod loss;
+pub mod multi;
 pub mod mutual_exclusion;
 pub mod reentrancy;
 pub mod release;

@@ -1,0 +1,158 @@
+//! End-to-end tests of `lockkit break`: a real `lockkit run` holds a lock on files, a real
+//! redis-server and a real ZooKeeper server, another `lockkit` breaks it, and the holder's
+//! command is stopped for the loss while a later owner gets a greater token.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::*;
+use lockkit_testkit::fixture::{RedisServer, ZkServer};
+
+const LONG: Duration = Duration::from_secs(30);
+
+/// Exit codes of `lockkit break`.
+const NOTHING_TO_BREAK: i32 = 1;
+const DECLINED: i32 = 2;
+
+async fn redis_url() -> String {
+    RedisServer::shared().await.expect("redis-server starts").url()
+}
+
+async fn zk_url() -> String {
+    format!("zk://{}", ZkServer::shared().await.expect("ZooKeeper starts").connect_string())
+}
+
+fn file_url(dir: &Path) -> String {
+    format!("file://{}?check_every=200ms", dir.display())
+}
+
+/// Holds a lock with `lockkit run`, breaks it with `lockkit break --yes`, and checks what the
+/// operator is shown, that the holder exits 70 (lost) within `lost_within`, and that the next
+/// owner's token is greater.
+async fn break_a_held_lock(url: &str, holder_extra: &[&str], lost_within: Duration) {
+    let dir = tempfile::tempdir().unwrap();
+    let name = unique("break");
+    let (holder, token) = hold(&name, url, holder_extra, dir.path()).await;
+
+    let out = run(&["break", &name, "--url", url, "--yes"], LONG).await;
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert!(out.stdout.contains("held:    yes"), "the holder is shown first: {out:?}");
+    assert!(out.stdout.contains(&format!("broke:   token {token} (exclusive)")), "{out:?}");
+    assert!(out.stdout.contains("is free"), "{out:?}");
+
+    let lost = holder.finish(lost_within).await;
+    assert_eq!(lost.code, Some(LOST), "the holder's lockkit stops its command for the loss: {lost:?}");
+    assert!(lost.stderr.contains("lost"), "{lost:?}");
+
+    let next =
+        run(&["run", &name, "--url", url, "--no-wait", "--", "sh", "-c", "echo $LOCKKIT_FENCING_TOKEN"], LONG).await;
+    assert_eq!(next.code, Some(0), "{next:?}");
+    let next_token: u64 = next.stdout.trim().parse().expect("a token");
+    assert!(next_token > token, "the next owner's token {next_token} is greater than the broken {token}");
+}
+
+/// A free lock: "nothing to break" and its own exit code, with or without --yes.
+async fn nothing_to_break(url: &str) {
+    let name = unique("free");
+    for args in [&["break", &name, "--url", url, "--yes"][..], &["break", &name, "--url", url]] {
+        let out = run(args, LONG).await;
+        assert_eq!(out.code, Some(NOTHING_TO_BREAK), "{out:?}");
+        assert!(out.stdout.contains("nothing to break"), "{out:?}");
+    }
+}
+
+#[tokio::test]
+async fn break_frees_a_held_lock_on_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = file_url(dir.path());
+    // The holder's checker looks every 200 ms.
+    break_a_held_lock(&url, &[], Duration::from_secs(10)).await;
+    nothing_to_break(&url).await;
+}
+
+#[tokio::test]
+async fn break_frees_a_held_lock_on_redis() {
+    let url = redis_url().await;
+    // A lease of 3 s is renewed every second: the loss comes at the next renewal.
+    break_a_held_lock(&url, &["--lease", "3s"], Duration::from_secs(10)).await;
+    nothing_to_break(&url).await;
+}
+
+#[tokio::test]
+async fn break_frees_a_held_lock_on_zookeeper() {
+    let url = zk_url().await;
+    // The holder's deletion watch fires at once.
+    break_a_held_lock(&url, &[], Duration::from_secs(10)).await;
+    nothing_to_break(&url).await;
+}
+
+/// Without a terminal and without --yes, `break` refuses with a clear message and leaves the
+/// holder alone.
+#[tokio::test]
+async fn break_without_a_terminal_needs_yes() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = file_url(dir.path());
+    let name = unique("ask");
+    let (holder, token) = hold(&name, &url, &[], dir.path()).await;
+    let out = run(&["break", &name, "--url", &url], LONG).await;
+    assert_eq!(out.code, Some(USAGE), "{out:?}");
+    assert!(out.stderr.contains("--yes") && out.stderr.contains("terminal"), "{out:?}");
+    assert_eq!(out.stderr.lines().count(), 1, "one line: {out:?}");
+    let status = status_json(&name, &url).await;
+    assert_eq!(status["held"], true, "{status}");
+    assert_eq!(status["token"], token, "{status}");
+    stop(holder).await;
+}
+
+/// A bad lock name is a usage error before anything is asked of the store.
+#[tokio::test]
+async fn break_of_a_bad_name_is_a_usage_error() {
+    let out = run(&["break", "", "--url", "mem://", "--yes"], LONG).await;
+    assert_eq!(out.code, Some(USAGE), "{out:?}");
+    assert!(out.stderr.contains("name"), "{out:?}");
+}
+
+/// On a terminal (a pty from `script(1)`), `break` asks first: "n" leaves the holder alone
+/// (exit 2), "y" breaks the lock (exit 0) and the holder's `lockkit run` exits 70.
+#[tokio::test]
+async fn break_on_a_terminal_asks_first() {
+    if !Path::new("/usr/bin/script").exists() {
+        eprintln!("skipped: script(1) is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let url = file_url(dir.path());
+    let name = unique("tty");
+    let (holder, token) = hold(&name, &url, &[], dir.path()).await;
+    let on_a_terminal = |answer: &'static str| {
+        let inner = format!("{} break {name} --url '{url}'", env!("CARGO_BIN_EXE_lockkit"));
+        let mut command = tokio::process::Command::new("script");
+        command
+            .args(["-qec", &inner, "/dev/null"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        async move {
+            let mut child = command.spawn().unwrap();
+            let mut stdin = child.stdin.take().unwrap();
+            tokio::io::AsyncWriteExt::write_all(&mut stdin, answer.as_bytes()).await.unwrap();
+            let out = tokio::time::timeout(LONG, child.wait_with_output()).await.unwrap().unwrap();
+            (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
+        }
+    };
+    let (code, text) = on_a_terminal("n\n").await;
+    assert_eq!(code, Some(DECLINED), "{text}");
+    assert!(text.contains("[y/N]") && text.contains("not broken"), "{text}");
+    let status = status_json(&name, &url).await;
+    assert_eq!(status["token"], token, "declined: the holder keeps the lock: {status}");
+
+    let (code, text) = on_a_terminal("y\n").await;
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains(&format!("broke:   token {token}")), "{text}");
+    let lost = holder.finish(LONG).await;
+    assert_eq!(lost.code, Some(LOST), "{lost:?}");
+}
