@@ -64,7 +64,10 @@
 //!   value of the lock's fence counter, `max(counter + 1, server time in µs)`, which is the
 //!   fencing token (see [Fencing tokens and server restarts](#fencing-tokens-and-server-restarts)).
 //!   On contention it returns the holder's remaining lease. One round trip when the lock is
-//!   free.
+//!   free. The script starts with the lean path of that common case (a free mutex that nobody
+//!   waits for and no other kind uses: five server calls, before any of the queue's Lua
+//!   functions is made) and falls through, in the same call, to the whole logic otherwise;
+//!   the release script likewise.
 //! - **Fair waiting** (the default): a waiting acquisition joins the lock's wait queue, two
 //!   sorted sets kept by the scripts with the server's clock, and a free lock belongs to the
 //!   head of the queue. The release hands the lock over: it grants it to the head for a

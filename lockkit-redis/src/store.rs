@@ -28,24 +28,33 @@ use crate::util::{Home, lock, lock as lock_link};
 
 /// The sources of the scripts of the wait queue: the names of their keys (`layout.lua`), the
 /// queue's functions (`queue.lua`), then the script's own body.
+/// The acquire and release scripts put their lean path (the mutex's uncontended case) between
+/// the layout and the queue's functions, so that it runs before those are made.
 macro_rules! queue_script {
     ($layout:literal, $body:literal) => {
         concat!(include_str!($layout), include_str!("scripts/queue.lua"), include_str!($body))
+    };
+    ($layout:literal, $lean:literal, $body:literal) => {
+        concat!(include_str!($layout), include_str!($lean), include_str!("scripts/queue.lua"), include_str!($body))
     };
 }
 
 /// The acquire script of a mutex as benchmarks call it raw, with the six keys of earlier
 /// versions (record, fence counter, void marker, queue, queue expiry times, channel; see
 /// `layout_v1.lua`): the provider's own acquire script in every other respect.
-pub const ACQUIRE_SCRIPT: &str = queue_script!("scripts/layout_v1.lua", "scripts/acquire.lua");
+pub const ACQUIRE_SCRIPT: &str =
+    queue_script!("scripts/layout_v1.lua", "scripts/acquire_lean.lua", "scripts/acquire.lua");
 /// The release script of a mutex as benchmarks call it raw, with the five keys of earlier
 /// versions (record, fence counter, queue, queue expiry times, channel; see `layout_v1.lua`).
-pub const RELEASE_SCRIPT: &str = queue_script!("scripts/layout_v1.lua", "scripts/release.lua");
+pub const RELEASE_SCRIPT: &str =
+    queue_script!("scripts/layout_v1.lua", "scripts/release_lean.lua", "scripts/release.lua");
 
-static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(queue_script!("scripts/layout.lua", "scripts/acquire.lua")));
-static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(queue_script!("scripts/layout.lua", "scripts/release.lua")));
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(queue_script!("scripts/layout.lua", "scripts/acquire_lean.lua", "scripts/acquire.lua"))
+});
+static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(queue_script!("scripts/layout.lua", "scripts/release_lean.lua", "scripts/release.lua"))
+});
 static ABANDON: LazyLock<Script> =
     LazyLock::new(|| Script::new(queue_script!("scripts/layout.lua", "scripts/abandon.lua")));
 static DOWNGRADE: LazyLock<Script> =

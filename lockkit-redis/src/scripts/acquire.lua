@@ -19,9 +19,8 @@
 -- between the two is known in server time (see lock.rs).
 --
 -- While the queue has entries, free capacity belongs to its head: nobody else may take it.
--- The uncontended mutex path makes six calls (EXISTS, SET, EXISTS, and next_token's GET,
--- TIME, SET) and defines no function of its own (every function is a closure made at every
--- call).
+-- The uncontended mutex path is acquire_lean.lua, which runs before this; what comes here
+-- is every other case.
 
 local owner, member, kind = ARGV[1], ARGV[6], ARGV[7] or 'x'
 local permits = tonumber(ARGV[8]) or 0
