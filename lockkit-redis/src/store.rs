@@ -150,12 +150,14 @@ impl Kind {
 pub(crate) struct HoldTarget {
     pub(crate) kind: Kind,
     pub(crate) owner: String,
-    /// The keys of the renew script: the mutex record (`renew.lua`); the writer record, the
-    /// readers and their tokens (`renew_rw.lua`, for a write hold and, after a downgrade, a
-    /// read hold); the permit holders, their tokens and the permit count (`renew_permit.lua`);
-    /// for these two, the marker of the other kinds last (see `layout.lua`); every key of
-    /// the name for a leader (`renew_leader.lua`, which writes the vacancy in the election's
-    /// journal when it finds the record gone).
+    /// The keys of the renew script: the mutex record and the fence counter (`renew.lua`);
+    /// the writer record, the readers, their tokens, the marker of the other kinds (see
+    /// `layout.lua`) and the fence counter (`renew_rw.lua`, for a write hold and, after a
+    /// downgrade, a read hold); the permit holders, their tokens, the permit count and the
+    /// marker of the other kinds (`renew_permit.lua`); every key of the name for a leader
+    /// (`renew_leader.lua`, which writes the vacancy in the election's journal when it finds
+    /// the record gone). The counter of an exclusive hold is kept as long as the hold is
+    /// renewed, since its value is the hold's token.
     keys: Box<[String]>,
 }
 
@@ -163,8 +165,10 @@ impl HoldTarget {
     /// The target of `owner`'s hold of `kind` on the lock of `keys`.
     pub(crate) fn new(kind: Kind, keys: &LockKeys, owner: String) -> Self {
         let keys: Box<[String]> = match kind {
-            Kind::Exclusive => Box::new([keys.record().to_owned()]),
-            Kind::Read | Kind::Write => Box::new([keys.writer(), keys.readers(), keys.tokens(), keys.kinds()]),
+            Kind::Exclusive => Box::new([keys.record().to_owned(), keys.fence()]),
+            Kind::Read | Kind::Write => {
+                Box::new([keys.writer(), keys.readers(), keys.tokens(), keys.kinds(), keys.fence()])
+            }
             Kind::Permit(_) => Box::new([keys.permits(), keys.tokens(), keys.permit_count(), keys.kinds()]),
             Kind::Candidate => Box::new(keys.script_keys(keys.record())),
         };
@@ -321,6 +325,8 @@ pub(crate) struct Store {
     response_timeout: Duration,
     /// The claim window of hand-overs, in milliseconds.
     claim_ms: u64,
+    /// How long a fence counter outlives the last grant or renewal of its lock, in ms.
+    fence_retention_ms: u64,
     /// How many replicas must acknowledge grants and renewals (0: none).
     replicas: u32,
     /// How long `WAIT` waits for them.
@@ -351,6 +357,7 @@ impl Store {
             building: tokio::sync::Mutex::new(()),
             response_timeout: settings.response_timeout,
             claim_ms: settings.claim_millis(),
+            fence_retention_ms: settings.fence_retention_millis(),
             replicas: settings.replicas,
             replicas_timeout: settings.replicas_timeout,
             address: settings.address.clone(),
@@ -562,7 +569,8 @@ impl Store {
                         .arg(if queueing.join { "1" } else { "0" })
                         .arg(queueing.entry_ttl_ms)
                         .arg(self.claim_ms)
-                        .arg(&contender.member);
+                        .arg(&contender.member)
+                        .arg(self.fence_retention_ms);
                     if contender.kind != Kind::Exclusive {
                         invocation.arg(contender.kind.letter()).arg(contender.kind.permits());
                     }
@@ -780,7 +788,7 @@ impl Store {
         for hold in holds {
             match (hold.kind, lease_ms) {
                 (Kind::Exclusive, None) => {
-                    pipeline.cmd("GET").arg(&*hold.keys);
+                    pipeline.cmd("GET").arg(hold.keys.first());
                 }
                 (_, lease_ms) => {
                     let script = hold.renew_script();
@@ -795,6 +803,8 @@ impl Store {
                         // Where it finds the leader gone, it hands over (see renew_leader.lua).
                         pipeline.arg(self.claim_ms);
                     }
+                    // A renewal keeps the fence counter of an exclusive hold (see renew.lua).
+                    pipeline.arg(self.fence_retention_ms);
                 }
             }
         }

@@ -20,6 +20,10 @@ static ACQUIRE: std::sync::LazyLock<redis::Script> =
 static RELEASE: std::sync::LazyLock<redis::Script> =
     std::sync::LazyLock::new(|| redis::Script::new(lockkit::redis::scripts::RELEASE_SCRIPT));
 
+/// How long the raw scripts' fence counter outlives its last grant, in ms (the provider's
+/// default for a 30 s lease).
+const RAW_FENCE_RETENTION_MS: u64 = 300_000;
+
 /// A connection on which raw round trips are timed.
 pub(crate) enum Floor {
     /// A plain connection of the `redis` crate, and the key of the raw scripts' lock.
@@ -131,6 +135,7 @@ impl Floor {
                     .arg(60_000)
                     .arg(200)
                     .arg("")
+                    .arg(RAW_FENCE_RETENTION_MS)
                     .invoke_async(connection)
                     .await
                     .map_err(failed)?;
