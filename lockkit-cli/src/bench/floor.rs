@@ -192,6 +192,20 @@ impl Floor {
         }
     }
 
+    /// Redis only: the calls and microseconds of `EVALSHA` the server counted so far
+    /// (`INFO commandstats`, cumulative); the difference of two readings around a phase that
+    /// runs one script only is that script's server time. `None` where refused.
+    pub(crate) async fn evalsha_totals(&mut self) -> Option<(u64, u64)> {
+        let Floor::Redis(connection, _) = self else { return None };
+        let info: String = redis::cmd("INFO").arg("commandstats").query_async(connection).await.ok()?;
+        let Some(fields) = info.lines().find_map(|line| line.strip_prefix("cmdstat_evalsha:")) else {
+            return Some((0, 0));
+        };
+        let field =
+            |name: &str| fields.split(',').find_map(|f| f.strip_prefix(name)).and_then(|v| v.trim().parse().ok());
+        Some((field("calls=")?, field("usec=")?))
+    }
+
     /// Redis only: the server's own time per call of the commands a lock uses, from
     /// `INFO commandstats` (cumulative since the server started; `None` where refused).
     pub(crate) async fn server_usec_per_call(&mut self) -> Vec<(String, f64)> {
