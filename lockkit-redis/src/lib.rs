@@ -270,7 +270,9 @@
 //!   a restart without persistence: the next token is the server time in µs, above every
 //!   earlier token under the same assumption.
 //! - Eviction: under a `maxmemory` policy that evicts any key (`allkeys-*`), Redis may
-//!   evict a fence counter or a lock record. Use `noeviction` or a `volatile-*` policy.
+//!   evict a fence counter or a lock record. Use `noeviction` or a `volatile-*` policy. A
+//!   fence counter has an expiry (see [Keys](#keys)), so a `volatile-*` policy may evict it
+//!   as well: for tokens that is the same as its expiry, covered by the clock term.
 //!
 //! A server whose clock is set back, beyond what a failover took, can repeat tokens.
 //!
