@@ -58,6 +58,10 @@ async fn bench_on_redis_reports_every_figure_with_its_ratio_to_ping() {
     assert!(number(&json, "uncontended", "cycle_p50_ratio") > 0.0);
     assert!(number(&json, "contended", "handoff_p50_ratio") >= 0.0);
     assert!(number(&json, "upkeep", "round_trips_per_tick") >= 1.0);
+    // The server's time per script, each from a phase that runs that script only.
+    for key in ["acquire_script_new_name_us", "acquire_script_us", "release_script_us", "renew_script_us"] {
+        assert!(number(&json, "server", key) > 0.0, "{key}");
+    }
     check_common(&json, 50.0);
     let targets: Vec<&str> = json["targets"].as_array().unwrap().iter().filter_map(|t| t["figure"].as_str()).collect();
     for figure in [
@@ -67,6 +71,8 @@ async fn bench_on_redis_reports_every_figure_with_its_ratio_to_ping() {
         "contended.wait_max_over_p50",
         "upkeep.round_trips_per_tick",
         "upkeep.memory_per_lock_bytes",
+        "server.acquire_script_us",
+        "server.release_script_us",
     ] {
         assert!(targets.contains(&figure), "{figure} in {targets:?}");
     }

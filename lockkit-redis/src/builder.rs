@@ -27,6 +27,7 @@ pub const OPTIONS: &[&str] = &[
     "claim_window",
     "replicas",
     "replicas_timeout",
+    "fence_retention",
 ];
 
 /// The default lease: how long a hold outlives its holder when the holder dies.
@@ -52,6 +53,10 @@ pub const MAX_REPLICAS: u32 = 16;
 /// The default time a grant or a renewal waits for its replicas' acknowledgements (see
 /// [`RedisLockProviderBuilder::replicas_timeout`]).
 pub const DEFAULT_REPLICAS_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// The shortest default retention of an idle lock's fence counter (see
+/// [`RedisLockProviderBuilder::fence_retention`]); the default is ten leases, at least this.
+pub const MIN_DEFAULT_FENCE_RETENTION: Duration = Duration::from_secs(60);
 
 /// The shortest lease accepted: below it, a renewal round trip on a busy network could not
 /// be confirmed in time and every hold would be lost at random.
@@ -101,6 +106,7 @@ pub struct RedisLockProviderBuilder {
     claim_window: Option<Duration>,
     replicas: Option<u32>,
     replicas_timeout: Option<Duration>,
+    fence_retention: Option<Duration>,
     #[cfg(feature = "tls")]
     tls: TlsSettings,
 }
@@ -144,6 +150,7 @@ impl RedisLockProviderBuilder {
                 ))
             })?),
             "replicas_timeout" => self.replicas_timeout(CHECKS.duration(key, value)?),
+            "fence_retention" => self.fence_retention(CHECKS.duration(key, value)?),
             _ => return Err(CHECKS.unknown(key, OPTIONS)),
         })
     }
@@ -287,6 +294,24 @@ impl RedisLockProviderBuilder {
         self
     }
 
+    /// How long a lock's fence counter outlives the lock's last use (default ten leases, at
+    /// least [`MIN_DEFAULT_FENCE_RETENTION`]; at least the lease plus the claim window, at
+    /// most a day, which is also the least for a lease of a day). URL option `fence_retention`.
+    ///
+    /// Every grant (and every renewal of a mutex, a writer or a leader) sets the counter to
+    /// expire this long after it, so a name nobody uses any more leaves no key behind once
+    /// this time has passed. Tokens still never go back: a grant issues
+    /// `max(counter + 1, server time in µs)`, so a counter made again later starts above every
+    /// token issued before, as long as the server's clock does not step back (see "Fencing
+    /// tokens and server restarts" in the crate docs). A longer retention also covers a
+    /// clock that steps back by less than it between two uses of a name; the lease plus the
+    /// claim window is the least, because a grant whose reply was lost, or a hand-over, is
+    /// confirmed within that time with the token the counter holds.
+    pub fn fence_retention(mut self, retention: Duration) -> Self {
+        self.fence_retention = Some(retention);
+        self
+    }
+
     /// Trusts the certificate authority in `pem` (PEM-encoded) for `rediss://` servers,
     /// instead of the system's trust store: for servers with a private CA.
     #[cfg(feature = "tls")]
@@ -371,6 +396,15 @@ impl RedisLockProviderBuilder {
             MIN_CLAIM_WINDOW,
             lease,
         )?);
+        let least = lease.saturating_add(claim_window).min(config::MAX_DURATION);
+        let fence_retention = whole_millis(CHECKS.within(
+            "fence_retention",
+            self.fence_retention.unwrap_or_else(|| {
+                lease.saturating_mul(10).max(MIN_DEFAULT_FENCE_RETENTION).min(config::MAX_DURATION).max(least)
+            }),
+            least,
+            Duration::MAX,
+        )?);
         #[cfg(feature = "tls")]
         if !self.tls.is_empty() && !matches!(connection.addr(), redis::ConnectionAddr::TcpTls { .. }) {
             return Err(CHECKS.invalid(format!(
@@ -394,6 +428,7 @@ impl RedisLockProviderBuilder {
             claim_window,
             replicas,
             replicas_timeout,
+            fence_retention,
             #[cfg(feature = "tls")]
             tls: self.tls,
         })
@@ -413,7 +448,8 @@ impl std::fmt::Debug for RedisLockProviderBuilder {
             .field("fair", &self.fair)
             .field("claim_window", &self.claim_window)
             .field("replicas", &self.replicas)
-            .field("replicas_timeout", &self.replicas_timeout);
+            .field("replicas_timeout", &self.replicas_timeout)
+            .field("fence_retention", &self.fence_retention);
         #[cfg(feature = "tls")]
         debug.field("tls", &self.tls);
         debug.finish()
@@ -448,6 +484,8 @@ pub(crate) struct Settings {
     pub(crate) replicas: u32,
     /// How long `WAIT` waits for them.
     pub(crate) replicas_timeout: Duration,
+    /// How long a fence counter outlives the last grant or renewal of its lock.
+    pub(crate) fence_retention: Duration,
     #[cfg(feature = "tls")]
     pub(crate) tls: TlsSettings,
 }
@@ -500,6 +538,11 @@ impl Settings {
     /// The claim window in whole milliseconds, as the scripts take it.
     pub(crate) fn claim_millis(&self) -> u64 {
         millis(self.claim_window)
+    }
+
+    /// The fence counter's retention in whole milliseconds, as the scripts take it.
+    pub(crate) fn fence_retention_millis(&self) -> u64 {
+        millis(self.fence_retention)
     }
 }
 
@@ -641,6 +684,20 @@ mod tests {
     }
 
     #[test]
+    fn the_fence_retention_is_ten_leases_at_least_a_minute_and_never_below_a_grant_s_window() {
+        assert_eq!(base().settings().unwrap().fence_retention, Duration::from_secs(300));
+        assert_eq!(base().lease(Duration::from_secs(1)).settings().unwrap().fence_retention, Duration::from_secs(60));
+        let set = base().fence_retention(Duration::from_secs(40)).settings().unwrap();
+        assert_eq!(set.fence_retention, Duration::from_secs(40));
+        assert_eq!(from_url("redis://h:1/?fence_retention=90s").unwrap().fence_retention, Duration::from_secs(90));
+        // The lease (30 s) plus the claim window (200 ms) is the least.
+        let short = message(base().fence_retention(Duration::from_secs(30)));
+        assert!(short.contains("fence_retention") && short.contains("30.2s"), "{short}");
+        assert!(base().fence_retention(Duration::from_millis(30_200)).settings().is_ok());
+        assert!(url_message("redis://h:1/?fence_retention=2d").contains("fence_retention"));
+    }
+
+    #[test]
     fn defaults_follow_the_lease() {
         let settings = base().settings().unwrap();
         assert_eq!(settings.lease, DEFAULT_LEASE);
@@ -728,6 +785,7 @@ mod tests {
         let day = lockkit_core::config::MAX_DURATION;
         let longest = base().lease(day).settings().unwrap();
         assert_eq!(longest.lease_millis(), 86_400_000);
+        assert_eq!(longest.fence_retention, day, "the retention of the longest lease is a day");
         assert!(longest.lease_millis().saturating_mul(4) < u64::try_from(i64::MAX).unwrap(), "PX takes it");
     }
 

@@ -51,7 +51,7 @@
 //!
 //! Every setting has one name, the same as a builder method and as a URL option
 //! ([`OPTIONS`]): `lease`, `renew_every`, `response_timeout`, `drift`, `key_prefix`, `fair`,
-//! `claim_window`, `replicas`, `replicas_timeout`, as in `redis://host:6379/0?lease=10s&fair=false`. Every duration is
+//! `claim_window`, `replicas`, `replicas_timeout`, `fence_retention`, as in `redis://host:6379/0?lease=10s&fair=false`. Every duration is
 //! range-checked when the provider is built (see the builder's methods; none exceeds a day),
 //! so that a bad value is an [`InvalidConfig`](lockkit_core::Error::InvalidConfig) naming the
 //! option and its range, never a server error later. [`SCHEME`] registers `redis://`,
@@ -64,7 +64,10 @@
 //!   value of the lock's fence counter, `max(counter + 1, server time in µs)`, which is the
 //!   fencing token (see [Fencing tokens and server restarts](#fencing-tokens-and-server-restarts)).
 //!   On contention it returns the holder's remaining lease. One round trip when the lock is
-//!   free.
+//!   free. The script starts with the lean path of that common case (a free mutex that nobody
+//!   waits for and no other kind uses: five server calls, before any of the queue's Lua
+//!   functions is made) and falls through, in the same call, to the whole logic otherwise;
+//!   the release script likewise.
 //! - **Fair waiting** (the default): a waiting acquisition joins the lock's wait queue, two
 //!   sorted sets kept by the scripts with the server's clock, and a free lock belongs to the
 //!   head of the queue. The release hands the lock over: it grants it to the head for a
@@ -230,10 +233,23 @@
 //! set of owner ids by expiry) and `…:tokens` (a hash of the readers' tokens); a semaphore
 //! `…:permits` (a sorted set of owner ids by expiry), `…:tokens` and `…:permits:count` (its
 //! permit count); both, the marker `…:kinds`. An election adds its journal `…:terms` (a
-//! stream, also the name of the channel its changes are published on), which is kept, like
-//! the fence counter: an observer that comes back after any time replays what it missed. Each is present only while in use, and
-//! expires with the last hold or waiter that keeps it. The fence counter is never deleted: one small key per lock name ever
-//! used.
+//! stream, also the name of the channel its changes are published on), which is kept: an
+//! observer that comes back after any time replays what it missed. Each other key is present
+//! only while in use, and expires with the last hold or waiter that keeps it.
+//!
+//! The fence counter expires too, [`fence_retention`](RedisLockProviderBuilder::fence_retention)
+//! after the last grant or renewal of its lock (default ten leases, at least a minute: five
+//! minutes with the default lease). Every grant sets its expiry, and every renewal of a
+//! mutex, a writer or a leader extends it (their token is the counter's value, which
+//! `inspect` and `leader()` read), so a name that is no longer used leaves no key behind
+//! once the retention has passed: locking `orders/<id>` for millions of ids does not fill the
+//! server with counters. Tokens still never go back: the next grant of a name whose counter
+//! expired issues the server time in µs, which is above every token issued before (see
+//! below; this is the clock assumption that already covers restarts and failovers). The
+//! retention is at least the lease plus the claim window, the time within which a grant whose
+//! reply was lost, or a hand-over, is confirmed with the token the counter holds; a longer
+//! one also covers a server clock that steps back by less than the retention between two
+//! uses of a name. A counter written before this version has no expiry until its next grant.
 //!
 //! # Fencing tokens and server restarts
 //!
@@ -259,8 +275,13 @@
 //! - The counter term still matters: it keeps tokens increasing when grants come faster than
 //!   the clock's microseconds (a hand-over granting several waiters in one script), and
 //!   when a server's clock is behind the tokens already issued.
+//! - An expired counter (see [Keys](#keys)) is a counter that went back to nothing, as after
+//!   a restart without persistence: the next token is the server time in µs, above every
+//!   earlier token under the same assumption.
 //! - Eviction: under a `maxmemory` policy that evicts any key (`allkeys-*`), Redis may
-//!   evict a fence counter or a lock record. Use `noeviction` or a `volatile-*` policy.
+//!   evict a fence counter or a lock record. Use `noeviction` or a `volatile-*` policy. A
+//!   fence counter has an expiry (see [Keys](#keys)), so a `volatile-*` policy may evict it
+//!   as well: for tokens that is the same as its expiry, covered by the clock term.
 //!
 //! A server whose clock is set back, beyond what a failover took, can repeat tokens.
 //!
@@ -355,7 +376,7 @@ mod watchdog;
 
 pub use builder::{
     DEFAULT_CLAIM_WINDOW, DEFAULT_LEASE, DEFAULT_PREFIX, DEFAULT_REPLICAS_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT,
-    MAX_REPLICAS, MIN_CLAIM_WINDOW, MIN_LEASE, OPTIONS, RedisLockProviderBuilder,
+    MAX_REPLICAS, MIN_CLAIM_WINDOW, MIN_DEFAULT_FENCE_RETENTION, MIN_LEASE, OPTIONS, RedisLockProviderBuilder,
 };
 use lockkit_core::config::Scheme;
 pub use provider::{RedisLockProvider, RenewalStats};

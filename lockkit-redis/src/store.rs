@@ -28,24 +28,33 @@ use crate::util::{Home, lock, lock as lock_link};
 
 /// The sources of the scripts of the wait queue: the names of their keys (`layout.lua`), the
 /// queue's functions (`queue.lua`), then the script's own body.
+/// The acquire and release scripts put their lean path (the mutex's uncontended case) between
+/// the layout and the queue's functions, so that it runs before those are made.
 macro_rules! queue_script {
     ($layout:literal, $body:literal) => {
         concat!(include_str!($layout), include_str!("scripts/queue.lua"), include_str!($body))
+    };
+    ($layout:literal, $lean:literal, $body:literal) => {
+        concat!(include_str!($layout), include_str!($lean), include_str!("scripts/queue.lua"), include_str!($body))
     };
 }
 
 /// The acquire script of a mutex as benchmarks call it raw, with the six keys of earlier
 /// versions (record, fence counter, void marker, queue, queue expiry times, channel; see
 /// `layout_v1.lua`): the provider's own acquire script in every other respect.
-pub const ACQUIRE_SCRIPT: &str = queue_script!("scripts/layout_v1.lua", "scripts/acquire.lua");
+pub const ACQUIRE_SCRIPT: &str =
+    queue_script!("scripts/layout_v1.lua", "scripts/acquire_lean.lua", "scripts/acquire.lua");
 /// The release script of a mutex as benchmarks call it raw, with the five keys of earlier
 /// versions (record, fence counter, queue, queue expiry times, channel; see `layout_v1.lua`).
-pub const RELEASE_SCRIPT: &str = queue_script!("scripts/layout_v1.lua", "scripts/release.lua");
+pub const RELEASE_SCRIPT: &str =
+    queue_script!("scripts/layout_v1.lua", "scripts/release_lean.lua", "scripts/release.lua");
 
-static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(queue_script!("scripts/layout.lua", "scripts/acquire.lua")));
-static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(queue_script!("scripts/layout.lua", "scripts/release.lua")));
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(queue_script!("scripts/layout.lua", "scripts/acquire_lean.lua", "scripts/acquire.lua"))
+});
+static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(queue_script!("scripts/layout.lua", "scripts/release_lean.lua", "scripts/release.lua"))
+});
 static ABANDON: LazyLock<Script> =
     LazyLock::new(|| Script::new(queue_script!("scripts/layout.lua", "scripts/abandon.lua")));
 static DOWNGRADE: LazyLock<Script> =
@@ -143,12 +152,14 @@ impl Kind {
 pub(crate) struct HoldTarget {
     pub(crate) kind: Kind,
     pub(crate) owner: String,
-    /// The keys of the renew script: the mutex record (`renew.lua`); the writer record, the
-    /// readers and their tokens (`renew_rw.lua`, for a write hold and, after a downgrade, a
-    /// read hold); the permit holders, their tokens and the permit count (`renew_permit.lua`);
-    /// for these two, the marker of the other kinds last (see `layout.lua`); every key of
-    /// the name for a leader (`renew_leader.lua`, which writes the vacancy in the election's
-    /// journal when it finds the record gone).
+    /// The keys of the renew script: the mutex record and the fence counter (`renew.lua`);
+    /// the writer record, the readers, their tokens, the marker of the other kinds (see
+    /// `layout.lua`) and the fence counter (`renew_rw.lua`, for a write hold and, after a
+    /// downgrade, a read hold); the permit holders, their tokens, the permit count and the
+    /// marker of the other kinds (`renew_permit.lua`); every key of the name for a leader
+    /// (`renew_leader.lua`, which writes the vacancy in the election's journal when it finds
+    /// the record gone). The counter of an exclusive hold is kept as long as the hold is
+    /// renewed, since its value is the hold's token.
     keys: Box<[String]>,
 }
 
@@ -156,8 +167,10 @@ impl HoldTarget {
     /// The target of `owner`'s hold of `kind` on the lock of `keys`.
     pub(crate) fn new(kind: Kind, keys: &LockKeys, owner: String) -> Self {
         let keys: Box<[String]> = match kind {
-            Kind::Exclusive => Box::new([keys.record().to_owned()]),
-            Kind::Read | Kind::Write => Box::new([keys.writer(), keys.readers(), keys.tokens(), keys.kinds()]),
+            Kind::Exclusive => Box::new([keys.record().to_owned(), keys.fence()]),
+            Kind::Read | Kind::Write => {
+                Box::new([keys.writer(), keys.readers(), keys.tokens(), keys.kinds(), keys.fence()])
+            }
             Kind::Permit(_) => Box::new([keys.permits(), keys.tokens(), keys.permit_count(), keys.kinds()]),
             Kind::Candidate => Box::new(keys.script_keys(keys.record())),
         };
@@ -314,6 +327,8 @@ pub(crate) struct Store {
     response_timeout: Duration,
     /// The claim window of hand-overs, in milliseconds.
     claim_ms: u64,
+    /// How long a fence counter outlives the last grant or renewal of its lock, in ms.
+    fence_retention_ms: u64,
     /// How many replicas must acknowledge grants and renewals (0: none).
     replicas: u32,
     /// How long `WAIT` waits for them.
@@ -344,6 +359,7 @@ impl Store {
             building: tokio::sync::Mutex::new(()),
             response_timeout: settings.response_timeout,
             claim_ms: settings.claim_millis(),
+            fence_retention_ms: settings.fence_retention_millis(),
             replicas: settings.replicas,
             replicas_timeout: settings.replicas_timeout,
             address: settings.address.clone(),
@@ -560,7 +576,8 @@ impl Store {
                         .arg(if queueing.join { "1" } else { "0" })
                         .arg(queueing.entry_ttl_ms)
                         .arg(self.claim_ms)
-                        .arg(&contender.member);
+                        .arg(&contender.member)
+                        .arg(self.fence_retention_ms);
                     if contender.kind != Kind::Exclusive {
                         invocation.arg(contender.kind.letter()).arg(contender.kind.permits());
                     }
@@ -778,7 +795,7 @@ impl Store {
         for hold in holds {
             match (hold.kind, lease_ms) {
                 (Kind::Exclusive, None) => {
-                    pipeline.cmd("GET").arg(&*hold.keys);
+                    pipeline.cmd("GET").arg(hold.keys.first());
                 }
                 (_, lease_ms) => {
                     let script = hold.renew_script();
@@ -793,6 +810,8 @@ impl Store {
                         // Where it finds the leader gone, it hands over (see renew_leader.lua).
                         pipeline.arg(self.claim_ms);
                     }
+                    // A renewal keeps the fence counter of an exclusive hold (see renew.lua).
+                    pipeline.arg(self.fence_retention_ms);
                 }
             }
         }

@@ -20,6 +20,10 @@ static ACQUIRE: std::sync::LazyLock<redis::Script> =
 static RELEASE: std::sync::LazyLock<redis::Script> =
     std::sync::LazyLock::new(|| redis::Script::new(lockkit::redis::scripts::RELEASE_SCRIPT));
 
+/// How long the raw scripts' fence counter outlives its last grant, in ms (the provider's
+/// default for a 30 s lease).
+const RAW_FENCE_RETENTION_MS: u64 = 300_000;
+
 /// A connection on which raw round trips are timed.
 pub(crate) enum Floor {
     /// A plain connection of the `redis` crate, and the key of the raw scripts' lock.
@@ -131,6 +135,7 @@ impl Floor {
                     .arg(60_000)
                     .arg(200)
                     .arg("")
+                    .arg(RAW_FENCE_RETENTION_MS)
                     .invoke_async(connection)
                     .await
                     .map_err(failed)?;
@@ -185,6 +190,20 @@ impl Floor {
                 Ok(Sample { main, exists: Some(exists), notify: Some(notify), recipe: Some(recipe) })
             }
         }
+    }
+
+    /// Redis only: the calls and microseconds of `EVALSHA` the server counted so far
+    /// (`INFO commandstats`, cumulative); the difference of two readings around a phase that
+    /// runs one script only is that script's server time. `None` where refused.
+    pub(crate) async fn evalsha_totals(&mut self) -> Option<(u64, u64)> {
+        let Floor::Redis(connection, _) = self else { return None };
+        let info: String = redis::cmd("INFO").arg("commandstats").query_async(connection).await.ok()?;
+        let Some(fields) = info.lines().find_map(|line| line.strip_prefix("cmdstat_evalsha:")) else {
+            return Some((0, 0));
+        };
+        let field =
+            |name: &str| fields.split(',').find_map(|f| f.strip_prefix(name)).and_then(|v| v.trim().parse().ok());
+        Some((field("calls=")?, field("usec=")?))
     }
 
     /// Redis only: the server's own time per call of the commands a lock uses, from

@@ -10,8 +10,11 @@
 //!    ([`election`]);
 //! 3. many locks: `--locks` distinct locks acquired and released one after another, then all
 //!    at once on one client;
-//! 4. held-lock upkeep: `--locks` locks held for a few renewal rounds (Redis: round trips per
-//!    tick from the watchdog's counters), client CPU and resident memory per held lock.
+//! 4. Redis: the server's time per acquire and per release script, each phase running that
+//!    script only (2,000 free locks acquired, then released; `INFO commandstats` deltas);
+//! 5. held-lock upkeep: `--locks` locks held for a few renewal rounds (Redis: round trips per
+//!    tick from the watchdog's counters, and the server's time per renew script over those
+//!    ticks), client CPU and resident memory per held lock.
 
 mod election;
 mod floor;
@@ -88,6 +91,9 @@ struct Bench {
     floor_p50: Option<f64>,
     /// The uncontended mutex cycle's p50 in µs, once measured.
     cycle_p50: f64,
+    /// Redis: the server's time per call of each script (JSON key, label, µs), measured
+    /// around phases that run that script only.
+    scripts: Vec<(&'static str, &'static str, f64)>,
     report: Report,
 }
 
@@ -114,7 +120,18 @@ pub(crate) async fn bench(args: BenchArgs) -> Result<Code, Failure> {
         floor: floor.as_ref().map(|f| f.describe().to_owned()),
         ..Report::default()
     };
-    let mut bench = Bench { args, target, url, prefix, provider, floor, floor_p50: None, cycle_p50: 0.0, report };
+    let mut bench = Bench {
+        args,
+        target,
+        url,
+        prefix,
+        provider,
+        floor,
+        floor_p50: None,
+        cycle_p50: 0.0,
+        scripts: Vec::new(),
+        report,
+    };
     bench.uncontended().await?;
     bench.contended().await?;
     bench.shared(bench.cycle_p50).await?;
@@ -123,6 +140,9 @@ pub(crate) async fn bench(args: BenchArgs) -> Result<Code, Failure> {
     // Many locks before upkeep: the allocator then already has the memory that 10,000
     // acquisitions in flight need, and the resident memory grows by what the holds keep.
     bench.many_locks().await?;
+    if bench.url.backend() == "redis" {
+        bench.script_costs().await?;
+    }
     bench.upkeep().await?;
     bench.server_stats().await;
     if bench.url.backend() == "redis" {
@@ -446,9 +466,22 @@ impl Bench {
         let mut ticks = None;
         if let Some(redis) = &redis {
             let before = redis.renewal_stats();
+            // Nothing but renewals runs while the ticks come: the server's time per renew
+            // script is the EVALSHA time of the window.
+            let scripts_before = match &mut self.floor {
+                Some(floor) => floor.evalsha_totals().await,
+                None => None,
+            };
             let deadline = Instant::now() + Duration::from_secs(30);
             while redis.renewal_stats().ticks < before.ticks + 3 && Instant::now() < deadline {
                 tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let scripts_after = match &mut self.floor {
+                Some(floor) => floor.evalsha_totals().await,
+                None => None,
+            };
+            if let Some(usec) = per_call(scripts_before, scripts_after) {
+                self.scripts.push(("renew_script", "server time per renew script, batched", usec));
             }
             let after = redis.renewal_stats();
             let n = after.ticks.saturating_sub(before.ticks).max(1) as f64;
@@ -509,6 +542,63 @@ impl Bench {
                     .to_owned(),
             ),
             _ => {}
+        }
+        Ok(())
+    }
+
+    /// Redis: the server's time per call of the acquire and release scripts on the
+    /// uncontended path, each measured alone (`INFO commandstats` deltas): `SCRIPT_LOCKS` (at
+    /// most `--locks`) acquisitions of free locks nobody waits for, then their releases, twice
+    /// (new names, then the same names used before), on a provider of its own whose renewals
+    /// do not fall in between (a 60 s lease renewed every 20 s). The renew script is measured
+    /// in [`upkeep`](Self::upkeep).
+    async fn script_costs(&mut self) -> Result<(), Failure> {
+        let fail = |e: lockkit::Error| Failure::from_lock_error(&e, "server time per script: a Redis provider");
+        let builder = lockkit::redis::RedisLockProviderBuilder::from_url(&self.url.store).map_err(fail)?;
+        let provider =
+            builder.lease(Duration::from_secs(60)).renew_every(Duration::from_secs(20)).build().map_err(fail)?;
+        let provider: LockProvider = provider.into();
+        let count = SCRIPT_LOCKS.min(usize::try_from(self.args.locks).unwrap_or(usize::MAX));
+        let locks = (0..count)
+            .map(|i| self.lock(&provider, &self.name(&format!("scripts/{i}"))))
+            .collect::<Result<Vec<_>, _>>()?;
+        let fail = self.fail(&self.name("scripts/…"), "server time per script: acquire+release of");
+        // Warm up: the connection and the script cache.
+        provider
+            .lock(&self.name("scripts/warm"))
+            .map_err(&fail)?
+            .acquire()
+            .await
+            .map_err(&fail)?
+            .release()
+            .await
+            .map_err(&fail)?;
+        let Some(floor) = &mut self.floor else { return Ok(()) };
+        // Twice over the same names: the first round makes each name's fence counter (a new
+        // key), the second is the common case of a lock used before.
+        let mut readings = Vec::with_capacity(5);
+        readings.push(floor.evalsha_totals().await);
+        for _ in 0..2 {
+            let mut guards = Vec::with_capacity(locks.len());
+            for lock in &locks {
+                guards.push(lock.acquire().await.map_err(&fail)?);
+            }
+            readings.push(floor.evalsha_totals().await);
+            for guard in guards {
+                guard.release().await.map_err(&fail)?;
+            }
+            readings.push(floor.evalsha_totals().await);
+        }
+        let figures = [
+            ("acquire_script_new_name", "server time per acquire script, free lock of a new name", 0),
+            ("acquire_script", "server time per acquire script, free lock used before", 2),
+            ("release_script", "server time per release script, nobody waiting", 3),
+        ];
+        for (key, label, at) in figures {
+            let reading = |at: usize| readings.get(at).copied().flatten();
+            if let Some(usec) = per_call(reading(at), reading(at + 1)) {
+                self.scripts.push((key, label, usec));
+            }
         }
         Ok(())
     }
@@ -602,14 +692,20 @@ impl Bench {
         }
     }
 
-    /// Redis: deletes the fence counters of this run's locks (a counter is never deleted by
-    /// the backend, so that tokens keep increasing; nobody else uses these names).
+    /// Redis: deletes the fence counters of this run's locks at once (the backend lets a
+    /// counter expire only `fence_retention` after its lock's last use; nobody else uses these
+    /// names).
     async fn remove_fence_counters(&mut self) {
         let (Ok(provider), Some(Floor::Redis(connection, _))) = (self.redis_upkeep_provider(), &mut self.floor) else {
             return;
         };
         let count = self.args.locks;
-        let mut names = vec![format!("{}/uncontended", self.prefix), format!("{}/contended", self.prefix)];
+        let mut names = vec![
+            format!("{}/uncontended", self.prefix),
+            format!("{}/contended", self.prefix),
+            format!("{}/scripts/warm", self.prefix),
+        ];
+        names.extend((0..SCRIPT_LOCKS).map(|i| format!("{}/scripts/{i}", self.prefix)));
         for what in ["sequential", "concurrent", "held"] {
             names.extend((0..count).map(|i| format!("{}/{what}/{i}", self.prefix)));
         }
@@ -633,6 +729,12 @@ impl Bench {
 
     /// Redis: the server's time per call of the commands used, for the analysis of a ratio.
     async fn server_stats(&mut self) {
+        for (key, label, usec) in std::mem::take(&mut self.scripts) {
+            self.report.add("server", key, label, usec, Unit::Micros);
+            if matches!(key, "acquire_script" | "release_script") {
+                self.report.target("≤ 5 µs", |v, _| v <= 5.0);
+            }
+        }
         let Some(floor) = &mut self.floor else { return };
         for (command, usec) in floor.server_usec_per_call().await {
             let key = match command.as_str() {
@@ -642,9 +744,25 @@ impl Bench {
                 "subscribe" => "subscribe_usec_per_call",
                 _ => "ssubscribe_usec_per_call",
             };
-            self.report.add("server", key, format!("server time per {}", command.to_uppercase()), usec, Unit::Micros);
+            let label = match command.as_str() {
+                "evalsha" => "server time per EVALSHA, every script since the server started".to_owned(),
+                other => format!("server time per {}", other.to_uppercase()),
+            };
+            self.report.add("server", key, label, usec, Unit::Micros);
         }
     }
+}
+
+/// How many free locks the Redis server-time phase acquires, then releases (at most
+/// `--locks`).
+const SCRIPT_LOCKS: usize = 2_000;
+
+/// The server's µs per `EVALSHA` between two readings of `(calls, usec)`; `None` when either
+/// is missing or no call was made.
+fn per_call(before: Option<(u64, u64)>, after: Option<(u64, u64)>) -> Option<f64> {
+    let ((calls0, usec0), (calls1, usec1)) = (before?, after?);
+    let calls = calls1.checked_sub(calls0).filter(|&n| n > 0)?;
+    Some(usec1.saturating_sub(usec0) as f64 / calls as f64)
 }
 
 /// The process's resident memory (`VmRSS` of /proc/self/status), in bytes.

@@ -1,12 +1,13 @@
--- Grants a hold of kind ARGV[7] on a name to owner ARGV[1] for ARGV[2] ms (keys: see
+-- Grants a hold of kind ARGV[8] on a name to owner ARGV[1] for ARGV[2] ms (keys: see
 -- layout.lua; KEYS[3] is the void marker of this acquisition).
 -- ARGV: [1] the owner id, [2] the lease in ms, [3] '1' when this acquisition waits in the
 --       queue of a fair lock (it joins the queue, or refreshes its entry, whenever it is not
 --       granted), '0' otherwise, [4] how long a queue entry lives without a refresh (ms),
 --       [5] how long a hand-over to the head of the queue lasts unless confirmed (ms),
---       [6] this acquisition's queue member, [7] the kind: 'x' mutex, 'r' read, 'w' write,
---       'p' permit, 'c' candidate of an election (its identity is in its owner id; see
---       queue.lua), [8] the semaphore's permit count (permits only).
+--       [6] this acquisition's queue member, [7] how long the fence counter outlives the
+--       grant (ms; see next_token in queue.lua), [8] the kind (none for a mutex): 'x' mutex,
+--       'r' read, 'w' write, 'p' permit, 'c' candidate of an election (its identity is in its
+--       owner id; see queue.lua), [9] the semaphore's permit count (permits only).
 -- Returns {1, token, 0, 0} when granted; {-1, 0, 0, 0} when this acquisition was abandoned
 -- and must not be granted any more; {-3, 0, 0, 0}, having changed nothing, when a mutex was
 -- asked with the short layout (see layout.lua) of a name that other kinds use;
@@ -14,17 +15,18 @@
 -- `count` permits; 3: as a lock) or as a semaphore of another count (what = 2, with the
 -- count in use); and {0, ms, fence, now} otherwise, ms
 -- being how long the holds that keep this one out last at most, and, for a queued
--- acquisition, fence the fence counter's value and now the server time in ms: a hand-over
+-- acquisition, fence the fence counter's value (or, when the counter expired, the server time
+-- in µs, above every token issued before it) and now the server time in ms: a hand-over
 -- that reaches the waiter later with a greater token was made after this reply, and the time
 -- between the two is known in server time (see lock.rs).
 --
 -- While the queue has entries, free capacity belongs to its head: nobody else may take it.
--- The uncontended mutex path makes six calls (EXISTS, SET, EXISTS, and next_token's GET,
--- TIME, SET) and defines no function of its own (every function is a closure made at every
--- call).
+-- The uncontended mutex path is acquire_lean.lua, which runs before this; what comes here
+-- is every other case.
 
-local owner, member, kind = ARGV[1], ARGV[6], ARGV[7] or 'x'
-local permits = tonumber(ARGV[8]) or 0
+FENCE_TTL = ARGV[7]
+local owner, member, kind = ARGV[1], ARGV[6], ARGV[8] or 'x'
+local permits = tonumber(ARGV[9]) or 0
 local joins = ARGV[3] == '1'
 
 -- The mutex among mutexes: nobody queued, no other kind in use (the marker of the other
@@ -81,7 +83,26 @@ local function refuse(left, now)
   if not join(now) then
     return {-1, 0, 0, 0}
   end
-  return {0, left, tonumber(redis.call('GET', K_FENCE) or '0'), now}
+  local fence = tonumber(redis.call('GET', K_FENCE))
+  if not fence then
+    -- The counter expired: every token issued before is below the server's clock in µs.
+    local t = redis.call('TIME')
+    fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  return {0, left, fence, now}
+end
+
+-- The token of an exclusive hold this acquisition has: the fence counter's value, kept for
+-- FENCE_TTL more. Should the counter have expired since the grant (a retention shorter than
+-- the time a lost reply took to be asked again), the hold gets the next token, which is
+-- above every token issued before, its own included, and which the counter then keeps.
+local function held_token()
+  local token = tonumber(redis.call('GET', K_FENCE))
+  if not token then
+    return next_token(K_FENCE)
+  end
+  redis.call('PEXPIRE', K_FENCE, FENCE_TTL)
+  return token
 end
 
 -- An earlier try of this very mutex acquisition was granted and its reply lost, or the lock
@@ -90,7 +111,7 @@ end
 local function regrant_mutex()
   redis.call('PEXPIRE', K_RECORD, ARGV[2])
   leave()
-  return {1, tonumber(redis.call('GET', K_FENCE)), 0, 0}
+  return {1, held_token(), 0, 0}
 end
 
 if alone then
@@ -176,7 +197,7 @@ local function regrant()
       key = K_WRITER
     end
     redis.call('PEXPIRE', key, lease)
-    token = redis.call('GET', K_FENCE)
+    token = held_token()
     if kind == 'w' then
       M.mark_kinds(lease)
     end

@@ -20,6 +20,9 @@ local K_RECORD, K_FENCE, K_VOID, K_QUEUE, K_EXPIRY, K_CHANNEL = KEYS[1], KEYS[2]
 local K_KINDS, K_WRITER, K_READERS, K_PERMITS, K_TOKENS, K_COUNT = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
 local K_TERMS = KEYS[13]
 local SHORT = #KEYS == 7
+-- How long the fence counter outlives a grant, in ms, for the scripts that are told (the
+-- acquire script sets it from its arguments; see next_token in queue.lua).
+local FENCE_TTL
 
 -- The keys in the order above, for queue.lua's machinery (which reads them from here rather
 -- than closing over the locals above: a closure costs an object per captured local at every

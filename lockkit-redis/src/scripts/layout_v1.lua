@@ -14,6 +14,7 @@ end
 local K_KINDS = K_RECORD .. ':kinds'
 local K_WRITER, K_READERS, K_PERMITS, K_TOKENS, K_COUNT
 local SHORT = true
+local FENCE_TTL
 
 -- The keys in the order of layout.lua, for queue.lua's machinery.
 local function layout()

@@ -52,7 +52,10 @@ end
 -- of its old primary (as long as the server clock, and the promoted server's clock, is not
 -- behind the last grant's time; see "Fencing tokens and server restarts" in lib.rs). The
 -- counter term keeps tokens increasing when grants come faster than the clock's
--- microseconds. One GET, one TIME, one SET per grant.
+-- microseconds. One GET, one TIME, one SET per grant. The counter expires FENCE_TTL ms after
+-- the grant in the scripts that know the retention (acquire; every renewal of an exclusive
+-- hold extends it); a hand-over from another script keeps the counter's expiry as it was
+-- (the head's confirmation, an acquire call, extends it within a claim window).
 local function next_token(fence)
   local token = (tonumber(redis.call('GET', fence)) or 0) + 1
   local t = redis.call('TIME')
@@ -60,7 +63,11 @@ local function next_token(fence)
   if now > token then
     token = now
   end
-  redis.call('SET', fence, string.format('%d', token))
+  if FENCE_TTL then
+    redis.call('SET', fence, string.format('%d', token), 'PX', FENCE_TTL)
+  else
+    redis.call('SET', fence, string.format('%d', token), 'KEEPTTL')
+  end
   return token
 end
 
