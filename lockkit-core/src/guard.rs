@@ -183,6 +183,14 @@ impl LockGuard {
         self.hold.signal.valid_until()
     }
 
+    /// When the hold's maximum hold ends, if it was acquired with one
+    /// ([`AcquireOptions::with_max_hold`](crate::AcquireOptions::with_max_hold) or the
+    /// provider's default): the hold is lost then, with
+    /// [`LossReason::MaxHoldReached`], at the latest. Reentrant guards share it.
+    pub fn max_hold_until(&self) -> Option<Instant> {
+        self.hold.signal.cap()
+    }
+
     /// Resolves when the hold is lost, with the reason. Resolves at once when it already was.
     ///
     /// # Cancel safety

@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
-use crate::backend::{AcquireRequest, Deadline, Grant, HeldLock, LockBackend};
+use crate::backend::{AcquireRequest, Deadline, Grant, HeldLock, LockBackend, deadline_after};
 use crate::guard::Hold;
+use crate::provider::{Policy, check_max_hold};
 use crate::release::{Release, Releases};
 use crate::{AcquireOptions, Error, HoldKind, LockGuard, LockName, Result, Wait};
 
@@ -50,6 +51,8 @@ pub(crate) struct HandleInner {
     kind: HoldKind,
     /// Releases of this handle's guards still in flight.
     releases: Arc<Releases>,
+    /// The provider's settings.
+    policy: Arc<Policy>,
 }
 
 impl HandleInner {
@@ -81,9 +84,9 @@ impl HandleInner {
 
 impl LockHandle {
     /// A handle for holds of `kind` on `lock`, once the caller checked the backend grants it.
-    pub(crate) fn new(backend: Arc<dyn LockBackend>, lock: LockName, kind: HoldKind) -> Self {
+    pub(crate) fn new(backend: Arc<dyn LockBackend>, lock: LockName, kind: HoldKind, policy: Arc<Policy>) -> Self {
         let backend_name = backend.name();
-        Self { inner: Arc::new(HandleInner { backend, backend_name, lock, kind, releases: Arc::default() }) }
+        Self { inner: Arc::new(HandleInner { backend, backend_name, lock, kind, releases: Arc::default(), policy }) }
     }
 
     /// The lock's name.
@@ -167,7 +170,10 @@ impl LockHandle {
     /// # Errors
     ///
     /// [`Error::Timeout`] when the allowed wait ended while the store could not be reached
-    /// (the failure is its source); otherwise as for [`acquire`](Self::acquire).
+    /// (the failure is its source); [`Error::InvalidConfig`] for a maximum hold below the
+    /// backend's renewal interval
+    /// ([`LockProvider::min_max_hold`](crate::LockProvider::min_max_hold)); otherwise as for
+    /// [`acquire`](Self::acquire).
     ///
     /// # Cancel safety
     ///
@@ -180,19 +186,25 @@ impl LockHandle {
             kind = ?self.inner.kind,
             wait = ?options.wait,
         );
-        self.acquire_inner(options.wait).instrument(span).await.map_err(|error| self.inner.describe(error))
+        self.acquire_inner(options).instrument(span).await.map_err(|error| self.inner.describe(error))
     }
 
-    async fn acquire_inner(&self, wait: Wait) -> Result<Option<LockGuard>> {
+    async fn acquire_inner(&self, options: AcquireOptions) -> Result<Option<LockGuard>> {
         // An acquisition that completes without waiting (an in-process store, a free lock)
         // touches no Tokio resource, so a loop of them would never yield: take from the
         // task's cooperative budget, as Tokio's own resources do.
         tokio::task::consume_budget().await;
         let inner = &self.inner;
+        let wait = options.wait;
         let deadline = Deadline::from_wait(wait, Instant::now());
         if !inner.kind.is_supported_by(&inner.backend.capabilities()) {
             return Err(Error::unsupported(inner.backend_name, Some(&inner.lock), inner.kind.describe()));
         }
+        // The provider's default was checked when it was set.
+        let max_hold = match options.max_hold {
+            Some(max_hold) => Some(check_max_hold(&*inner.backend, max_hold)?),
+            None => inner.policy.max_hold,
+        };
         let mark = inner.releases.mark();
         if !inner.releases.settled(mark) {
             // A release of this handle's guards is still on its way to the store; asking now
@@ -204,7 +216,7 @@ impl LockHandle {
             }
         }
         loop {
-            let request = AcquireRequest::new(inner.lock.clone(), inner.kind.clone(), deadline);
+            let request = AcquireRequest::new(inner.lock.clone(), inner.kind.clone(), deadline).with_max_hold(max_hold);
             // The backend sees the deadline too; dropping its future at the deadline is the
             // backstop, and its cancel safety leaves no trace.
             let granted = match deadline {
@@ -244,6 +256,10 @@ impl LockHandle {
             // From here to the guard there is no await: a grant cannot be lost to cancellation.
             tracing::debug!(token = grant.token.get(), "granted");
             let Grant { token, signal, held } = grant;
+            if let Some(max_hold) = max_hold {
+                // Counted from the grant's arrival: renewal never extends the hold past it.
+                signal.cap_at(deadline_after(Instant::now(), max_hold));
+            }
             return Ok(Some(Hold::first_guard(Arc::clone(inner), token, signal, held)));
         }
     }

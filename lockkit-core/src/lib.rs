@@ -53,6 +53,14 @@
 //! granted the lock. Fencing tokens cover that window: a resource that refuses writes with a
 //! token below the highest it has seen refuses the former holder's writes.
 //!
+//! # A maximum hold
+//!
+//! [`AcquireOptions::with_max_hold`] (or a provider's default, [`LockProvider::with_max_hold`],
+//! URL option `max_hold`) caps a hold: its deadline never goes past the cap, renewal stops
+//! there, the guard is signalled lost with [`LossReason::MaxHoldReached`], and the record
+//! expires with its lease (a backend whose holds have no lease frees it at the cap). The cap
+//! is carried by the hold's signal, so every backend keeps it the same way.
+//!
 //! # Runtime
 //!
 //! lockkit runs on Tokio 1.x with the time driver (and the I/O driver for network backends)

@@ -197,6 +197,8 @@ impl Watchdog {
     /// The holds to renew now, dropping those that ended.
     fn due(&self) -> Vec<Due> {
         let mut holds = lock(&self.holds);
+        // Past its maximum hold a hold is not held (its deadline stops at the cap): it is
+        // renewed no more, and its record expires with its lease.
         holds.retain(|_, entry| entry.signal.is_held());
         holds.iter().map(|(id, e)| (*id, Arc::clone(&e.target), e.signal.clone())).collect()
     }

@@ -10,6 +10,7 @@ pub mod election;
 pub mod errors;
 pub mod fencing;
 pub mod loss;
+pub mod max_hold;
 pub mod mutual_exclusion;
 pub mod reentrancy;
 pub mod release;
