@@ -13,6 +13,7 @@ use tracing::Instrument;
 
 use crate::backend::{AcquireRequest, Deadline, Grant, HeldLock, LockBackend, deadline_after};
 use crate::guard::Hold;
+use crate::metrics::{AcquireTimer, Labels, Outcome};
 use crate::provider::{Policy, check_max_hold};
 use crate::release::{Release, Releases};
 use crate::{AcquireOptions, Error, HoldKind, LockGuard, LockName, Result, Wait};
@@ -53,6 +54,8 @@ pub(crate) struct HandleInner {
     releases: Arc<Releases>,
     /// The provider's settings.
     policy: Arc<Policy>,
+    /// The labels of this handle's metrics.
+    labels: Labels,
 }
 
 impl HandleInner {
@@ -66,6 +69,10 @@ impl HandleInner {
 
     pub(crate) fn backend_name(&self) -> &'static str {
         self.backend_name
+    }
+
+    pub(crate) fn labels(&self) -> &Labels {
+        &self.labels
     }
 
     /// Names the store in a connection or store error of this backend.
@@ -86,7 +93,9 @@ impl LockHandle {
     /// A handle for holds of `kind` on `lock`, once the caller checked the backend grants it.
     pub(crate) fn new(backend: Arc<dyn LockBackend>, lock: LockName, kind: HoldKind, policy: Arc<Policy>) -> Self {
         let backend_name = backend.name();
-        Self { inner: Arc::new(HandleInner { backend, backend_name, lock, kind, releases: Arc::default(), policy }) }
+        let labels = Labels::new(backend_name, &kind, &lock, policy.metrics_prefix.as_ref());
+        let releases = Arc::default();
+        Self { inner: Arc::new(HandleInner { backend, backend_name, lock, kind, releases, policy, labels }) }
     }
 
     /// The lock's name.
@@ -186,7 +195,16 @@ impl LockHandle {
             kind = ?self.inner.kind,
             wait = ?options.wait,
         );
-        self.acquire_inner(options).instrument(span).await.map_err(|error| self.inner.describe(error))
+        let timer = AcquireTimer::start(&self.inner.labels);
+        let busy = Deadline::from_wait(options.wait, Instant::now()) == Deadline::Now;
+        let outcome = self.acquire_inner(options).instrument(span).await.map_err(|error| self.inner.describe(error));
+        timer.finish(match &outcome {
+            Ok(Some(_)) => Outcome::Granted,
+            Ok(None) if busy => Outcome::Busy,
+            Ok(None) | Err(Error::Timeout { .. }) => Outcome::Timeout,
+            Err(_) => Outcome::Error,
+        });
+        outcome
     }
 
     async fn acquire_inner(&self, options: AcquireOptions) -> Result<Option<LockGuard>> {
@@ -256,6 +274,7 @@ impl LockHandle {
             // From here to the guard there is no await: a grant cannot be lost to cancellation.
             tracing::debug!(token = grant.token.get(), "granted");
             let Grant { token, signal, held } = grant;
+            signal.attach_labels(&inner.labels);
             if let Some(max_hold) = max_hold {
                 // Counted from the grant's arrival: renewal never extends the hold past it.
                 signal.cap_at(deadline_after(Instant::now(), max_hold));

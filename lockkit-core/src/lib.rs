@@ -74,6 +74,8 @@
 //!
 //! # Features
 //!
+//! - `metrics`: metrics through the `metrics` facade, recorded here for every backend (see
+//!   [`metrics`] for the names and labels); without it nothing is recorded and nothing costs.
 //! - `test-util`: the fault hooks of the memory backend ([`memory::MemoryLockProvider::kill`],
 //!   `partition`, [`memory::MemoryStore::delete_record`], `restart`), for conformance tests.
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -88,6 +90,7 @@ mod handle;
 mod kind;
 mod lock;
 pub mod memory;
+pub mod metrics;
 mod name;
 mod options;
 mod provider;

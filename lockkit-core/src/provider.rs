@@ -8,6 +8,7 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use crate::backend::{LockBackend, LockInfo};
+use crate::metrics::NamePrefix;
 use crate::{Capabilities, Election, Error, HoldKind, LockHandle, LockName, Result, RwLock};
 
 /// The most permits a semaphore may have.
@@ -40,10 +41,21 @@ pub struct LockProvider {
 }
 
 /// The provider-wide settings that every handle of a provider carries.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub(crate) struct Policy {
     /// The maximum hold of acquisitions that do not set their own.
     pub(crate) max_hold: Option<Duration>,
+    /// The `prefix` label of lock-level metrics, when the provider asks for one.
+    pub(crate) metrics_prefix: Option<NamePrefix>,
+}
+
+impl fmt::Debug for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Policy")
+            .field("max_hold", &self.max_hold)
+            .field("metrics_prefix", &self.metrics_prefix.is_some())
+            .finish()
+    }
 }
 
 impl LockProvider {
@@ -68,6 +80,25 @@ impl LockProvider {
         }
         Arc::make_mut(&mut self.policy).max_hold = max_hold;
         Ok(self)
+    }
+
+    /// Adds a `prefix` label to the provider's lock-level [metrics](crate::metrics): the value
+    /// `prefix` returns for the lock's name (`""` for `None`). The name itself is never a
+    /// label, since lock names are unbounded; return a part that takes few values, such as
+    /// the part before the first `/`. Set it before making handles: a handle keeps the labels
+    /// it was made with. Without the `metrics` feature it is kept and never called.
+    ///
+    /// ```
+    /// use lockkit_core::memory::MemoryLockProvider;
+    ///
+    /// let provider = lockkit_core::LockProvider::from(MemoryLockProvider::new())
+    ///     .with_metrics_prefix(|name| name.split_once('/').map(|(prefix, _)| prefix.to_owned()));
+    /// # let _ = provider;
+    /// ```
+    #[must_use]
+    pub fn with_metrics_prefix(mut self, prefix: impl Fn(&str) -> Option<String> + Send + Sync + 'static) -> Self {
+        Arc::make_mut(&mut self.policy).metrics_prefix = Some(Arc::new(prefix));
+        self
     }
 
     /// The provider's default maximum hold, if it has one.

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
+use crate::metrics::Labels;
 use crate::{LockName, LossReason};
 
 /// How a hold ended.
@@ -44,6 +45,8 @@ struct Shared {
     backend: &'static str,
     lock: LockName,
     state: watch::Sender<HoldState>,
+    /// The labels of the guard's metrics, once the core received the hold.
+    labels: std::sync::OnceLock<Labels>,
 }
 
 /// The backend's side of a hold: report renewals and loss here.
@@ -57,7 +60,7 @@ impl HoldSignal {
     /// released or lost, with no lease).
     pub fn new(backend: &'static str, lock: LockName, valid_until: Option<Instant>) -> Self {
         let (state, _) = watch::channel(HoldState { valid_until, cap: None, end: None });
-        Self(Arc::new(Shared { backend, lock, state }))
+        Self(Arc::new(Shared { backend, lock, state, labels: std::sync::OnceLock::new() }))
     }
 
     /// Records a confirmed renewal: the hold is now guaranteed until `valid_until`, which the
@@ -137,6 +140,9 @@ impl HoldSignal {
     pub fn lose(&self, reason: LossReason) -> bool {
         let ended = self.end(HoldEnd::Lost(reason.clone()));
         if ended {
+            if let Some(labels) = self.0.labels.get() {
+                labels.lost(&reason);
+            }
             let span = tracing::warn_span!("lockkit.loss", backend = self.0.backend, lock = %self.0.lock);
             span.in_scope(|| tracing::warn!(%reason, "lock lost"));
         }
@@ -175,6 +181,12 @@ impl HoldSignal {
         if let Some(reason) = passed {
             self.lose(reason);
         }
+    }
+
+    /// Gives the hold the labels of the handle that received it: its losses are counted from
+    /// then on.
+    pub(crate) fn attach_labels(&self, labels: &Labels) {
+        let _ = self.0.labels.set(labels.clone());
     }
 
     /// A read-only view for guards and users.
