@@ -196,7 +196,8 @@ impl LockHandle {
             wait = ?options.wait,
         );
         let timer = AcquireTimer::start(&self.inner.labels);
-        let busy = Deadline::from_wait(options.wait, Instant::now()) == Deadline::Now;
+        // Not granted without waiting is `busy`; after a wait, a timeout.
+        let busy = matches!(options.wait, Wait::No) || matches!(options.wait, Wait::Timeout(t) if t.is_zero());
         let outcome = self.acquire_inner(options).instrument(span).await.map_err(|error| self.inner.describe(error));
         timer.finish(match &outcome {
             Ok(Some(_)) => Outcome::Granted,

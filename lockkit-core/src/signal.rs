@@ -46,6 +46,7 @@ struct Shared {
     lock: LockName,
     state: watch::Sender<HoldState>,
     /// The labels of the guard's metrics, once the core received the hold.
+    #[cfg(feature = "metrics")]
     labels: std::sync::OnceLock<Labels>,
 }
 
@@ -60,7 +61,13 @@ impl HoldSignal {
     /// released or lost, with no lease).
     pub fn new(backend: &'static str, lock: LockName, valid_until: Option<Instant>) -> Self {
         let (state, _) = watch::channel(HoldState { valid_until, cap: None, end: None });
-        Self(Arc::new(Shared { backend, lock, state, labels: std::sync::OnceLock::new() }))
+        Self(Arc::new(Shared {
+            backend,
+            lock,
+            state,
+            #[cfg(feature = "metrics")]
+            labels: std::sync::OnceLock::new(),
+        }))
     }
 
     /// Records a confirmed renewal: the hold is now guaranteed until `valid_until`, which the
@@ -140,6 +147,7 @@ impl HoldSignal {
     pub fn lose(&self, reason: LossReason) -> bool {
         let ended = self.end(HoldEnd::Lost(reason.clone()));
         if ended {
+            #[cfg(feature = "metrics")]
             if let Some(labels) = self.0.labels.get() {
                 labels.lost(&reason);
             }
@@ -186,7 +194,10 @@ impl HoldSignal {
     /// Gives the hold the labels of the handle that received it: its losses are counted from
     /// then on.
     pub(crate) fn attach_labels(&self, labels: &Labels) {
+        #[cfg(feature = "metrics")]
         let _ = self.0.labels.set(labels.clone());
+        #[cfg(not(feature = "metrics"))]
+        let _ = labels;
     }
 
     /// A read-only view for guards and users.
