@@ -40,6 +40,11 @@ use crate::{AcquireOptions, Error, HoldKind, LockGuard, LockName, Result, Wait};
 ///   freed promptly.
 /// - Each acquisition carries a fencing token strictly greater than every earlier one.
 /// - A kind of hold the backend does not declare is refused with [`Error::Unsupported`].
+/// - A hold acquired with a maximum hold ([`AcquireOptions::with_max_hold`]) is signalled
+///   lost with [`LossReason::MaxHoldReached`](crate::LossReason::MaxHoldReached) at its cap,
+///   and another owner acquires it after the lease, with a greater token.
+/// - A maximum hold below the backend's renewal interval is refused with
+///   [`Error::InvalidConfig`] naming the minimum.
 #[derive(Clone)]
 pub struct LockHandle {
     inner: Arc<HandleInner>,
