@@ -9,7 +9,7 @@
 //! | `lockkit_acquire_wait_seconds` | histogram | `backend`, `kind`, `outcome` | how long an acquisition took, from the call to its outcome |
 //! | `lockkit_hold_seconds` | histogram | `backend`, `kind`, `end` | how long a hold lasted, from its grant to the release of its last guard; `end` is `released` or `lost` (it was lost before) |
 //! | `lockkit_releases_total` | counter | `backend`, `kind`, `how` | holds freed by their owner: `how` is `release` (awaited) or `drop` (a guard dropped) |
-//! | `lockkit_losses_total` | counter | `backend`, `kind`, `reason` | holds lost, by [`LossReason`] (`deadline_expired`, `session_expired`, `record_gone`, `owned_by_another`, `client_closed`, `store_restarted`, `connection_lost`, `auth_failed`, `max_hold_reached`, `other`) |
+//! | `lockkit_losses_total` | counter | `backend`, `kind`, `reason` | holds lost, by `LossReason` (`deadline_expired`, `session_expired`, `record_gone`, `owned_by_another`, `client_closed`, `store_restarted`, `connection_lost`, `auth_failed`, `max_hold_reached`, `other`) |
 //! | `lockkit_reentries_total` | counter | `backend`, `kind` | guards taken from a held guard (`reenter`, `read`, `write`) |
 //! | `lockkit_renewal_batch_size` | histogram | `backend` | holds per renewal round trip (Redis) |
 //! | `lockkit_renewal_lag_seconds` | histogram | `backend` | a renewal round trip's time from its send to its reply (Redis): the part of the lease it used up |
@@ -32,7 +32,9 @@ use std::time::Duration;
 #[cfg(feature = "metrics")]
 use std::time::Instant;
 
-use crate::{HoldKind, LockName, LossReason};
+#[cfg(feature = "metrics")]
+use crate::LossReason;
+use crate::{HoldKind, LockName};
 
 /// Counter: acquisitions by outcome.
 pub const ACQUISITIONS: &str = "lockkit_acquisitions_total";
@@ -192,12 +194,10 @@ impl Labels {
     }
 
     /// A hold was lost with `reason`.
+    #[cfg(feature = "metrics")]
     #[inline]
     pub(crate) fn lost(&self, reason: &LossReason) {
-        #[cfg(feature = "metrics")]
         ::metrics::counter!(LOSSES, self.with("reason", reason_label(reason))).increment(1);
-        #[cfg(not(feature = "metrics"))]
-        let _ = reason;
     }
 }
 
