@@ -154,23 +154,89 @@ pub(crate) fn reason_label(reason: &LossReason) -> &'static str {
 }
 
 /// The labels every lock-level metric of one handle carries: backend, kind, and the name's
-/// prefix when the provider asks for it. Empty without the `metrics` feature.
-#[derive(Clone, Debug, Default)]
+/// prefix when the provider asks for it, with each outcome's label appended. Empty without the
+/// `metrics` feature.
+///
+/// The label sets are interned once per (backend, kind, prefix) for the life of the process, so
+/// that recording allocates nothing: the sets are as few as the labels' values.
+#[derive(Clone, Debug)]
 pub(crate) struct Labels {
     #[cfg(feature = "metrics")]
-    base: std::sync::Arc<[::metrics::Label]>,
+    sets: &'static Sets,
+}
+
+/// The interned label sets of one (backend, kind, prefix).
+#[cfg(feature = "metrics")]
+#[derive(Debug)]
+struct Sets {
+    base: &'static [::metrics::Label],
+    /// By outcome: granted, busy, timeout, cancelled, error.
+    outcome: [&'static [::metrics::Label]; 5],
+    /// By end: released, lost.
+    end: [&'static [::metrics::Label]; 2],
+    /// By how: release, drop.
+    how: [&'static [::metrics::Label]; 2],
+}
+
+#[cfg(feature = "metrics")]
+impl Sets {
+    fn of(backend: &'static str, kind: &'static str, prefix: Option<String>) -> &'static Sets {
+        use std::collections::HashMap;
+        use std::sync::{Mutex, OnceLock, PoisonError};
+        type Table = Mutex<HashMap<(&'static str, &'static str, Option<String>), &'static Sets>>;
+        static TABLE: OnceLock<Table> = OnceLock::new();
+        let mut table = TABLE.get_or_init(Table::default).lock().unwrap_or_else(PoisonError::into_inner);
+        let key = (backend, kind, prefix);
+        if let Some(sets) = table.get(&key) {
+            return sets;
+        }
+        let mut base = vec![::metrics::Label::from_static_parts("backend", backend)];
+        base.push(::metrics::Label::from_static_parts("kind", kind));
+        if let Some(prefix) = &key.2 {
+            base.push(::metrics::Label::new("prefix", prefix.clone()));
+        }
+        let with = |name: &'static str, value: &'static str| -> &'static [::metrics::Label] {
+            let mut labels = base.clone();
+            labels.push(::metrics::Label::from_static_parts(name, value));
+            Box::leak(labels.into_boxed_slice())
+        };
+        let sets = Sets {
+            outcome: ["granted", "busy", "timeout", "cancelled", "error"].map(|outcome| with("outcome", outcome)),
+            end: ["released", "lost"].map(|end| with("end", end)),
+            how: ["release", "drop"].map(|how| with("how", how)),
+            base: Box::leak(base.clone().into_boxed_slice()),
+        };
+        let sets: &'static Sets = Box::leak(Box::new(sets));
+        table.insert(key, sets);
+        sets
+    }
+}
+
+/// Where lockkit's metrics say they come from.
+#[cfg(feature = "metrics")]
+static METADATA: ::metrics::Metadata<'static> =
+    ::metrics::Metadata::new(module_path!(), ::metrics::Level::INFO, Some(module_path!()));
+
+/// Adds one to counter `name` with `labels`, allocating nothing.
+#[cfg(feature = "metrics")]
+fn count(name: &'static str, labels: &'static [::metrics::Label]) {
+    let key = ::metrics::Key::from_static_labels(name, labels);
+    ::metrics::with_recorder(|recorder| recorder.register_counter(&key, &METADATA).increment(1));
+}
+
+/// Records `value` in histogram `name` with `labels`, allocating nothing.
+#[cfg(feature = "metrics")]
+fn observe(name: &'static str, labels: &'static [::metrics::Label], value: Duration) {
+    let key = ::metrics::Key::from_static_labels(name, labels);
+    ::metrics::with_recorder(|recorder| recorder.register_histogram(&key, &METADATA).record(value));
 }
 
 impl Labels {
     pub(crate) fn new(backend: &'static str, kind: &HoldKind, name: &LockName, prefix: Option<&NamePrefix>) -> Self {
         #[cfg(feature = "metrics")]
         {
-            let mut base = vec![::metrics::Label::from_static_parts("backend", backend)];
-            base.push(::metrics::Label::from_static_parts("kind", kind_label(kind)));
-            if let Some(prefix) = prefix {
-                base.push(::metrics::Label::new("prefix", prefix(name.as_str()).unwrap_or_default()));
-            }
-            Self { base: base.into() }
+            let prefix = prefix.map(|prefix| prefix(name.as_str()).unwrap_or_default());
+            Self { sets: Sets::of(backend, kind_label(kind), prefix) }
         }
         #[cfg(not(feature = "metrics"))]
         {
@@ -179,25 +245,20 @@ impl Labels {
         }
     }
 
-    #[cfg(feature = "metrics")]
-    fn with(&self, key: &'static str, value: &'static str) -> Vec<::metrics::Label> {
-        let mut labels = self.base.to_vec();
-        labels.push(::metrics::Label::from_static_parts(key, value));
-        labels
-    }
-
     /// A guard was taken from a held guard.
     #[inline]
     pub(crate) fn reentered(&self) {
         #[cfg(feature = "metrics")]
-        ::metrics::counter!(REENTRIES, self.base.iter()).increment(1);
+        count(REENTRIES, self.sets.base);
     }
 
-    /// A hold was lost with `reason`.
+    /// A hold was lost with `reason` (rare: this one builds its labels).
     #[cfg(feature = "metrics")]
     #[inline]
     pub(crate) fn lost(&self, reason: &LossReason) {
-        ::metrics::counter!(LOSSES, self.with("reason", reason_label(reason))).increment(1);
+        let mut labels = self.sets.base.to_vec();
+        labels.push(::metrics::Label::from_static_parts("reason", reason_label(reason)));
+        ::metrics::counter!(LOSSES, labels).increment(1);
     }
 }
 
@@ -242,23 +303,23 @@ impl<'a> AcquireTimer<'a> {
         #[cfg(feature = "metrics")]
         {
             self.finished = true;
-            let outcome = match outcome {
-                Outcome::Granted => "granted",
-                Outcome::Busy => "busy",
-                Outcome::Timeout => "timeout",
-                Outcome::Error => "error",
-            };
-            self.record(outcome);
+            self.record(match outcome {
+                Outcome::Granted => 0,
+                Outcome::Busy => 1,
+                Outcome::Timeout => 2,
+                Outcome::Error => 4,
+            });
         }
         #[cfg(not(feature = "metrics"))]
         let _ = (&mut self, outcome);
     }
 
+    /// Records the outcome at `index` of [`Sets::outcome`].
     #[cfg(feature = "metrics")]
-    fn record(&self, outcome: &'static str) {
-        let labels = self.labels.with("outcome", outcome);
-        ::metrics::histogram!(ACQUIRE_WAIT, labels.iter()).record(self.started.elapsed());
-        ::metrics::counter!(ACQUISITIONS, labels).increment(1);
+    fn record(&self, index: usize) {
+        let labels = self.labels.sets.outcome[index];
+        observe(ACQUIRE_WAIT, labels, self.started.elapsed());
+        count(ACQUISITIONS, labels);
     }
 }
 
@@ -266,7 +327,8 @@ impl<'a> AcquireTimer<'a> {
 impl Drop for AcquireTimer<'_> {
     fn drop(&mut self) {
         if !self.finished {
-            self.record("cancelled");
+            // Sets::outcome[3]: cancelled.
+            self.record(3);
         }
     }
 }
@@ -292,10 +354,8 @@ impl HoldClock {
     pub(crate) fn ended(&self, labels: &Labels, released: bool, lost: bool) {
         #[cfg(feature = "metrics")]
         {
-            let end = if lost { "lost" } else { "released" };
-            ::metrics::histogram!(HOLD_TIME, labels.with("end", end)).record(self.since.elapsed());
-            let how = if released { "release" } else { "drop" };
-            ::metrics::counter!(RELEASES, labels.with("how", how)).increment(1);
+            observe(HOLD_TIME, labels.sets.end[usize::from(lost)], self.since.elapsed());
+            count(RELEASES, labels.sets.how[usize::from(!released)]);
         }
         #[cfg(not(feature = "metrics"))]
         let _ = (labels, released, lost);
