@@ -85,8 +85,9 @@ impl LockProvider {
     /// Adds a `prefix` label to the provider's lock-level [metrics](crate::metrics): the value
     /// `prefix` returns for the lock's name (`""` for `None`). The name itself is never a
     /// label, since lock names are unbounded; return a part that takes few values, such as
-    /// the part before the first `/`. Set it before making handles: a handle keeps the labels
-    /// it was made with. Without the `metrics` feature it is kept and never called.
+    /// the part before the first `/` (each value's label set is kept for the life of the
+    /// process, so that recording allocates nothing). Set it before making handles: a handle
+    /// keeps the labels it was made with. Without the `metrics` feature it is kept and never called.
     ///
     /// ```
     /// use lockkit_core::memory::MemoryLockProvider;
