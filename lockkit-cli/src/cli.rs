@@ -167,6 +167,12 @@ pub(crate) struct HoldArgs {
     #[arg(long)]
     pub(crate) kill_group: bool,
 
+    /// Serve lockkit's metrics (acquisitions, wait and hold times, losses, renewals) in
+    /// Prometheus' text format on this address, such as 127.0.0.1:9464, while lockkit runs.
+    /// Needs lockkit built with the `prometheus` feature.
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) metrics_addr: Option<std::net::SocketAddr>,
+
     /// The command and its arguments (after --).
     #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
     pub(crate) command: Vec<OsString>,
@@ -243,6 +249,12 @@ pub(crate) struct BenchArgs {
     /// targets, notes.
     #[arg(long)]
     pub(crate) json: bool,
+
+    /// Record lockkit's metrics during the run and print them at the end: counters, and
+    /// count, p50, p99 and maximum of each histogram (with --json, a `metrics` array).
+    /// Recording costs a little: compare figures with and without it.
+    #[arg(long)]
+    pub(crate) metrics: bool,
 }
 
 fn duration(text: &str) -> Result<Duration, String> {

@@ -114,6 +114,7 @@ mod child;
 mod cli;
 mod exit;
 mod leader;
+mod metrics;
 mod progress;
 mod run;
 mod signals;

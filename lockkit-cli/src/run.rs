@@ -29,6 +29,7 @@ enum Outcome {
 
 /// Runs `lockkit run`; returns the exit code.
 pub(crate) async fn run(args: RunArgs) -> Result<Code, Failure> {
+    crate::metrics::serve(args.hold.metrics_addr)?;
     let what = |shown: &str| format!("lock {:?} on {shown}", args.name);
     let mut session = match Session::open(&args.hold, &args.name, what).await? {
         Ok(session) => session,
@@ -46,6 +47,7 @@ pub(crate) async fn run(args: RunArgs) -> Result<Code, Failure> {
 /// Runs `lockkit elect`: campaigns, runs the command while leading, and with `--rejoin`
 /// campaigns again after a loss.
 pub(crate) async fn elect(args: ElectArgs) -> Result<Code, Failure> {
+    crate::metrics::serve(args.hold.metrics_addr)?;
     let what = |shown: &str| format!("the leadership of election {:?} on {shown}", args.name);
     let mut session = match Session::open(&args.hold, &args.name, what).await? {
         Ok(session) => session,

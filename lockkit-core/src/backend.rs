@@ -58,6 +58,10 @@ pub struct AcquireRequest {
     /// A fresh identifier of this acquisition, unique across processes: the owner value a
     /// store records, and the key to find again a grant whose reply was lost.
     pub attempt: Uuid,
+    /// The maximum hold asked for, if any. The core caps the grant's signal with it
+    /// ([`HoldSignal::cap_at`]) when it receives the grant; a backend only reads it when it
+    /// must act at the cap itself (free a hold that has no lease, say).
+    pub max_hold: Option<Duration>,
     /// The last failure the backend retried past; shared by clones of the request.
     last_failure: Arc<Mutex<Option<Error>>>,
 }
@@ -65,7 +69,14 @@ pub struct AcquireRequest {
 impl AcquireRequest {
     /// A request for a hold of `kind` on `lock` with a fresh attempt id.
     pub fn new(lock: LockName, kind: HoldKind, deadline: Deadline) -> Self {
-        Self { lock, kind, deadline, attempt: Uuid::new_v4(), last_failure: Arc::default() }
+        Self { lock, kind, deadline, attempt: Uuid::new_v4(), max_hold: None, last_failure: Arc::default() }
+    }
+
+    /// Sets the maximum hold asked for.
+    #[must_use]
+    pub fn with_max_hold(mut self, max_hold: Option<Duration>) -> Self {
+        self.max_hold = max_hold;
+        self
     }
 
     /// Records a failure that the backend retries past instead of returning it (the store
@@ -322,6 +333,18 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// (`redis://10.0.0.7:6379/0`, `/run/lock/app`). The core names it in the connection
     /// and store errors that come out of this backend. `None` by default.
     fn address(&self) -> Option<String> {
+        None
+    }
+
+    /// How often this backend renews (or checks) a hold: the shortest maximum hold it
+    /// accepts, since a shorter one would end before the first renewal. `None` (the default)
+    /// for a backend that neither renews nor checks, which accepts any maximum hold above
+    /// zero.
+    ///
+    /// A backend that declares it skips, in its renewal, holds whose signal is
+    /// [`past_cap`](HoldSignal::past_cap), so that their records expire with the lease; a
+    /// backend whose holds have no lease frees such a hold at the cap.
+    fn renewal_interval(&self) -> Option<Duration> {
         None
     }
 

@@ -272,6 +272,50 @@ impl Settings {
     }
 }
 
+/// The settings every backend's builder takes besides its own, under the same names
+/// everywhere (a builder method and a URL option each): `max_hold`.
+pub const PROVIDER_OPTIONS: &[&str] = &["max_hold"];
+
+/// The settings of [`PROVIDER_OPTIONS`], kept by every backend's builder and applied to the
+/// [`LockProvider`] it builds: read once here, so that every backend spells and checks them
+/// alike.
+///
+/// - `max_hold`: the provider's default maximum hold
+///   ([`LockProvider::with_max_hold`]); none by default. At least the backend's renewal
+///   interval ([`LockProvider::min_max_hold`]), at most [`MAX_DURATION`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ProviderSettings {
+    /// The default maximum hold of the provider's acquisitions.
+    pub max_hold: Option<Duration>,
+}
+
+impl ProviderSettings {
+    /// Reads option `key` when it is one of [`PROVIDER_OPTIONS`]; `Ok(false)` when it is
+    /// not, for the backend to read.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] naming the option when `value` does not parse.
+    pub fn option(&mut self, settings: Settings, key: &str, value: &str) -> Result<bool> {
+        match key {
+            "max_hold" => self.max_hold = Some(settings.duration(key, value)?),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// Applies the settings to the provider a backend's builder made, checking them against
+    /// the backend.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] for a maximum hold out of its range.
+    pub fn apply(self, provider: LockProvider) -> Result<LockProvider> {
+        provider.with_max_hold(self.max_hold)
+    }
+}
+
 fn invalid(backend: &'static str, message: impl Into<String>) -> Error {
     Error::invalid_config(backend, message)
 }
@@ -359,6 +403,19 @@ mod tests {
         assert!(!format!("{url:?}").contains("p%40ss"));
         let file = StoreUrl::parse("file:///var/lock/app").unwrap();
         assert_eq!((file.hosts(), file.path()), ("", "/var/lock/app"));
+    }
+
+    #[test]
+    fn max_hold_is_one_setting_read_by_the_shared_code() {
+        let built = |url: &str| crate::memory::MemoryLockProvider::from_url(&StoreUrl::parse(url).unwrap());
+        let provider = built("mem://max-hold?lease=3s&max_hold=2s").unwrap();
+        assert_eq!(provider.max_hold(), Some(Duration::from_secs(2)));
+        assert_eq!(provider.min_max_hold(), Duration::from_secs(1));
+        let message = built("mem://max-hold?lease=3s&max_hold=500ms").unwrap_err().to_string();
+        assert!(message.contains("max_hold is 500ms") && message.contains("at least 1s"), "{message}");
+        assert!(built("mem://max-hold?max_hold=soon").unwrap_err().to_string().contains("option max_hold"));
+        assert!(built("mem://max-hold?max_hold=2d").unwrap_err().to_string().contains("at most"));
+        assert!(built("mem://max-hold?bogus=1").unwrap_err().to_string().contains("max_hold"), "the options listed");
     }
 
     #[test]

@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime};
 use futures_core::Stream;
 
 use crate::backend::LockBackend;
+use crate::provider::Policy;
 use crate::{Error, FencingToken, HoldKind, LockGuard, LockHandle, LockName, Result};
 
 /// The longest identity a candidate may publish, in bytes.
@@ -65,11 +66,12 @@ pub const MAX_IDENTITY_LEN: usize = 1024;
 pub struct Election {
     backend: Arc<dyn LockBackend>,
     name: LockName,
+    policy: Arc<Policy>,
 }
 
 impl Election {
-    pub(crate) fn new(backend: Arc<dyn LockBackend>, name: LockName) -> Self {
-        Self { backend, name }
+    pub(crate) fn new(backend: Arc<dyn LockBackend>, name: LockName, policy: Arc<Policy>) -> Self {
+        Self { backend, name, policy }
     }
 
     /// The election's name.
@@ -96,7 +98,7 @@ impl Election {
             ));
         }
         let kind = HoldKind::Candidate { identity: Arc::from(identity) };
-        Ok(LockHandle::new(Arc::clone(&self.backend), self.name.clone(), kind))
+        Ok(LockHandle::new(Arc::clone(&self.backend), self.name.clone(), kind, Arc::clone(&self.policy)))
     }
 
     /// Waits until this candidate leads, publishing `identity` (bytes, or a string such as

@@ -43,6 +43,10 @@ pub enum LossReason {
     ConnectionLost,
     /// The store refused the client's credentials, ending its session.
     AuthFailed,
+    /// The hold reached its maximum hold
+    /// ([`AcquireOptions::with_max_hold`](crate::AcquireOptions::with_max_hold), or the
+    /// provider's `max_hold` setting): renewal stopped, and its record expires with its lease.
+    MaxHoldReached,
     /// Any other cause, described by the backend.
     Other(String),
 }
@@ -60,6 +64,9 @@ impl fmt::Display for LossReason {
                 f.write_str("the connection to the store dropped and the backend gives up holds at once")
             }
             Self::AuthFailed => f.write_str("the store refused the client's credentials"),
+            Self::MaxHoldReached => f.write_str(
+                "the hold reached its maximum hold and renewal stopped; release the lock sooner, or raise max_hold (AcquireOptions::with_max_hold, or the provider's max_hold option)",
+            ),
             Self::Other(why) => f.write_str(why),
         }
     }

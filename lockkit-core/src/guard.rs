@@ -10,6 +10,7 @@ use tracing::Instrument;
 
 use crate::backend::HeldLock;
 use crate::handle::HandleInner;
+use crate::metrics::HoldClock;
 use crate::release::Release;
 use crate::{Error, FencingToken, HoldKind, HoldSignal, HoldWatcher, LockName, LossReason, Result};
 
@@ -20,6 +21,8 @@ pub(crate) struct Hold {
     token: FencingToken,
     signal: HoldSignal,
     state: Mutex<Guards>,
+    /// When the hold began, for its hold time.
+    clock: HoldClock,
 }
 
 struct Guards {
@@ -47,7 +50,8 @@ impl Hold {
         let kind = handle.kind().clone();
         let writes = usize::from(kind == HoldKind::Write);
         let state = Mutex::new(Guards { count: 1, writes, held: Some(held), granted_on });
-        LockGuard { hold: Arc::new(Self { handle, token, signal, state }), kind, finished: false }
+        let clock = HoldClock::start();
+        LockGuard { hold: Arc::new(Self { handle, token, signal, state, clock }), kind, finished: false }
     }
 
     fn guards(&self) -> MutexGuard<'_, Guards> {
@@ -67,14 +71,15 @@ impl Hold {
         }
         guards.count += 1;
         guards.writes += usize::from(kind == HoldKind::Write);
+        self.handle.labels().reentered();
         tracing::debug!(token = self.token.get(), depth = guards.count, ?kind, "reentered");
         Ok(LockGuard { hold: Arc::clone(self), kind, finished: false })
     }
 
-    /// Forgets one guard of mode `kind`; for the last one, ends the signal and returns the
-    /// release to run. The last write guard of a hold that read guards still share turns it
-    /// into a read hold in the store, in the background.
-    fn detach(&self, kind: &HoldKind) -> Option<(Release, Option<LossReason>)> {
+    /// Forgets one guard of mode `kind` (`released` by `release`, or dropped); for the last
+    /// one, ends the signal and returns the release to run. The last write guard of a hold
+    /// that read guards still share turns it into a read hold in the store, in the background.
+    fn detach(&self, kind: &HoldKind, released: bool) -> Option<(Release, Option<LossReason>)> {
         let (held, granted_on) = {
             let mut guards = self.guards();
             guards.count = guards.count.saturating_sub(1);
@@ -90,6 +95,7 @@ impl Hold {
             (guards.held.take()?, guards.granted_on.take())
         };
         let lost_before = self.signal.release();
+        self.clock.ended(self.handle.labels(), released, lost_before.is_some());
         Some((self.handle.start_release(held, granted_on), lost_before))
     }
 
@@ -183,6 +189,14 @@ impl LockGuard {
         self.hold.signal.valid_until()
     }
 
+    /// When the hold's maximum hold ends, if it was acquired with one
+    /// ([`AcquireOptions::with_max_hold`](crate::AcquireOptions::with_max_hold) or the
+    /// provider's default): the hold is lost then, with
+    /// [`LossReason::MaxHoldReached`], at the latest. Reentrant guards share it.
+    pub fn max_hold_until(&self) -> Option<Instant> {
+        self.hold.signal.cap()
+    }
+
     /// Resolves when the hold is lost, with the reason. Resolves at once when it already was.
     ///
     /// # Cancel safety
@@ -269,7 +283,7 @@ impl LockGuard {
     /// task of its own if the future is dropped before it finished.
     pub async fn release(mut self) -> Result<()> {
         self.finished = true;
-        let Some((release, lost_before)) = self.hold.detach(&self.kind) else {
+        let Some((release, lost_before)) = self.hold.detach(&self.kind, true) else {
             // Other guards keep the hold; only report a loss.
             return match self.hold.signal.loss() {
                 Some(reason) => Err(self.hold.lost_error(reason)),
@@ -306,7 +320,7 @@ impl Drop for LockGuard {
         if self.finished {
             return;
         }
-        if let Some((release, _)) = self.hold.detach(&self.kind) {
+        if let Some((release, _)) = self.hold.detach(&self.kind, false) {
             release.finish_in_background();
         }
     }

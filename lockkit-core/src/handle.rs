@@ -11,8 +11,10 @@ use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
-use crate::backend::{AcquireRequest, Deadline, Grant, HeldLock, LockBackend};
+use crate::backend::{AcquireRequest, Deadline, Grant, HeldLock, LockBackend, deadline_after};
 use crate::guard::Hold;
+use crate::metrics::{AcquireTimer, Labels, Outcome};
+use crate::provider::{Policy, check_max_hold};
 use crate::release::{Release, Releases};
 use crate::{AcquireOptions, Error, HoldKind, LockGuard, LockName, Result, StoreId, Wait};
 
@@ -38,6 +40,11 @@ use crate::{AcquireOptions, Error, HoldKind, LockGuard, LockName, Result, StoreI
 ///   freed promptly.
 /// - Each acquisition carries a fencing token strictly greater than every earlier one.
 /// - A kind of hold the backend does not declare is refused with [`Error::Unsupported`].
+/// - A hold acquired with a maximum hold ([`AcquireOptions::with_max_hold`]) is signalled
+///   lost with [`LossReason::MaxHoldReached`](crate::LossReason::MaxHoldReached) at its cap,
+///   and another owner acquires it after the lease, with a greater token.
+/// - A maximum hold below the backend's renewal interval is refused with
+///   [`Error::InvalidConfig`] naming the minimum.
 #[derive(Clone)]
 pub struct LockHandle {
     inner: Arc<HandleInner>,
@@ -50,6 +57,10 @@ pub(crate) struct HandleInner {
     kind: HoldKind,
     /// Releases of this handle's guards still in flight.
     releases: Arc<Releases>,
+    /// The provider's settings.
+    policy: Arc<Policy>,
+    /// The labels of this handle's metrics.
+    labels: Labels,
 }
 
 impl HandleInner {
@@ -63,6 +74,10 @@ impl HandleInner {
 
     pub(crate) fn backend_name(&self) -> &'static str {
         self.backend_name
+    }
+
+    pub(crate) fn labels(&self) -> &Labels {
+        &self.labels
     }
 
     /// Names the store in a connection or store error of this backend.
@@ -81,9 +96,11 @@ impl HandleInner {
 
 impl LockHandle {
     /// A handle for holds of `kind` on `lock`, once the caller checked the backend grants it.
-    pub(crate) fn new(backend: Arc<dyn LockBackend>, lock: LockName, kind: HoldKind) -> Self {
+    pub(crate) fn new(backend: Arc<dyn LockBackend>, lock: LockName, kind: HoldKind, policy: Arc<Policy>) -> Self {
         let backend_name = backend.name();
-        Self { inner: Arc::new(HandleInner { backend, backend_name, lock, kind, releases: Arc::default() }) }
+        let labels = Labels::new(backend_name, &kind, &lock, policy.metrics_prefix.as_ref());
+        let releases = Arc::default();
+        Self { inner: Arc::new(HandleInner { backend, backend_name, lock, kind, releases, policy, labels }) }
     }
 
     /// The lock's name.
@@ -177,7 +194,10 @@ impl LockHandle {
     /// # Errors
     ///
     /// [`Error::Timeout`] when the allowed wait ended while the store could not be reached
-    /// (the failure is its source); otherwise as for [`acquire`](Self::acquire).
+    /// (the failure is its source); [`Error::InvalidConfig`] for a maximum hold below the
+    /// backend's renewal interval
+    /// ([`LockProvider::min_max_hold`](crate::LockProvider::min_max_hold)); otherwise as for
+    /// [`acquire`](Self::acquire).
     ///
     /// # Cancel safety
     ///
@@ -190,19 +210,35 @@ impl LockHandle {
             kind = ?self.inner.kind,
             wait = ?options.wait,
         );
-        self.acquire_inner(options.wait).instrument(span).await.map_err(|error| self.inner.describe(error))
+        let timer = AcquireTimer::start(&self.inner.labels);
+        // Not granted without waiting is `busy`; after a wait, a timeout.
+        let busy = matches!(options.wait, Wait::No) || matches!(options.wait, Wait::Timeout(t) if t.is_zero());
+        let outcome = self.acquire_inner(options).instrument(span).await.map_err(|error| self.inner.describe(error));
+        timer.finish(match &outcome {
+            Ok(Some(_)) => Outcome::Granted,
+            Ok(None) if busy => Outcome::Busy,
+            Ok(None) | Err(Error::Timeout { .. }) => Outcome::Timeout,
+            Err(_) => Outcome::Error,
+        });
+        outcome
     }
 
-    async fn acquire_inner(&self, wait: Wait) -> Result<Option<LockGuard>> {
+    async fn acquire_inner(&self, options: AcquireOptions) -> Result<Option<LockGuard>> {
         // An acquisition that completes without waiting (an in-process store, a free lock)
         // touches no Tokio resource, so a loop of them would never yield: take from the
         // task's cooperative budget, as Tokio's own resources do.
         tokio::task::consume_budget().await;
         let inner = &self.inner;
+        let wait = options.wait;
         let deadline = Deadline::from_wait(wait, Instant::now());
         if !inner.kind.is_supported_by(&inner.backend.capabilities()) {
             return Err(Error::unsupported(inner.backend_name, Some(&inner.lock), inner.kind.describe()));
         }
+        // The provider's default was checked when it was set.
+        let max_hold = match options.max_hold {
+            Some(max_hold) => Some(check_max_hold(&*inner.backend, max_hold)?),
+            None => inner.policy.max_hold,
+        };
         let mark = inner.releases.mark();
         if !inner.releases.settled(mark) {
             // A release of this handle's guards is still on its way to the store; asking now
@@ -214,7 +250,7 @@ impl LockHandle {
             }
         }
         loop {
-            let request = AcquireRequest::new(inner.lock.clone(), inner.kind.clone(), deadline);
+            let request = AcquireRequest::new(inner.lock.clone(), inner.kind.clone(), deadline).with_max_hold(max_hold);
             // The backend sees the deadline too; dropping its future at the deadline is the
             // backstop, and its cancel safety leaves no trace.
             let granted = match deadline {
@@ -254,6 +290,11 @@ impl LockHandle {
             // From here to the guard there is no await: a grant cannot be lost to cancellation.
             tracing::debug!(token = grant.token.get(), "granted");
             let Grant { token, signal, held } = grant;
+            signal.attach_labels(&inner.labels);
+            if let Some(max_hold) = max_hold {
+                // Counted from the grant's arrival: renewal never extends the hold past it.
+                signal.cap_at(deadline_after(Instant::now(), max_hold));
+            }
             return Ok(Some(Hold::first_guard(Arc::clone(inner), token, signal, held)));
         }
     }

@@ -58,6 +58,14 @@
 //! granted the lock. Fencing tokens cover that window: a resource that refuses writes with a
 //! token below the highest it has seen refuses the former holder's writes.
 //!
+//! # A maximum hold
+//!
+//! [`AcquireOptions::with_max_hold`] (or a provider's default, [`LockProvider::with_max_hold`],
+//! URL option `max_hold`) caps a hold: its deadline never goes past the cap, renewal stops
+//! there, the guard is signalled lost with [`LossReason::MaxHoldReached`], and the record
+//! expires with its lease (a backend whose holds have no lease frees it at the cap). The cap
+//! is carried by the hold's signal, so every backend keeps it the same way.
+//!
 //! # Runtime
 //!
 //! lockkit runs on Tokio 1.x with the time driver (and the I/O driver for network backends)
@@ -71,6 +79,8 @@
 //!
 //! # Features
 //!
+//! - `metrics`: metrics through the `metrics` facade, recorded here for every backend (see
+//!   [`metrics`] for the names and labels); without it nothing is recorded and nothing costs.
 //! - `test-util`: the fault hooks of the memory backend ([`memory::MemoryLockProvider::kill`],
 //!   `partition`, [`memory::MemoryStore::delete_record`], `restart`), for conformance tests.
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -85,6 +95,7 @@ mod handle;
 mod kind;
 mod lock;
 pub mod memory;
+pub mod metrics;
 mod multi;
 mod name;
 mod options;

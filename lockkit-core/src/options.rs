@@ -32,13 +32,20 @@ pub enum Wait {
 pub struct AcquireOptions {
     /// How long to wait for another owner; waits forever by default.
     pub wait: Wait,
+    /// The longest the hold may last, counted from its grant; the provider's default
+    /// (`max_hold`, none unless set) when `None`. Past it renewal stops, the guard is
+    /// signalled lost with [`LossReason::MaxHoldReached`](crate::LossReason::MaxHoldReached),
+    /// and the record expires with its lease (a backend whose holds have no lease frees it).
+    /// It must be at least the backend's renewal interval
+    /// ([`LockProvider::min_max_hold`](crate::LockProvider::min_max_hold)).
+    pub max_hold: Option<Duration>,
 }
 
 impl AcquireOptions {
     /// Options that never wait on another owner, as used by `try_acquire`.
     #[must_use]
     pub fn no_wait() -> Self {
-        Self { wait: Wait::No }
+        Self { wait: Wait::No, max_hold: None }
     }
 
     /// Sets how long to wait.
@@ -52,6 +59,16 @@ impl AcquireOptions {
     #[must_use]
     pub fn with_timeout(self, timeout: Duration) -> Self {
         self.with_wait(Wait::Timeout(timeout))
+    }
+
+    /// Caps the hold at `max_hold` from its grant, overriding the provider's default: a
+    /// holder stuck in a loop stops being renewed, is told with
+    /// [`LossReason::MaxHoldReached`](crate::LossReason::MaxHoldReached), and the next owner
+    /// gets the lock once the lease runs out.
+    #[must_use]
+    pub fn with_max_hold(mut self, max_hold: Duration) -> Self {
+        self.max_hold = Some(max_hold);
+        self
     }
 }
 

@@ -5,10 +5,12 @@ use std::fmt;
 use std::sync::Arc;
 
 use std::num::NonZeroU32;
+use std::time::Duration;
 
 use tracing::Instrument;
 
 use crate::backend::{HolderInfo, LockBackend, LockInfo};
+use crate::metrics::NamePrefix;
 use crate::{Capabilities, Election, Error, HoldKind, LockHandle, LockName, Result, RwLock};
 
 /// The most permits a semaphore may have.
@@ -37,13 +39,80 @@ pub const MAX_PERMITS: u32 = 1_000_000;
 #[derive(Clone)]
 pub struct LockProvider {
     backend: Arc<dyn LockBackend>,
+    policy: Arc<Policy>,
+}
+
+/// The provider-wide settings that every handle of a provider carries.
+#[derive(Clone, Default)]
+pub(crate) struct Policy {
+    /// The maximum hold of acquisitions that do not set their own.
+    pub(crate) max_hold: Option<Duration>,
+    /// The `prefix` label of lock-level metrics, when the provider asks for one.
+    pub(crate) metrics_prefix: Option<NamePrefix>,
+}
+
+impl fmt::Debug for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Policy")
+            .field("max_hold", &self.max_hold)
+            .field("metrics_prefix", &self.metrics_prefix.is_some())
+            .finish()
+    }
 }
 
 impl LockProvider {
     /// A provider over `backend`: how a backend (lockkit's or a third party's) becomes what
     /// users hold.
     pub fn new(backend: Arc<dyn LockBackend>) -> Self {
-        Self { backend }
+        Self { backend, policy: Arc::default() }
+    }
+
+    /// Sets the maximum hold of every acquisition that does not set its own
+    /// ([`AcquireOptions::with_max_hold`](crate::AcquireOptions::with_max_hold)); `None`, the
+    /// default, leaves holds uncapped. Every backend's builder sets it from its `max_hold`
+    /// setting (URL option `max_hold=`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] for a maximum hold below [`min_max_hold`](Self::min_max_hold)
+    /// or above [`MAX_DURATION`](crate::config::MAX_DURATION).
+    pub fn with_max_hold(mut self, max_hold: Option<Duration>) -> Result<Self> {
+        if let Some(max_hold) = max_hold {
+            check_max_hold(&*self.backend, max_hold)?;
+        }
+        Arc::make_mut(&mut self.policy).max_hold = max_hold;
+        Ok(self)
+    }
+
+    /// Adds a `prefix` label to the provider's lock-level [metrics](crate::metrics): the value
+    /// `prefix` returns for the lock's name (`""` for `None`). The name itself is never a
+    /// label, since lock names are unbounded; return a part that takes few values, such as
+    /// the part before the first `/` (each value's label set is kept for the life of the
+    /// process, so that recording allocates nothing). Set it before making handles: a handle
+    /// keeps the labels it was made with. Without the `metrics` feature it is kept and never called.
+    ///
+    /// ```
+    /// use lockkit_core::memory::MemoryLockProvider;
+    ///
+    /// let provider = lockkit_core::LockProvider::from(MemoryLockProvider::new())
+    ///     .with_metrics_prefix(|name| name.split_once('/').map(|(prefix, _)| prefix.to_owned()));
+    /// # let _ = provider;
+    /// ```
+    #[must_use]
+    pub fn with_metrics_prefix(mut self, prefix: impl Fn(&str) -> Option<String> + Send + Sync + 'static) -> Self {
+        Arc::make_mut(&mut self.policy).metrics_prefix = Some(Arc::new(prefix));
+        self
+    }
+
+    /// The provider's default maximum hold, if it has one.
+    pub fn max_hold(&self) -> Option<Duration> {
+        self.policy.max_hold
+    }
+
+    /// The shortest maximum hold this provider accepts: the backend's renewal (or check)
+    /// interval, or a millisecond for a backend that neither renews nor checks.
+    pub fn min_max_hold(&self) -> Duration {
+        min_max_hold(&*self.backend)
     }
 
     /// A handle for the mutex called `name`. Handles are cheap and shareable; every
@@ -69,7 +138,7 @@ impl LockProvider {
         if !kind.is_supported_by(&self.backend.capabilities()) {
             return Err(Error::unsupported(self.backend.name(), Some(&name), kind.describe()));
         }
-        Ok(LockHandle::new(Arc::clone(&self.backend), name, kind))
+        Ok(LockHandle::new(Arc::clone(&self.backend), name, kind, Arc::clone(&self.policy)))
     }
 
     /// The read-write lock called `name`: any number of readers, or one writer.
@@ -114,7 +183,7 @@ impl LockProvider {
         if !self.backend.capabilities().election {
             return Err(Error::unsupported(self.backend.name(), Some(&name), "leader election"));
         }
-        Ok(Election::new(Arc::clone(&self.backend), name))
+        Ok(Election::new(Arc::clone(&self.backend), name, Arc::clone(&self.policy)))
     }
 
     /// What the backend promises beyond the common contract.
@@ -176,6 +245,26 @@ impl LockProvider {
     pub fn backend(&self) -> &Arc<dyn LockBackend> {
         &self.backend
     }
+}
+
+/// The shortest maximum hold `backend` accepts.
+pub(crate) fn min_max_hold(backend: &dyn LockBackend) -> Duration {
+    backend.renewal_interval().unwrap_or(Duration::from_millis(1)).max(Duration::from_millis(1))
+}
+
+/// Checks a maximum hold against `backend`'s renewal interval and the longest setting.
+pub(crate) fn check_max_hold(backend: &dyn LockBackend, max_hold: Duration) -> Result<Duration> {
+    let min = min_max_hold(backend);
+    let max = crate::config::MAX_DURATION;
+    if max_hold < min || max_hold > max {
+        return Err(Error::invalid_config(
+            backend.name(),
+            format!(
+                "max_hold is {max_hold:?}; it must be at least {min:?} (the backend's renewal interval: a shorter maximum would end before the first renewal) and at most {max:?}"
+            ),
+        ));
+    }
+    Ok(max_hold)
 }
 
 impl fmt::Debug for LockProvider {

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
+use crate::metrics::Labels;
 use crate::{LockName, LossReason};
 
 /// How a hold ended.
@@ -26,7 +27,17 @@ pub enum HoldEnd {
 #[derive(Clone, Debug)]
 struct HoldState {
     valid_until: Option<Instant>,
+    /// The maximum hold's end: the deadline is never extended past it.
+    cap: Option<Instant>,
     end: Option<HoldEnd>,
+}
+
+impl HoldState {
+    /// Why a hold whose deadline passed at `now` is lost: the maximum hold when it was
+    /// reached, the deadline otherwise.
+    fn expiry_reason(&self, now: Instant) -> LossReason {
+        if self.cap.is_some_and(|cap| now >= cap) { LossReason::MaxHoldReached } else { LossReason::DeadlineExpired }
+    }
 }
 
 #[derive(Debug)]
@@ -34,6 +45,9 @@ struct Shared {
     backend: &'static str,
     lock: LockName,
     state: watch::Sender<HoldState>,
+    /// The labels of the guard's metrics, once the core received the hold.
+    #[cfg(feature = "metrics")]
+    labels: std::sync::OnceLock<Labels>,
 }
 
 /// The backend's side of a hold: report renewals and loss here.
@@ -46,8 +60,14 @@ impl HoldSignal {
     /// A live hold of `lock` on `backend`, guaranteed until `valid_until` (`None`: until
     /// released or lost, with no lease).
     pub fn new(backend: &'static str, lock: LockName, valid_until: Option<Instant>) -> Self {
-        let (state, _) = watch::channel(HoldState { valid_until, end: None });
-        Self(Arc::new(Shared { backend, lock, state }))
+        let (state, _) = watch::channel(HoldState { valid_until, cap: None, end: None });
+        Self(Arc::new(Shared {
+            backend,
+            lock,
+            state,
+            #[cfg(feature = "metrics")]
+            labels: std::sync::OnceLock::new(),
+        }))
     }
 
     /// Records a confirmed renewal: the hold is now guaranteed until `valid_until`, which the
@@ -57,18 +77,19 @@ impl HoldSignal {
     /// Returns `false`, and changes nothing, when the hold has already ended or its previous
     /// deadline has already passed: a late confirmation never revives a hold that the
     /// guard may already have reported lost. A deadline earlier than the current one is
-    /// ignored.
+    /// ignored, and a deadline past the hold's [`cap`](Self::cap) is cut to the cap.
     pub fn extend(&self, valid_until: Instant) -> bool {
         let now = Instant::now();
         let mut extended = false;
-        let mut expired = false;
+        let mut expired = None;
         self.0.state.send_if_modified(|state| {
             if state.end.is_some() {
                 return false;
             }
+            let valid_until = state.cap.map_or(valid_until, |cap| valid_until.min(cap));
             match state.valid_until {
                 Some(current) if now >= current => {
-                    expired = true;
+                    expired = Some(state.expiry_reason(now));
                     false
                 }
                 Some(current) if valid_until <= current => {
@@ -82,10 +103,43 @@ impl HoldSignal {
                 }
             }
         });
-        if expired {
-            self.lose(LossReason::DeadlineExpired);
+        if let Some(reason) = expired {
+            self.lose(reason);
         }
         extended
+    }
+
+    /// Caps the hold at `cap` (its maximum hold): its deadline is cut to `cap` now and never
+    /// extended past it, and when it passes there the hold is lost with
+    /// [`LossReason::MaxHoldReached`]. A hold without a lease gets `cap` as its deadline. A
+    /// later cap than the current one is ignored; an ended hold is left alone.
+    ///
+    /// The core caps every hold acquired with a maximum hold
+    /// ([`AcquireOptions::with_max_hold`](crate::AcquireOptions::with_max_hold)) from the
+    /// moment it receives the grant; a backend that counts the maximum from an earlier
+    /// moment of its own may cap the signal first. Renewal code skips holds
+    /// [`past_cap`](Self::past_cap), so that their records expire with their lease.
+    pub fn cap_at(&self, cap: Instant) {
+        self.0.state.send_if_modified(|state| {
+            if state.end.is_some() || state.cap.is_some_and(|current| current <= cap) {
+                return false;
+            }
+            state.cap = Some(cap);
+            state.valid_until = Some(state.valid_until.map_or(cap, |until| until.min(cap)));
+            true
+        });
+    }
+
+    /// The end of the hold's maximum hold, if it has one ([`cap_at`](Self::cap_at)).
+    pub fn cap(&self) -> Option<Instant> {
+        self.0.state.borrow().cap
+    }
+
+    /// Whether the hold has a maximum hold that has passed: renewal code stops renewing it
+    /// (the record then expires with its lease), and a backend whose holds have no lease
+    /// frees it.
+    pub fn past_cap(&self) -> bool {
+        self.cap().is_some_and(|cap| Instant::now() >= cap)
     }
 
     /// Declares the hold lost. Returns `true` when this call ended the hold (the first end
@@ -93,6 +147,10 @@ impl HoldSignal {
     pub fn lose(&self, reason: LossReason) -> bool {
         let ended = self.end(HoldEnd::Lost(reason.clone()));
         if ended {
+            #[cfg(feature = "metrics")]
+            if let Some(labels) = self.0.labels.get() {
+                labels.lost(&reason);
+            }
             let span = tracing::warn_span!("lockkit.loss", backend = self.0.backend, lock = %self.0.lock);
             span.in_scope(|| tracing::warn!(%reason, "lock lost"));
         }
@@ -122,13 +180,24 @@ impl HoldSignal {
 
     /// Turns a passed deadline into a recorded loss.
     fn check_deadline(&self) {
+        let now = Instant::now();
         let passed = {
             let state = self.0.state.borrow();
-            state.end.is_none() && state.valid_until.is_some_and(|until| Instant::now() >= until)
+            let passed = state.end.is_none() && state.valid_until.is_some_and(|until| now >= until);
+            passed.then(|| state.expiry_reason(now))
         };
-        if passed {
-            self.lose(LossReason::DeadlineExpired);
+        if let Some(reason) = passed {
+            self.lose(reason);
         }
+    }
+
+    /// Gives the hold the labels of the handle that received it: its losses are counted from
+    /// then on.
+    pub(crate) fn attach_labels(&self, labels: &Labels) {
+        #[cfg(feature = "metrics")]
+        let _ = self.0.labels.set(labels.clone());
+        #[cfg(not(feature = "metrics"))]
+        let _ = labels;
     }
 
     /// A read-only view for guards and users.
@@ -217,6 +286,12 @@ impl HoldWatcher {
         self.0.valid_until()
     }
 
+    /// When the hold's maximum hold ends, if it has one: it is lost then with
+    /// [`LossReason::MaxHoldReached`] at the latest.
+    pub fn max_hold_until(&self) -> Option<Instant> {
+        self.0.cap()
+    }
+
     /// Resolves when the hold ends, by release or by loss.
     ///
     /// # Cancel Safety
@@ -295,6 +370,25 @@ mod tests {
         assert!(s.extend(before + Duration::from_secs(1)));
         assert!(s.extend(before));
         assert_eq!(s.valid_until(), Some(before + Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn a_cap_bounds_every_extension_and_names_the_loss() {
+        let s = signal(Some(Duration::from_millis(20)));
+        let cap = Instant::now() + Duration::from_millis(40);
+        s.cap_at(cap);
+        s.cap_at(cap + Duration::from_secs(5));
+        assert_eq!(s.cap(), Some(cap), "a later cap is ignored");
+        assert!(s.extend(Instant::now() + Duration::from_secs(10)));
+        assert_eq!(s.valid_until(), Some(cap), "no extension goes past the cap");
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(s.past_cap());
+        assert!(!s.extend(Instant::now() + Duration::from_secs(10)));
+        assert_eq!(s.loss(), Some(LossReason::MaxHoldReached));
+        let unleased = signal(None);
+        unleased.cap_at(cap);
+        assert_eq!(unleased.valid_until(), Some(cap), "a hold without a lease gets the cap as its deadline");
+        assert_eq!(unleased.loss(), Some(LossReason::MaxHoldReached));
     }
 
     #[tokio::test]

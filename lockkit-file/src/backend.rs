@@ -84,6 +84,8 @@ struct WatchedHold {
     signal: HoldSignal,
     /// The path of the name's lock file, whose waiters the end of the hold wakes.
     wake: PathBuf,
+    /// The hold's files, which the checker frees at the hold's maximum hold.
+    open: Weak<Mutex<OpenHold>>,
     /// Other descriptors of every file the hold locks, for the `kill` fault hook.
     #[cfg(feature = "test-util")]
     duplicates: Vec<std::fs::File>,
@@ -173,9 +175,13 @@ impl FileBackend {
         let lock = request.lock.clone();
         let signal = HoldSignal::new(BACKEND, lock.clone(), None);
         let token = FencingToken::new(hold.token);
-        let watch_id = hold.files.as_ref().map(|held| self.watch(held, &hold, &files.lock, &signal));
+        let hold = Arc::new(Mutex::new(*hold));
+        let watch_id = {
+            let open = hold.lock().unwrap_or_else(PoisonError::into_inner);
+            open.files.as_ref().map(|held| self.watch(held, &open, &files.lock, &signal, Arc::downgrade(&hold)))
+        };
         let held = FileHeld {
-            hold: Arc::new(Mutex::new(*hold)),
+            hold,
             files,
             lock,
             kind: request.kind.clone(),
@@ -187,7 +193,14 @@ impl FileBackend {
     }
 
     /// Has the checker look after a hold; starts the checker if it is not running.
-    fn watch(&self, held: &HoldFiles, open: &OpenHold, wake: &Path, signal: &HoldSignal) -> u64 {
+    fn watch(
+        &self,
+        held: &HoldFiles,
+        open: &OpenHold,
+        wake: &Path,
+        signal: &HoldSignal,
+        files: Weak<Mutex<OpenHold>>,
+    ) -> u64 {
         #[cfg(not(feature = "test-util"))]
         let _ = open;
         let (path, file) = held.watched();
@@ -199,6 +212,7 @@ impl FileBackend {
             file,
             signal: signal.clone(),
             wake: wake.to_path_buf(),
+            open: files,
             #[cfg(feature = "test-util")]
             duplicates: held.duplicates(),
             #[cfg(feature = "test-util")]
@@ -299,17 +313,24 @@ pub(crate) async fn run_blocking<T: Send + 'static>(
 
 /// The checker: one task per provider, running while it has holds, checks every
 /// `every` that each held lock file (or permit record) is still the file its path names. A
-/// deleted or replaced lock file no longer excludes anyone, so its hold is lost.
+/// deleted or replaced lock file no longer excludes anyone, so its hold is lost. A hold past
+/// its maximum hold (which has no lease to run out) is freed, at its cap or within `every`
+/// of it.
 async fn check_forever(backend: Weak<FileBackend>, every: Duration) {
+    let mut next = every;
     loop {
-        tokio::time::sleep(every).await;
+        tokio::time::sleep(next).await;
         let Some(backend) = backend.upgrade() else { return };
+        free_capped(&backend).await;
         let holds: Vec<(u64, PathBuf, FileId)> = {
             let mut watched = backend.watched();
             if watched.holds.is_empty() {
                 watched.checker = None;
                 return;
             }
+            let now = Instant::now();
+            let cap = watched.holds.values().filter_map(|hold| hold.signal.cap()).min();
+            next = cap.map_or(every, |cap| cap.saturating_duration_since(now).clamp(Duration::from_millis(1), every));
             watched.holds.iter().map(|(id, hold)| (*id, hold.path.clone(), hold.file)).collect()
         };
         // One stat per hold: on a blocking thread, as there may be many.
@@ -333,6 +354,33 @@ async fn check_forever(backend: Weak<FileBackend>, every: Duration) {
                 // Waiters of this process may take the lock's new file at once.
                 wakeups::notify(&hold.wake);
             }
+        }
+    }
+}
+
+/// Frees the holds past their maximum hold: their guards have been told
+/// ([`LossReason::MaxHoldReached`]); a file hold has no lease that would end it otherwise.
+async fn free_capped(backend: &FileBackend) {
+    let capped: Vec<WatchedHold> = {
+        let mut watched = backend.watched();
+        let ids: Vec<u64> =
+            watched.holds.iter().filter(|(_, hold)| hold.signal.past_cap()).map(|(id, _)| *id).collect();
+        ids.into_iter().filter_map(|id| watched.holds.remove(&id)).collect()
+    };
+    for hold in capped {
+        // Records the loss if nobody looked yet (the first end wins).
+        let _ = hold.signal.is_held();
+        let Some(open) = hold.open.upgrade() else { continue };
+        tracing::debug!(path = %hold.path.display(), "freeing a hold past its maximum hold");
+        // The checker's duplicates of the files go first, as in a release.
+        drop(hold);
+        let job = move || {
+            let mut open = open.lock().unwrap_or_else(PoisonError::into_inner);
+            open.lost = Some(LossReason::MaxHoldReached);
+            let _ = open.free();
+        };
+        if let Err(error) = tokio::task::spawn_blocking(job).await {
+            tracing::debug!(%error, "could not free a hold past its maximum hold");
         }
     }
 }
@@ -888,6 +936,11 @@ impl LockBackend for FileBackend {
 
     fn address(&self) -> Option<String> {
         Some(format!("file://{}", self.settings.dir.display()))
+    }
+
+    fn renewal_interval(&self) -> Option<Duration> {
+        // Nothing renews a file hold; the checker frees one past its maximum hold.
+        Some(self.settings.check_every)
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockkit_core::config::{ConnectFuture, Scheme, Settings as Checks, StoreUrl};
+use lockkit_core::config::{ConnectFuture, ProviderSettings, Scheme, Settings as Checks, StoreUrl};
 use lockkit_core::{Error, LockName, LockProvider, Result};
 
 use crate::BACKEND;
@@ -29,7 +29,7 @@ pub const MARKER_FILE: &str = "lockkit.dir";
 
 /// The options a `file://` URL and [`FileLockProviderBuilder::option`] take: the names of
 /// the builder's methods.
-pub const OPTIONS: &[&str] = &["poll_min", "poll_max", "check_every", "observe_every"];
+pub const OPTIONS: &[&str] = &["poll_min", "poll_max", "check_every", "observe_every", "max_hold"];
 
 /// The `file` scheme: `file:///path/to/dir`, or `file://` for [`FileLockProvider::default_dir`].
 pub const SCHEME: Scheme = Scheme { names: &["file"], backend: BACKEND, connect: connect_url };
@@ -87,6 +87,7 @@ impl FileLockProvider {
             poll_max: DEFAULT_POLL_MAX,
             check_every: DEFAULT_CHECK_EVERY,
             observe_every: DEFAULT_OBSERVE_EVERY,
+            common: ProviderSettings::default(),
         }
     }
 
@@ -186,6 +187,7 @@ pub struct FileLockProviderBuilder {
     poll_max: Duration,
     check_every: Duration,
     observe_every: Duration,
+    common: ProviderSettings,
 }
 
 impl FileLockProviderBuilder {
@@ -262,7 +264,10 @@ impl FileLockProviderBuilder {
     /// # Errors
     ///
     /// [`Error::InvalidConfig`] for an unknown option or a value that is not a duration.
-    pub fn option(self, key: &str, value: &str) -> Result<Self> {
+    pub fn option(mut self, key: &str, value: &str) -> Result<Self> {
+        if self.common.option(CHECKS, key, value)? {
+            return Ok(self);
+        }
         Ok(match key {
             "poll_min" => self.poll_min(CHECKS.duration(key, value)?),
             "poll_max" => self.poll_max(CHECKS.duration(key, value)?),
@@ -270,6 +275,16 @@ impl FileLockProviderBuilder {
             "observe_every" => self.observe_every(CHECKS.duration(key, value)?),
             _ => return Err(CHECKS.unknown(key, OPTIONS)),
         })
+    }
+
+    /// The default maximum hold of the provider's acquisitions
+    /// ([`LockProvider::with_max_hold`](lockkit_core::LockProvider::with_max_hold)): past it,
+    /// renewal stops, the guard is told with
+    /// [`LossReason::MaxHoldReached`](lockkit_core::LossReason::MaxHoldReached) and the checker frees it (a file hold has no lease to run out). None
+    /// by default; at least `check_every`. URL option `max_hold`.
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.common.max_hold = Some(max_hold);
+        self
     }
 
     /// Checks the settings, creates the directory when missing, checks that it is a writable
@@ -296,7 +311,8 @@ impl FileLockProviderBuilder {
         )?;
         let dir = open_dir(&dir)?;
         let backend = FileBackend::new(Settings { dir, poll_min, poll_max, check_every, observe_every });
-        Ok(FileLockProvider { provider: LockProvider::new(backend.clone()), backend })
+        let provider = self.common.apply(LockProvider::new(backend.clone()))?;
+        Ok(FileLockProvider { provider, backend })
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use lockkit_core::config::{self, StoreUrl};
+use lockkit_core::config::{self, ProviderSettings, StoreUrl};
 use lockkit_core::{Error, Result};
 use redis::IntoConnectionInfo;
 
@@ -28,6 +28,7 @@ pub const OPTIONS: &[&str] = &[
     "replicas",
     "replicas_timeout",
     "fence_retention",
+    "max_hold",
 ];
 
 /// The default lease: how long a hold outlives its holder when the holder dies.
@@ -107,6 +108,7 @@ pub struct RedisLockProviderBuilder {
     replicas: Option<u32>,
     replicas_timeout: Option<Duration>,
     fence_retention: Option<Duration>,
+    common: ProviderSettings,
     #[cfg(feature = "tls")]
     tls: TlsSettings,
 }
@@ -135,7 +137,10 @@ impl RedisLockProviderBuilder {
     /// # Errors
     ///
     /// [`Error::InvalidConfig`] for an unknown option or a value that does not parse.
-    pub fn option(self, key: &str, value: &str) -> Result<Self> {
+    pub fn option(mut self, key: &str, value: &str) -> Result<Self> {
+        if self.common.option(CHECKS, key, value)? {
+            return Ok(self);
+        }
         Ok(match key {
             "lease" => self.lease(CHECKS.duration(key, value)?),
             "renew_every" => self.renew_every(CHECKS.duration(key, value)?),
@@ -330,6 +335,16 @@ impl RedisLockProviderBuilder {
         self
     }
 
+    /// The default maximum hold of the provider's acquisitions
+    /// ([`LockProvider::with_max_hold`](lockkit_core::LockProvider::with_max_hold)): past it,
+    /// renewal stops, the guard is told with
+    /// [`LossReason::MaxHoldReached`](lockkit_core::LossReason::MaxHoldReached) and the record expires with its lease. None
+    /// by default; at least `renew_every`. URL option `max_hold`.
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.common.max_hold = Some(max_hold);
+        self
+    }
+
     /// Checks the settings and builds the provider. No connection is made here: the first
     /// operation connects, and a server that cannot be reached then gives a retryable
     /// [`Error::Connection`]. [`RedisLockProvider::connect`] connects at once.
@@ -341,7 +356,10 @@ impl RedisLockProviderBuilder {
     /// range, settings that do not fit together (a renewal interval plus response timeout
     /// that does not leave time to renew within the lease), a bad key prefix.
     pub fn build(self) -> Result<RedisLockProvider> {
-        RedisLockProvider::from_settings(self.settings()?)
+        let common = self.common;
+        let mut provider = RedisLockProvider::from_settings(self.settings()?)?;
+        provider.provider = common.apply(provider.provider)?;
+        Ok(provider)
     }
 
     pub(crate) fn settings(self) -> Result<Settings> {
@@ -449,7 +467,8 @@ impl std::fmt::Debug for RedisLockProviderBuilder {
             .field("claim_window", &self.claim_window)
             .field("replicas", &self.replicas)
             .field("replicas_timeout", &self.replicas_timeout)
-            .field("fence_retention", &self.fence_retention);
+            .field("fence_retention", &self.fence_retention)
+            .field("max_hold", &self.common.max_hold);
         #[cfg(feature = "tls")]
         debug.field("tls", &self.tls);
         debug.finish()

@@ -521,6 +521,10 @@ impl LockBackend for RedisBackend {
         }
     }
 
+    fn renewal_interval(&self) -> Option<Duration> {
+        Some(self.settings.renew_every)
+    }
+
     fn address(&self) -> Option<String> {
         Some(self.settings.address.clone())
     }

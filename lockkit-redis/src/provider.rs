@@ -35,7 +35,7 @@ use crate::lock::RedisBackend;
 /// ```
 #[derive(Clone, Debug)]
 pub struct RedisLockProvider {
-    provider: LockProvider,
+    pub(crate) provider: LockProvider,
     backend: Arc<RedisBackend>,
 }
 

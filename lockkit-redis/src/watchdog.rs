@@ -197,6 +197,8 @@ impl Watchdog {
     /// The holds to renew now, dropping those that ended.
     fn due(&self) -> Vec<Due> {
         let mut holds = lock(&self.holds);
+        // Past its maximum hold a hold is not held (its deadline stops at the cap): it is
+        // renewed no more, and its record expires with its lease.
         holds.retain(|_, entry| entry.signal.is_held());
         holds.iter().map(|(id, e)| (*id, Arc::clone(&e.target), e.signal.clone())).collect()
     }
@@ -273,7 +275,9 @@ async fn renew_all(dog: &Watchdog, store: &Store, due: &[Due]) -> bool {
     let batches = due.chunks(BATCH).map(|batch| async move {
         let targets: Vec<&HoldTarget> = batch.iter().map(|(_, target, _)| &**target).collect();
         let sent_at = Instant::now();
-        (batch, sent_at, store.renew_batch(&targets, lease_ms).await)
+        let outcome = store.renew_batch(&targets, lease_ms).await;
+        lockkit_core::metrics::renewal_batch(crate::BACKEND, batch.len(), sent_at.elapsed());
+        (batch, sent_at, outcome)
     });
     let mut failed = false;
     for (batch, sent_at, outcome) in futures_util::future::join_all(batches).await {

@@ -240,6 +240,10 @@ macro_rules! conformance {
                     loss_is_signalled_before_another_owner_can_acquire,
                     lease_is_renewed_while_the_guard_lives,
                 }
+                max_hold {
+                    a_hold_past_its_maximum_is_lost_and_the_lock_is_freed,
+                    a_maximum_hold_below_the_renewal_interval_is_refused,
+                }
                 cross_process {
                     holder_in_another_process_excludes_this_one,
                     killed_process_frees_its_lock,

@@ -298,6 +298,11 @@ impl LockBackend for ZkBackend {
         }
     }
 
+    fn renewal_interval(&self) -> Option<Duration> {
+        // The session task renews every hold every third of the session timeout.
+        Some(self.config.session_timeout / 3)
+    }
+
     fn address(&self) -> Option<String> {
         Some(self.config.address())
     }

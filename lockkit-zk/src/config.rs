@@ -4,7 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use lockkit_core::config::{MAX_DURATION, Settings, StoreUrl};
+use lockkit_core::config::{MAX_DURATION, ProviderSettings, Settings, StoreUrl};
 use lockkit_core::{LockName, Result};
 use zookeeper_client as zk;
 
@@ -19,7 +19,8 @@ pub const DEFAULT_BASE_PATH: &str = "/lockkit";
 
 /// The options a `zk://` URL and [`ZkLockProviderBuilder::option`] take: the names of the
 /// builder's methods.
-pub const OPTIONS: &[&str] = &["session_timeout", "connect_timeout", "base_path", "drift", "acl", "disconnect_policy"];
+pub const OPTIONS: &[&str] =
+    &["session_timeout", "connect_timeout", "base_path", "drift", "acl", "disconnect_policy", "max_hold"];
 
 /// The checks of this backend's settings.
 const SETTINGS: Settings = Settings::of(BACKEND);
@@ -110,6 +111,7 @@ pub struct ZkLockProviderBuilder {
     acl: LockAcl,
     drift: Option<Duration>,
     disconnect_policy: DisconnectPolicy,
+    common: ProviderSettings,
 }
 
 impl fmt::Debug for ZkLockProviderBuilder {
@@ -124,6 +126,7 @@ impl fmt::Debug for ZkLockProviderBuilder {
             .field("acl", &self.acl)
             .field("drift", &self.drift)
             .field("disconnect_policy", &self.disconnect_policy)
+            .field("max_hold", &self.common.max_hold)
             .finish()
     }
 }
@@ -251,7 +254,10 @@ impl ZkLockProviderBuilder {
     ///
     /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) for an unknown option or
     /// a value that does not parse; ranges are checked by [`build`](Self::build).
-    pub fn option(self, key: &str, value: &str) -> Result<Self> {
+    pub fn option(mut self, key: &str, value: &str) -> Result<Self> {
+        if self.common.option(SETTINGS, key, value)? {
+            return Ok(self);
+        }
         Ok(match key {
             "session_timeout" => self.session_timeout(SETTINGS.duration(key, value)?),
             "connect_timeout" => self.connect_timeout(SETTINGS.duration(key, value)?),
@@ -281,6 +287,16 @@ impl ZkLockProviderBuilder {
         })
     }
 
+    /// The default maximum hold of the provider's acquisitions
+    /// ([`LockProvider::with_max_hold`](lockkit_core::LockProvider::with_max_hold)): past it,
+    /// renewal stops, the guard is told with
+    /// [`LossReason::MaxHoldReached`](lockkit_core::LossReason::MaxHoldReached) and its node is deleted then (holds live with the session, which goes on for the provider's other holds, so there is no lease of its own to run out). None
+    /// by default; at least a third of the session timeout. URL option `max_hold`.
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.common.max_hold = Some(max_hold);
+        self
+    }
+
     /// Checks every setting and makes the provider, without any I/O: the first session is
     /// opened (and the base path created) when the provider is first used. Use
     /// [`ZkLockProvider::connect`] to connect at once.
@@ -294,7 +310,10 @@ impl ZkLockProviderBuilder {
     /// ACL that needs credentials without them, credentials with an empty user or a `:` in
     /// the user.
     pub fn build(self) -> Result<ZkLockProvider> {
-        Ok(ZkLockProvider::new(self.check()?))
+        let common = self.common;
+        let mut provider = ZkLockProvider::new(self.check()?);
+        provider.provider = common.apply(provider.provider)?;
+        Ok(provider)
     }
 
     /// Every check of [`build`](Self::build), and the checked configuration.

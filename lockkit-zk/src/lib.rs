@@ -20,6 +20,14 @@
 //!   session or the deletion of its node loses it (see [`DisconnectPolicy`]). The same for
 //!   every kind of hold: a dead reader's share or holder's permit comes back when the server
 //!   expires its session, not before.
+//! - **Maximum hold:** a hold acquired with a maximum hold
+//!   ([`AcquireOptions::with_max_hold`](lockkit_core::AcquireOptions::with_max_hold), or
+//!   builder method / URL option `max_hold`) is lost at its cap
+//!   ([`LossReason::MaxHoldReached`](lockkit_core::LossReason::MaxHoldReached)), and its node
+//!   is deleted then: the session, which carries the provider's other holds, goes on, so the
+//!   node has no lease of its own that would run out. The next owner is granted the lock
+//!   after the guard was told; its fencing token (a later czxid) refuses the stuck holder's
+//!   writes. The cap is at least a third of the session timeout.
 //! - **Cancel safety:** an acquisition dropped at any point deletes its node in the
 //!   background; `try_acquire` and timeouts leave no node behind.
 //! - **Connection trouble:** an acquisition that may wait retries past a connection failure

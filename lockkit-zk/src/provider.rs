@@ -41,7 +41,7 @@ fn connect_url(url: StoreUrl) -> ConnectFuture {
 /// ```
 #[derive(Clone, Debug)]
 pub struct ZkLockProvider {
-    provider: LockProvider,
+    pub(crate) provider: LockProvider,
     backend: Arc<ZkBackend>,
 }
 

@@ -343,6 +343,7 @@ async fn watch_session(session: Weak<Session>, mut states: zk::StateWatcher) {
             state = states.changed() => {
                 let Some(session) = session.upgrade() else { return };
                 tracing::debug!(backend = BACKEND, session = %id, ?state, "zk session state");
+                lockkit_core::metrics::session_state(BACKEND, &state);
                 match state {
                     zk::SessionState::Disconnected => {
                         connected = false;

@@ -99,6 +99,7 @@ struct Bench {
 
 /// Runs `lockkit bench`; prints the table (or `--json`) and exits 0.
 pub(crate) async fn bench(args: BenchArgs) -> Result<Code, Failure> {
+    let recorded = if args.metrics { Some(crate::metrics::Recorded::install()?) } else { None };
     let target = Target::resolve(args.url.clone());
     let prefix = format!("lockkit-bench/{}", run_id());
     let provider = target.connect(&prefix, false).await?;
@@ -152,9 +153,16 @@ pub(crate) async fn bench(args: BenchArgs) -> Result<Code, Failure> {
         bench.remove_lock_files();
     }
     if bench.args.json {
-        println!("{}", bench.report.json());
+        let mut json = bench.report.json();
+        if let (Some(recorded), Value::Object(root)) = (&recorded, &mut json) {
+            root.insert("metrics".into(), recorded.json());
+        }
+        println!("{json}");
     } else {
         println!("{}", bench.report.table());
+        if let Some(recorded) = &recorded {
+            println!("\n{}", recorded.table());
+        }
     }
     Ok(0)
 }

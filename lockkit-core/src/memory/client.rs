@@ -18,7 +18,7 @@ use crate::backend::{AcquireRequest, Grant, HeldLock, HolderInfo, LeaderEvents, 
 use crate::{Capabilities, Error, LeaderEvent, LockName, LossReason, Result};
 
 use super::BACKEND;
-use super::store::{Admission, Granted, Lease, MemoryStore, Session};
+use super::store::{Admission, Granted, Lease, MemoryStore};
 pub(super) struct MemoryClient {
     pub(super) me: Weak<MemoryClient>,
     pub(super) store: MemoryStore,
@@ -105,6 +105,10 @@ impl LockBackend for MemoryClient {
         }
     }
 
+    fn renewal_interval(&self) -> Option<Duration> {
+        self.lease.map(|lease| lease.renew_every)
+    }
+
     async fn acquire(&self, request: AcquireRequest) -> Result<Option<Grant>> {
         self.reachable(&request.lock)?;
         self.ensure_watchdog();
@@ -175,7 +179,7 @@ impl LockBackend for MemoryClient {
         let Some(entry) = state.locks.get(lock) else { return Ok(LockInfo::default()) };
         let holders = entry.holders.iter().map(|holder| {
             let info = holder.owner.holder(holder.token).with_kind(holder.kind.clone());
-            match state.sessions.get(&holder.session).and_then(Session::expires_at) {
+            match state.holder_expires_at(holder) {
                 Some(at) => info.with_lease_left(at.saturating_duration_since(Instant::now())),
                 None => info,
             }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::client::MemoryClient;
 use super::store::{Lease, MemoryStore};
 use super::{OPTIONS, SETTINGS};
-use crate::config::StoreUrl;
+use crate::config::{ProviderSettings, StoreUrl};
 #[cfg(any(test, feature = "test-util"))]
 use crate::{LockName, LossReason};
 use crate::{LockProvider, Result};
@@ -37,6 +37,7 @@ pub struct MemoryLockProviderBuilder {
     pub(super) lease: Option<Duration>,
     pub(super) renew_every: Option<Duration>,
     pub(super) drift: Option<Duration>,
+    pub(super) common: ProviderSettings,
 }
 
 impl MemoryLockProviderBuilder {
@@ -68,13 +69,25 @@ impl MemoryLockProviderBuilder {
         self
     }
 
+    /// The default maximum hold of the client's acquisitions
+    /// ([`LockProvider::with_max_hold`]): without a lease the store frees a hold at its
+    /// maximum; with one, renewal stops there and the hold expires with its lease. None by
+    /// default. URL option `max_hold`.
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.common.max_hold = Some(max_hold);
+        self
+    }
+
     /// Sets the option called `key` from its text, as a URL's query gives it: the same
     /// names as the methods ([`OPTIONS`]).
     ///
     /// # Errors
     ///
     /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) for an unknown option or a value that is not a duration.
-    pub fn option(self, key: &str, value: &str) -> Result<Self> {
+    pub fn option(mut self, key: &str, value: &str) -> Result<Self> {
+        if self.common.option(SETTINGS, key, value)? {
+            return Ok(self);
+        }
         Ok(match key {
             "lease" => self.lease(SETTINGS.duration(key, value)?),
             "renew_every" => self.renew_every(SETTINGS.duration(key, value)?),
@@ -89,7 +102,8 @@ impl MemoryLockProviderBuilder {
     ///
     /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) for a lease that is zero or longer than a day, a renewal
     /// interval that is zero or not shorter than the lease, a drift margin that leaves no
-    /// time between renewals, or renewal settings without a lease.
+    /// time between renewals, renewal settings without a lease, or a maximum hold shorter
+    /// than the renewal interval.
     pub fn build(self) -> Result<MemoryLockProvider> {
         match self.lease {
             None if self.renew_every.is_some() || self.drift.is_some() => {
@@ -113,7 +127,10 @@ impl MemoryLockProviderBuilder {
                 }
             }
         }
-        Ok(self.build_unchecked())
+        let common = self.common;
+        let mut built = self.build_unchecked();
+        built.provider = common.apply(built.provider)?;
+        Ok(built)
     }
 
     pub(super) fn build_unchecked(self) -> MemoryLockProvider {

@@ -32,6 +32,9 @@ pub(super) struct StoreState {
     pub(super) last_id: u64,
     /// The change feeds of elections, kept per name once an election was used or observed.
     pub(super) elections: HashMap<LockName, Feed>,
+    /// Holds past their maximum hold, no longer renewed: lock, attempt, and when the store
+    /// frees them (the end of their last lease, or the cap itself without a lease).
+    pub(super) capped: Vec<(LockName, Uuid, Instant)>,
 }
 
 /// How many changes of leader an observer may fall behind before it is told of a gap.
@@ -125,6 +128,9 @@ pub(super) struct Holder {
     pub(super) signal: HoldSignal,
     /// Who took the hold, for `inspect`: this process, and when.
     pub(super) owner: OwnerMeta,
+    /// When the store frees this hold whatever its session does: set once renewal stopped
+    /// at its maximum hold.
+    pub(super) fixed_expiry: Option<Instant>,
 }
 
 impl Holder {
@@ -147,6 +153,7 @@ pub(super) struct Waiter {
     pub(super) session: u64,
     pub(super) attempt: Uuid,
     pub(super) kind: HoldKind,
+    pub(super) max_hold: Option<Duration>,
     pub(super) notify: oneshot::Sender<Granted>,
 }
 
@@ -182,6 +189,15 @@ impl StoreState {
 
     /// Frees the holds and drops the waiters of every session whose lease ran out by `now`.
     pub(super) fn expire(&mut self, now: Instant) {
+        if !self.capped.is_empty() {
+            let (due, kept) = self.capped.drain(..).partition(|(_, _, at)| *at <= now);
+            self.capped = kept;
+            let due: Vec<(LockName, Uuid, Instant)> = due;
+            for (name, attempt, _) in due {
+                tracing::debug!(lock = %name, "a hold past its maximum hold expired");
+                self.remove_holders(&name, |holder| holder.attempt == attempt, LossReason::MaxHoldReached);
+            }
+        }
         let expired: Vec<u64> = self
             .sessions
             .iter()
@@ -282,7 +298,7 @@ impl StoreState {
                 return;
             }
             let Some(waiter) = entry.queue.pop_front() else { return };
-            let granted = self.install_holder(name, waiter.session, waiter.attempt, waiter.kind);
+            let granted = self.install_holder(name, waiter.session, waiter.attempt, waiter.kind, waiter.max_hold);
             if let Err(undelivered) = waiter.notify.send(granted) {
                 // The waiter was cancelled before it could take the grant: take it back.
                 undelivered.signal.release();
@@ -297,14 +313,27 @@ impl StoreState {
         session_id: u64,
         attempt: Uuid,
         kind: HoldKind,
+        max_hold: Option<Duration>,
     ) -> Granted {
         self.last_token += 1;
         let token = FencingToken::new(self.last_token);
+        let mut leased = false;
         let valid_until = self.sessions.get_mut(&session_id).and_then(|session| {
             session.holds.insert((name.clone(), attempt));
+            leased = session.lease.is_some();
             session.local_deadline()
         });
         let signal = HoldSignal::new(BACKEND, name.clone(), valid_until);
+        let mut fixed_expiry = None;
+        if let Some(max_hold) = max_hold {
+            let cap = deadline_after(Instant::now(), max_hold);
+            signal.cap_at(cap);
+            if !leased {
+                // Nothing renews a hold without a lease: the store frees it at the cap.
+                fixed_expiry = Some(cap);
+                self.capped.push((name.clone(), attempt, cap));
+            }
+        }
         let entry = self.locks.entry(name.clone()).or_insert_with(|| Entry::new(Use::of(&kind)));
         let holder = Holder {
             session: session_id,
@@ -313,6 +342,7 @@ impl StoreState {
             token,
             signal: signal.clone(),
             owner: OwnerMeta::current(attempt),
+            fixed_expiry,
         };
         let elected = holder.is_candidate().then(|| holder.leader());
         entry.holders.push(holder);
@@ -353,6 +383,7 @@ impl StoreState {
                 session,
                 request.attempt,
                 request.kind.clone(),
+                request.max_hold,
             ));
         }
         if !request.deadline.may_wait() {
@@ -364,7 +395,8 @@ impl StoreState {
         let id = self.next_id();
         let (notify, receiver) = oneshot::channel();
         if let Some(entry) = self.locks.get_mut(&request.lock) {
-            entry.queue.push_back(Waiter { id, session, attempt: request.attempt, kind: request.kind.clone(), notify });
+            let (attempt, kind, max_hold) = (request.attempt, request.kind.clone(), request.max_hold);
+            entry.queue.push_back(Waiter { id, session, attempt, kind, max_hold, notify });
         }
         Admission::Queued(id, receiver)
     }
@@ -387,7 +419,12 @@ impl StoreState {
     /// The earliest moment a holder of `name` may expire: a waiter's fallback wake-up.
     pub(super) fn holder_expiry(&self, name: &LockName) -> Option<Instant> {
         let entry = self.locks.get(name)?;
-        entry.holders.iter().filter_map(|holder| self.sessions.get(&holder.session)?.expires_at()).min()
+        entry.holders.iter().filter_map(|holder| self.holder_expires_at(holder)).min()
+    }
+
+    /// When the store frees `holder` unless it is renewed.
+    pub(super) fn holder_expires_at(&self, holder: &Holder) -> Option<Instant> {
+        holder.fixed_expiry.or_else(|| self.sessions.get(&holder.session)?.expires_at())
     }
 }
 
@@ -473,15 +510,28 @@ impl MemoryStore {
     /// session. Returns how many holds were renewed.
     pub(super) fn heartbeat(&self, session: u64, sent_at: Instant) -> usize {
         let mut state = self.current();
-        let StoreState { sessions, locks, .. } = &mut *state;
+        let StoreState { sessions, locks, capped, .. } = &mut *state;
         let Some(session) = sessions.get_mut(&session) else { return 0 };
+        // A hold past its maximum hold is renewed no more: the store frees it when the lease
+        // it had runs out.
+        let lease_end = session.expires_at();
         session.last_heartbeat = session.last_heartbeat.max(sent_at);
         let Some(deadline) = session.local_deadline() else { return 0 };
+        let mut stopped = Vec::new();
         for (name, attempt) in &session.holds {
-            let holders = locks.get(name).map(|entry| entry.holders.as_slice()).unwrap_or_default();
-            if let Some(holder) = holders.iter().find(|holder| holder.attempt == *attempt) {
+            let holders = locks.get_mut(name).map(|entry| entry.holders.as_mut_slice()).unwrap_or_default();
+            if let Some(holder) = holders.iter_mut().find(|holder| holder.attempt == *attempt) {
+                if holder.signal.past_cap() {
+                    holder.fixed_expiry = lease_end;
+                    stopped.push((name.clone(), *attempt));
+                    continue;
+                }
                 holder.signal.extend(deadline);
             }
+        }
+        for (name, attempt) in stopped {
+            session.holds.remove(&(name.clone(), attempt));
+            capped.push((name, attempt, lease_end.unwrap_or(sent_at)));
         }
         session.holds.len()
     }

@@ -11,6 +11,7 @@ pub mod election;
 pub mod errors;
 pub mod fencing;
 pub mod loss;
+pub mod max_hold;
 pub mod multi;
 pub mod mutual_exclusion;
 pub mod reentrancy;
