@@ -17,8 +17,10 @@ use std::time::Duration;
 
 use lockkit_core::backend::{HolderInfo, LockInfo, OwnerMeta};
 use lockkit_core::{Error, FencingToken, HoldKind, LockName, Result};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{ErrorKind, RedisError, Script, ScriptInvocation, ServerErrorKind, Value};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
+use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Script, ScriptInvocation, ServerErrorKind, Value};
 
 use crate::BACKEND;
 use crate::builder::Settings;
@@ -300,10 +302,75 @@ impl Ownership {
     }
 }
 
+/// The command connection: to one server (or the primary the sentinels name), or to a
+/// Redis Cluster, whose connection routes each command by the hash slot of its keys. The
+/// scripts run unchanged on either: every key of a lock shares the `{name}` hash tag.
+#[derive(Clone)]
+pub(crate) enum Connection {
+    /// One server.
+    Single(ConnectionManager),
+    /// A cluster.
+    Cluster(ClusterConnection),
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Single(_) => "Connection::Single",
+            Self::Cluster(_) => "Connection::Cluster",
+        })
+    }
+}
+
+impl ConnectionLike for Connection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Self::Single(connection) => connection.req_packed_command(cmd),
+            Self::Cluster(connection) => connection.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Self::Single(connection) => connection.req_packed_commands(pipeline, offset, count),
+            Self::Cluster(connection) => connection.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Self::Single(connection) => connection.get_db(),
+            Self::Cluster(connection) => connection.get_db(),
+        }
+    }
+}
+
+impl Connection {
+    /// Sends `cmd`, which names no key, to the server that holds `key` (on a cluster, the
+    /// primary of its slot; elsewhere, the one server).
+    async fn query_at<T: redis::FromRedisValue>(&mut self, key: &str, cmd: Cmd) -> redis::RedisResult<T> {
+        match self {
+            Self::Single(connection) => cmd.query_async(connection).await,
+            Self::Cluster(connection) => {
+                let route = SingleNodeRoutingInfo::SpecificNode(Route::with_key(key, SlotAddr::Master));
+                let value = connection.route_command(cmd, RoutingInfo::SingleNode(route)).await?;
+                Ok(redis::from_redis_value(value)?)
+            }
+        }
+    }
+}
+
 /// One provider's connection to the server and the commands it sends.
 #[derive(Debug)]
 pub(crate) struct Store {
     client: redis::Client,
+    /// The cluster client, for a `redis+cluster://` URL.
+    cluster: Option<redis::cluster::ClusterClient>,
     /// The connection and the runtime its driver runs on; made on first use, and again when
     /// that runtime has shut down.
     link: Mutex<Option<Arc<Link>>>,
@@ -326,7 +393,7 @@ pub(crate) struct Store {
 /// A connection and the runtime it belongs to.
 #[derive(Debug)]
 struct Link {
-    connection: ConnectionManager,
+    connection: Connection,
     home: Home,
 }
 
@@ -336,8 +403,22 @@ impl Store {
         let client = crate::client::open(settings, settings.connection.clone()).map_err(|error| {
             Error::invalid_config(BACKEND, format!("the server {} cannot be used: {error}", settings.address))
         })?;
+        let reply_timeout = if settings.replicas > 0 {
+            settings.response_timeout + settings.replicas_timeout
+        } else {
+            settings.response_timeout
+        };
+        let cluster = match &settings.cluster {
+            Some(cluster) => {
+                Some(crate::cluster::client(settings, cluster, reply_timeout, false).map_err(|error| {
+                    Error::invalid_config(BACKEND, format!("the cluster {} cannot be used: {error}", settings.address))
+                })?)
+            }
+            None => None,
+        };
         Ok(Self {
             client,
+            cluster,
             link: Mutex::new(None),
             building: tokio::sync::Mutex::new(()),
             response_timeout: settings.response_timeout,
@@ -350,7 +431,7 @@ impl Store {
     }
 
     /// The connection, if one was made on a runtime that still runs.
-    fn live(&self) -> Option<ConnectionManager> {
+    fn live(&self) -> Option<Connection> {
         lock(&self.link).as_ref().filter(|link| !link.home.is_gone()).map(|link| link.connection.clone())
     }
 
@@ -365,7 +446,7 @@ impl Store {
     ///
     /// With [`replicas`](crate::RedisLockProviderBuilder::replicas) set, a new connection is
     /// kept only when the server is a primary with at least that many replicas connected.
-    async fn connection(&self, name: Option<&LockName>) -> Result<ConnectionManager> {
+    async fn connection(&self, name: Option<&LockName>) -> Result<Connection> {
         if let Some(connection) = self.live() {
             return Ok(connection);
         }
@@ -386,6 +467,14 @@ impl Store {
             .set_number_of_retries(2)
             .set_min_delay(Duration::from_millis(20))
             .set_max_delay(Duration::from_millis(500));
+        if let Some(cluster) = &self.cluster {
+            let connection = self.cluster_connection(cluster, name).await?;
+            let previous = lock(&self.link).replace(Arc::new(Link { connection: connection.clone(), home }));
+            if previous.is_some() {
+                tracing::debug!("the runtime of the cluster connection shut down; connected again on this one");
+            }
+            return Ok(connection);
+        }
         let mut connection = match self.sentinel.as_deref() {
             Some(settings) => {
                 // The primary the sentinels name now.
@@ -401,11 +490,55 @@ impl Store {
         if self.replicas > 0 || self.sentinel.is_some() {
             self.check_replicas(&mut connection, name).await?;
         }
+        let connection = Connection::Single(connection);
         let previous = lock(&self.link).replace(Arc::new(Link { connection: connection.clone(), home }));
         if previous.is_some() {
             tracing::debug!("the runtime of the command connection shut down; connected again on this one");
         }
         Ok(connection)
+    }
+
+    /// A connection to the cluster, kept only when `CLUSTER INFO` says `cluster_state:ok` and,
+    /// with `replicas` set, every primary has that many replicas connected.
+    async fn cluster_connection(
+        &self,
+        cluster: &redis::cluster::ClusterClient,
+        name: Option<&LockName>,
+    ) -> Result<Connection> {
+        let attempt = tokio::time::timeout(self.response_timeout, cluster.get_async_connection());
+        let mut connection = match attempt.await {
+            Ok(Ok(connection)) => connection,
+            Ok(Err(error)) if crate::cluster::is_not_a_cluster(&error) => {
+                return Err(crate::cluster::not_a_cluster(&self.address));
+            }
+            Ok(Err(error)) => return Err(map_error(error, name)),
+            Err(_) => return Err(Error::connection(BACKEND, name, Failure::NoReply(self.response_timeout))),
+        };
+        let info: String = redis::cmd("CLUSTER")
+            .arg("INFO")
+            .query_async(&mut connection)
+            .await
+            .map_err(|e| map_error(e, name).with_context("read CLUSTER INFO"))?;
+        crate::cluster::check_state(&info, &self.address, name)?;
+        if self.replicas > 0 {
+            let nodes: String =
+                redis::cmd("CLUSTER").arg("NODES").query_async(&mut connection).await.map_err(|e| {
+                    map_error(e, name).with_context("read CLUSTER NODES to check the `replicas` setting")
+                })?;
+            crate::cluster::check_replicas(&nodes, self.replicas, &self.address)?;
+        }
+        Ok(Connection::Cluster(connection))
+    }
+
+    /// Whether the server is a Redis Cluster.
+    pub(crate) fn is_cluster(&self) -> bool {
+        self.cluster.is_some()
+    }
+
+    /// The hash slot of a hold's keys, on a cluster (`None` elsewhere): the renewals of one
+    /// slot go in one pipeline, which the cluster connection routes to the slot's primary.
+    pub(crate) fn slot_of(&self, hold: &HoldTarget) -> Option<Slot> {
+        self.cluster.as_ref().and(hold.keys.first()).map(Slot::for_key)
     }
 
     /// How long a reply may take: the response timeout, plus the replicas' timeout when
@@ -466,7 +599,7 @@ impl Store {
     /// timeout, when `replicas` is set: a command may end with a `WAIT`).
     async fn run<T, F, Fut>(&self, lock: Option<&LockName>, command: F) -> Result<T>
     where
-        F: FnOnce(ConnectionManager) -> Fut,
+        F: FnOnce(Connection) -> Fut,
         Fut: Future<Output = std::result::Result<T, RedisError>>,
     {
         if tokio::runtime::Handle::try_current().is_err() {
@@ -513,11 +646,14 @@ impl Store {
     /// # Errors
     ///
     /// A retryable [`Error::Connection`] ([`Failure::NotReplicated`]) when fewer did in time.
-    pub(crate) async fn replicated(&self, lock: &LockName) -> Result<()> {
+    pub(crate) async fn replicated(&self, lock: &LockName, keys: &LockKeys) -> Result<()> {
         let (wanted, timeout) = (self.replicas, self.replicas_timeout);
         let acked: i64 = self
             .run(Some(lock), |mut connection| async move {
-                redis::cmd("WAIT").arg(wanted).arg(crate::builder::millis(timeout)).query_async(&mut connection).await
+                let mut wait = redis::cmd("WAIT");
+                wait.arg(wanted).arg(crate::builder::millis(timeout));
+                // On a cluster, the primary of the lock's slot: the one that made the grant.
+                connection.query_at(keys.record(), wait).await
             })
             .await?;
         if acked < i64::from(wanted) {
@@ -766,6 +902,86 @@ impl Store {
         holds: &[&HoldTarget],
         lease_ms: Option<u64>,
     ) -> Result<Vec<std::result::Result<Value, RedisError>>> {
+        if self.cluster.is_some() {
+            return self.send_slot_pipelines(holds, lease_ms).await;
+        }
+        self.send_one_pipeline(holds, lease_ms).await
+    }
+
+    /// On a cluster: one pipeline per hash slot (the cluster connection refuses a pipeline
+    /// whose keys span slots), sent concurrently; the replies in the order of `holds`. With
+    /// `replicas` set, each pipeline ends with its own `WAIT` on its slot's primary, and the
+    /// last reply is the fewest acknowledgements any of them got. A pipeline that failed
+    /// as a whole fails its holds only.
+    async fn send_slot_pipelines(
+        &self,
+        holds: &[&HoldTarget],
+        lease_ms: Option<u64>,
+    ) -> Result<Vec<std::result::Result<Value, RedisError>>> {
+        let mut slots: Vec<(Option<Slot>, Vec<usize>)> = Vec::new();
+        for (at, hold) in holds.iter().enumerate() {
+            let slot = self.slot_of(hold);
+            match slots.iter_mut().find(|(s, _)| *s == slot) {
+                Some((_, members)) => members.push(at),
+                None => slots.push((slot, vec![at])),
+            }
+        }
+        let sends = slots.iter().map(|(_, members)| async move {
+            let group: Vec<&HoldTarget> = members.iter().filter_map(|&at| holds.get(at).copied()).collect();
+            self.send_one_pipeline(&group, lease_ms).await
+        });
+        let replies = futures_util::future::join_all(sends).await;
+        let waits = self.replicas > 0 && lease_ms.is_some();
+        let mut answers: Vec<Option<std::result::Result<Value, RedisError>>> = (0..holds.len()).map(|_| None).collect();
+        let mut fewest: Option<std::result::Result<Value, RedisError>> = None;
+        for ((_, members), reply) in slots.iter().zip(replies) {
+            match reply {
+                Ok(mut values) => {
+                    if waits {
+                        let acked = values.pop();
+                        let count = |answer: &Option<std::result::Result<Value, RedisError>>| match answer {
+                            Some(Ok(value)) => redis::from_redis_value_ref::<i64>(value).unwrap_or(0),
+                            _ => 0,
+                        };
+                        if fewest.as_ref().is_none_or(|f| count(&Some(f.clone())) > count(&acked)) {
+                            fewest = Some(acked.unwrap_or(Ok(Value::Int(0))));
+                        }
+                    }
+                    for (&at, value) in members.iter().zip(values) {
+                        if let Some(answer) = answers.get_mut(at) {
+                            *answer = Some(value);
+                        }
+                    }
+                }
+                Err(error) => {
+                    let error = RedisError::from(std::io::Error::other(error.to_string()));
+                    for &at in members {
+                        if let Some(answer) = answers.get_mut(at) {
+                            *answer = Some(Err(error.clone()));
+                        }
+                    }
+                    if waits {
+                        fewest = Some(Ok(Value::Int(0)));
+                    }
+                }
+            }
+        }
+        let mut answers: Vec<std::result::Result<Value, RedisError>> = answers
+            .into_iter()
+            .map(|answer| answer.unwrap_or_else(|| Err(RedisError::from((ErrorKind::Io, "no reply in the pipeline")))))
+            .collect();
+        if waits {
+            answers.push(fewest.unwrap_or(Ok(Value::Int(0))));
+        }
+        Ok(answers)
+    }
+
+    /// Sends the holds' pipeline (see [`hold_pipeline`](Self::hold_pipeline)) in one round trip.
+    async fn send_one_pipeline(
+        &self,
+        holds: &[&HoldTarget],
+        lease_ms: Option<u64>,
+    ) -> Result<Vec<std::result::Result<Value, RedisError>>> {
         let mut pipeline = redis::pipe();
         pipeline.ignore_errors();
         for hold in holds {
@@ -872,6 +1088,11 @@ impl Store {
 
     /// The server's `notify-keyspace-events` flags (`CONFIG GET`).
     pub(crate) async fn keyspace_events(&self) -> Result<String> {
+        if self.cluster.is_some() {
+            // Each node publishes the events of its own keys only, and the pub/sub link
+            // listens on one node: no keyspace events on a cluster (the renewals notice).
+            return Ok(String::new());
+        }
         let reply: Vec<String> = self
             .run(None, |mut connection| async move {
                 redis::cmd("CONFIG").arg("GET").arg("notify-keyspace-events").query_async(&mut connection).await
@@ -887,7 +1108,7 @@ impl Store {
         }
     }
 
-    /// One PING: the raw round trip the benchmarks compare against.
+    /// One PING (on a cluster, to every primary).
     pub(crate) async fn ping(&self) -> Result<()> {
         let _: String = self
             .run(None, |mut connection| async move { redis::cmd("PING").query_async(&mut connection).await })
@@ -1039,7 +1260,10 @@ pub(crate) fn map_error(error: RedisError, lock: Option<&LockName>) -> Error {
                     | ServerErrorKind::ClusterDown
                     | ServerErrorKind::MasterDown
                     | ServerErrorKind::ReadOnly
+                    | ServerErrorKind::Moved
+                    | ServerErrorKind::Ask
             )
-        );
+        )
+        || matches!(error.kind(), ErrorKind::ClusterConnectionNotFound);
     if transient { Error::connection(BACKEND, lock, error) } else { Error::backend(BACKEND, lock, error) }
 }
