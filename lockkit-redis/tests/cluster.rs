@@ -181,3 +181,132 @@ async fn holds_on_every_primary_are_renewed() {
     let stats = provider.renewal_stats();
     assert!(stats.renewed >= 60, "{stats:?}");
 }
+
+/// Generous bound for what a cluster does after a failover or a migration on a loaded
+/// two-core machine.
+const SETTLE: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// A cluster of its own, for a test that changes its topology.
+async fn dedicated() -> RedisCluster {
+    match RedisCluster::start().await {
+        Ok(fixture) => fixture,
+        Err(error) => panic!("the cluster tests need redis-server: {error}"),
+    }
+}
+
+/// Waits until `held` is renewed past `since + LEASE / 2` (so renewed after `since`) or
+/// signalled lost; returns whether it is still held.
+async fn renewed_or_lost(held: &lockkit_core::LockGuard, since: std::time::Instant) -> bool {
+    let deadline = std::time::Instant::now() + SETTLE;
+    loop {
+        if !held.is_held() {
+            return false;
+        }
+        if held.valid_until().is_some_and(|until| until > since + LEASE / 2) {
+            return true;
+        }
+        assert!(std::time::Instant::now() < deadline, "the hold is neither renewed nor signalled lost: {held:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+/// Checks that `held` and another client never both hold `name`, then that the tokens of
+/// `name` keep increasing past `last`: the end of both topology tests.
+async fn no_second_holder_and_tokens_increase(
+    provider: &RedisLockProvider,
+    other: &RedisLockProvider,
+    name: &str,
+    held: lockkit_core::LockGuard,
+    mut last: u64,
+) {
+    let attempt = within(OPERATION, "a try on the held lock", other.lock(name).unwrap().try_acquire()).await.unwrap();
+    match attempt {
+        Some(guard) => {
+            assert!(!held.is_held(), "two holders: {held:?} and {guard:?}");
+            assert!(guard.token().get() > last, "a token went back: {} after {last}", guard.token().get());
+            last = guard.token().get();
+            guard.release().await.unwrap();
+        }
+        None => {
+            assert!(held.is_held(), "the lock is held, but not by the hold that was not signalled lost");
+            held.release().await.unwrap();
+        }
+    }
+    for _ in 0..3 {
+        let guard = within(SETTLE, "an acquisition", provider.lock(name).unwrap().acquire()).await.unwrap();
+        assert!(guard.token().get() > last, "a token went back: {} after {last}", guard.token().get());
+        last = guard.token().get();
+        guard.release().await.unwrap();
+    }
+}
+
+/// `CLUSTER FAILOVER` of the primary that owns a held lock's slot: the hold is renewed on the
+/// promoted replica (the grant was acknowledged by it: `replicas=1`) or signalled lost, never
+/// held by two; acquisitions continue on the new primary with increasing tokens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_survives_a_failover_of_its_slots_primary_or_is_signalled_lost() {
+    let fixture = dedicated().await;
+    let provider: RedisLockProvider = test_builder().url(fixture.url()).replicas(1).build().unwrap();
+    let other: RedisLockProvider = test_builder().url(fixture.url()).build().unwrap();
+    let name = unique("failover");
+    let key = provider.record_key(&lockkit_core::LockName::new(&name).unwrap());
+    let mut last = 0;
+    for _ in 0..5 {
+        let guard = within(OPERATION, "an acquisition", provider.lock(&name).unwrap().acquire()).await.unwrap();
+        assert!(guard.token().get() > last);
+        last = guard.token().get();
+        guard.release().await.unwrap();
+    }
+    let held = within(OPERATION, "an acquisition to hold", provider.lock(&name).unwrap().acquire()).await.unwrap();
+    last = held.token().get();
+
+    let (old, new) = fixture.failover(&key).await.unwrap();
+    assert_ne!(old, new);
+    assert_eq!(fixture.primary_of(&key).await.unwrap(), new);
+    let failed_over = std::time::Instant::now();
+
+    let kept = renewed_or_lost(&held, failed_over).await;
+    eprintln!("failover: the hold was {}", if kept { "renewed on the new primary" } else { "signalled lost" });
+    no_second_holder_and_tokens_increase(&provider, &other, &name, held, last).await;
+}
+
+/// A held lock's slot migrates to another primary (`SETSLOT … MIGRATING/IMPORTING`,
+/// `MIGRATE … KEYS`, `SETSLOT … NODE`), with renewals due while the keys are moving: the
+/// hold is renewed on the new primary or signalled lost, never held by two; acquisitions
+/// continue there with increasing tokens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_whose_slot_migrates_is_renewed_there_or_signalled_lost() {
+    let fixture = dedicated().await;
+    let provider: RedisLockProvider = test_builder().url(fixture.url()).build().unwrap();
+    let other: RedisLockProvider = test_builder().url(fixture.url()).build().unwrap();
+    let name = unique("migrate");
+    let key = provider.record_key(&lockkit_core::LockName::new(&name).unwrap());
+    let mut last = 0;
+    for _ in 0..5 {
+        let guard = within(OPERATION, "an acquisition", provider.lock(&name).unwrap().acquire()).await.unwrap();
+        last = guard.token().get();
+        guard.release().await.unwrap();
+    }
+    let held = within(OPERATION, "an acquisition to hold", provider.lock(&name).unwrap().acquire()).await.unwrap();
+    last = last.max(held.token().get());
+
+    // While the keys sit on the target but the slot is not handed over, renewals are
+    // redirected (ASK); a renewal round falls in that window.
+    let renewals = provider.renewal_stats().ticks;
+    let (from, to) = fixture
+        .migrate(&key, || async {
+            let deadline = std::time::Instant::now() + SETTLE;
+            while provider.renewal_stats().ticks < renewals + 2 && std::time::Instant::now() < deadline {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .unwrap();
+    assert_ne!(from, to);
+    assert_eq!(fixture.primary_of(&key).await.unwrap(), to);
+    let migrated = std::time::Instant::now();
+
+    let kept = renewed_or_lost(&held, migrated).await;
+    eprintln!("migration: the hold was {}", if kept { "renewed on the new primary" } else { "signalled lost" });
+    no_second_holder_and_tokens_increase(&provider, &other, &name, held, last).await;
+}
