@@ -324,11 +324,14 @@
 //!   owner id and finds its own grant, or abandons it; a release retries and accepts "gone"
 //!   after a failed attempt. The connection refreshes its slot map after a `MOVED`, so the
 //!   retry goes to the new owner of the slot.
-//! - **Renewals** are batched per hash slot: the redis crate sends a pipeline to one node and
-//!   refuses one whose keys span slots (and has no public slot map to group by node), and a
-//!   batch per slot keeps a primary that fails over from holding up the renewals of holds on
-//!   the others. The batches of a round go out concurrently, and those of one node share its
-//!   multiplexed connection. With `replicas` set each batch ends with its own `WAIT`.
+//! - **Renewals** are batched per node: each round reads the slot map (`CLUSTER SLOTS`, one
+//!   round trip) and sends one pipeline (of up to a thousand renewals) to each primary by
+//!   address, concurrently (the redis crate refuses a pipeline routed by keys that span
+//!   slots). A renewal that a node refuses because its slot moved (`MOVED`, the script did
+//!   not run) and the renewals of a node whose pipeline failed are sent again at once, one
+//!   pipeline per slot, routed by the connection's own slot map; a batch per node also keeps a
+//!   primary that fails over from holding up the renewals on the others. With `replicas` set
+//!   each pipeline ends with its own `WAIT`.
 //! - **Wake-ups** use classic pub/sub, which is cluster-wide (each node forwards a `PUBLISH`
 //!   to every other over the cluster bus): the provider's pub/sub connection is a plain
 //!   connection to one node of the URL, and to the next node of the URL when that one stops

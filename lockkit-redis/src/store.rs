@@ -19,7 +19,7 @@ use lockkit_core::backend::{HolderInfo, LockInfo, OwnerMeta};
 use lockkit_core::{Error, FencingToken, HoldKind, LockName, Result};
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, Slot, SlotAddr};
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Script, ScriptInvocation, ServerErrorKind, Value};
 
 use crate::BACKEND;
@@ -365,12 +365,32 @@ impl Connection {
     }
 }
 
+/// Where a hold's renewals go, for batching: on a cluster, the primary that owns its hash
+/// slot as the last `CLUSTER SLOTS` read said, or the slot itself while that is not known;
+/// elsewhere, the one server.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Group {
+    /// The one server (or the primary the sentinels name).
+    Server,
+    /// A cluster node, by host and port.
+    Node(String, u16),
+    /// A hash slot whose node is not known.
+    Slot(u16),
+}
+
+/// The cluster's slot ranges and their primaries (`CLUSTER SLOTS`): first slot, last slot,
+/// host, port.
+type SlotMap = Vec<(u16, u16, String, u16)>;
+
 /// One provider's connection to the server and the commands it sends.
 #[derive(Debug)]
 pub(crate) struct Store {
     client: redis::Client,
     /// The cluster client, for a `redis+cluster://` URL.
     cluster: Option<redis::cluster::ClusterClient>,
+    /// On a cluster: the slot map of the last `CLUSTER SLOTS` read (see
+    /// [`refresh_slot_map`](Self::refresh_slot_map)), which groups renewals by node.
+    slot_map: Mutex<Option<Arc<SlotMap>>>,
     /// The connection and the runtime its driver runs on; made on first use, and again when
     /// that runtime has shut down.
     link: Mutex<Option<Arc<Link>>>,
@@ -419,6 +439,7 @@ impl Store {
         Ok(Self {
             client,
             cluster,
+            slot_map: Mutex::new(None),
             link: Mutex::new(None),
             building: tokio::sync::Mutex::new(()),
             response_timeout: settings.response_timeout,
@@ -535,10 +556,39 @@ impl Store {
         self.cluster.is_some()
     }
 
-    /// The hash slot of a hold's keys, on a cluster (`None` elsewhere): the renewals of one
-    /// slot go in one pipeline, which the cluster connection routes to the slot's primary.
-    pub(crate) fn slot_of(&self, hold: &HoldTarget) -> Option<Slot> {
-        self.cluster.as_ref().and(hold.keys.first()).map(Slot::for_key)
+    /// Reads the cluster's slot map (`CLUSTER SLOTS`, one round trip), by which the next
+    /// renewal rounds are grouped per node; when it cannot be read, they are grouped per slot.
+    /// Nothing is sent elsewhere than on a cluster.
+    pub(crate) async fn refresh_slot_map(&self) {
+        if self.cluster.is_none() {
+            return;
+        }
+        let reply: Result<Value> =
+            self.run(None, |mut connection| async move {
+                redis::cmd("CLUSTER").arg("SLOTS").query_async(&mut connection).await
+            })
+            .await;
+        let map = match reply {
+            Ok(value) => parse_slot_map(&value),
+            Err(error) => {
+                tracing::debug!(%error, "CLUSTER SLOTS not read; renewals are grouped per slot");
+                None
+            }
+        };
+        *lock(&self.slot_map) = map.map(Arc::new);
+    }
+
+    /// Where `hold`'s renewals go (see [`Group`]).
+    pub(crate) fn group_of(&self, hold: &HoldTarget) -> Group {
+        let Some(key) = self.cluster.as_ref().and(hold.keys.first()) else { return Group::Server };
+        let slot = key_slot(key.as_bytes());
+        let map = lock(&self.slot_map).clone();
+        map.and_then(|map| {
+            map.iter()
+                .find(|(first, last, _, _)| (*first..=*last).contains(&slot))
+                .map(|(_, _, host, port)| Group::Node(host.clone(), *port))
+        })
+        .unwrap_or(Group::Slot(slot))
     }
 
     /// How long a reply may take: the response timeout, plus the replicas' timeout when
@@ -905,82 +955,112 @@ impl Store {
         if self.cluster.is_some() {
             return self.send_slot_pipelines(holds, lease_ms).await;
         }
-        self.send_one_pipeline(holds, lease_ms).await
+        self.send_one_pipeline(holds, lease_ms, None).await
     }
 
-    /// On a cluster: one pipeline per hash slot (the cluster connection refuses a pipeline
-    /// whose keys span slots), sent concurrently; the replies in the order of `holds`. With
-    /// `replicas` set, each pipeline ends with its own `WAIT` on its slot's primary, and the
-    /// last reply is the fewest acknowledgements any of them got. A pipeline that failed
-    /// as a whole fails its holds only.
+    /// On a cluster: one pipeline per node, or per hash slot where the node is not known (see
+    /// [`Group`]; the cluster connection refuses a pipeline routed by keys that span slots,
+    /// so a node's pipeline is sent to it by address), sent concurrently; the replies in
+    /// the order of `holds`. The holds that got no answer from their node (a slot that moved
+    /// since the map was read answers `MOVED`, without running the script; a node that
+    /// failed over or is not connected yet fails its whole pipeline) are sent once more at
+    /// once, one pipeline per slot, which the cluster connection routes by its own slot map.
+    /// With `replicas` set, each pipeline ends with its own `WAIT`, and the last reply is the
+    /// fewest acknowledgements any of the pipelines that answered got (0 when one failed).
     async fn send_slot_pipelines(
         &self,
         holds: &[&HoldTarget],
         lease_ms: Option<u64>,
     ) -> Result<Vec<std::result::Result<Value, RedisError>>> {
-        let mut slots: Vec<(Option<Slot>, Vec<usize>)> = Vec::new();
-        for (at, hold) in holds.iter().enumerate() {
-            let slot = self.slot_of(hold);
-            match slots.iter_mut().find(|(s, _)| *s == slot) {
-                Some((_, members)) => members.push(at),
-                None => slots.push((slot, vec![at])),
-            }
-        }
-        let sends = slots.iter().map(|(_, members)| async move {
-            let group: Vec<&HoldTarget> = members.iter().filter_map(|&at| holds.get(at).copied()).collect();
-            self.send_one_pipeline(&group, lease_ms).await
-        });
-        let replies = futures_util::future::join_all(sends).await;
+        type Answer = std::result::Result<Value, RedisError>;
         let waits = self.replicas > 0 && lease_ms.is_some();
-        let mut answers: Vec<Option<std::result::Result<Value, RedisError>>> = (0..holds.len()).map(|_| None).collect();
-        let mut fewest: Option<std::result::Result<Value, RedisError>> = None;
-        for ((_, members), reply) in slots.iter().zip(replies) {
-            match reply {
-                Ok(mut values) => {
-                    if waits {
-                        let acked = values.pop();
-                        let count = |answer: &Option<std::result::Result<Value, RedisError>>| match answer {
-                            Some(Ok(value)) => redis::from_redis_value_ref::<i64>(value).unwrap_or(0),
-                            _ => 0,
-                        };
-                        if fewest.as_ref().is_none_or(|f| count(&Some(f.clone())) > count(&acked)) {
-                            fewest = Some(acked.unwrap_or(Ok(Value::Int(0))));
-                        }
-                    }
-                    for (&at, value) in members.iter().zip(values) {
-                        if let Some(answer) = answers.get_mut(at) {
-                            *answer = Some(value);
-                        }
-                    }
+        let mut answers: Vec<Option<Answer>> = (0..holds.len()).map(|_| None).collect();
+        let mut fewest: Option<i64> = None;
+        let mut pending: Vec<usize> = (0..holds.len()).collect();
+        for by_node in [true, false] {
+            if pending.is_empty() {
+                break;
+            }
+            let mut groups: std::collections::HashMap<Group, Vec<usize>> = std::collections::HashMap::new();
+            for &at in &pending {
+                let Some(hold) = holds.get(at) else { continue };
+                let group = match self.group_of(hold) {
+                    Group::Node(..) if !by_node => Group::Slot(hold.keys.first().map_or(0, |k| key_slot(k.as_bytes()))),
+                    group => group,
+                };
+                groups.entry(group).or_default().push(at);
+            }
+            let sent_by_node = groups.keys().any(|group| matches!(group, Group::Node(..)));
+            let groups: Vec<(Group, Vec<usize>)> = groups.into_iter().collect();
+            let sends = groups.iter().map(|(group, members)| async move {
+                let holds: Vec<&HoldTarget> = members.iter().filter_map(|&at| holds.get(at).copied()).collect();
+                match group {
+                    Group::Node(host, port) => self.send_one_pipeline(&holds, lease_ms, Some((host, *port))).await,
+                    _ => self.send_one_pipeline(&holds, lease_ms, None).await,
                 }
-                Err(error) => {
-                    let error = RedisError::from(std::io::Error::other(error.to_string()));
-                    for &at in members {
-                        if let Some(answer) = answers.get_mut(at) {
-                            *answer = Some(Err(error.clone()));
+            });
+            let replies = futures_util::future::join_all(sends).await;
+            let last_pass = !by_node || !sent_by_node;
+            let mut failed = Vec::new();
+            for ((_, members), reply) in groups.iter().zip(replies) {
+                match reply {
+                    Ok(mut values) => {
+                        if waits {
+                            let acked = match values.pop() {
+                                Some(Ok(value)) => redis::from_redis_value_ref::<i64>(&value).unwrap_or(0),
+                                _ => 0,
+                            };
+                            fewest = Some(fewest.map_or(acked, |f| f.min(acked)));
+                        }
+                        for (&at, value) in members.iter().zip(values) {
+                            if value.is_err() && !last_pass {
+                                failed.push(at);
+                            } else if let Some(answer) = answers.get_mut(at) {
+                                *answer = Some(value);
+                            }
                         }
                     }
-                    if waits {
-                        fewest = Some(Ok(Value::Int(0)));
+                    Err(error) if !last_pass => {
+                        tracing::debug!(%error, holds = members.len(), "a node's renewal pipeline failed; sending per slot");
+                        failed.extend(members.iter().copied());
+                    }
+                    Err(error) => {
+                        let error = RedisError::from(std::io::Error::other(error.to_string()));
+                        for &at in members {
+                            if let Some(answer) = answers.get_mut(at) {
+                                *answer = Some(Err(error.clone()));
+                            }
+                        }
+                        if waits {
+                            fewest = Some(0);
+                        }
                     }
                 }
             }
+            if !failed.is_empty() {
+                // The map was stale: the next round reads it again.
+                *lock(&self.slot_map) = None;
+            }
+            pending = failed;
         }
-        let mut answers: Vec<std::result::Result<Value, RedisError>> = answers
+        let mut answers: Vec<Answer> = answers
             .into_iter()
             .map(|answer| answer.unwrap_or_else(|| Err(RedisError::from((ErrorKind::Io, "no reply in the pipeline")))))
             .collect();
         if waits {
-            answers.push(fewest.unwrap_or(Ok(Value::Int(0))));
+            answers.push(Ok(Value::Int(fewest.unwrap_or(0))));
         }
         Ok(answers)
     }
 
     /// Sends the holds' pipeline (see [`hold_pipeline`](Self::hold_pipeline)) in one round trip.
+    /// On a cluster, `node` (host and port) is the node to send it to, whatever the slots of
+    /// its keys; without it, the cluster connection sends it to the primary of its first key.
     async fn send_one_pipeline(
         &self,
         holds: &[&HoldTarget],
         lease_ms: Option<u64>,
+        node: Option<(&String, u16)>,
     ) -> Result<Vec<std::result::Result<Value, RedisError>>> {
         let mut pipeline = redis::pipe();
         pipeline.ignore_errors();
@@ -1009,7 +1089,18 @@ impl Store {
             // The renewals count once the replicas have them (see renew_batch).
             pipeline.cmd("WAIT").arg(self.replicas).arg(crate::builder::millis(self.replicas_timeout));
         }
-        self.run(None, |mut connection| async move { pipeline.query_async(&mut connection).await }).await
+        self.run(None, |connection| async move {
+            match (connection, node) {
+                (Connection::Cluster(mut connection), Some((host, port))) => {
+                    let route = SingleNodeRoutingInfo::ByAddress { host: host.clone(), port };
+                    let count = pipeline.cmd_iter().count();
+                    let values = connection.route_pipeline(pipeline, 0, count, route).await?;
+                    Ok(values.into_iter().map(Value::extract_error).collect())
+                }
+                (mut connection, _) => pipeline.query_async(&mut connection).await,
+            }
+        })
+        .await
     }
 
     /// Reads the holders of a name (of every kind) and, for a fair provider
@@ -1115,6 +1206,52 @@ impl Store {
             .await?;
         Ok(())
     }
+}
+
+/// The hash slot of `key`, as Redis Cluster computes it: CRC16 (XMODEM) of the key's hash tag
+/// (the part between the first `{` and the next `}`, when not empty) or of the whole key,
+/// modulo 16384.
+fn key_slot(key: &[u8]) -> u16 {
+    let tag = key
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let rest = key.get(open + 1..)?;
+            let close = rest.iter().position(|&b| b == b'}')?;
+            rest.get(..close)
+        })
+        .filter(|tag| !tag.is_empty())
+        .unwrap_or(key);
+    let mut crc: u16 = 0;
+    for &byte in tag {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
+        }
+    }
+    crc % 16384
+}
+
+/// Reads a `CLUSTER SLOTS` reply: for each range, its first and last slot and its primary's
+/// host and port. `None` when the reply is not one, or names a primary without a host.
+fn parse_slot_map(value: &Value) -> Option<SlotMap> {
+    let Value::Array(ranges) = value else { return None };
+    let number = |value: &Value| redis::from_redis_value_ref::<i64>(value).ok();
+    let mut map = Vec::with_capacity(ranges.len());
+    for range in ranges {
+        let Value::Array(fields) = range else { return None };
+        let [first, last, primary, ..] = fields.as_slice() else { return None };
+        let Value::Array(primary) = primary else { return None };
+        let [host, port, ..] = primary.as_slice() else { return None };
+        let host = redis::from_redis_value_ref::<String>(host).ok().filter(|host| !host.is_empty())?;
+        map.push((
+            u16::try_from(number(first)?).ok()?,
+            u16::try_from(number(last)?).ok()?,
+            host,
+            u16::try_from(number(port)?).ok()?,
+        ));
+    }
+    Some(map)
 }
 
 /// An invocation of `script`, one of the scripts of the wait queue, with the twelve keys of
@@ -1266,4 +1403,37 @@ pub(crate) fn map_error(error: RedisError, lock: Option<&LockName>) -> Error {
         )
         || matches!(error.kind(), ErrorKind::ClusterConnectionNotFound);
     if transient { Error::connection(BACKEND, lock, error) } else { Error::backend(BACKEND, lock, error) }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn key_slots_are_redis_clusters() {
+        // As `CLUSTER KEYSLOT` answers.
+        assert_eq!(key_slot(b"{b}k"), 3300);
+        assert_eq!(key_slot(b"{a}k"), 15495);
+        assert_eq!(key_slot(b"foo"), 12182);
+        assert_eq!(key_slot(b"{}foo"), key_slot(b"{}foo"));
+        assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"{user1000}.followers"));
+        assert_eq!(key_slot(b"foo{}{bar}"), key_slot(b"foo{}{bar}"));
+        assert_ne!(key_slot(b"foo{}{bar}"), key_slot(b"bar"));
+    }
+
+    #[test]
+    fn slot_maps_are_read_from_cluster_slots() {
+        let range = |first: i64, last: i64, port: i64| {
+            Value::Array(vec![
+                Value::Int(first),
+                Value::Int(last),
+                Value::Array(vec![Value::BulkString(b"127.0.0.1".to_vec()), Value::Int(port)]),
+            ])
+        };
+        let map = parse_slot_map(&Value::Array(vec![range(0, 5460, 7000), range(5461, 16383, 7001)])).unwrap();
+        assert_eq!(map, vec![(0, 5460, "127.0.0.1".to_owned(), 7000), (5461, 16383, "127.0.0.1".to_owned(), 7001)]);
+        assert!(parse_slot_map(&Value::Int(1)).is_none());
+    }
 }

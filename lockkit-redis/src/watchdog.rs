@@ -242,8 +242,12 @@ async fn run(watchdog: Weak<Watchdog>, renew_every: std::time::Duration) {
                 break;
             }
             let span = tracing::debug_span!("lockkit.renew", backend = crate::BACKEND, holds = due.len());
+            if store.is_cluster() {
+                // Which node owns which slot now: the batches go one per node.
+                store.refresh_slot_map().await;
+            }
             let batches = batches(&store, &due);
-            let round_trips = u64::try_from(batches.len()).unwrap_or(u64::MAX);
+            let round_trips = u64::try_from(batches.len() + usize::from(store.is_cluster())).unwrap_or(u64::MAX);
             dog.stats.round_trips.fetch_add(round_trips, Ordering::Relaxed);
             let failed = renew_all(&dog, &store, &batches).instrument(span).await;
             dog.stats.ticks.fetch_add(1, Ordering::Relaxed);
@@ -266,19 +270,19 @@ impl Drop for Watchdog {
     }
 }
 
-/// The due holds in batches of at most [`BATCH`], one pipeline each. On a Redis Cluster,
-/// a batch holds the holds of one hash slot: the redis crate's cluster connection sends a
-/// pipeline to one node and refuses one whose keys span slots (it has no public slot map to
-/// group by node), and a batch per slot also keeps a node that fails over from holding up
-/// the renewals of the others. The batches go out concurrently, and those of one node share
-/// its multiplexed connection.
+/// The due holds in batches of at most [`BATCH`], one pipeline each. On a Redis Cluster, a
+/// batch holds the holds of one node (by the slot map the round read first), sent to that
+/// node by address, or of one hash slot when the map could not be read (the cluster
+/// connection refuses a pipeline routed by keys that span slots). A batch per node also
+/// keeps a node that fails over from holding up the renewals on the others. The batches go
+/// out concurrently.
 fn batches<'a>(store: &Store, due: &'a [Due]) -> Vec<Vec<&'a Due>> {
     if !store.is_cluster() {
         return due.chunks(BATCH).map(|batch| batch.iter().collect()).collect();
     }
     let mut slots: std::collections::HashMap<_, Vec<&'a Due>> = std::collections::HashMap::new();
     for hold in due {
-        slots.entry(store.slot_of(&hold.1)).or_default().push(hold);
+        slots.entry(store.group_of(&hold.1)).or_default().push(hold);
     }
     slots.into_values().flat_map(|holds| holds.chunks(BATCH).map(<[&Due]>::to_vec).collect::<Vec<_>>()).collect()
 }
