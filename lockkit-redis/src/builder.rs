@@ -824,6 +824,30 @@ mod tests {
     }
 
     #[test]
+    fn cluster_urls_name_the_nodes() {
+        let settings = base().url("redis+cluster://app:pw@n1:7000,n2,[::1]:7001").settings().unwrap();
+        let cluster = settings.cluster.as_ref().unwrap();
+        assert_eq!(cluster.shown(), "n1:7000,n2:6379,[::1]:7001");
+        assert_eq!(settings.address, "redis+cluster://n1:7000,n2:6379,[::1]:7001");
+        assert!(cluster.nodes.iter().all(|(_, info)| info.redis_settings().password() == Some("pw")));
+        assert!(!format!("{settings:?}").contains("\"pw\""), "no password in the settings' Debug");
+        let same = base().cluster(["n1:7000", "n2"]).settings().unwrap();
+        assert_eq!(same.address, "redis+cluster://n1:7000,n2:6379");
+        let from_url = from_url("redis+cluster://n1:7000?lease=10s&replicas=1").unwrap();
+        assert_eq!((from_url.lease, from_url.replicas), (Duration::from_secs(10), 1));
+        for (url, says) in [
+            ("redis+cluster://n1:7000/3", "only database 0"),
+            ("redis+cluster://n1:7000,", "empty node address"),
+            ("redis+cluster://n1:7000?lease=1s", "from_url"),
+            ("redis+cluster://n1:7000,redis://n2:7000", "mixes schemes"),
+            ("redis+sentinel+cluster://n1/m", "redis+cluster://"),
+        ] {
+            let message = message(base().url(url));
+            assert!(message.contains(says), "{url}: {message}");
+        }
+    }
+
+    #[test]
     fn durations_are_whole_milliseconds_as_redis_counts_them() {
         let settings = base().lease(Duration::from_micros(2_000_999)).settings().unwrap();
         assert_eq!(settings.lease, Duration::from_millis(2000));

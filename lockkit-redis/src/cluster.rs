@@ -37,6 +37,11 @@ impl ClusterSettings {
         password: Option<&str>,
         shown: &str,
     ) -> std::result::Result<Self, String> {
+        if shown.split_once("://").is_some_and(|(_, rest)| rest.contains("://")) {
+            return Err(format!(
+                "the URL {shown} mixes schemes: a redis+cluster:// URL lists every node as host:port (redis+cluster://host:port,host:port), with one scheme in front"
+            ));
+        }
         let path = path.trim_start_matches('/');
         if !path.is_empty() && path != "0" {
             return Err(format!(

@@ -108,6 +108,7 @@ impl Harness for ClusterHarness {
             attempt("a cluster URL with an empty host", format!("redis+cluster://{hosts},")),
             attempt("a cluster URL with lockkit options", format!("redis+cluster://{hosts}?lease=1s")),
             attempt("a mixed scheme", format!("redis+cluster+sentinel://{hosts}")),
+            attempt("a node with a scheme of its own", format!("redis+cluster://{hosts},redis://127.0.0.1:1")),
         ]
     }
 }
