@@ -24,12 +24,14 @@ const FEATURES: &[(&str, &str)] = &[
     ("rediss", "redis-tls"),
     ("redis+sentinel", "redis"),
     ("rediss+sentinel", "redis-tls"),
+    ("redis+cluster", "redis"),
+    ("rediss+cluster", "redis-tls"),
     ("zk", "zk"),
 ];
 
 /// Registers the backends this crate's features build in (`file` on Unix, `redis`,
-/// `rediss`, `redis+sentinel` and `rediss+sentinel` with feature `redis`, `zk` with feature
-/// `zk`) in the scheme table. [`connect`]
+/// `rediss`, `redis+sentinel`, `rediss+sentinel`, `redis+cluster` and `rediss+cluster` with
+/// feature `redis`, `zk` with feature `zk`) in the scheme table. [`connect`]
 /// does it on first use; call it yourself only to list or look up schemes before that.
 pub fn register_builtin_schemes() {
     static ONCE: Once = Once::new();
@@ -53,6 +55,7 @@ pub fn register_builtin_schemes() {
 /// | `redis://[user:password@]host[:port][/db]` | Redis (feature `redis`) | `lease`, `renew_every`, `response_timeout`, `drift`, `key_prefix`, `fair`, `claim_window`, `replicas`, `replicas_timeout` |
 /// | `rediss://…` | Redis over TLS (feature `redis-tls`) | as `redis://` |
 /// | `redis+sentinel://[user:password@]host:port[,host:port…]/MASTER_NAME` | the primary a Redis Sentinel names, followed across failovers (feature `redis`; `rediss+sentinel://` with `redis-tls`) | as `redis://` |
+/// | `redis+cluster://[user:password@]host:port[,host:port…]` | a Redis Cluster, any of its nodes (feature `redis`; `rediss+cluster://` with `redis-tls`) | as `redis://` |
 /// | `zk://[user:password@]host:port[,host:port…][/chroot]` | ZooKeeper (feature `zk`) | `session_timeout`, `connect_timeout`, `base_path`, `drift`, `acl`, `disconnect_policy` |
 ///
 /// An option has the name of the backend builder's method that sets it. Durations are

@@ -78,6 +78,25 @@ async fn bench_on_redis_reports_every_figure_with_its_ratio_to_ping() {
     }
 }
 
+/// `lockkit bench --url redis+cluster://…`: the floor is a PING to the primary of the raw
+/// key's slot, and every figure has its ratio; the fence counters it made are deleted
+/// across the primaries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_on_a_redis_cluster_reports_every_figure_with_its_ratio_to_ping() {
+    let cluster = lockkit_testkit::fixture::RedisCluster::start().await.expect("a Redis Cluster forms");
+    let json = bench_json(&cluster.url()).await;
+    assert_eq!(json["backend"], "redis");
+    assert!(json["floor_kind"].as_str().is_some_and(|floor| floor.contains("slot")), "{json:#}");
+    assert!(number(&json, "floor", "ping_p50_us") > 0.0);
+    assert!(number(&json, "floor", "scripts_raw_p50_us") > 0.0);
+    assert!(number(&json, "uncontended", "cycle_p50_ratio") > 0.0);
+    assert!(number(&json, "contended", "handoff_p50_ratio") >= 0.0);
+    assert!(number(&json, "upkeep", "round_trips_per_tick") >= 1.0);
+    check_common(&json, 50.0);
+    let notes = json["notes"].to_string();
+    assert!(!notes.contains("could not be deleted"), "{notes}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bench_on_zookeeper_reports_both_floors() {
     let url = format!("zk://{}", ZkServer::shared().await.expect("ZooKeeper starts").connect_string());

@@ -9,6 +9,7 @@ use lockkit_core::{Error, Result};
 use redis::IntoConnectionInfo;
 
 use crate::BACKEND;
+use crate::cluster::ClusterSettings;
 use crate::provider::RedisLockProvider;
 use crate::sentinel::SentinelSettings;
 
@@ -170,11 +171,39 @@ impl RedisLockProviderBuilder {
     /// asks the sentinels, in the order written, for the primary's address whenever it
     /// connects, and connects again (asking again) when the primary stops answering or
     /// refuses writes as a replica after a failover. The credentials are the Redis servers';
-    /// the sentinels are asked without any. See the crate docs, "Replicas and failover". The lockkit options belong to
-    /// [`from_url`](Self::from_url) or to this builder's methods, not to this URL.
+    /// the sentinels are asked without any. See the crate docs, "Replicas and failover".
+    ///
+    /// Or some nodes of a Redis Cluster: `redis+cluster://[user[:password]@]h1[:port],h2[:port]`
+    /// (port 6379 by default; `rediss+cluster://` for TLS; any reachable nodes: the others and
+    /// the slot map are learnt from them). See the crate docs, "Redis Cluster", and
+    /// [`cluster`](Self::cluster).
+    ///
+    /// The lockkit options belong to [`from_url`](Self::from_url) or to this builder's
+    /// methods, not to this URL.
     pub fn url(mut self, url: impl Into<String>) -> Self {
         self.url = Some(url.into());
         self
+    }
+
+    /// The nodes of a Redis Cluster, each `host[:port]` (port 6379 by default), without
+    /// credentials: the same as [`url`](Self::url) with
+    /// `redis+cluster://h1:p1,h2:p2`. For credentials or TLS, give the URL instead
+    /// (`redis+cluster://user:password@h1:p1,h2:p2`, `rediss+cluster://…`).
+    ///
+    /// ```
+    /// let provider = lockkit_redis::RedisLockProvider::builder()
+    ///     .cluster(["10.0.0.1:7000", "10.0.0.2:7000"])
+    ///     .build()?; // checks every setting; connects on first use
+    /// # let _ = provider;
+    /// # Ok::<(), lockkit_core::Error>(())
+    /// ```
+    pub fn cluster<I, S>(self, nodes: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let nodes: Vec<String> = nodes.into_iter().map(|node| node.as_ref().trim().to_owned()).collect();
+        self.url(format!("redis+cluster://{}", nodes.join(",")))
     }
 
     /// The prefix of every key and channel, so that several applications share one server
@@ -366,7 +395,7 @@ impl RedisLockProviderBuilder {
         let url = self.url.ok_or_else(|| {
             CHECKS.invalid("no server URL was given: call .url(\"redis://host:port\") or use from_url")
         })?;
-        let (connection, sentinel) = parse_target(&url)?;
+        let (connection, sentinel, cluster) = parse_target(&url)?;
         let prefix = self.prefix.unwrap_or_else(|| DEFAULT_PREFIX.to_owned());
         check_prefix(&prefix)?;
         let lease =
@@ -431,12 +460,14 @@ impl RedisLockProviderBuilder {
             )));
         }
         Ok(Settings {
-            address: match &sentinel {
-                Some(sentinel) => format!("{}://{}", config::StoreUrl::parse(&url)?.scheme(), sentinel.shown()),
-                None => shown_address(&connection),
+            address: match (&sentinel, &cluster) {
+                (Some(sentinel), _) => format!("{}://{}", config::StoreUrl::parse(&url)?.scheme(), sentinel.shown()),
+                (None, Some(cluster)) => format!("{}://{}", config::StoreUrl::parse(&url)?.scheme(), cluster.shown()),
+                (None, None) => shown_address(&connection),
             },
             connection,
             sentinel,
+            cluster,
             prefix,
             lease,
             renew_every,
@@ -489,6 +520,8 @@ pub(crate) struct Settings {
     pub(crate) connection: redis::ConnectionInfo,
     /// The sentinels of a `redis+sentinel://` URL.
     pub(crate) sentinel: Option<SentinelSettings>,
+    /// The nodes of a `redis+cluster://` URL (`connection` is then the first node's).
+    pub(crate) cluster: Option<ClusterSettings>,
     /// The server's address without credentials, for messages.
     pub(crate) address: String,
     pub(crate) prefix: String,
@@ -570,24 +603,40 @@ pub(crate) fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// Reads the server URL given to [`RedisLockProviderBuilder::url`]: a server, or the
-/// sentinels of a `redis+sentinel://` URL (with the connection info of the primary they will
-/// name, but for its address).
-fn parse_target(url: &str) -> Result<(redis::ConnectionInfo, Option<SentinelSettings>)> {
+/// What a server URL names: a server (or, for sentinels and clusters, the connection info
+/// the connections are made from), and the sentinels or the cluster nodes.
+type Target = (redis::ConnectionInfo, Option<SentinelSettings>, Option<ClusterSettings>);
+
+/// Reads the server URL given to [`RedisLockProviderBuilder::url`]: a server, the sentinels of
+/// a `redis+sentinel://` URL (with the connection info of the primary they will name, but for
+/// its address), or the nodes of a `redis+cluster://` URL (with the first node's).
+fn parse_target(url: &str) -> Result<Target> {
     let shown = config::redact(url);
     let parsed = StoreUrl::parse(url).map_err(|error| match error {
         Error::InvalidConfig { message, .. } => CHECKS.invalid(message),
         other => other,
     })?;
-    let tls = match parsed.scheme() {
-        "redis+sentinel" => false,
+    let (tls, cluster) = match parsed.scheme() {
+        "redis+sentinel" => (false, false),
+        "redis+cluster" => (false, true),
         #[cfg(feature = "tls")]
-        "rediss+sentinel" => true,
+        "rediss+sentinel" => (true, false),
+        #[cfg(feature = "tls")]
+        "rediss+cluster" => (true, true),
         #[cfg(not(feature = "tls"))]
-        "rediss+sentinel" => return Err(CHECKS.invalid(TLS_FEATURE)),
-        _ => return Ok((parse_url(url)?, None)),
+        "rediss+sentinel" | "rediss+cluster" => return Err(CHECKS.invalid(TLS_FEATURE)),
+        _ => return Ok((parse_url(url)?, None, None)),
     };
     check_misplaced(&parsed, &shown)?;
+    if cluster {
+        let cluster =
+            ClusterSettings::parse(parsed.hosts(), parsed.path(), tls, parsed.user(), parsed.password(), &shown)
+                .map_err(|m| CHECKS.invalid(m))?;
+        let Some((_, first)) = cluster.nodes.first() else {
+            return Err(CHECKS.invalid(format!("the URL {shown} names no cluster node")));
+        };
+        return Ok((first.clone(), None, Some(cluster)));
+    }
     let sentinel =
         SentinelSettings::parse(parsed.hosts(), parsed.path(), tls, &shown).map_err(|m| CHECKS.invalid(m))?;
     let Some((_, first)) = sentinel.sentinels.first() else {
@@ -600,7 +649,7 @@ fn parse_target(url: &str) -> Result<(redis::ConnectionInfo, Option<SentinelSett
     if let Some(password) = parsed.password() {
         redis_settings = redis_settings.set_password(password);
     }
-    Ok((first.clone().set_redis_settings(redis_settings), Some(sentinel)))
+    Ok((first.clone().set_redis_settings(redis_settings), Some(sentinel), None))
 }
 
 /// Refuses a server URL that carries lockkit options.
@@ -630,7 +679,7 @@ fn parse_url(url: &str) -> Result<redis::ConnectionInfo> {
         "rediss" => return Err(CHECKS.invalid(TLS_FEATURE)),
         other => {
             return Err(CHECKS.invalid(format!(
-                "the URL {shown} has the scheme {other:?}; use redis:// (or rediss:// for TLS), or redis+sentinel://sentinel:26379,…/MASTER_NAME for a Sentinel-managed primary"
+                "the URL {shown} has the scheme {other:?}; use redis:// (or rediss:// for TLS), redis+sentinel://sentinel:26379,…/MASTER_NAME for a Sentinel-managed primary, or redis+cluster://node:6379,node:6379 for a Redis Cluster"
             )));
         }
     }
@@ -845,6 +894,30 @@ mod tests {
             ("redis+sentinel://s1:26379,/m", "empty sentinel address"),
             ("redis+sentinel://s1:26379/m?lease=1s", "from_url"),
             ("redis+cluster+sentinel://s1/m", "redis+sentinel://"),
+        ] {
+            let message = message(base().url(url));
+            assert!(message.contains(says), "{url}: {message}");
+        }
+    }
+
+    #[test]
+    fn cluster_urls_name_the_nodes() {
+        let settings = base().url("redis+cluster://app:pw@n1:7000,n2,[::1]:7001").settings().unwrap();
+        let cluster = settings.cluster.as_ref().unwrap();
+        assert_eq!(cluster.shown(), "n1:7000,n2:6379,[::1]:7001");
+        assert_eq!(settings.address, "redis+cluster://n1:7000,n2:6379,[::1]:7001");
+        assert!(cluster.nodes.iter().all(|(_, info)| info.redis_settings().password() == Some("pw")));
+        assert!(!format!("{settings:?}").contains("\"pw\""), "no password in the settings' Debug");
+        let same = base().cluster(["n1:7000", "n2"]).settings().unwrap();
+        assert_eq!(same.address, "redis+cluster://n1:7000,n2:6379");
+        let from_url = from_url("redis+cluster://n1:7000?lease=10s&replicas=1").unwrap();
+        assert_eq!((from_url.lease, from_url.replicas), (Duration::from_secs(10), 1));
+        for (url, says) in [
+            ("redis+cluster://n1:7000/3", "only database 0"),
+            ("redis+cluster://n1:7000,", "empty node address"),
+            ("redis+cluster://n1:7000?lease=1s", "from_url"),
+            ("redis+cluster://n1:7000,redis://n2:7000", "mixes schemes"),
+            ("redis+sentinel+cluster://n1/m", "redis+cluster://"),
         ] {
             let message = message(base().url(url));
             assert!(message.contains(says), "{url}: {message}");

@@ -25,7 +25,7 @@ pub(crate) fn open(settings: &Settings, info: redis::ConnectionInfo) -> redis::R
 /// its own later must tolerate finding this one (`install_default` then fails; use
 /// `CryptoProvider::get_default` first, or install before the first `rediss://` connection).
 #[cfg(feature = "tls")]
-fn install_crypto_provider() {
+pub(crate) fn install_crypto_provider() {
     if rustls::crypto::CryptoProvider::get_default().is_none() {
         // Losing a race with another installer is fine: one provider is installed either way.
         let _ = rustls::crypto::ring::default_provider().install_default();

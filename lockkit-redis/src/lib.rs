@@ -1,7 +1,8 @@
 //! The Redis backend of lockkit.
 //!
 //! [`RedisLockProvider`] keeps the whole lockkit contract on one Redis server (6.0 or
-//! later; Redis Cluster runs the same scripts, since all keys of a lock share a hash tag),
+//! later), a Sentinel-managed primary, or a Redis Cluster (the same scripts: all keys of a
+//! lock share a hash tag; see [Redis Cluster](#redis-cluster)),
 //! for mutexes, read-write locks, counting semaphores and leader elections. It dereferences to lockkit's
 //! [`LockProvider`](lockkit_core::LockProvider), so every operation is an inherent method
 //! that needs no trait import:
@@ -55,8 +56,9 @@
 //! range-checked when the provider is built (see the builder's methods; none exceeds a day),
 //! so that a bad value is an [`InvalidConfig`](lockkit_core::Error::InvalidConfig) naming the
 //! option and its range, never a server error later. [`SCHEME`] registers `redis://`,
-//! `rediss://`, `redis+sentinel://` and `rediss+sentinel://` with `lockkit_core::config::register`, which is how the `lockkit` facade's
-//! `connect` reaches this crate.
+//! `rediss://`, `redis+sentinel://`, `rediss+sentinel://`, `redis+cluster://` and
+//! `rediss+cluster://` with `lockkit_core::config::register`, which is how the `lockkit`
+//! facade's `connect` reaches this crate.
 //!
 //! # How it works
 //!
@@ -328,6 +330,54 @@
 //! answer again, it is made again to the primary the sentinels name (waiters poll
 //! meanwhile).
 //!
+//! # Redis Cluster
+//!
+//! `redis+cluster://[user:password@]h1:p1,h2:p2[?options]` (and `rediss+cluster://` with the
+//! `tls` feature; or [`cluster`](RedisLockProviderBuilder::cluster) on the builder) names some
+//! nodes of a Redis Cluster (7.0 or later was tested): any reachable ones, since the client
+//! learns the others and the slot map from them. The command connection is the redis crate's
+//! cluster connection, which sends each script to the primary of its keys' slot: every key of
+//! a lock shares the hash tag `{name}`, so every script touches one slot, and the scripts are
+//! the same as on one server. At connect the provider reads `CLUSTER INFO` and keeps the
+//! connection only with `cluster_state:ok` (else a retryable connection error: a failover or
+//! a reconfiguration is under way); a node with cluster support disabled is an
+//! [`InvalidConfig`](lockkit_core::Error::InvalidConfig) that says to use `redis://`, and so
+//! is a path (Redis Cluster has database 0 only). With
+//! [`replicas(n)`](RedisLockProviderBuilder::replicas) every primary that owns slots must
+//! have `n` replicas connected (`CLUSTER NODES`), and the `WAIT` after a grant goes to the
+//! primary of the lock's slot.
+//!
+//! - **Redirections and failovers.** The cluster connection does not retry on its own: a
+//!   `MOVED` or `ASK` (a slot that moved or is moving), a dropped connection or a missing
+//!   reply is a retryable connection error of that call, whose outcome lockkit treats as
+//!   unknown, exactly as a lost reply on one server: an acquisition retries with the same
+//!   owner id and finds its own grant, or abandons it; a release retries and accepts "gone"
+//!   after a failed attempt. The connection refreshes its slot map after a `MOVED`, so the
+//!   retry goes to the new owner of the slot.
+//! - **Renewals** are batched per node: each round reads the slot map (`CLUSTER SLOTS`, one
+//!   round trip) and sends one pipeline (of up to a thousand renewals) to each primary by
+//!   address, concurrently (the redis crate refuses a pipeline routed by keys that span
+//!   slots). A renewal that a node refuses because its slot moved (`MOVED`, the script did
+//!   not run) and the renewals of a node whose pipeline failed are sent again at once, one
+//!   pipeline per slot, routed by the connection's own slot map; a batch per node also keeps a
+//!   primary that fails over from holding up the renewals on the others. With `replicas` set
+//!   each pipeline ends with its own `WAIT`.
+//! - **Wake-ups** use classic pub/sub, which is cluster-wide (each node forwards a `PUBLISH`
+//!   to every other over the cluster bus): the provider's pub/sub connection is a plain
+//!   connection to one node of the URL, and to the next node of the URL when that one stops
+//!   answering (waiters poll meanwhile). Sharded pub/sub (`SPUBLISH`) is not used: the fair
+//!   lock's hand-over is published on the waiting provider's own wake channel, which is not
+//!   in the lock's slot, and a script may only publish on shard channels of its own slot.
+//!   Every message therefore crosses the cluster bus once per node.
+//! - **Keyspace notifications** are off on a cluster (each node publishes the events of its
+//!   own keys only); a deleted record is noticed at the next renewal.
+//! - A hold survives a failover of its slot's primary when the grant and the renewals
+//!   reached the promoted replica (which `replicas` narrows, as on one server), and is
+//!   signalled lost at its next renewal otherwise; a hold whose slot migrates to another
+//!   primary is renewed there once the migration ends (renewals during the migration are
+//!   refused with `ASK` or `TRYAGAIN` and retried until the hold's deadline). Tokens keep
+//!   increasing across both (see above).
+//!
 //! # Runtime
 //!
 //! lockkit-redis runs on Tokio with the time and I/O drivers enabled (`#[tokio::main]` and
@@ -362,6 +412,7 @@
 
 mod builder;
 mod client;
+mod cluster;
 mod error;
 mod keys;
 mod keyspace;
@@ -386,7 +437,7 @@ pub use provider::{RedisLockProvider, RenewalStats};
 /// address, credentials and options ([`RedisLockProviderBuilder::from_url`]), checks every
 /// setting, sends one PING, and returns the provider. `rediss` needs the `tls` feature.
 pub const SCHEME: Scheme = Scheme {
-    names: &["redis", "rediss", "redis+sentinel", "rediss+sentinel"],
+    names: &["redis", "rediss", "redis+sentinel", "rediss+sentinel", "redis+cluster", "rediss+cluster"],
     backend: BACKEND,
     connect: provider::connect_url,
 };

@@ -253,7 +253,7 @@ impl RedisBackend {
             let mut reply = self.store.acquire(&lock, &keys, &contender, self.settings.lease_millis(), queueing).await;
             if matches!(reply, Ok(AcquireReply::Granted(_)))
                 && self.store.replicas() > 0
-                && let Err(error) = self.store.replicated(&lock).await
+                && let Err(error) = self.store.replicated(&lock, &keys).await
             {
                 // Not acknowledged by enough replicas, so it does not count: free it (which
                 // hands it on to the head of the queue, if any) and go on as after a failed

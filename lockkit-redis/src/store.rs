@@ -17,8 +17,10 @@ use std::time::Duration;
 
 use lockkit_core::backend::{HolderInfo, LockInfo, OwnerMeta};
 use lockkit_core::{Error, FencingToken, HoldKind, LockName, Result};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{ErrorKind, RedisError, Script, ScriptInvocation, ServerErrorKind, Value};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::{Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, Script, ScriptInvocation, ServerErrorKind, Value};
 
 use crate::BACKEND;
 use crate::builder::Settings;
@@ -315,10 +317,95 @@ impl Ownership {
     }
 }
 
+/// The command connection: to one server (or the primary the sentinels name), or to a
+/// Redis Cluster, whose connection routes each command by the hash slot of its keys. The
+/// scripts run unchanged on either: every key of a lock shares the `{name}` hash tag.
+#[derive(Clone)]
+pub(crate) enum Connection {
+    /// One server.
+    Single(ConnectionManager),
+    /// A cluster.
+    Cluster(ClusterConnection),
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Single(_) => "Connection::Single",
+            Self::Cluster(_) => "Connection::Cluster",
+        })
+    }
+}
+
+impl ConnectionLike for Connection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Self::Single(connection) => connection.req_packed_command(cmd),
+            Self::Cluster(connection) => connection.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Self::Single(connection) => connection.req_packed_commands(pipeline, offset, count),
+            Self::Cluster(connection) => connection.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Self::Single(connection) => connection.get_db(),
+            Self::Cluster(connection) => connection.get_db(),
+        }
+    }
+}
+
+impl Connection {
+    /// Sends `cmd`, which names no key, to the server that holds `key` (on a cluster, the
+    /// primary of its slot; elsewhere, the one server).
+    async fn query_at<T: redis::FromRedisValue>(&mut self, key: &str, cmd: Cmd) -> redis::RedisResult<T> {
+        match self {
+            Self::Single(connection) => cmd.query_async(connection).await,
+            Self::Cluster(connection) => {
+                let route = SingleNodeRoutingInfo::SpecificNode(Route::with_key(key, SlotAddr::Master));
+                let value = connection.route_command(cmd, RoutingInfo::SingleNode(route)).await?;
+                Ok(redis::from_redis_value(value)?)
+            }
+        }
+    }
+}
+
+/// Where a hold's renewals go, for batching: on a cluster, the primary that owns its hash
+/// slot as the last `CLUSTER SLOTS` read said, or the slot itself while that is not known;
+/// elsewhere, the one server.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Group {
+    /// The one server (or the primary the sentinels name).
+    Server,
+    /// A cluster node, by host and port.
+    Node(String, u16),
+    /// A hash slot whose node is not known.
+    Slot(u16),
+}
+
+/// The cluster's slot ranges and their primaries (`CLUSTER SLOTS`): first slot, last slot,
+/// host, port.
+type SlotMap = Vec<(u16, u16, String, u16)>;
+
 /// One provider's connection to the server and the commands it sends.
 #[derive(Debug)]
 pub(crate) struct Store {
     client: redis::Client,
+    /// The cluster client, for a `redis+cluster://` URL.
+    cluster: Option<redis::cluster::ClusterClient>,
+    /// On a cluster: the slot map of the last `CLUSTER SLOTS` read (see
+    /// [`refresh_slot_map`](Self::refresh_slot_map)), which groups renewals by node.
+    slot_map: Mutex<Option<Arc<SlotMap>>>,
     /// The connection and the runtime its driver runs on; made on first use, and again when
     /// that runtime has shut down.
     link: Mutex<Option<Arc<Link>>>,
@@ -343,7 +430,7 @@ pub(crate) struct Store {
 /// A connection and the runtime it belongs to.
 #[derive(Debug)]
 struct Link {
-    connection: ConnectionManager,
+    connection: Connection,
     home: Home,
 }
 
@@ -353,8 +440,23 @@ impl Store {
         let client = crate::client::open(settings, settings.connection.clone()).map_err(|error| {
             Error::invalid_config(BACKEND, format!("the server {} cannot be used: {error}", settings.address))
         })?;
+        let reply_timeout = if settings.replicas > 0 {
+            settings.response_timeout + settings.replicas_timeout
+        } else {
+            settings.response_timeout
+        };
+        let cluster = match &settings.cluster {
+            Some(cluster) => {
+                Some(crate::cluster::client(settings, cluster, reply_timeout, false).map_err(|error| {
+                    Error::invalid_config(BACKEND, format!("the cluster {} cannot be used: {error}", settings.address))
+                })?)
+            }
+            None => None,
+        };
         Ok(Self {
             client,
+            cluster,
+            slot_map: Mutex::new(None),
             link: Mutex::new(None),
             building: tokio::sync::Mutex::new(()),
             response_timeout: settings.response_timeout,
@@ -368,7 +470,7 @@ impl Store {
     }
 
     /// The connection, if one was made on a runtime that still runs.
-    fn live(&self) -> Option<ConnectionManager> {
+    fn live(&self) -> Option<Connection> {
         lock(&self.link).as_ref().filter(|link| !link.home.is_gone()).map(|link| link.connection.clone())
     }
 
@@ -383,7 +485,7 @@ impl Store {
     ///
     /// With [`replicas`](crate::RedisLockProviderBuilder::replicas) set, a new connection is
     /// kept only when the server is a primary with at least that many replicas connected.
-    async fn connection(&self, name: Option<&LockName>) -> Result<ConnectionManager> {
+    async fn connection(&self, name: Option<&LockName>) -> Result<Connection> {
         if let Some(connection) = self.live() {
             return Ok(connection);
         }
@@ -404,6 +506,14 @@ impl Store {
             .set_number_of_retries(2)
             .set_min_delay(Duration::from_millis(20))
             .set_max_delay(Duration::from_millis(500));
+        if let Some(cluster) = &self.cluster {
+            let connection = self.cluster_connection(cluster, name).await?;
+            let previous = lock(&self.link).replace(Arc::new(Link { connection: connection.clone(), home }));
+            if previous.is_some() {
+                tracing::debug!("the runtime of the cluster connection shut down; connected again on this one");
+            }
+            return Ok(connection);
+        }
         let mut connection = match self.sentinel.as_deref() {
             Some(settings) => {
                 // The primary the sentinels name now.
@@ -419,11 +529,84 @@ impl Store {
         if self.replicas > 0 || self.sentinel.is_some() {
             self.check_replicas(&mut connection, name).await?;
         }
+        let connection = Connection::Single(connection);
         let previous = lock(&self.link).replace(Arc::new(Link { connection: connection.clone(), home }));
         if previous.is_some() {
             tracing::debug!("the runtime of the command connection shut down; connected again on this one");
         }
         Ok(connection)
+    }
+
+    /// A connection to the cluster, kept only when `CLUSTER INFO` says `cluster_state:ok` and,
+    /// with `replicas` set, every primary has that many replicas connected.
+    async fn cluster_connection(
+        &self,
+        cluster: &redis::cluster::ClusterClient,
+        name: Option<&LockName>,
+    ) -> Result<Connection> {
+        let attempt = tokio::time::timeout(self.response_timeout, cluster.get_async_connection());
+        let mut connection = match attempt.await {
+            Ok(Ok(connection)) => connection,
+            Ok(Err(error)) if crate::cluster::is_not_a_cluster(&error) => {
+                return Err(crate::cluster::not_a_cluster(&self.address));
+            }
+            Ok(Err(error)) => return Err(map_error(error, name)),
+            Err(_) => return Err(Error::connection(BACKEND, name, Failure::NoReply(self.response_timeout))),
+        };
+        let info: String = redis::cmd("CLUSTER")
+            .arg("INFO")
+            .query_async(&mut connection)
+            .await
+            .map_err(|e| map_error(e, name).with_context("read CLUSTER INFO"))?;
+        crate::cluster::check_state(&info, &self.address, name)?;
+        if self.replicas > 0 {
+            let nodes: String =
+                redis::cmd("CLUSTER").arg("NODES").query_async(&mut connection).await.map_err(|e| {
+                    map_error(e, name).with_context("read CLUSTER NODES to check the `replicas` setting")
+                })?;
+            crate::cluster::check_replicas(&nodes, self.replicas, &self.address)?;
+        }
+        Ok(Connection::Cluster(connection))
+    }
+
+    /// Whether the server is a Redis Cluster.
+    pub(crate) fn is_cluster(&self) -> bool {
+        self.cluster.is_some()
+    }
+
+    /// Reads the cluster's slot map (`CLUSTER SLOTS`, one round trip), by which the next
+    /// renewal rounds are grouped per node; when it cannot be read, they are grouped per slot.
+    /// Nothing is sent elsewhere than on a cluster.
+    pub(crate) async fn refresh_slot_map(&self) {
+        if self.cluster.is_none() {
+            return;
+        }
+        let reply: Result<Value> =
+            self.run(None, |mut connection| async move {
+                redis::cmd("CLUSTER").arg("SLOTS").query_async(&mut connection).await
+            })
+            .await;
+        let map = match reply {
+            Ok(value) => parse_slot_map(&value),
+            Err(error) => {
+                tracing::debug!(%error, "CLUSTER SLOTS not read; renewals are grouped per slot");
+                None
+            }
+        };
+        *lock(&self.slot_map) = map.map(Arc::new);
+    }
+
+    /// Where `hold`'s renewals go (see [`Group`]).
+    pub(crate) fn group_of(&self, hold: &HoldTarget) -> Group {
+        let Some(key) = self.cluster.as_ref().and(hold.keys.first()) else { return Group::Server };
+        let slot = key_slot(key.as_bytes());
+        let map = lock(&self.slot_map).clone();
+        map.and_then(|map| {
+            map.iter()
+                .find(|(first, last, _, _)| (*first..=*last).contains(&slot))
+                .map(|(_, _, host, port)| Group::Node(host.clone(), *port))
+        })
+        .unwrap_or(Group::Slot(slot))
     }
 
     /// How long a reply may take: the response timeout, plus the replicas' timeout when
@@ -484,7 +667,7 @@ impl Store {
     /// timeout, when `replicas` is set: a command may end with a `WAIT`).
     async fn run<T, F, Fut>(&self, lock: Option<&LockName>, command: F) -> Result<T>
     where
-        F: FnOnce(ConnectionManager) -> Fut,
+        F: FnOnce(Connection) -> Fut,
         Fut: Future<Output = std::result::Result<T, RedisError>>,
     {
         if tokio::runtime::Handle::try_current().is_err() {
@@ -531,16 +714,19 @@ impl Store {
     /// # Errors
     ///
     /// A retryable [`Error::Connection`] ([`Failure::NotReplicated`]) when fewer did in time.
-    pub(crate) async fn replicated(&self, lock: &LockName) -> Result<()> {
-        self.replicated_as(lock, "the grant").await
+    pub(crate) async fn replicated(&self, lock: &LockName, keys: &LockKeys) -> Result<()> {
+        self.replicated_as(lock, keys, "the grant").await
     }
 
     /// [`replicated`](Self::replicated) for a write described as `what` in the error.
-    pub(crate) async fn replicated_as(&self, lock: &LockName, what: &'static str) -> Result<()> {
+    pub(crate) async fn replicated_as(&self, lock: &LockName, keys: &LockKeys, what: &'static str) -> Result<()> {
         let (wanted, timeout) = (self.replicas, self.replicas_timeout);
         let acked: i64 = self
             .run(Some(lock), |mut connection| async move {
-                redis::cmd("WAIT").arg(wanted).arg(crate::builder::millis(timeout)).query_async(&mut connection).await
+                let mut wait = redis::cmd("WAIT");
+                wait.arg(wanted).arg(crate::builder::millis(timeout));
+                // On a cluster, the primary of the lock's slot: the one that made the grant.
+                connection.query_at(keys.record(), wait).await
             })
             .await?;
         if acked < i64::from(wanted) {
@@ -790,6 +976,116 @@ impl Store {
         holds: &[&HoldTarget],
         lease_ms: Option<u64>,
     ) -> Result<Vec<std::result::Result<Value, RedisError>>> {
+        if self.cluster.is_some() {
+            return self.send_slot_pipelines(holds, lease_ms).await;
+        }
+        self.send_one_pipeline(holds, lease_ms, None).await
+    }
+
+    /// On a cluster: one pipeline per node, or per hash slot where the node is not known (see
+    /// [`Group`]; the cluster connection refuses a pipeline routed by keys that span slots,
+    /// so a node's pipeline is sent to it by address), sent concurrently; the replies in
+    /// the order of `holds`. The holds that got no answer from their node (a slot that moved
+    /// since the map was read answers `MOVED`, without running the script; a node that
+    /// failed over or is not connected yet fails its whole pipeline) are sent once more at
+    /// once, one pipeline per slot, which the cluster connection routes by its own slot map.
+    /// With `replicas` set, each pipeline ends with its own `WAIT`, and the last reply is the
+    /// fewest acknowledgements any of the pipelines that answered got (0 when one failed).
+    async fn send_slot_pipelines(
+        &self,
+        holds: &[&HoldTarget],
+        lease_ms: Option<u64>,
+    ) -> Result<Vec<std::result::Result<Value, RedisError>>> {
+        type Answer = std::result::Result<Value, RedisError>;
+        let waits = self.replicas > 0 && lease_ms.is_some();
+        let mut answers: Vec<Option<Answer>> = (0..holds.len()).map(|_| None).collect();
+        let mut fewest: Option<i64> = None;
+        let mut pending: Vec<usize> = (0..holds.len()).collect();
+        for by_node in [true, false] {
+            if pending.is_empty() {
+                break;
+            }
+            let mut groups: std::collections::HashMap<Group, Vec<usize>> = std::collections::HashMap::new();
+            for &at in &pending {
+                let Some(hold) = holds.get(at) else { continue };
+                let group = match self.group_of(hold) {
+                    Group::Node(..) if !by_node => Group::Slot(hold.keys.first().map_or(0, |k| key_slot(k.as_bytes()))),
+                    group => group,
+                };
+                groups.entry(group).or_default().push(at);
+            }
+            let sent_by_node = groups.keys().any(|group| matches!(group, Group::Node(..)));
+            let groups: Vec<(Group, Vec<usize>)> = groups.into_iter().collect();
+            let sends = groups.iter().map(|(group, members)| async move {
+                let holds: Vec<&HoldTarget> = members.iter().filter_map(|&at| holds.get(at).copied()).collect();
+                match group {
+                    Group::Node(host, port) => self.send_one_pipeline(&holds, lease_ms, Some((host, *port))).await,
+                    _ => self.send_one_pipeline(&holds, lease_ms, None).await,
+                }
+            });
+            let replies = futures_util::future::join_all(sends).await;
+            let last_pass = !by_node || !sent_by_node;
+            let mut failed = Vec::new();
+            for ((_, members), reply) in groups.iter().zip(replies) {
+                match reply {
+                    Ok(mut values) => {
+                        if waits {
+                            let acked = match values.pop() {
+                                Some(Ok(value)) => redis::from_redis_value_ref::<i64>(&value).unwrap_or(0),
+                                _ => 0,
+                            };
+                            fewest = Some(fewest.map_or(acked, |f| f.min(acked)));
+                        }
+                        for (&at, value) in members.iter().zip(values) {
+                            if value.is_err() && !last_pass {
+                                failed.push(at);
+                            } else if let Some(answer) = answers.get_mut(at) {
+                                *answer = Some(value);
+                            }
+                        }
+                    }
+                    Err(error) if !last_pass => {
+                        tracing::debug!(%error, holds = members.len(), "a node's renewal pipeline failed; sending per slot");
+                        failed.extend(members.iter().copied());
+                    }
+                    Err(error) => {
+                        let error = RedisError::from(std::io::Error::other(error.to_string()));
+                        for &at in members {
+                            if let Some(answer) = answers.get_mut(at) {
+                                *answer = Some(Err(error.clone()));
+                            }
+                        }
+                        if waits {
+                            fewest = Some(0);
+                        }
+                    }
+                }
+            }
+            if !failed.is_empty() {
+                // The map was stale: the next round reads it again.
+                *lock(&self.slot_map) = None;
+            }
+            pending = failed;
+        }
+        let mut answers: Vec<Answer> = answers
+            .into_iter()
+            .map(|answer| answer.unwrap_or_else(|| Err(RedisError::from((ErrorKind::Io, "no reply in the pipeline")))))
+            .collect();
+        if waits {
+            answers.push(Ok(Value::Int(fewest.unwrap_or(0))));
+        }
+        Ok(answers)
+    }
+
+    /// Sends the holds' pipeline (see [`hold_pipeline`](Self::hold_pipeline)) in one round trip.
+    /// On a cluster, `node` (host and port) is the node to send it to, whatever the slots of
+    /// its keys; without it, the cluster connection sends it to the primary of its first key.
+    async fn send_one_pipeline(
+        &self,
+        holds: &[&HoldTarget],
+        lease_ms: Option<u64>,
+        node: Option<(&String, u16)>,
+    ) -> Result<Vec<std::result::Result<Value, RedisError>>> {
         let mut pipeline = redis::pipe();
         pipeline.ignore_errors();
         for hold in holds {
@@ -819,7 +1115,18 @@ impl Store {
             // The renewals count once the replicas have them (see renew_batch).
             pipeline.cmd("WAIT").arg(self.replicas).arg(crate::builder::millis(self.replicas_timeout));
         }
-        self.run(None, |mut connection| async move { pipeline.query_async(&mut connection).await }).await
+        self.run(None, |connection| async move {
+            match (connection, node) {
+                (Connection::Cluster(mut connection), Some((host, port))) => {
+                    let route = SingleNodeRoutingInfo::ByAddress { host: host.clone(), port };
+                    let count = pipeline.cmd_iter().count();
+                    let values = connection.route_pipeline(pipeline, 0, count, route).await?;
+                    Ok(values.into_iter().map(Value::extract_error).collect())
+                }
+                (mut connection, _) => pipeline.query_async(&mut connection).await,
+            }
+        })
+        .await
     }
 
     /// Reads the holders of a name (of every kind) and, for a fair provider
@@ -843,7 +1150,7 @@ impl Store {
         let broken = holders_reply(lock, &reply, false, "the break script")?.holders;
         if self.replicas > 0 && !broken.is_empty() {
             // As a grant does: a break the replicas missed could be undone by a failover.
-            self.replicated_as(lock, "the break").await?;
+            self.replicated_as(lock, keys, "the break").await?;
         }
         Ok(broken)
     }
@@ -871,6 +1178,11 @@ impl Store {
 
     /// The server's `notify-keyspace-events` flags (`CONFIG GET`).
     pub(crate) async fn keyspace_events(&self) -> Result<String> {
+        if self.cluster.is_some() {
+            // Each node publishes the events of its own keys only, and the pub/sub link
+            // listens on one node: no keyspace events on a cluster (the renewals notice).
+            return Ok(String::new());
+        }
         let reply: Vec<String> = self
             .run(None, |mut connection| async move {
                 redis::cmd("CONFIG").arg("GET").arg("notify-keyspace-events").query_async(&mut connection).await
@@ -886,7 +1198,7 @@ impl Store {
         }
     }
 
-    /// One PING: the raw round trip the benchmarks compare against.
+    /// One PING (on a cluster, to every primary).
     pub(crate) async fn ping(&self) -> Result<()> {
         let _: String = self
             .run(None, |mut connection| async move { redis::cmd("PING").query_async(&mut connection).await })
@@ -941,6 +1253,52 @@ fn holders_reply(lock: &LockName, reply: &[Value], count_waiters: bool, command:
         })
         .collect::<Result<Vec<_>>>()?;
     Ok(LockInfo::new(holders, waiters))
+}
+
+/// The hash slot of `key`, as Redis Cluster computes it: CRC16 (XMODEM) of the key's hash tag
+/// (the part between the first `{` and the next `}`, when not empty) or of the whole key,
+/// modulo 16384.
+fn key_slot(key: &[u8]) -> u16 {
+    let tag = key
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let rest = key.get(open + 1..)?;
+            let close = rest.iter().position(|&b| b == b'}')?;
+            rest.get(..close)
+        })
+        .filter(|tag| !tag.is_empty())
+        .unwrap_or(key);
+    let mut crc: u16 = 0;
+    for &byte in tag {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
+        }
+    }
+    crc % 16384
+}
+
+/// Reads a `CLUSTER SLOTS` reply: for each range, its first and last slot and its primary's
+/// host and port. `None` when the reply is not one, or names a primary without a host.
+fn parse_slot_map(value: &Value) -> Option<SlotMap> {
+    let Value::Array(ranges) = value else { return None };
+    let number = |value: &Value| redis::from_redis_value_ref::<i64>(value).ok();
+    let mut map = Vec::with_capacity(ranges.len());
+    for range in ranges {
+        let Value::Array(fields) = range else { return None };
+        let [first, last, primary, ..] = fields.as_slice() else { return None };
+        let Value::Array(primary) = primary else { return None };
+        let [host, port, ..] = primary.as_slice() else { return None };
+        let host = redis::from_redis_value_ref::<String>(host).ok().filter(|host| !host.is_empty())?;
+        map.push((
+            u16::try_from(number(first)?).ok()?,
+            u16::try_from(number(last)?).ok()?,
+            host,
+            u16::try_from(number(port)?).ok()?,
+        ));
+    }
+    Some(map)
 }
 
 /// An invocation of `script`, one of the scripts of the wait queue, with the twelve keys of
@@ -1086,7 +1444,43 @@ pub(crate) fn map_error(error: RedisError, lock: Option<&LockName>) -> Error {
                     | ServerErrorKind::ClusterDown
                     | ServerErrorKind::MasterDown
                     | ServerErrorKind::ReadOnly
+                    | ServerErrorKind::Moved
+                    | ServerErrorKind::Ask
             )
-        );
+        )
+        || matches!(error.kind(), ErrorKind::ClusterConnectionNotFound);
     if transient { Error::connection(BACKEND, lock, error) } else { Error::backend(BACKEND, lock, error) }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn key_slots_are_redis_clusters() {
+        // As `CLUSTER KEYSLOT` answers.
+        assert_eq!(key_slot(b"{b}k"), 3300);
+        assert_eq!(key_slot(b"{a}k"), 15495);
+        assert_eq!(key_slot(b"foo"), 12182);
+        assert_eq!(key_slot(b"{}foo"), key_slot(b"{}foo"));
+        assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"{user1000}.followers"));
+        assert_eq!(key_slot(b"foo{}{bar}"), key_slot(b"foo{}{bar}"));
+        assert_ne!(key_slot(b"foo{}{bar}"), key_slot(b"bar"));
+    }
+
+    #[test]
+    fn slot_maps_are_read_from_cluster_slots() {
+        let range = |first: i64, last: i64, port: i64| {
+            Value::Array(vec![
+                Value::Int(first),
+                Value::Int(last),
+                Value::Array(vec![Value::BulkString(b"127.0.0.1".to_vec()), Value::Int(port)]),
+            ])
+        };
+        let map = parse_slot_map(&Value::Array(vec![range(0, 5460, 7000), range(5461, 16383, 7001)])).unwrap();
+        assert_eq!(map, vec![(0, 5460, "127.0.0.1".to_owned(), 7000), (5461, 16383, "127.0.0.1".to_owned(), 7001)]);
+        assert!(parse_slot_map(&Value::Int(1)).is_none());
+    }
 }

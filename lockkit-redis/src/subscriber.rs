@@ -40,6 +40,10 @@
 //! marked for repositioning: the provider's next wait on it unsubscribes and subscribes
 //! again (unless the background unsubscribe did already), so the latest winner goes to
 //! the back of the delivery order and the waiters that waited longest are woken first.
+//!
+//! On a Redis Cluster the link is a plain connection to one node of the URL (classic pub/sub
+//! is cluster-wide: a node forwards every `PUBLISH` to all the others over the cluster bus),
+//! and when that node stops answering the next link is made to the next node of the URL.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -99,6 +103,9 @@ pub(crate) struct Subscriber {
     /// The settings (for RESP3), when the server is the primary the sentinels name: each
     /// link is made to the primary they name at the time.
     sentinel: Option<Box<Settings>>,
+    /// On a cluster: the nodes of the URL (RESP3), one of which carries the link, and the
+    /// index of the node the next link tries first.
+    cluster: Option<(Vec<redis::Client>, AtomicU64)>,
     shared: Arc<Shared>,
     /// Taken while a link is being made, so that one is made at a time.
     building: tokio::sync::Mutex<()>,
@@ -120,9 +127,9 @@ struct Shared {
     /// wake-ups.
     queued: Mutex<HashMap<String, watch::Sender<Wake>>>,
     response_timeout: Duration,
-    /// Whether links are made to the primary the sentinels name (and made again when it
-    /// stops answering).
-    follows_sentinels: bool,
+    /// Whether links are made to the primary the sentinels name, or to a node of a cluster
+    /// (and made again, asking again or to another node, when it stops answering).
+    moves_on: bool,
     /// The names of the record channels.
     keyspace: Arc<Keyspace>,
     /// Where the events of record channels go.
@@ -195,11 +202,26 @@ impl Subscriber {
             settings.connection = settings.connection.set_redis_settings(resp3);
             Box::new(settings)
         });
+        let cluster = match &settings.cluster {
+            Some(cluster) => {
+                let nodes = cluster
+                    .nodes
+                    .iter()
+                    .map(|(_, info)| {
+                        let resp3 = info.redis_settings().clone().set_protocol(redis::ProtocolVersion::RESP3);
+                        crate::client::open(settings, info.clone().set_redis_settings(resp3))
+                    })
+                    .collect::<redis::RedisResult<Vec<_>>>()?;
+                Some((nodes, AtomicU64::new(0)))
+            }
+            None => None,
+        };
         let (epoch, _) = watch::channel(0);
         let wake_channel = Channel::new(format!("{}:wake:{}", settings.prefix, Uuid::new_v4().simple()), false);
         Ok(Self {
             client,
             sentinel,
+            cluster,
             shared: Arc::new(Shared {
                 channels: Mutex::new(HashMap::new()),
                 epoch,
@@ -208,7 +230,7 @@ impl Subscriber {
                 wake_channel: Arc::new(wake_channel),
                 queued: Mutex::new(HashMap::new()),
                 response_timeout: settings.response_timeout,
-                follows_sentinels: settings.sentinel.is_some(),
+                moves_on: settings.sentinel.is_some() || settings.cluster.is_some(),
                 keyspace,
                 suspects,
             }),
@@ -361,10 +383,15 @@ impl Subscriber {
             }
             None => self.client.clone(),
         };
-        let attempt = tokio::time::timeout(response_timeout, client.get_connection_manager_with_config(config));
-        let connection = match attempt.await {
-            Ok(result) => result?,
-            Err(_) => return Err(redis::RedisError::from((redis::ErrorKind::Io, "connecting timed out"))),
+        let connection = match &self.cluster {
+            Some((nodes, next)) => self.cluster_link(nodes, next, config).await?,
+            None => {
+                let attempt = tokio::time::timeout(response_timeout, client.get_connection_manager_with_config(config));
+                match attempt.await {
+                    Ok(result) => result?,
+                    Err(_) => return Err(redis::RedisError::from((redis::ErrorKind::Io, "connecting timed out"))),
+                }
+            }
         };
         let link = Arc::new(Link { connection, home, state });
         let previous = lock(&self.shared.link).replace(Arc::clone(&link));
@@ -384,6 +411,36 @@ impl Subscriber {
             }
         }
         Ok(link)
+    }
+
+    /// A connection to a node of the cluster: the node tried first is the one after the node
+    /// of the last link (which stopped answering), then the others in the URL's order.
+    async fn cluster_link(
+        &self,
+        nodes: &[redis::Client],
+        next: &AtomicU64,
+        config: ConnectionManagerConfig,
+    ) -> redis::RedisResult<ConnectionManager> {
+        let count = u64::try_from(nodes.len()).unwrap_or(1).max(1);
+        let first = next.fetch_add(1, Ordering::AcqRel);
+        let mut last_error = redis::RedisError::from((redis::ErrorKind::Io, "the URL names no cluster node"));
+        for offset in 0..count {
+            let at = usize::try_from((first + offset) % count).unwrap_or(0);
+            let Some(client) = nodes.get(at) else { continue };
+            let response_timeout = self.shared.response_timeout;
+            match tokio::time::timeout(response_timeout, client.get_connection_manager_with_config(config.clone()))
+                .await
+            {
+                Ok(Ok(connection)) => {
+                    // The next link, if this one goes stale, starts at the node after it.
+                    next.store(first + offset, Ordering::Release);
+                    return Ok(connection);
+                }
+                Ok(Err(error)) => last_error = error,
+                Err(_) => last_error = redis::RedisError::from((redis::ErrorKind::Io, "connecting timed out")),
+            }
+        }
+        Err(last_error)
     }
 
     /// Retries the subscription of an interest that is not live.
@@ -698,7 +755,7 @@ async fn keep_alive(shared: Weak<Shared>, state: Arc<LinkState>) {
         if answered {
             state.connected.store(true, Ordering::Release);
             shared.epoch.send_modify(|epoch| *epoch += 1);
-        } else if shared.follows_sentinels {
+        } else if shared.moves_on {
             // The primary may have been failed over: the next use asks the sentinels again
             // (and subscribes again on the new link); the waiters poll meanwhile.
             tracing::debug!("the pub/sub connection's primary does not answer; asking the sentinels again");

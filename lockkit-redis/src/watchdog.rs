@@ -143,7 +143,7 @@ impl Watchdog {
                 let Some(dog) = watchdog.upgrade() else { return };
                 let Some(store) = dog.store.upgrade() else { return };
                 let Some(hold) = dog.live(id) else { return };
-                if !renew_all(&dog, &store, &[hold]).await {
+                if !renew_all(&dog, &store, &[vec![&hold]]).await {
                     return;
                 }
                 let delay = backoff.get_or_insert_with(|| Backoff::up_to(dog.settings.renew_every)).next_delay();
@@ -244,9 +244,14 @@ async fn run(watchdog: Weak<Watchdog>, renew_every: std::time::Duration) {
                 break;
             }
             let span = tracing::debug_span!("lockkit.renew", backend = crate::BACKEND, holds = due.len());
-            let round_trips = u64::try_from(due.len().div_ceil(BATCH)).unwrap_or(u64::MAX);
+            if store.is_cluster() {
+                // Which node owns which slot now: the batches go one per node.
+                store.refresh_slot_map().await;
+            }
+            let batches = batches(&store, &due);
+            let round_trips = u64::try_from(batches.len() + usize::from(store.is_cluster())).unwrap_or(u64::MAX);
             dog.stats.round_trips.fetch_add(round_trips, Ordering::Relaxed);
-            let failed = renew_all(&dog, &store, &due).instrument(span).await;
+            let failed = renew_all(&dog, &store, &batches).instrument(span).await;
             dog.stats.ticks.fetch_add(1, Ordering::Relaxed);
             drop((dog, store));
             if !failed {
@@ -267,12 +272,29 @@ impl Drop for Watchdog {
     }
 }
 
+/// The due holds in batches of at most [`BATCH`], one pipeline each. On a Redis Cluster, a
+/// batch holds the holds of one node (by the slot map the round read first), sent to that
+/// node by address, or of one hash slot when the map could not be read (the cluster
+/// connection refuses a pipeline routed by keys that span slots). A batch per node also
+/// keeps a node that fails over from holding up the renewals on the others. The batches go
+/// out concurrently.
+fn batches<'a>(store: &Store, due: &'a [Due]) -> Vec<Vec<&'a Due>> {
+    if !store.is_cluster() {
+        return due.chunks(BATCH).map(|batch| batch.iter().collect()).collect();
+    }
+    let mut slots: std::collections::HashMap<_, Vec<&'a Due>> = std::collections::HashMap::new();
+    for hold in due {
+        slots.entry(store.group_of(&hold.1)).or_default().push(hold);
+    }
+    slots.into_values().flat_map(|holds| holds.chunks(BATCH).map(<[&Due]>::to_vec).collect::<Vec<_>>()).collect()
+}
+
 /// Renews every due hold in pipelined batches sent concurrently; returns whether some
 /// renewal could not be confirmed.
-async fn renew_all(dog: &Watchdog, store: &Store, due: &[Due]) -> bool {
+async fn renew_all(dog: &Watchdog, store: &Store, batches: &[Vec<&Due>]) -> bool {
     let settings = &dog.settings;
     let lease_ms = settings.lease_millis();
-    let batches = due.chunks(BATCH).map(|batch| async move {
+    let batches = batches.iter().map(|batch| async move {
         let targets: Vec<&HoldTarget> = batch.iter().map(|(_, target, _)| &**target).collect();
         let sent_at = Instant::now();
         let outcome = store.renew_batch(&targets, lease_ms).await;

@@ -6,7 +6,9 @@
 //! schedule drawn from a seed is applied with the harness's fault hooks: cut a client's
 //! connection, blackhole it past the lease or session timeout (which expires a ZooKeeper
 //! session) and heal, add latency, kill a client (and replace it with a fresh one), pause or
-//! restart the store. A hook the harness lacks is skipped and counted as skipped.
+//! restart the store, fail over the primary of a lock's name or move the name's data to
+//! another server (a Redis Cluster's slot migration). A hook the harness lacks is skipped
+//! and counted as skipped.
 //!
 //! At the end the run checks:
 //!
@@ -87,11 +89,17 @@ pub enum FaultKind {
     StopServer,
     /// Restart the store ([`Harness::restart_store`]).
     RestartStore,
+    /// Fail over the primary that holds one of the run's names to a replica
+    /// ([`Harness::failover`]).
+    Failover,
+    /// Move one of the run's names, with its data, to another server of the store (a Redis
+    /// Cluster's slot migration: [`Harness::reshard`]).
+    Reshard,
 }
 
 impl FaultKind {
     /// Every kind, in a fixed order.
-    pub const ALL: [FaultKind; 7] = [
+    pub const ALL: [FaultKind; 9] = [
         FaultKind::Cut,
         FaultKind::Blackhole,
         FaultKind::Latency,
@@ -99,7 +107,12 @@ impl FaultKind {
         FaultKind::PauseStore,
         FaultKind::RestartStore,
         FaultKind::StopServer,
+        FaultKind::Failover,
+        FaultKind::Reshard,
     ];
+
+    /// The kinds that change which server holds a name: a failover and a resharding.
+    pub const TOPOLOGY: [FaultKind; 2] = [FaultKind::Failover, FaultKind::Reshard];
 
     /// The kinds that act on one client only, safe on a shared store.
     pub const CLIENT: [FaultKind; 4] = [FaultKind::Cut, FaultKind::Blackhole, FaultKind::Latency, FaultKind::Kill];
@@ -113,6 +126,8 @@ impl FaultKind {
             FaultKind::PauseStore => "pause-store",
             FaultKind::RestartStore => "restart-store",
             FaultKind::StopServer => "stop-server",
+            FaultKind::Failover => "failover",
+            FaultKind::Reshard => "reshard",
         }
     }
 }
@@ -146,8 +161,10 @@ pub struct ChaosConfig {
     pub long_hold_every: u64,
     /// The pause between two faults is drawn from this range (default 300 ms to 1.5 s).
     pub fault_gap: (Duration, Duration),
-    /// The store loses its records when restarted (Redis without persistence): overlaps and
-    /// lost updates involving a hold that spans a restart are counted as "by design".
+    /// The store loses its records when restarted (Redis without persistence), or may lose
+    /// the latest writes at a failover (Redis replication is asynchronous): overlaps and lost
+    /// updates involving a hold that spans a restart or a failover are counted as "by
+    /// design".
     pub restart_loses_data: bool,
     /// How long every client may take to make progress after the last fault healed
     /// (default: three leases plus 15 s).
@@ -291,6 +308,7 @@ impl fmt::Display for ScheduledFault {
                 self.hold.as_millis()
             ),
             FaultKind::PauseStore => write!(f, " for {} ms", self.hold.as_millis()),
+            FaultKind::Failover | FaultKind::Reshard => Ok(()),
             FaultKind::StopServer => write!(f, " of client {} for {} ms", self.client, self.hold.as_millis()),
             FaultKind::RestartStore => Ok(()),
         }
@@ -319,7 +337,9 @@ pub fn schedule(config: &ChaosConfig, lease: Option<Duration>) -> Vec<ScheduledF
         let Some(kind) = round.pop() else { break };
         let client = rng.below(config.clients as u64) as usize;
         let (hold, latency) = match kind {
-            FaultKind::Cut | FaultKind::Kill | FaultKind::RestartStore => (Duration::ZERO, Duration::ZERO),
+            FaultKind::Cut | FaultKind::Kill | FaultKind::RestartStore | FaultKind::Failover | FaultKind::Reshard => {
+                (Duration::ZERO, Duration::ZERO)
+            }
             FaultKind::Blackhole => {
                 (lease + rng.between(Duration::from_millis(200), Duration::from_millis(1200)), Duration::ZERO)
             }
@@ -393,6 +413,9 @@ pub struct ChaosReport {
     pub reads: u64,
     /// Overlapping holds found by the history checker (violations).
     pub overlaps: usize,
+    /// Tokens issued out of order found by the history checker (violations): a grant whose
+    /// token is not above an earlier grant's of the same name.
+    pub token_regressions: usize,
     /// Overlaps involving a hold that spans a restart of a store that loses data (by design).
     pub overlaps_by_design: usize,
     /// Writes made while valid that were lost (missing or overwritten): violations.
@@ -473,8 +496,13 @@ impl fmt::Display for ChaosReport {
         )?;
         writeln!(
             f,
-            "  overlaps {} (by design {}), lost writes {} (by design {}), late writes overwritten {}",
-            self.overlaps, self.overlaps_by_design, self.lost_writes, self.lost_by_design, self.late_writes_overwritten
+            "  overlaps {} (by design {}), token regressions {}, lost writes {} (by design {}), late writes overwritten {}",
+            self.overlaps,
+            self.overlaps_by_design,
+            self.token_regressions,
+            self.lost_writes,
+            self.lost_by_design,
+            self.late_writes_overwritten
         )?;
         if !self.violations.is_empty() || !self.by_design.is_empty() {
             writeln!(f, "  schedule (as applied):")?;
@@ -846,7 +874,10 @@ async fn apply(
         .find(|&i| state(i) == LONG_HOLD)
         .or_else(|| order().find(|&i| state(i) != NOT_HOLDING))
         .unwrap_or(fault.client);
-    let client_fault = !matches!(fault.kind, FaultKind::PauseStore | FaultKind::RestartStore);
+    let client_fault = !matches!(
+        fault.kind,
+        FaultKind::PauseStore | FaultKind::RestartStore | FaultKind::Failover | FaultKind::Reshard
+    );
     if client_fault {
         let holder = match state(target) {
             LONG_HOLD => "in a long hold; holding",
@@ -910,6 +941,22 @@ async fn apply(
             let start = Instant::now();
             let outcome = harness.restart_store().await;
             restarts.push((start, Instant::now()));
+            outcome.is_ok()
+        }
+        FaultKind::Failover | FaultKind::Reshard => {
+            // The name the scheduled client's number picks: every name gets its turn.
+            let name = &shared.names[fault.client % shared.names.len()];
+            if let Some(line) = log.last_mut() {
+                line.push_str(&format!(" of {name:?}"));
+            }
+            let start = Instant::now();
+            let outcome = match fault.kind {
+                FaultKind::Failover => harness.failover(name).await,
+                _ => harness.reshard(name).await,
+            };
+            if fault.kind == FaultKind::Failover {
+                restarts.push((start, Instant::now()));
+            }
             outcome.is_ok()
         }
     }
@@ -1282,7 +1329,7 @@ fn analyse(
             match &violation {
                 Violation::Overlap { first, .. } if excusable(first) => {
                     report.overlaps_by_design += 1;
-                    report.by_design.push(format!("store restart lost the record: {violation}"));
+                    report.by_design.push(format!("a store restart or failover lost the record: {violation}"));
                 }
                 Violation::Overlap { first, second } => {
                     report.overlaps += 1;
@@ -1292,7 +1339,10 @@ fn analyse(
                         describe(second, origin)
                     ));
                 }
-                _ => report.violations.push(format!("{violation}")),
+                Violation::TokenRegression { .. } => {
+                    report.token_regressions += 1;
+                    report.violations.push(format!("{violation}"));
+                }
             }
         }
     }

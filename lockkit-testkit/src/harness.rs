@@ -201,6 +201,23 @@ pub trait Harness: Send + Sync + 'static {
         Err(Unsupported)
     }
 
+    /// Fails over the primary that holds lock `name` to one of its replicas (a Redis
+    /// Cluster's `CLUSTER FAILOVER` of the slot's primary, a Sentinel failover) and returns
+    /// once the store serves again. Used by the chaos run ([`crate::chaos`]); only called on
+    /// a harness that owns its store.
+    async fn failover(&self, name: &str) -> FaultResult {
+        let _ = name;
+        Err(Unsupported)
+    }
+
+    /// Moves lock `name`, with its data, to another server of the store (a Redis Cluster's
+    /// slot migration) and returns once every server agrees. Used by the chaos run
+    /// ([`crate::chaos`]); only called on a harness that owns its store.
+    async fn reshard(&self, name: &str) -> FaultResult {
+        let _ = name;
+        Err(Unsupported)
+    }
+
     /// Environment variables under which the same harness expression, evaluated in a child
     /// process (the test binary run again), reaches the same store as this harness, for the
     /// cases where two OS processes contend (`cross_process`). For example the URL of the

@@ -204,6 +204,29 @@ async fn redis_cluster_forms_and_redirects() {
     let _: () = redis::cmd("SET").arg("{b}k").arg("1").query_async(&mut node).await.unwrap();
     let moved = redis::cmd("SET").arg("{a}k").arg("1").query_async::<()>(&mut node).await.unwrap_err();
     assert!(moved.to_string().contains("MOVED") || moved.code() == Some("MOVED"), "{moved}");
+
+    // The helpers: the slot and primary of a key, a failover of that primary, a migration
+    // of the slot with its keys.
+    assert_eq!(ok(cluster.slot_of("{b}k").await), 3300);
+    let first = cluster.primaries()[0].addr();
+    assert_eq!(ok(cluster.primary_of("{b}k").await), first);
+    let (old, new) = ok(cluster.failover("{b}k").await);
+    assert_eq!((old, new), (first, cluster.replicas()[0].addr()));
+    assert_eq!(ok(cluster.primary_of("{b}k").await), new);
+    let mut paused = false;
+    let (from, to) = ok(cluster
+        .migrate("{b}k", || {
+            paused = true;
+            async {}
+        })
+        .await);
+    assert!(paused);
+    assert_eq!(from, new);
+    assert_ne!(to, new);
+    assert_eq!(ok(cluster.primary_of("{b}k").await), to);
+    let mut moved_to = redis_conn(&format!("redis://{to}/")).await.unwrap();
+    let value: String = redis::cmd("GET").arg("{b}k").query_async(&mut moved_to).await.unwrap();
+    assert_eq!(value, "1", "the key moved with its slot");
 }
 
 async fn zk_client(connect: &str) -> zk::Client {

@@ -1,6 +1,7 @@
 //! The floor: the raw round trip of the same client library to the same server, measured in
 //! the same run as the lock figures. Redis: `PING` on a plain multiplexed connection of the
-//! `redis` crate. ZooKeeper: `exists` of the base path, and create+delete of an ephemeral
+//! `redis` crate (on a Redis Cluster, the crate's cluster connection, with the `PING` sent to
+//! the primary of the slot of the raw scripts' key, as a lock's scripts are). ZooKeeper: `exists` of the base path, and create+delete of an ephemeral
 //! node, on a session of zookeeper-client (the `create` is the write a lock needs; the
 //! `exists` the cheapest request). The memory and file backends make no network round trip,
 //! so they have no floor.
@@ -26,8 +27,8 @@ const RAW_FENCE_RETENTION_MS: u64 = 300_000;
 
 /// A connection on which raw round trips are timed.
 pub(crate) enum Floor {
-    /// A plain connection of the `redis` crate, and the key of the raw scripts' lock.
-    Redis(redis::aio::MultiplexedConnection, String),
+    /// A connection of the `redis` crate, and the key of the raw scripts' lock.
+    Redis(RawRedis, String),
     /// A ZooKeeper session of its own, and the znodes it plays with.
     Zk(Box<ZkFloor>),
 }
@@ -63,17 +64,97 @@ pub(crate) struct Sample {
     pub(crate) recipe: Option<Duration>,
 }
 
+/// The floor's Redis connection: to one server, or to a cluster.
+#[derive(Clone)]
+pub(crate) enum RawRedis {
+    /// A plain multiplexed connection.
+    Plain(redis::aio::MultiplexedConnection),
+    /// The redis crate's cluster connection, which routes each command by its keys' slot.
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl redis::aio::ConnectionLike for RawRedis {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, redis::Value> {
+        match self {
+            Self::Plain(connection) => connection.req_packed_command(cmd),
+            Self::Cluster(connection) => connection.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            Self::Plain(connection) => connection.req_packed_commands(pipeline, offset, count),
+            Self::Cluster(connection) => connection.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Self::Plain(connection) => connection.get_db(),
+            Self::Cluster(connection) => connection.get_db(),
+        }
+    }
+}
+
+impl RawRedis {
+    /// Sends `cmd`, which names no key, to the server of `key` (on a cluster, the primary of
+    /// its slot).
+    pub(crate) async fn query_at<T: redis::FromRedisValue>(
+        &mut self,
+        key: &str,
+        cmd: redis::Cmd,
+    ) -> redis::RedisResult<T> {
+        use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+        match self {
+            Self::Plain(connection) => cmd.query_async(connection).await,
+            Self::Cluster(connection) => {
+                let route = SingleNodeRoutingInfo::SpecificNode(Route::with_key(key, SlotAddr::Master));
+                let value = connection.route_command(cmd, RoutingInfo::SingleNode(route)).await?;
+                Ok(redis::from_redis_value(value)?)
+            }
+        }
+    }
+
+    /// Whether this is a cluster connection.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self, Self::Cluster(_))
+    }
+}
+
 impl Floor {
     /// Opens the floor's connection for `url`; `None` for the memory and file backends.
     pub(crate) async fn open(url: &Url) -> Result<Option<Floor>, Failure> {
+        let unreachable =
+            |e: redis::RedisError| Failure::new(UNAVAILABLE, format!("floor: cannot reach {}: {e}", url.shown));
+        let key = format!("lockkit-bench:{{{}}}:raw", super::run_id());
         match url.store.scheme() {
             "redis" | "rediss" => {
-                let unreachable =
-                    |e: redis::RedisError| Failure::new(UNAVAILABLE, format!("floor: cannot reach {}: {e}", url.shown));
                 let client = redis::Client::open(url.store.address()).map_err(unreachable)?;
                 let connection = client.get_multiplexed_async_connection().await.map_err(unreachable)?;
-                let key = format!("lockkit-bench:{{{}}}:raw", super::run_id());
-                Ok(Some(Floor::Redis(connection, key)))
+                Ok(Some(Floor::Redis(RawRedis::Plain(connection), key)))
+            }
+            scheme @ ("redis+cluster" | "rediss+cluster") => {
+                let tls = scheme == "rediss+cluster";
+                let credentials = match (url.store.user(), url.store.password()) {
+                    (Some(user), Some(password)) => format!("{user}:{password}@"),
+                    (None, Some(password)) => format!(":{password}@"),
+                    (Some(user), None) => format!("{user}@"),
+                    (None, None) => String::new(),
+                };
+                let nodes: Vec<String> = url
+                    .store
+                    .hosts()
+                    .split(',')
+                    .map(|node| format!("{}://{credentials}{}/", if tls { "rediss" } else { "redis" }, node.trim()))
+                    .collect();
+                let client = redis::cluster::ClusterClient::new(nodes).map_err(unreachable)?;
+                let connection = client.get_async_connection().await.map_err(unreachable)?;
+                Ok(Some(Floor::Redis(RawRedis::Cluster(connection), key)))
             }
             "zk" => {
                 let open = |e: lockkit::Error| {
@@ -106,7 +187,10 @@ impl Floor {
     /// What the floor is, for the report.
     pub(crate) fn describe(&self) -> &'static str {
         match self {
-            Floor::Redis(..) => "Redis PING on a plain connection of the redis crate",
+            Floor::Redis(RawRedis::Plain(_), _) => "Redis PING on a plain connection of the redis crate",
+            Floor::Redis(RawRedis::Cluster(_), _) => {
+                "Redis PING to the primary of the raw key's slot, on the redis crate's cluster connection"
+            }
             Floor::Zk(_) => "ZooKeeper create+delete of an ephemeral node (zookeeper-client, one session)",
         }
     }
@@ -118,7 +202,7 @@ impl Floor {
                 let failed =
                     |e: redis::RedisError| Failure::new(UNAVAILABLE, format!("floor: {} failed: {e}", url.shown));
                 let start = Instant::now();
-                let _: String = redis::cmd("PING").query_async(connection).await.map_err(failed)?;
+                let _: String = connection.query_at(key, redis::cmd("PING")).await.map_err(failed)?;
                 let main = start.elapsed();
                 let owner = format!("raw-{}", super::run_id());
                 let start = Instant::now();
@@ -212,7 +296,10 @@ impl Floor {
         let Floor::Redis(connection, key) = self else { return Vec::new() };
         // The raw scripts' fence counter is the one key they leave.
         let _: Result<i64, _> = redis::cmd("DEL").arg(format!("{key}:fence")).query_async(connection).await;
-        let Ok(info) = redis::cmd("INFO").arg("commandstats").query_async::<String>(connection).await else {
+        let mut info_cmd = redis::cmd("INFO");
+        info_cmd.arg("commandstats");
+        // On a cluster: the primary of the raw key's slot, one of the servers the run used.
+        let Ok(info) = connection.query_at::<String>(key, info_cmd).await else {
             return Vec::new();
         };
         let mut out = Vec::new();

@@ -60,7 +60,7 @@ impl Url {
 
     fn backend(&self) -> &'static str {
         match self.store.scheme() {
-            "redis" | "rediss" => "redis",
+            "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" | "redis+cluster" | "rediss+cluster" => "redis",
             "zk" => "zk",
             "file" => "file",
             "mem" => "mem",
@@ -719,13 +719,24 @@ impl Bench {
         }
         let mut failed = false;
         for chunk in names.chunks(1000) {
-            let mut pipeline = redis::pipe();
-            for name in chunk {
-                if let Ok(name) = lockkit::LockName::new(name) {
-                    pipeline.cmd("UNLINK").arg(format!("{}:fence", provider.record_key(&name))).ignore();
+            let keys = chunk
+                .iter()
+                .filter_map(|name| lockkit::LockName::new(name).ok())
+                .map(|name| format!("{}:fence", provider.record_key(&name)));
+            if connection.is_cluster() {
+                // A pipeline goes to one node: one UNLINK each, concurrently.
+                let unlinks = keys.map(|key| {
+                    let mut connection = connection.clone();
+                    async move { redis::cmd("UNLINK").arg(key).query_async::<()>(&mut connection).await }
+                });
+                failed |= futures_util::future::join_all(unlinks).await.iter().any(Result::is_err);
+            } else {
+                let mut pipeline = redis::pipe();
+                for key in keys {
+                    pipeline.cmd("UNLINK").arg(key).ignore();
                 }
+                failed |= pipeline.query_async::<()>(connection).await.is_err();
             }
-            failed |= pipeline.query_async::<()>(connection).await.is_err();
         }
         if failed {
             self.report.notes.push(format!(

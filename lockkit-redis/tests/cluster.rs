@@ -1,0 +1,315 @@
+//! Redis Cluster: the whole conformance kit through `redis+cluster://` URLs against three
+//! primaries and three replicas (the testkit's `RedisCluster`, one per test process), the bad
+//! inputs of cluster URLs, a hold across `CLUSTER FAILOVER` of its slot's primary, and a hold
+//! whose slot migrates to another primary.
+//!
+//! The kit's fault cases need a proxy in front of each client (`kill`, `blackhole`), which a
+//! cluster client bypasses (it connects to every node the slot map names), or a store to
+//! restart; they are declared unchecked here and run on the single-server harness
+//! (`conformance.rs`). The failover and migration tests below are the cluster's own faults.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod support;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use lockkit_redis::{RedisLockProvider, RedisLockProviderBuilder};
+use lockkit_testkit::fixture::RedisCluster;
+use lockkit_testkit::{FaultResult, Harness, NoFaults, TestClient, Timing, Unsupported};
+use support::{LEASE, OPERATION, closed_port, hold_keys, test_builder, within};
+use tokio::sync::OnceCell;
+
+/// The environment variable that hands the cluster URL of the parent test process to the
+/// child processes of the cross-process cases, which use the parent's cluster.
+const CLUSTER_URL_ENV: &str = "LOCKKIT_REDIS_CLUSTER_URL";
+
+/// The cluster shared by the conformance cases of this process.
+async fn shared() -> &'static RedisCluster {
+    static SHARED: OnceCell<RedisCluster> = OnceCell::const_new();
+    SHARED
+        .get_or_init(|| async {
+            match RedisCluster::start().await {
+                Ok(fixture) => fixture,
+                Err(error) => panic!("the cluster tests need redis-server: {error}"),
+            }
+        })
+        .await
+}
+
+/// A cluster connection of the redis crate, for the tests' own commands.
+async fn admin(url: &str) -> redis::cluster_async::ClusterConnection {
+    let nodes: Vec<String> =
+        url.trim_start_matches("redis+cluster://").split(',').map(|node| format!("redis://{node}/")).collect();
+    redis::cluster::ClusterClient::new(nodes).unwrap().get_async_connection().await.unwrap()
+}
+
+/// Runs the kit through a cluster URL.
+pub struct ClusterHarness {
+    url: String,
+}
+
+impl ClusterHarness {
+    pub async fn shared() -> Self {
+        match std::env::var(CLUSTER_URL_ENV) {
+            Ok(url) if !url.is_empty() => Self { url },
+            _ => Self { url: shared().await.url() },
+        }
+    }
+
+    fn builder(&self) -> RedisLockProviderBuilder {
+        test_builder().url(&self.url)
+    }
+
+    /// `host:port,host:port` of the nodes.
+    fn hosts(&self) -> String {
+        self.url.trim_start_matches("redis+cluster://").to_owned()
+    }
+}
+
+#[async_trait]
+impl Harness for ClusterHarness {
+    fn name(&self) -> &str {
+        "redis (cluster)"
+    }
+
+    async fn client(&self) -> lockkit_core::Result<TestClient> {
+        Ok(TestClient::new(self.builder().build()?, Arc::new(NoFaults)))
+    }
+
+    fn timing(&self) -> Timing {
+        Timing::new().with_lease(LEASE)
+    }
+
+    async fn unreachable_client(&self) -> Result<TestClient, Unsupported> {
+        let url = format!("redis+cluster://{}", closed_port());
+        let provider = test_builder().url(url).build().map_err(|_| Unsupported)?;
+        Ok(TestClient::new(provider, Arc::new(NoFaults)))
+    }
+
+    async fn delete_record(&self, name: &str) -> FaultResult {
+        let keys = hold_keys(name);
+        // Every key of a lock is in the slot of its hash tag: one DEL reaches them all.
+        let deleted: i64 = redis::cmd("DEL").arg(&keys).query_async(&mut admin(&self.url).await).await.unwrap();
+        assert!(deleted >= 1, "a record of the held lock exists among {keys:?}");
+        Ok(())
+    }
+
+    fn child_env(&self) -> Result<Vec<(String, String)>, Unsupported> {
+        Ok(vec![(CLUSTER_URL_ENV.to_owned(), self.url.clone())])
+    }
+
+    async fn invalid_configs(&self) -> Vec<(String, lockkit_core::Result<()>)> {
+        let hosts = self.hosts();
+        let attempt = |what: &str, url: String| (what.to_owned(), test_builder().url(url).build().map(drop));
+        vec![
+            attempt("a cluster URL with a database", format!("redis+cluster://{hosts}/2")),
+            attempt("a cluster URL with an empty host", format!("redis+cluster://{hosts},")),
+            attempt("a cluster URL with lockkit options", format!("redis+cluster://{hosts}?lease=1s")),
+            attempt("a mixed scheme", format!("redis+cluster+sentinel://{hosts}")),
+            attempt("a node with a scheme of its own", format!("redis+cluster://{hosts},redis://127.0.0.1:1")),
+        ]
+    }
+}
+
+// The cases below need a fault hook per client (`kill`, `blackhole`: a proxy in front of
+// each client, which a cluster client bypasses: it connects to the nodes the slot map names)
+// or a store to restart; they run on the single-server harness (`conformance.rs`), and the
+// failover and migration tests below are the cluster's own faults.
+lockkit_testkit::conformance!(
+    crate::ClusterHarness::shared().await,
+    without: [
+        loss_is_signalled_before_another_owner_can_acquire,
+        loss_is_signalled_when_the_client_dies,
+        dead_holder_frees_the_lock_after_the_lease_not_before,
+        a_dead_readers_share_returns_after_the_lease,
+        tokens_increase_across_store_restart,
+    ]
+);
+
+fn unique(case: &str) -> String {
+    format!("cluster/{case}/{}", uuid::Uuid::new_v4().simple())
+}
+
+/// A cluster URL that points at a server without cluster support, and `replicas` above what
+/// the primaries have: clear errors at the first use, naming what to change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_cluster_urls_say_what_to_change() {
+    let single = lockkit_testkit::fixture::RedisServer::shared().await.unwrap();
+    let address = single.url().trim_start_matches("redis://").trim_end_matches('/').to_owned();
+    let not_cluster = test_builder().url(format!("redis+cluster://{address}")).build().unwrap();
+    let error = within(OPERATION, "a refused acquisition", not_cluster.lock(&unique("single")).unwrap().try_acquire())
+        .await
+        .unwrap_err();
+    let message = error.to_string();
+    assert!(matches!(error, lockkit_core::Error::InvalidConfig { .. }), "{error:?}");
+    assert!(message.contains("not a Redis Cluster") && message.contains("redis://"), "{message}");
+
+    let fixture = shared().await;
+    let too_many: RedisLockProvider = test_builder().url(fixture.url()).replicas(2).build().unwrap();
+    let error = within(OPERATION, "a refused acquisition", too_many.lock(&unique("replicas")).unwrap().try_acquire())
+        .await
+        .unwrap_err();
+    let message = error.to_string();
+    assert!(matches!(error, lockkit_core::Error::InvalidConfig { .. }), "{error:?}");
+    assert!(message.contains("replicas=2") && message.contains("lower replicas to 1"), "{message}");
+
+    let one: RedisLockProvider = test_builder().url(fixture.url()).replicas(1).build().unwrap();
+    let guard =
+        within(OPERATION, "an acknowledged acquisition", one.lock(&unique("one")).unwrap().acquire()).await.unwrap();
+    guard.release().await.unwrap();
+}
+
+/// Locks spread over every primary (their names hash to slots all over the cluster) are
+/// granted, renewed in one batch per primary for longer than a lease, and released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_on_every_primary_are_renewed() {
+    let fixture = shared().await;
+    let provider: RedisLockProvider = test_builder().url(fixture.url()).build().unwrap();
+    let mut guards = Vec::new();
+    for i in 0..60 {
+        let lock = provider.lock(&unique(&format!("spread{i}"))).unwrap();
+        guards.push(within(OPERATION, "an acquisition", lock.acquire()).await.unwrap());
+    }
+    tokio::time::sleep(LEASE * 2).await;
+    for guard in &guards {
+        assert!(guard.is_held(), "a hold was not renewed: {guard:?}");
+    }
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+    let stats = provider.renewal_stats();
+    assert!(stats.renewed >= 60, "{stats:?}");
+    // One pipeline per primary and one CLUSTER SLOTS per round: four round trips, not sixty.
+    assert!(stats.round_trips <= stats.ticks * 4, "{stats:?}");
+}
+
+/// Generous bound for what a cluster does after a failover or a migration on a loaded
+/// two-core machine.
+const SETTLE: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// A cluster of its own, for a test that changes its topology.
+async fn dedicated() -> RedisCluster {
+    match RedisCluster::start().await {
+        Ok(fixture) => fixture,
+        Err(error) => panic!("the cluster tests need redis-server: {error}"),
+    }
+}
+
+/// Waits until `held` is renewed past `since + LEASE / 2` (so renewed after `since`) or
+/// signalled lost; returns whether it is still held.
+async fn renewed_or_lost(held: &lockkit_core::LockGuard, since: std::time::Instant) -> bool {
+    let deadline = std::time::Instant::now() + SETTLE;
+    loop {
+        if !held.is_held() {
+            return false;
+        }
+        if held.valid_until().is_some_and(|until| until > since + LEASE / 2) {
+            return true;
+        }
+        assert!(std::time::Instant::now() < deadline, "the hold is neither renewed nor signalled lost: {held:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+/// Checks that `held` and another client never both hold `name`, then that the tokens of
+/// `name` keep increasing past `last`: the end of both topology tests.
+async fn no_second_holder_and_tokens_increase(
+    provider: &RedisLockProvider,
+    other: &RedisLockProvider,
+    name: &str,
+    held: lockkit_core::LockGuard,
+    mut last: u64,
+) {
+    let attempt = within(OPERATION, "a try on the held lock", other.lock(name).unwrap().try_acquire()).await.unwrap();
+    match attempt {
+        Some(guard) => {
+            assert!(!held.is_held(), "two holders: {held:?} and {guard:?}");
+            assert!(guard.token().get() > last, "a token went back: {} after {last}", guard.token().get());
+            last = guard.token().get();
+            guard.release().await.unwrap();
+        }
+        None => {
+            assert!(held.is_held(), "the lock is held, but not by the hold that was not signalled lost");
+            held.release().await.unwrap();
+        }
+    }
+    for _ in 0..3 {
+        let guard = within(SETTLE, "an acquisition", provider.lock(name).unwrap().acquire()).await.unwrap();
+        assert!(guard.token().get() > last, "a token went back: {} after {last}", guard.token().get());
+        last = guard.token().get();
+        guard.release().await.unwrap();
+    }
+}
+
+/// `CLUSTER FAILOVER` of the primary that owns a held lock's slot: the hold is renewed on the
+/// promoted replica (the grant was acknowledged by it: `replicas=1`) or signalled lost, never
+/// held by two; acquisitions continue on the new primary with increasing tokens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_survives_a_failover_of_its_slots_primary_or_is_signalled_lost() {
+    let fixture = dedicated().await;
+    let provider: RedisLockProvider = test_builder().url(fixture.url()).replicas(1).build().unwrap();
+    let other: RedisLockProvider = test_builder().url(fixture.url()).build().unwrap();
+    let name = unique("failover");
+    let key = provider.record_key(&lockkit_core::LockName::new(&name).unwrap());
+    let mut last = 0;
+    for _ in 0..5 {
+        let guard = within(OPERATION, "an acquisition", provider.lock(&name).unwrap().acquire()).await.unwrap();
+        assert!(guard.token().get() > last);
+        last = guard.token().get();
+        guard.release().await.unwrap();
+    }
+    let held = within(OPERATION, "an acquisition to hold", provider.lock(&name).unwrap().acquire()).await.unwrap();
+    last = held.token().get();
+
+    let (old, new) = fixture.failover(&key).await.unwrap();
+    assert_ne!(old, new);
+    assert_eq!(fixture.primary_of(&key).await.unwrap(), new);
+    let failed_over = std::time::Instant::now();
+
+    let kept = renewed_or_lost(&held, failed_over).await;
+    eprintln!("failover: the hold was {}", if kept { "renewed on the new primary" } else { "signalled lost" });
+    no_second_holder_and_tokens_increase(&provider, &other, &name, held, last).await;
+}
+
+/// A held lock's slot migrates to another primary (`SETSLOT … MIGRATING/IMPORTING`,
+/// `MIGRATE … KEYS`, `SETSLOT … NODE`), with renewals due while the keys are moving: the
+/// hold is renewed on the new primary or signalled lost, never held by two; acquisitions
+/// continue there with increasing tokens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_whose_slot_migrates_is_renewed_there_or_signalled_lost() {
+    let fixture = dedicated().await;
+    let provider: RedisLockProvider = test_builder().url(fixture.url()).build().unwrap();
+    let other: RedisLockProvider = test_builder().url(fixture.url()).build().unwrap();
+    let name = unique("migrate");
+    let key = provider.record_key(&lockkit_core::LockName::new(&name).unwrap());
+    let mut last = 0;
+    for _ in 0..5 {
+        let guard = within(OPERATION, "an acquisition", provider.lock(&name).unwrap().acquire()).await.unwrap();
+        last = guard.token().get();
+        guard.release().await.unwrap();
+    }
+    let held = within(OPERATION, "an acquisition to hold", provider.lock(&name).unwrap().acquire()).await.unwrap();
+    last = last.max(held.token().get());
+
+    // While the keys sit on the target but the slot is not handed over, renewals are
+    // redirected (ASK); a renewal round falls in that window.
+    let renewals = provider.renewal_stats().ticks;
+    let (from, to) = fixture
+        .migrate(&key, || async {
+            let deadline = std::time::Instant::now() + SETTLE;
+            while provider.renewal_stats().ticks < renewals + 2 && std::time::Instant::now() < deadline {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .unwrap();
+    assert_ne!(from, to);
+    assert_eq!(fixture.primary_of(&key).await.unwrap(), to);
+    let migrated = std::time::Instant::now();
+
+    let kept = renewed_or_lost(&held, migrated).await;
+    eprintln!("migration: the hold was {}", if kept { "renewed on the new primary" } else { "signalled lost" });
+    no_second_holder_and_tokens_increase(&provider, &other, &name, held, last).await;
+}
