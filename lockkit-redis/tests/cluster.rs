@@ -125,6 +125,7 @@ lockkit_testkit::conformance!(
         dead_holder_frees_the_lock_after_the_lease_not_before,
         a_dead_readers_share_returns_after_the_lease,
         tokens_increase_across_store_restart,
+        unreachable_store_gives_retryable_errors,
     ]
 );
 
