@@ -1,0 +1,127 @@
+//! The schema and the statements, for one schema name (checked to be a plain identifier).
+
+/// The key of the advisory locks of this crate (the first half of the two-key form), so that
+/// they do not collide with an application's own advisory locks on one key.
+const ADVISORY_CLASS: i32 = 0x6c6b_6b74; // "lkkt"
+
+/// The statements of one schema.
+#[derive(Clone, Debug)]
+pub(crate) struct Statements {
+    pub(crate) schema: String,
+    /// `LISTEN` target and `pg_notify` channel: `<schema>_released`.
+    pub(crate) channel: String,
+    pub(crate) acquire: String,
+    pub(crate) release: String,
+    pub(crate) renew: String,
+    pub(crate) inspect: String,
+    pub(crate) present: String,
+    pub(crate) privileges: String,
+}
+
+impl Statements {
+    pub(crate) fn new(schema: &str) -> Self {
+        let s = schema;
+        Self {
+            schema: s.to_owned(),
+            channel: format!("{s}_released"),
+            acquire: format!("SELECT o_token, o_left_ms FROM {s}.acquire($1, $2, $3, $4)"),
+            release: format!("SELECT {s}.release($1, $2)"),
+            renew: format!(
+                "WITH want AS (SELECT * FROM unnest($1::text[], $2::text[]) AS w(name, owner)), \
+                 renewed AS (UPDATE {s}.locks l SET expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond' \
+                   FROM want w WHERE l.name = w.name AND l.owner = w.owner RETURNING l.name) \
+                 SELECT w.name, w.owner, EXISTS (SELECT 1 FROM renewed r WHERE r.name = w.name), \
+                   EXISTS (SELECT 1 FROM {s}.locks l WHERE l.name = w.name) FROM want w"
+            ),
+            inspect: format!(
+                "SELECT meta, token, (extract(epoch FROM since) * 1000)::bigint, \
+                 greatest(0, ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000))::bigint \
+                 FROM {s}.locks WHERE name = $1 AND expires_at > clock_timestamp()"
+            ),
+            present: format!(
+                "SELECT to_regclass('{s}.locks') IS NOT NULL AND to_regclass('{s}.tokens') IS NOT NULL \
+                 AND to_regprocedure('{s}.acquire(text,text,text,bigint)') IS NOT NULL \
+                 AND to_regprocedure('{s}.release(text,text)') IS NOT NULL"
+            ),
+            privileges: format!(
+                "SELECT has_schema_privilege('{s}', 'USAGE'), \
+                 has_table_privilege('{s}.locks', 'SELECT, INSERT, UPDATE, DELETE'), \
+                 has_sequence_privilege('{s}.tokens', 'USAGE'), \
+                 has_function_privilege('{s}.acquire(text,text,text,bigint)', 'EXECUTE'), \
+                 has_function_privilege('{s}.release(text,text)', 'EXECUTE')"
+            ),
+        }
+    }
+
+    /// What a role that only takes locks needs, as `GRANT` statements for `role`.
+    pub(crate) fn grants(&self, role: &str) -> String {
+        let s = &self.schema;
+        format!(
+            "GRANT USAGE ON SCHEMA {s} TO {role}; \
+             GRANT SELECT, INSERT, UPDATE, DELETE ON {s}.locks TO {role}; \
+             GRANT USAGE ON SEQUENCE {s}.tokens TO {role}; \
+             GRANT EXECUTE ON FUNCTION {s}.acquire(text,text,text,bigint), {s}.release(text,text) TO {role};"
+        )
+    }
+
+    /// The whole schema in one transaction, serialized by an advisory lock so that providers
+    /// racing to create it do not fail; every statement is idempotent.
+    pub(crate) fn migration(&self) -> String {
+        let s = &self.schema;
+        let channel = &self.channel;
+        format!(
+            r#"BEGIN;
+SELECT pg_advisory_xact_lock({ADVISORY_CLASS}, 0);
+CREATE SCHEMA IF NOT EXISTS {s};
+CREATE SEQUENCE IF NOT EXISTS {s}.tokens AS bigint MINVALUE 1;
+CREATE TABLE IF NOT EXISTS {s}.locks (
+  name text PRIMARY KEY,
+  owner text NOT NULL,
+  meta text NOT NULL,
+  token bigint NOT NULL,
+  since timestamptz NOT NULL,
+  expires_at timestamptz NOT NULL
+);
+CREATE OR REPLACE FUNCTION {s}.acquire(p_name text, p_owner text, p_meta text, p_lease_ms bigint,
+  OUT o_token bigint, OUT o_left_ms bigint) LANGUAGE plpgsql AS $lockkit$
+DECLARE
+  r record;
+BEGIN
+  -- Every grant of a name is serialized here, and its token drawn while this is held, so
+  -- tokens of one name increase in commit order even when rows come and go.
+  PERFORM pg_advisory_xact_lock({ADVISORY_CLASS}, hashtext(p_name));
+  SELECT l.owner, l.token, l.expires_at INTO r FROM {s}.locks l WHERE l.name = p_name;
+  IF FOUND THEN
+    IF r.owner = p_owner THEN
+      -- A retry of a grant whose reply was lost: ours already; renew it.
+      UPDATE {s}.locks l SET expires_at = clock_timestamp() + p_lease_ms * interval '1 millisecond'
+        WHERE l.name = p_name;
+      o_token := r.token;
+      RETURN;
+    END IF;
+    IF r.expires_at > clock_timestamp() THEN
+      o_left_ms := greatest(1, ceil(extract(epoch FROM r.expires_at - clock_timestamp()) * 1000))::bigint;
+      RETURN;
+    END IF;
+    DELETE FROM {s}.locks l WHERE l.name = p_name;
+  END IF;
+  INSERT INTO {s}.locks AS l (name, owner, meta, token, since, expires_at)
+    VALUES (p_name, p_owner, p_meta, nextval('{s}.tokens'), clock_timestamp(),
+            clock_timestamp() + p_lease_ms * interval '1 millisecond')
+    RETURNING l.token INTO o_token;
+END
+$lockkit$;
+CREATE OR REPLACE FUNCTION {s}.release(p_name text, p_owner text) RETURNS boolean LANGUAGE plpgsql AS $lockkit$
+BEGIN
+  DELETE FROM {s}.locks l WHERE l.name = p_name AND l.owner = p_owner;
+  IF FOUND THEN
+    PERFORM pg_notify('{channel}', p_name);
+    RETURN true;
+  END IF;
+  RETURN false;
+END
+$lockkit$;
+COMMIT;"#
+        )
+    }
+}
