@@ -114,6 +114,13 @@ impl Inner {
         }
     }
 
+    /// Voids `owner` and deletes its row of `lock`, if it is there (`Ok(true)`).
+    async fn abandon(&self, lock: &LockName, owner: &str) -> std::result::Result<bool, Failure> {
+        let name = crate::stored_name(lock.as_str());
+        let rows = self.store.query(Some(lock), &self.store.sql.abandon, &[&name, &owner]).await?;
+        Ok(rows.first().and_then(|row| row.try_get::<_, Option<bool>>(0).ok().flatten()).unwrap_or(false))
+    }
+
     /// Deletes `owner`'s row of `lock`, if it is there (`Ok(true)`), and wakes the waiters.
     async fn delete_own(&self, lock: &LockName, owner: &str) -> std::result::Result<bool, Failure> {
         let rows = self
@@ -144,21 +151,13 @@ impl Drop for Attempt {
             return;
         }
         let (inner, lock, owner) = (Arc::clone(&self.inner), self.lock.clone(), self.owner.clone());
-        // A statement in flight cannot take effect later than the server's statement timeout
-        // after its send time: delete now, and once more after that if the first found nothing.
-        let settle = doubt.map(|sent| lease_deadline(sent, inner.store.settings.response_timeout, Duration::ZERO));
+        // `abandon` voids the owner id (a try of it still on its way is refused) and deletes
+        // its row if a try whose reply was lost made one; retried while the server is away.
         spawn_detached(
             async move {
-                for _ in 0..20 {
-                    match inner.delete_own(&lock, &owner).await {
-                        Ok(true) => return,
-                        Ok(false) => {
-                            if let Some(settle) = settle.filter(|s| *s + Duration::from_millis(500) > Instant::now()) {
-                                tokio::time::sleep_until((settle + Duration::from_millis(500)).into()).await;
-                                let _ = inner.delete_own(&lock, &owner).await;
-                            }
-                            return;
-                        }
+                for _ in 0..40 {
+                    match inner.abandon(&lock, &owner).await {
+                        Ok(_) | Err(Failure::Refused(_)) => return,
                         Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
                     }
                 }

@@ -31,7 +31,7 @@
 //!   lock lives as long as its session, so a paused or partitioned holder keeps it until the
 //!   server notices a dead connection, which has no bound a holder can compute: the contract
 //!   asks that such a holder loses the lock after the lease, and knows it first. So a hold is a
-//!   row `locks(name primary key, owner, meta, token, since, expires_at)`, where `expires_at`
+//!   row `<schema>.locks(name primary key, owner, meta, token, since, expires_at)`, where `expires_at`
 //!   is `clock_timestamp() + lease` on the server. Only server times are compared with each
 //!   other; the client keeps its own deadline (below).
 //! - **Grants are one function call**, `<schema>.acquire(name, owner, meta, lease_ms)`, like
@@ -68,9 +68,11 @@
 //!   outcome is resolved by the owner id, which is unique per acquisition. The next try, with
 //!   the same owner id, is granted the row if it is already ours (the function recognises the
 //!   owner). An acquisition that ends without a grant (timeout, cancellation) after a try in
-//!   doubt deletes its own row in the background (`<schema>.release(name, owner)` deletes only
-//!   the own row), and once more after the server's `statement_timeout` has passed since that
-//!   try was sent, when no statement of it can still take effect: no ghost is left.
+//!   doubt calls `<schema>.abandon(name, owner)` in the background: under the name's advisory
+//!   lock it voids the owner id (a row in `<schema>.voided`, kept an hour) and deletes the own
+//!   row if a lost try made one. A try of that owner still on its way through the network
+//!   (a partition that heals later) is then refused by `acquire`: no ghost is left, however
+//!   late the statement arrives.
 //! - **Schema managed by the backend**: created on first use when missing (`migrate=true`, the
 //!   default) or by [`PostgresLockProvider::migrate`]: `CREATE SCHEMA/SEQUENCE/TABLE IF NOT
 //!   EXISTS` and `CREATE OR REPLACE FUNCTION` in one transaction, serialized by an advisory
@@ -86,8 +88,10 @@
 //! ```sql
 //! GRANT USAGE ON SCHEMA lockkit TO app;
 //! GRANT SELECT, INSERT, UPDATE, DELETE ON lockkit.locks TO app;
+//! GRANT SELECT, INSERT, DELETE ON lockkit.voided TO app;
 //! GRANT USAGE ON SEQUENCE lockkit.tokens TO app;
-//! GRANT EXECUTE ON FUNCTION lockkit.acquire(text,text,text,bigint), lockkit.release(text,text) TO app;
+//! GRANT EXECUTE ON FUNCTION lockkit.acquire(text,text,text,bigint), lockkit.release(text,text),
+//!   lockkit.abandon(text,text) TO app;
 //! ```
 //!
 //! # Driver: tokio-postgres

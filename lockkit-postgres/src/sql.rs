@@ -12,6 +12,7 @@ pub(crate) struct Statements {
     pub(crate) channel: String,
     pub(crate) acquire: String,
     pub(crate) release: String,
+    pub(crate) abandon: String,
     pub(crate) renew: String,
     pub(crate) inspect: String,
     pub(crate) present: String,
@@ -26,6 +27,7 @@ impl Statements {
             channel: format!("{s}_released"),
             acquire: format!("SELECT o_token, o_left_ms FROM {s}.acquire($1, $2, $3, $4)"),
             release: format!("SELECT {s}.release($1, $2)"),
+            abandon: format!("SELECT {s}.abandon($1, $2)"),
             renew: format!(
                 "WITH want AS (SELECT * FROM unnest($1::text[], $2::text[]) AS w(name, owner)), \
                  renewed AS (UPDATE {s}.locks l SET expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond' \
@@ -41,14 +43,18 @@ impl Statements {
             present: format!(
                 "SELECT to_regclass('{s}.locks') IS NOT NULL AND to_regclass('{s}.tokens') IS NOT NULL \
                  AND to_regprocedure('{s}.acquire(text,text,text,bigint)') IS NOT NULL \
-                 AND to_regprocedure('{s}.release(text,text)') IS NOT NULL"
+                 AND to_regprocedure('{s}.release(text,text)') IS NOT NULL \
+                 AND to_regclass('{s}.voided') IS NOT NULL \
+                 AND to_regprocedure('{s}.abandon(text,text)') IS NOT NULL"
             ),
             privileges: format!(
                 "SELECT has_schema_privilege('{s}', 'USAGE'), \
                  has_table_privilege('{s}.locks', 'SELECT, INSERT, UPDATE, DELETE'), \
                  has_sequence_privilege('{s}.tokens', 'USAGE'), \
                  has_function_privilege('{s}.acquire(text,text,text,bigint)', 'EXECUTE'), \
-                 has_function_privilege('{s}.release(text,text)', 'EXECUTE')"
+                 has_function_privilege('{s}.release(text,text)', 'EXECUTE'), \
+                 has_table_privilege('{s}.voided', 'SELECT, INSERT, DELETE'), \
+                 has_function_privilege('{s}.abandon(text,text)', 'EXECUTE')"
             ),
         }
     }
@@ -59,8 +65,10 @@ impl Statements {
         format!(
             "GRANT USAGE ON SCHEMA {s} TO {role}; \
              GRANT SELECT, INSERT, UPDATE, DELETE ON {s}.locks TO {role}; \
+             GRANT SELECT, INSERT, DELETE ON {s}.voided TO {role}; \
              GRANT USAGE ON SEQUENCE {s}.tokens TO {role}; \
-             GRANT EXECUTE ON FUNCTION {s}.acquire(text,text,text,bigint), {s}.release(text,text) TO {role};"
+             GRANT EXECUTE ON FUNCTION {s}.acquire(text,text,text,bigint), {s}.release(text,text), \
+             {s}.abandon(text,text) TO {role};"
         )
     }
 
@@ -82,6 +90,10 @@ CREATE TABLE IF NOT EXISTS {s}.locks (
   since timestamptz NOT NULL,
   expires_at timestamptz NOT NULL
 );
+CREATE TABLE IF NOT EXISTS {s}.voided (
+  owner text PRIMARY KEY,
+  until timestamptz NOT NULL
+);
 CREATE OR REPLACE FUNCTION {s}.acquire(p_name text, p_owner text, p_meta text, p_lease_ms bigint,
   OUT o_token bigint, OUT o_left_ms bigint) LANGUAGE plpgsql AS $lockkit$
 DECLARE
@@ -90,6 +102,11 @@ BEGIN
   -- Every grant of a name is serialized here, and its token drawn while this is held, so
   -- tokens of one name increase in commit order even when rows come and go.
   PERFORM pg_advisory_xact_lock({ADVISORY_CLASS}, hashtext(p_name));
+  IF EXISTS (SELECT 1 FROM {s}.voided v WHERE v.owner = p_owner) THEN
+    -- A late try of an abandoned acquisition (its reply was lost, then it gave up).
+    o_left_ms := 0;
+    RETURN;
+  END IF;
   SELECT l.owner, l.token, l.expires_at INTO r FROM {s}.locks l WHERE l.name = p_name;
   IF FOUND THEN
     IF r.owner = p_owner THEN
@@ -113,6 +130,22 @@ END
 $lockkit$;
 CREATE OR REPLACE FUNCTION {s}.release(p_name text, p_owner text) RETURNS boolean LANGUAGE plpgsql AS $lockkit$
 BEGIN
+  DELETE FROM {s}.locks l WHERE l.name = p_name AND l.owner = p_owner;
+  IF FOUND THEN
+    PERFORM pg_notify('{channel}', p_name);
+    RETURN true;
+  END IF;
+  RETURN false;
+END
+$lockkit$;
+CREATE OR REPLACE FUNCTION {s}.abandon(p_name text, p_owner text) RETURNS boolean LANGUAGE plpgsql AS $lockkit$
+BEGIN
+  -- Serialized with the grants of the name: a try of this owner still on its way is refused
+  -- once this commits, and one that committed before is deleted here.
+  PERFORM pg_advisory_xact_lock({ADVISORY_CLASS}, hashtext(p_name));
+  DELETE FROM {s}.voided v WHERE v.until < clock_timestamp();
+  INSERT INTO {s}.voided AS v (owner, until) VALUES (p_owner, clock_timestamp() + interval '1 hour')
+    ON CONFLICT (owner) DO NOTHING;
   DELETE FROM {s}.locks l WHERE l.name = p_name AND l.owner = p_owner;
   IF FOUND THEN
     PERFORM pg_notify('{channel}', p_name);

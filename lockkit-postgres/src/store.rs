@@ -16,6 +16,10 @@ use crate::sql::Statements;
 /// The SQLSTATE of "insufficient privilege".
 const INSUFFICIENT_PRIVILEGE: &str = "42501";
 
+fn is_insufficient_privilege(error: &tokio_postgres::Error) -> bool {
+    error.code().map(tokio_postgres::error::SqlState::code) == Some(INSUFFICIENT_PRIVILEGE)
+}
+
 /// How a statement failed.
 #[derive(Debug)]
 pub(crate) enum Failure {
@@ -177,7 +181,13 @@ impl Store {
     }
 
     async fn schema_present(&self, client: &Client) -> Result<bool> {
-        let row = self.bounded(client.query_one(&self.sql.present, &[])).await?;
+        // Without USAGE on an existing schema, looking into it is refused: say which GRANTs.
+        let row = match self.bounded_raw(client.query_one(&self.sql.present, &[])).await? {
+            Ok(row) => row,
+            Err(error) if is_insufficient_privilege(&error) => return Err(self.privileges_error()),
+            Err(error) if error.code().is_some() => return Err(self.store_error(None, error)),
+            Err(error) => return Err(self.connection_error(None, error)),
+        };
         Ok(row.try_get::<_, Option<bool>>(0).map_err(|e| self.store_error(None, e))?.unwrap_or(false))
     }
 
@@ -185,19 +195,17 @@ impl Store {
     pub(crate) async fn migrate_on(&self, client: &Client) -> Result<()> {
         match self.bounded_raw(client.batch_execute(&self.sql.migration())).await? {
             Ok(()) => Ok(()),
-            Err(error) if error.code().map(tokio_postgres::error::SqlState::code) == Some(INSUFFICIENT_PRIVILEGE) => {
-                Err(Error::invalid_config(
-                    BACKEND,
-                    format!(
-                        "the role {:?} may not create the lock schema {:?} on {} ({error}); run \
+            Err(error) if is_insufficient_privilege(&error) => Err(Error::invalid_config(
+                BACKEND,
+                format!(
+                    "the role {:?} may not create the lock schema {:?} on {} ({error}); run \
                          PostgresLockProvider::migrate() once as the database owner, or GRANT CREATE ON DATABASE \
                          to this role",
-                        self.settings.config.get_user().unwrap_or_default(),
-                        self.sql.schema,
-                        self.settings.address
-                    ),
-                ))
-            }
+                    self.settings.config.get_user().unwrap_or_default(),
+                    self.sql.schema,
+                    self.settings.address
+                ),
+            )),
             Err(error) if error.code().is_some() => {
                 Err(self.store_error(None, error).with_context("create the lock schema"))
             }
@@ -207,12 +215,14 @@ impl Store {
 
     async fn check_privileges(&self, client: &Client) -> Result<()> {
         let row = self.bounded(client.query_one(&self.sql.privileges, &[])).await?;
-        let all = (0..5).all(|i| row.try_get::<_, Option<bool>>(i).ok().flatten().unwrap_or(false));
-        if all {
-            return Ok(());
-        }
+        let all = (0..7).all(|i| row.try_get::<_, Option<bool>>(i).ok().flatten().unwrap_or(false));
+        if all { Ok(()) } else { Err(self.privileges_error()) }
+    }
+
+    /// The role lacks privileges on the schema: which `GRANT`s to run.
+    fn privileges_error(&self) -> Error {
         let role = self.settings.config.get_user().unwrap_or("ROLE");
-        Err(Error::invalid_config(
+        Error::invalid_config(
             BACKEND,
             format!(
                 "the role {role:?} lacks privileges on the lock schema {:?} on {}; as its owner run: {}",
@@ -220,7 +230,7 @@ impl Store {
                 self.settings.address,
                 self.sql.grants(role)
             ),
-        ))
+        )
     }
 
     async fn bounded<T>(
