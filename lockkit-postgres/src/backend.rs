@@ -12,6 +12,7 @@ use lockkit_core::backend::{
 use lockkit_core::{Capabilities, Error, FencingToken, LockName, LossReason, Result};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
+use tokio_postgres::types::Type;
 
 use crate::BACKEND;
 use crate::builder::Settings;
@@ -101,7 +102,16 @@ impl Inner {
         let lease_ms = i64::try_from(self.store.settings.lease.as_millis()).unwrap_or(i64::MAX);
         let rows = self
             .store
-            .query(Some(lock), &self.store.sql.acquire, &[&crate::stored_name(lock.as_str()), &owner, &meta, &lease_ms])
+            .query(
+                Some(lock),
+                &self.store.sql.acquire,
+                &[
+                    (&crate::stored_name(lock.as_str()), Type::TEXT),
+                    (&owner, Type::TEXT),
+                    (&meta, Type::TEXT),
+                    (&lease_ms, Type::INT8),
+                ],
+            )
             .await?;
         let row = rows
             .first()
@@ -117,7 +127,8 @@ impl Inner {
     /// Voids `owner` and deletes its row of `lock`, if it is there (`Ok(true)`).
     async fn abandon(&self, lock: &LockName, owner: &str) -> std::result::Result<bool, Failure> {
         let name = crate::stored_name(lock.as_str());
-        let rows = self.store.query(Some(lock), &self.store.sql.abandon, &[&name, &owner]).await?;
+        let rows =
+            self.store.query(Some(lock), &self.store.sql.abandon, &[(&name, Type::TEXT), (&owner, Type::TEXT)]).await?;
         Ok(rows.first().and_then(|row| row.try_get::<_, Option<bool>>(0).ok().flatten()).unwrap_or(false))
     }
 
@@ -125,7 +136,11 @@ impl Inner {
     async fn delete_own(&self, lock: &LockName, owner: &str) -> std::result::Result<bool, Failure> {
         let rows = self
             .store
-            .query(Some(lock), &self.store.sql.release, &[&crate::stored_name(lock.as_str()), &owner])
+            .query(
+                Some(lock),
+                &self.store.sql.release,
+                &[(&crate::stored_name(lock.as_str()), Type::TEXT), (&owner, Type::TEXT)],
+            )
             .await?;
         Ok(rows.first().and_then(|row| row.try_get::<_, Option<bool>>(0).ok().flatten()).unwrap_or(false))
     }
@@ -312,7 +327,7 @@ impl LockBackend for PostgresBackend {
         let rows = self
             .inner
             .store
-            .query(Some(lock), &self.inner.store.sql.inspect, &[&crate::stored_name(lock.as_str())])
+            .query(Some(lock), &self.inner.store.sql.inspect, &[(&crate::stored_name(lock.as_str()), Type::TEXT)])
             .await;
         let rows = rows.map_err(Failure::into_error)?;
         let mut holders = Vec::new();
@@ -397,7 +412,14 @@ async fn renewals(inner: Weak<Inner>) {
         let owners: Vec<&str> = batch.iter().map(|(_, _, owner, _)| owner.as_str()).collect();
         let lease_ms = i64::try_from(settings.lease.as_millis()).unwrap_or(i64::MAX);
         let sent = Instant::now();
-        let outcome = strong.store.query(None, &strong.store.sql.renew, &[&names, &owners, &lease_ms]).await;
+        let outcome = strong
+            .store
+            .query(
+                None,
+                &strong.store.sql.renew,
+                &[(&names, Type::TEXT_ARRAY), (&owners, Type::TEXT_ARRAY), (&lease_ms, Type::INT8)],
+            )
+            .await;
         let next = match outcome {
             Ok(rows) => {
                 let deadline = lease_deadline(sent, settings.lease, settings.drift);

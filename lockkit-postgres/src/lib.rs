@@ -116,6 +116,8 @@ mod store;
 
 pub use builder::{DEFAULT_LEASE, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_SCHEMA, OPTIONS, PostgresLockProviderBuilder};
 pub use provider::PostgresLockProvider;
+/// The driver, re-exported for [`PostgresLockProvider::open_client`].
+pub use tokio_postgres;
 
 /// The value of the `name` column for lock `name`: the name itself, with `%` written `%25` and
 /// NUL (which PostgreSQL's `text` cannot hold) written `%00`, so that distinct names never share

@@ -64,6 +64,17 @@ impl PostgresLockProvider {
         self.backend.inner.store.migrate().await
     }
 
+    /// A plain connection of tokio-postgres to the provider's server, with its settings
+    /// (user, database, timeouts), not used by the provider: for raw measurements such as the
+    /// `SELECT 1` floor of `lockkit bench`, and for administration.
+    ///
+    /// # Errors
+    ///
+    /// As for [`connect`](Self::connect).
+    pub async fn open_client(&self) -> Result<tokio_postgres::Client> {
+        self.backend.inner.store.open().await
+    }
+
     /// The lease of this provider's holds.
     pub fn lease(&self) -> Duration {
         self.backend.settings().lease

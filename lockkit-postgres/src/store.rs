@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use lockkit_core::{Error, LockName, Result};
-use tokio_postgres::types::ToSql;
+use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, NoTls, Row};
 
 use crate::BACKEND;
@@ -131,18 +131,20 @@ impl Store {
         }
     }
 
-    /// Runs `statement` on the command connection within the response timeout.
+    /// Runs `statement` on the command connection within the response timeout: one round
+    /// trip (`query_typed` sends the parameters' types with the statement; nothing is
+    /// prepared first).
     pub(crate) async fn query(
         &self,
         lock: Option<&LockName>,
         statement: &str,
-        params: &[&(dyn ToSql + Sync)],
+        params: &[(&(dyn ToSql + Sync), Type)],
     ) -> std::result::Result<Vec<Row>, Failure> {
         let client = self.client().await.map_err(|error| match error {
             Error::Connection { .. } => Failure::NotSent(error),
             other => Failure::Refused(other),
         })?;
-        match tokio::time::timeout(self.settings.response_timeout, client.query(statement, params)).await {
+        match tokio::time::timeout(self.settings.response_timeout, client.query_typed(statement, params)).await {
             Ok(Ok(rows)) => Ok(rows),
             Ok(Err(error)) if error.code().is_some() => Err(Failure::Refused(self.store_error(lock, error))),
             Ok(Err(error)) => {
