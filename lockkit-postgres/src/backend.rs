@@ -364,18 +364,25 @@ struct PostgresHold {
 impl HeldLock for PostgresHold {
     async fn release(self: Box<Self>) -> Result<()> {
         self.inner.untrack(self.id);
+        let mut in_doubt = false;
         let mut tries = 0;
         loop {
             match self.inner.delete_own(&self.lock, &self.owner).await {
                 Ok(true) => return Ok(()),
                 Ok(false) => {
-                    let reason = self.signal.loss().unwrap_or(LossReason::RecordGone);
-                    return Err(Error::lost(BACKEND, &self.lock, reason));
+                    // After a delete whose reply was lost, a missing row is most likely that
+                    // delete's doing: the release succeeded unless the hold was lost already.
+                    return match self.signal.loss() {
+                        Some(reason) => Err(Error::lost(BACKEND, &self.lock, reason)),
+                        None if in_doubt => Ok(()),
+                        None => Err(Error::lost(BACKEND, &self.lock, LossReason::RecordGone)),
+                    };
                 }
                 // A lost reply of a delete is answered by deleting again: the row is ours or
                 // gone either way.
                 Err(Failure::Unknown(error) | Failure::NotSent(error)) if tries < 3 => {
                     tries += 1;
+                    in_doubt = true;
                     tracing::debug!(%error, "release failed; retrying");
                     tokio::time::sleep(RETRY).await;
                 }
