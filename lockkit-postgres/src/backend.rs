@@ -98,8 +98,15 @@ impl Inner {
         lock: &LockName,
         owner: &str,
         meta: &str,
+        queue: bool,
     ) -> std::result::Result<std::result::Result<FencingToken, Duration>, Failure> {
         let lease_ms = i64::try_from(self.store.settings.lease.as_millis()).unwrap_or(i64::MAX);
+        // A queued waiter keeps its place by trying again at least every `SAFETY_POLL`.
+        let queue_ms = if queue {
+            i64::try_from((SAFETY_POLL * 2 + self.store.settings.response_timeout).as_millis()).unwrap_or(i64::MAX)
+        } else {
+            0
+        };
         let rows = self
             .store
             .query(
@@ -110,6 +117,7 @@ impl Inner {
                     (&owner, Type::TEXT),
                     (&meta, Type::TEXT),
                     (&lease_ms, Type::INT8),
+                    (&queue_ms, Type::INT8),
                 ],
             )
             .await?;
@@ -156,13 +164,15 @@ struct Attempt {
     in_flight: Option<Instant>,
     /// The send time of the last try whose reply was lost.
     lost_reply: Option<Instant>,
+    /// A try may have put this acquisition in the queue.
+    queued: bool,
     granted: bool,
 }
 
 impl Drop for Attempt {
     fn drop(&mut self) {
         let doubt = self.in_flight.max(self.lost_reply);
-        if self.granted || doubt.is_none() {
+        if self.granted || (doubt.is_none() && !self.queued) {
             return;
         }
         let (inner, lock, owner) = (Arc::clone(&self.inner), self.lock.clone(), self.owner.clone());
@@ -190,13 +200,13 @@ impl LockBackend for PostgresBackend {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            fair: false,
+            fair: true,
             fencing_survives_restart: true,
             lease: true,
             lease_renewal: true,
             loss_notification: true,
             inspect: true,
-            waiter_count: false,
+            waiter_count: true,
             cross_process: true,
             ..Capabilities::NONE
         }
@@ -216,6 +226,7 @@ impl LockBackend for PostgresBackend {
             owner: owner.clone(),
             in_flight: None,
             lost_reply: None,
+            queued: false,
             granted: false,
         };
         let mut slot = None;
@@ -228,7 +239,9 @@ impl LockBackend for PostgresBackend {
             }
             let sent = Instant::now();
             attempt.in_flight = Some(sent);
-            let outcome = inner.try_once(&request.lock, &owner, &meta).await;
+            let queue = !matches!(request.deadline, Deadline::Now);
+            attempt.queued |= queue;
+            let outcome = inner.try_once(&request.lock, &owner, &meta, queue).await;
             attempt.in_flight = None;
             let wait = match outcome {
                 Ok(Ok(token)) => {
@@ -331,12 +344,19 @@ impl LockBackend for PostgresBackend {
             .await;
         let rows = rows.map_err(Failure::into_error)?;
         let mut holders = Vec::new();
+        let mut waiters = 0_i64;
         for row in rows {
             let get = |e| self.inner.store.store_error(Some(lock), e);
-            let meta: String = row.try_get(0).map_err(get)?;
-            let token: i64 = row.try_get(1).map_err(get)?;
-            let since_ms: i64 = row.try_get(2).map_err(get)?;
-            let left_ms: i64 = row.try_get(3).map_err(get)?;
+            waiters = row.try_get(4).map_err(get)?;
+            let meta: Option<String> = row.try_get(0).map_err(get)?;
+            let (Some(meta), Some(token), Some(since_ms), Some(left_ms)) = (
+                meta,
+                row.try_get::<_, Option<i64>>(1).map_err(get)?,
+                row.try_get::<_, Option<i64>>(2).map_err(get)?,
+                row.try_get::<_, Option<i64>>(3).map_err(get)?,
+            ) else {
+                continue;
+            };
             let token = FencingToken::new(u64::try_from(token).unwrap_or(0));
             let since = SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(since_ms).unwrap_or(0));
             let holder = match OwnerMeta::decode(&meta) {
@@ -347,7 +367,7 @@ impl LockBackend for PostgresBackend {
                 holder.with_since(since).with_lease_left(Duration::from_millis(u64::try_from(left_ms).unwrap_or(0))),
             );
         }
-        Ok(LockInfo::new(holders, None))
+        Ok(LockInfo::new(holders, Some(usize::try_from(waiters).unwrap_or(0))))
     }
 }
 

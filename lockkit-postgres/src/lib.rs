@@ -50,15 +50,23 @@
 //!   another owner be granted.
 //! - **Waiting by `LISTEN`/`NOTIFY`.** Each provider has one dedicated listening connection
 //!   (made at its first wait), whose messages are read through `Connection::poll_message`.
-//!   `<schema>.release` deletes the own row and `pg_notify('<schema>_released', name)` in the
+//!   `<schema>.release` deletes the own row and calls `pg_notify('<schema>_released', name)` in the
 //!   same transaction: the payload names the lock, and the provider wakes only that lock's
 //!   waiters. One channel per schema rather than per lock: lock names (up to 1024 bytes) do not
 //!   fit a channel name, and a waiter needs no `LISTEN` round trip of its own. A waiter arms its
 //!   wake-up before every try; it also wakes when the holder's lease ends (a dead holder
 //!   notifies nobody), every 2 s as a safety net, and every 100 ms while the listening
-//!   connection is down. **Not fair** ([`Capabilities::fair`](lockkit_core::Capabilities) is
-//!   `false`): the first waiter to try after a release wins; there is no queue table yet, and
-//!   `inspect` reports no waiter count.
+//!   connection is down.
+//! - **Fair order** ([`Capabilities::fair`](lockkit_core::Capabilities) and `waiter_count`): a
+//!   waiting acquisition's first refused try takes a place in `<schema>.waiters(name, owner,
+//!   pos, expires_at)`, `pos` from the sequence `<schema>.positions`, in the same call. A free
+//!   lock is granted only to a try with no live waiter ahead of it (an acquisition without a
+//!   place, `try_acquire` included, counts every live waiter as ahead), and the grant removes
+//!   the winner's place. Every try of a waiter renews its place for twice the safety poll plus
+//!   the response timeout, so a waiter that died loses its place after about 5 s and stops
+//!   blocking the queue; a waiter that times out or is cancelled leaves it at once (`abandon`).
+//!   A release wakes every waiter of the name; the head is granted and the others find
+//!   themselves behind it again (no hand-over: the head's own try takes the lock).
 //! - **Renewal**: one task per provider renews every hold with one statement per round, an
 //!   `UPDATE … FROM unnest(names, owners) … RETURNING`, every `renew_every`. A hold the
 //!   statement did not renew is lost at once: `OwnedByAnother` when another row has the name,
@@ -70,7 +78,7 @@
 //!   owner). An acquisition that ends without a grant (timeout, cancellation) after a try in
 //!   doubt calls `<schema>.abandon(name, owner)` in the background: under the name's advisory
 //!   lock it voids the owner id (a row in `<schema>.voided`, kept an hour) and deletes the own
-//!   row if a lost try made one. A try of that owner still on its way through the network
+//!   row if a lost try made one, and its place in the queue. A try of that owner still on its way through the network
 //!   (a partition that heals later) is then refused by `acquire`: no ghost is left, however
 //!   late the statement arrives.
 //! - **Schema managed by the backend**: created on first use when missing (`migrate=true`, the
@@ -89,8 +97,9 @@
 //! GRANT USAGE ON SCHEMA lockkit TO app;
 //! GRANT SELECT, INSERT, UPDATE, DELETE ON lockkit.locks TO app;
 //! GRANT SELECT, INSERT, DELETE ON lockkit.voided TO app;
-//! GRANT USAGE ON SEQUENCE lockkit.tokens TO app;
-//! GRANT EXECUTE ON FUNCTION lockkit.acquire(text,text,text,bigint), lockkit.release(text,text),
+//! GRANT SELECT, INSERT, UPDATE, DELETE ON lockkit.waiters TO app;
+//! GRANT USAGE ON SEQUENCE lockkit.tokens, lockkit.positions TO app;
+//! GRANT EXECUTE ON FUNCTION lockkit.acquire(text,text,text,bigint,bigint), lockkit.release(text,text),
 //!   lockkit.abandon(text,text) TO app;
 //! ```
 //!

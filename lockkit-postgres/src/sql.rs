@@ -25,7 +25,7 @@ impl Statements {
         Self {
             schema: s.to_owned(),
             channel: format!("{s}_released"),
-            acquire: format!("SELECT o_token, o_left_ms FROM {s}.acquire($1, $2, $3, $4)"),
+            acquire: format!("SELECT o_token, o_left_ms FROM {s}.acquire($1, $2, $3, $4, $5)"),
             release: format!("SELECT {s}.release($1, $2)"),
             abandon: format!("SELECT {s}.abandon($1, $2)"),
             renew: format!(
@@ -36,25 +36,29 @@ impl Statements {
                    EXISTS (SELECT 1 FROM {s}.locks l WHERE l.name = w.name) FROM want w"
             ),
             inspect: format!(
-                "SELECT meta, token, (extract(epoch FROM since) * 1000)::bigint, \
-                 greatest(0, ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000))::bigint \
-                 FROM {s}.locks WHERE name = $1 AND expires_at > clock_timestamp()"
+                "SELECT l.meta, l.token, (extract(epoch FROM l.since) * 1000)::bigint, \
+                 greatest(0, ceil(extract(epoch FROM l.expires_at - clock_timestamp()) * 1000))::bigint, \
+                 (SELECT count(*) FROM {s}.waiters w WHERE w.name = $1 AND w.expires_at > clock_timestamp()) \
+                 FROM (SELECT 1) AS one LEFT JOIN {s}.locks l ON l.name = $1 AND l.expires_at > clock_timestamp()"
             ),
             present: format!(
                 "SELECT to_regclass('{s}.locks') IS NOT NULL AND to_regclass('{s}.tokens') IS NOT NULL \
-                 AND to_regprocedure('{s}.acquire(text,text,text,bigint)') IS NOT NULL \
+                 AND to_regprocedure('{s}.acquire(text,text,text,bigint,bigint)') IS NOT NULL \
                  AND to_regprocedure('{s}.release(text,text)') IS NOT NULL \
                  AND to_regclass('{s}.voided') IS NOT NULL \
+                 AND to_regclass('{s}.waiters') IS NOT NULL AND to_regclass('{s}.positions') IS NOT NULL \
                  AND to_regprocedure('{s}.abandon(text,text)') IS NOT NULL"
             ),
             privileges: format!(
                 "SELECT has_schema_privilege('{s}', 'USAGE'), \
                  has_table_privilege('{s}.locks', 'SELECT, INSERT, UPDATE, DELETE'), \
                  has_sequence_privilege('{s}.tokens', 'USAGE'), \
-                 has_function_privilege('{s}.acquire(text,text,text,bigint)', 'EXECUTE'), \
+                 has_function_privilege('{s}.acquire(text,text,text,bigint,bigint)', 'EXECUTE'), \
                  has_function_privilege('{s}.release(text,text)', 'EXECUTE'), \
                  has_table_privilege('{s}.voided', 'SELECT, INSERT, DELETE'), \
-                 has_function_privilege('{s}.abandon(text,text)', 'EXECUTE')"
+                 has_function_privilege('{s}.abandon(text,text)', 'EXECUTE'), \
+                 has_table_privilege('{s}.waiters', 'SELECT, INSERT, UPDATE, DELETE'), \
+                 has_sequence_privilege('{s}.positions', 'USAGE')"
             ),
         }
     }
@@ -66,8 +70,9 @@ impl Statements {
             "GRANT USAGE ON SCHEMA {s} TO {role}; \
              GRANT SELECT, INSERT, UPDATE, DELETE ON {s}.locks TO {role}; \
              GRANT SELECT, INSERT, DELETE ON {s}.voided TO {role}; \
-             GRANT USAGE ON SEQUENCE {s}.tokens TO {role}; \
-             GRANT EXECUTE ON FUNCTION {s}.acquire(text,text,text,bigint), {s}.release(text,text), \
+             GRANT SELECT, INSERT, UPDATE, DELETE ON {s}.waiters TO {role}; \
+             GRANT USAGE ON SEQUENCE {s}.tokens, {s}.positions TO {role}; \
+             GRANT EXECUTE ON FUNCTION {s}.acquire(text,text,text,bigint,bigint), {s}.release(text,text), \
              {s}.abandon(text,text) TO {role};"
         )
     }
@@ -90,14 +95,27 @@ CREATE TABLE IF NOT EXISTS {s}.locks (
   since timestamptz NOT NULL,
   expires_at timestamptz NOT NULL
 );
+CREATE SEQUENCE IF NOT EXISTS {s}.positions AS bigint MINVALUE 1;
+CREATE TABLE IF NOT EXISTS {s}.waiters (
+  name text NOT NULL,
+  owner text NOT NULL,
+  pos bigint NOT NULL,
+  expires_at timestamptz NOT NULL,
+  PRIMARY KEY (name, owner)
+);
 CREATE TABLE IF NOT EXISTS {s}.voided (
   owner text PRIMARY KEY,
   until timestamptz NOT NULL
 );
 CREATE OR REPLACE FUNCTION {s}.acquire(p_name text, p_owner text, p_meta text, p_lease_ms bigint,
-  OUT o_token bigint, OUT o_left_ms bigint) LANGUAGE plpgsql AS $lockkit$
+  p_queue_ms bigint, OUT o_token bigint, OUT o_left_ms bigint) LANGUAGE plpgsql AS $lockkit$
 DECLARE
-  r record;
+  v_owner text;
+  v_token bigint;
+  v_expires timestamptz;
+  v_held boolean;
+  v_pos bigint;
+  v_ahead_left double precision;
 BEGIN
   -- Every grant of a name is serialized here, and its token drawn while this is held, so
   -- tokens of one name increase in commit order even when rows come and go.
@@ -107,21 +125,36 @@ BEGIN
     o_left_ms := 0;
     RETURN;
   END IF;
-  SELECT l.owner, l.token, l.expires_at INTO r FROM {s}.locks l WHERE l.name = p_name;
-  IF FOUND THEN
-    IF r.owner = p_owner THEN
-      -- A retry of a grant whose reply was lost: ours already; renew it.
-      UPDATE {s}.locks l SET expires_at = clock_timestamp() + p_lease_ms * interval '1 millisecond'
-        WHERE l.name = p_name;
-      o_token := r.token;
-      RETURN;
-    END IF;
-    IF r.expires_at > clock_timestamp() THEN
-      o_left_ms := greatest(1, ceil(extract(epoch FROM r.expires_at - clock_timestamp()) * 1000))::bigint;
-      RETURN;
-    END IF;
-    DELETE FROM {s}.locks l WHERE l.name = p_name;
+  SELECT l.owner, l.token, l.expires_at INTO v_owner, v_token, v_expires FROM {s}.locks l WHERE l.name = p_name;
+  v_held := v_expires IS NOT NULL AND v_expires > clock_timestamp();
+  IF v_owner = p_owner THEN
+    -- A retry of a grant whose reply was lost: ours already; renew it.
+    UPDATE {s}.locks l SET expires_at = clock_timestamp() + p_lease_ms * interval '1 millisecond'
+      WHERE l.name = p_name;
+    o_token := v_token;
+    RETURN;
   END IF;
+  -- Fair order: the live waiters that queued before this one (all of them when it has no place).
+  SELECT w.pos INTO v_pos FROM {s}.waiters w WHERE w.name = p_name AND w.owner = p_owner;
+  SELECT min(extract(epoch FROM w.expires_at - clock_timestamp())) INTO v_ahead_left FROM {s}.waiters w
+    WHERE w.name = p_name AND w.owner <> p_owner AND w.expires_at > clock_timestamp()
+      AND (v_pos IS NULL OR w.pos < v_pos);
+  IF v_held OR v_ahead_left IS NOT NULL THEN
+    IF p_queue_ms > 0 THEN
+      INSERT INTO {s}.waiters AS w (name, owner, pos, expires_at)
+        VALUES (p_name, p_owner, nextval('{s}.positions'), clock_timestamp() + p_queue_ms * interval '1 millisecond')
+        ON CONFLICT (name, owner) DO UPDATE SET expires_at = EXCLUDED.expires_at;
+    END IF;
+    IF v_held THEN
+      o_left_ms := greatest(1, ceil(extract(epoch FROM v_expires - clock_timestamp()) * 1000))::bigint;
+    ELSE
+      -- Free, but a waiter ahead has its turn: look again when its place would lapse.
+      o_left_ms := greatest(1, ceil(v_ahead_left * 1000))::bigint;
+    END IF;
+    RETURN;
+  END IF;
+  DELETE FROM {s}.locks l WHERE l.name = p_name;
+  DELETE FROM {s}.waiters w WHERE w.name = p_name AND (w.owner = p_owner OR w.expires_at <= clock_timestamp());
   INSERT INTO {s}.locks AS l (name, owner, meta, token, since, expires_at)
     VALUES (p_name, p_owner, p_meta, nextval('{s}.tokens'), clock_timestamp(),
             clock_timestamp() + p_lease_ms * interval '1 millisecond')
@@ -146,6 +179,7 @@ BEGIN
   DELETE FROM {s}.voided v WHERE v.until < clock_timestamp();
   INSERT INTO {s}.voided AS v (owner, until) VALUES (p_owner, clock_timestamp() + interval '1 hour')
     ON CONFLICT (owner) DO NOTHING;
+  DELETE FROM {s}.waiters w WHERE w.name = p_name AND w.owner = p_owner;
   DELETE FROM {s}.locks l WHERE l.name = p_name AND l.owner = p_owner;
   IF FOUND THEN
     PERFORM pg_notify('{channel}', p_name);
