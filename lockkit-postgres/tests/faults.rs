@@ -218,3 +218,39 @@ async fn a_role_that_can_only_take_locks_needs_just_the_documented_grants() {
         .await
         .unwrap();
 }
+
+#[tokio::test]
+async fn a_waiter_that_died_loses_its_place_in_the_queue() {
+    let harness = PostgresHarness::shared().await;
+    let (a, _fa) = harness.client_with(test_builder()).await.unwrap();
+    let (dead, dead_faults) = harness.client_with(test_builder()).await.unwrap();
+    let (c, _fc) = harness.client_with(test_builder()).await.unwrap();
+    let name = unique("dead-waiter");
+    let held = a.lock(&name).unwrap().acquire().await.unwrap();
+    let dead_lock = dead.lock(&name).unwrap();
+    let dead_waiter = tokio::spawn(async move { dead_lock.acquire().await.map(|g| g.token()) });
+    let queued = |n: usize| {
+        let a = a.clone();
+        let name = name.clone();
+        async move { a.inspect(&name).await.unwrap().waiters == Some(n) }
+    };
+    let deadline = Instant::now() + OPERATION;
+    while !queued(1).await {
+        assert!(Instant::now() < deadline, "the first waiter is queued");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let c_lock = c.lock(&name).unwrap();
+    let live_waiter = tokio::spawn(async move { c_lock.acquire().await });
+    while !queued(2).await {
+        assert!(Instant::now() < deadline, "the second waiter is queued");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The head of the queue goes silent for good; the holder releases.
+    dead_faults.0.blackhole();
+    held.release().await.unwrap();
+    // The live waiter is granted once the dead one's place lapses (about 5 s), not never.
+    let guard = within(Duration::from_secs(10), "the live waiter's grant", live_waiter).await.unwrap().unwrap();
+    assert!(guard.is_held());
+    guard.release().await.unwrap();
+    dead_waiter.abort();
+}
