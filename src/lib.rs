@@ -27,6 +27,7 @@
 //! - `redis`: the Redis backend, `lockkit::redis`, and `redis://` URLs.
 //! - `redis-tls`: `rediss://` (TLS) for the Redis backend.
 //! - `zk`: the ZooKeeper backend, `lockkit::zk`, and `zk://` URLs.
+//! - `postgres`: the PostgreSQL backend, `lockkit::postgres`, and `postgres://` URLs.
 //! - `full`: all of them.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -44,6 +45,11 @@ pub use lockkit_redis as redis;
 #[cfg(feature = "zk")]
 #[cfg_attr(docsrs, doc(cfg(feature = "zk")))]
 pub use lockkit_zk as zk;
+
+/// The PostgreSQL backend (feature `postgres`): [`PostgresLockProvider`](lockkit_postgres::PostgresLockProvider).
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use lockkit_postgres as postgres;
 
 /// The local-file backend (Unix): [`FileLockProvider`](lockkit_file::FileLockProvider).
 #[cfg(unix)]

@@ -27,11 +27,14 @@ const FEATURES: &[(&str, &str)] = &[
     ("redis+cluster", "redis"),
     ("rediss+cluster", "redis-tls"),
     ("zk", "zk"),
+    ("postgres", "postgres"),
+    ("postgresql", "postgres"),
 ];
 
 /// Registers the backends this crate's features build in (`file` on Unix, `redis`,
 /// `rediss`, `redis+sentinel`, `rediss+sentinel`, `redis+cluster` and `rediss+cluster` with
-/// feature `redis`, `zk` with feature `zk`) in the scheme table. [`connect`]
+/// feature `redis`, `zk` with feature `zk`, `postgres` and `postgresql` with feature
+/// `postgres`) in the scheme table. [`connect`]
 /// does it on first use; call it yourself only to list or look up schemes before that.
 pub fn register_builtin_schemes() {
     static ONCE: Once = Once::new();
@@ -42,6 +45,8 @@ pub fn register_builtin_schemes() {
         config::register(lockkit_redis::SCHEME);
         #[cfg(feature = "zk")]
         config::register(lockkit_zk::SCHEME);
+        #[cfg(feature = "postgres")]
+        config::register(lockkit_postgres::SCHEME);
     });
 }
 
@@ -57,6 +62,7 @@ pub fn register_builtin_schemes() {
 /// | `redis+sentinel://[user:password@]host:port[,host:port…]/MASTER_NAME` | the primary a Redis Sentinel names, followed across failovers (feature `redis`; `rediss+sentinel://` with `redis-tls`) | as `redis://` |
 /// | `redis+cluster://[user:password@]host:port[,host:port…]` | a Redis Cluster, any of its nodes (feature `redis`; `rediss+cluster://` with `redis-tls`) | as `redis://` |
 /// | `zk://[user:password@]host:port[,host:port…][/chroot]` | ZooKeeper (feature `zk`) | `session_timeout`, `connect_timeout`, `base_path`, `drift`, `acl`, `disconnect_policy` |
+/// | `postgres://[user[:password]@]host[:port]/database` (or `postgresql://`) | PostgreSQL (feature `postgres`) | `lease`, `renew_every`, `response_timeout`, `drift`, `schema`, `migrate` |
 ///
 /// An option has the name of the backend builder's method that sets it. Durations are
 /// written `500ms`, `10s`, `1.5s`, `2m` or `1h`; flags are `true` or `false`; credentials and
@@ -147,6 +153,13 @@ mod tests {
     #[tokio::test]
     async fn a_scheme_whose_feature_is_off_names_the_feature() {
         assert!(message(connect("zk://127.0.0.1:1").await).contains("`zk` feature"));
+    }
+
+    #[cfg(not(feature = "postgres"))]
+    #[tokio::test]
+    async fn postgres_without_its_feature_names_the_feature() {
+        assert!(message(connect("postgres://app@127.0.0.1:1/db").await).contains("`postgres` feature"));
+        assert!(message(connect("postgresql://app@127.0.0.1:1/db").await).contains("`postgres` feature"));
     }
 
     #[tokio::test]

@@ -127,6 +127,14 @@ proptest! {
         })?;
     }
 
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn postgres_settings_build_or_are_refused(query in query(lockkit::postgres::OPTIONS)) {
+        check(&format!("postgres://app@127.0.0.1:{}/db?{query}", closed_port()), |url| {
+            lockkit::postgres::PostgresLockProviderBuilder::from_url(url)?.build().map(Into::into)
+        })?;
+    }
+
     #[test]
     fn any_text_is_a_url_or_invalid_config(text in "\\PC{0,40}") {
         match StoreUrl::parse(&text) {

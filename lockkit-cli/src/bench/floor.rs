@@ -3,7 +3,8 @@
 //! `redis` crate (on a Redis Cluster, the crate's cluster connection, with the `PING` sent to
 //! the primary of the slot of the raw scripts' key, as a lock's scripts are). ZooKeeper: `exists` of the base path, and create+delete of an ephemeral
 //! node, on a session of zookeeper-client (the `create` is the write a lock needs; the
-//! `exists` the cheapest request). The memory and file backends make no network round trip,
+//! `exists` the cheapest request). PostgreSQL: `SELECT 1` on a plain tokio-postgres
+//! connection. The memory and file backends make no network round trip,
 //! so they have no floor.
 
 use std::time::{Duration, Instant};
@@ -31,6 +32,8 @@ pub(crate) enum Floor {
     Redis(RawRedis, String),
     /// A ZooKeeper session of its own, and the znodes it plays with.
     Zk(Box<ZkFloor>),
+    /// A plain tokio-postgres connection with the provider's settings.
+    Postgres(lockkit::postgres::tokio_postgres::Client),
 }
 
 /// The ZooKeeper side of the floor.
@@ -180,6 +183,15 @@ impl Floor {
                     recipe_dir,
                 }))))
             }
+            "postgres" | "postgresql" => {
+                let open = |e: lockkit::Error| {
+                    Failure::from_lock_error(&e, &format!("floor: cannot connect to {}", url.shown))
+                };
+                let provider = lockkit::postgres::PostgresLockProviderBuilder::from_url(&url.store)
+                    .and_then(lockkit::postgres::PostgresLockProviderBuilder::build)
+                    .map_err(open)?;
+                Ok(Some(Floor::Postgres(provider.open_client().await.map_err(open)?)))
+            }
             _ => Ok(None),
         }
     }
@@ -192,6 +204,7 @@ impl Floor {
                 "Redis PING to the primary of the raw key's slot, on the redis crate's cluster connection"
             }
             Floor::Zk(_) => "ZooKeeper create+delete of an ephemeral node (zookeeper-client, one session)",
+            Floor::Postgres(_) => "PostgreSQL SELECT 1 on a plain tokio-postgres connection",
         }
     }
 
@@ -235,6 +248,14 @@ impl Floor {
                     .await
                     .map_err(failed)?;
                 Ok(Sample { main, exists: None, notify: None, recipe: Some(start.elapsed()) })
+            }
+            Floor::Postgres(client) => {
+                let start = Instant::now();
+                client
+                    .simple_query("SELECT 1")
+                    .await
+                    .map_err(|e| Failure::new(UNAVAILABLE, format!("floor: SELECT 1 on {} failed: {e}", url.shown)))?;
+                Ok(Sample { main: start.elapsed(), exists: None, notify: None, recipe: None })
             }
             Floor::Zk(floor) => {
                 let start = Instant::now();

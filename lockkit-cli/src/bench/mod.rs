@@ -62,6 +62,7 @@ impl Url {
         match self.store.scheme() {
             "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" | "redis+cluster" | "rediss+cluster" => "redis",
             "zk" => "zk",
+            "postgres" | "postgresql" => "postgres",
             "file" => "file",
             "mem" => "mem",
             _ => "unknown",
@@ -283,6 +284,12 @@ impl Bench {
                     ratio,
                 );
             }
+            "postgres" => {
+                self.floor_p50 = Some(floor_main.micros(0.5));
+                let (p50, p99) = (floor_main.micros(0.5), floor_main.micros(0.99));
+                self.report.add_ratio(section, "select1_p50", "SELECT 1 p50", p50, Unit::Micros, Some(1.0));
+                self.report.add(section, "select1_p99", "SELECT 1 p99", p99, Unit::Micros);
+            }
             _ => {}
         }
         let section = "uncontended";
@@ -301,6 +308,7 @@ impl Bench {
         match self.url.backend() {
             "redis" => self.report.target("≤ 2.2× PING p50", |_, r| r.is_some_and(|r| r <= 2.2)),
             "zk" => self.report.target("≤ 1.3× create+delete p50", |_, r| r.is_some_and(|r| r <= 1.3)),
+            "postgres" => self.report.target("≤ 3× SELECT 1 p50", |_, r| r.is_some_and(|r| r <= 3.0)),
             _ => {}
         }
         let p99_ratio = self.floor.as_ref().map(|_| p99 / floor_main.micros(0.99).max(1e-9));
@@ -408,6 +416,8 @@ impl Bench {
             self.report.target("≤ 2.5× PING p50", |_, r| r.is_some_and(|r| r <= 2.5));
         } else if zk {
             self.report.target("≤ 1.0× create+delete p50", |_, r| r.is_some_and(|r| r <= 1.0));
+        } else if self.url.backend() == "postgres" {
+            self.report.target("≤ 2.5× SELECT 1 p50", |_, r| r.is_some_and(|r| r <= 2.5));
         }
         self.report.add_ratio(section, "handoff_p99", "hand-off p99", h99, Unit::Micros, self.ratio(h99));
         let r50 = release.micros(0.5);
@@ -425,7 +435,7 @@ impl Bench {
         self.report.add_ratio(section, "wait_max", "wait max", wmax, Unit::Micros, self.ratio(wmax));
         let starvation = if w50 > 0.0 { wmax / w50 } else { 0.0 };
         self.report.add(section, "wait_max_over_p50", "wait max ÷ wait p50", starvation, Unit::Times);
-        if redis {
+        if redis || self.url.backend() == "postgres" {
             self.report.target("≤ 20×", |v, _| v <= 20.0);
         }
         let (fewest, most) =

@@ -1,0 +1,491 @@
+//! The backend: grant, wait, release, abandon, inspect, and the renewal task.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::{Duration, Instant, SystemTime};
+
+use async_trait::async_trait;
+use lockkit_core::backend::{
+    AcquireRequest, Deadline, Grant, HeldLock, HoldSignal, LockBackend, LockInfo, OwnerMeta, lease_deadline,
+    spawn_detached,
+};
+use lockkit_core::{Capabilities, Error, FencingToken, LockName, LossReason, Result};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio_postgres::types::Type;
+
+use crate::BACKEND;
+use crate::builder::Settings;
+use crate::listener::Wakeups;
+use crate::store::{Failure, Store};
+
+/// The safety-net poll of a waiter: it looks again this often even without a notification.
+const SAFETY_POLL: Duration = Duration::from_secs(2);
+/// How often a waiter retries while the server cannot be reached.
+const RETRY: Duration = Duration::from_millis(100);
+
+/// The shared state of one provider.
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) store: Store,
+    wakeups: Wakeups,
+    holds: Mutex<Holds>,
+    /// Wakes the renewal task when the first hold arrives.
+    renew_wake: Arc<Notify>,
+}
+
+#[derive(Debug, Default)]
+struct Holds {
+    next_id: u64,
+    live: HashMap<u64, (LockName, String, HoldSignal)>,
+    task: Option<JoinHandle<()>>,
+}
+
+/// The PostgreSQL backend behind a provider.
+#[derive(Debug, Clone)]
+pub(crate) struct PostgresBackend {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl PostgresBackend {
+    pub(crate) fn new(settings: Settings) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                store: Store::new(settings),
+                wakeups: Wakeups::default(),
+                holds: Mutex::new(Holds::default()),
+                renew_wake: Arc::new(Notify::new()),
+            }),
+        }
+    }
+
+    pub(crate) fn settings(&self) -> &Settings {
+        &self.inner.store.settings
+    }
+
+    /// How many holds the renewal task renews now.
+    pub(crate) fn renewing(&self) -> usize {
+        self.inner.holds().live.len()
+    }
+}
+
+impl Inner {
+    fn holds(&self) -> std::sync::MutexGuard<'_, Holds> {
+        self.holds.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Registers a hold for renewal, starting (or restarting, on this runtime) the task.
+    fn track(self: &Arc<Self>, lock: LockName, owner: String, signal: HoldSignal) -> u64 {
+        let mut holds = self.holds();
+        holds.next_id += 1;
+        let id = holds.next_id;
+        holds.live.insert(id, (lock, owner, signal));
+        if holds.task.as_ref().is_none_or(JoinHandle::is_finished) {
+            holds.task = Some(tokio::spawn(renewals(Arc::downgrade(self))));
+        }
+        drop(holds);
+        self.renew_wake.notify_one();
+        id
+    }
+
+    fn untrack(&self, id: u64) {
+        self.holds().live.remove(&id);
+    }
+
+    /// One attempt: `Ok(Ok(token))` granted, `Ok(Err(left))` held by another for `left`.
+    async fn try_once(
+        &self,
+        lock: &LockName,
+        owner: &str,
+        meta: &str,
+        queue: bool,
+    ) -> std::result::Result<std::result::Result<FencingToken, Duration>, Failure> {
+        let lease_ms = i64::try_from(self.store.settings.lease.as_millis()).unwrap_or(i64::MAX);
+        // A queued waiter keeps its place by trying again at least every `SAFETY_POLL`.
+        let queue_ms = if queue {
+            i64::try_from((SAFETY_POLL * 2 + self.store.settings.response_timeout).as_millis()).unwrap_or(i64::MAX)
+        } else {
+            0
+        };
+        let rows = self
+            .store
+            .query(
+                Some(lock),
+                &self.store.sql.acquire,
+                &[
+                    (&crate::stored_name(lock.as_str()), Type::TEXT),
+                    (&owner, Type::TEXT),
+                    (&meta, Type::TEXT),
+                    (&lease_ms, Type::INT8),
+                    (&queue_ms, Type::INT8),
+                ],
+            )
+            .await?;
+        let row = rows
+            .first()
+            .ok_or_else(|| Failure::Refused(self.store.store_error(Some(lock), "acquire returned no row")))?;
+        let token: Option<i64> = row.try_get(0).map_err(|e| Failure::Refused(self.store.store_error(Some(lock), e)))?;
+        let left: Option<i64> = row.try_get(1).map_err(|e| Failure::Refused(self.store.store_error(Some(lock), e)))?;
+        match (token, left) {
+            (Some(token), _) => Ok(Ok(FencingToken::new(u64::try_from(token).unwrap_or(0)))),
+            (None, left) => Ok(Err(Duration::from_millis(u64::try_from(left.unwrap_or(1)).unwrap_or(1)))),
+        }
+    }
+
+    /// Voids `owner` and deletes its row of `lock`, if it is there (`Ok(true)`).
+    async fn abandon(&self, lock: &LockName, owner: &str) -> std::result::Result<bool, Failure> {
+        let name = crate::stored_name(lock.as_str());
+        let rows =
+            self.store.query(Some(lock), &self.store.sql.abandon, &[(&name, Type::TEXT), (&owner, Type::TEXT)]).await?;
+        Ok(rows.first().and_then(|row| row.try_get::<_, Option<bool>>(0).ok().flatten()).unwrap_or(false))
+    }
+
+    /// Deletes `owner`'s row of `lock`, if it is there (`Ok(true)`), and wakes the waiters.
+    async fn delete_own(&self, lock: &LockName, owner: &str) -> std::result::Result<bool, Failure> {
+        let rows = self
+            .store
+            .query(
+                Some(lock),
+                &self.store.sql.release,
+                &[(&crate::stored_name(lock.as_str()), Type::TEXT), (&owner, Type::TEXT)],
+            )
+            .await?;
+        Ok(rows.first().and_then(|row| row.try_get::<_, Option<bool>>(0).ok().flatten()).unwrap_or(false))
+    }
+}
+
+/// The attempt of one acquisition: when it ends without a grant after sending a try, its row
+/// (if a try whose reply was lost made one) is deleted in the background.
+struct Attempt {
+    inner: Arc<Inner>,
+    lock: LockName,
+    owner: String,
+    /// The send time of the try in flight, while one is.
+    in_flight: Option<Instant>,
+    /// The send time of the last try whose reply was lost.
+    lost_reply: Option<Instant>,
+    /// A try may have put this acquisition in the queue.
+    queued: bool,
+    granted: bool,
+}
+
+impl Drop for Attempt {
+    fn drop(&mut self) {
+        let doubt = self.in_flight.max(self.lost_reply);
+        if self.granted || (doubt.is_none() && !self.queued) {
+            return;
+        }
+        let (inner, lock, owner) = (Arc::clone(&self.inner), self.lock.clone(), self.owner.clone());
+        // `abandon` voids the owner id (a try of it still on its way is refused) and deletes
+        // its row if a try whose reply was lost made one; retried while the server is away.
+        spawn_detached(
+            async move {
+                for _ in 0..40 {
+                    match inner.abandon(&lock, &owner).await {
+                        Ok(_) | Err(Failure::Refused(_)) => return,
+                        Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
+                    }
+                }
+            },
+            tokio::runtime::Handle::try_current().ok(),
+        );
+    }
+}
+
+#[async_trait]
+impl LockBackend for PostgresBackend {
+    fn name(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            fair: true,
+            fencing_survives_restart: true,
+            lease: true,
+            lease_renewal: true,
+            loss_notification: true,
+            inspect: true,
+            waiter_count: true,
+            cross_process: true,
+            ..Capabilities::NONE
+        }
+    }
+
+    fn renewal_interval(&self) -> Option<Duration> {
+        Some(self.settings().renew_every)
+    }
+
+    fn address(&self) -> Option<String> {
+        Some(self.settings().address.clone())
+    }
+
+    async fn acquire(&self, request: AcquireRequest) -> Result<Option<Grant>> {
+        let inner = &self.inner;
+        let owner = request.attempt.to_string();
+        let meta = OwnerMeta::current(request.attempt).encode();
+        let mut attempt = Attempt {
+            inner: Arc::clone(inner),
+            lock: request.lock.clone(),
+            owner: owner.clone(),
+            in_flight: None,
+            lost_reply: None,
+            queued: false,
+            granted: false,
+        };
+        let mut slot = None;
+        loop {
+            let notify = slot.as_ref().map(crate::listener::Slot::notify);
+            let notified = notify.as_ref().map(|n| n.notified());
+            tokio::pin!(notified);
+            if let Some(notified) = notified.as_mut().as_pin_mut() {
+                notified.enable();
+            }
+            let sent = Instant::now();
+            attempt.in_flight = Some(sent);
+            let queue = !matches!(request.deadline, Deadline::Now);
+            attempt.queued |= queue;
+            let outcome = inner.try_once(&request.lock, &owner, &meta, queue).await;
+            attempt.in_flight = None;
+            let wait = match outcome {
+                Ok(Ok(token)) => {
+                    request.note_reached();
+                    let lease = inner.store.settings.lease;
+                    let signal = HoldSignal::new(
+                        BACKEND,
+                        request.lock.clone(),
+                        Some(lease_deadline(sent, lease, inner.store.settings.drift)),
+                    );
+                    let id = inner.track(request.lock.clone(), owner.clone(), signal.clone());
+                    attempt.granted = true;
+                    let held = PostgresHold {
+                        inner: Arc::clone(inner),
+                        id,
+                        lock: request.lock.clone(),
+                        owner,
+                        signal: signal.clone(),
+                    };
+                    return Ok(Some(Grant::new(token, signal, Box::new(held))));
+                }
+                Ok(Err(left)) => {
+                    // Not granted: this try left nothing behind (an earlier one whose reply
+                    // was lost may still take effect: the drop of `attempt` sees to it).
+                    request.note_reached();
+                    if matches!(request.deadline, Deadline::Now) {
+                        return Ok(None);
+                    }
+                    // The holder's lease ends (a dead holder notifies nobody), plus a margin.
+                    left + Duration::from_millis(5)
+                }
+                Err(Failure::Refused(error)) => return Err(error),
+                Err(Failure::NotSent(error)) => {
+                    if matches!(request.deadline, Deadline::Now) || !error.is_retryable() {
+                        return Err(error);
+                    }
+                    request.note_failure(error);
+                    RETRY
+                }
+                Err(Failure::Unknown(error)) => {
+                    attempt.lost_reply = Some(sent);
+                    // The grant may have committed: the next try, with the same owner id,
+                    // finds it (the row is ours) or is refused; a drop abandons it.
+                    if matches!(request.deadline, Deadline::Now) {
+                        return Err(error);
+                    }
+                    request.note_failure(error);
+                    Duration::ZERO
+                }
+            };
+            if slot.is_none() {
+                // From the first refusal on, wait for notifications: listen, register, then
+                // look again at once (a release may have come in between).
+                match inner.wakeups.ensure(&inner.store).await {
+                    Ok(()) => slot = Some(inner.wakeups.register(&crate::stored_name(request.lock.as_str()))),
+                    Err(error) => request.note_failure(error),
+                }
+                if slot.is_some() {
+                    continue;
+                }
+            } else if !inner.wakeups.is_up().await {
+                // The LISTEN connection broke: reopen it, and look again at once.
+                if inner.wakeups.ensure(&inner.store).await.is_ok() {
+                    continue;
+                }
+            }
+            let mut pause = wait.min(SAFETY_POLL);
+            if slot.is_none() || !inner.wakeups.is_up().await {
+                pause = pause.min(RETRY);
+            }
+            let until = Instant::now() + pause;
+            let until = match request.deadline {
+                Deadline::At(deadline) if deadline <= until => {
+                    if deadline <= Instant::now() {
+                        return Ok(None);
+                    }
+                    deadline
+                }
+                _ => until,
+            };
+            match notified.as_mut().as_pin_mut() {
+                Some(notified) => {
+                    let _ = tokio::time::timeout_at(until.into(), notified).await;
+                }
+                None => tokio::time::sleep_until(until.into()).await,
+            }
+            if let Deadline::At(deadline) = request.deadline
+                && Instant::now() >= deadline
+            {
+                return Ok(None);
+            }
+        }
+    }
+
+    async fn inspect(&self, lock: &LockName) -> Result<lockkit_core::backend::LockInfo> {
+        let rows = self
+            .inner
+            .store
+            .query(Some(lock), &self.inner.store.sql.inspect, &[(&crate::stored_name(lock.as_str()), Type::TEXT)])
+            .await;
+        let rows = rows.map_err(Failure::into_error)?;
+        let mut holders = Vec::new();
+        let mut waiters = 0_i64;
+        for row in rows {
+            let get = |e| self.inner.store.store_error(Some(lock), e);
+            waiters = row.try_get(4).map_err(get)?;
+            let meta: Option<String> = row.try_get(0).map_err(get)?;
+            let (Some(meta), Some(token), Some(since_ms), Some(left_ms)) = (
+                meta,
+                row.try_get::<_, Option<i64>>(1).map_err(get)?,
+                row.try_get::<_, Option<i64>>(2).map_err(get)?,
+                row.try_get::<_, Option<i64>>(3).map_err(get)?,
+            ) else {
+                continue;
+            };
+            let token = FencingToken::new(u64::try_from(token).unwrap_or(0));
+            let since = SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(since_ms).unwrap_or(0));
+            let holder = match OwnerMeta::decode(&meta) {
+                Some(meta) => meta.holder(token),
+                None => lockkit_core::backend::HolderInfo::new(token, meta),
+            };
+            holders.push(
+                holder.with_since(since).with_lease_left(Duration::from_millis(u64::try_from(left_ms).unwrap_or(0))),
+            );
+        }
+        Ok(LockInfo::new(holders, Some(usize::try_from(waiters).unwrap_or(0))))
+    }
+}
+
+/// One granted hold.
+struct PostgresHold {
+    inner: Arc<Inner>,
+    id: u64,
+    lock: LockName,
+    owner: String,
+    signal: HoldSignal,
+}
+
+#[async_trait]
+impl HeldLock for PostgresHold {
+    async fn release(self: Box<Self>) -> Result<()> {
+        self.inner.untrack(self.id);
+        let mut in_doubt = false;
+        let mut tries = 0;
+        loop {
+            match self.inner.delete_own(&self.lock, &self.owner).await {
+                Ok(true) => return Ok(()),
+                Ok(false) => {
+                    // After a delete whose reply was lost, a missing row is most likely that
+                    // delete's doing: the release succeeded unless the hold was lost already.
+                    return match self.signal.loss() {
+                        Some(reason) => Err(Error::lost(BACKEND, &self.lock, reason)),
+                        None if in_doubt => Ok(()),
+                        None => Err(Error::lost(BACKEND, &self.lock, LossReason::RecordGone)),
+                    };
+                }
+                // A lost reply of a delete is answered by deleting again: the row is ours or
+                // gone either way.
+                Err(Failure::Unknown(error) | Failure::NotSent(error)) if tries < 3 => {
+                    tries += 1;
+                    in_doubt = true;
+                    tracing::debug!(%error, "release failed; retrying");
+                    tokio::time::sleep(RETRY).await;
+                }
+                Err(failure) => return Err(failure.into_error()),
+            }
+        }
+    }
+}
+
+/// The renewal task of one provider: every `renew_every`, one `UPDATE` renews every hold;
+/// a hold the statement does not renew is lost.
+async fn renewals(inner: Weak<Inner>) {
+    loop {
+        let Some(strong) = inner.upgrade() else { return };
+        let settings = &strong.store.settings;
+        let batch: Vec<(u64, LockName, String, HoldSignal)> = {
+            let mut holds = strong.holds();
+            holds.live.retain(|_, (_, _, signal)| signal.is_held());
+            holds
+                .live
+                .iter()
+                .map(|(id, (lock, owner, signal))| (*id, lock.clone(), owner.clone(), signal.clone()))
+                .collect()
+        };
+        let every = settings.renew_every;
+        if batch.is_empty() {
+            let wake = Arc::clone(&strong.renew_wake);
+            drop(strong);
+            // Sleep while nothing is held; end when the provider goes.
+            let _ = tokio::time::timeout(Duration::from_secs(5), wake.notified()).await;
+            continue;
+        }
+        let names: Vec<String> = batch.iter().map(|(_, lock, _, _)| crate::stored_name(lock.as_str())).collect();
+        let owners: Vec<&str> = batch.iter().map(|(_, _, owner, _)| owner.as_str()).collect();
+        let lease_ms = i64::try_from(settings.lease.as_millis()).unwrap_or(i64::MAX);
+        let sent = Instant::now();
+        let outcome = strong
+            .store
+            .query(
+                None,
+                &strong.store.sql.renew,
+                &[(&names, Type::TEXT_ARRAY), (&owners, Type::TEXT_ARRAY), (&lease_ms, Type::INT8)],
+            )
+            .await;
+        let next = match outcome {
+            Ok(rows) => {
+                let deadline = lease_deadline(sent, settings.lease, settings.drift);
+                let mut result: HashMap<(String, String), (bool, bool)> = HashMap::new();
+                for row in rows {
+                    let (Ok(name), Ok(owner), Ok(renewed), Ok(present)) =
+                        (row.try_get::<_, String>(0), row.try_get::<_, String>(1), row.try_get(2), row.try_get(3))
+                    else {
+                        continue;
+                    };
+                    result.insert((name, owner), (renewed, present));
+                }
+                for (id, lock, owner, signal) in &batch {
+                    match result.get(&(crate::stored_name(lock.as_str()), owner.clone())) {
+                        Some((true, _)) => {
+                            signal.extend(deadline);
+                        }
+                        Some((false, true)) => {
+                            signal.lose(LossReason::OwnedByAnother);
+                            strong.untrack(*id);
+                        }
+                        Some((false, false)) => {
+                            signal.lose(LossReason::RecordGone);
+                            strong.untrack(*id);
+                        }
+                        None => {}
+                    }
+                }
+                sent + every
+            }
+            // Unconfirmed: try again soon; the holds' deadlines keep running meanwhile.
+            Err(_) => Instant::now() + (every / 4).max(Duration::from_millis(20)),
+        };
+        drop(strong);
+        // A new hold does not need a renewal at once: sleep until the next round.
+        tokio::time::sleep_until(next.into()).await;
+    }
+}

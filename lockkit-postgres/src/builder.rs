@@ -1,0 +1,315 @@
+//! The builder: every setting, checked when the provider is built, with no I/O.
+
+use std::time::Duration;
+
+use lockkit_core::config::{MAX_DURATION, ProviderSettings, StoreUrl};
+use lockkit_core::{Error, Result};
+
+use crate::BACKEND;
+use crate::provider::PostgresLockProvider;
+
+/// The settings checker of this backend, for messages.
+const CHECKS: lockkit_core::config::Settings = lockkit_core::config::Settings::of(BACKEND);
+
+/// The options a URL's query may carry, each the name of the builder method that sets it.
+pub const OPTIONS: &[&str] = &["lease", "renew_every", "response_timeout", "drift", "schema", "migrate", "max_hold"];
+
+/// The default lease: a dead holder frees the lock after it.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+/// The default response timeout of one statement.
+pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+/// The default schema of the lock table.
+pub const DEFAULT_SCHEMA: &str = "lockkit";
+/// The shortest lease accepted.
+const MIN_LEASE: Duration = Duration::from_millis(100);
+/// The longest schema name accepted: the notification channel `<schema>_released` must fit
+/// PostgreSQL's 63-byte identifiers.
+const MAX_SCHEMA_LEN: usize = 50;
+
+/// Builds a [`PostgresLockProvider`]. `build()` checks every setting and does no I/O; the
+/// provider connects on first use.
+#[derive(Clone, Debug, Default)]
+#[must_use]
+pub struct PostgresLockProviderBuilder {
+    url: Option<String>,
+    lease: Option<Duration>,
+    renew_every: Option<Duration>,
+    response_timeout: Option<Duration>,
+    drift: Option<Duration>,
+    schema: Option<String>,
+    migrate: Option<bool>,
+    common: ProviderSettings,
+}
+
+/// The checked settings of a provider.
+#[derive(Clone, Debug)]
+pub(crate) struct Settings {
+    pub(crate) config: tokio_postgres::Config,
+    /// `postgres://host:port/db`, without credentials.
+    pub(crate) address: String,
+    pub(crate) lease: Duration,
+    pub(crate) renew_every: Duration,
+    pub(crate) response_timeout: Duration,
+    pub(crate) drift: Duration,
+    pub(crate) schema: String,
+    pub(crate) migrate: bool,
+}
+
+impl PostgresLockProviderBuilder {
+    /// A builder with the URL's address and every option of its query.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] for an unknown option or a bad value.
+    pub fn from_url(url: &StoreUrl) -> Result<Self> {
+        let mut builder = Self::default().url(url.address());
+        for (key, value) in url.options() {
+            builder = builder.option(key, value)?;
+        }
+        Ok(builder)
+    }
+
+    /// Sets the option called `key` from its text, as a URL's query gives it ([`OPTIONS`]).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] for an unknown option or a value that does not parse.
+    pub fn option(mut self, key: &str, value: &str) -> Result<Self> {
+        if self.common.option(CHECKS, key, value)? {
+            return Ok(self);
+        }
+        Ok(match key {
+            "lease" => self.lease(CHECKS.duration(key, value)?),
+            "renew_every" => self.renew_every(CHECKS.duration(key, value)?),
+            "response_timeout" => self.response_timeout(CHECKS.duration(key, value)?),
+            "drift" => self.drift(CHECKS.duration(key, value)?),
+            "schema" => self.schema(value),
+            "migrate" => self.migrate(CHECKS.flag(key, value)?),
+            _ => return Err(CHECKS.unknown(key, OPTIONS)),
+        })
+    }
+
+    /// The server: `postgres://[user[:password]@]host[:port]/database` (or `postgresql://`).
+    /// The database is required.
+    pub fn url(mut self, url: impl Into<String>) -> Self {
+        self.url = Some(url.into());
+        self
+    }
+
+    /// How long a hold outlives its last renewal (30 s by default, at least 100 ms): a holder
+    /// that dies frees the lock after it.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// How often held locks are renewed (a third of the lease by default; less than the lease).
+    pub fn renew_every(mut self, every: Duration) -> Self {
+        self.renew_every = Some(every);
+        self
+    }
+
+    /// How long one statement may go unanswered before its connection is given up as broken
+    /// (5 s by default, and at most half the lease by default). It is also the server's
+    /// `statement_timeout` for this provider's connections, which bounds how late a statement
+    /// whose reply was lost can still take effect.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = Some(timeout);
+        self
+    }
+
+    /// The margin for clock-rate drift between this host and the server, taken off every
+    /// hold's local deadline (a sixtieth of the lease by default, less than a third of it).
+    pub fn drift(mut self, drift: Duration) -> Self {
+        self.drift = Some(drift);
+        self
+    }
+
+    /// The schema of the lock table, sequence and functions (`lockkit` by default): a lower
+    /// case identifier (`a`-`z`, `0`-`9`, `_`, not starting with a digit) of at most 50 bytes.
+    pub fn schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = Some(schema.into());
+        self
+    }
+
+    /// Whether the provider creates its schema on first use when it is missing (`true` by
+    /// default). With `false`, run [`PostgresLockProvider::migrate`] once as a role that may
+    /// create it, and use a role that can only take locks (see the crate docs).
+    pub fn migrate(mut self, migrate: bool) -> Self {
+        self.migrate = Some(migrate);
+        self
+    }
+
+    /// The default maximum hold of the provider's acquisitions
+    /// ([`LockProvider::with_max_hold`](lockkit_core::LockProvider::with_max_hold)): past it,
+    /// renewal stops, the guard is told with
+    /// [`LossReason::MaxHoldReached`](lockkit_core::LossReason::MaxHoldReached) and the row
+    /// expires with its lease. None by default; at least `renew_every`. URL option `max_hold`.
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.common.max_hold = Some(max_hold);
+        self
+    }
+
+    /// Checks every setting and builds the provider; connects on first use.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] naming what to change.
+    pub fn build(self) -> Result<PostgresLockProvider> {
+        let common = self.common;
+        let mut provider = PostgresLockProvider::from_settings(self.settings()?)?;
+        provider.provider = common.apply(provider.provider)?;
+        Ok(provider)
+    }
+
+    pub(crate) fn settings(self) -> Result<Settings> {
+        let Some(url) = self.url.as_deref() else {
+            return Err(CHECKS.invalid("no server URL; set one, like postgres://app@127.0.0.1:5432/appdb"));
+        };
+        let parsed = StoreUrl::parse(url)?;
+        if !crate::SCHEME.names.contains(&parsed.scheme()) {
+            return Err(CHECKS.invalid(format!(
+                "{} is not a PostgreSQL URL; write postgres://user@host:5432/database",
+                parsed.redacted()
+            )));
+        }
+        let database = parsed.path().trim_start_matches('/');
+        if database.is_empty() || database.contains('/') {
+            return Err(CHECKS.invalid(format!(
+                "{} names no database; add it to the path: postgres://user@host:5432/DATABASE",
+                parsed.redacted()
+            )));
+        }
+        let mut config = tokio_postgres::Config::new();
+        config.dbname(database).application_name("lockkit");
+        if let Some(user) = parsed.user() {
+            config.user(user);
+        } else {
+            config.user("postgres");
+        }
+        if let Some(password) = parsed.password() {
+            config.password(password);
+        }
+        if parsed.hosts().is_empty() {
+            return Err(
+                CHECKS.invalid(format!("{} names no host; write postgres://user@host:5432/db", parsed.redacted()))
+            );
+        }
+        for host in parsed.hosts().split(',') {
+            let (name, port) = match host.rsplit_once(':') {
+                Some((name, port)) => {
+                    let port = port.parse::<u16>().map_err(|_| {
+                        CHECKS.invalid(format!("the port of {host:?} in {} is not a port number", parsed.redacted()))
+                    })?;
+                    (name, port)
+                }
+                None => (host, 5432),
+            };
+            let name = name.trim_start_matches('[').trim_end_matches(']');
+            if name.is_empty() {
+                return Err(CHECKS.invalid(format!("an empty host in {}", parsed.redacted())));
+            }
+            config.host(name).port(port);
+        }
+        let lease = CHECKS.within("lease", self.lease.unwrap_or(DEFAULT_LEASE), MIN_LEASE, MAX_DURATION)?;
+        let renew_every = self.renew_every.unwrap_or(lease / 3);
+        if renew_every.is_zero() || renew_every >= lease {
+            return Err(CHECKS.invalid(format!(
+                "renew_every is {renew_every:?}; it must be above zero and below the lease ({lease:?}), a third of it by default"
+            )));
+        }
+        let response_timeout = self.response_timeout.unwrap_or_else(|| DEFAULT_RESPONSE_TIMEOUT.min(lease / 2));
+        if response_timeout < Duration::from_millis(10) || response_timeout > MAX_DURATION {
+            return Err(CHECKS.invalid(format!(
+                "response_timeout is {response_timeout:?}; it must be at least 10ms and at most a day"
+            )));
+        }
+        let drift = self.drift.unwrap_or(lease / 60);
+        if drift >= lease / 3 {
+            return Err(
+                CHECKS.invalid(format!("drift is {drift:?}; it must be below a third of the lease ({lease:?})"))
+            );
+        }
+        let schema = self.schema.unwrap_or_else(|| DEFAULT_SCHEMA.to_owned());
+        check_schema(&schema)?;
+        // Every statement of this provider is bounded on the server too: a statement whose
+        // reply was lost cannot take effect later than this after it was sent.
+        config
+            .options(format!("-c statement_timeout={}", response_timeout.as_millis()))
+            .connect_timeout(response_timeout);
+        Ok(Settings {
+            config,
+            address: parsed.shown_address(),
+            lease,
+            renew_every,
+            response_timeout,
+            drift,
+            schema,
+            migrate: self.migrate.unwrap_or(true),
+        })
+    }
+}
+
+/// Refuses a schema name that is not a plain lower-case identifier.
+fn check_schema(schema: &str) -> Result<()> {
+    let mut chars = schema.chars();
+    let first_ok = chars.next().is_some_and(|c| c.is_ascii_lowercase() || c == '_');
+    let rest_ok = chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if first_ok && rest_ok && schema.len() <= MAX_SCHEMA_LEN {
+        return Ok(());
+    }
+    Err(Error::invalid_config(
+        BACKEND,
+        format!(
+            "schema {schema:?} is not a valid schema name; use a lower-case identifier of letters a-z, digits and \
+             '_', not starting with a digit, at most {MAX_SCHEMA_LEN} bytes (like lockkit or app_locks)"
+        ),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn message(result: Result<Settings>) -> String {
+        match result {
+            Err(Error::InvalidConfig { message, .. }) => message,
+            other => panic!("expected InvalidConfig, got {other:?}"),
+        }
+    }
+
+    fn from_url(url: &str) -> Result<Settings> {
+        PostgresLockProviderBuilder::from_url(&StoreUrl::parse(url)?)?.settings()
+    }
+
+    #[test]
+    fn urls_give_the_settings() {
+        let s = from_url("postgresql://app:pw@db.local:6543/locks?lease=9s&schema=app_locks").unwrap();
+        assert_eq!(s.lease, Duration::from_secs(9));
+        assert_eq!(s.renew_every, Duration::from_secs(3));
+        assert_eq!(s.schema, "app_locks");
+        assert_eq!(s.address, "postgresql://db.local:6543/locks");
+        assert_eq!(s.config.get_dbname(), Some("locks"));
+        assert_eq!(s.config.get_ports(), [6543]);
+        assert!(s.migrate);
+    }
+
+    #[test]
+    fn bad_input_says_what_to_change() {
+        assert!(message(from_url("postgres://app@127.0.0.1:5432")).contains("names no database"));
+        assert!(message(from_url("postgres://app@127.0.0.1:5432/")).contains("DATABASE"));
+        for bad in ["Locks", "1abc", "a-b", "", "a;drop", &"x".repeat(51)] {
+            let url = format!("postgres://h/db?schema={bad}");
+            assert!(message(from_url(&url)).contains("not a valid schema name"), "{bad}");
+        }
+        assert!(message(from_url("postgres://h/db?lease=1s&renew_every=2s")).contains("renew_every"));
+        assert!(message(from_url("postgres://h/db?ttl=1s")).contains("lease"));
+        assert!(message(from_url("postgres://h:port/db")).contains("port"));
+        assert!(message(from_url("postgres://h/db?lease=1ms")).contains("lease"));
+        assert!(message(from_url("postgres://h/db?lease=3s&drift=1s")).contains("drift"));
+        assert!(message(PostgresLockProviderBuilder::default().settings()).contains("no server URL"));
+        assert!(message(PostgresLockProviderBuilder::default().url("redis://h/0").settings()).contains("PostgreSQL"));
+        assert!(!message(from_url("postgres://app:s3cret@h:5432")).contains("s3cret"));
+    }
+}

@@ -1,0 +1,270 @@
+//! The connection to the server: one command connection per provider, made lazily on the
+//! current runtime, remade when it broke or its runtime ended; every statement bounded by the
+//! response timeout; the schema checked (and created, when allowed) once per provider.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use lockkit_core::{Error, LockName, Result};
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{Client, NoTls, Row};
+
+use crate::BACKEND;
+use crate::builder::Settings;
+use crate::sql::Statements;
+
+/// The SQLSTATE of "insufficient privilege".
+const INSUFFICIENT_PRIVILEGE: &str = "42501";
+
+fn is_insufficient_privilege(error: &tokio_postgres::Error) -> bool {
+    error.code().map(tokio_postgres::error::SqlState::code) == Some(INSUFFICIENT_PRIVILEGE)
+}
+
+/// How a statement failed.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// The statement was never sent (no connection): nothing happened.
+    NotSent(Error),
+    /// The statement may or may not have taken effect: the reply was lost or late.
+    Unknown(Error),
+    /// The server answered with an error: nothing happened.
+    Refused(Error),
+}
+
+impl Failure {
+    pub(crate) fn into_error(self) -> Error {
+        match self {
+            Self::NotSent(e) | Self::Unknown(e) | Self::Refused(e) => e,
+        }
+    }
+}
+
+/// The command connection of one provider.
+#[derive(Debug)]
+pub(crate) struct Store {
+    pub(crate) settings: Settings,
+    pub(crate) sql: Statements,
+    client: tokio::sync::Mutex<Option<Arc<Client>>>,
+    schema_ready: AtomicBool,
+}
+
+impl Store {
+    pub(crate) fn new(settings: Settings) -> Self {
+        let sql = Statements::new(&settings.schema);
+        Self { settings, sql, client: tokio::sync::Mutex::new(None), schema_ready: AtomicBool::new(false) }
+    }
+
+    pub(crate) fn connection_error(&self, lock: Option<&LockName>, source: impl Into<lockkit_core::BoxError>) -> Error {
+        Error::connection(BACKEND, lock, source).with_server(Some(&self.settings.address))
+    }
+
+    pub(crate) fn store_error(&self, lock: Option<&LockName>, source: impl Into<lockkit_core::BoxError>) -> Error {
+        Error::backend(BACKEND, lock, source).with_server(Some(&self.settings.address))
+    }
+
+    /// Opens a new connection on the current runtime (its task is spawned there).
+    pub(crate) async fn open(&self) -> Result<Client> {
+        let connect = self.settings.config.connect(NoTls);
+        let (client, connection) = match tokio::time::timeout(self.settings.response_timeout, connect).await {
+            Ok(Ok(pair)) => pair,
+            Ok(Err(error)) => return Err(self.classify_connect(error)),
+            Err(_) => {
+                return Err(self.connection_error(
+                    None,
+                    format!("no answer within {:?} while connecting", self.settings.response_timeout),
+                ));
+            }
+        };
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!(%error, "postgres connection ended");
+            }
+        });
+        Ok(client)
+    }
+
+    /// A connection error, or a clear configuration error when the server refused us for
+    /// a reason that retrying will not fix (authentication, a missing database).
+    fn classify_connect(&self, error: tokio_postgres::Error) -> Error {
+        match error.code().map(tokio_postgres::error::SqlState::code) {
+            Some("3D000") => Error::invalid_config(
+                BACKEND,
+                format!(
+                    "database {:?} does not exist on {}; create it or name another in the URL's path ({error})",
+                    self.settings.config.get_dbname().unwrap_or_default(),
+                    self.settings.address
+                ),
+            ),
+            Some("28P01" | "28000") => Error::invalid_config(
+                BACKEND,
+                format!(
+                    "{} refused the user {:?}: fix the user or password in the URL, or pg_hba.conf ({error})",
+                    self.settings.address,
+                    self.settings.config.get_user().unwrap_or_default()
+                ),
+            ),
+            _ => self.connection_error(None, error),
+        }
+    }
+
+    /// The current command connection, opened (with the schema checked) when there is none.
+    pub(crate) async fn client(&self) -> Result<Arc<Client>> {
+        let mut slot = self.client.lock().await;
+        if let Some(client) = slot.as_ref().filter(|c| !c.is_closed()) {
+            return Ok(Arc::clone(client));
+        }
+        *slot = None;
+        let client = Arc::new(self.open().await?);
+        if !self.schema_ready.load(Ordering::Acquire) {
+            self.prepare_schema(&client).await?;
+            self.schema_ready.store(true, Ordering::Release);
+        }
+        *slot = Some(Arc::clone(&client));
+        Ok(client)
+    }
+
+    /// Forgets `client` if it is still the current one (a statement on it timed out).
+    async fn discard(&self, client: &Arc<Client>) {
+        let mut slot = self.client.lock().await;
+        if slot.as_ref().is_some_and(|current| Arc::ptr_eq(current, client)) {
+            *slot = None;
+        }
+    }
+
+    /// Runs `statement` on the command connection within the response timeout: one round
+    /// trip (`query_typed` sends the parameters' types with the statement; nothing is
+    /// prepared first).
+    pub(crate) async fn query(
+        &self,
+        lock: Option<&LockName>,
+        statement: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> std::result::Result<Vec<Row>, Failure> {
+        let client = self.client().await.map_err(|error| match error {
+            Error::Connection { .. } => Failure::NotSent(error),
+            other => Failure::Refused(other),
+        })?;
+        match tokio::time::timeout(self.settings.response_timeout, client.query_typed(statement, params)).await {
+            Ok(Ok(rows)) => Ok(rows),
+            Ok(Err(error)) if error.code().is_some() => Err(Failure::Refused(self.store_error(lock, error))),
+            Ok(Err(error)) => {
+                self.discard(&client).await;
+                Err(Failure::Unknown(self.connection_error(lock, error)))
+            }
+            Err(_) => {
+                // A connection that does not answer is given up: the next statement opens
+                // a new one instead of queueing behind a blackhole.
+                self.discard(&client).await;
+                Err(Failure::Unknown(
+                    self.connection_error(lock, format!("no answer within {:?}", self.settings.response_timeout)),
+                ))
+            }
+        }
+    }
+
+    /// Checks that the schema is there and usable by this role; creates it when missing and
+    /// `migrate` is on.
+    async fn prepare_schema(&self, client: &Client) -> Result<()> {
+        let present = self.schema_present(client).await?;
+        if !present {
+            if !self.settings.migrate {
+                return Err(Error::invalid_config(
+                    BACKEND,
+                    format!(
+                        "the lock schema {:?} is missing on {}; run PostgresLockProvider::migrate() once as a role \
+                         that may create it, or set migrate=true",
+                        self.sql.schema, self.settings.address
+                    ),
+                ));
+            }
+            self.migrate_on(client).await?;
+        }
+        self.check_privileges(client).await
+    }
+
+    async fn schema_present(&self, client: &Client) -> Result<bool> {
+        // Without USAGE on an existing schema, looking into it is refused: say which GRANTs.
+        let row = match self.bounded_raw(client.query_one(&self.sql.present, &[])).await? {
+            Ok(row) => row,
+            Err(error) if is_insufficient_privilege(&error) => return Err(self.privileges_error()),
+            Err(error) if error.code().is_some() => return Err(self.store_error(None, error)),
+            Err(error) => return Err(self.connection_error(None, error)),
+        };
+        Ok(row.try_get::<_, Option<bool>>(0).map_err(|e| self.store_error(None, e))?.unwrap_or(false))
+    }
+
+    /// Creates the schema (idempotent, serialized with other providers).
+    pub(crate) async fn migrate_on(&self, client: &Client) -> Result<()> {
+        match self.bounded_raw(client.batch_execute(&self.sql.migration())).await? {
+            Ok(()) => Ok(()),
+            Err(error) if is_insufficient_privilege(&error) => Err(Error::invalid_config(
+                BACKEND,
+                format!(
+                    "the role {:?} may not create the lock schema {:?} on {} ({error}); run \
+                         PostgresLockProvider::migrate() once as the database owner, or GRANT CREATE ON DATABASE \
+                         to this role",
+                    self.settings.config.get_user().unwrap_or_default(),
+                    self.sql.schema,
+                    self.settings.address
+                ),
+            )),
+            Err(error) if error.code().is_some() => {
+                Err(self.store_error(None, error).with_context("create the lock schema"))
+            }
+            Err(error) => Err(self.connection_error(None, error).with_context("create the lock schema")),
+        }
+    }
+
+    async fn check_privileges(&self, client: &Client) -> Result<()> {
+        let row = self.bounded(client.query_one(&self.sql.privileges, &[])).await?;
+        let all = (0..7).all(|i| row.try_get::<_, Option<bool>>(i).ok().flatten().unwrap_or(false));
+        if all { Ok(()) } else { Err(self.privileges_error()) }
+    }
+
+    /// The role lacks privileges on the schema: which `GRANT`s to run.
+    fn privileges_error(&self) -> Error {
+        let role = self.settings.config.get_user().unwrap_or("ROLE");
+        Error::invalid_config(
+            BACKEND,
+            format!(
+                "the role {role:?} lacks privileges on the lock schema {:?} on {}; as its owner run: {}",
+                self.sql.schema,
+                self.settings.address,
+                self.sql.grants(role)
+            ),
+        )
+    }
+
+    async fn bounded<T>(
+        &self,
+        future: impl Future<Output = std::result::Result<T, tokio_postgres::Error>>,
+    ) -> Result<T> {
+        match self.bounded_raw(future).await? {
+            Ok(value) => Ok(value),
+            Err(error) if error.code().is_some() => Err(self.store_error(None, error)),
+            Err(error) => Err(self.connection_error(None, error)),
+        }
+    }
+
+    async fn bounded_raw<T>(
+        &self,
+        future: impl Future<Output = std::result::Result<T, tokio_postgres::Error>>,
+    ) -> Result<std::result::Result<T, tokio_postgres::Error>> {
+        tokio::time::timeout(self.settings.response_timeout, future)
+            .await
+            .map_err(|_| self.connection_error(None, format!("no answer within {:?}", self.settings.response_timeout)))
+    }
+
+    /// Creates the schema now on a connection of its own.
+    pub(crate) async fn migrate(&self) -> Result<()> {
+        let client = self.open().await?;
+        self.migrate_on(&client).await?;
+        self.schema_ready.store(false, Ordering::Release);
+        Ok(())
+    }
+
+    /// One `SELECT 1` round trip on the command connection.
+    pub(crate) async fn ping(&self) -> Result<()> {
+        self.query(None, "SELECT 1", &[]).await.map(drop).map_err(Failure::into_error)
+    }
+}

@@ -1,0 +1,256 @@
+//! Faults the conformance kit does not drive itself, against real PostgreSQL servers: a
+//! restart, a pause longer than the lease, the row deleted or taken behind the holder, a lost
+//! reply, racing schema creation, and the bad input of the issue (no database, a bad schema
+//! name, a role without privileges).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use lockkit_core::{Error, LossReason};
+use lockkit_postgres::PostgresLockProvider;
+use support::{LEASE, OPERATION, PostgresHarness, test_builder, url_of, within};
+
+fn unique(prefix: &str) -> String {
+    format!("faults/{prefix}/{}", uuid::Uuid::new_v4().simple())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_keep_increasing_across_a_restart() {
+    let harness = PostgresHarness::dedicated().await;
+    let (provider, _faults) = harness.client_with(test_builder()).await.unwrap();
+    let name = unique("restart");
+    let first = provider.lock(&name).unwrap().acquire().await.unwrap();
+    let before = first.token();
+    first.release().await.unwrap();
+    // Tokens of other names move the sequence too; one of them was drawn last before the stop.
+    let other = provider.lock(&unique("other")).unwrap().acquire().await.unwrap();
+    let last = other.token();
+    other.release().await.unwrap();
+    harness.server().unwrap().lock().await.restart().await.unwrap();
+    let again = within(OPERATION * 3, "an acquire after the restart", async {
+        loop {
+            match provider.lock(&name).unwrap().acquire_timeout(OPERATION).await {
+                Ok(guard) => return guard,
+                Err(error) if error.is_retryable() => tokio::time::sleep(Duration::from_millis(50)).await,
+                Err(error) => panic!("acquire after the restart: {error}"),
+            }
+        }
+    })
+    .await;
+    assert!(again.token() > last && last > before, "{} after {} and {}", again.token(), last, before);
+    again.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_longer_than_the_lease_is_signalled_before_another_is_granted() {
+    let harness = PostgresHarness::dedicated().await;
+    let (a, _fa) = harness.client_with(test_builder()).await.unwrap();
+    let (b, _fb) = harness.client_with(test_builder()).await.unwrap();
+    let name = unique("pause");
+    let held = a.lock(&name).unwrap().acquire().await.unwrap();
+    b.ping().await.unwrap();
+    harness.server().unwrap().lock().await.pause().unwrap();
+    let paused_at = Instant::now();
+    let reason = within(LEASE * 2, "the holder's loss while the server is paused", held.lost()).await;
+    let lost_at = Instant::now();
+    assert!(lost_at - paused_at < LEASE, "lost {:?} after the pause, within the lease", lost_at - paused_at);
+    assert_eq!(reason, LossReason::DeadlineExpired);
+    // Keep the server paused past the row's expiry, then resume: only now can B be granted.
+    tokio::time::sleep(LEASE.saturating_sub(lost_at - paused_at) + Duration::from_millis(200)).await;
+    harness.server().unwrap().lock().await.resume().unwrap();
+    let taken = within(LEASE * 3, "another owner after the resume", async {
+        loop {
+            match b.lock(&name).unwrap().acquire_timeout(OPERATION).await {
+                Ok(guard) => return guard,
+                Err(error) if error.is_retryable() => tokio::time::sleep(Duration::from_millis(50)).await,
+                Err(error) => panic!("acquire after the resume: {error}"),
+            }
+        }
+    })
+    .await;
+    assert!(Instant::now() > lost_at);
+    assert!(taken.token() > held.token());
+    assert!(matches!(held.release().await, Err(Error::LockLost { .. })));
+    taken.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_row_taken_over_behind_the_holder_is_owned_by_another() {
+    let harness = PostgresHarness::shared().await;
+    let (a, _fa) = harness.client_with(test_builder()).await.unwrap();
+    let name = unique("taken");
+    let held = a.lock(&name).unwrap().acquire().await.unwrap();
+    let admin = harness.admin().await;
+    let changed =
+        admin.execute("UPDATE lockkit.locks SET owner = 'someone else' WHERE name = $1", &[&name]).await.unwrap();
+    assert_eq!(changed, 1);
+    let reason = within(LEASE, "the loss", held.lost()).await;
+    assert_eq!(reason, LossReason::OwnedByAnother);
+    assert!(matches!(held.release().await, Err(Error::LockLost { .. })));
+    admin.execute("DELETE FROM lockkit.locks WHERE name = $1", &[&name]).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_lost_reply_leaves_no_ghost() {
+    let harness = PostgresHarness::shared().await;
+    let (a, faults) = harness.client_with(test_builder()).await.unwrap();
+    a.ping().await.unwrap();
+    let name = unique("ghost");
+    // The try reaches the proxy and waits there; the client gives up on it and, after its
+    // timeout, abandons; then the partition heals and the held try reaches the server.
+    faults.0.blackhole();
+    let outcome = a.lock(&name).unwrap().acquire_timeout(Duration::from_millis(1200)).await;
+    assert!(outcome.is_err(), "no grant through a blackhole");
+    faults.0.heal();
+    let admin = harness.admin().await;
+    let stored = lockkit_postgres::stored_name(&name);
+    // The abandon retries until it reaches the server; the late try is refused or deleted.
+    let deadline = Instant::now() + OPERATION * 2;
+    loop {
+        let voided = admin
+            .query(
+                "SELECT 1 FROM lockkit.voided v JOIN lockkit.locks l ON l.owner = v.owner WHERE l.name = $1",
+                &[&stored],
+            )
+            .await
+            .unwrap();
+        let rows = admin.query("SELECT owner FROM lockkit.locks WHERE name = $1", &[&stored]).await.unwrap();
+        if rows.is_empty() && voided.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "a ghost row of the abandoned acquisition remains");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Let any held bytes arrive, then check again: still free, and another client gets it at once.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (b, _fb) = harness.client_with(test_builder()).await.unwrap();
+    let guard = within(OPERATION, "a try_acquire", b.lock(&name).unwrap().try_acquire()).await.unwrap();
+    assert!(guard.is_some(), "the lock is free: no ghost");
+    guard.unwrap().release().await.unwrap();
+}
+
+#[tokio::test]
+async fn providers_racing_to_create_a_schema_all_succeed() {
+    let harness = PostgresHarness::shared().await;
+    let schema = format!("race_{}", uuid::Uuid::new_v4().simple());
+    let mut tasks = Vec::new();
+    for _ in 0..6 {
+        let provider = test_builder().url(url_of(harness.upstream())).schema(schema.clone()).build().unwrap();
+        tasks.push(tokio::spawn(async move { provider.ping().await }));
+    }
+    for task in tasks {
+        task.await.unwrap().unwrap();
+    }
+    let provider = test_builder().url(url_of(harness.upstream())).schema(schema.clone()).build().unwrap();
+    let guard = provider.lock("x").unwrap().acquire().await.unwrap();
+    guard.release().await.unwrap();
+    harness.admin().await.batch_execute(&format!("DROP SCHEMA {schema} CASCADE")).await.unwrap();
+}
+
+#[tokio::test]
+async fn bad_input_is_a_clear_error_naming_what_to_change() {
+    let harness = PostgresHarness::shared().await;
+    let addr = harness.upstream();
+    let message = |result: lockkit_core::Result<PostgresLockProvider>| match result {
+        Err(Error::InvalidConfig { message, .. }) => message,
+        Err(other) => panic!("expected InvalidConfig, got {other}"),
+        Ok(_) => panic!("expected InvalidConfig, got a provider"),
+    };
+    assert!(
+        message(PostgresLockProvider::connect(&format!("postgres://postgres@{addr}")).await)
+            .contains("names no database")
+    );
+    assert!(
+        message(PostgresLockProvider::connect(&format!("postgres://postgres@{addr}/db?schema=Bad-Name")).await)
+            .contains("not a valid schema name")
+    );
+    assert!(
+        message(PostgresLockProvider::connect(&format!("postgres://postgres@{addr}/no_such_db")).await)
+            .contains("does not exist")
+    );
+    let missing = format!("missing_{}", uuid::Uuid::new_v4().simple());
+    let url = format!("{}?schema={missing}&migrate=false", url_of(addr));
+    assert!(message(PostgresLockProvider::connect(&url).await).contains("migrate"));
+}
+
+#[tokio::test]
+async fn a_role_that_can_only_take_locks_needs_just_the_documented_grants() {
+    let harness = PostgresHarness::shared().await;
+    let admin = harness.admin().await;
+    let schema = format!("least_{}", uuid::Uuid::new_v4().simple());
+    let role = format!("locker_{}", uuid::Uuid::new_v4().simple());
+    admin.batch_execute(&format!("CREATE ROLE {role} LOGIN")).await.unwrap();
+    let as_role = |migrate: bool| {
+        format!("postgres://{role}@{}/postgres?schema={schema}&migrate={migrate}&lease=2s", harness.upstream())
+    };
+    // The role may not create the schema: the error says how to get it made.
+    let created = PostgresLockProvider::connect(&as_role(true)).await;
+    let Err(Error::InvalidConfig { message, .. }) = created else {
+        panic!("expected InvalidConfig, got {:?}", created.map(drop))
+    };
+    assert!(message.contains("may not create") && message.contains("migrate()"), "{message}");
+    // The owner migrates; the role still lacks privileges, and is told which GRANTs to run.
+    let owner = test_builder().url(url_of(harness.upstream())).schema(schema.clone()).build().unwrap();
+    owner.migrate().await.unwrap();
+    let refused = PostgresLockProvider::connect(&as_role(false)).await;
+    let Err(Error::InvalidConfig { message, .. }) = refused else {
+        panic!("expected InvalidConfig, got {:?}", refused.map(drop))
+    };
+    assert!(message.contains("GRANT"), "{message}");
+    let grants = message.split("run: ").nth(1).unwrap().to_owned();
+    admin.batch_execute(&grants).await.unwrap();
+    // With exactly those, it takes, renews, waits on and releases locks.
+    let locker = PostgresLockProvider::connect(&as_role(false)).await.unwrap();
+    let other = PostgresLockProvider::connect(&as_role(false)).await.unwrap();
+    let guard = locker.lock("jobs/1").unwrap().acquire().await.unwrap();
+    let waiter = tokio::spawn(async move { other.lock("jobs/1").unwrap().acquire_timeout(OPERATION * 2).await });
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert!(guard.is_held(), "renewed by the role");
+    assert!(locker.inspect("jobs/1").await.unwrap().holder().is_some());
+    guard.release().await.unwrap();
+    let next = waiter.await.unwrap().unwrap();
+    let _ = next.release().await;
+    admin
+        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE; DROP OWNED BY {role}; DROP ROLE {role}"))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_waiter_that_died_loses_its_place_in_the_queue() {
+    let harness = PostgresHarness::shared().await;
+    let (a, _fa) = harness.client_with(test_builder()).await.unwrap();
+    let (dead, dead_faults) = harness.client_with(test_builder()).await.unwrap();
+    let (c, _fc) = harness.client_with(test_builder()).await.unwrap();
+    let name = unique("dead-waiter");
+    let held = a.lock(&name).unwrap().acquire().await.unwrap();
+    let dead_lock = dead.lock(&name).unwrap();
+    let dead_waiter = tokio::spawn(async move { dead_lock.acquire().await.map(|g| g.token()) });
+    let queued = |n: usize| {
+        let a = a.clone();
+        let name = name.clone();
+        async move { a.inspect(&name).await.unwrap().waiters == Some(n) }
+    };
+    let deadline = Instant::now() + OPERATION;
+    while !queued(1).await {
+        assert!(Instant::now() < deadline, "the first waiter is queued");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let c_lock = c.lock(&name).unwrap();
+    let live_waiter = tokio::spawn(async move { c_lock.acquire().await });
+    while !queued(2).await {
+        assert!(Instant::now() < deadline, "the second waiter is queued");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The head of the queue goes silent for good; the holder releases.
+    dead_faults.0.blackhole();
+    held.release().await.unwrap();
+    // The live waiter is granted once the dead one's place lapses (about 5 s), not never.
+    let guard = within(Duration::from_secs(10), "the live waiter's grant", live_waiter).await.unwrap().unwrap();
+    assert!(guard.is_held());
+    guard.release().await.unwrap();
+    dead_waiter.abort();
+}

@@ -1,0 +1,236 @@
+//! The conformance harness of the PostgreSQL backend, shared by the test files: every client is
+//! a provider of its own behind a fault proxy of its own, in front of a real PostgreSQL server.
+
+#![allow(dead_code, unreachable_pub, missing_docs, clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lockkit_postgres::{PostgresLockProvider, PostgresLockProviderBuilder};
+use lockkit_testkit::fixture::PostgresServer;
+use lockkit_testkit::proxy::FaultProxy;
+use lockkit_testkit::{ClientFaults, FaultResult, Harness, NoFaults, TestClient, Timing, Unsupported};
+use tokio::sync::Mutex;
+
+/// A bound for things that take a few round trips on a loaded machine.
+pub const OPERATION: Duration = Duration::from_secs(3);
+
+/// Awaits `future`, failing the test with `what` when it takes longer than `bound`.
+pub async fn within<T>(bound: Duration, what: &str, future: impl std::future::Future<Output = T>) -> T {
+    match tokio::time::timeout(bound, future).await {
+        Ok(value) => value,
+        Err(_) => panic!("{what} did not happen within {bound:?}"),
+    }
+}
+
+/// The lease of test clients: short, so that the expiry cases take seconds.
+pub const LEASE: Duration = Duration::from_secs(2);
+pub const RENEW_EVERY: Duration = Duration::from_millis(500);
+pub const RESPONSE_TIMEOUT: Duration = Duration::from_millis(600);
+pub const DRIFT: Duration = Duration::from_millis(50);
+
+/// The settings of a test client; the URL is set per client.
+pub fn test_builder() -> PostgresLockProviderBuilder {
+    PostgresLockProvider::builder()
+        .lease(LEASE)
+        .renew_every(RENEW_EVERY)
+        .response_timeout(RESPONSE_TIMEOUT)
+        .drift(DRIFT)
+}
+
+/// Runs the kit against a PostgreSQL server.
+pub struct PostgresHarness {
+    name: &'static str,
+    upstream: SocketAddr,
+    server: Option<Arc<Mutex<PostgresServer>>>,
+}
+
+/// The URL of the server at `addr` as the test superuser.
+pub fn url_of(addr: SocketAddr) -> String {
+    format!("postgres://postgres@{addr}/postgres")
+}
+
+impl PostgresHarness {
+    /// A harness on the test process's shared server.
+    pub async fn shared() -> Self {
+        let shared = match PostgresServer::shared().await {
+            Ok(shared) => shared,
+            Err(error) => panic!("the PostgreSQL tests need a PostgreSQL server: {error}"),
+        };
+        let upstream = match shared.server() {
+            Some(server) => server.addr(),
+            None => {
+                let url = shared.url();
+                let hosts = url.split('@').next_back().unwrap().split('/').next().unwrap().to_owned();
+                tokio::net::lookup_host(hosts).await.unwrap().next().unwrap()
+            }
+        };
+        Self { name: "postgres", upstream, server: None }
+    }
+
+    /// A harness on a dedicated server.
+    pub async fn dedicated() -> Self {
+        let server = match PostgresServer::start().await {
+            Ok(server) => server,
+            Err(error) => panic!("the PostgreSQL tests need a PostgreSQL server: {error}"),
+        };
+        Self { name: "postgres (dedicated)", upstream: server.addr(), server: Some(Arc::new(Mutex::new(server))) }
+    }
+
+    pub fn upstream(&self) -> SocketAddr {
+        self.upstream
+    }
+
+    pub fn server(&self) -> Option<&Arc<Mutex<PostgresServer>>> {
+        self.server.as_ref()
+    }
+
+    /// A client with its own proxy and fault hooks, built from `builder`.
+    pub async fn client_with(
+        &self,
+        builder: PostgresLockProviderBuilder,
+    ) -> lockkit_core::Result<(PostgresLockProvider, Arc<ProxyFaults>)> {
+        let proxy = FaultProxy::start(self.upstream)
+            .await
+            .map_err(|e| lockkit_core::Error::connection("postgres", None, e).with_context("start the fault proxy"))?;
+        let provider = builder.url(url_of(proxy.addr())).build()?;
+        Ok((provider, Arc::new(ProxyFaults(proxy))))
+    }
+
+    /// A plain connection to the server as the superuser, bypassing every proxy.
+    pub async fn admin(&self) -> tokio_postgres::Client {
+        let (client, connection) = tokio_postgres::connect(
+            &format!("host=127.0.0.1 port={} user=postgres dbname=postgres", self.upstream.port()),
+            tokio_postgres::NoTls,
+        )
+        .await
+        .unwrap();
+        tokio::spawn(connection);
+        client
+    }
+}
+
+/// The fault hooks of one client: its private proxy.
+pub struct ProxyFaults(pub FaultProxy);
+
+#[async_trait]
+impl ClientFaults for ProxyFaults {
+    async fn kill(&self) -> FaultResult {
+        self.0.blackhole();
+        Ok(())
+    }
+
+    async fn blackhole(&self) -> FaultResult {
+        self.0.blackhole();
+        Ok(())
+    }
+
+    async fn heal(&self) -> FaultResult {
+        self.0.heal();
+        Ok(())
+    }
+
+    async fn cut_connection(&self) -> FaultResult {
+        self.0.cut_all();
+        Ok(())
+    }
+
+    async fn set_latency(&self, latency: Duration) -> FaultResult {
+        self.0.set_latency(latency);
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Harness for PostgresHarness {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    async fn client(&self) -> lockkit_core::Result<TestClient> {
+        let (provider, faults) = self.client_with(test_builder()).await?;
+        Ok(TestClient::new(provider, faults))
+    }
+
+    fn timing(&self) -> Timing {
+        Timing::new().with_lease(LEASE)
+    }
+
+    async fn unreachable_client(&self) -> Result<TestClient, Unsupported> {
+        let provider = test_builder().url(url_of(closed_port())).build().map_err(|_| Unsupported)?;
+        Ok(TestClient::new(provider, Arc::new(NoFaults)))
+    }
+
+    async fn delete_record(&self, name: &str) -> FaultResult {
+        let deleted = self
+            .admin()
+            .await
+            .execute("DELETE FROM lockkit.locks WHERE name = $1", &[&lockkit_postgres::stored_name(name)])
+            .await
+            .unwrap();
+        assert_eq!(deleted, 1, "the held lock {name:?} has a row");
+        Ok(())
+    }
+
+    async fn isolated(&self) -> Result<Arc<dyn Harness>, Unsupported> {
+        Ok(Arc::new(Self::dedicated().await))
+    }
+
+    async fn restart_store(&self) -> FaultResult {
+        let server = self.server.as_ref().ok_or(Unsupported)?;
+        if let Err(error) = server.lock().await.restart().await {
+            panic!("restarting postgres failed: {error}");
+        }
+        Ok(())
+    }
+
+    async fn pause_store(&self, paused: bool) -> FaultResult {
+        let server = self.server.as_ref().ok_or(Unsupported)?;
+        let mut server = server.lock().await;
+        let outcome = if paused { server.pause() } else { server.resume() };
+        if let Err(error) = outcome {
+            panic!("pausing or resuming postgres failed: {error}");
+        }
+        Ok(())
+    }
+
+    fn child_env(&self) -> Result<Vec<(String, String)>, Unsupported> {
+        Ok(vec![(lockkit_testkit::fixture::POSTGRES_URL_ENV.to_owned(), url_of(self.upstream))])
+    }
+
+    async fn invalid_configs(&self) -> Vec<(String, lockkit_core::Result<()>)> {
+        let url = url_of(self.upstream);
+        let attempt = |what: &str, builder: PostgresLockProviderBuilder| (what.to_owned(), builder.build().map(drop));
+        vec![
+            attempt("no URL", PostgresLockProvider::builder()),
+            attempt(
+                "a URL without a database",
+                PostgresLockProvider::builder().url(format!("postgres://{}", self.upstream)),
+            ),
+            attempt(
+                "a schema that is not an identifier",
+                PostgresLockProvider::builder().url(&url).schema("locks; drop"),
+            ),
+            attempt(
+                "a lease below the floor",
+                PostgresLockProvider::builder().url(&url).lease(Duration::from_millis(5)),
+            ),
+            attempt(
+                "renewal slower than the lease",
+                PostgresLockProvider::builder()
+                    .url(&url)
+                    .lease(Duration::from_secs(1))
+                    .renew_every(Duration::from_secs(2)),
+            ),
+            attempt("an unknown scheme", PostgresLockProvider::builder().url("mysql://127.0.0.1/db")),
+        ]
+    }
+}
+
+/// An address on loopback where nothing listens.
+pub fn closed_port() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap()
+}
