@@ -14,6 +14,7 @@
 //! | `lockkit_renewal_batch_size` | histogram | `backend` | holds per renewal round trip (Redis) |
 //! | `lockkit_renewal_lag_seconds` | histogram | `backend` | a renewal round trip's time from its send to its reply (Redis): the part of the lease it used up |
 //! | `lockkit_session_state_changes_total` | counter | `backend`, `state` | session state changes (ZooKeeper: `connected`, `disconnected`, `expired`, `closed`, `auth_failed`, ...) |
+//! | `lockkit_handovers_total` | counter | `backend` | grants a waiter took from a release that handed the lock to it, without a try of its own (Redis's fair queue) |
 //!
 //! `kind` is `exclusive`, `read`, `write`, `permit` or `candidate`. The number of label values
 //! is bounded: the lock's name is never a label, unless a provider opts in with
@@ -25,8 +26,8 @@
 //! record, an expired session), and for a deadline or maximum hold that passed, when
 //! something looks at the hold (its `lost()` future, `is_held()`, a renewal, its release).
 //!
-//! Backends record what only they see through [`renewal_batch`] and [`session_state`], one
-//! line each. [`describe`] registers the descriptions and units with the recorder.
+//! Backends record what only they see through [`renewal_batch`], [`session_state`] and
+//! [`handover`], one line each. [`describe`] registers the descriptions and units with the recorder.
 
 use std::time::Duration;
 #[cfg(feature = "metrics")]
@@ -54,6 +55,8 @@ pub const RENEWAL_BATCH: &str = "lockkit_renewal_batch_size";
 pub const RENEWAL_LAG: &str = "lockkit_renewal_lag_seconds";
 /// Counter: session state changes.
 pub const SESSION_STATES: &str = "lockkit_session_state_changes_total";
+/// Counter: grants taken from a hand-over.
+pub const HANDOVERS: &str = "lockkit_handovers_total";
 
 /// A provider's function from a lock name to the value of the `prefix` label
 /// ([`LockProvider::with_metrics_prefix`](crate::LockProvider::with_metrics_prefix)).
@@ -75,6 +78,7 @@ pub fn describe() {
         describe_histogram!(RENEWAL_BATCH, Unit::Count, "Holds per renewal round trip.");
         describe_histogram!(RENEWAL_LAG, Unit::Seconds, "Renewal round trips, from send to reply.");
         describe_counter!(SESSION_STATES, "Session state changes, by state.");
+        describe_counter!(HANDOVERS, "Grants taken from a release that handed the lock over.");
     }
 }
 
@@ -91,6 +95,16 @@ pub fn renewal_batch(backend: &'static str, holds: usize, lag: Duration) {
     }
     #[cfg(not(feature = "metrics"))]
     let _ = (backend, holds, lag);
+}
+
+/// Records that a waiter of `backend` took a grant that a release handed over to it. For
+/// backends; does nothing without the `metrics` feature.
+#[inline]
+pub fn handover(backend: &'static str) {
+    #[cfg(feature = "metrics")]
+    ::metrics::counter!(HANDOVERS, &[("backend", backend)]).increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = backend;
 }
 
 /// Records that the session of a `backend` client changed to `state`, labelled with its

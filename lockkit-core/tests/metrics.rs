@@ -94,7 +94,7 @@ fn acquisitions_releases_losses_and_reentries_are_counted_with_bounded_labels() 
 }
 
 #[test]
-fn backend_helpers_record_renewals_and_session_states() {
+fn backend_helpers_record_renewals_session_states_and_handovers() {
     #[derive(Debug)]
     enum State {
         SyncConnected,
@@ -103,6 +103,7 @@ fn backend_helpers_record_renewals_and_session_states() {
     metrics::with_local_recorder(&recorder, || {
         lockkit_core::metrics::renewal_batch("redis", 250, Duration::from_millis(3));
         lockkit_core::metrics::session_state("zk", &State::SyncConnected);
+        lockkit_core::metrics::handover("redis");
     });
     let values = snapshot(&recorder);
     let get = |name: &str, pairs: &[(&str, &str)]| values.get(&(name.to_owned(), labels(pairs))).copied();
@@ -110,4 +111,5 @@ fn backend_helpers_record_renewals_and_session_states() {
     assert_eq!(get(lockkit_core::metrics::RENEWAL_LAG, &[("backend", "redis")]), Some(1));
     let state = [("backend", "zk"), ("state", "sync_connected")];
     assert_eq!(get(lockkit_core::metrics::SESSION_STATES, &state), Some(1), "{values:#?}");
+    assert_eq!(get(lockkit_core::metrics::HANDOVERS, &[("backend", "redis")]), Some(1), "{values:#?}");
 }

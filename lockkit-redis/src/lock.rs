@@ -383,6 +383,7 @@ impl RedisBackend {
         let drift_per_lease = (self.settings.drift, self.settings.lease);
         let valid_until = handover_deadline(sent_at, mark, handover, Instant::now(), drift_per_lease)?;
         tracing::debug!(token = handover.token, "handed over");
+        lockkit_core::metrics::handover(BACKEND);
         Some(Taken { token: FencingToken::new(handover.token), valid_until, handed_over: true })
     }
 
