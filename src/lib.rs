@@ -27,6 +27,7 @@
 //! - `redis`: the Redis backend, `lockkit::redis`, and `redis://` URLs.
 //! - `redis-tls`: `rediss://` (TLS) for the Redis backend.
 //! - `zk`: the ZooKeeper backend, `lockkit::zk`, and `zk://` URLs.
+//! - `etcd`: the etcd backend, `lockkit::etcd`, and `etcd://` URLs.
 //! - `full`: all of them.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -44,6 +45,11 @@ pub use lockkit_redis as redis;
 #[cfg(feature = "zk")]
 #[cfg_attr(docsrs, doc(cfg(feature = "zk")))]
 pub use lockkit_zk as zk;
+
+/// The etcd backend (feature `etcd`): [`EtcdLockProvider`](lockkit_etcd::EtcdLockProvider).
+#[cfg(feature = "etcd")]
+#[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
+pub use lockkit_etcd as etcd;
 
 /// The local-file backend (Unix): [`FileLockProvider`](lockkit_file::FileLockProvider).
 #[cfg(unix)]

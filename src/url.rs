@@ -25,11 +25,13 @@ const FEATURES: &[(&str, &str)] = &[
     ("redis+sentinel", "redis"),
     ("rediss+sentinel", "redis-tls"),
     ("zk", "zk"),
+    ("etcd", "etcd"),
+    ("etcds", "etcd"),
 ];
 
 /// Registers the backends this crate's features build in (`file` on Unix, `redis`,
 /// `rediss`, `redis+sentinel` and `rediss+sentinel` with feature `redis`, `zk` with feature
-/// `zk`) in the scheme table. [`connect`]
+/// `zk`, `etcd` with feature `etcd`) in the scheme table. [`connect`]
 /// does it on first use; call it yourself only to list or look up schemes before that.
 pub fn register_builtin_schemes() {
     static ONCE: Once = Once::new();
@@ -40,6 +42,8 @@ pub fn register_builtin_schemes() {
         config::register(lockkit_redis::SCHEME);
         #[cfg(feature = "zk")]
         config::register(lockkit_zk::SCHEME);
+        #[cfg(feature = "etcd")]
+        config::register(lockkit_etcd::SCHEME);
     });
 }
 
@@ -54,6 +58,7 @@ pub fn register_builtin_schemes() {
 /// | `rediss://…` | Redis over TLS (feature `redis-tls`) | as `redis://` |
 /// | `redis+sentinel://[user:password@]host:port[,host:port…]/MASTER_NAME` | the primary a Redis Sentinel names, followed across failovers (feature `redis`; `rediss+sentinel://` with `redis-tls`) | as `redis://` |
 /// | `zk://[user:password@]host:port[,host:port…][/chroot]` | ZooKeeper (feature `zk`) | `session_timeout`, `connect_timeout`, `base_path`, `drift`, `acl`, `disconnect_policy` |
+/// | `etcd://[user:password@]host:port[,host:port…][/prefix]` | etcd (feature `etcd`; `etcds://` is refused until TLS is built) | `ttl`, `drift`, `connect_timeout`, `prefix` |
 ///
 /// An option has the name of the backend builder's method that sets it. Durations are
 /// written `500ms`, `10s`, `1.5s`, `2m` or `1h`; flags are `true` or `false`; credentials and
@@ -144,6 +149,12 @@ mod tests {
     #[tokio::test]
     async fn a_scheme_whose_feature_is_off_names_the_feature() {
         assert!(message(connect("zk://127.0.0.1:1").await).contains("`zk` feature"));
+    }
+
+    #[cfg(not(feature = "etcd"))]
+    #[tokio::test]
+    async fn the_etcd_scheme_names_its_feature() {
+        assert!(message(connect("etcd://127.0.0.1:1").await).contains("`etcd` feature"));
     }
 
     #[tokio::test]
