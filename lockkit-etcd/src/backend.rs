@@ -118,7 +118,17 @@ impl EtcdBackend {
         };
         let txn = Txn::new().when([condition]).and_then([put, get_own.clone(), head.clone()]).or_else([get_own, head]);
         pending.sent = true;
-        let reply = self.txn(&mut client, txn, lock).await?;
+        let reply = match tokio::time::timeout(self.config.connect_timeout, client.txn(txn)).await {
+            Ok(Ok(reply)) => reply,
+            Ok(Err(error)) if is_lease_gone(&error) => {
+                // Revoked or expired before the watchdog noticed: end it, and try on a new one.
+                session.end(LossReason::SessionExpired);
+                pending.sent = false;
+                return Ok(Try::Vanished);
+            }
+            Ok(Err(error)) => return Err(self.error(error, lock)),
+            Err(_) => return Err(unreachable(&self.config, Some(lock))),
+        };
         request.note_reached();
         let mut gets = reply.op_responses().into_iter().filter_map(|op| match op {
             TxnOpResponse::Get(get) => Some(get),
@@ -215,6 +225,12 @@ impl EtcdBackend {
         };
         Grant::new(token, signal, Box::new(held))
     }
+}
+
+/// Whether etcd refused a request because the lease it names is gone.
+fn is_lease_gone(error: &etcd_client::Error) -> bool {
+    matches!(error, etcd_client::Error::GRpcStatus(status)
+        if status.code() == tonic::Code::NotFound && status.message().contains("lease not found"))
 }
 
 /// The options that read the first-created key under a prefix.
