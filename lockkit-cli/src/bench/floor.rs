@@ -2,7 +2,9 @@
 //! the same run as the lock figures. Redis: `PING` on a plain multiplexed connection of the
 //! `redis` crate. ZooKeeper: `exists` of the base path, and create+delete of an ephemeral
 //! node, on a session of zookeeper-client (the `create` is the write a lock needs; the
-//! `exists` the cheapest request). The memory and file backends make no network round trip,
+//! `exists` the cheapest request). etcd: a `Get` round trip, and a put plus delete of a key
+//! bound to a lease, on a client of etcd-client; etcd's own `Lock`/`Unlock` service cycle is
+//! measured beside it. The memory and file backends make no network round trip,
 //! so they have no floor.
 
 use std::time::{Duration, Instant};
@@ -26,6 +28,20 @@ pub(crate) enum Floor {
     Redis(redis::aio::MultiplexedConnection, String),
     /// A ZooKeeper session of its own, and the znodes it plays with.
     Zk(Box<ZkFloor>),
+    /// An etcd client, its provider's lease, and the key it plays with.
+    Etcd(Box<EtcdFloor>),
+}
+
+/// The etcd side of the floor.
+pub(crate) struct EtcdFloor {
+    /// Kept so that the lease lives as long as the floor.
+    _provider: lockkit::etcd::EtcdLockProvider,
+    client: lockkit::etcd::etcd_client::Client,
+    lease: i64,
+    /// The key put and deleted for the floor.
+    key: String,
+    /// The name given to etcd's own Lock service.
+    lock_name: String,
 }
 
 /// The ZooKeeper side of the floor.
@@ -95,6 +111,25 @@ impl Floor {
                     recipe_dir,
                 }))))
             }
+            "etcd" => {
+                let open = |e: lockkit::Error| {
+                    Failure::from_lock_error(&e, &format!("floor: cannot open a client of {}", url.shown))
+                };
+                let builder = lockkit::etcd::EtcdLockProviderBuilder::from_url(&url.store).map_err(open)?;
+                let provider = builder.build().map_err(open)?;
+                let client = provider.etcd_client().await.map_err(open)?;
+                let lease = provider.lease_id().await.map_err(open)?;
+                let probe = provider.lock_prefix("probe").map_err(|e| Failure::from_lock_error(&e, "floor"))?;
+                let root = probe.split_once('/').map(|(root, _)| root.to_owned()).unwrap_or_default();
+                let id = super::run_id();
+                Ok(Some(Floor::Etcd(Box::new(EtcdFloor {
+                    _provider: provider,
+                    client,
+                    lease,
+                    key: format!("{root}/lockkit-bench-floor-{id}"),
+                    lock_name: format!("{root}/lockkit-bench-floor-{id}-lock-service"),
+                }))))
+            }
             _ => Ok(None),
         }
     }
@@ -104,6 +139,7 @@ impl Floor {
         match self {
             Floor::Redis(..) => "Redis PING on a plain connection of the redis crate",
             Floor::Zk(_) => "ZooKeeper create+delete of an ephemeral node (zookeeper-client, one session)",
+            Floor::Etcd(_) => "etcd put+delete of a key bound to a lease (etcd-client, one client)",
         }
     }
 
@@ -183,6 +219,27 @@ impl Floor {
                 let notify = start.elapsed();
                 delete.await.map_err(|e| zk_failure(url, &e))?;
                 Ok(Sample { main, exists: Some(exists), notify: Some(notify), recipe: Some(recipe) })
+            }
+            Floor::Etcd(floor) => {
+                use lockkit::etcd::etcd_client::{LockOptions, PutOptions};
+                let failed = |e: lockkit::etcd::etcd_client::Error| {
+                    Failure::new(UNAVAILABLE, format!("floor: {} failed: {e}", url.shown))
+                };
+                let start = Instant::now();
+                floor.client.get(floor.key.as_str(), None).await.map_err(failed)?;
+                let exists = start.elapsed();
+                let start = Instant::now();
+                let put = PutOptions::new().with_lease(floor.lease);
+                floor.client.put(floor.key.as_str(), "", Some(put)).await.map_err(failed)?;
+                floor.client.delete(floor.key.as_str(), None).await.map_err(failed)?;
+                let main = start.elapsed();
+                // etcd's own Lock service, on the same lease: lock, then unlock by the key it returns.
+                let start = Instant::now();
+                let options = LockOptions::new().with_lease(floor.lease);
+                let locked = floor.client.lock(floor.lock_name.as_str(), Some(options)).await.map_err(failed)?;
+                floor.client.unlock(locked.key().to_vec()).await.map_err(failed)?;
+                let recipe = start.elapsed();
+                Ok(Sample { main, exists: Some(exists), notify: None, recipe: Some(recipe) })
             }
         }
     }
