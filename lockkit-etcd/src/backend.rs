@@ -25,6 +25,9 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 /// The longest pause between two tries of an acquisition after connection failures.
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
+/// How many times a release is sent before its outcome is reported unknown.
+const RELEASE_TRIES: usize = 5;
+
 /// The etcd backend: one provider's current session and the recipe.
 pub(crate) struct EtcdBackend {
     /// This backend, for the holds and pending keys that may need a new client later.
@@ -427,13 +430,25 @@ impl HeldLock for EtcdHeld {
             .when([Compare::create_revision(self.key.clone(), CompareOp::Equal, self.revision)])
             .and_then([TxnOp::delete(self.key.clone(), None)]);
         let mut last = None;
-        for _ in 0..3 {
+        let mut backoff = FIRST_BACKOFF;
+        for attempt in 0..RELEASE_TRIES {
+            if attempt > 0 {
+                // A member that sheds load ("too many requests") or a reconnect needs a moment.
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
             match tokio::time::timeout(self.backend_config.connect_timeout, client.txn(txn.clone())).await {
                 Ok(Ok(reply)) if reply.succeeded() => return Ok(()),
                 // After a lost reply, our own earlier delete may have been the one.
                 Ok(Ok(_)) if last.is_some() => return Ok(()),
                 Ok(Ok(_)) => return Err(Error::lost(BACKEND, &self.lock, LossReason::RecordGone)),
-                Ok(Err(e)) => last = Some(to_error(e, Some(&self.lock))),
+                Ok(Err(e)) => {
+                    let error = to_error(e, Some(&self.lock)).with_server(Some(&self.backend_config.address));
+                    if !error.is_retryable() {
+                        return Err(error);
+                    }
+                    last = Some(error);
+                }
                 Err(_) => last = Some(unreachable(&self.backend_config, Some(&self.lock))),
             }
         }

@@ -153,3 +153,36 @@ async fn unreachable_and_non_etcd_endpoints_are_clear_errors() {
     assert!(matches!(error, Error::Connection { .. } | Error::Backend { .. }), "{error}");
     assert!(error.to_string().contains("etcd"), "{error}");
 }
+
+/// The reply of the put is lost (it comes after the client gave up on it): the retry finds
+/// its own key by the attempt id in it, so the lock is granted once and no second key is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_a_lost_reply_finds_its_own_key() {
+    let h = EtcdHarness::shared().await;
+    let name = fresh_name("lost-reply");
+    let (a, a_proxy) = h.client_with(test_builder().ttl(Duration::from_secs(6))).await.unwrap();
+    a.lease_id().await.unwrap();
+    // 700 ms each way: the put reaches the member, its reply comes after the 1 s request timeout.
+    a_proxy.0.set_latency(Duration::from_millis(700));
+    let lock = a.lock(&name).unwrap();
+    let started = Instant::now();
+    let acquiring = tokio::spawn(async move {
+        let guard = lock.acquire_timeout(Duration::from_secs(20)).await;
+        (guard, started.elapsed())
+    });
+    let wait_for_put = async {
+        while h.keys_of(&name).await == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    within(Duration::from_secs(3), "the first put reaching the member", wait_for_put).await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    a_proxy.0.set_latency(Duration::ZERO);
+    let (guard, took) = within(Duration::from_secs(20), "the grant", acquiring).await.unwrap();
+    let guard = guard.unwrap();
+    // A round trip of 1.4 s outlives the 1 s request timeout: the first reply was given up on.
+    assert!(took > Duration::from_millis(1400), "granted after {took:?}, so the first reply was not lost");
+    assert_eq!(h.keys_of(&name).await, 1, "one key: the retry found the first");
+    guard.release().await.unwrap();
+    assert_eq!(h.keys_of(&name).await, 0);
+}
