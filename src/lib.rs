@@ -28,6 +28,7 @@
 //! - `redis-tls`: `rediss://` (TLS) for the Redis backend.
 //! - `zk`: the ZooKeeper backend, `lockkit::zk`, and `zk://` URLs.
 //! - `postgres`: the PostgreSQL backend, `lockkit::postgres`, and `postgres://` URLs.
+//! - `etcd`: the etcd backend, `lockkit::etcd`, and `etcd://` URLs.
 //! - `full`: all of them.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -46,6 +47,10 @@ pub use lockkit_redis as redis;
 #[cfg_attr(docsrs, doc(cfg(feature = "zk")))]
 pub use lockkit_zk as zk;
 
+/// The etcd backend (feature `etcd`): [`EtcdLockProvider`](lockkit_etcd::EtcdLockProvider).
+#[cfg(feature = "etcd")]
+#[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
+pub use lockkit_etcd as etcd;
 /// The PostgreSQL backend (feature `postgres`): [`PostgresLockProvider`](lockkit_postgres::PostgresLockProvider).
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]

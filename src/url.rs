@@ -29,12 +29,14 @@ const FEATURES: &[(&str, &str)] = &[
     ("zk", "zk"),
     ("postgres", "postgres"),
     ("postgresql", "postgres"),
+    ("etcd", "etcd"),
+    ("etcds", "etcd"),
 ];
 
 /// Registers the backends this crate's features build in (`file` on Unix, `redis`,
 /// `rediss`, `redis+sentinel`, `rediss+sentinel`, `redis+cluster` and `rediss+cluster` with
 /// feature `redis`, `zk` with feature `zk`, `postgres` and `postgresql` with feature
-/// `postgres`) in the scheme table. [`connect`]
+/// `postgres`, `etcd` with feature `etcd`) in the scheme table. [`connect`]
 /// does it on first use; call it yourself only to list or look up schemes before that.
 pub fn register_builtin_schemes() {
     static ONCE: Once = Once::new();
@@ -47,6 +49,8 @@ pub fn register_builtin_schemes() {
         config::register(lockkit_zk::SCHEME);
         #[cfg(feature = "postgres")]
         config::register(lockkit_postgres::SCHEME);
+        #[cfg(feature = "etcd")]
+        config::register(lockkit_etcd::SCHEME);
     });
 }
 
@@ -63,6 +67,7 @@ pub fn register_builtin_schemes() {
 /// | `redis+cluster://[user:password@]host:port[,host:port…]` | a Redis Cluster, any of its nodes (feature `redis`; `rediss+cluster://` with `redis-tls`) | as `redis://` |
 /// | `zk://[user:password@]host:port[,host:port…][/chroot]` | ZooKeeper (feature `zk`) | `session_timeout`, `connect_timeout`, `base_path`, `drift`, `acl`, `disconnect_policy` |
 /// | `postgres://[user[:password]@]host[:port]/database` (or `postgresql://`) | PostgreSQL (feature `postgres`) | `lease`, `renew_every`, `response_timeout`, `drift`, `schema`, `migrate` |
+/// | `etcd://[user:password@]host:port[,host:port…][/prefix]` | etcd (feature `etcd`; `etcds://` is refused until TLS is built) | `ttl`, `drift`, `connect_timeout`, `prefix`, `max_hold` |
 ///
 /// An option has the name of the backend builder's method that sets it. Durations are
 /// written `500ms`, `10s`, `1.5s`, `2m` or `1h`; flags are `true` or `false`; credentials and
@@ -160,6 +165,12 @@ mod tests {
     async fn postgres_without_its_feature_names_the_feature() {
         assert!(message(connect("postgres://app@127.0.0.1:1/db").await).contains("`postgres` feature"));
         assert!(message(connect("postgresql://app@127.0.0.1:1/db").await).contains("`postgres` feature"));
+    }
+
+    #[cfg(not(feature = "etcd"))]
+    #[tokio::test]
+    async fn the_etcd_scheme_names_its_feature() {
+        assert!(message(connect("etcd://127.0.0.1:1").await).contains("`etcd` feature"));
     }
 
     #[tokio::test]

@@ -8,7 +8,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::exit;
 
 const URL_HELP: &str = "The lock store: mem://, file:///dir, redis://[user:password@]host:port[/db], \
-rediss://…, zk://host:port[,host:port…][/chroot], with options in the query string \
+rediss://…, zk://host:port[,host:port…][/chroot], etcd://host:port[,host:port…][/prefix], with options in the query string \
 (e.g. ?lease=10s). Default: $LOCKKIT_URL, else file:// (a per-user directory on this machine)";
 
 /// Run commands under distributed locks (Redis, ZooKeeper, local files) and inspect locks.
@@ -65,7 +65,7 @@ pub(crate) enum Command {
     ///
     /// In one run, on the store named by --url: the floor (the raw round trip of the same
     /// client library: Redis PING; ZooKeeper exists and create+delete of an ephemeral node;
-    /// none for mem:// and file://), one client's acquire+release cycles, --clients clients
+    /// etcd Get and put+delete bound to a lease; none for mem:// and file://), one client's acquire+release cycles, --clients clients
     /// on one lock (acquisitions/s, share passed to another client, hand-off and wait
     /// latency), --locks locks held for a few renewal rounds (round trips per tick, client CPU
     /// and memory per held lock) and --locks distinct locks one after another and at once.

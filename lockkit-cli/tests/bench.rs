@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use lockkit_testkit::fixture::{RedisServer, ZkServer};
+use lockkit_testkit::fixture::{EtcdServer, RedisServer, ZkServer};
 use serde_json::Value;
 
 use common::run;
@@ -108,6 +108,19 @@ async fn bench_on_zookeeper_reports_both_floors() {
     assert!(number(&json, "uncontended", "cycle_p50_ratio") > 0.0);
     check_common(&json, 50.0);
     assert!(json["targets"].as_array().unwrap().iter().any(|t| t["figure"] == "many_locks.speedup"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_on_etcd_reports_its_floors_and_the_lock_service_beside() {
+    let url = EtcdServer::shared().await.expect("etcd starts").url();
+    let json = bench_json(&url).await;
+    assert_eq!(json["backend"], "etcd");
+    assert!(json["floor_kind"].as_str().is_some_and(|floor| floor.contains("put+delete")), "{json:#}");
+    for key in ["get_p50_us", "put_delete_p50_us", "lock_service_p50_us"] {
+        assert!(number(&json, "floor", key) > 0.0, "{key}");
+    }
+    assert!(number(&json, "uncontended", "cycle_p50_ratio") > 0.0);
+    check_common(&json, 50.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

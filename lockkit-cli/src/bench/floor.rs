@@ -4,7 +4,9 @@
 //! the primary of the slot of the raw scripts' key, as a lock's scripts are). ZooKeeper: `exists` of the base path, and create+delete of an ephemeral
 //! node, on a session of zookeeper-client (the `create` is the write a lock needs; the
 //! `exists` the cheapest request). PostgreSQL: `SELECT 1` on a plain tokio-postgres
-//! connection. The memory and file backends make no network round trip,
+//! connection. etcd: a `Get` round trip, and a put plus delete of a key
+//! bound to a lease, on a client of etcd-client; etcd's own `Lock`/`Unlock` service cycle is
+//! measured beside it. The memory and file backends make no network round trip,
 //! so they have no floor.
 
 use std::time::{Duration, Instant};
@@ -34,6 +36,20 @@ pub(crate) enum Floor {
     Zk(Box<ZkFloor>),
     /// A plain tokio-postgres connection with the provider's settings.
     Postgres(lockkit::postgres::tokio_postgres::Client),
+    /// An etcd client, its provider's lease, and the key it plays with.
+    Etcd(Box<EtcdFloor>),
+}
+
+/// The etcd side of the floor.
+pub(crate) struct EtcdFloor {
+    /// Kept so that the lease lives as long as the floor.
+    _provider: lockkit::etcd::EtcdLockProvider,
+    client: lockkit::etcd::etcd_client::Client,
+    lease: i64,
+    /// The key put and deleted for the floor.
+    key: String,
+    /// The name given to etcd's own Lock service.
+    lock_name: String,
 }
 
 /// The ZooKeeper side of the floor.
@@ -192,6 +208,25 @@ impl Floor {
                     .map_err(open)?;
                 Ok(Some(Floor::Postgres(provider.open_client().await.map_err(open)?)))
             }
+            "etcd" => {
+                let open = |e: lockkit::Error| {
+                    Failure::from_lock_error(&e, &format!("floor: cannot open a client of {}", url.shown))
+                };
+                let builder = lockkit::etcd::EtcdLockProviderBuilder::from_url(&url.store).map_err(open)?;
+                let provider = builder.build().map_err(open)?;
+                let client = provider.etcd_client().await.map_err(open)?;
+                let lease = provider.lease_id().await.map_err(open)?;
+                let probe = provider.lock_prefix("probe").map_err(|e| Failure::from_lock_error(&e, "floor"))?;
+                let root = probe.split_once('/').map(|(root, _)| root.to_owned()).unwrap_or_default();
+                let id = super::run_id();
+                Ok(Some(Floor::Etcd(Box::new(EtcdFloor {
+                    _provider: provider,
+                    client,
+                    lease,
+                    key: format!("{root}/lockkit-bench-floor-{id}"),
+                    lock_name: format!("{root}/lockkit-bench-floor-{id}-lock-service"),
+                }))))
+            }
             _ => Ok(None),
         }
     }
@@ -205,6 +240,7 @@ impl Floor {
             }
             Floor::Zk(_) => "ZooKeeper create+delete of an ephemeral node (zookeeper-client, one session)",
             Floor::Postgres(_) => "PostgreSQL SELECT 1 on a plain tokio-postgres connection",
+            Floor::Etcd(_) => "etcd put+delete of a key bound to a lease (etcd-client, one client)",
         }
     }
 
@@ -293,6 +329,27 @@ impl Floor {
                 let notify = start.elapsed();
                 delete.await.map_err(|e| zk_failure(url, &e))?;
                 Ok(Sample { main, exists: Some(exists), notify: Some(notify), recipe: Some(recipe) })
+            }
+            Floor::Etcd(floor) => {
+                use lockkit::etcd::etcd_client::{LockOptions, PutOptions};
+                let failed = |e: lockkit::etcd::etcd_client::Error| {
+                    Failure::new(UNAVAILABLE, format!("floor: {} failed: {e}", url.shown))
+                };
+                let start = Instant::now();
+                floor.client.get(floor.key.as_str(), None).await.map_err(failed)?;
+                let exists = start.elapsed();
+                let start = Instant::now();
+                let put = PutOptions::new().with_lease(floor.lease);
+                floor.client.put(floor.key.as_str(), "", Some(put)).await.map_err(failed)?;
+                floor.client.delete(floor.key.as_str(), None).await.map_err(failed)?;
+                let main = start.elapsed();
+                // etcd's own Lock service, on the same lease: lock, then unlock by the key it returns.
+                let start = Instant::now();
+                let options = LockOptions::new().with_lease(floor.lease);
+                let locked = floor.client.lock(floor.lock_name.as_str(), Some(options)).await.map_err(failed)?;
+                floor.client.unlock(locked.key().to_vec()).await.map_err(failed)?;
+                let recipe = start.elapsed();
+                Ok(Sample { main, exists: Some(exists), notify: None, recipe: Some(recipe) })
             }
         }
     }

@@ -63,6 +63,7 @@ impl Url {
             "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" | "redis+cluster" | "rediss+cluster" => "redis",
             "zk" => "zk",
             "postgres" | "postgresql" => "postgres",
+            "etcd" | "etcds" => "etcd",
             "file" => "file",
             "mem" => "mem",
             _ => "unknown",
@@ -289,6 +290,36 @@ impl Bench {
                 let (p50, p99) = (floor_main.micros(0.5), floor_main.micros(0.99));
                 self.report.add_ratio(section, "select1_p50", "SELECT 1 p50", p50, Unit::Micros, Some(1.0));
                 self.report.add(section, "select1_p99", "SELECT 1 p99", p99, Unit::Micros);
+            }
+            "etcd" => {
+                self.floor_p50 = Some(floor_main.micros(0.5));
+                let (g50, g99, c50, c99, l50) = (
+                    floor_exists.micros(0.5),
+                    floor_exists.micros(0.99),
+                    floor_main.micros(0.5),
+                    floor_main.micros(0.99),
+                    floor_recipe.micros(0.5),
+                );
+                let (rg50, rl50) = (self.ratio(g50), self.ratio(l50));
+                self.report.add_ratio(section, "get_p50", "Get p50", g50, Unit::Micros, rg50);
+                self.report.add(section, "get_p99", "Get p99", g99, Unit::Micros);
+                self.report.add_ratio(
+                    section,
+                    "put_delete_p50",
+                    "put+delete bound to a lease p50",
+                    c50,
+                    Unit::Micros,
+                    Some(1.0),
+                );
+                self.report.add(section, "put_delete_p99", "put+delete bound to a lease p99", c99, Unit::Micros);
+                self.report.add_ratio(
+                    section,
+                    "lock_service_p50",
+                    "etcd's own Lock+Unlock service cycle, no lockkit, p50",
+                    l50,
+                    Unit::Micros,
+                    rl50,
+                );
             }
             _ => {}
         }

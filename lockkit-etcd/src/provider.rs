@@ -1,0 +1,133 @@
+//! The provider users hold: an etcd client handing out lock handles, and the `etcd` scheme.
+
+use std::ops::Deref;
+use std::sync::Arc;
+
+use lockkit_core::config::{ConnectFuture, Scheme, StoreUrl};
+use lockkit_core::{LockName, LockProvider, Result};
+
+use crate::BACKEND;
+use crate::backend::EtcdBackend;
+use crate::config::{EtcdConfig, EtcdLockProviderBuilder};
+
+/// The `etcd` scheme: `etcd://[user:password@]host:port[,host:port…][/prefix][?option=value&…]`,
+/// for the scheme table of `lockkit_core::config` (the `lockkit` facade registers it). Its
+/// `connect` is [`EtcdLockProvider::connect`]'s: eager and health-checked. `etcds://` is
+/// recognised and refused with a clear error until TLS is built.
+pub const SCHEME: Scheme = Scheme { names: &["etcd", "etcds"], backend: BACKEND, connect: connect_url };
+
+fn connect_url(url: StoreUrl) -> ConnectFuture {
+    Box::pin(async move { EtcdLockProvider::connect_to(&url).await.map(LockProvider::from) })
+}
+
+/// An etcd client that hands out lock handles: one client and one lease at a time (a new
+/// pair after the lease ended, or when the runtime it ran on shut down), shared by every
+/// handle of the provider. Cheap to clone; clones share the lease.
+///
+/// It dereferences to [`LockProvider`], so `provider.lock(name)` works directly, and converts
+/// into one with `LockProvider::from`.
+///
+/// ```no_run
+/// use lockkit_etcd::EtcdLockProvider;
+///
+/// # async fn demo() -> lockkit_core::Result<()> {
+/// let provider = EtcdLockProvider::connect("etcd://127.0.0.1:2379/myapp").await?;
+/// let lock = provider.lock("orders/42")?;
+/// let guard = lock.acquire().await?;
+/// println!("holding with fencing token {}", guard.token());
+/// guard.release().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct EtcdLockProvider {
+    pub(crate) provider: LockProvider,
+    backend: Arc<EtcdBackend>,
+}
+
+impl EtcdLockProvider {
+    /// A builder for every setting; its `build` is lazy (no I/O).
+    pub fn builder() -> EtcdLockProviderBuilder {
+        EtcdLockProviderBuilder::default()
+    }
+
+    /// Connects to the store an `etcd://` URL names, eagerly: checks every setting, connects,
+    /// and grants the provider's lease, so that a provider returned is one that reached its
+    /// store.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) for a URL or setting that
+    /// cannot be used, before any I/O; a retryable
+    /// [`Error::Connection`](lockkit_core::Error::Connection) naming the members when none
+    /// answers (or the endpoint does not speak etcd's protocol) within the connect timeout;
+    /// [`Error::Backend`](lockkit_core::Error::Backend) for what the server refuses (wrong
+    /// credentials, say).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a lease granted before the future was dropped is left to expire after its
+    /// TTL, with no key bound to it.
+    pub async fn connect(url: &str) -> Result<EtcdLockProvider> {
+        Self::connect_to(&StoreUrl::parse(url)?).await
+    }
+
+    async fn connect_to(url: &StoreUrl) -> Result<EtcdLockProvider> {
+        let provider = EtcdLockProviderBuilder::from_url(url)?.build()?;
+        provider.backend.session().await?;
+        Ok(provider)
+    }
+
+    pub(crate) fn new(config: EtcdConfig) -> EtcdLockProvider {
+        let backend = EtcdBackend::new(config);
+        EtcdLockProvider { provider: LockProvider::new(backend.clone()), backend }
+    }
+
+    /// The etcd client of the provider's current lease (a new client and lease if there is
+    /// none, it ended, or its runtime shut down), for requests of your own: a transaction
+    /// guarded by the lock key's create revision, say, or a measurement of the raw round trip.
+    ///
+    /// The client's type comes from [`etcd_client`](crate::etcd_client), which is outside
+    /// lockkit's semver promise.
+    ///
+    /// # Errors
+    ///
+    /// As for [`connect`](Self::connect).
+    pub async fn etcd_client(&self) -> Result<etcd_client::Client> {
+        self.backend.client().await
+    }
+
+    /// The id of the provider's current lease, which every hold's key is bound to (a new
+    /// lease if there is none or it ended).
+    ///
+    /// # Errors
+    ///
+    /// As for [`connect`](Self::connect).
+    pub async fn lease_id(&self) -> Result<i64> {
+        Ok(self.backend.session().await?.lease)
+    }
+
+    /// The key prefix of the lock called `name`: its contender keys are
+    /// `<prefix>/<escaped name>/<attempt id>`. For operators and tests.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`](lockkit_core::Error::InvalidName) for a bad name.
+    pub fn lock_prefix(&self, name: &str) -> Result<String> {
+        Ok(self.backend.config.lock_prefix(&LockName::new(name)?))
+    }
+}
+
+impl Deref for EtcdLockProvider {
+    type Target = LockProvider;
+
+    fn deref(&self) -> &LockProvider {
+        &self.provider
+    }
+}
+
+impl From<EtcdLockProvider> for LockProvider {
+    fn from(provider: EtcdLockProvider) -> LockProvider {
+        provider.provider
+    }
+}

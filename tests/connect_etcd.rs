@@ -1,0 +1,33 @@
+//! `lockkit::connect` against a real etcd member: the `etcd://` URL picks the backend and its
+//! options, and bad URLs are refused before any I/O.
+
+#![cfg(feature = "etcd")]
+#![allow(clippy::unwrap_used)]
+
+use lockkit::{Error, connect};
+use lockkit_testkit::fixture::EtcdServer;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_urls_carry_their_options() {
+    let server = EtcdServer::shared().await.unwrap_or_else(|e| panic!("{e}"));
+    let url = format!("{}/connect-test?ttl=4s&drift=300ms&connect_timeout=2s", server.url());
+    let provider = connect(&url).await.unwrap();
+    assert!(provider.capabilities().fair && provider.capabilities().lease);
+    let guard = provider.lock("connect/etcd").unwrap().acquire().await.unwrap();
+    let second = connect(&url).await.unwrap();
+    assert!(second.lock("connect/etcd").unwrap().try_acquire().await.unwrap().is_none());
+    let info = second.inspect("connect/etcd").await.unwrap();
+    let holder = info.holder().unwrap();
+    assert_eq!(holder.token, guard.token());
+    assert!(holder.lease_left.is_some_and(|left| left.as_secs() <= 4), "{holder:?}");
+    guard.release().await.unwrap();
+    assert!(second.inspect("connect/etcd").await.unwrap().is_idle());
+    for bad in [
+        format!("{}?ttl=1s", server.url()),
+        format!("{}/a//b", server.url()),
+        format!("{},etcds://127.0.0.1:1", server.url()),
+        server.url().replacen("etcd://", "etcds://", 1),
+    ] {
+        assert!(matches!(connect(&bad).await, Err(Error::InvalidConfig { .. })), "{bad} is refused");
+    }
+}
