@@ -66,7 +66,7 @@ pub fn register_builtin_schemes() {
 /// | `redis+sentinel://[user:password@]host:port[,host:port…]/MASTER_NAME` | the primary a Redis Sentinel names, followed across failovers (feature `redis`; `rediss+sentinel://` with `redis-tls`) | as `redis://` |
 /// | `redis+cluster://[user:password@]host:port[,host:port…]` | a Redis Cluster, any of its nodes (feature `redis`; `rediss+cluster://` with `redis-tls`) | as `redis://` |
 /// | `zk://[user:password@]host:port[,host:port…][/chroot]` | ZooKeeper (feature `zk`) | `session_timeout`, `connect_timeout`, `base_path`, `drift`, `acl`, `disconnect_policy` |
-/// | `postgres://[user[:password]@]host[:port]/database` (or `postgresql://`) | PostgreSQL (feature `postgres`) | `lease`, `renew_every`, `response_timeout`, `drift`, `schema`, `migrate` |
+/// | `postgres://[user[:password]@]host[:port]/database` (or `postgresql://`) | PostgreSQL (feature `postgres`) | `lease`, `renew_every`, `response_timeout`, `drift`, `schema`, `migrate`, `max_hold` |
 /// | `etcd://[user:password@]host:port[,host:port…][/prefix]` | etcd (feature `etcd`; `etcds://` is refused until TLS is built) | `ttl`, `drift`, `connect_timeout`, `prefix`, `max_hold` |
 ///
 /// An option has the name of the backend builder's method that sets it. Durations are
