@@ -34,18 +34,23 @@ impl Table {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Grants `lock` to `attempt` if it is free: the store's one atomic step.
-    fn try_grant(&self, lock: &LockName, attempt: Uuid) -> Option<(FencingToken, HoldSignal)> {
+    /// Grants `lock` to `attempt` if it is free: the store's one atomic step. Refused, the
+    /// holder's signal, to wait on.
+    ///
+    /// A hold lost on its own (its maximum hold reached) no longer holds: this store has no
+    /// lease that would expire its record, so the record is taken over here. A hold being
+    /// released still holds until its release frees the record.
+    fn try_grant(&self, lock: &LockName, attempt: Uuid) -> std::result::Result<(FencingToken, HoldSignal), HoldSignal> {
         let mut state = self.state();
-        if state.holders.contains_key(lock) {
-            return None;
+        if let Some((_, _, holder)) = state.holders.get(lock).filter(|(_, _, signal)| signal.loss().is_none()) {
+            return Err(holder.clone());
         }
         state.last_token += 1;
         let token = FencingToken::new(state.last_token);
         // No lease: the hold lasts until released or lost (`valid_until` is `None`).
         let signal = HoldSignal::new(BACKEND, lock.clone(), None);
         state.holders.insert(lock.clone(), (token, attempt, signal.clone()));
-        Some((token, signal))
+        Ok((token, signal))
     }
 
     /// Restarts the "server": every hold is lost, the token counter is kept (as a store that
@@ -93,15 +98,23 @@ impl LockBackend for TableBackend {
         loop {
             // Register for the wake-up before trying, so that a release in between is seen.
             let freed = self.table.freed.notified();
-            if let Some((token, signal)) = self.table.try_grant(&request.lock, request.attempt) {
-                let held = TableHold { table: Arc::clone(&self.table), lock: request.lock, attempt: request.attempt };
-                return Ok(Some(Grant::new(token, signal, Box::new(held))));
-            }
+            let holder = match self.table.try_grant(&request.lock, request.attempt) {
+                Ok((token, signal)) => {
+                    let held =
+                        TableHold { table: Arc::clone(&self.table), lock: request.lock, attempt: request.attempt };
+                    return Ok(Some(Grant::new(token, signal, Box::new(held))));
+                }
+                Err(holder) => holder,
+            };
             match request.deadline {
                 Deadline::Now => return Ok(None),
                 // The core drops this future at a finite deadline; nothing to clean up, since
-                // a waiter leaves no trace in this store.
-                Deadline::At(_) | Deadline::Never => freed.await,
+                // a waiter leaves no trace in this store. A hold may also end on its own (its
+                // maximum hold), with no release to wake the waiters.
+                Deadline::At(_) | Deadline::Never => tokio::select! {
+                    () = freed => {}
+                    _ = holder.ended() => {}
+                },
             }
         }
     }
@@ -112,6 +125,7 @@ impl LockBackend for TableBackend {
             .state()
             .holders
             .get(lock)
+            .filter(|(_, _, signal)| signal.loss().is_none())
             .map(|(token, attempt, _)| HolderInfo::new(*token, attempt.to_string()))
             .into_iter()
             .collect();
