@@ -488,8 +488,31 @@ impl HeldLock for EtcdHeld {
                 Err(_) => last = Some(unreachable(&self.backend_config, Some(&self.lock))),
             }
         }
+        // The key is bound to the provider's lease, which the provider's other holds keep
+        // alive: a release that could not reach the store must not leave it behind for as long
+        // as the provider lives. Go on deleting it in the background while the lease is kept
+        // alive; once it is not, the key ends with it.
+        tokio::spawn(delete_while_alive(Arc::clone(&self.session), client, txn, self.backend_config.connect_timeout));
         Err(last
             .unwrap_or_else(|| unreachable(&self.backend_config, Some(&self.lock)))
             .with_server(Some(&self.backend_config.address)))
+    }
+}
+
+/// Sends `delete` (a hold's conditioned delete) once a second until it is answered, or until
+/// `session`'s lease is no longer kept alive.
+async fn delete_while_alive(session: Arc<Session>, mut client: Client, delete: Txn, timeout: Duration) {
+    while session.is_alive() {
+        tokio::time::sleep(MAX_BACKOFF).await;
+        match tokio::time::timeout(timeout, client.txn(delete.clone())).await {
+            // Deleted, or gone already (the condition names this hold's incarnation only).
+            Ok(Ok(_)) => return,
+            Ok(Err(error)) => {
+                if !to_error(error, None).is_retryable() {
+                    return;
+                }
+            }
+            Err(_) => {}
+        }
     }
 }
