@@ -325,3 +325,39 @@ async fn pump(mut from: ReadHalf<'_>, mut to: WriteHalf<'_>, control: watch::Rec
     };
     tokio::try_join!(reader, writer).map(drop)
 }
+
+/// The fault hooks of a client whose every connection goes through one [`FaultProxy`]: what a
+/// harness hands to [`TestClient::new`](crate::TestClient::new) for a networked store.
+///
+/// `kill` blackholes the proxy for good: a dead process sends nothing more and never heals,
+/// and its lease or session runs out on the server.
+#[derive(Debug)]
+pub struct ProxyFaults(pub FaultProxy);
+
+#[async_trait::async_trait]
+impl crate::ClientFaults for ProxyFaults {
+    async fn kill(&self) -> crate::FaultResult {
+        self.0.blackhole();
+        Ok(())
+    }
+
+    async fn blackhole(&self) -> crate::FaultResult {
+        self.0.blackhole();
+        Ok(())
+    }
+
+    async fn heal(&self) -> crate::FaultResult {
+        self.0.heal();
+        Ok(())
+    }
+
+    async fn cut_connection(&self) -> crate::FaultResult {
+        self.0.cut_all();
+        Ok(())
+    }
+
+    async fn set_latency(&self, latency: Duration) -> crate::FaultResult {
+        self.0.set_latency(latency);
+        Ok(())
+    }
+}

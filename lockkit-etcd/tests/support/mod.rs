@@ -3,6 +3,7 @@
 
 #![allow(dead_code, unreachable_pub, missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
+pub use lockkit_testkit::proxy::ProxyFaults;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,7 +13,7 @@ use etcd_client::{Client, GetOptions, SortOrder, SortTarget};
 use lockkit_etcd::{EtcdLockProvider, EtcdLockProviderBuilder};
 use lockkit_testkit::fixture::{ETCD_URL_ENV, EtcdServer};
 use lockkit_testkit::proxy::FaultProxy;
-use lockkit_testkit::{ClientFaults, FaultResult, Harness, NoFaults, TestClient, Timing, Unsupported};
+use lockkit_testkit::{FaultResult, Harness, NoFaults, TestClient, Timing, Unsupported};
 use tokio::sync::Mutex;
 
 /// The lease of test clients: etcd's shortest, so that the expiry cases take seconds.
@@ -113,38 +114,6 @@ impl EtcdHarness {
         let prefix = test_builder().endpoints("unused:1").build().unwrap().lock_prefix(name).unwrap();
         let reply = self.admin().await.get(prefix, Some(GetOptions::new().with_prefix())).await.unwrap();
         reply.kvs().len()
-    }
-}
-
-/// The fault hooks of one client: its private proxy.
-pub struct ProxyFaults(pub FaultProxy);
-
-#[async_trait]
-impl ClientFaults for ProxyFaults {
-    async fn kill(&self) -> FaultResult {
-        // A dead process sends nothing more and never heals.
-        self.0.blackhole();
-        Ok(())
-    }
-
-    async fn blackhole(&self) -> FaultResult {
-        self.0.blackhole();
-        Ok(())
-    }
-
-    async fn heal(&self) -> FaultResult {
-        self.0.heal();
-        Ok(())
-    }
-
-    async fn cut_connection(&self) -> FaultResult {
-        self.0.cut_all();
-        Ok(())
-    }
-
-    async fn set_latency(&self, latency: Duration) -> FaultResult {
-        self.0.set_latency(latency);
-        Ok(())
     }
 }
 

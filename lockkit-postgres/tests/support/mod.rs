@@ -3,6 +3,7 @@
 
 #![allow(dead_code, unreachable_pub, missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
+pub use lockkit_testkit::proxy::ProxyFaults;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +12,7 @@ use async_trait::async_trait;
 use lockkit_postgres::{PostgresLockProvider, PostgresLockProviderBuilder};
 use lockkit_testkit::fixture::PostgresServer;
 use lockkit_testkit::proxy::FaultProxy;
-use lockkit_testkit::{ClientFaults, FaultResult, Harness, NoFaults, TestClient, Timing, Unsupported};
+use lockkit_testkit::{FaultResult, Harness, NoFaults, TestClient, Timing, Unsupported};
 use tokio::sync::Mutex;
 
 /// A bound for things that take a few round trips on a loaded machine.
@@ -109,37 +110,6 @@ impl PostgresHarness {
         .unwrap();
         tokio::spawn(connection);
         client
-    }
-}
-
-/// The fault hooks of one client: its private proxy.
-pub struct ProxyFaults(pub FaultProxy);
-
-#[async_trait]
-impl ClientFaults for ProxyFaults {
-    async fn kill(&self) -> FaultResult {
-        self.0.blackhole();
-        Ok(())
-    }
-
-    async fn blackhole(&self) -> FaultResult {
-        self.0.blackhole();
-        Ok(())
-    }
-
-    async fn heal(&self) -> FaultResult {
-        self.0.heal();
-        Ok(())
-    }
-
-    async fn cut_connection(&self) -> FaultResult {
-        self.0.cut_all();
-        Ok(())
-    }
-
-    async fn set_latency(&self, latency: Duration) -> FaultResult {
-        self.0.set_latency(latency);
-        Ok(())
     }
 }
 

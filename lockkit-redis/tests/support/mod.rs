@@ -3,6 +3,7 @@
 
 #![allow(dead_code, unreachable_pub, missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
+pub use lockkit_testkit::proxy::ProxyFaults;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,7 +13,7 @@ use lockkit_core::LockName;
 use lockkit_redis::{RedisLockProvider, RedisLockProviderBuilder};
 use lockkit_testkit::fixture::{Persistence, RedisConfig, RedisServer};
 use lockkit_testkit::proxy::FaultProxy;
-use lockkit_testkit::{ClientFaults, FaultResult, Harness, NoFaults, TestClient, Timing, Unsupported};
+use lockkit_testkit::{FaultResult, Harness, NoFaults, TestClient, Timing, Unsupported};
 use tokio::sync::Mutex;
 
 /// A bound for things that take a few round trips on a loaded machine.
@@ -123,38 +124,6 @@ async fn resolve(url: &str) -> SocketAddr {
         panic!("LOCKKIT_REDIS_URL must name a TCP server, not {url}");
     };
     tokio::net::lookup_host((host.as_str(), port)).await.unwrap().next().unwrap()
-}
-
-/// The fault hooks of one client: its private proxy.
-pub struct ProxyFaults(pub FaultProxy);
-
-#[async_trait]
-impl ClientFaults for ProxyFaults {
-    async fn kill(&self) -> FaultResult {
-        // A dead process sends nothing more and never heals.
-        self.0.blackhole();
-        Ok(())
-    }
-
-    async fn blackhole(&self) -> FaultResult {
-        self.0.blackhole();
-        Ok(())
-    }
-
-    async fn heal(&self) -> FaultResult {
-        self.0.heal();
-        Ok(())
-    }
-
-    async fn cut_connection(&self) -> FaultResult {
-        self.0.cut_all();
-        Ok(())
-    }
-
-    async fn set_latency(&self, latency: Duration) -> FaultResult {
-        self.0.set_latency(latency);
-        Ok(())
-    }
 }
 
 #[async_trait]
