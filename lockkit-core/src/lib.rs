@@ -81,8 +81,9 @@
 //!
 //! - `metrics`: metrics through the `metrics` facade, recorded here for every backend (see
 //!   [`metrics`] for the names and labels); without it nothing is recorded and nothing costs.
-//! - `test-util`: the fault hooks of the memory backend ([`memory::MemoryLockProvider::kill`],
-//!   `partition`, [`memory::MemoryStore::delete_record`], `restart`), for conformance tests.
+//! - `test-util`: the fault hooks of the memory backend (`MemoryLockProvider::kill`,
+//!   `partition`, `MemoryStore::delete_record`, `restart`), for conformance tests. They are
+//!   named here without links so that the documentation builds with and without the feature.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod backend;

@@ -280,10 +280,13 @@
 //! - An expired counter (see [Keys](#keys)) is a counter that went back to nothing, as after
 //!   a restart without persistence: the next token is the server time in µs, above every
 //!   earlier token under the same assumption.
-//! - Eviction: under a `maxmemory` policy that evicts any key (`allkeys-*`), Redis may
-//!   evict a fence counter or a lock record. Use `noeviction` or a `volatile-*` policy. A
-//!   fence counter has an expiry (see [Keys](#keys)), so a `volatile-*` policy may evict it
-//!   as well: for tokens that is the same as its expiry, covered by the clock term.
+//! - Eviction: use the `noeviction` policy on a server that holds locks. Under any other
+//!   `maxmemory` policy Redis may evict a lock record: every record has an expiry, so the
+//!   `volatile-*` policies pick them too, and an evicted record is a lock that another client
+//!   can take at once while its holder learns of the loss only at its next renewal (or a
+//!   keyspace event), which breaks exclusion. `connect` logs a warning when the server has
+//!   a memory limit and another policy. For tokens alone an evicted fence counter is the
+//!   same as an expired one, covered by the clock term above.
 //!
 //! A server whose clock is set back, beyond what a failover took, can repeat tokens.
 //!

@@ -63,7 +63,25 @@ impl RedisLockProvider {
     pub async fn connect(url: &str) -> Result<Self> {
         let provider = RedisLockProviderBuilder::from_url(&StoreUrl::parse(url)?)?.build()?;
         provider.ping().await?;
+        provider.warn_if_evicting().await;
         Ok(provider)
+    }
+
+    /// Logs a warning when the server may evict lock records (a `maxmemory` limit with a
+    /// policy other than `noeviction`): an evicted record is a lock another client can take
+    /// while its holder learns of the loss only at its next renewal. A warning and not an
+    /// error, since managed services often set such a policy and the operator may have
+    /// memory to spare; the crate docs (Fencing, Eviction) say why `noeviction` is needed.
+    async fn warn_if_evicting(&self) {
+        if let Some(eviction) = self.backend.store().eviction().await.filter(|eviction| eviction.may_evict_locks()) {
+            tracing::warn!(
+                server = %self.backend.settings().address,
+                maxmemory = eviction.max_memory,
+                policy = %eviction.policy,
+                "this Redis server may evict lock records when it runs out of memory, which breaks exclusion: \
+                 set maxmemory-policy to noeviction"
+            );
+        }
     }
 
     pub(crate) fn from_settings(settings: Settings) -> Result<Self> {
@@ -158,6 +176,7 @@ pub(crate) fn connect_url(url: StoreUrl) -> ConnectFuture {
     Box::pin(async move {
         let provider = RedisLockProviderBuilder::from_url(&url)?.build()?;
         provider.ping().await?;
+        provider.warn_if_evicting().await;
         Ok(LockProvider::from(provider))
     })
 }

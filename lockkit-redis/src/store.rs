@@ -1198,6 +1198,22 @@ impl Store {
         }
     }
 
+    /// The server's eviction settings (`CONFIG GET maxmemory` and `maxmemory-policy`), or
+    /// `None` on a cluster (each node has its own) and where `CONFIG` is refused or answers
+    /// something else: the caller only warns, so not knowing is not an error.
+    pub(crate) async fn eviction(&self) -> Option<Eviction> {
+        if self.cluster.is_some() {
+            return None;
+        }
+        let reply: Vec<String> = self
+            .run(None, |mut connection| async move {
+                redis::cmd("CONFIG").arg("GET").arg("maxmemory*").query_async(&mut connection).await
+            })
+            .await
+            .ok()?;
+        Eviction::from_config(&reply)
+    }
+
     /// One PING (on a cluster, to every primary).
     pub(crate) async fn ping(&self) -> Result<()> {
         let _: String = self
@@ -1459,6 +1475,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn only_a_memory_limit_with_an_evicting_policy_may_evict_locks() {
+        let config = |limit: &str, policy: &str| {
+            let reply: Vec<String> =
+                ["maxmemory", limit, "maxmemory-samples", "5", "maxmemory-policy", policy].map(str::to_owned).to_vec();
+            Eviction::from_config(&reply).unwrap()
+        };
+        assert!(config("1048576", "volatile-lru").may_evict_locks());
+        assert!(config("1048576", "allkeys-lfu").may_evict_locks());
+        assert!(!config("1048576", "noeviction").may_evict_locks());
+        assert!(!config("0", "volatile-ttl").may_evict_locks());
+        assert_eq!(Eviction::from_config(&["maxmemory".to_owned()]), None);
+        assert_eq!(Eviction::from_config(&["maxmemory".to_owned(), "lots".to_owned()]), None);
+    }
+
+    #[test]
     fn key_slots_are_redis_clusters() {
         // As `CLUSTER KEYSLOT` answers.
         assert_eq!(key_slot(b"{b}k"), 3300);
@@ -1482,5 +1513,32 @@ mod tests {
         let map = parse_slot_map(&Value::Array(vec![range(0, 5460, 7000), range(5461, 16383, 7001)])).unwrap();
         assert_eq!(map, vec![(0, 5460, "127.0.0.1".to_owned(), 7000), (5461, 16383, "127.0.0.1".to_owned(), 7001)]);
         assert!(parse_slot_map(&Value::Int(1)).is_none());
+    }
+}
+
+/// What a server does when it runs out of memory: its `maxmemory` (bytes, 0 for no limit)
+/// and `maxmemory-policy`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Eviction {
+    pub(crate) max_memory: u64,
+    pub(crate) policy: String,
+}
+
+impl Eviction {
+    /// Reads a `CONFIG GET maxmemory*` reply (name, value, name, value...).
+    fn from_config(reply: &[String]) -> Option<Self> {
+        let value = |name: &str| {
+            reply.chunks_exact(2).find_map(|pair| match pair {
+                [key, value] if key == name => Some(value.clone()),
+                _ => None,
+            })
+        };
+        Some(Eviction { max_memory: value("maxmemory")?.parse().ok()?, policy: value("maxmemory-policy")? })
+    }
+
+    /// Whether the server may evict a lock record: a memory limit with a policy other than
+    /// `noeviction` (every record has an expiry, so `volatile-*` policies pick them too).
+    pub(crate) fn may_evict_locks(&self) -> bool {
+        self.max_memory > 0 && self.policy != "noeviction"
     }
 }

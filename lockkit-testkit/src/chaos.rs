@@ -71,7 +71,11 @@ pub const SEEDS_ENV: &str = "LOCKKIT_CHAOS_SEEDS";
 pub const SECS_ENV: &str = "LOCKKIT_CHAOS_SECS";
 
 /// A kind of fault the chaos run injects.
+///
+/// New kinds come with new stores and faults, so a `match` outside this crate needs a
+/// wildcard arm.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
 pub enum FaultKind {
     /// Reset one client's connections ([`ClientFaults::cut_connection`](crate::ClientFaults::cut_connection)).
     Cut,

@@ -18,7 +18,7 @@ use crate::{FencingToken, HoldKind, Leader, LeaderEvent, LockName, LossReason};
 ///
 /// Cheap to clone; clones are the same store. Fencing tokens come from one counter for the
 /// whole store, so they are strictly increasing per name, and survive
-/// [`restart`](Self::restart) as a store with persistence would.
+/// a restart (`restart`, with the `test-util` feature) as a store with persistence would.
 #[derive(Clone, Default)]
 pub struct MemoryStore {
     pub(super) shared: Arc<Mutex<StoreState>>,
