@@ -4,7 +4,7 @@
 use std::io::{IsTerminal, Write};
 use std::time::SystemTime;
 
-use lockkit::backend::HolderInfo;
+use lockkit::backend::{HolderInfo, LockInfo};
 
 use crate::cli::BreakArgs;
 use crate::exit::{self, Code, Failure};
@@ -12,7 +12,8 @@ use crate::status;
 use crate::target::Target;
 
 /// Runs `lockkit break`: 0 when the lock was broken, [`exit::NOTHING_TO_BREAK`] when nobody
-/// held it, [`exit::DECLINED`] when the confirmation was declined.
+/// held it, [`exit::DECLINED`] when the confirmation was declined or the lock changed hands
+/// while the person answered.
 pub(crate) async fn break_lock(args: BreakArgs) -> Result<Code, Failure> {
     let target = Target::resolve(args.url);
     let provider = target.connect(&args.name, false).await?;
@@ -39,6 +40,19 @@ pub(crate) async fn break_lock(args: BreakArgs) -> Result<Code, Failure> {
             println!("not broken: {what} is left to its holder");
             return Ok(exit::DECLINED);
         }
+        // A person may take a while to answer: break only the holds they were shown, not a
+        // new owner's that took the lock meanwhile (the window left is one round trip).
+        let now = provider
+            .inspect(&args.name)
+            .await
+            .map_err(|error| Failure::from_lock_error(&error, &format!("cannot read {what}")))?;
+        if tokens(&now) != tokens(&info) {
+            println!("{}", status::human_report(&args.name, target.shown(), &now, SystemTime::now()));
+            println!(
+                "not broken: {what} changed hands while you answered; the holder is now as above (run lockkit break again to break it)"
+            );
+            return Ok(exit::DECLINED);
+        }
     }
     let broken = provider
         .break_lock(&args.name)
@@ -60,6 +74,13 @@ pub(crate) async fn break_lock(args: BreakArgs) -> Result<Code, Failure> {
         "{what} is free: the next owner's token is greater than {highest}; a broken holder learns of it at its next renewal or check and its writes with its old token can be refused"
     );
     Ok(0)
+}
+
+/// The tokens of a lock's holders, in a stable order.
+fn tokens(info: &LockInfo) -> Vec<lockkit::FencingToken> {
+    let mut tokens: Vec<_> = info.holders.iter().map(|holder| holder.token).collect();
+    tokens.sort_unstable();
+    tokens
 }
 
 /// "token 17 (exclusive) pid 4242 on build-7 (attempt …)".

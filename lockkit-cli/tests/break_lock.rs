@@ -156,3 +156,57 @@ async fn break_on_a_terminal_asks_first() {
     let lost = holder.finish(LONG).await;
     assert_eq!(lost.code, Some(LOST), "{lost:?}");
 }
+
+/// On a terminal, a lock that changes hands while the person answers is not broken: the new
+/// owner keeps it, the new holder is shown, and `break` exits 2 (declined).
+#[tokio::test]
+async fn break_on_a_terminal_spares_a_new_owner_that_came_while_asking() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    if !Path::new("/usr/bin/script").exists() {
+        eprintln!("skipped: script(1) is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let url = file_url(dir.path());
+    let name = unique("tty-moved");
+    let (first, first_token) = hold(&name, &url, &[], dir.path()).await;
+
+    let inner = format!("{} break {name} --url '{url}'", env!("CARGO_BIN_EXE_lockkit"));
+    let mut breaker = tokio::process::Command::new("script")
+        .args(["-qec", &inner, "/dev/null"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = breaker.stdin.take().unwrap();
+    let mut stdout = breaker.stdout.take().unwrap();
+    let mut shown = String::new();
+    tokio::time::timeout(LONG, async {
+        let mut buffer = [0u8; 4096];
+        while !shown.contains("[y/N]") {
+            let read = stdout.read(&mut buffer).await.unwrap();
+            assert!(read > 0, "break ended before asking: {shown}");
+            shown.push_str(&String::from_utf8_lossy(&buffer[..read]));
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("break did not ask within {LONG:?}: {shown}"));
+    assert!(shown.contains(&first_token.to_string()), "the first holder is shown: {shown}");
+
+    // While the question waits, the first holder stops and a second one takes the lock.
+    stop(first).await;
+    let second_dir = tempfile::tempdir().unwrap();
+    let (second, second_token) = hold(&name, &url, &[], second_dir.path()).await;
+    assert!(second_token > first_token);
+
+    stdin.write_all(b"y\n").await.unwrap();
+    let mut rest = String::new();
+    tokio::time::timeout(LONG, stdout.read_to_string(&mut rest)).await.unwrap().unwrap();
+    let code = tokio::time::timeout(LONG, breaker.wait()).await.unwrap().unwrap().code();
+    assert_eq!(code, Some(DECLINED), "{shown}{rest}");
+    assert!(rest.contains("changed hands") && rest.contains(&second_token.to_string()), "{rest}");
+    let status = status_json(&name, &url).await;
+    assert_eq!(status["token"], second_token, "the new owner keeps the lock: {status}");
+    stop(second).await;
+}
