@@ -13,13 +13,19 @@ use crate::exit::{self, Code, Failure, OS_ERROR};
 use crate::signals::Signals;
 use crate::supervise;
 
-/// Starts `command` with the lock's name and fencing token in its environment and the
+/// Starts `command` with the lock's name, fencing token and deadline file in its environment and the
 /// standard streams inherited, in a process group of its own when `group` is set. The command
 /// is started through `lockkit __child` (see [`crate::supervise`]) so that it dies with
 /// `lockkit`, whatever kills `lockkit`; a command that cannot be run is reported by that
 /// re-executed `lockkit`, which exits 127 or 126. The child is killed if `lockkit` unwinds
 /// without waiting for it.
-pub(crate) fn spawn(command: &[OsString], lock: &str, token: u64, group: bool) -> Result<Child, Failure> {
+pub(crate) fn spawn(
+    command: &[OsString],
+    lock: &str,
+    token: u64,
+    deadline_file: &std::path::Path,
+    group: bool,
+) -> Result<Child, Failure> {
     if command.is_empty() {
         return Err(Failure::new(exit::USAGE, "no command to run"));
     }
@@ -32,6 +38,7 @@ pub(crate) fn spawn(command: &[OsString], lock: &str, token: u64, group: bool) -
     command
         .env("LOCKKIT_LOCK", lock)
         .env("LOCKKIT_FENCING_TOKEN", token.to_string())
+        .env(crate::deadline_file::ENV, deadline_file)
         .stdin(Stdio::inherit())
         .stdout(Stdio::inherit())
         .stderr(Stdio::inherit())

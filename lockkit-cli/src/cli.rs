@@ -27,7 +27,10 @@ pub(crate) enum Command {
     ///
     /// Waits for the lock NAME (forever, unless --wait or --no-wait), then runs COMMAND with
     /// LOCKKIT_LOCK (the lock's name) and LOCKKIT_FENCING_TOKEN (the hold's fencing token) in
-    /// its environment and passes its exit code on. Send the fencing token with every write the lock protects. When the hold
+    /// its environment and passes its exit code on. Send the fencing token with every write the lock protects.
+    /// LOCKKIT_VALID_UNTIL_FILE names a file that lockkit rewrites at every renewal: the hold's
+    /// deadline in Unix milliseconds, 0 once it is no longer guaranteed, none without a deadline;
+    /// read it before a step that must not outlive the hold. When the hold
     /// is lost, the command gets SIGTERM, then SIGKILL after --grace, and lockkit exits 70.
     /// SIGINT, SIGTERM and SIGHUP to lockkit stop the command the same way and release the lock.
     #[command(after_help = exit::RUN_TABLE, override_usage = "lockkit run [OPTIONS] <NAME> [--] <COMMAND>...")]
@@ -36,7 +39,8 @@ pub(crate) enum Command {
     ///
     /// Campaigns in the election NAME with --id published while it leads (waiting as `run`
     /// waits for a lock), then runs COMMAND with LOCKKIT_LOCK (the election's name) and
-    /// LOCKKIT_FENCING_TOKEN (the term) in its environment. When the leadership is lost, the
+    /// LOCKKIT_FENCING_TOKEN (the term) in its environment, and LOCKKIT_VALID_UNTIL_FILE as for
+    /// `run`. When the leadership is lost, the
     /// command gets SIGTERM, then SIGKILL after --grace, and lockkit exits 70, or with
     /// --rejoin campaigns again. Exit codes as for `run`.
     #[command(after_help = exit::RUN_TABLE, override_usage = "lockkit elect [OPTIONS] --id <ID> <NAME> [--] <COMMAND>...")]

@@ -112,6 +112,7 @@ mod bench;
 mod break_lock;
 mod child;
 mod cli;
+mod deadline_file;
 mod exit;
 mod leader;
 mod metrics;

@@ -8,6 +8,7 @@ use lockkit::{AcquireOptions, Error, LockGuard, LockHandle, LockProvider, LossRe
 
 use crate::child;
 use crate::cli::{ElectArgs, HoldArgs, RunArgs};
+use crate::deadline_file::DeadlineFile;
 use crate::exit::{self, BUSY, Code, Failure, LOST, OS_ERROR, TIMEOUT, UNAVAILABLE};
 use crate::progress::Progress;
 use crate::signals::{self, Signals};
@@ -174,7 +175,14 @@ impl Session {
             release(guard, &what).await;
             return Ok(LOST);
         }
-        let mut child = match child::spawn(&hold.command, &self.name, token, hold.kill_group) {
+        let deadline_file = match DeadlineFile::create(guard.watcher()) {
+            Ok(file) => file,
+            Err(failure) => {
+                release(guard, &what).await;
+                return Err(failure);
+            }
+        };
+        let mut child = match child::spawn(&hold.command, &self.name, token, deadline_file.path(), hold.kill_group) {
             Ok(child) => child,
             Err(failure) => {
                 release(guard, &what).await;
@@ -204,6 +212,7 @@ impl Session {
                 Err(Failure::new(OS_ERROR, format!("cannot wait for the command: {error}")))
             }
             Outcome::Lost(reason) => {
+                deadline_file.mark_ended();
                 eprintln!(
                     "lockkit: lost {what} while the command ran: {reason}; stopping the command \
                      (SIGTERM, then SIGKILL after {})",
@@ -214,6 +223,7 @@ impl Session {
                 Ok(LOST)
             }
             Outcome::Signal(signal) => {
+                deadline_file.mark_ended();
                 eprintln!(
                     "lockkit: got {}; stopping the command (SIGTERM, then SIGKILL after {}) and releasing {what}",
                     signals::name(signal),

@@ -28,6 +28,56 @@ fn file_url(dir: &Path) -> String {
 
 // ------------------------------------------------------------------ the command
 
+fn unix_ms() -> u128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis()
+}
+
+/// The deadline file follows renewals: the command reads a deadline in the future within the
+/// lease, waits (bounded) until lockkit rewrites it, and reads a later one; the file is gone
+/// once lockkit has ended.
+#[tokio::test]
+async fn the_deadline_file_follows_renewals_and_is_removed_at_the_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let name = unique("deadline");
+    let url = format!("{}?lease=2s", redis_url().await);
+    let d = dir.path().display();
+    let script = format!(
+        "f=$LOCKKIT_VALID_UNTIL_FILE; echo \"$f\" > {d}/path; first=$(cat \"$f\"); i=0; \
+         while [ \"$(cat \"$f\")\" = \"$first\" ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; \
+         echo \"$first $(cat \"$f\")\""
+    );
+    let started = unix_ms();
+    let out = run(&["run", &name, "--url", &url, "--", "sh", "-c", &script], LONG).await;
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let (first, second) = out.stdout.trim().split_once(' ').expect("two deadlines");
+    let (first, second): (u128, u128) = (first.parse().unwrap(), second.parse().unwrap());
+    assert!(first > started && first <= unix_ms() + 2_000, "the first deadline is within the lease: {first}");
+    assert!(second > first, "a renewal moved the deadline: {first} -> {second}");
+    let path = std::fs::read_to_string(dir.path().join("path")).unwrap();
+    assert!(!Path::new(path.trim()).exists(), "{} is removed when lockkit ends", path.trim());
+}
+
+/// A hold without a deadline says `none`; when the hold is lost (broken here), the file says
+/// `0` before the command is stopped.
+#[tokio::test]
+async fn the_deadline_file_says_none_without_a_lease_and_zero_once_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let name = unique("deadline-lost");
+    let url = format!("file://{}?check_every=200ms", dir.path().display());
+    let d = dir.path().display();
+    let script = format!(
+        "trap 'cat \"$LOCKKIT_VALID_UNTIL_FILE\" > {d}/at-term; kill $!; exit 0' TERM; \
+         cat \"$LOCKKIT_VALID_UNTIL_FILE\" > {d}/at-start; sleep 30 & wait"
+    );
+    let holder = spawn(&["run", &name, "--url", &url, "--", "sh", "-c", &script]);
+    assert_eq!(line_in(&dir.path().join("at-start"), LONG).await, "none");
+    let out = run(&["break", &name, "--url", &url, "--yes"], LONG).await;
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let lost = holder.finish(LONG).await;
+    assert_eq!(lost.code, Some(LOST), "{lost:?}");
+    assert_eq!(line_in(&dir.path().join("at-term"), LONG).await, "0", "the file says the hold ended");
+}
+
 #[tokio::test]
 async fn the_command_sees_the_lock_and_its_token_and_its_exit_code_is_passed_on() {
     let name = unique("env");

@@ -236,6 +236,37 @@ impl HoldSignal {
         self.0.backend
     }
 
+    /// Waits until the hold's deadline differs from `seen` (a renewal moved it, a maximum
+    /// hold cut it) and returns the new one, or until the hold ends and returns how,
+    /// declaring loss itself when the deadline passes unrenewed.
+    pub(crate) async fn deadline_changed(&self, seen: Option<Instant>) -> Result<Option<Instant>, HoldEnd> {
+        let mut changes = self.0.state.subscribe();
+        loop {
+            let (end, deadline) = {
+                let state = changes.borrow_and_update();
+                (state.end.clone(), state.valid_until)
+            };
+            if let Some(end) = end {
+                return Err(end);
+            }
+            if deadline != seen {
+                return Ok(deadline);
+            }
+            match deadline {
+                Some(deadline) => {
+                    tokio::select! {
+                        _ = changes.changed() => {}
+                        () = tokio::time::sleep_until(deadline.into()) => self.check_deadline(),
+                    }
+                }
+                None => {
+                    // The sender lives in `self`, so the channel cannot close while we wait.
+                    let _ = changes.changed().await;
+                }
+            }
+        }
+    }
+
     /// Waits until the hold ends, declaring loss itself when the deadline passes unrenewed.
     pub async fn ended(&self) -> HoldEnd {
         let mut changes = self.0.state.subscribe();
@@ -292,6 +323,23 @@ impl HoldWatcher {
         self.0.cap()
     }
 
+    /// Follows the hold's deadline: resolves with the new deadline once it differs from
+    /// `seen` (a renewal moved it forward, a maximum hold cut it), or with how the hold
+    /// ended, whichever comes first. Pass the deadline last seen, starting with
+    /// [`valid_until`](Self::valid_until); a hold without a lease has `None` until a maximum
+    /// hold gives it one. A deadline that passes unrenewed ends the hold
+    /// ([`LossReason::DeadlineExpired`]).
+    ///
+    /// This is how a task outside the guard keeps a copy of the deadline current, such as
+    /// `lockkit run`'s file for its command (`LOCKKIT_VALID_UNTIL_FILE`).
+    ///
+    /// # Cancel Safety
+    ///
+    /// Cancel safe: dropping the future changes nothing; call again with the same `seen`.
+    pub async fn deadline_changed(&self, seen: Option<Instant>) -> Result<Option<Instant>, HoldEnd> {
+        self.0.deadline_changed(seen).await
+    }
+
     /// Resolves when the hold ends, by release or by loss.
     ///
     /// # Cancel Safety
@@ -345,6 +393,31 @@ mod tests {
         assert!(deadline_after(now, Duration::MAX) > now + Duration::from_secs(3600 * 24 * 365));
         assert!(lease_deadline(now, Duration::MAX, Duration::ZERO) > now);
         assert_eq!(lease_deadline(now, Duration::from_secs(1), Duration::from_secs(2)), now);
+    }
+
+    #[tokio::test]
+    async fn deadline_changes_are_followed_until_the_end() {
+        let s = signal(Some(Duration::from_secs(10)));
+        let watcher = s.watcher();
+        let first = watcher.valid_until();
+        assert_eq!(watcher.deadline_changed(None).await, Ok(first), "a different deadline answers at once");
+        let waiting = tokio::spawn({
+            let watcher = watcher.clone();
+            async move { watcher.deadline_changed(first).await }
+        });
+        let later = first.unwrap() + Duration::from_secs(1);
+        assert!(s.extend(later));
+        assert_eq!(waiting.await.unwrap(), Ok(Some(later)), "a renewal is seen");
+        assert!(s.lose(LossReason::RecordGone));
+        assert_eq!(watcher.deadline_changed(Some(later)).await, Err(HoldEnd::Lost(LossReason::RecordGone)));
+    }
+
+    #[tokio::test]
+    async fn a_deadline_that_passes_unrenewed_ends_the_follow() {
+        let s = signal(Some(Duration::from_millis(30)));
+        let watcher = s.watcher();
+        let ended = watcher.deadline_changed(watcher.valid_until()).await;
+        assert_eq!(ended, Err(HoldEnd::Lost(LossReason::DeadlineExpired)));
     }
 
     #[test]
