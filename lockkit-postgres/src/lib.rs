@@ -118,7 +118,10 @@
 
 mod backend;
 mod builder;
+mod election;
+mod election_sql;
 mod listener;
+mod observe;
 mod provider;
 mod sql;
 mod store;

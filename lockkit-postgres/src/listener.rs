@@ -123,7 +123,7 @@ impl Wakeups {
                 notify.notify_waiters();
             }
         });
-        let listen = format!("LISTEN {}", store.sql.channel);
+        let listen = format!("LISTEN {}; LISTEN {}", store.sql.channel, store.sql.election.channel);
         match tokio::time::timeout(timeout, client.batch_execute(&listen)).await {
             Ok(Ok(())) => {
                 *link = Some(Link { _client: client, task });
