@@ -211,3 +211,47 @@ async fn a_name_held_as_a_lock_is_no_election_and_the_reverse() {
     }
     leader.resign().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_with_the_documented_grants_campaigns_and_observes() {
+    let harness = PostgresHarness::shared().await;
+    let admin = harness.admin().await;
+    let schema = format!("least_{}", uuid::Uuid::new_v4().simple());
+    let role = format!("elector_{}", uuid::Uuid::new_v4().simple());
+    admin.batch_execute(&format!("CREATE ROLE {role} LOGIN")).await.unwrap();
+    let url = format!("postgres://{role}@{}/postgres?schema={schema}&migrate=false&lease=2s", harness.upstream());
+    let owner = test_builder().url(support::url_of(harness.upstream())).schema(schema.clone()).build().unwrap();
+    owner.migrate().await.unwrap();
+    let refused = lockkit_postgres::PostgresLockProvider::connect(&url).await;
+    let Err(Error::InvalidConfig { message, .. }) = refused else {
+        panic!("expected InvalidConfig, got {:?}", refused.map(drop))
+    };
+    assert!(message.contains(&format!("{schema}.candidates")), "the elections' grants are named: {message}");
+    let grants = message.split("run: ").nth(1).unwrap().to_owned();
+    // Functions are executable by PUBLIC by default; take that away, so that only the
+    // documented grants count.
+    admin.batch_execute(&format!("REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA {schema} FROM PUBLIC")).await.unwrap();
+    admin.batch_execute(&grants).await.unwrap();
+    let a = lockkit_postgres::PostgresLockProvider::connect(&url).await.unwrap();
+    let b = lockkit_postgres::PostgresLockProvider::connect(&url).await.unwrap();
+    let mut observer = b.election("jobs").unwrap().observe().unwrap();
+    assert_eq!(next_event(&mut observer, OPERATION, "the first state").await, LeaderEvent::Vacant);
+    let leader = a.election("jobs").unwrap().campaign("a").await.unwrap();
+    let waiting = b.election("jobs").unwrap();
+    let next = tokio::spawn(async move { waiting.campaign("b").await });
+    tokio::time::sleep(LEASE).await;
+    assert!(leader.is_held(), "renewed by the role");
+    let event = next_event(&mut observer, OPERATION, "the first leader").await;
+    assert!(elected(leader.token(), "a")(&event), "{event:?}");
+    leader.resign().await.unwrap();
+    let second = within(OPERATION, "the hand-over", next).await.unwrap().unwrap();
+    assert_eq!(next_event(&mut observer, OPERATION, "the vacancy").await, LeaderEvent::Vacant);
+    let event = next_event(&mut observer, OPERATION, "the second leader").await;
+    assert!(elected(second.token(), "b")(&event), "{event:?}");
+    second.resign().await.unwrap();
+    drop((a, b, observer));
+    admin
+        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE; DROP OWNED BY {role}; DROP ROLE {role}"))
+        .await
+        .unwrap();
+}
