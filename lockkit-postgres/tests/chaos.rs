@@ -9,7 +9,7 @@ mod support;
 
 use std::time::Duration;
 
-use lockkit_testkit::chaos::{self, ChaosConfig, FaultKind};
+use lockkit_testkit::chaos::{self, ChaosConfig, FaultKind, Primitive};
 use support::PostgresHarness;
 
 /// Every kind of fault but stopping one member of a replicated store (there is one server).
@@ -29,5 +29,18 @@ fn chaos_mutex() {
         let config =
             ChaosConfig::new(0).with_duration(Duration::from_secs(20)).with_faults(&FAULTS).with_label("fsync on");
         chaos::check(&harness, config, &[21]).await;
+    });
+}
+
+#[test]
+fn chaos_elections() {
+    lockkit_testkit::runtime().block_on(async {
+        let harness = PostgresHarness::dedicated().await;
+        let config = ChaosConfig::new(0)
+            .with_duration(Duration::from_secs(20))
+            .with_faults(&FAULTS)
+            .with_primitive(Primitive::Election)
+            .with_label("fsync on");
+        chaos::check(&harness, config, &[25]).await;
     });
 }
