@@ -1,7 +1,8 @@
 //! The chaos run (lockkit-testkit's `chaos`) on a real PostgreSQL server (fsync on): eight
 //! clients, each behind a fault proxy of its own, on three names, while connections are cut,
 //! blackholed past the lease, slowed down, clients killed, and the server paused (every
-//! server process stopped) and restarted (a fast shutdown, which keeps every commit).
+//! server process stopped) and restarted (a fast shutdown, which keeps every commit); on
+//! mutexes, then on elections (every client a candidate, the leader writing with its term).
 //! `LOCKKIT_CHAOS_SECS`, `LOCKKIT_CHAOS_SEEDS` and `LOCKKIT_CHAOS_SEED` make the run longer or
 //! replay a seed.
 
