@@ -9,7 +9,7 @@ use lockkit_core::backend::{
     AcquireRequest, Deadline, Grant, HeldLock, HoldSignal, LockBackend, LockInfo, OwnerMeta, lease_deadline,
     spawn_detached,
 };
-use lockkit_core::{Capabilities, Error, FencingToken, LockName, LossReason, Result};
+use lockkit_core::{Capabilities, Error, FencingToken, HoldKind, LockName, LossReason, Result};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_postgres::types::Type;
@@ -20,15 +20,15 @@ use crate::listener::Wakeups;
 use crate::store::{Failure, Store};
 
 /// The safety-net poll of a waiter: it looks again this often even without a notification.
-const SAFETY_POLL: Duration = Duration::from_secs(2);
+pub(crate) const SAFETY_POLL: Duration = Duration::from_secs(2);
 /// How often a waiter retries while the server cannot be reached.
-const RETRY: Duration = Duration::from_millis(100);
+pub(crate) const RETRY: Duration = Duration::from_millis(100);
 
 /// The shared state of one provider.
 #[derive(Debug)]
 pub(crate) struct Inner {
     pub(crate) store: Store,
-    wakeups: Wakeups,
+    pub(crate) wakeups: Wakeups,
     holds: Mutex<Holds>,
     /// Wakes the renewal task when the first hold arrives.
     renew_wake: Arc<Notify>,
@@ -75,7 +75,7 @@ impl Inner {
     }
 
     /// Registers a hold for renewal, starting (or restarting, on this runtime) the task.
-    fn track(self: &Arc<Self>, lock: LockName, owner: String, signal: HoldSignal) -> u64 {
+    pub(crate) fn track(self: &Arc<Self>, lock: LockName, owner: String, signal: HoldSignal) -> u64 {
         let mut holds = self.holds();
         holds.next_id += 1;
         let id = holds.next_id;
@@ -88,7 +88,7 @@ impl Inner {
         id
     }
 
-    fn untrack(&self, id: u64) {
+    pub(crate) fn untrack(&self, id: u64) {
         self.holds().live.remove(&id);
     }
 
@@ -207,6 +207,7 @@ impl LockBackend for PostgresBackend {
             loss_notification: true,
             inspect: true,
             waiter_count: true,
+            election: true,
             cross_process: true,
             ..Capabilities::NONE
         }
@@ -222,6 +223,10 @@ impl LockBackend for PostgresBackend {
 
     async fn acquire(&self, request: AcquireRequest) -> Result<Option<Grant>> {
         let inner = &self.inner;
+        if let HoldKind::Candidate { identity } = &request.kind {
+            let identity = Arc::clone(identity);
+            return crate::election::campaign(inner, request, identity).await;
+        }
         let owner = request.attempt.to_string();
         let meta = OwnerMeta::current(request.attempt).encode();
         let mut attempt = Attempt {
@@ -277,7 +282,7 @@ impl LockBackend for PostgresBackend {
                     // The holder's lease ends (a dead holder notifies nobody), plus a margin.
                     left + Duration::from_millis(5)
                 }
-                Err(Failure::Refused(error)) => return Err(error),
+                Err(Failure::Refused(error)) => return Err(crate::election::kind_conflict(error, &request.lock)),
                 Err(Failure::NotSent(error)) => {
                     if matches!(request.deadline, Deadline::Now) || !error.is_retryable() {
                         return Err(error);
@@ -341,11 +346,17 @@ impl LockBackend for PostgresBackend {
     }
 
     async fn inspect(&self, lock: &LockName) -> Result<lockkit_core::backend::LockInfo> {
-        let rows = self
-            .inner
-            .store
-            .query(Some(lock), &self.inner.store.sql.inspect, &[(&crate::stored_name(lock.as_str()), Type::TEXT)])
-            .await;
+        // The lock table and the election's, in one pipelined round trip; a name is one kind.
+        let name = crate::stored_name(lock.as_str());
+        let params: [(&(dyn tokio_postgres::types::ToSql + Sync), Type); 1] = [(&name, Type::TEXT)];
+        let (rows, election) = tokio::join!(
+            self.inner.store.query(Some(lock), &self.inner.store.sql.inspect, &params),
+            crate::election::inspect(&self.inner, lock)
+        );
+        let election = election?;
+        if !election.is_idle() {
+            return Ok(election);
+        }
         let rows = rows.map_err(Failure::into_error)?;
         let mut holders = Vec::new();
         let mut waiters = 0_i64;
@@ -372,6 +383,10 @@ impl LockBackend for PostgresBackend {
             );
         }
         Ok(LockInfo::new(holders, Some(usize::try_from(waiters).unwrap_or(0))))
+    }
+
+    fn observe(&self, lock: &LockName) -> Result<lockkit_core::backend::LeaderEvents> {
+        Ok(crate::observe::observe(Arc::clone(&self.inner), lock.clone()))
     }
 }
 

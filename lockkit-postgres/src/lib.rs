@@ -1,7 +1,7 @@
 //! The PostgreSQL backend of lockkit: locks in the database most teams already run.
 //!
-//! [`PostgresLockProvider`] keeps the lockkit mutex contract on one PostgreSQL server (12 or
-//! later). It dereferences to lockkit's [`LockProvider`](lockkit_core::LockProvider):
+//! [`PostgresLockProvider`] keeps the lockkit mutex contract, and elections with observers, on
+//! one PostgreSQL server (12 or later). It dereferences to lockkit's [`LockProvider`](lockkit_core::LockProvider):
 //!
 //! ```no_run
 //! use lockkit_postgres::PostgresLockProvider;
@@ -81,6 +81,24 @@
 //!   row if a lost try made one, and its place in the queue. A try of that owner still on its way through the network
 //!   (a partition that heals later) is then refused by `acquire`: no ghost is left, however
 //!   late the statement arrives.
+//! - **Elections** (contract 25-28; [`LockProvider::election`](lockkit_core::LockProvider::election)):
+//!   tables and functions of their own. A candidate is a row of `<schema>.candidates(name,
+//!   owner, identity, meta, pos, token, since, expires_at)`; the leader's row carries the term,
+//!   a token from the same sequence as the locks' tokens, drawn by `<schema>.campaign` under the
+//!   name's advisory lock (the same lock as a lock grant's, so that a name held as a lock is
+//!   refused as an election, and the reverse, with `Error::Conflict`). The other candidates wait
+//!   in `pos` order like lock waiters; a campaign is an acquisition, with the same lease, local
+//!   deadline, batched renewal, lost-reply resolution by the owner id and `abandon` of a
+//!   campaign in doubt, so the leadership guard is a lock guard. Every term and every vacancy
+//!   (a resignation; a leader whose lease ran out or whose row was deleted, found by the next
+//!   campaign or observer read) is appended to the journal `<schema>.terms` in the same
+//!   transaction, which keeps the last 1000 entries of each election, and
+//!   `pg_notify('<schema>_elections', …)` wakes the waiting candidates (the next one takes the
+//!   leadership with its own try, one round trip after the notification) and the observers.
+//!   An observer, registered on the provider's listening connection, reads the journal after
+//!   the last entry it saw at each notification (and when the leader's lease would run out, and
+//!   every 100 ms only while the listening connection is down); when entries it had not read
+//!   were trimmed, it reports `LeaderEvent::Gap` and then the leader now.
 //! - **Schema managed by the backend**: created on first use when missing (`migrate=true`, the
 //!   default) or by [`PostgresLockProvider::migrate`]: `CREATE SCHEMA/SEQUENCE/TABLE IF NOT
 //!   EXISTS` and `CREATE OR REPLACE FUNCTION` in one transaction, serialized by an advisory
@@ -101,7 +119,18 @@
 //! GRANT USAGE ON SEQUENCE lockkit.tokens, lockkit.positions TO app;
 //! GRANT EXECUTE ON FUNCTION lockkit.acquire(text,text,text,bigint,bigint), lockkit.release(text,text),
 //!   lockkit.abandon(text,text) TO app;
+//! -- Elections (the lock grant reads `candidates` too, to refuse a name in use as an election):
+//! GRANT SELECT, INSERT, UPDATE, DELETE ON lockkit.candidates TO app;
+//! GRANT SELECT, INSERT, DELETE ON lockkit.terms TO app;
+//! GRANT SELECT, INSERT, UPDATE ON lockkit.elections TO app;
+//! GRANT EXECUTE ON FUNCTION lockkit.campaign(text,text,bytea,text,bigint,bigint), lockkit.resign(text,text),
+//!   lockkit.abandon_candidacy(text,text), lockkit.observe_election(text,bigint),
+//!   lockkit.election_journal(text,bigint,bytea,timestamptz), lockkit.election_settle(text) TO app;
 //! ```
+//!
+//! (PostgreSQL lets `PUBLIC` execute new functions unless that was revoked; the `EXECUTE`
+//! grants matter where it was.) A role without them is told at connect time which `GRANT`s
+//! to run.
 //!
 //! # Driver: tokio-postgres
 //!
@@ -112,13 +141,16 @@
 //!
 //! # Not yet
 //!
-//! Read-write locks, semaphores and elections are not offered (their capabilities are off, so
-//! the core answers `Unsupported`); nor TLS.
+//! Read-write locks and semaphores are not offered (their capabilities are off, so the core
+//! answers `Unsupported`); nor TLS.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;
 mod builder;
+mod election;
+mod election_sql;
 mod listener;
+mod observe;
 mod provider;
 mod sql;
 mod store;

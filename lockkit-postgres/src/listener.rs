@@ -1,7 +1,9 @@
 //! Wake-ups: one dedicated `LISTEN` connection per provider. A release `NOTIFY`s the
 //! schema's channel with the lock's name as payload; the connection's task, which polls
 //! `Connection::poll_message`, wakes the waiters of that name. When the connection ends every
-//! waiter wakes (and looks again), and the next waiter opens a new one.
+//! waiter wakes (and looks again), and the next waiter opens a new one. The same connection
+//! `LISTEN`s on the elections' channel, whose payloads (`%e/<name>`, see `election_sql.rs`)
+//! wake the waiting candidates and the observers of that election.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -123,7 +125,7 @@ impl Wakeups {
                 notify.notify_waiters();
             }
         });
-        let listen = format!("LISTEN {}", store.sql.channel);
+        let listen = format!("LISTEN {}; LISTEN {}", store.sql.channel, store.sql.election.channel);
         match tokio::time::timeout(timeout, client.batch_execute(&listen)).await {
             Ok(Ok(())) => {
                 *link = Some(Link { _client: client, task });

@@ -17,11 +17,14 @@ pub(crate) struct Statements {
     pub(crate) inspect: String,
     pub(crate) present: String,
     pub(crate) privileges: String,
+    /// The elections' objects and statements.
+    pub(crate) election: crate::election_sql::ElectionStatements,
 }
 
 impl Statements {
     pub(crate) fn new(schema: &str) -> Self {
         let s = schema;
+        let election = crate::election_sql::ElectionStatements::new(s);
         Self {
             schema: s.to_owned(),
             channel: format!("{s}_released"),
@@ -31,9 +34,15 @@ impl Statements {
             renew: format!(
                 "WITH want AS (SELECT * FROM unnest($1::text[], $2::text[]) AS w(name, owner)), \
                  renewed AS (UPDATE {s}.locks l SET expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond' \
-                   FROM want w WHERE l.name = w.name AND l.owner = w.owner RETURNING l.name) \
-                 SELECT w.name, w.owner, EXISTS (SELECT 1 FROM renewed r WHERE r.name = w.name), \
-                   EXISTS (SELECT 1 FROM {s}.locks l WHERE l.name = w.name) FROM want w"
+                   FROM want w WHERE l.name = w.name AND l.owner = w.owner RETURNING l.name), \
+                 renewed_leaders AS (UPDATE {s}.candidates c \
+                   SET expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond' \
+                   FROM want w WHERE c.name = w.name AND c.owner = w.owner AND c.token IS NOT NULL \
+                     AND c.expires_at > clock_timestamp() RETURNING c.name) \
+                 SELECT w.name, w.owner, EXISTS (SELECT 1 FROM renewed r WHERE r.name = w.name) \
+                   OR EXISTS (SELECT 1 FROM renewed_leaders r WHERE r.name = w.name), \
+                   EXISTS (SELECT 1 FROM {s}.locks l WHERE l.name = w.name) \
+                   OR EXISTS (SELECT 1 FROM {s}.candidates c WHERE c.name = w.name AND c.token IS NOT NULL) FROM want w"
             ),
             inspect: format!(
                 "SELECT l.meta, l.token, (extract(epoch FROM l.since) * 1000)::bigint, \
@@ -47,7 +56,8 @@ impl Statements {
                  AND to_regprocedure('{s}.release(text,text)') IS NOT NULL \
                  AND to_regclass('{s}.voided') IS NOT NULL \
                  AND to_regclass('{s}.waiters') IS NOT NULL AND to_regclass('{s}.positions') IS NOT NULL \
-                 AND to_regprocedure('{s}.abandon(text,text)') IS NOT NULL"
+                 AND to_regprocedure('{s}.abandon(text,text)') IS NOT NULL{}",
+                election.present()
             ),
             privileges: format!(
                 "SELECT has_schema_privilege('{s}', 'USAGE'), \
@@ -58,8 +68,10 @@ impl Statements {
                  has_table_privilege('{s}.voided', 'SELECT, INSERT, DELETE'), \
                  has_function_privilege('{s}.abandon(text,text)', 'EXECUTE'), \
                  has_table_privilege('{s}.waiters', 'SELECT, INSERT, UPDATE, DELETE'), \
-                 has_sequence_privilege('{s}.positions', 'USAGE')"
+                 has_sequence_privilege('{s}.positions', 'USAGE'){}",
+                election.privileges()
             ),
+            election,
         }
     }
 
@@ -73,7 +85,8 @@ impl Statements {
              GRANT SELECT, INSERT, UPDATE, DELETE ON {s}.waiters TO {role}; \
              GRANT USAGE ON SEQUENCE {s}.tokens, {s}.positions TO {role}; \
              GRANT EXECUTE ON FUNCTION {s}.acquire(text,text,text,bigint,bigint), {s}.release(text,text), \
-             {s}.abandon(text,text) TO {role};"
+             {s}.abandon(text,text) TO {role};{}",
+            self.election.grants(role)
         )
     }
 
@@ -82,6 +95,8 @@ impl Statements {
     pub(crate) fn migration(&self) -> String {
         let s = &self.schema;
         let channel = &self.channel;
+        let elections = self.election.migration();
+        let kind_conflict = crate::election_sql::KIND_CONFLICT;
         format!(
             r#"BEGIN;
 SELECT pg_advisory_xact_lock({ADVISORY_CLASS}, 0);
@@ -120,6 +135,10 @@ BEGIN
   -- Every grant of a name is serialized here, and its token drawn while this is held, so
   -- tokens of one name increase in commit order even when rows come and go.
   PERFORM pg_advisory_xact_lock({ADVISORY_CLASS}, hashtext(p_name));
+  IF EXISTS (SELECT 1 FROM {s}.candidates c WHERE c.name = p_name AND c.expires_at > clock_timestamp()) THEN
+    RAISE EXCEPTION USING ERRCODE = '{kind_conflict}',
+      MESSAGE = 'the name is in use as an election; a lock needs a name of its own';
+  END IF;
   IF EXISTS (SELECT 1 FROM {s}.voided v WHERE v.owner = p_owner) THEN
     -- A late try of an abandoned acquisition (its reply was lost, then it gave up).
     o_left_ms := 0;
@@ -188,6 +207,7 @@ BEGIN
   RETURN false;
 END
 $lockkit$;
+{elections}
 COMMIT;"#
         )
     }

@@ -1,7 +1,8 @@
 //! The chaos run (lockkit-testkit's `chaos`) on a real PostgreSQL server (fsync on): eight
 //! clients, each behind a fault proxy of its own, on three names, while connections are cut,
 //! blackholed past the lease, slowed down, clients killed, and the server paused (every
-//! server process stopped) and restarted (a fast shutdown, which keeps every commit).
+//! server process stopped) and restarted (a fast shutdown, which keeps every commit); on
+//! mutexes, then on elections (every client a candidate, the leader writing with its term).
 //! `LOCKKIT_CHAOS_SECS`, `LOCKKIT_CHAOS_SEEDS` and `LOCKKIT_CHAOS_SEED` make the run longer or
 //! replay a seed.
 
@@ -9,7 +10,7 @@ mod support;
 
 use std::time::Duration;
 
-use lockkit_testkit::chaos::{self, ChaosConfig, FaultKind};
+use lockkit_testkit::chaos::{self, ChaosConfig, FaultKind, Primitive};
 use support::PostgresHarness;
 
 /// Every kind of fault but stopping one member of a replicated store (there is one server).
@@ -29,5 +30,18 @@ fn chaos_mutex() {
         let config =
             ChaosConfig::new(0).with_duration(Duration::from_secs(20)).with_faults(&FAULTS).with_label("fsync on");
         chaos::check(&harness, config, &[21]).await;
+    });
+}
+
+#[test]
+fn chaos_elections() {
+    lockkit_testkit::runtime().block_on(async {
+        let harness = PostgresHarness::dedicated().await;
+        let config = ChaosConfig::new(0)
+            .with_duration(Duration::from_secs(20))
+            .with_faults(&FAULTS)
+            .with_primitive(Primitive::Election)
+            .with_label("fsync on");
+        chaos::check(&harness, config, &[25]).await;
     });
 }

@@ -134,13 +134,14 @@ impl Harness for PostgresHarness {
     }
 
     async fn delete_record(&self, name: &str) -> FaultResult {
-        let deleted = self
-            .admin()
-            .await
-            .execute("DELETE FROM lockkit.locks WHERE name = $1", &[&lockkit_postgres::stored_name(name)])
-            .await
-            .unwrap();
-        assert_eq!(deleted, 1, "the held lock {name:?} has a row");
+        let admin = self.admin().await;
+        let stored = lockkit_postgres::stored_name(name);
+        let deleted = admin.execute("DELETE FROM lockkit.locks WHERE name = $1", &[&stored]).await.unwrap()
+            + admin
+                .execute("DELETE FROM lockkit.candidates WHERE name = $1 AND token IS NOT NULL", &[&stored])
+                .await
+                .unwrap();
+        assert_eq!(deleted, 1, "the held lock {name:?} (or the election's leader) has a row");
         Ok(())
     }
 
