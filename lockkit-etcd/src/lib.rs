@@ -49,7 +49,9 @@
 
 mod backend;
 mod config;
+mod election;
 mod error;
+mod observe;
 mod provider;
 mod session;
 
