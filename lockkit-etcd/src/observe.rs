@@ -125,8 +125,9 @@ impl Stream for Observation {
             this.outbox = None;
             this.task = None;
             if restarted {
-                let error = Error::connection(BACKEND, Some(&this.lock), "the runtime of the observer's task shut down")
-                    .with_context("observe the election");
+                let error =
+                    Error::connection(BACKEND, Some(&this.lock), "the runtime of the observer's task shut down")
+                        .with_context("observe the election");
                 return Poll::Ready(Some(Err(error)));
             }
             tracing::debug!(backend = BACKEND, lock = %this.lock, "the observer's task ended with its runtime; starting it again here");
