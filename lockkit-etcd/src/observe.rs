@@ -35,7 +35,9 @@
 //! slow) and queues the events for the consumer, up to [`OUTBOX_CAPACITY`]; a consumer further
 //! behind gets a gap and the current state instead of the oldest events. Dropping the stream
 //! aborts the task, which cancels its watch. A task that ends with its runtime is started
-//! again by the next poll, on that poll's runtime, after a gap.
+//! again by the next poll, on that poll's runtime, and goes on from the revision the view had
+//! reached (the view outlives the task): etcd replays what passed meanwhile, so that is no gap
+//! either, unless those revisions were compacted.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::pin::Pin;
@@ -66,7 +68,7 @@ const MAX_PAUSE: Duration = Duration::from_secs(2);
 
 /// The changes of leader of election `lock`, followed through `backend`'s clients.
 pub(crate) fn observe(backend: Arc<EtcdBackend>, lock: LockName) -> LeaderEvents {
-    Box::pin(Observation { backend, lock, outbox: None, task: None, started: false })
+    Box::pin(Observation { backend, lock, outbox: None, task: None, progress: Arc::default() })
 }
 
 /// The stream the consumer holds: the outbox of the task that follows the election.
@@ -75,8 +77,23 @@ struct Observation {
     lock: LockName,
     outbox: Option<Arc<Outbox>>,
     task: Option<JoinHandle<()>>,
-    /// Whether a task was started before: a new one starts with a gap.
-    started: bool,
+    /// What the tasks learnt so far, kept for the next task when one ends with its runtime.
+    progress: Arc<Mutex<Progress>>,
+}
+
+/// The view of the election and whether a gap is owed: what a task hands on to the next.
+#[derive(Debug, Default)]
+struct Progress {
+    /// The view, once read; `None` until the first read, and after a compaction.
+    view: Option<View>,
+    /// A gap to hand out before the state the next read gives.
+    gap: bool,
+}
+
+/// Locks `progress`.
+fn lock_progress(progress: &Mutex<Progress>) -> MutexGuard<'_, Progress> {
+    // Nothing panics while holding this lock; recover the data if something ever did.
+    progress.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Observation {
@@ -88,8 +105,8 @@ impl Observation {
         })?;
         let outbox = Arc::new(Outbox::default());
         let closer = CloseOnDrop(Arc::clone(&outbox));
-        let gap = std::mem::replace(&mut self.started, true);
-        let task = follow(Arc::clone(&self.backend), self.lock.clone(), Arc::clone(&outbox), closer, gap);
+        let progress = Arc::clone(&self.progress);
+        let task = follow(Arc::clone(&self.backend), self.lock.clone(), Arc::clone(&outbox), closer, progress);
         self.task = Some(runtime.spawn(task));
         self.outbox = Some(Arc::clone(&outbox));
         Ok(outbox)
@@ -121,7 +138,8 @@ impl Stream for Observation {
                 return Poll::Pending;
             }
             drop(state);
-            // The task ended with the runtime it ran on: follow again from here, after a gap.
+            // The task ended with the runtime it ran on: follow again from here, from the
+            // revision the view had reached.
             this.outbox = None;
             this.task = None;
             if restarted {
@@ -303,14 +321,17 @@ enum WatchEnd {
 }
 
 /// The task: follows the election until the stream is dropped.
-async fn follow(backend: Arc<EtcdBackend>, lock: LockName, outbox: Arc<Outbox>, closer: CloseOnDrop, gap: bool) {
+async fn follow(
+    backend: Arc<EtcdBackend>,
+    lock: LockName,
+    outbox: Arc<Outbox>,
+    closer: CloseOnDrop,
+    progress: Arc<Mutex<Progress>>,
+) {
     let _closer = closer;
     let span = tracing::debug_span!("lockkit.etcd.observe", lock = %lock);
     async move {
         let prefix = backend.config.lock_prefix(&lock);
-        let timeout = backend.config.connect_timeout;
-        let mut gap = gap;
-        let mut view: Option<View> = None;
         let mut pause = FIRST_PAUSE;
         loop {
             let client = match backend.client().await {
@@ -323,15 +344,19 @@ async fn follow(backend: Arc<EtcdBackend>, lock: LockName, outbox: Arc<Outbox>, 
                     continue;
                 }
             };
-            let current = match view.as_mut() {
-                Some(current) => current,
+            let read_at = lock_progress(&progress).view.as_ref().map(|view| view.revision);
+            let after = match read_at {
+                Some(revision) => revision,
                 None => match read(client.clone(), &prefix, &lock, &backend).await {
                     Ok(mut fresh) => {
-                        if std::mem::take(&mut gap) {
+                        let mut progress = lock_progress(&progress);
+                        if std::mem::take(&mut progress.gap) {
                             outbox.push(Ok(LeaderEvent::Gap));
                         }
                         fresh.settle(true, &outbox);
-                        view.insert(fresh)
+                        let revision = fresh.revision;
+                        progress.view = Some(fresh);
+                        revision
                     }
                     Err(error) => {
                         tracing::debug!(backend = BACKEND, %error, ?pause, "the observer cannot read the election; trying again");
@@ -342,15 +367,16 @@ async fn follow(backend: Arc<EtcdBackend>, lock: LockName, outbox: Arc<Outbox>, 
                     }
                 },
             };
-            match watch(client, &prefix, current, &outbox, timeout, &lock, &backend).await {
+            match watch(client, &prefix, after, &progress, &outbox, &lock, &backend).await {
                 WatchEnd::Compacted => {
-                    tracing::debug!(backend = BACKEND, after = current.revision, "the revisions the observer missed were compacted: a gap");
-                    view = None;
-                    gap = true;
+                    tracing::debug!(backend = BACKEND, after, "the revisions the observer missed were compacted: a gap");
+                    let mut progress = lock_progress(&progress);
+                    progress.view = None;
+                    progress.gap = true;
                     pause = FIRST_PAUSE;
                 }
                 WatchEnd::Broken => {
-                    tracing::debug!(backend = BACKEND, after = current.revision, "the observer's watch broke; watching again from where it was");
+                    tracing::debug!(backend = BACKEND, after, "the observer's watch broke; watching again from where it was");
                     tokio::time::sleep(pause).await;
                     pause = pause.saturating_mul(2).min(MAX_PAUSE);
                 }
@@ -378,18 +404,19 @@ async fn read(mut client: Client, prefix: &str, lock: &LockName, backend: &EtcdB
     Ok(View::read(reply.kvs(), revision))
 }
 
-/// Watches `prefix` from the revision after `view`'s, applying what comes, until the watch
-/// ends.
+/// Watches `prefix` from the revision after `after` (the view's), applying what comes to the
+/// view, until the watch ends.
 async fn watch(
     mut client: Client,
     prefix: &str,
-    view: &mut View,
+    after: i64,
+    progress: &Mutex<Progress>,
     outbox: &Outbox,
-    timeout: Duration,
     lock: &LockName,
     backend: &EtcdBackend,
 ) -> WatchEnd {
-    let options = WatchOptions::new().with_prefix().with_start_revision(view.revision + 1);
+    let timeout = backend.config.connect_timeout;
+    let options = WatchOptions::new().with_prefix().with_start_revision(after + 1);
     let (mut watcher, mut stream) = match tokio::time::timeout(timeout, client.watch(prefix, Some(options))).await {
         Ok(Ok(watch)) => watch,
         Ok(Err(error)) => {
@@ -403,7 +430,9 @@ async fn watch(
                 if reply.compact_revision() != 0 {
                     break WatchEnd::Compacted;
                 }
-                view.apply(reply.events(), outbox);
+                if let Some(view) = lock_progress(progress).view.as_mut() {
+                    view.apply(reply.events(), outbox);
+                }
                 if reply.canceled() {
                     break WatchEnd::Broken;
                 }

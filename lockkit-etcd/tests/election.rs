@@ -1,6 +1,7 @@
 //! etcd-specific election cases on a real member: an observer cut off while terms pass
 //! (replayed from the watch's revision, no gap), the same with the missed revisions compacted
-//! (a gap, then the current leader), and a campaign whose reply was lost.
+//! (a gap, then the current leader), an observer moved to another runtime (replayed, no gap),
+//! and a campaign whose reply was lost.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -150,4 +151,33 @@ async fn a_campaign_whose_reply_was_lost_finds_its_own_candidacy() {
     leadership.resign().await.unwrap();
     assert_eq!(h.keys_of(&name).await, 0, "no candidacy left behind");
     assert!(b.election(&name).unwrap().leader().await.unwrap().is_none());
+}
+
+/// The runtime of an observer's task shuts down; polled on another runtime, the observer goes
+/// on from the revision it had reached: the term that passed meanwhile and the vacancy after it
+/// are replayed, with no gap.
+#[test]
+fn an_observer_moved_to_another_runtime_replays_what_passed() {
+    let main = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let name = fresh_name("runtimes");
+    let (h, o, a) = main.block_on(async {
+        let h = EtcdHarness::shared().await;
+        let (o, o_faults) = h.client_with(test_builder()).await.unwrap();
+        let (a, a_faults) = h.client_with(test_builder()).await.unwrap();
+        (h, (o, o_faults), (a, a_faults))
+    });
+    let mut observer = o.0.election(&name).unwrap().observe().unwrap();
+    let first = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let state = first.block_on(next_state(&mut observer, "the first state, on a runtime of its own"));
+    assert_eq!(state, LeaderEvent::Vacant);
+    drop(first);
+    main.block_on(async {
+        let leadership = a.0.election(&name).unwrap().campaign("meanwhile").await.unwrap();
+        let term = leadership.token().get();
+        leadership.resign().await.unwrap();
+        let replayed = next_state(&mut observer, "the term that passed meanwhile").await;
+        assert_eq!(term_of(&replayed), Some((term, "meanwhile".to_owned())), "no gap: {replayed:?}");
+        assert_eq!(next_state(&mut observer, "the vacancy after it").await, LeaderEvent::Vacant);
+        assert_eq!(h.keys_of(&name).await, 0);
+    });
 }
