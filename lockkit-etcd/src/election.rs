@@ -52,11 +52,13 @@ fn since(value: &[u8]) -> Option<SystemTime> {
     std::str::from_utf8(value).ok().and_then(OwnerMeta::decode).map(|meta| meta.since)
 }
 
-/// The leader a key at the head of an election stands for; `None` for a key that is not a
-/// candidate's (a mutex's key of the same name: then nobody leads).
-pub(crate) fn leader_of(kv: &KeyValue) -> Option<Leader> {
-    let identity = identity(kv.value())?;
-    Some(Leader::new(identity, token_of(kv), since(kv.value())))
+/// The leader a key at the head of an election stands for, by its value and create revision;
+/// `None` for a key that is not a candidate's (a mutex's key of the same name: then nobody
+/// leads).
+pub(crate) fn leader_of(value: &[u8], create_revision: i64) -> Option<Leader> {
+    let identity = identity(value)?;
+    let term = FencingToken::new(u64::try_from(create_revision).unwrap_or(0));
+    Some(Leader::new(identity, term, since(value)))
 }
 
 /// The holder a key at the head of a lock's prefix stands for, as `inspect` reports it: a

@@ -45,7 +45,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use etcd_client::{Client, EventType, GetOptions, KeyValue, SortOrder, SortTarget, WatchOptions};
+use etcd_client::{Client, EventType, GetOptions, SortOrder, SortTarget, WatchOptions};
 use futures_core::Stream;
 use lockkit_core::backend::LeaderEvents;
 use lockkit_core::{Error, LeaderEvent, LockName, Result};
@@ -229,12 +229,33 @@ enum Shown {
     Vacant,
 }
 
+/// One put or delete under the election's prefix, as the watch reports it.
+#[derive(Clone, Debug)]
+struct Change {
+    /// The revision of the write.
+    revision: i64,
+    key: Vec<u8>,
+    /// For a put, the key's create revision and value; `None` for a delete.
+    put: Option<(i64, Vec<u8>)>,
+}
+
+impl Change {
+    fn of(event: &etcd_client::Event) -> Option<Change> {
+        let kv = event.kv()?;
+        let put = match event.event_type() {
+            EventType::Put => Some((kv.create_revision(), kv.value().to_vec())),
+            EventType::Delete => None,
+        };
+        Some(Change { revision: kv.mod_revision(), key: kv.key().to_vec(), put })
+    }
+}
+
 /// The keys of an election as of one revision, and what was handed out: the bookkeeping of the
 /// module docs, without I/O.
 #[derive(Debug, Default)]
 struct View {
-    /// Every key under the prefix, by create revision.
-    keys: BTreeMap<i64, KeyValue>,
+    /// The value of every key under the prefix, by create revision.
+    keys: BTreeMap<i64, Vec<u8>>,
     /// The create revision of every key, by key (a delete event carries the key only).
     revisions: HashMap<Vec<u8>, i64>,
     /// The revision the view is complete up to.
@@ -245,22 +266,21 @@ struct View {
 
 impl View {
     /// The view of a read of every key under the prefix at `revision`.
-    fn read(kvs: &[KeyValue], revision: i64) -> Self {
+    fn read(kvs: &[etcd_client::KeyValue], revision: i64) -> Self {
         let mut view = View { revision, ..View::default() };
         for kv in kvs {
-            view.put(kv.clone());
+            view.put(kv.key().to_vec(), kv.create_revision(), kv.value().to_vec());
         }
         view
     }
 
-    fn put(&mut self, kv: KeyValue) {
-        let created = kv.create_revision();
-        if let Some(old) = self.revisions.insert(kv.key().to_vec(), created)
+    fn put(&mut self, key: Vec<u8>, created: i64, value: Vec<u8>) {
+        if let Some(old) = self.revisions.insert(key, created)
             && old != created
         {
             self.keys.remove(&old);
         }
-        self.keys.insert(created, kv);
+        self.keys.insert(created, value);
     }
 
     fn delete(&mut self, key: &[u8]) {
@@ -271,7 +291,8 @@ impl View {
 
     /// The state the head stands for now.
     fn now(&self) -> (Shown, LeaderEvent) {
-        match self.keys.first_key_value().and_then(|(created, kv)| Some((*created, leader_of(kv)?))) {
+        let head = self.keys.first_key_value();
+        match head.and_then(|(created, value)| Some((*created, leader_of(value, *created)?))) {
             Some((created, leader)) => (Shown::Term(created), LeaderEvent::Elected(leader)),
             None => (Shown::Vacant, LeaderEvent::Vacant),
         }
@@ -289,18 +310,17 @@ impl View {
 
     /// Applies the events of one watch reply (in revision order), handing out the state after
     /// each revision: the events of one revision (one transaction) are one change.
-    fn apply(&mut self, events: &[etcd_client::Event], outbox: &Outbox) {
+    fn apply(&mut self, changes: impl IntoIterator<Item = Change>, outbox: &Outbox) {
         let mut pending: Option<i64> = None;
-        for event in events {
-            let Some(kv) = event.kv() else { continue };
-            let revision = kv.mod_revision();
+        for change in changes {
+            let revision = change.revision;
             if pending.is_some_and(|p| p != revision) {
                 self.settle(false, outbox);
             }
             pending = Some(revision);
-            match event.event_type() {
-                EventType::Put => self.put(kv.clone()),
-                EventType::Delete => self.delete(kv.key()),
+            match change.put {
+                Some((created, value)) => self.put(change.key, created, value),
+                None => self.delete(&change.key),
             }
             self.revision = self.revision.max(revision);
         }
@@ -431,7 +451,7 @@ async fn watch(
                     break WatchEnd::Compacted;
                 }
                 if let Some(view) = lock_progress(progress).view.as_mut() {
-                    view.apply(reply.events(), outbox);
+                    view.apply(reply.events().iter().filter_map(Change::of), outbox);
                 }
                 if reply.canceled() {
                     break WatchEnd::Broken;
@@ -463,6 +483,72 @@ mod tests {
         assert_eq!(events.first(), Some(&LeaderEvent::Gap));
         assert_eq!(events.last(), Some(&LeaderEvent::Vacant));
         assert!(events.len() <= OUTBOX_CAPACITY);
+    }
+
+    fn candidate(name: &str) -> Vec<u8> {
+        crate::election::record_for(
+            uuid::Uuid::new_v4(),
+            &lockkit_core::HoldKind::Candidate { identity: std::sync::Arc::from(name.as_bytes()) },
+        )
+        .into_bytes()
+    }
+
+    fn put(revision: i64, key: &str, value: Vec<u8>) -> Change {
+        Change { revision, key: key.as_bytes().to_vec(), put: Some((revision, value)) }
+    }
+
+    fn delete(revision: i64, key: &str) -> Change {
+        Change { revision, key: key.as_bytes().to_vec(), put: None }
+    }
+
+    /// The terms and vacancies handed out, as (term, identity) or `None`.
+    fn shown(outbox: &Outbox) -> Vec<Option<(u64, String)>> {
+        drain(outbox)
+            .into_iter()
+            .map(|event| match event {
+                LeaderEvent::Elected(leader) => Some((leader.term.get(), leader.identity_str().unwrap().to_owned())),
+                LeaderEvent::Vacant => None,
+                other => panic!("no {other:?} from a view"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_change_of_the_head_is_handed_out_once_in_revision_order() {
+        let outbox = Outbox::default();
+        let mut view = View::read(&[], 1);
+        view.settle(true, &outbox);
+        // a leads; b queues behind it (no change); a goes: b leads; b goes: nobody.
+        view.apply([put(2, "a", candidate("a")), put(3, "b", candidate("b"))], &outbox);
+        view.apply([delete(4, "a")], &outbox);
+        view.apply([delete(5, "b")], &outbox);
+        assert_eq!(shown(&outbox), [None, Some((2, "a".into())), Some((3, "b".into())), None]);
+        assert_eq!(view.revision, 5);
+    }
+
+    #[test]
+    fn the_writes_of_one_revision_are_one_change() {
+        let outbox = Outbox::default();
+        let mut view = View::read(&[], 1);
+        view.apply([put(2, "a", candidate("a")), put(3, "b", candidate("b")), put(4, "c", candidate("c"))], &outbox);
+        drain(&outbox);
+        // A lease revoked deletes a and b in one revision: b never led; c leads.
+        view.apply([delete(5, "a"), delete(5, "b")], &outbox);
+        assert_eq!(shown(&outbox), [Some((4, "c".into()))]);
+        // A put of the leader's key again (same create revision) is no new term.
+        view.apply([Change { revision: 6, key: b"c".to_vec(), put: Some((4, candidate("c"))) }], &outbox);
+        assert_eq!(shown(&outbox), []);
+    }
+
+    #[test]
+    fn a_mutex_key_at_the_head_means_nobody_leads() {
+        let outbox = Outbox::default();
+        let mut view = View::read(&[], 1);
+        let mutex = crate::election::record_for(uuid::Uuid::new_v4(), &lockkit_core::HoldKind::Exclusive);
+        view.apply([put(2, "m", mutex.into_bytes())], &outbox);
+        view.apply([put(3, "a", candidate("a"))], &outbox);
+        view.apply([delete(4, "m")], &outbox);
+        assert_eq!(shown(&outbox), [None, Some((3, "a".into()))]);
     }
 
     #[test]
