@@ -10,7 +10,7 @@ use etcd_client::{
     TxnOpResponse, TxnResponse, WatchFilterType, WatchOptions,
 };
 use lockkit_core::backend::{
-    AcquireRequest, Deadline, Grant, HeldLock, HoldSignal, HolderInfo, LockBackend, LockInfo, OwnerMeta, spawn_detached,
+    AcquireRequest, Deadline, Grant, HeldLock, HoldSignal, LeaderEvents, LockBackend, LockInfo, spawn_detached,
 };
 use lockkit_core::{Capabilities, Error, FencingToken, HoldEnd, LockName, LossReason, Result};
 
@@ -110,7 +110,8 @@ impl EtcdBackend {
         pending.session = Some(Arc::clone(&session));
         let prefix = self.config.lock_prefix(lock);
         let key = pending.key.clone();
-        let value = OwnerMeta::current(request.attempt).encode();
+        // The owner line, with a candidate's identity (election.rs).
+        let value = crate::election::record_for(request.attempt, &request.kind);
         let put = TxnOp::put(key.clone(), value, Some(PutOptions::new().with_lease(session.lease)));
         let get_own = TxnOp::get(key.clone(), None);
         let head = TxnOp::get(prefix.clone(), Some(first_created()));
@@ -382,6 +383,7 @@ impl LockBackend for EtcdBackend {
             inspect: true,
             waiter_count: true,
             cross_process: true,
+            election: true,
             ..Capabilities::NONE
         }
     }
@@ -420,6 +422,12 @@ impl LockBackend for EtcdBackend {
         }
     }
 
+    fn observe(&self, lock: &LockName) -> Result<LeaderEvents> {
+        // Elections: observe.rs.
+        let me = self.me.upgrade().ok_or_else(|| Error::connection(BACKEND, Some(lock), "the provider was dropped"))?;
+        Ok(crate::observe::observe(me, lock.clone()))
+    }
+
     async fn inspect(&self, lock: &LockName) -> Result<LockInfo> {
         let mut client = self.client().await?;
         let prefix = self.config.lock_prefix(lock);
@@ -429,11 +437,8 @@ impl LockBackend for EtcdBackend {
             .map_err(|_| unreachable(&self.config, Some(lock)))?
             .map_err(|e| self.error(e, lock))?;
         let Some(first) = reply.kvs().first() else { return Ok(LockInfo::new(Vec::new(), Some(0))) };
-        let token = FencingToken::new(u64::try_from(first.create_revision()).unwrap_or(0));
-        let mut holder = match first.value_str().ok().and_then(OwnerMeta::decode) {
-            Some(meta) => meta.holder(token),
-            None => HolderInfo::new(token, String::from_utf8_lossy(first.key()).into_owned()),
-        };
+        // An exclusive holder, or a leader with its identity (election.rs).
+        let mut holder = crate::election::holder_of(first);
         if let Ok(left) = client.lease_time_to_live(first.lease(), None).await
             && left.ttl() > 0
         {

@@ -1,5 +1,5 @@
-//! The etcd backend of lockkit: mutexes on lease-bound keys ordered by etcd's global
-//! revision, with fencing tokens, loss signals and the whole lock contract.
+//! The etcd backend of lockkit: mutexes and elections on lease-bound keys ordered by etcd's
+//! global revision, with fencing tokens, loss signals and the whole lock contract.
 //!
 //! # How it works
 //!
@@ -25,6 +25,31 @@
 //!   key in the background. `try_acquire` puts its key only when no key is under the lock's
 //!   prefix, in the same transaction, so a refusal leaves nothing behind.
 //!
+//! # Elections
+//!
+//! A campaign ([`Election::campaign`](lockkit_core::Election::campaign)) is an acquisition of
+//! kind [`HoldKind::Candidate`](lockkit_core::HoldKind::Candidate), granted exactly like the
+//! mutex: the candidate's key is put under the election's prefix, the key with the lowest
+//! create revision leads, and the term is that create revision. The key's value is the owner
+//! line with the identity as one more field (`identity=<escaped>`, every byte outside ASCII's
+//! printable characters, and `%`, `=` and space, written `%XX`), so
+//! [`Election::leader`](lockkit_core::Election::leader) (and `inspect`) reads who leads, its
+//! term and since when the candidacy stands (the candidate's clock: etcd keeps no time). So a
+//! campaign has every property of an acquisition: a lost reply finds its own key, a dropped
+//! campaign deletes its key, a leader learns of its loss as a holder does, and resigning is a
+//! release that hands leadership to the next key in one watch notification. Unlike etcd's own
+//! `Campaign`, leadership is confirmed against the own key after every wait.
+//!
+//! An observer ([`Election::observe`](lockkit_core::Election::observe)) reads every key under
+//! the prefix, hands out the current state, and watches the prefix from the next revision:
+//! etcd replays every put and delete since, in revision order, so the observer hands out every
+//! term and every vacancy (a key at the head that is not a candidate's, a mutex of the same
+//! name, means nobody leads). A broken watch is made again from the revision after the last
+//! one seen, so a reconnect loses nothing. When those revisions were compacted meanwhile,
+//! etcd cancels the watch with the compact revision: the observer says
+//! [`LeaderEvent::Gap`](lockkit_core::LeaderEvent::Gap), reads the prefix again and hands out
+//! the current state. Nothing is polled.
+//!
 //! # Why the KV API and not the Lock service
 //!
 //! etcd's `Lock` service (v3lock) runs the same recipe on the server, but a `Lock` call blocks
@@ -44,12 +69,14 @@
 //!
 //! # What is not there yet
 //!
-//! Read-write locks, semaphores and election: the capabilities do not declare them, and the
-//! core refuses them with `Unsupported`.
+//! Read-write locks and semaphores: the capabilities do not declare them, and the core
+//! refuses them with `Unsupported`.
 
 mod backend;
 mod config;
+mod election;
 mod error;
+mod observe;
 mod provider;
 mod session;
 

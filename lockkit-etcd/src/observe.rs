@@ -1,0 +1,562 @@
+//! Observing an election: every change of leader, in term order, from a watch that replays
+//! every write since the revision the observer last saw.
+//!
+//! # What the observer knows
+//!
+//! The candidates of an election are the keys under its prefix, and the key with the lowest
+//! create revision leads; its create revision is the term. The observer reads every key under
+//! the prefix once (the *view*, at the read's revision R), hands out the current state (the
+//! leader, or [`LeaderEvent::Vacant`]), and then watches the prefix from R + 1. etcd sends
+//! every put and delete of the prefix since then, in revision order, so the observer applies
+//! them to the view one revision at a time and hands out each change of the head: every
+//! term, and every vacancy, none skipped and none out of order. A key at the head that is not
+//! a candidate's (a mutex's key of the same name) means nobody leads.
+//!
+//! # Connection trouble and compaction
+//!
+//! - **The watch breaks** (a cut connection, a member restart): the observer watches again
+//!   from the revision after the last one it applied, so etcd replays what passed meanwhile:
+//!   no gap.
+//! - **Those revisions were compacted** (the observer was cut off, or fell behind, for longer
+//!   than the store keeps history): etcd cancels the watch with the compact revision. Nothing
+//!   can replay the terms that passed, so the observer says [`LeaderEvent::Gap`], reads the
+//!   view again, hands out the current state and watches from there.
+//! - **No member answers:** the stream yields the connection error and tries again, with a
+//!   growing pause.
+//!
+//! This is where etcd's own `Observe` (`client/v3/concurrency/election.go`) falls short: it
+//! follows only the current leader's key, never reports a vacancy, and ends silently on a
+//! compaction or an error.
+//!
+//! # The task
+//!
+//! The stream starts one task, at its first poll, on the runtime that polls it; the task
+//! handles the watch's events as they come (so the order is kept even when the consumer is
+//! slow) and queues the events for the consumer, up to [`OUTBOX_CAPACITY`]; a consumer further
+//! behind gets a gap and the current state instead of the oldest events. Dropping the stream
+//! aborts the task, which cancels its watch. A task that ends with its runtime is started
+//! again by the next poll, on that poll's runtime, and goes on from the revision the view had
+//! reached (the view outlives the task): etcd replays what passed meanwhile, so that is no gap
+//! either, unless those revisions were compacted.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use etcd_client::{Client, EventType, GetOptions, SortOrder, SortTarget, WatchOptions};
+use futures_core::Stream;
+use lockkit_core::backend::LeaderEvents;
+use lockkit_core::{Error, LeaderEvent, LockName, Result};
+use tokio::task::JoinHandle;
+use tracing::Instrument;
+
+use crate::BACKEND;
+use crate::backend::EtcdBackend;
+use crate::election::leader_of;
+use crate::error::{to_error, unreachable};
+
+/// How many events wait for a slow consumer before they give way to a gap and the state.
+pub(crate) const OUTBOX_CAPACITY: usize = 256;
+
+/// The first pause before the observer tries again after a failure.
+const FIRST_PAUSE: Duration = Duration::from_millis(50);
+
+/// The longest pause between two tries after failures.
+const MAX_PAUSE: Duration = Duration::from_secs(2);
+
+/// The changes of leader of election `lock`, followed through `backend`'s clients.
+pub(crate) fn observe(backend: Arc<EtcdBackend>, lock: LockName) -> LeaderEvents {
+    Box::pin(Observation { backend, lock, outbox: None, task: None, progress: Arc::default() })
+}
+
+/// The stream the consumer holds: the outbox of the task that follows the election.
+struct Observation {
+    backend: Arc<EtcdBackend>,
+    lock: LockName,
+    outbox: Option<Arc<Outbox>>,
+    task: Option<JoinHandle<()>>,
+    /// What the tasks learnt so far, kept for the next task when one ends with its runtime.
+    progress: Arc<Mutex<Progress>>,
+}
+
+/// The view of the election and whether a gap is owed: what a task hands on to the next.
+#[derive(Debug, Default)]
+struct Progress {
+    /// The view, once read; `None` until the first read, and after a compaction.
+    view: Option<View>,
+    /// A gap to hand out before the state the next read gives.
+    gap: bool,
+}
+
+/// Locks `progress`.
+fn lock_progress(progress: &Mutex<Progress>) -> MutexGuard<'_, Progress> {
+    // Nothing panics while holding this lock; recover the data if something ever did.
+    progress.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Observation {
+    /// Starts the task on the current runtime.
+    fn start(&mut self) -> Result<Arc<Outbox>> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+            Error::connection(BACKEND, Some(&self.lock), "no Tokio runtime is running")
+                .with_context("observe the election")
+        })?;
+        let outbox = Arc::new(Outbox::default());
+        let closer = CloseOnDrop(Arc::clone(&outbox));
+        let progress = Arc::clone(&self.progress);
+        let task = follow(Arc::clone(&self.backend), self.lock.clone(), Arc::clone(&outbox), closer, progress);
+        self.task = Some(runtime.spawn(task));
+        self.outbox = Some(Arc::clone(&outbox));
+        Ok(outbox)
+    }
+}
+
+impl Stream for Observation {
+    type Item = Result<LeaderEvent>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        // At most one new task per poll: a runtime that drops every task it is given (one
+        // shutting down) must not make this spin.
+        let mut restarted = false;
+        loop {
+            let outbox = match this.outbox.clone() {
+                Some(outbox) => outbox,
+                None => match this.start() {
+                    Ok(outbox) => outbox,
+                    Err(error) => return Poll::Ready(Some(Err(error))),
+                },
+            };
+            let mut state = outbox.state();
+            if let Some(item) = state.events.pop_front() {
+                return Poll::Ready(Some(item));
+            }
+            if !state.closed {
+                state.waker = Some(cx.waker().clone());
+                return Poll::Pending;
+            }
+            drop(state);
+            // The task ended with the runtime it ran on: follow again from here, from the
+            // revision the view had reached.
+            this.outbox = None;
+            this.task = None;
+            if restarted {
+                let error =
+                    Error::connection(BACKEND, Some(&this.lock), "the runtime of the observer's task shut down")
+                        .with_context("observe the election");
+                return Poll::Ready(Some(Err(error)));
+            }
+            tracing::debug!(backend = BACKEND, lock = %this.lock, "the observer's task ended with its runtime; starting it again here");
+            restarted = true;
+        }
+    }
+}
+
+impl Drop for Observation {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+/// What the task hands the consumer.
+#[derive(Default)]
+struct Outbox {
+    state: Mutex<OutboxState>,
+}
+
+#[derive(Default)]
+struct OutboxState {
+    events: VecDeque<Result<LeaderEvent>>,
+    /// The last state handed out (an `Elected` or `Vacant`), for a consumer that falls behind.
+    current: Option<LeaderEvent>,
+    /// Set when the task is gone.
+    closed: bool,
+    waker: Option<Waker>,
+}
+
+impl Outbox {
+    fn state(&self) -> MutexGuard<'_, OutboxState> {
+        // Nothing panics while holding this lock; recover the data if something ever did.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn push(&self, item: Result<LeaderEvent>) {
+        let mut state = self.state();
+        if let Ok(event @ (LeaderEvent::Elected(_) | LeaderEvent::Vacant)) = &item {
+            state.current = Some(event.clone());
+        }
+        if state.events.len() >= OUTBOX_CAPACITY {
+            // The consumer is far behind: what it missed is a gap; the state now follows.
+            tracing::debug!(backend = BACKEND, "an observer fell {OUTBOX_CAPACITY} events behind; it gets a gap");
+            state.events.clear();
+            state.events.push_back(Ok(LeaderEvent::Gap));
+            if let Some(current) = state.current.clone() {
+                state.events.push_back(Ok(current));
+            }
+        } else {
+            state.events.push_back(item);
+        }
+        if let Some(waker) = state.waker.take() {
+            waker.wake();
+        }
+    }
+}
+
+/// Closes the outbox when the task is dropped (aborted, or with its runtime), even before its
+/// first poll.
+struct CloseOnDrop(Arc<Outbox>);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        let mut state = self.0.state();
+        state.closed = true;
+        if let Some(waker) = state.waker.take() {
+            waker.wake();
+        }
+    }
+}
+
+/// What the head of the view stood for when it was last handed out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Shown {
+    /// A candidate led, for the term of this create revision.
+    Term(i64),
+    /// Nobody led.
+    Vacant,
+}
+
+/// One put or delete under the election's prefix, as the watch reports it.
+#[derive(Clone, Debug)]
+struct Change {
+    /// The revision of the write.
+    revision: i64,
+    key: Vec<u8>,
+    /// For a put, the key's create revision and value; `None` for a delete.
+    put: Option<(i64, Vec<u8>)>,
+}
+
+impl Change {
+    fn of(event: &etcd_client::Event) -> Option<Change> {
+        let kv = event.kv()?;
+        let put = match event.event_type() {
+            EventType::Put => Some((kv.create_revision(), kv.value().to_vec())),
+            EventType::Delete => None,
+        };
+        Some(Change { revision: kv.mod_revision(), key: kv.key().to_vec(), put })
+    }
+}
+
+/// The keys of an election as of one revision, and what was handed out: the bookkeeping of the
+/// module docs, without I/O.
+#[derive(Debug, Default)]
+struct View {
+    /// The value of every key under the prefix, by create revision.
+    keys: BTreeMap<i64, Vec<u8>>,
+    /// The create revision of every key, by key (a delete event carries the key only).
+    revisions: HashMap<Vec<u8>, i64>,
+    /// The revision the view is complete up to.
+    revision: i64,
+    /// What was handed out last.
+    shown: Option<Shown>,
+}
+
+impl View {
+    /// The view of a read of every key under the prefix at `revision`.
+    fn read(kvs: &[etcd_client::KeyValue], revision: i64) -> Self {
+        let mut view = View { revision, ..View::default() };
+        for kv in kvs {
+            view.put(kv.key().to_vec(), kv.create_revision(), kv.value().to_vec());
+        }
+        view
+    }
+
+    fn put(&mut self, key: Vec<u8>, created: i64, value: Vec<u8>) {
+        if let Some(old) = self.revisions.insert(key, created)
+            && old != created
+        {
+            self.keys.remove(&old);
+        }
+        self.keys.insert(created, value);
+    }
+
+    fn delete(&mut self, key: &[u8]) {
+        if let Some(created) = self.revisions.remove(key) {
+            self.keys.remove(&created);
+        }
+    }
+
+    /// The state the head stands for now.
+    fn now(&self) -> (Shown, LeaderEvent) {
+        let head = self.keys.first_key_value();
+        match head.and_then(|(created, value)| Some((*created, leader_of(value, *created)?))) {
+            Some((created, leader)) => (Shown::Term(created), LeaderEvent::Elected(leader)),
+            None => (Shown::Vacant, LeaderEvent::Vacant),
+        }
+    }
+
+    /// Hands out the current state if it is not what was handed out last (or always, when
+    /// `restate`).
+    fn settle(&mut self, restate: bool, outbox: &Outbox) {
+        let (shown, event) = self.now();
+        if restate || self.shown != Some(shown) {
+            self.shown = Some(shown);
+            outbox.push(Ok(event));
+        }
+    }
+
+    /// Applies the events of one watch reply (in revision order), handing out the state after
+    /// each revision: the events of one revision (one transaction) are one change.
+    fn apply(&mut self, changes: impl IntoIterator<Item = Change>, outbox: &Outbox) {
+        let mut pending: Option<i64> = None;
+        for change in changes {
+            let revision = change.revision;
+            if pending.is_some_and(|p| p != revision) {
+                self.settle(false, outbox);
+            }
+            pending = Some(revision);
+            match change.put {
+                Some((created, value)) => self.put(change.key, created, value),
+                None => self.delete(&change.key),
+            }
+            self.revision = self.revision.max(revision);
+        }
+        if pending.is_some() {
+            self.settle(false, outbox);
+        }
+    }
+}
+
+/// Why one watch ended.
+enum WatchEnd {
+    /// The revisions after the view's were compacted: a gap, then read again.
+    Compacted,
+    /// The watch broke or was cancelled: watch again from the view's revision.
+    Broken,
+    /// The watch could not be made; the error is for the consumer.
+    Failed(Error),
+}
+
+/// The task: follows the election until the stream is dropped.
+async fn follow(
+    backend: Arc<EtcdBackend>,
+    lock: LockName,
+    outbox: Arc<Outbox>,
+    closer: CloseOnDrop,
+    progress: Arc<Mutex<Progress>>,
+) {
+    let _closer = closer;
+    let span = tracing::debug_span!("lockkit.etcd.observe", lock = %lock);
+    async move {
+        let prefix = backend.config.lock_prefix(&lock);
+        let mut pause = FIRST_PAUSE;
+        loop {
+            let client = match backend.client().await {
+                Ok(client) => client,
+                Err(error) => {
+                    tracing::debug!(backend = BACKEND, %error, ?pause, "the observer has no client; trying again");
+                    outbox.push(Err(error));
+                    tokio::time::sleep(pause).await;
+                    pause = pause.saturating_mul(2).min(MAX_PAUSE);
+                    continue;
+                }
+            };
+            let read_at = lock_progress(&progress).view.as_ref().map(|view| view.revision);
+            let after = match read_at {
+                Some(revision) => revision,
+                None => match read(client.clone(), &prefix, &lock, &backend).await {
+                    Ok(mut fresh) => {
+                        let mut progress = lock_progress(&progress);
+                        if std::mem::take(&mut progress.gap) {
+                            outbox.push(Ok(LeaderEvent::Gap));
+                        }
+                        fresh.settle(true, &outbox);
+                        let revision = fresh.revision;
+                        progress.view = Some(fresh);
+                        revision
+                    }
+                    Err(error) => {
+                        tracing::debug!(backend = BACKEND, %error, ?pause, "the observer cannot read the election; trying again");
+                        outbox.push(Err(error));
+                        tokio::time::sleep(pause).await;
+                        pause = pause.saturating_mul(2).min(MAX_PAUSE);
+                        continue;
+                    }
+                },
+            };
+            match watch(client, &prefix, after, &progress, &outbox, &lock, &backend).await {
+                WatchEnd::Compacted => {
+                    tracing::debug!(backend = BACKEND, after, "the revisions the observer missed were compacted: a gap");
+                    let mut progress = lock_progress(&progress);
+                    progress.view = None;
+                    progress.gap = true;
+                    pause = FIRST_PAUSE;
+                }
+                WatchEnd::Broken => {
+                    tracing::debug!(backend = BACKEND, after, "the observer's watch broke; watching again from where it was");
+                    tokio::time::sleep(pause).await;
+                    pause = pause.saturating_mul(2).min(MAX_PAUSE);
+                }
+                WatchEnd::Failed(error) => {
+                    tracing::debug!(backend = BACKEND, %error, ?pause, "the observer cannot watch; trying again");
+                    outbox.push(Err(error));
+                    tokio::time::sleep(pause).await;
+                    pause = pause.saturating_mul(2).min(MAX_PAUSE);
+                }
+            }
+        }
+    }
+    .instrument(span)
+    .await;
+}
+
+/// Reads every key under `prefix`: the view at the read's revision.
+async fn read(mut client: Client, prefix: &str, lock: &LockName, backend: &EtcdBackend) -> Result<View> {
+    let options = GetOptions::new().with_prefix().with_sort(SortTarget::Create, SortOrder::Ascend);
+    let reply = tokio::time::timeout(backend.config.connect_timeout, client.get(prefix, Some(options)))
+        .await
+        .map_err(|_| unreachable(&backend.config, Some(lock)))?
+        .map_err(|e| to_error(e, Some(lock)).with_server(Some(&backend.config.address)))?;
+    let revision = reply.header().map_or(0, etcd_client::ResponseHeader::revision);
+    Ok(View::read(reply.kvs(), revision))
+}
+
+/// Watches `prefix` from the revision after `after` (the view's), applying what comes to the
+/// view, until the watch ends.
+async fn watch(
+    mut client: Client,
+    prefix: &str,
+    after: i64,
+    progress: &Mutex<Progress>,
+    outbox: &Outbox,
+    lock: &LockName,
+    backend: &EtcdBackend,
+) -> WatchEnd {
+    let timeout = backend.config.connect_timeout;
+    let options = WatchOptions::new().with_prefix().with_start_revision(after + 1);
+    let (mut watcher, mut stream) = match tokio::time::timeout(timeout, client.watch(prefix, Some(options))).await {
+        Ok(Ok(watch)) => watch,
+        Ok(Err(error)) => {
+            return WatchEnd::Failed(to_error(error, Some(lock)).with_server(Some(&backend.config.address)));
+        }
+        Err(_) => return WatchEnd::Failed(unreachable(&backend.config, Some(lock))),
+    };
+    let end = loop {
+        match stream.message().await {
+            Ok(Some(reply)) => {
+                if reply.compact_revision() != 0 {
+                    break WatchEnd::Compacted;
+                }
+                if let Some(view) = lock_progress(progress).view.as_mut() {
+                    view.apply(reply.events().iter().filter_map(Change::of), outbox);
+                }
+                if reply.canceled() {
+                    break WatchEnd::Broken;
+                }
+            }
+            Ok(None) | Err(_) => break WatchEnd::Broken,
+        }
+    };
+    let _ = tokio::time::timeout(timeout, watcher.cancel()).await;
+    end
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn drain(outbox: &Outbox) -> Vec<LeaderEvent> {
+        outbox.state().events.drain(..).map(|item| item.unwrap()).collect()
+    }
+
+    #[test]
+    fn a_consumer_far_behind_gets_a_gap_and_the_state_now() {
+        let outbox = Outbox::default();
+        for _ in 0..(OUTBOX_CAPACITY + 10) {
+            outbox.push(Ok(LeaderEvent::Vacant));
+        }
+        let events = drain(&outbox);
+        assert_eq!(events.first(), Some(&LeaderEvent::Gap));
+        assert_eq!(events.last(), Some(&LeaderEvent::Vacant));
+        assert!(events.len() <= OUTBOX_CAPACITY);
+    }
+
+    fn candidate(name: &str) -> Vec<u8> {
+        crate::election::record_for(
+            uuid::Uuid::new_v4(),
+            &lockkit_core::HoldKind::Candidate { identity: std::sync::Arc::from(name.as_bytes()) },
+        )
+        .into_bytes()
+    }
+
+    fn put(revision: i64, key: &str, value: Vec<u8>) -> Change {
+        Change { revision, key: key.as_bytes().to_vec(), put: Some((revision, value)) }
+    }
+
+    fn delete(revision: i64, key: &str) -> Change {
+        Change { revision, key: key.as_bytes().to_vec(), put: None }
+    }
+
+    /// The terms and vacancies handed out, as (term, identity) or `None`.
+    fn shown(outbox: &Outbox) -> Vec<Option<(u64, String)>> {
+        drain(outbox)
+            .into_iter()
+            .map(|event| match event {
+                LeaderEvent::Elected(leader) => Some((leader.term.get(), leader.identity_str().unwrap().to_owned())),
+                LeaderEvent::Vacant => None,
+                other => panic!("no {other:?} from a view"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_change_of_the_head_is_handed_out_once_in_revision_order() {
+        let outbox = Outbox::default();
+        let mut view = View::read(&[], 1);
+        view.settle(true, &outbox);
+        // a leads; b queues behind it (no change); a goes: b leads; b goes: nobody.
+        view.apply([put(2, "a", candidate("a")), put(3, "b", candidate("b"))], &outbox);
+        view.apply([delete(4, "a")], &outbox);
+        view.apply([delete(5, "b")], &outbox);
+        assert_eq!(shown(&outbox), [None, Some((2, "a".into())), Some((3, "b".into())), None]);
+        assert_eq!(view.revision, 5);
+    }
+
+    #[test]
+    fn the_writes_of_one_revision_are_one_change() {
+        let outbox = Outbox::default();
+        let mut view = View::read(&[], 1);
+        view.apply([put(2, "a", candidate("a")), put(3, "b", candidate("b")), put(4, "c", candidate("c"))], &outbox);
+        drain(&outbox);
+        // A lease revoked deletes a and b in one revision: b never led; c leads.
+        view.apply([delete(5, "a"), delete(5, "b")], &outbox);
+        assert_eq!(shown(&outbox), [Some((4, "c".into()))]);
+        // A put of the leader's key again (same create revision) is no new term.
+        view.apply([Change { revision: 6, key: b"c".to_vec(), put: Some((4, candidate("c"))) }], &outbox);
+        assert_eq!(shown(&outbox), []);
+    }
+
+    #[test]
+    fn a_mutex_key_at_the_head_means_nobody_leads() {
+        let outbox = Outbox::default();
+        let mut view = View::read(&[], 1);
+        let mutex = crate::election::record_for(uuid::Uuid::new_v4(), &lockkit_core::HoldKind::Exclusive);
+        view.apply([put(2, "m", mutex.into_bytes())], &outbox);
+        view.apply([put(3, "a", candidate("a"))], &outbox);
+        view.apply([delete(4, "m")], &outbox);
+        assert_eq!(shown(&outbox), [None, Some((3, "a".into()))]);
+    }
+
+    #[test]
+    fn an_empty_view_is_vacant() {
+        let outbox = Outbox::default();
+        let mut view = View::read(&[], 5);
+        view.settle(true, &outbox);
+        view.settle(false, &outbox);
+        assert_eq!(drain(&outbox), [LeaderEvent::Vacant]);
+    }
+}
