@@ -1,6 +1,8 @@
 //! The backend behind an [`EtcdLockProvider`](crate::EtcdLockProvider): the current session
 //! (client and lease), the queue-of-keys recipe, and the [`LockBackend`] seam.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
@@ -17,6 +19,7 @@ use lockkit_core::{Capabilities, Error, FencingToken, HoldEnd, LockName, LossRea
 use crate::BACKEND;
 use crate::config::EtcdConfig;
 use crate::error::{to_error, unreachable};
+use crate::queue::{Entry, KeyKind, Verdict, Wait, holders, may_be_granted};
 use crate::session::Session;
 
 /// The first pause before an acquisition tries again after a connection failure.
@@ -50,6 +53,14 @@ enum Try {
     Refused,
     /// The own key went (its lease ended) while waiting: start again with a new key.
     Vanished,
+}
+
+/// How a wait for the keys ahead ended.
+enum Waited {
+    /// The acquisition's deadline came first.
+    DeadlinePassed,
+    /// What was watched changed (or the safety net fired): read the queue again.
+    Changed,
 }
 
 impl EtcdBackend {
@@ -102,7 +113,8 @@ impl EtcdBackend {
         }
     }
 
-    /// One try: put the own key if absent, then wait for every key created before it to go.
+    /// One try: put the own key if absent, then wait until the keys created before it allow
+    /// its kind to be granted (see the queue module).
     async fn try_once(&self, request: &AcquireRequest, pending: &mut Pending) -> Result<Try> {
         let lock = &request.lock;
         let session = self.session().await?;
@@ -110,16 +122,23 @@ impl EtcdBackend {
         pending.session = Some(Arc::clone(&session));
         let prefix = self.config.lock_prefix(lock);
         let key = pending.key.clone();
-        let value = OwnerMeta::current(request.attempt).encode();
+        let kind = KeyKind::of(&request.kind);
+        let value = kind.value(&pending.owner);
         let put = TxnOp::put(key.clone(), value, Some(PutOptions::new().with_lease(session.lease)));
         let get_own = TxnOp::get(key.clone(), None);
-        let head = TxnOp::get(prefix.clone(), Some(first_created()));
-        // With no wait allowed, the key is put only when nobody is there: one round trip, no trace.
+        let queue = TxnOp::get(prefix.clone(), Some(in_queue_order()));
+        // With no wait allowed, a lock's key is put only when nobody is there: one round trip,
+        // no trace. A reader or a permit may be granted beside others, so it puts its key and
+        // deletes it again when it is refused.
+        let exclusive = matches!(kind, KeyKind::Exclusive | KeyKind::Write | KeyKind::Candidate);
         let condition = match request.deadline {
-            Deadline::Now => Compare::create_revision(prefix.clone(), CompareOp::Equal, 0).with_prefix(),
-            Deadline::At(_) | Deadline::Never => Compare::create_revision(key.clone(), CompareOp::Equal, 0),
+            Deadline::Now if exclusive => Compare::create_revision(prefix.clone(), CompareOp::Equal, 0).with_prefix(),
+            Deadline::Now | Deadline::At(_) | Deadline::Never => {
+                Compare::create_revision(key.clone(), CompareOp::Equal, 0)
+            }
         };
-        let txn = Txn::new().when([condition]).and_then([put, get_own.clone(), head.clone()]).or_else([get_own, head]);
+        let txn =
+            Txn::new().when([condition]).and_then([put, get_own.clone(), queue.clone()]).or_else([get_own, queue]);
         pending.sent = true;
         let reply = match tokio::time::timeout(self.config.connect_timeout, client.txn(txn)).await {
             Ok(Ok(reply)) => reply,
@@ -133,15 +152,20 @@ impl EtcdBackend {
             Err(_) => return Err(unreachable(&self.config, Some(lock))),
         };
         request.note_reached();
+        let mut revision = reply.header().map_or(0, etcd_client::ResponseHeader::revision);
         let mut gets = reply.op_responses().into_iter().filter_map(|op| match op {
             TxnOpResponse::Get(get) => Some(get),
             _ => None,
         });
         let own = gets.next().and_then(|g| g.kvs().first().cloned());
-        let head = gets.next().and_then(|g| g.kvs().first().cloned());
+        let all: Vec<Entry> = gets.next().map(|g| g.kvs().iter().map(Entry::of).collect()).unwrap_or_default();
         let Some(own) = own else {
-            // Not put (someone is there and no wait is allowed), and no earlier try of ours put it.
+            // Not put (someone is there and no wait is allowed), and no earlier try of ours put
+            // it: a lock of another use of the name is a conflict, anything else a refusal.
             pending.sent = false;
+            if let Verdict::Conflict(what) = may_be_granted(&kind, &all) {
+                return Err(Error::conflict(BACKEND, Some(lock), what));
+            }
             return Ok(Try::Refused);
         };
         let rev = own.create_revision();
@@ -151,66 +175,117 @@ impl EtcdBackend {
             return Ok(Try::Vanished);
         }
         pending.revision = Some(rev);
-        if head.as_ref().is_some_and(|h| h.key() == own.key()) {
-            return Ok(Try::Granted(self.grant(request, &session, pending, rev)));
-        }
-        if request.deadline == Deadline::Now {
-            pending.delete_now(&self.config).await;
-            return Ok(Try::Refused);
-        }
-        // Wait for the key just ahead to go, until none is left ahead.
+        let mut ahead: Vec<Entry> = all.into_iter().filter(|entry| entry.create_revision < rev).collect();
         loop {
-            let ahead = TxnOp::get(
-                prefix.clone(),
-                Some(
-                    GetOptions::new()
-                        .with_prefix()
-                        .with_max_create_revision(rev - 1)
-                        .with_sort(SortTarget::Create, SortOrder::Descend)
-                        .with_limit(1),
-                ),
-            );
-            let txn = Txn::new().when([Compare::create_revision(key.clone(), CompareOp::Equal, rev)]).and_then([ahead]);
+            let wait = match may_be_granted(&kind, &ahead) {
+                Verdict::Holds => return Ok(Try::Granted(self.grant(request, &session, pending, rev, kind))),
+                Verdict::Conflict(what) => {
+                    tracing::debug!(backend = BACKEND, %lock, %what, "the name is in use otherwise");
+                    pending.delete_now(&self.config).await;
+                    return Err(Error::conflict(BACKEND, Some(lock), what));
+                }
+                Verdict::Waits(wait) => wait,
+            };
+            if request.deadline == Deadline::Now {
+                pending.delete_now(&self.config).await;
+                return Ok(Try::Refused);
+            }
+            match self.wait(&mut client, lock, wait, revision, &session, request.deadline).await? {
+                Waited::DeadlinePassed => {
+                    pending.delete_now(&self.config).await;
+                    return Ok(Try::Refused);
+                }
+                Waited::Changed => {}
+            }
+            // Look again, in a transaction that checks the own key is still ours: a grant is
+            // confirmed against the own key after every wait.
+            let read_ahead = TxnOp::get(prefix.clone(), Some(in_queue_order().with_max_create_revision(rev - 1)));
+            let txn =
+                Txn::new().when([Compare::create_revision(key.clone(), CompareOp::Equal, rev)]).and_then([read_ahead]);
             let reply = self.txn(&mut client, txn, lock).await?;
             if !reply.succeeded() {
                 pending.sent = false;
                 return Ok(Try::Vanished);
             }
-            let revision = reply.header().map_or(0, etcd_client::ResponseHeader::revision);
-            let ahead: Option<KeyValue> = reply.op_responses().into_iter().find_map(|op| match op {
-                TxnOpResponse::Get(get) => get.kvs().first().cloned(),
-                _ => None,
-            });
-            let Some(ahead) = ahead else {
-                // Confirmed in the same transaction that checked the own key is still ours.
-                return Ok(Try::Granted(self.grant(request, &session, pending, rev)));
-            };
-            let options = WatchOptions::new().with_start_revision(revision + 1).with_filters([WatchFilterType::NoPut]);
-            let (_watcher, mut stream) =
-                client.watch(ahead.key().to_vec(), Some(options)).await.map_err(|e| self.error(e, lock))?;
-            // A safety net only: the key's lease bounds how long it can outlive its owner.
-            let wake = tokio::time::sleep(session.ttl);
-            tokio::pin!(wake);
-            loop {
-                tokio::select! {
-                    message = stream.message() => match message {
-                        Ok(Some(reply)) if reply.events().iter().any(|e| e.event_type() == EventType::Delete) => break,
-                        Ok(Some(reply)) if reply.canceled() => break,
-                        Ok(Some(_)) => {}
-                        Ok(None) => break,
-                        Err(e) => return Err(self.error(e, lock)),
-                    },
-                    () = &mut wake => break,
-                    () = sleep_until(request.deadline) => {
-                        pending.delete_now(&self.config).await;
-                        return Ok(Try::Refused);
+            revision = reply.header().map_or(0, etcd_client::ResponseHeader::revision);
+            ahead = reply
+                .op_responses()
+                .into_iter()
+                .find_map(|op| match op {
+                    TxnOpResponse::Get(get) => Some(get.kvs().iter().map(Entry::of).collect()),
+                    _ => None,
+                })
+                .unwrap_or_default();
+        }
+    }
+
+    /// Waits for what `wait` names, from the revision after `revision` (the one the queue was
+    /// read at), until the deadline.
+    async fn wait(
+        &self,
+        client: &mut Client,
+        lock: &LockName,
+        wait: Wait,
+        revision: i64,
+        session: &Session,
+        deadline: Deadline,
+    ) -> Result<Waited> {
+        let mut options = WatchOptions::new().with_start_revision(revision + 1);
+        let (watched, or_put, mut keys, mut deletions) = match wait {
+            Wait::Key { key, or_put } => (key, or_put, Vec::new(), 1),
+            // The prefix: a permit waiter counts the deletions of the keys ahead of it that it
+            // read, and ignores the others (no request per deletion).
+            Wait::Deletions { keys, deletions } => {
+                options = options.with_prefix();
+                (self.config.lock_prefix(lock), false, keys, deletions)
+            }
+        };
+        if !or_put {
+            options = options.with_filters([WatchFilterType::NoPut]);
+        }
+        let (_watcher, mut stream) = client.watch(watched, Some(options)).await.map_err(|e| self.error(e, lock))?;
+        // A safety net only: the key's lease bounds how long it can outlive its owner.
+        let wake = tokio::time::sleep(session.ttl);
+        tokio::pin!(wake);
+        loop {
+            tokio::select! {
+                message = stream.message() => match message {
+                    Ok(Some(reply)) if reply.canceled() => return Ok(Waited::Changed),
+                    Ok(Some(reply)) => {
+                        for event in reply.events() {
+                            if keys.is_empty() {
+                                // One key watched: any event on it (a put only when asked for).
+                                return Ok(Waited::Changed);
+                            }
+                            let gone = event.event_type() == EventType::Delete
+                                && event.kv().is_some_and(|kv| {
+                                    keys.iter().position(|k| k.as_bytes() == kv.key()).map(|i| keys.swap_remove(i)).is_some()
+                                });
+                            if gone {
+                                deletions = deletions.saturating_sub(1);
+                                if deletions == 0 {
+                                    return Ok(Waited::Changed);
+                                }
+                            }
+                        }
                     }
-                }
+                    Ok(None) => return Ok(Waited::Changed),
+                    Err(e) => return Err(self.error(e, lock)),
+                },
+                () = &mut wake => return Ok(Waited::Changed),
+                () = sleep_until(deadline) => return Ok(Waited::DeadlinePassed),
             }
         }
     }
 
-    fn grant(&self, request: &AcquireRequest, session: &Arc<Session>, pending: &mut Pending, rev: i64) -> Grant {
+    fn grant(
+        &self,
+        request: &AcquireRequest,
+        session: &Arc<Session>,
+        pending: &mut Pending,
+        rev: i64,
+        kind: KeyKind,
+    ) -> Grant {
         pending.armed = false;
         let signal = HoldSignal::new(BACKEND, request.lock.clone(), Some(session.valid_until()));
         let id = session.register(&signal);
@@ -229,6 +304,7 @@ impl EtcdBackend {
             lock: request.lock.clone(),
             key: pending.key.clone(),
             revision: rev,
+            read_value: (kind == KeyKind::Write).then(|| KeyKind::Read.value(&pending.owner)),
             id,
             watch,
         };
@@ -242,9 +318,9 @@ fn is_lease_gone(error: &etcd_client::Error) -> bool {
         if status.code() == tonic::Code::NotFound && status.message().contains("lease not found"))
 }
 
-/// The options that read the first-created key under a prefix.
-fn first_created() -> GetOptions {
-    GetOptions::new().with_prefix().with_sort(SortTarget::Create, SortOrder::Ascend).with_limit(1)
+/// The options that read every key under a prefix in create revision order: the queue.
+fn in_queue_order() -> GetOptions {
+    GetOptions::new().with_prefix().with_sort(SortTarget::Create, SortOrder::Ascend)
 }
 
 async fn sleep_until(deadline: Deadline) {
@@ -332,6 +408,8 @@ struct Pending {
     /// The key's create revision, once known.
     revision: Option<i64>,
     armed: bool,
+    /// The owner line of the acquisition, which the key's value starts with.
+    owner: String,
 }
 
 impl Pending {
@@ -382,6 +460,9 @@ impl LockBackend for EtcdBackend {
             inspect: true,
             waiter_count: true,
             cross_process: true,
+            rw_lock: true,
+            semaphore: true,
+            break_lock: true,
             ..Capabilities::NONE
         }
     }
@@ -397,8 +478,15 @@ impl LockBackend for EtcdBackend {
 
     async fn acquire(&self, request: AcquireRequest) -> Result<Option<Grant>> {
         let key = format!("{}{}", self.config.lock_prefix(&request.lock), request.attempt);
-        let mut pending =
-            Pending { backend: self.me.clone(), key, session: None, sent: false, revision: None, armed: true };
+        let mut pending = Pending {
+            backend: self.me.clone(),
+            key,
+            session: None,
+            sent: false,
+            revision: None,
+            armed: true,
+            owner: OwnerMeta::current(request.attempt).encode(),
+        };
         let mut backoff = FIRST_BACKOFF;
         loop {
             match self.try_once(&request, &mut pending).await {
@@ -421,25 +509,70 @@ impl LockBackend for EtcdBackend {
     }
 
     async fn inspect(&self, lock: &LockName) -> Result<LockInfo> {
+        let (mut client, queue) = self.read_queue(lock).await?;
+        let entries: Vec<Entry> = queue.iter().map(Entry::of).collect();
+        let held = holders(&entries);
+        let mut infos = Vec::with_capacity(held.len());
+        for &i in &held {
+            if let Some(kv) = queue.get(i) {
+                infos.push(self.holder_info(&mut client, kv).await);
+            }
+        }
+        // Every other key waits (a key refused for a conflict is deleted at once).
+        Ok(LockInfo::new(infos, Some(queue.len() - held.len())))
+    }
+
+    async fn break_lock(&self, lock: &LockName) -> Result<Vec<HolderInfo>> {
+        let (mut client, queue) = self.read_queue(lock).await?;
+        let entries: Vec<Entry> = queue.iter().map(Entry::of).collect();
+        let mut broken = Vec::new();
+        for i in holders(&entries) {
+            let Some(kv) = queue.get(i) else { continue };
+            let info = self.holder_info(&mut client, kv).await;
+            // Deletes that incarnation of the holder's key only: a holder that released
+            // meanwhile (its key gone, or a new key of the same attempt) is not reported. The
+            // holder's deletion watch signals it lost; the waiters behind it are woken as by
+            // a release, and their keys were created after it, so their tokens are greater.
+            let txn = Txn::new()
+                .when([Compare::create_revision(kv.key().to_vec(), CompareOp::Equal, kv.create_revision())])
+                .and_then([TxnOp::delete(kv.key().to_vec(), None)]);
+            if self.txn(&mut client, txn, lock).await?.succeeded() {
+                tracing::info!(backend = BACKEND, %lock, token = kv.create_revision(), "broke a hold");
+                broken.push(info);
+            }
+        }
+        Ok(broken)
+    }
+}
+
+impl EtcdBackend {
+    /// Every key of the lock `lock`, in queue (create revision) order, and the client that
+    /// read them.
+    async fn read_queue(&self, lock: &LockName) -> Result<(Client, Vec<KeyValue>)> {
         let mut client = self.client().await?;
         let prefix = self.config.lock_prefix(lock);
-        let options = GetOptions::new().with_prefix().with_sort(SortTarget::Create, SortOrder::Ascend);
-        let reply = tokio::time::timeout(self.config.connect_timeout, client.get(prefix, Some(options)))
+        let reply = tokio::time::timeout(self.config.connect_timeout, client.get(prefix, Some(in_queue_order())))
             .await
             .map_err(|_| unreachable(&self.config, Some(lock)))?
             .map_err(|e| self.error(e, lock))?;
-        let Some(first) = reply.kvs().first() else { return Ok(LockInfo::new(Vec::new(), Some(0))) };
-        let token = FencingToken::new(u64::try_from(first.create_revision()).unwrap_or(0));
-        let mut holder = match first.value_str().ok().and_then(OwnerMeta::decode) {
+        Ok((client, reply.kvs().to_vec()))
+    }
+
+    /// What `inspect` says of the holder of key `kv`: owner, token, kind, since, lease left.
+    async fn holder_info(&self, client: &mut Client, kv: &KeyValue) -> HolderInfo {
+        let token = FencingToken::new(u64::try_from(kv.create_revision()).unwrap_or(0));
+        let mut holder = match kv.value_str().ok().and_then(OwnerMeta::decode) {
             Some(meta) => meta.holder(token),
-            None => HolderInfo::new(token, String::from_utf8_lossy(first.key()).into_owned()),
+            None => HolderInfo::new(token, String::from_utf8_lossy(kv.key()).into_owned()),
         };
-        if let Ok(left) = client.lease_time_to_live(first.lease(), None).await
+        holder = holder.with_kind(KeyKind::parse(kv.value()).hold_kind());
+        if let Ok(Ok(left)) =
+            tokio::time::timeout(self.config.connect_timeout, client.lease_time_to_live(kv.lease(), None)).await
             && left.ttl() > 0
         {
             holder = holder.with_lease_left(Duration::from_secs(u64::try_from(left.ttl()).unwrap_or(0)));
         }
-        Ok(LockInfo::new(vec![holder], Some(reply.kvs().len() - 1)))
+        holder
     }
 }
 
@@ -451,6 +584,8 @@ struct EtcdHeld {
     lock: LockName,
     key: String,
     revision: i64,
+    /// For a write hold, the value that turns its key into a read in place.
+    read_value: Option<String>,
     id: Option<u64>,
     watch: tokio::task::JoinHandle<()>,
 }
@@ -496,6 +631,28 @@ impl HeldLock for EtcdHeld {
         Err(last
             .unwrap_or_else(|| unreachable(&self.backend_config, Some(&self.lock)))
             .with_server(Some(&self.backend_config.address)))
+    }
+
+    fn downgrade(&self) -> Option<Pin<Box<dyn Future<Output = Result<()>> + Send + 'static>>> {
+        let value = self.read_value.clone()?;
+        let (backend, session, config) =
+            (self.backend.clone(), Arc::clone(&self.session), Arc::clone(&self.backend_config));
+        let (lock, key, revision) = (self.lock.clone(), self.key.clone(), self.revision);
+        Some(Box::pin(async move {
+            let mut client = live_client(&backend, &session).await?;
+            // Rewrites the value of the own key only, and only the incarnation this hold
+            // created: the key keeps its create revision, hence its place in the queue (no
+            // writer queued behind it slips in) and the token. The put names the lease again,
+            // or the key would lose it.
+            let put = TxnOp::put(key.clone(), value, Some(PutOptions::new().with_lease(session.lease)));
+            let txn = Txn::new().when([Compare::create_revision(key, CompareOp::Equal, revision)]).and_then([put]);
+            match tokio::time::timeout(config.connect_timeout, client.txn(txn)).await {
+                Ok(Ok(reply)) if reply.succeeded() => Ok(()),
+                Ok(Ok(_)) => Err(Error::lost(BACKEND, &lock, LossReason::RecordGone)),
+                Ok(Err(e)) => Err(to_error(e, Some(&lock)).with_server(Some(&config.address))),
+                Err(_) => Err(unreachable(&config, Some(&lock))),
+            }
+        }))
     }
 }
 
