@@ -59,8 +59,29 @@ enum Try {
 enum Waited {
     /// The acquisition's deadline came first.
     DeadlinePassed,
-    /// What was watched changed (or the safety net fired): read the queue again.
-    Changed,
+    /// What was watched changed (or the safety net fired): read the queue again, with the
+    /// watch when it may serve the next wait too.
+    Changed(Option<Box<Watching>>),
+}
+
+/// An open watch of a waiting acquisition.
+struct Watching {
+    /// The one key watched, or `None` for the lock's prefix.
+    target: Option<String>,
+    /// Kept so that the watch lives (dropping it ends the stream).
+    _watcher: etcd_client::Watcher,
+    stream: etcd_client::WatchStream,
+}
+
+impl Watching {
+    /// Whether this watch sees what `wait` waits for.
+    fn serves(&self, wait: &Wait) -> bool {
+        match (wait, &self.target) {
+            (Wait::Key { key, .. }, Some(target)) => key == target,
+            (Wait::Deletions { .. }, None) => true,
+            _ => false,
+        }
+    }
 }
 
 impl EtcdBackend {
@@ -152,7 +173,6 @@ impl EtcdBackend {
             Err(_) => return Err(unreachable(&self.config, Some(lock))),
         };
         request.note_reached();
-        let mut revision = reply.header().map_or(0, etcd_client::ResponseHeader::revision);
         let mut gets = reply.op_responses().into_iter().filter_map(|op| match op {
             TxnOpResponse::Get(get) => Some(get),
             _ => None,
@@ -176,6 +196,12 @@ impl EtcdBackend {
         }
         pending.revision = Some(rev);
         let mut ahead: Vec<Entry> = all.into_iter().filter(|entry| entry.create_revision < rev).collect();
+        // The watch of the current wait. It is opened from the store's current revision, never
+        // from a past one: etcd serves a watch that starts in the past from its history, on a
+        // loop that runs every 100 ms, which under a stream of writes delayed wake-ups by tens
+        // of milliseconds. So the queue is read again after a watch is opened, and anything
+        // that changes after that read reaches the watch.
+        let mut watching: Option<Box<Watching>> = None;
         loop {
             let wait = match may_be_granted(&kind, &ahead) {
                 Verdict::Holds => return Ok(Try::Granted(self.grant(request, &session, pending, rev, kind))),
@@ -190,12 +216,18 @@ impl EtcdBackend {
                 pending.delete_now(&self.config).await;
                 return Ok(Try::Refused);
             }
-            match self.wait(&mut client, lock, wait, revision, &session, request.deadline).await? {
-                Waited::DeadlinePassed => {
-                    pending.delete_now(&self.config).await;
-                    return Ok(Try::Refused);
+            match watching.take() {
+                Some(watch) if watch.serves(&wait) => {
+                    match self.wait(watch, lock, wait, &session, request.deadline).await? {
+                        Waited::DeadlinePassed => {
+                            pending.delete_now(&self.config).await;
+                            return Ok(Try::Refused);
+                        }
+                        // A prefix watch serves the next wait too; a key's watch has done its job.
+                        Waited::Changed(kept) => watching = kept,
+                    }
                 }
-                Waited::Changed => {}
+                _ => watching = Some(self.watch(&mut client, lock, &wait).await?),
             }
             // Look again, in a transaction that checks the own key is still ours: a grant is
             // confirmed against the own key after every wait.
@@ -207,7 +239,6 @@ impl EtcdBackend {
                 pending.sent = false;
                 return Ok(Try::Vanished);
             }
-            revision = reply.header().map_or(0, etcd_client::ResponseHeader::revision);
             ahead = reply
                 .op_responses()
                 .into_iter()
@@ -219,60 +250,68 @@ impl EtcdBackend {
         }
     }
 
-    /// Waits for what `wait` names, from the revision after `revision` (the one the queue was
-    /// read at), until the deadline.
+    /// Opens the watch a wait needs, from the store's current revision: one key (its deletion,
+    /// and its puts when asked for), or the lock's whole prefix (deletions only).
+    async fn watch(&self, client: &mut Client, lock: &LockName, wait: &Wait) -> Result<Box<Watching>> {
+        let (target, options) = match wait {
+            Wait::Key { key, or_put: true } => (Some(key.clone()), WatchOptions::new()),
+            Wait::Key { key, or_put: false } => {
+                (Some(key.clone()), WatchOptions::new().with_filters([WatchFilterType::NoPut]))
+            }
+            Wait::Deletions { .. } => (None, WatchOptions::new().with_prefix().with_filters([WatchFilterType::NoPut])),
+        };
+        let watched = target.clone().unwrap_or_else(|| self.config.lock_prefix(lock));
+        let (watcher, stream) = client.watch(watched, Some(options)).await.map_err(|e| self.error(e, lock))?;
+        Ok(Box::new(Watching { target, _watcher: watcher, stream }))
+    }
+
+    /// Waits on `watch` for what `wait` names, until the deadline.
     async fn wait(
         &self,
-        client: &mut Client,
+        mut watch: Box<Watching>,
         lock: &LockName,
         wait: Wait,
-        revision: i64,
         session: &Session,
         deadline: Deadline,
     ) -> Result<Waited> {
-        let mut options = WatchOptions::new().with_start_revision(revision + 1);
-        let (watched, or_put, mut keys, mut deletions) = match wait {
-            Wait::Key { key, or_put } => (key, or_put, Vec::new(), 1),
-            // The prefix: a permit waiter counts the deletions of the keys ahead of it that it
-            // read, and ignores the others (no request per deletion).
-            Wait::Deletions { keys, deletions } => {
-                options = options.with_prefix();
-                (self.config.lock_prefix(lock), false, keys, deletions)
-            }
+        // A permit waiter counts the deletions of the keys ahead of it that it read, and
+        // ignores the others (no request per deletion).
+        let (mut keys, mut deletions) = match wait {
+            Wait::Key { .. } => (Vec::new(), 1),
+            Wait::Deletions { keys, deletions } => (keys, deletions),
         };
-        if !or_put {
-            options = options.with_filters([WatchFilterType::NoPut]);
-        }
-        let (_watcher, mut stream) = client.watch(watched, Some(options)).await.map_err(|e| self.error(e, lock))?;
         // A safety net only: the key's lease bounds how long it can outlive its owner.
         let wake = tokio::time::sleep(session.ttl);
         tokio::pin!(wake);
         loop {
             tokio::select! {
-                message = stream.message() => match message {
-                    Ok(Some(reply)) if reply.canceled() => return Ok(Waited::Changed),
+                message = watch.stream.message() => match message {
+                    Ok(Some(reply)) if reply.canceled() => return Ok(Waited::Changed(None)),
                     Ok(Some(reply)) => {
                         for event in reply.events() {
-                            if keys.is_empty() {
+                            if watch.target.is_some() {
                                 // One key watched: any event on it (a put only when asked for).
-                                return Ok(Waited::Changed);
+                                return Ok(Waited::Changed(None));
                             }
                             let gone = event.event_type() == EventType::Delete
                                 && event.kv().is_some_and(|kv| {
-                                    keys.iter().position(|k| k.as_bytes() == kv.key()).map(|i| keys.swap_remove(i)).is_some()
+                                    keys.iter()
+                                        .position(|k| k.as_bytes() == kv.key())
+                                        .map(|i| keys.swap_remove(i))
+                                        .is_some()
                                 });
                             if gone {
                                 deletions = deletions.saturating_sub(1);
                                 if deletions == 0 {
-                                    return Ok(Waited::Changed);
+                                    return Ok(Waited::Changed(Some(watch)));
                                 }
                             }
                         }
                     }
-                    Ok(None) => return Ok(Waited::Changed),
+                    Ok(None) => return Ok(Waited::Changed(None)),
                     Err(e) => return Err(self.error(e, lock)),
                 },
-                () = &mut wake => return Ok(Waited::Changed),
+                () = &mut wake => return Ok(Waited::Changed(None)),
                 () = sleep_until(deadline) => return Ok(Waited::DeadlinePassed),
             }
         }
