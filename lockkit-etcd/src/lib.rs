@@ -16,7 +16,10 @@
 //!   deletion of the key just ahead of it only (no herd), and re-checks, in a transaction
 //!   guarded by its own key's create revision, that nothing is left ahead. So a grant is
 //!   confirmed against the own key after every wait, and a waiter is granted in arrival
-//!   order (the lock is fair).
+//!   order (the lock is fair). A waiter opens its watch at the store's current revision and
+//!   then reads the queue again: etcd serves a watch that starts at a past revision from its
+//!   history on a 100 ms loop, which under a stream of writes woke waiters tens of
+//!   milliseconds late.
 //! - **Fencing.** The token is the own key's create revision: etcd's revision increases
 //!   with every write of the cluster and is kept across restarts, so tokens keep increasing.
 //! - **Lost replies.** The attempt id is in the key, so a retry after a lost reply finds its
