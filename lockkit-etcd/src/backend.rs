@@ -1,6 +1,8 @@
 //! The backend behind an [`EtcdLockProvider`](crate::EtcdLockProvider): the current session
 //! (client and lease), the queue-of-keys recipe, and the [`LockBackend`] seam.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
@@ -10,13 +12,15 @@ use etcd_client::{
     TxnOpResponse, TxnResponse, WatchFilterType, WatchOptions,
 };
 use lockkit_core::backend::{
-    AcquireRequest, Deadline, Grant, HeldLock, HoldSignal, LeaderEvents, LockBackend, LockInfo, spawn_detached,
+    AcquireRequest, Deadline, Grant, HeldLock, HoldSignal, HolderInfo, LeaderEvents, LockBackend, LockInfo, OwnerMeta,
+    spawn_detached,
 };
-use lockkit_core::{Capabilities, Error, FencingToken, HoldEnd, LockName, LossReason, Result};
+use lockkit_core::{Capabilities, Error, FencingToken, HoldEnd, HoldKind, LockName, LossReason, Result};
 
 use crate::BACKEND;
 use crate::config::EtcdConfig;
 use crate::error::{to_error, unreachable};
+use crate::queue::{Entry, KeyKind, Verdict, Wait, holders, may_be_granted};
 use crate::session::Session;
 
 /// The first pause before an acquisition tries again after a connection failure.
@@ -50,6 +54,35 @@ enum Try {
     Refused,
     /// The own key went (its lease ended) while waiting: start again with a new key.
     Vanished,
+}
+
+/// How a wait for the keys ahead ended.
+enum Waited {
+    /// The acquisition's deadline came first.
+    DeadlinePassed,
+    /// What was watched changed (or the safety net fired): read the queue again, with the
+    /// watch when it may serve the next wait too.
+    Changed(Option<Box<Watching>>),
+}
+
+/// An open watch of a waiting acquisition.
+struct Watching {
+    /// The one key watched, or `None` for the lock's prefix.
+    target: Option<String>,
+    /// Kept so that the watch lives (dropping it ends the stream).
+    _watcher: etcd_client::Watcher,
+    stream: etcd_client::WatchStream,
+}
+
+impl Watching {
+    /// Whether this watch sees what `wait` waits for.
+    fn serves(&self, wait: &Wait) -> bool {
+        match (wait, &self.target) {
+            (Wait::Key { key, .. }, Some(target)) => key == target,
+            (Wait::Deletions { .. }, None) => true,
+            _ => false,
+        }
+    }
 }
 
 impl EtcdBackend {
@@ -102,7 +135,8 @@ impl EtcdBackend {
         }
     }
 
-    /// One try: put the own key if absent, then wait for every key created before it to go.
+    /// One try: put the own key if absent, then wait until the keys created before it allow
+    /// its kind to be granted (see the queue module).
     async fn try_once(&self, request: &AcquireRequest, pending: &mut Pending) -> Result<Try> {
         let lock = &request.lock;
         let session = self.session().await?;
@@ -110,17 +144,24 @@ impl EtcdBackend {
         pending.session = Some(Arc::clone(&session));
         let prefix = self.config.lock_prefix(lock);
         let key = pending.key.clone();
-        // The owner line, with a candidate's identity (election.rs).
-        let value = crate::election::record_for(request.attempt, &request.kind);
+        let kind = KeyKind::of(&request.kind);
+        // The owner line with the kind's field, and a candidate's identity (election.rs).
+        let value = crate::election::with_identity(kind.value(&pending.owner), &request.kind);
         let put = TxnOp::put(key.clone(), value, Some(PutOptions::new().with_lease(session.lease)));
         let get_own = TxnOp::get(key.clone(), None);
-        let head = TxnOp::get(prefix.clone(), Some(first_created()));
-        // With no wait allowed, the key is put only when nobody is there: one round trip, no trace.
+        let queue = TxnOp::get(prefix.clone(), Some(in_queue_order()));
+        // With no wait allowed, a lock's key is put only when nobody is there: one round trip,
+        // no trace. A reader or a permit may be granted beside others, so it puts its key and
+        // deletes it again when it is refused.
+        let exclusive = matches!(kind, KeyKind::Exclusive | KeyKind::Write | KeyKind::Candidate);
         let condition = match request.deadline {
-            Deadline::Now => Compare::create_revision(prefix.clone(), CompareOp::Equal, 0).with_prefix(),
-            Deadline::At(_) | Deadline::Never => Compare::create_revision(key.clone(), CompareOp::Equal, 0),
+            Deadline::Now if exclusive => Compare::create_revision(prefix.clone(), CompareOp::Equal, 0).with_prefix(),
+            Deadline::Now | Deadline::At(_) | Deadline::Never => {
+                Compare::create_revision(key.clone(), CompareOp::Equal, 0)
+            }
         };
-        let txn = Txn::new().when([condition]).and_then([put, get_own.clone(), head.clone()]).or_else([get_own, head]);
+        let txn =
+            Txn::new().when([condition]).and_then([put, get_own.clone(), queue.clone()]).or_else([get_own, queue]);
         pending.sent = true;
         let reply = match tokio::time::timeout(self.config.connect_timeout, client.txn(txn)).await {
             Ok(Ok(reply)) => reply,
@@ -139,10 +180,14 @@ impl EtcdBackend {
             _ => None,
         });
         let own = gets.next().and_then(|g| g.kvs().first().cloned());
-        let head = gets.next().and_then(|g| g.kvs().first().cloned());
+        let all: Vec<Entry> = gets.next().map(|g| g.kvs().iter().map(Entry::of).collect()).unwrap_or_default();
         let Some(own) = own else {
-            // Not put (someone is there and no wait is allowed), and no earlier try of ours put it.
+            // Not put (someone is there and no wait is allowed), and no earlier try of ours put
+            // it: a lock of another use of the name is a conflict, anything else a refusal.
             pending.sent = false;
+            if let Verdict::Conflict(what) = may_be_granted(&kind, &all) {
+                return Err(Error::conflict(BACKEND, Some(lock), what));
+            }
             return Ok(Try::Refused);
         };
         let rev = own.create_revision();
@@ -152,66 +197,136 @@ impl EtcdBackend {
             return Ok(Try::Vanished);
         }
         pending.revision = Some(rev);
-        if head.as_ref().is_some_and(|h| h.key() == own.key()) {
-            return Ok(Try::Granted(self.grant(request, &session, pending, rev)));
-        }
-        if request.deadline == Deadline::Now {
-            pending.delete_now(&self.config).await;
-            return Ok(Try::Refused);
-        }
-        // Wait for the key just ahead to go, until none is left ahead.
+        let mut ahead: Vec<Entry> = all.into_iter().filter(|entry| entry.create_revision < rev).collect();
+        // The watch of the current wait. It is opened from the store's current revision, never
+        // from a past one: etcd serves a watch that starts in the past from its history, on a
+        // loop that runs every 100 ms, which under a stream of writes delayed wake-ups by tens
+        // of milliseconds. So the queue is read again after a watch is opened, and anything
+        // that changes after that read reaches the watch.
+        let mut watching: Option<Box<Watching>> = None;
         loop {
-            let ahead = TxnOp::get(
-                prefix.clone(),
-                Some(
-                    GetOptions::new()
-                        .with_prefix()
-                        .with_max_create_revision(rev - 1)
-                        .with_sort(SortTarget::Create, SortOrder::Descend)
-                        .with_limit(1),
-                ),
-            );
-            let txn = Txn::new().when([Compare::create_revision(key.clone(), CompareOp::Equal, rev)]).and_then([ahead]);
+            let wait = match may_be_granted(&kind, &ahead) {
+                Verdict::Holds => return Ok(Try::Granted(self.grant(request, &session, pending, rev, kind))),
+                Verdict::Conflict(what) => {
+                    tracing::debug!(backend = BACKEND, %lock, %what, "the name is in use otherwise");
+                    pending.delete_now(&self.config).await;
+                    return Err(Error::conflict(BACKEND, Some(lock), what));
+                }
+                Verdict::Waits(wait) => wait,
+            };
+            if request.deadline == Deadline::Now {
+                pending.delete_now(&self.config).await;
+                return Ok(Try::Refused);
+            }
+            match watching.take() {
+                Some(watch) if watch.serves(&wait) => {
+                    match self.wait(watch, lock, wait, &session, request.deadline).await? {
+                        Waited::DeadlinePassed => {
+                            pending.delete_now(&self.config).await;
+                            return Ok(Try::Refused);
+                        }
+                        // A prefix watch serves the next wait too; a key's watch has done its job.
+                        Waited::Changed(kept) => watching = kept,
+                    }
+                }
+                _ => watching = Some(self.watch(&mut client, lock, &wait).await?),
+            }
+            // Look again, in a transaction that checks the own key is still ours: a grant is
+            // confirmed against the own key after every wait.
+            let read_ahead = TxnOp::get(prefix.clone(), Some(in_queue_order().with_max_create_revision(rev - 1)));
+            let txn =
+                Txn::new().when([Compare::create_revision(key.clone(), CompareOp::Equal, rev)]).and_then([read_ahead]);
             let reply = self.txn(&mut client, txn, lock).await?;
             if !reply.succeeded() {
                 pending.sent = false;
                 return Ok(Try::Vanished);
             }
-            let revision = reply.header().map_or(0, etcd_client::ResponseHeader::revision);
-            let ahead: Option<KeyValue> = reply.op_responses().into_iter().find_map(|op| match op {
-                TxnOpResponse::Get(get) => get.kvs().first().cloned(),
-                _ => None,
-            });
-            let Some(ahead) = ahead else {
-                // Confirmed in the same transaction that checked the own key is still ours.
-                return Ok(Try::Granted(self.grant(request, &session, pending, rev)));
-            };
-            let options = WatchOptions::new().with_start_revision(revision + 1).with_filters([WatchFilterType::NoPut]);
-            let (_watcher, mut stream) =
-                client.watch(ahead.key().to_vec(), Some(options)).await.map_err(|e| self.error(e, lock))?;
-            // A safety net only: the key's lease bounds how long it can outlive its owner.
-            let wake = tokio::time::sleep(session.ttl);
-            tokio::pin!(wake);
-            loop {
-                tokio::select! {
-                    message = stream.message() => match message {
-                        Ok(Some(reply)) if reply.events().iter().any(|e| e.event_type() == EventType::Delete) => break,
-                        Ok(Some(reply)) if reply.canceled() => break,
-                        Ok(Some(_)) => {}
-                        Ok(None) => break,
-                        Err(e) => return Err(self.error(e, lock)),
-                    },
-                    () = &mut wake => break,
-                    () = sleep_until(request.deadline) => {
-                        pending.delete_now(&self.config).await;
-                        return Ok(Try::Refused);
+            ahead = reply
+                .op_responses()
+                .into_iter()
+                .find_map(|op| match op {
+                    TxnOpResponse::Get(get) => Some(get.kvs().iter().map(Entry::of).collect()),
+                    _ => None,
+                })
+                .unwrap_or_default();
+        }
+    }
+
+    /// Opens the watch a wait needs, from the store's current revision: one key (its deletion,
+    /// and its puts when asked for), or the lock's whole prefix (deletions only).
+    async fn watch(&self, client: &mut Client, lock: &LockName, wait: &Wait) -> Result<Box<Watching>> {
+        let (target, options) = match wait {
+            Wait::Key { key, or_put: true } => (Some(key.clone()), WatchOptions::new()),
+            Wait::Key { key, or_put: false } => {
+                (Some(key.clone()), WatchOptions::new().with_filters([WatchFilterType::NoPut]))
+            }
+            Wait::Deletions { .. } => (None, WatchOptions::new().with_prefix().with_filters([WatchFilterType::NoPut])),
+        };
+        let watched = target.clone().unwrap_or_else(|| self.config.lock_prefix(lock));
+        let (watcher, stream) = client.watch(watched, Some(options)).await.map_err(|e| self.error(e, lock))?;
+        Ok(Box::new(Watching { target, _watcher: watcher, stream }))
+    }
+
+    /// Waits on `watch` for what `wait` names, until the deadline.
+    async fn wait(
+        &self,
+        mut watch: Box<Watching>,
+        lock: &LockName,
+        wait: Wait,
+        session: &Session,
+        deadline: Deadline,
+    ) -> Result<Waited> {
+        // A permit waiter counts the deletions of the keys ahead of it that it read, and
+        // ignores the others (no request per deletion).
+        let (mut keys, mut deletions) = match wait {
+            Wait::Key { .. } => (Vec::new(), 1),
+            Wait::Deletions { keys, deletions } => (keys, deletions),
+        };
+        // A safety net only: the key's lease bounds how long it can outlive its owner.
+        let wake = tokio::time::sleep(session.ttl);
+        tokio::pin!(wake);
+        loop {
+            tokio::select! {
+                message = watch.stream.message() => match message {
+                    Ok(Some(reply)) if reply.canceled() => return Ok(Waited::Changed(None)),
+                    Ok(Some(reply)) => {
+                        for event in reply.events() {
+                            if watch.target.is_some() {
+                                // One key watched: any event on it (a put only when asked for).
+                                return Ok(Waited::Changed(None));
+                            }
+                            let gone = event.event_type() == EventType::Delete
+                                && event.kv().is_some_and(|kv| {
+                                    keys.iter()
+                                        .position(|k| k.as_bytes() == kv.key())
+                                        .map(|i| keys.swap_remove(i))
+                                        .is_some()
+                                });
+                            if gone {
+                                deletions = deletions.saturating_sub(1);
+                                if deletions == 0 {
+                                    return Ok(Waited::Changed(Some(watch)));
+                                }
+                            }
+                        }
                     }
-                }
+                    Ok(None) => return Ok(Waited::Changed(None)),
+                    Err(e) => return Err(self.error(e, lock)),
+                },
+                () = &mut wake => return Ok(Waited::Changed(None)),
+                () = sleep_until(deadline) => return Ok(Waited::DeadlinePassed),
             }
         }
     }
 
-    fn grant(&self, request: &AcquireRequest, session: &Arc<Session>, pending: &mut Pending, rev: i64) -> Grant {
+    fn grant(
+        &self,
+        request: &AcquireRequest,
+        session: &Arc<Session>,
+        pending: &mut Pending,
+        rev: i64,
+        kind: KeyKind,
+    ) -> Grant {
         pending.armed = false;
         let signal = HoldSignal::new(BACKEND, request.lock.clone(), Some(session.valid_until()));
         let id = session.register(&signal);
@@ -230,6 +345,7 @@ impl EtcdBackend {
             lock: request.lock.clone(),
             key: pending.key.clone(),
             revision: rev,
+            read_value: (kind == KeyKind::Write).then(|| KeyKind::Read.value(&pending.owner)),
             id,
             watch,
         };
@@ -243,9 +359,9 @@ fn is_lease_gone(error: &etcd_client::Error) -> bool {
         if status.code() == tonic::Code::NotFound && status.message().contains("lease not found"))
 }
 
-/// The options that read the first-created key under a prefix.
-fn first_created() -> GetOptions {
-    GetOptions::new().with_prefix().with_sort(SortTarget::Create, SortOrder::Ascend).with_limit(1)
+/// The options that read every key under a prefix in create revision order: the queue.
+fn in_queue_order() -> GetOptions {
+    GetOptions::new().with_prefix().with_sort(SortTarget::Create, SortOrder::Ascend)
 }
 
 async fn sleep_until(deadline: Deadline) {
@@ -333,14 +449,22 @@ struct Pending {
     /// The key's create revision, once known.
     revision: Option<i64>,
     armed: bool,
+    /// The owner line of the acquisition, which the key's value starts with.
+    owner: String,
 }
 
 impl Pending {
     /// Deletes the own key now (whatever its revision: the attempt id makes it ours alone).
+    /// When the store does not confirm the delete, the key may still be there, bound to the
+    /// provider's lease that its other holds keep alive: the acquisition stays armed, so that
+    /// dropping it goes on deleting the key in the background.
     async fn delete_now(&mut self, config: &EtcdConfig) {
         if let Some(session) = &self.session {
             let mut client = session.client.clone();
-            let _ = tokio::time::timeout(config.connect_timeout, client.delete(self.key.clone(), None)).await;
+            match tokio::time::timeout(config.connect_timeout, client.delete(self.key.clone(), None)).await {
+                Ok(Ok(_)) => {}
+                _ => return,
+            }
         }
         self.sent = false;
         self.revision = None;
@@ -358,8 +482,10 @@ impl Drop for Pending {
             let home = session.runtime_alive().then(|| session.runtime.clone());
             spawn_detached(
                 async move {
-                    let Ok(mut client) = live_client(&backend, &session).await else { return };
-                    let _ = tokio::time::timeout(Duration::from_secs(10), client.delete(key, None)).await;
+                    let Ok(client) = live_client(&backend, &session).await else { return };
+                    // The key is bound to the provider's lease: delete it while that lives.
+                    let delete = Txn::new().and_then([TxnOp::delete(key, None)]);
+                    delete_while_alive(session, client, delete, Duration::from_secs(10)).await;
                 },
                 home,
             );
@@ -383,8 +509,10 @@ impl LockBackend for EtcdBackend {
             inspect: true,
             waiter_count: true,
             cross_process: true,
+            rw_lock: true,
+            semaphore: true,
             election: true,
-            ..Capabilities::NONE
+            break_lock: true,
         }
     }
 
@@ -399,8 +527,15 @@ impl LockBackend for EtcdBackend {
 
     async fn acquire(&self, request: AcquireRequest) -> Result<Option<Grant>> {
         let key = format!("{}{}", self.config.lock_prefix(&request.lock), request.attempt);
-        let mut pending =
-            Pending { backend: self.me.clone(), key, session: None, sent: false, revision: None, armed: true };
+        let mut pending = Pending {
+            backend: self.me.clone(),
+            key,
+            session: None,
+            sent: false,
+            revision: None,
+            armed: true,
+            owner: OwnerMeta::current(request.attempt).encode(),
+        };
         let mut backoff = FIRST_BACKOFF;
         loop {
             match self.try_once(&request, &mut pending).await {
@@ -429,22 +564,74 @@ impl LockBackend for EtcdBackend {
     }
 
     async fn inspect(&self, lock: &LockName) -> Result<LockInfo> {
+        let (mut client, queue) = self.read_queue(lock).await?;
+        let entries: Vec<Entry> = queue.iter().map(Entry::of).collect();
+        let held = holders(&entries);
+        let mut infos = Vec::with_capacity(held.len());
+        for &i in &held {
+            if let Some(kv) = queue.get(i) {
+                infos.push(self.holder_info(&mut client, kv).await);
+            }
+        }
+        // Every other key waits (a key refused for a conflict is deleted at once).
+        Ok(LockInfo::new(infos, Some(queue.len() - held.len())))
+    }
+
+    async fn break_lock(&self, lock: &LockName) -> Result<Vec<HolderInfo>> {
+        let (mut client, queue) = self.read_queue(lock).await?;
+        let entries: Vec<Entry> = queue.iter().map(Entry::of).collect();
+        let mut broken = Vec::new();
+        for i in holders(&entries) {
+            let Some(kv) = queue.get(i) else { continue };
+            let info = self.holder_info(&mut client, kv).await;
+            // Deletes that incarnation of the holder's key only: a holder that released
+            // meanwhile (its key gone, or a new key of the same attempt) is not reported. The
+            // holder's deletion watch signals it lost; the waiters behind it are woken as by
+            // a release, and their keys were created after it, so their tokens are greater.
+            let txn = Txn::new()
+                .when([Compare::create_revision(kv.key().to_vec(), CompareOp::Equal, kv.create_revision())])
+                .and_then([TxnOp::delete(kv.key().to_vec(), None)]);
+            if self.txn(&mut client, txn, lock).await?.succeeded() {
+                tracing::info!(backend = BACKEND, %lock, token = kv.create_revision(), "broke a hold");
+                broken.push(info);
+            }
+        }
+        Ok(broken)
+    }
+}
+
+impl EtcdBackend {
+    /// Every key of the lock `lock`, in queue (create revision) order, and the client that
+    /// read them.
+    async fn read_queue(&self, lock: &LockName) -> Result<(Client, Vec<KeyValue>)> {
         let mut client = self.client().await?;
         let prefix = self.config.lock_prefix(lock);
-        let options = GetOptions::new().with_prefix().with_sort(SortTarget::Create, SortOrder::Ascend);
-        let reply = tokio::time::timeout(self.config.connect_timeout, client.get(prefix, Some(options)))
+        let reply = tokio::time::timeout(self.config.connect_timeout, client.get(prefix, Some(in_queue_order())))
             .await
             .map_err(|_| unreachable(&self.config, Some(lock)))?
             .map_err(|e| self.error(e, lock))?;
-        let Some(first) = reply.kvs().first() else { return Ok(LockInfo::new(Vec::new(), Some(0))) };
-        // An exclusive holder, or a leader with its identity (election.rs).
-        let mut holder = crate::election::holder_of(first);
-        if let Ok(left) = client.lease_time_to_live(first.lease(), None).await
+        Ok((client, reply.kvs().to_vec()))
+    }
+
+    /// What `inspect` says of the holder of key `kv`: owner, token, kind, since, lease left.
+    async fn holder_info(&self, client: &mut Client, kv: &KeyValue) -> HolderInfo {
+        let token = FencingToken::new(u64::try_from(kv.create_revision()).unwrap_or(0));
+        let mut holder = match kv.value_str().ok().and_then(OwnerMeta::decode) {
+            Some(meta) => meta.holder(token),
+            None => HolderInfo::new(token, String::from_utf8_lossy(kv.key()).into_owned()),
+        };
+        holder = holder.with_kind(KeyKind::parse(kv.value()).hold_kind());
+        // A leader shows its identity (election.rs).
+        if let Some(identity) = crate::election::identity(kv.value()) {
+            holder = holder.with_kind(HoldKind::Candidate { identity });
+        }
+        if let Ok(Ok(left)) =
+            tokio::time::timeout(self.config.connect_timeout, client.lease_time_to_live(kv.lease(), None)).await
             && left.ttl() > 0
         {
             holder = holder.with_lease_left(Duration::from_secs(u64::try_from(left.ttl()).unwrap_or(0)));
         }
-        Ok(LockInfo::new(vec![holder], Some(reply.kvs().len() - 1)))
+        holder
     }
 }
 
@@ -456,6 +643,8 @@ struct EtcdHeld {
     lock: LockName,
     key: String,
     revision: i64,
+    /// For a write hold, the value that turns its key into a read in place.
+    read_value: Option<String>,
     id: Option<u64>,
     watch: tokio::task::JoinHandle<()>,
 }
@@ -502,15 +691,37 @@ impl HeldLock for EtcdHeld {
             .unwrap_or_else(|| unreachable(&self.backend_config, Some(&self.lock)))
             .with_server(Some(&self.backend_config.address)))
     }
+
+    fn downgrade(&self) -> Option<Pin<Box<dyn Future<Output = Result<()>> + Send + 'static>>> {
+        let value = self.read_value.clone()?;
+        let (backend, session, config) =
+            (self.backend.clone(), Arc::clone(&self.session), Arc::clone(&self.backend_config));
+        let (lock, key, revision) = (self.lock.clone(), self.key.clone(), self.revision);
+        Some(Box::pin(async move {
+            let mut client = live_client(&backend, &session).await?;
+            // Rewrites the value of the own key only, and only the incarnation this hold
+            // created: the key keeps its create revision, hence its place in the queue (no
+            // writer queued behind it slips in) and the token. The put names the lease again,
+            // or the key would lose it.
+            let put = TxnOp::put(key.clone(), value, Some(PutOptions::new().with_lease(session.lease)));
+            let txn = Txn::new().when([Compare::create_revision(key, CompareOp::Equal, revision)]).and_then([put]);
+            match tokio::time::timeout(config.connect_timeout, client.txn(txn)).await {
+                Ok(Ok(reply)) if reply.succeeded() => Ok(()),
+                Ok(Ok(_)) => Err(Error::lost(BACKEND, &lock, LossReason::RecordGone)),
+                Ok(Err(e)) => Err(to_error(e, Some(&lock)).with_server(Some(&config.address))),
+                Err(_) => Err(unreachable(&config, Some(&lock))),
+            }
+        }))
+    }
 }
 
-/// Sends `delete` (a hold's conditioned delete) once a second until it is answered, or until
-/// `session`'s lease is no longer kept alive.
+/// Sends `delete` (a hold's conditioned delete, or the delete of an acquisition's own key)
+/// until it is answered, once a second, for as long as `session`'s lease is kept alive: once
+/// it is not, the key ends with the lease.
 async fn delete_while_alive(session: Arc<Session>, mut client: Client, delete: Txn, timeout: Duration) {
     while session.is_alive() {
-        tokio::time::sleep(MAX_BACKOFF).await;
         match tokio::time::timeout(timeout, client.txn(delete.clone())).await {
-            // Deleted, or gone already (the condition names this hold's incarnation only).
+            // Deleted, or gone already (a hold's condition names its incarnation only).
             Ok(Ok(_)) => return,
             Ok(Err(error)) => {
                 if !to_error(error, None).is_retryable() {
@@ -519,5 +730,6 @@ async fn delete_while_alive(session: Arc<Session>, mut client: Client, delete: T
             }
             Err(_) => {}
         }
+        tokio::time::sleep(MAX_BACKOFF).await;
     }
 }

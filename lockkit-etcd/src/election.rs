@@ -13,10 +13,8 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use etcd_client::KeyValue;
-use lockkit_core::backend::{HolderInfo, OwnerMeta};
+use lockkit_core::backend::OwnerMeta;
 use lockkit_core::{FencingToken, HoldKind, Leader};
-use uuid::Uuid;
 
 /// The key of a candidate's identity field.
 const IDENTITY: &str = "identity=";
@@ -26,11 +24,17 @@ const OWNER_FIELDS: usize = 5;
 
 /// The value of the key of acquisition `attempt` asking for `kind`: the owner line, and for a
 /// candidate its identity.
-pub(crate) fn record_for(attempt: Uuid, kind: &HoldKind) -> String {
-    let owner = OwnerMeta::current(attempt).encode();
+#[cfg(test)]
+pub(crate) fn record_for(attempt: uuid::Uuid, kind: &HoldKind) -> String {
+    with_identity(OwnerMeta::current(attempt).encode(), kind)
+}
+
+/// `value` (a key's owner line with its kind's field) with a candidate's identity added as
+/// one more field; the value of any other kind as it is.
+pub(crate) fn with_identity(value: String, kind: &HoldKind) -> String {
     match kind {
-        HoldKind::Candidate { identity } => format!("{owner} {IDENTITY}{}", escape(identity)),
-        _ => owner,
+        HoldKind::Candidate { identity } => format!("{value} {IDENTITY}{}", escape(identity)),
+        _ => value,
     }
 }
 
@@ -40,11 +44,6 @@ pub(crate) fn identity(value: &[u8]) -> Option<Arc<[u8]>> {
     let text = std::str::from_utf8(value).ok()?;
     let escaped = text.split(' ').skip(OWNER_FIELDS).find_map(|field| field.strip_prefix(IDENTITY))?;
     unescape(escaped).map(Arc::from)
-}
-
-/// The token (term) a key stands for: its create revision.
-pub(crate) fn token_of(kv: &KeyValue) -> FencingToken {
-    FencingToken::new(u64::try_from(kv.create_revision()).unwrap_or(0))
 }
 
 /// When the candidacy of `value` began, as its owner line says (the candidate's clock).
@@ -59,20 +58,6 @@ pub(crate) fn leader_of(value: &[u8], create_revision: i64) -> Option<Leader> {
     let identity = identity(value)?;
     let term = FencingToken::new(u64::try_from(create_revision).unwrap_or(0));
     Some(Leader::new(identity, term, since(value)))
-}
-
-/// The holder a key at the head of a lock's prefix stands for, as `inspect` reports it: a
-/// candidate with its identity, or an exclusive holder.
-pub(crate) fn holder_of(kv: &KeyValue) -> HolderInfo {
-    let token = token_of(kv);
-    let mut holder = match kv.value_str().ok().and_then(OwnerMeta::decode) {
-        Some(meta) => meta.holder(token),
-        None => HolderInfo::new(token, String::from_utf8_lossy(kv.key()).into_owned()),
-    };
-    if let Some(identity) = identity(kv.value()) {
-        holder = holder.with_kind(HoldKind::Candidate { identity });
-    }
-    holder
 }
 
 /// `bytes` with every byte outside `!`..=`~`, and `%`, `=`, written as `%XX`.
@@ -110,6 +95,7 @@ fn unescape(text: &str) -> Option<Vec<u8>> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use uuid::Uuid;
 
     #[test]
     fn identities_of_any_bytes_round_trip_and_keep_the_owner_line() {

@@ -1,5 +1,6 @@
-//! The etcd backend of lockkit: mutexes and elections on lease-bound keys ordered by etcd's
-//! global revision, with fencing tokens, loss signals and the whole lock contract.
+//! The etcd backend of lockkit: mutexes, read-write locks, counting semaphores and elections
+//! on lease-bound keys ordered by etcd's global revision, with fencing tokens, loss signals
+//! and the whole lock contract.
 //!
 //! # How it works
 //!
@@ -10,16 +11,39 @@
 //!   or paused is signalled lost before the server can expire the lease and grant the lock
 //!   to someone else. A lease the server reports gone ends every hold at once.
 //! - **A key per attempt.** Each acquisition writes `<prefix>/<escaped name>/<attempt id>`
-//!   in one transaction (put if absent, read the own key and the first-created key). The
+//!   in one transaction (put if absent, read the own key and the queue of keys). The
 //!   lock is granted when no key with a lower create revision remains; a waiter watches the
 //!   deletion of the key just ahead of it only (no herd), and re-checks, in a transaction
 //!   guarded by its own key's create revision, that nothing is left ahead. So a grant is
 //!   confirmed against the own key after every wait, and a waiter is granted in arrival
-//!   order (the lock is fair).
+//!   order (the lock is fair). A waiter opens its watch at the store's current revision and
+//!   then reads the queue again: etcd serves a watch that starts at a past revision from its
+//!   history on a 100 ms loop, which under a stream of writes woke waiters tens of
+//!   milliseconds late.
 //! - **Fencing.** The token is the own key's create revision: etcd's revision increases
 //!   with every write of the cluster and is kept across restarts, so tokens keep increasing.
 //! - **Lost replies.** The attempt id is in the key, so a retry after a lost reply finds its
 //!   own key (the put is conditioned on the key being absent) and never leaks a second one.
+//! - **Read-write locks and semaphores.** Every kind queues its keys under the same prefix;
+//!   the key's value says what it asks for (`kind=read`, `kind=write`, `kind=permit-N`; a
+//!   mutex key says nothing). A reader is granted when no mutex or writer key with a lower
+//!   create revision remains, and watches the nearest such key ahead (its deletion, or its
+//!   downgrade); a writer, like a mutex, when no key at all is ahead, watching the key just
+//!   ahead; a permit of N when fewer than N keys are ahead, counting the deletions of the keys
+//!   ahead on one watch of the prefix. So a reader that arrives after a queued writer waits
+//!   behind it (writers are not starved), and permits go in arrival order. Every grant is its
+//!   own key, so its own token. A downgrade rewrites the own key's value to `kind=read` in a
+//!   transaction conditioned on its create revision: the key keeps its place and token, no
+//!   queued writer slips in, and the readers queued behind it are woken by the change.
+//! - **Conflicts.** A mutex is the writer of the read-write lock of its name. A key with a key
+//!   of another use ahead of it (a semaphore behind a lock, a semaphore of another permit
+//!   count) is refused with [`Error::Conflict`](lockkit_core::Error::Conflict), saying what to
+//!   change, and deleted: of two uses of one name the later arrival is refused, as on Redis
+//!   and ZooKeeper.
+//! - **Breaking a lock.** [`break_lock`](lockkit_core::LockProvider::break_lock) deletes the
+//!   key of every holder (a mutex or writer, every reader, every permit holder), each
+//!   conditioned on its create revision; the holder's watch on its own key signals it lost at
+//!   once, and the waiters behind, whose keys were created later, are woken as by a release.
 //! - **Release and cancellation.** A release deletes the own key conditioned on its create
 //!   revision, never by name alone. An acquisition dropped at any await point deletes its
 //!   key in the background. `try_acquire` puts its key only when no key is under the lock's
@@ -66,11 +90,6 @@
 //! options of [`EtcdLockProviderBuilder::option`] ([`OPTIONS`]): `ttl` (whole seconds, from
 //! 2 s, etcd's shortest lease, to a day), `drift`, `connect_timeout`, `prefix`. `etcds://`
 //! (TLS) is refused with a clear error until it is built.
-//!
-//! # What is not there yet
-//!
-//! Read-write locks and semaphores: the capabilities do not declare them, and the core
-//! refuses them with `Unsupported`.
 
 mod backend;
 mod config;
@@ -78,6 +97,7 @@ mod election;
 mod error;
 mod observe;
 mod provider;
+mod queue;
 mod session;
 
 pub use etcd_client;

@@ -1,6 +1,7 @@
-//! The whole lock contract on a real etcd member: the mutex cases, the election cases, the
-//! mutex cases again on election candidates, and on a write lock and a one-permit semaphore
-//! (which expect `Unsupported` while the backend does not declare those kinds).
+//! The whole lock contract on a real etcd member: mutexes, read-write locks, semaphores,
+//! elections and breaking a lock, and the mutex cases again on election candidates, on a
+//! write lock and on a one-permit semaphore. The run passes with
+//! `LOCKKIT_CONFORMANCE_STRICT=1`.
 //!
 //! The harness has every hook the kit asks for (kill, blackhole, cut, delete the record, an
 //! isolated member to restart and pause, a child process's environment, an unreachable client
