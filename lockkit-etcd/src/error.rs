@@ -32,10 +32,62 @@ pub(crate) fn unreachable(config: &EtcdConfig, lock: Option<&LockName>) -> Error
         BACKEND,
         lock,
         format!(
-            "no etcd member answered within {:?}: check that etcd runs at {} and the endpoints are right",
+            "no etcd member answered within {:?}: check that etcd runs at {} and the endpoints are right{}",
             config.connect_timeout,
-            config.endpoints.join(",")
+            config.endpoints.join(","),
+            if config.tls.is_some() {
+                " (with TLS: that they serve TLS there, and that they accept this client: tls_client_certificate)"
+            } else {
+                " (members that serve TLS need an etcds:// URL)"
+            }
         ),
     )
     .with_server(Some(&config.address))
+}
+
+/// The text of `error` and every source under it, for recognising what failed.
+fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// The lockkit error for an etcd-client error while the provider connects (connecting,
+/// authenticating, granting the lease): [`to_error`]'s, with what to change when TLS or the
+/// credentials are what failed.
+pub(crate) fn connect_error(error: etcd_client::Error, config: &EtcdConfig) -> Error {
+    let text = chain(&error);
+    let address = Some(config.address.as_str());
+    if let Some(tls) = &config.tls {
+        if text.contains("certificate") && !text.contains("CertificateRequired") {
+            return Error::backend(BACKEND, None, error).with_server(address).with_context(
+                "the members' TLS certificate is not trusted: give the CA that signed it \
+                 (tls_root_certificate=/path/ca.pem in the URL, or tls_root_certificate() on the builder)",
+            );
+        }
+        let converted = to_error(error, None).with_server(address);
+        if converted.is_retryable() {
+            let hint = if tls.client.is_none() {
+                "the TLS connection failed: if the members require client certificates (--client-cert-auth), \
+                 give tls_client_certificate and tls_client_key; check that they serve TLS on these ports"
+            } else {
+                "the TLS connection failed: check that the members trust the CA of tls_client_certificate \
+                 (their --trusted-ca-file) and that they serve TLS on these ports"
+            };
+            return converted.with_context(hint);
+        }
+        return converted;
+    }
+    let converted = to_error(error, None).with_server(address);
+    if converted.is_retryable() {
+        return converted.with_context(
+            "the connection failed: check that etcd runs at these members (members that serve TLS need an etcds:// URL)",
+        );
+    }
+    converted
 }
