@@ -63,6 +63,9 @@ fn chain(error: &(dyn std::error::Error + 'static)) -> String {
 pub(crate) fn connect_error(error: etcd_client::Error, config: &EtcdConfig) -> Error {
     let text = chain(&error);
     let address = Some(config.address.as_str());
+    if let Some(hint) = auth_hint(&text, config) {
+        return Error::backend(BACKEND, None, error).with_server(address).with_context(hint);
+    }
     if let Some(tls) = &config.tls {
         if text.contains("certificate") && !text.contains("CertificateRequired") {
             return Error::backend(BACKEND, None, error).with_server(address).with_context(
@@ -90,4 +93,38 @@ pub(crate) fn connect_error(error: etcd_client::Error, config: &EtcdConfig) -> E
         );
     }
     converted
+}
+
+/// What to change when etcd refused the credentials or the permissions, from the text of its
+/// error; `None` for other errors.
+fn auth_hint(text: &str, config: &EtcdConfig) -> Option<String> {
+    let user = config.credentials.as_ref().map_or("", |(user, _)| user.as_str());
+    if text.contains("authentication failed") || text.contains("invalid user ID or password") {
+        return Some(format!(
+            "etcd refused the credentials of user {user:?} (an unknown user or a wrong password): \
+             check the user name and password in the URL (etcd://user:password@host:2379)"
+        ));
+    }
+    if text.contains("authentication is not enabled") {
+        return Some(format!(
+            "credentials were given (user {user:?}) but authentication is not enabled on these members: \
+             remove user:password from the URL, or enable authentication in etcd"
+        ));
+    }
+    if text.contains("user name is empty") || text.contains("user name not found") {
+        return Some(
+            "authentication is enabled on these members and no credentials were given: \
+             write etcd://user:password@host:2379"
+                .to_owned(),
+        );
+    }
+    if text.contains("permission denied") {
+        let prefix = &config.prefix;
+        return Some(format!(
+            "user {user:?} may not read and write the keys under prefix \"{prefix}/\": grant one of its roles \
+             readwrite permission on that prefix (etcdctl role grant-permission ROLE --prefix=true readwrite {prefix}/), \
+             or give a prefix it may use in the URL's path"
+        ));
+    }
+    None
 }

@@ -41,6 +41,17 @@
 //! options of [`EtcdLockProviderBuilder::option`] ([`OPTIONS`]): `ttl` (whole seconds, from
 //! 2 s, etcd's shortest lease, to a day), `drift`, `connect_timeout`, `prefix`.
 //!
+//! # Credentials
+//!
+//! `etcd://user:password@…` authenticates as `user` (etcd's Auth API). When it connects, the
+//! provider checks that it may read, write and delete the keys under its prefix, with one
+//! transaction that writes nothing (its comparison is always false; etcd checks the
+//! permissions of both branches first). So a wrong password or an unknown user, a user
+//! without readwrite permission on the prefix, credentials for members without
+//! authentication, and no credentials for members with it are each an
+//! [`Error::Backend`](lockkit_core::Error::Backend) at connect that says what to change, and
+//! nothing is left in the store (the lease is granted only after the check).
+//!
 //! # TLS
 //!
 //! `etcds://…` connects to every member with TLS (feature `tls`; without it an `etcds://` URL
@@ -61,6 +72,7 @@
 //! Read-write locks, semaphores and election: the capabilities do not declare them, and the
 //! core refuses them with `Unsupported`.
 
+mod access;
 mod backend;
 mod config;
 mod error;

@@ -72,6 +72,7 @@ impl Session {
             .await
             .map_err(|_| crate::error::unreachable(config, None))?
             .map_err(|e| connect_error(e, config))?;
+        crate::access::check(&mut client, config).await?;
         let sent = Instant::now();
         let ttl_secs = i64::try_from(config.ttl.as_secs()).unwrap_or(i64::MAX);
         let grant = tokio::time::timeout(config.connect_timeout, client.lease_grant(ttl_secs, None))
