@@ -5,8 +5,10 @@ use lockkit_core::{Error, LockName};
 use crate::BACKEND;
 use crate::config::EtcdConfig;
 
-/// The lockkit error for an etcd-client error: transport failures and unavailable members
-/// are retryable connection errors, everything else a backend error.
+/// The lockkit error for an etcd-client error: transport failures (an HTTP/2 connection
+/// ended by a GOAWAY included), unavailable members and a member shedding load (`etcdserver: too many requests`, when its applied index lags the
+/// committed one by more than 5,000 entries) are retryable connection errors, everything else
+/// a backend error.
 pub(crate) fn to_error(error: etcd_client::Error, lock: Option<&LockName>) -> Error {
     use etcd_client::Error as E;
     use tonic::Code;
@@ -22,8 +24,21 @@ pub(crate) fn to_error(error: etcd_client::Error, lock: Option<&LockName>) -> Er
         {
             Error::connection(BACKEND, lock, error)
         }
+        _ if is_shedding(&error) => Error::connection(BACKEND, lock, error),
+        // The HTTP/2 connection ended under the request (hyper's GOAWAY "too_many_internal_resets",
+        // ENHANCE_YOUR_CALM, comes as ResourceExhausted): a new connection serves the retry.
+        E::GRpcStatus(status) if status.message().starts_with("h2 protocol error") => {
+            Error::connection(BACKEND, lock, error)
+        }
         _ => Error::backend(BACKEND, lock, error),
     }
+}
+
+/// Whether a member refused the request because it sheds load (`etcdserver: too many
+/// requests`, when its applied index lags the committed one by more than 5,000 entries): it
+/// answers, and trying again after a pause succeeds once its backlog drains.
+pub(crate) fn is_shedding(error: &etcd_client::Error) -> bool {
+    matches!(error, etcd_client::Error::GRpcStatus(status) if status.message().contains("too many requests"))
 }
 
 /// The error for members that did not answer in time.
@@ -127,4 +142,23 @@ fn auth_hint(text: &str, config: &EtcdConfig) -> Option<String> {
         ));
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_member_shedding_load_is_retryable_and_a_full_database_is_not() {
+        let shedding =
+            etcd_client::Error::GRpcStatus(tonic::Status::resource_exhausted("etcdserver: too many requests"));
+        assert!(to_error(shedding, None).is_retryable());
+        let full = etcd_client::Error::GRpcStatus(tonic::Status::resource_exhausted(
+            "etcdserver: mvcc: database space exceeded",
+        ));
+        assert!(!to_error(full, None).is_retryable());
+        let goaway =
+            etcd_client::Error::GRpcStatus(tonic::Status::resource_exhausted("h2 protocol error: http2 error"));
+        assert!(to_error(goaway, None).is_retryable());
+    }
 }
