@@ -67,7 +67,7 @@ pub fn register_builtin_schemes() {
 /// | `redis+cluster://[user:password@]host:port[,host:port…]` | a Redis Cluster, any of its nodes (feature `redis`; `rediss+cluster://` with `redis-tls`) | as `redis://` |
 /// | `zk://[user:password@]host:port[,host:port…][/chroot]` | ZooKeeper (feature `zk`) | `session_timeout`, `connect_timeout`, `base_path`, `drift`, `acl`, `disconnect_policy` |
 /// | `postgres://[user[:password]@]host[:port]/database` (or `postgresql://`) | PostgreSQL (feature `postgres`) | `lease`, `renew_every`, `response_timeout`, `drift`, `schema`, `migrate`, `max_hold` |
-/// | `etcd://[user:password@]host:port[,host:port…][/prefix]` | etcd (feature `etcd`; `etcds://` is refused until TLS is built) | `ttl`, `drift`, `connect_timeout`, `prefix`, `max_hold` |
+/// | `etcd://[user:password@]host:port[,host:port…][/prefix]` | etcd (feature `etcd`; `etcds://` for TLS with `etcd-tls`) | `ttl`, `drift`, `connect_timeout`, `prefix`, `max_hold`; with `etcds://`, `tls_root_certificate`, `tls_client_certificate`, `tls_client_key` (paths of PEM files) |
 ///
 /// An option has the name of the backend builder's method that sets it. Durations are
 /// written `500ms`, `10s`, `1.5s`, `2m` or `1h`; flags are `true` or `false`; credentials and

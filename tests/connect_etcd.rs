@@ -26,7 +26,9 @@ async fn etcd_urls_carry_their_options() {
         format!("{}?ttl=1s", server.url()),
         format!("{}/a//b", server.url()),
         format!("{},etcds://127.0.0.1:1", server.url()),
+        #[cfg(not(feature = "etcd-tls"))]
         server.url().replacen("etcd://", "etcds://", 1),
+        format!("{}?tls_root_certificate=/nonexistent/ca.pem", server.url().replacen("etcd://", "etcds://", 1)),
     ] {
         assert!(matches!(connect(&bad).await, Err(Error::InvalidConfig { .. })), "{bad} is refused");
     }

@@ -32,6 +32,10 @@ const MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// How many times a release is sent before its outcome is reported unknown.
 const RELEASE_TRIES: usize = 5;
 
+/// How long a release goes on trying, beyond [`RELEASE_TRIES`], while the member answers that
+/// it sheds load (`too many requests`): it is reachable, and its backlog drains.
+const SHEDDING_BOUND: Duration = Duration::from_secs(30);
+
 /// The etcd backend: one provider's current session and the recipe.
 pub(crate) struct EtcdBackend {
     /// This backend, for the holds and pending keys that may need a new client later.
@@ -661,8 +665,13 @@ impl HeldLock for EtcdHeld {
             .and_then([TxnOp::delete(self.key.clone(), None)]);
         let mut last = None;
         let mut backoff = FIRST_BACKOFF;
-        for attempt in 0..RELEASE_TRIES {
-            if attempt > 0 {
+        let started = Instant::now();
+        let mut attempt = 0;
+        // Whether an earlier try may have deleted the key (its reply lost); a member that sheds
+        // load refuses a request before it proposes it.
+        let mut maybe_applied = false;
+        while attempt < RELEASE_TRIES {
+            if last.is_some() {
                 // A member that sheds load ("too many requests") or a reconnect needs a moment.
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(MAX_BACKOFF);
@@ -670,16 +679,26 @@ impl HeldLock for EtcdHeld {
             match tokio::time::timeout(self.backend_config.connect_timeout, client.txn(txn.clone())).await {
                 Ok(Ok(reply)) if reply.succeeded() => return Ok(()),
                 // After a lost reply, our own earlier delete may have been the one.
-                Ok(Ok(_)) if last.is_some() => return Ok(()),
+                Ok(Ok(_)) if maybe_applied => return Ok(()),
                 Ok(Ok(_)) => return Err(Error::lost(BACKEND, &self.lock, LossReason::RecordGone)),
                 Ok(Err(e)) => {
+                    // A member shedding load does not use up the tries, for a while.
+                    let shedding = crate::error::is_shedding(&e);
+                    maybe_applied |= !shedding;
+                    if !(shedding && started.elapsed() < SHEDDING_BOUND) {
+                        attempt += 1;
+                    }
                     let error = to_error(e, Some(&self.lock)).with_server(Some(&self.backend_config.address));
                     if !error.is_retryable() {
                         return Err(error);
                     }
                     last = Some(error);
                 }
-                Err(_) => last = Some(unreachable(&self.backend_config, Some(&self.lock))),
+                Err(_) => {
+                    attempt += 1;
+                    maybe_applied = true;
+                    last = Some(unreachable(&self.backend_config, Some(&self.lock)));
+                }
             }
         }
         // The key is bound to the provider's lease, which the provider's other holds keep

@@ -11,7 +11,21 @@ use crate::provider::EtcdLockProvider;
 const SETTINGS: Settings = Settings::of(BACKEND);
 
 /// The URL options [`EtcdLockProviderBuilder::option`] takes.
-pub const OPTIONS: &[&str] = &["ttl", "drift", "connect_timeout", "prefix", "max_hold"];
+pub const OPTIONS: &[&str] = &[
+    "ttl",
+    "drift",
+    "connect_timeout",
+    "prefix",
+    "max_hold",
+    "tls_root_certificate",
+    "tls_client_certificate",
+    "tls_client_key",
+];
+
+/// What an `etcds://` URL says when the `tls` feature is not built in.
+#[cfg(not(feature = "tls"))]
+const TLS_FEATURE: &str = "etcds:// (TLS) is not built in: enable the `tls` feature of lockkit-etcd \
+    (the `etcd-tls` feature of the lockkit crate) in your Cargo.toml";
 
 /// The shortest lease etcd grants with its default timing (a heartbeat of 100 ms and an
 /// election timeout of 1 s): it raises shorter leases to this silently, so a shorter TTL is
@@ -39,6 +53,26 @@ pub(crate) struct EtcdConfig {
     pub(crate) drift: Duration,
     pub(crate) connect_timeout: Duration,
     pub(crate) credentials: Option<(String, String)>,
+    /// The certificates of an `etcds://` provider; `None` for plain `etcd://`.
+    pub(crate) tls: Option<TlsSettings>,
+}
+
+/// The certificates of TLS connections (PEM); printed without their contents.
+#[derive(Clone, Default)]
+pub(crate) struct TlsSettings {
+    /// The CA the members' certificates must chain to; the system's trust store when `None`.
+    pub(crate) root: Option<Vec<u8>>,
+    /// The client certificate and its key, for members that authenticate clients.
+    pub(crate) client: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for TlsSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsSettings")
+            .field("root", &self.root.as_ref().map(|_| "<certificate>"))
+            .field("client", &self.client.as_ref().map(|_| "<certificate and key>"))
+            .finish()
+    }
 }
 
 impl EtcdConfig {
@@ -72,34 +106,34 @@ pub struct EtcdLockProviderBuilder {
     drift: Option<Duration>,
     connect_timeout: Option<Duration>,
     credentials: Option<(String, String)>,
+    tls: bool,
+    tls_root: Option<Vec<u8>>,
+    tls_client_certificate: Option<Vec<u8>>,
+    tls_client_key: Option<Vec<u8>>,
     common: ProviderSettings,
 }
 
 impl EtcdLockProviderBuilder {
     /// The settings an `etcd://` URL gives:
-    /// `etcd://[user:password@]host:port[,host:port…][/prefix][?option=value&…]`.
+    /// `etcd://[user:password@]host:port[,host:port…][/prefix][?option=value&…]`, or
+    /// `etcds://…` for TLS (feature `tls`).
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) for another scheme
-    /// (`etcds://` included: TLS is not built yet), members that mix schemes, half
-    /// credentials or an unknown or bad option.
+    /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) for another scheme,
+    /// members that mix schemes, half credentials, an unknown or bad option, or a certificate
+    /// file that cannot be read.
     pub fn from_url(url: &StoreUrl) -> Result<Self> {
-        match url.scheme() {
-            "etcd" => {}
-            "etcds" => {
-                return Err(SETTINGS.invalid(format!(
-                    "{}: etcds:// (TLS) is not supported by this version of lockkit-etcd; use etcd:// on a trusted network",
-                    url.redacted()
-                )));
-            }
+        let tls = match url.scheme() {
+            "etcd" => false,
+            "etcds" => true,
             _ => {
                 return Err(SETTINGS.invalid(format!(
                     "{} is not an etcd:// URL; write etcd://[user:password@]host:2379[,host:2379…][/prefix]",
                     url.redacted()
                 )));
             }
-        }
+        };
         let shown = url.redacted();
         let members = shown.split_once("://").map_or("", |(_, rest)| rest);
         if members.contains("etcd://") || members.contains("etcds://") {
@@ -108,7 +142,7 @@ impl EtcdLockProviderBuilder {
                  etcd://host:2379,host:2379 (or etcds://… for TLS, all members alike)"
             )));
         }
-        let mut builder = Self::default().endpoints(url.hosts());
+        let mut builder = Self::default().endpoints(url.hosts()).tls(tls);
         let path = url.path().trim_start_matches('/');
         if !path.is_empty() {
             builder = builder.prefix(path);
@@ -173,12 +207,41 @@ impl EtcdLockProviderBuilder {
         self
     }
 
-    /// Sets one option by its URL name ([`OPTIONS`]).
+    /// Connects to the members with TLS (what an `etcds://` URL says). Without the `tls`
+    /// feature, [`build`](Self::build) refuses it with an error naming the feature.
+    pub fn tls(mut self, enabled: bool) -> Self {
+        self.tls = enabled;
+        self
+    }
+
+    /// Trusts the certificate authority in `pem` (PEM-encoded) for the members' certificates,
+    /// instead of the system's trust store. URL option `tls_root_certificate`, whose value is
+    /// the path of a PEM file.
+    #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_root = Some(pem.into());
+        self
+    }
+
+    /// Presents a client certificate (`certificate` and `key`, PEM-encoded) to members that
+    /// authenticate clients (`--client-cert-auth`). URL options `tls_client_certificate` and
+    /// `tls_client_key`, whose values are the paths of PEM files.
+    #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+    pub fn tls_client_certificate(mut self, certificate: impl Into<Vec<u8>>, key: impl Into<Vec<u8>>) -> Self {
+        self.tls_client_certificate = Some(certificate.into());
+        self.tls_client_key = Some(key.into());
+        self
+    }
+
+    /// Sets one option by its URL name ([`OPTIONS`]). The TLS options take the path of a PEM
+    /// file, read here.
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) for an unknown option or
-    /// a value that does not parse.
+    /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) for an unknown option, a
+    /// value that does not parse, or a file that cannot be read.
     pub fn option(mut self, key: &str, value: &str) -> Result<Self> {
         if self.common.option(SETTINGS, key, value)? {
             return Ok(self);
@@ -188,6 +251,18 @@ impl EtcdLockProviderBuilder {
             "drift" => self.drift(SETTINGS.duration(key, value)?),
             "connect_timeout" => self.connect_timeout(SETTINGS.duration(key, value)?),
             "prefix" => self.prefix(value),
+            "tls_root_certificate" => {
+                self.tls_root = Some(read_pem(key, value)?);
+                self
+            }
+            "tls_client_certificate" => {
+                self.tls_client_certificate = Some(read_pem(key, value)?);
+                self
+            }
+            "tls_client_key" => {
+                self.tls_client_key = Some(read_pem(key, value)?);
+                self
+            }
             _ => return Err(SETTINGS.unknown(key, OPTIONS)),
         })
     }
@@ -221,9 +296,11 @@ impl EtcdLockProviderBuilder {
                 SETTINGS.invalid("no members: call endpoints(\"host:2379[,host:2379…]\") or use an etcd:// URL")
             );
         };
+        let tls = tls_settings(self.tls, self.tls_root, self.tls_client_certificate, self.tls_client_key)?;
+        let (scheme, http) = if tls.is_some() { ("etcds", "https") } else { ("etcd", "http") };
         let mut endpoints = Vec::new();
         for member in written.split(',').map(str::trim) {
-            endpoints.push(endpoint(member)?);
+            endpoints.push(endpoint(member, http)?);
         }
         let prefix = self.prefix.unwrap_or_else(|| DEFAULT_PREFIX.to_owned());
         check_prefix(&prefix)?;
@@ -251,18 +328,86 @@ impl EtcdLockProviderBuilder {
         }
         Ok(EtcdConfig {
             endpoints,
-            address: format!("etcd://{written}/{prefix}"),
+            address: format!("{scheme}://{written}/{prefix}"),
             prefix,
             ttl,
             drift,
             connect_timeout,
             credentials: self.credentials,
+            tls,
         })
     }
 }
 
-/// `http://host:port` for one member as written (`host`, `host:port`, `[::1]:port`).
-fn endpoint(member: &str) -> Result<String> {
+/// The contents of the PEM file at `path`, for URL option `key`.
+fn read_pem(key: &str, path: &str) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|e| {
+        SETTINGS.invalid(format!("{key}: cannot read {path:?} ({e}); give the path of a readable PEM file"))
+    })
+}
+
+/// Checks the TLS settings: certificates only with TLS, a client certificate with its key,
+/// PEM contents.
+fn tls_settings(
+    enabled: bool,
+    root: Option<Vec<u8>>,
+    certificate: Option<Vec<u8>>,
+    key: Option<Vec<u8>>,
+) -> Result<Option<TlsSettings>> {
+    if !enabled {
+        if root.is_some() || certificate.is_some() || key.is_some() {
+            return Err(SETTINGS.invalid(
+                "TLS certificates were given but the members use etcd:// (plain TCP): \
+                 write the URL as etcds://host:2379 (or call tls(true))",
+            ));
+        }
+        return Ok(None);
+    }
+    #[cfg(not(feature = "tls"))]
+    return Err(SETTINGS.invalid(TLS_FEATURE));
+    #[cfg(feature = "tls")]
+    {
+        let is_pem = |pem: &[u8], what: &str| {
+            let text = String::from_utf8_lossy(pem);
+            text.contains("-----BEGIN ") && text.contains(what)
+        };
+        if let Some(root) = &root
+            && !is_pem(root, "CERTIFICATE-----")
+        {
+            return Err(SETTINGS.invalid(
+                "tls_root_certificate is not a PEM certificate: give the CA's certificate \
+                 (a file starting with -----BEGIN CERTIFICATE-----)",
+            ));
+        }
+        let client = match (certificate, key) {
+            (None, None) => None,
+            (Some(certificate), Some(key)) => {
+                if !is_pem(&certificate, "CERTIFICATE-----") {
+                    return Err(SETTINGS.invalid(
+                        "tls_client_certificate is not a PEM certificate \
+                         (a file starting with -----BEGIN CERTIFICATE-----)",
+                    ));
+                }
+                if !is_pem(&key, "PRIVATE KEY-----") {
+                    return Err(SETTINGS.invalid(
+                        "tls_client_key is not a PEM private key (a file starting with -----BEGIN PRIVATE KEY-----)",
+                    ));
+                }
+                Some((certificate, key))
+            }
+            _ => {
+                return Err(SETTINGS.invalid(
+                    "a client certificate needs its key: give both tls_client_certificate and tls_client_key",
+                ));
+            }
+        };
+        Ok(Some(TlsSettings { root, client }))
+    }
+}
+
+/// `http://host:port` (or `https://`, as `http` says) for one member as written (`host`,
+/// `host:port`, `[::1]:port`).
+fn endpoint(member: &str, http: &str) -> Result<String> {
     if member.contains("://") {
         return Err(SETTINGS.invalid(format!(
             "member {member:?} carries its own scheme: every member of an etcd:// URL uses the URL's scheme, \
@@ -291,7 +436,7 @@ fn endpoint(member: &str) -> Result<String> {
             SETTINGS.invalid(format!("member {member:?} has port {port:?}; a port is a number from 1 to 65535"))
         })?,
     };
-    Ok(format!("http://{host}:{port}"))
+    Ok(format!("{http}://{host}:{port}"))
 }
 
 fn check_prefix(prefix: &str) -> Result<()> {
@@ -328,7 +473,12 @@ mod tests {
     #[test]
     fn bad_urls_say_what_to_change() {
         for (url, says) in [
-            ("etcds://h:2379", "TLS"),
+            #[cfg(not(feature = "tls"))]
+            ("etcds://h:2379", "`tls` feature of lockkit-etcd"),
+            #[cfg(feature = "tls")]
+            ("etcds://h:2379?tls_root_certificate=/nonexistent/ca.pem", "cannot read"),
+            ("etcd://h:2379?tls_root_certificate=/etc/hostname", "etcds://"),
+            ("etcds://h:2379,etcd://g:2379", "mix"),
             ("etcd://h:2379,etcds://g:2379", "mix"),
             ("etcd://h:2379/a//b", "prefix"),
             ("etcd://h:2379/a b", "prefix"),
@@ -346,6 +496,36 @@ mod tests {
             assert!(matches!(error, lockkit_core::Error::InvalidConfig { .. }), "{url}: {error}");
             assert!(error.to_string().contains(says), "{url}: {error}");
         }
+    }
+
+    #[cfg(feature = "tls")]
+    #[test]
+    fn etcds_urls_use_https_and_check_their_certificates() {
+        let c = config("etcds://a:1,b/app").unwrap();
+        assert_eq!(c.endpoints, ["https://a:1", "https://b:2379"]);
+        assert!(c.address.starts_with("etcds://"));
+        assert!(c.tls.as_ref().is_some_and(|t| t.root.is_none() && t.client.is_none()));
+        let dir = std::env::temp_dir().join(format!("lockkit-etcd-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let not_pem = dir.join("not.pem");
+        std::fs::write(&not_pem, "hello").unwrap();
+        let cert = dir.join("cert.pem");
+        std::fs::write(&cert, "-----BEGIN CERTIFICATE-----\nAA==\n-----END CERTIFICATE-----\n").unwrap();
+        let shown = |p: &std::path::Path| p.display().to_string();
+        for (url, says) in [
+            (format!("etcds://h?tls_root_certificate={}", shown(&not_pem)), "not a PEM certificate"),
+            (format!("etcds://h?tls_client_certificate={}", shown(&cert)), "needs its key"),
+            (
+                format!("etcds://h?tls_client_certificate={}&tls_client_key={}", shown(&cert), shown(&cert)),
+                "not a PEM private key",
+            ),
+        ] {
+            let error = config(&url).unwrap_err();
+            assert!(error.to_string().contains(says), "{url}: {error}");
+        }
+        let c = config(&format!("etcds://h?tls_root_certificate={}", shown(&cert))).unwrap();
+        assert!(c.tls.unwrap().root.is_some());
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]

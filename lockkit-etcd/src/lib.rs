@@ -88,9 +88,35 @@
 //!
 //! `etcd://[user:password@]host:port[,host:port…][/prefix][?option=value&…]`, with the
 //! options of [`EtcdLockProviderBuilder::option`] ([`OPTIONS`]): `ttl` (whole seconds, from
-//! 2 s, etcd's shortest lease, to a day), `drift`, `connect_timeout`, `prefix`. `etcds://`
-//! (TLS) is refused with a clear error until it is built.
+//! 2 s, etcd's shortest lease, to a day), `drift`, `connect_timeout`, `prefix`.
+//!
+//! # Credentials
+//!
+//! `etcd://user:password@…` authenticates as `user` (etcd's Auth API). When it connects, the
+//! provider checks that it may read, write and delete the keys under its prefix, with one
+//! transaction that writes nothing (its comparison is always false; etcd checks the
+//! permissions of both branches first). So a wrong password or an unknown user, a user
+//! without readwrite permission on the prefix, credentials for members without
+//! authentication, and no credentials for members with it are each an
+//! [`Error::Backend`](lockkit_core::Error::Backend) at connect that says what to change, and
+//! nothing is left in the store (the lease is granted only after the check).
+//!
+//! # TLS
+//!
+//! `etcds://…` connects to every member with TLS (feature `tls`; without it an `etcds://` URL
+//! is refused with an error naming the feature). The transport is etcd-client's `tls-roots`:
+//! rustls with ring, the same stack as lockkit-redis's `tls`, pure Rust with no system
+//! OpenSSL to build against (etcd-client's `tls-openssl` would need one). The members'
+//! certificates are checked against the CA in URL option `tls_root_certificate` (the path
+//! of a PEM file; [`EtcdLockProviderBuilder::tls_root_certificate`] takes the PEM itself), or
+//! the system's trust store when none is given; members started with `--client-cert-auth`
+//! get the client certificate of `tls_client_certificate` and `tls_client_key`. All members
+//! of a URL use its scheme: a URL mixing `etcd://` and `etcds://` members is refused. An
+//! untrusted member certificate is an [`Error::Backend`](lockkit_core::Error::Backend) that
+//! names `tls_root_certificate`; a member that wants a client certificate it did not get, a
+//! retryable connection error that names `tls_client_certificate`.
 
+mod access;
 mod backend;
 mod config;
 mod election;
@@ -99,6 +125,8 @@ mod observe;
 mod provider;
 mod queue;
 mod session;
+#[cfg(feature = "tls")]
+mod tls;
 
 pub use etcd_client;
 

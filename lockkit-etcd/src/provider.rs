@@ -12,8 +12,8 @@ use crate::config::{EtcdConfig, EtcdLockProviderBuilder};
 
 /// The `etcd` scheme: `etcd://[user:password@]host:port[,host:port…][/prefix][?option=value&…]`,
 /// for the scheme table of `lockkit_core::config` (the `lockkit` facade registers it). Its
-/// `connect` is [`EtcdLockProvider::connect`]'s: eager and health-checked. `etcds://` is
-/// recognised and refused with a clear error until TLS is built.
+/// `connect` is [`EtcdLockProvider::connect`]'s: eager and health-checked. `etcds://` (TLS)
+/// needs the `tls` feature; without it, it is refused with an error naming the feature.
 pub const SCHEME: Scheme = Scheme { names: &["etcd", "etcds"], backend: BACKEND, connect: connect_url };
 
 fn connect_url(url: StoreUrl) -> ConnectFuture {

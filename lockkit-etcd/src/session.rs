@@ -12,7 +12,7 @@ use lockkit_core::{LossReason, Result};
 use tokio::runtime::Handle;
 
 use crate::config::EtcdConfig;
-use crate::error::to_error;
+use crate::error::connect_error;
 
 /// How long the watchdog pauses before opening its keep-alive stream again after an error.
 const RETRY: Duration = Duration::from_millis(100);
@@ -63,18 +63,22 @@ impl Session {
         if let Some((user, password)) = &config.credentials {
             options = options.with_user(user.clone(), password.clone());
         }
-        let address = Some(config.address.as_str());
+        #[cfg(feature = "tls")]
+        if let Some(tls) = &config.tls {
+            options = options.with_tls(crate::tls::options(tls));
+        }
         let connect = Client::connect(config.endpoints.clone(), Some(options));
         let mut client = tokio::time::timeout(config.connect_timeout, connect)
             .await
             .map_err(|_| crate::error::unreachable(config, None))?
-            .map_err(|e| to_error(e, None).with_server(address))?;
+            .map_err(|e| connect_error(e, config))?;
+        crate::access::check(&mut client, config).await?;
         let sent = Instant::now();
         let ttl_secs = i64::try_from(config.ttl.as_secs()).unwrap_or(i64::MAX);
         let grant = tokio::time::timeout(config.connect_timeout, client.lease_grant(ttl_secs, None))
             .await
             .map_err(|_| crate::error::unreachable(config, None))?
-            .map_err(|e| to_error(e, None).with_server(address))?;
+            .map_err(|e| connect_error(e, config))?;
         let granted = Duration::from_secs(u64::try_from(grant.ttl()).unwrap_or(0));
         // A lease the server lengthened is still kept by our deadline, which counts from ours.
         let ttl = if granted > Duration::ZERO { granted.min(config.ttl) } else { config.ttl };
@@ -86,7 +90,7 @@ impl Session {
             Ok(pair) => pair,
             Err(e) => {
                 let _ = client.lease_revoke(lease).await;
-                return Err(to_error(e, None).with_server(address));
+                return Err(connect_error(e, config));
             }
         };
         let alive = Arc::new(AtomicBool::new(true));

@@ -182,7 +182,14 @@ impl Harness for EtcdHarness {
         vec![
             attempt("no members", EtcdLockProvider::builder()),
             from_url("another scheme", format!("http://{}", self.upstream)),
-            from_url("etcds:// before TLS is built", format!("etcds://{}", self.upstream)),
+            from_url(
+                "a TLS certificate file that cannot be read",
+                format!("etcds://{}?tls_root_certificate=/nonexistent/ca.pem", self.upstream),
+            ),
+            from_url(
+                "TLS certificates with a plain etcd:// URL",
+                format!("{url}?tls_root_certificate={}/Cargo.toml", env!("CARGO_MANIFEST_DIR")),
+            ),
             from_url("members mixing etcd:// and etcds://", format!("{url},etcds://{}", self.upstream)),
             from_url("a TTL below etcd's shortest lease", format!("{url}?ttl=1s")),
             from_url("a TTL that is not whole seconds", format!("{url}?ttl=2500ms")),
