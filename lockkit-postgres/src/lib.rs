@@ -22,7 +22,8 @@
 //! `renew_every` (a third of the lease), `response_timeout` (5 s, also the server-side
 //! `statement_timeout` of the provider's connections), `drift` (a sixtieth of the lease),
 //! `schema` (`lockkit`; a lower-case identifier), `migrate` (`true`: create the schema on first
-//! use). [`SCHEME`] registers `postgres://` and `postgresql://` with
+//! use), and TLS as libpq names it: `sslmode`, `sslrootcert`, `sslcert`, `sslkey` (below).
+//! [`SCHEME`] registers `postgres://` and `postgresql://` with
 //! `lockkit_core::config::register`; the `lockkit` facade does it with its feature `postgres`.
 //!
 //! # Design, and why
@@ -103,6 +104,31 @@
 //!   lockkit.abandon(text,text) TO app;
 //! ```
 //!
+//! # TLS
+//!
+//! With the `tls` feature (the `postgres-tls` feature of the `lockkit` crate), `sslmode` takes
+//! libpq's five modes ([`SslMode`]) with libpq's meanings: `disable`; `prefer` (the default:
+//! TLS when the server offers it, the certificate unchecked); `require` (TLS or nothing; the
+//! certificate is checked against `sslrootcert` only when one is given, as libpq does);
+//! `verify-ca` (a certificate signed by a trusted root, any host name); `verify-full` (that, and
+//! the certificate names the host connected to). `sslrootcert=/path/root.crt` (PEM) replaces the
+//! system's roots; `sslcert` and `sslkey` present a client certificate. The builder takes the
+//! same as [`ssl_mode`](PostgresLockProviderBuilder::ssl_mode),
+//! [`tls_root_certificate`](PostgresLockProviderBuilder::tls_root_certificate) and
+//! [`tls_client_certificate`](PostgresLockProviderBuilder::tls_client_certificate). Both the
+//! command connection and the `LISTEN` connection use it. A certificate that does not verify,
+//! or a server without TLS under `require`, is an [`InvalidConfig`](lockkit_core::Error) error
+//! at connect time saying what to change. Without the feature, `prefer` connects in plain text
+//! (as a libpq built without TLS does) and every other TLS setting is refused at build time
+//! with the feature to enable.
+//!
+//! The connector is tokio-postgres-rustls on rustls with ring, chosen over postgres-native-tls:
+//! it is the TLS stack the Redis backend's `tls` already brings (rustls 0.23 with ring), it
+//! needs no system OpenSSL to build or run, and it does SCRAM channel binding. The crypto
+//! provider is set on the provider's own rustls configuration: nothing is installed as the
+//! process default. `verify-ca` is a verifier that runs webpki's and forgives only a name
+//! mismatch.
+//!
 //! # Driver: tokio-postgres
 //!
 //! Chosen over sqlx: it is small (no query macros, no compile-time database, no pool we do
@@ -113,7 +139,7 @@
 //! # Not yet
 //!
 //! Read-write locks, semaphores and elections are not offered (their capabilities are off, so
-//! the core answers `Unsupported`); nor TLS.
+//! the core answers `Unsupported`).
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;
@@ -122,9 +148,11 @@ mod listener;
 mod provider;
 mod sql;
 mod store;
+mod tls;
 
 pub use builder::{DEFAULT_LEASE, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_SCHEMA, OPTIONS, PostgresLockProviderBuilder};
 pub use provider::PostgresLockProvider;
+pub use tls::SslMode;
 /// The driver, re-exported for [`PostgresLockProvider::open_client`].
 pub use tokio_postgres;
 

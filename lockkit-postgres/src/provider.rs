@@ -19,7 +19,7 @@ pub struct PostgresLockProvider {
 }
 
 impl PostgresLockProvider {
-    /// A builder; `build()` checks every setting and does no I/O.
+    /// A builder; `build()` checks every setting and does no network I/O.
     pub fn builder() -> PostgresLockProviderBuilder {
         PostgresLockProviderBuilder::default()
     }

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use lockkit_core::{Error, LockName, Result};
 use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::{Client, NoTls, Row};
+use tokio_postgres::{Client, Row};
 
 use crate::BACKEND;
 use crate::builder::Settings;
@@ -64,7 +64,7 @@ impl Store {
 
     /// Opens a new connection on the current runtime (its task is spawned there).
     pub(crate) async fn open(&self) -> Result<Client> {
-        let connect = self.settings.config.connect(NoTls);
+        let connect = self.settings.tls.connect(&self.settings.config);
         let (client, connection) = match tokio::time::timeout(self.settings.response_timeout, connect).await {
             Ok(Ok(pair)) => pair,
             Ok(Err(error)) => return Err(self.classify_connect(error)),
@@ -85,7 +85,10 @@ impl Store {
 
     /// A connection error, or a clear configuration error when the server refused us for
     /// a reason that retrying will not fix (authentication, a missing database).
-    fn classify_connect(&self, error: tokio_postgres::Error) -> Error {
+    pub(crate) fn classify_connect(&self, error: tokio_postgres::Error) -> Error {
+        if let Some(message) = crate::tls::explain(&error, self.settings.tls.mode, &self.settings.address) {
+            return Error::invalid_config(BACKEND, message);
+        }
         match error.code().map(tokio_postgres::error::SqlState::code) {
             Some("3D000") => Error::invalid_config(
                 BACKEND,
