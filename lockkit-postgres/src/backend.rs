@@ -206,6 +206,7 @@ impl LockBackend for PostgresBackend {
             lease_renewal: true,
             loss_notification: true,
             inspect: true,
+            break_lock: true,
             waiter_count: true,
             cross_process: true,
             ..Capabilities::NONE
@@ -372,6 +373,34 @@ impl LockBackend for PostgresBackend {
             );
         }
         Ok(LockInfo::new(holders, Some(usize::try_from(waiters).unwrap_or(0))))
+    }
+
+    /// `<schema>.break_lock(name)`: deletes every holder row of the name under the name's
+    /// advisory lock and notifies its waiters; a broken holder's next renewal finds its row
+    /// gone (`RecordGone`). Sent once: a reply lost is an error, never a retry that could break
+    /// the next holder.
+    async fn break_lock(&self, lock: &LockName) -> Result<Vec<lockkit_core::backend::HolderInfo>> {
+        let store = &self.inner.store;
+        let name = crate::stored_name(lock.as_str());
+        let rows = store.query(Some(lock), &store.sql.break_lock, &[(&name, Type::TEXT)]).await;
+        let rows = rows.map_err(Failure::into_error)?;
+        let mut broken = Vec::with_capacity(rows.len());
+        for row in rows {
+            let get = |e| store.store_error(Some(lock), e);
+            let meta: String = row.try_get(0).map_err(get)?;
+            let token = FencingToken::new(u64::try_from(row.try_get::<_, i64>(1).map_err(get)?).unwrap_or(0));
+            let since_ms: i64 = row.try_get(2).map_err(get)?;
+            let left_ms: i64 = row.try_get(3).map_err(get)?;
+            let holder = match OwnerMeta::decode(&meta) {
+                Some(meta) => meta.holder(token),
+                None => lockkit_core::backend::HolderInfo::new(token, meta),
+            };
+            let since = SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(since_ms).unwrap_or(0));
+            broken.push(
+                holder.with_since(since).with_lease_left(Duration::from_millis(u64::try_from(left_ms).unwrap_or(0))),
+            );
+        }
+        Ok(broken)
     }
 }
 

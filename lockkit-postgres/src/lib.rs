@@ -82,6 +82,12 @@
 //!   row if a lost try made one, and its place in the queue. A try of that owner still on its way through the network
 //!   (a partition that heals later) is then refused by `acquire`: no ghost is left, however
 //!   late the statement arrives.
+//! - **Breaking a stuck lock** ([`Capabilities::break_lock`](lockkit_core::Capabilities),
+//!   `lockkit break`): `<schema>.break_lock(name)` deletes every holder row of the name under
+//!   the name's advisory lock, returns the holds that were still live, and notifies the
+//!   name's waiters, which take the lock as after a release, with a greater token. The broken
+//!   holder learns it at its next renewal at the latest (`RecordGone`: its row is gone), that
+//!   is within `renew_every`, and before its local deadline in any case.
 //! - **Schema managed by the backend**: created on first use when missing (`migrate=true`, the
 //!   default) or by [`PostgresLockProvider::migrate`]: `CREATE SCHEMA/SEQUENCE/TABLE IF NOT
 //!   EXISTS` and `CREATE OR REPLACE FUNCTION` in one transaction, serialized by an advisory
@@ -101,7 +107,7 @@
 //! GRANT SELECT, INSERT, UPDATE, DELETE ON lockkit.waiters TO app;
 //! GRANT USAGE ON SEQUENCE lockkit.tokens, lockkit.positions TO app;
 //! GRANT EXECUTE ON FUNCTION lockkit.acquire(text,text,text,bigint,bigint), lockkit.release(text,text),
-//!   lockkit.abandon(text,text) TO app;
+//!   lockkit.abandon(text,text), lockkit.break_lock(text) TO app;
 //! ```
 //!
 //! # TLS

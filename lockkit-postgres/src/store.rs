@@ -220,7 +220,7 @@ impl Store {
 
     async fn check_privileges(&self, client: &Client) -> Result<()> {
         let row = self.bounded(client.query_one(&self.sql.privileges, &[])).await?;
-        let all = (0..7).all(|i| row.try_get::<_, Option<bool>>(i).ok().flatten().unwrap_or(false));
+        let all = (0..row.len()).all(|i| row.try_get::<_, Option<bool>>(i).ok().flatten().unwrap_or(false));
         if all { Ok(()) } else { Err(self.privileges_error()) }
     }
 
