@@ -474,14 +474,17 @@ async fn renewals(inner: Weak<Inner>) {
         let sent = Instant::now();
         let outcome = strong
             .store
-            .query(
+            .query_now(
                 None,
                 &strong.store.sql.renew,
                 &[(&names, Type::TEXT_ARRAY), (&owners, Type::TEXT_ARRAY), (&lease_ms, Type::INT8)],
             )
             .await;
+        let counters = &strong.store.renewals;
+        counters.round_trips.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let next = match outcome {
             Ok(rows) => {
+                counters.ticks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let deadline = lease_deadline(sent, settings.lease, settings.drift);
                 let mut result: HashMap<(String, String), (bool, bool)> = HashMap::new();
                 for row in rows {
@@ -496,6 +499,7 @@ async fn renewals(inner: Weak<Inner>) {
                     match result.get(&(crate::stored_name(lock.as_str()), owner.clone())) {
                         Some((true, _)) => {
                             signal.extend(deadline);
+                            counters.renewed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         }
                         Some((false, true)) => {
                             signal.lose(LossReason::OwnedByAnother);

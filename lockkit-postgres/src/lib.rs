@@ -142,6 +142,14 @@
 //! and one listening connection), and its `Connection::poll_message` hands out the
 //! asynchronous `NOTIFY` messages that the wake-ups are built on.
 //!
+//! The command connection carries at most 32 statements at once; more wait their turn in the
+//! provider, in arrival order, and their response timeout starts when they go. The server
+//! runs one connection's statements one after another, so a deeper pipeline gains nothing and
+//! would make the last of 10,000 acquisitions started together outwait the response timeout
+//! behind the others (and the connection be given up as broken, though the server was
+//! answering all along). The renewal round does not wait its turn: its one statement renews
+//! every hold while their deadlines run.
+//!
 //! # Not yet
 //!
 //! Read-write locks, semaphores and elections are not offered (their capabilities are off, so
@@ -157,7 +165,7 @@ mod store;
 mod tls;
 
 pub use builder::{DEFAULT_LEASE, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_SCHEMA, OPTIONS, PostgresLockProviderBuilder};
-pub use provider::PostgresLockProvider;
+pub use provider::{PostgresLockProvider, RenewalStats};
 pub use tls::SslMode;
 /// The driver, re-exported for [`PostgresLockProvider::open_client`].
 pub use tokio_postgres;
