@@ -78,6 +78,46 @@ fn make_certificates(dir: &Path) {
     ]);
 }
 
+/// Makes a client certificate (`client.crt`, `client.key`) for `/CN=lockkit-client`, signed by
+/// the CA `make_certificates` made in `dir`.
+fn make_client_certificate(dir: &Path) {
+    let run = |args: &[&str]| {
+        let status = Command::new("openssl").args(args).current_dir(dir).output().unwrap();
+        assert!(status.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&status.stderr));
+    };
+    // Extensions make it a version 3 certificate: webpki refuses version 1.
+    std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "client.key",
+        "-out",
+        "client.csr",
+        "-subj",
+        "/CN=lockkit-client",
+    ]);
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "client.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "client.crt",
+        "-days",
+        "2",
+        "-extfile",
+        "client.ext",
+    ]);
+}
+
 /// A server with TLS on, its CA, and the directory of the certificates.
 struct TlsServer {
     server: PostgresServer,
@@ -280,4 +320,31 @@ fn bad_tls_settings_say_what_to_change() {
     assert!(
         message(&format!("postgres://h/db?sslmode=verify-full&sslrootcert={}", junk.display())).contains("sslrootcert")
     );
+}
+
+/// `sslcert` and `sslkey` present a client certificate: the server, which asks for one signed
+/// by the test CA, verifies it and shows its subject in `pg_stat_ssl`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_certificate_is_presented() {
+    let dir = tempfile::tempdir().unwrap();
+    make_certificates(dir.path());
+    make_client_certificate(dir.path());
+    let read = |name: &str| std::fs::read(dir.path().join(name)).unwrap();
+    let path = |name: &str| dir.path().join(name).to_string_lossy().into_owned();
+    let server = PostgresServer::start_with_client_ca(&read("server.crt"), &read("server.key"), &read("ca.crt"))
+        .await
+        .unwrap_or_else(|e| panic!("the TLS tests need a PostgreSQL server: {e}"));
+    let url = format!(
+        "postgres://postgres@localhost:{}/postgres?sslmode=verify-full&sslrootcert={}&sslcert={}&sslkey={}",
+        server.port(),
+        path("ca.crt"),
+        path("client.crt"),
+        path("client.key")
+    );
+    let provider = within(OPERATION * 3, "connect", PostgresLockProvider::connect(&url)).await.unwrap();
+    provider.lock("tls/client-cert").unwrap().acquire().await.unwrap().release().await.unwrap();
+    let client = provider.open_client().await.unwrap();
+    let row = client.query_one("SELECT client_dn FROM pg_stat_ssl WHERE pid = pg_backend_pid()", &[]).await.unwrap();
+    let subject: Option<String> = row.get(0);
+    assert_eq!(subject.as_deref(), Some("/CN=lockkit-client"), "the server saw the client certificate");
 }
