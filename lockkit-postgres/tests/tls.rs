@@ -158,8 +158,11 @@ impl Harness for TlsHarness {
     }
 
     async fn client(&self) -> lockkit_core::Result<TestClient> {
+        // The builder's `url` takes the address only (a query there is not read): the mode is
+        // set by its method.
         let provider = test_builder()
-            .url(self.server.url("sslmode=verify-full"))
+            .url(self.server.url(""))
+            .ssl_mode(SslMode::VerifyFull)
             .tls_root_certificate(self.server.ca.clone())
             .build()?;
         Ok(TestClient::new(provider, Arc::new(NoFaults)))
@@ -180,6 +183,10 @@ async fn harness() -> &'static TlsHarness {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_core_cases_pass_over_verify_full() {
     let h = harness().await;
+    // The harness's clients do check the certificate: without the CA the same settings fail.
+    let unchecked = test_builder().url(h.server.url("")).ssl_mode(SslMode::VerifyFull).build().unwrap();
+    let refused = within(OPERATION * 3, "an unverified server fails", unchecked.ping()).await;
+    assert!(matches!(refused, Err(Error::InvalidConfig { .. })), "{refused:?}");
     cases::mutual_exclusion::second_owner_cannot_acquire_while_held(h).await;
     cases::acquire::try_acquire_returns_none_while_held(h).await;
     cases::fencing::tokens_increase_across_clients(h).await;
