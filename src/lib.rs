@@ -28,6 +28,7 @@
 //! - `redis-tls`: `rediss://` (TLS) for the Redis backend.
 //! - `zk`: the ZooKeeper backend, `lockkit::zk`, and `zk://` URLs.
 //! - `postgres`: the PostgreSQL backend, `lockkit::postgres`, and `postgres://` URLs.
+//! - `postgres-tls`: TLS for the PostgreSQL backend (`sslmode=require`, `verify-full`, …).
 //! - `etcd`: the etcd backend, `lockkit::etcd`, and `etcd://` URLs.
 //! - `full`: all of them.
 #![cfg_attr(docsrs, feature(doc_cfg))]

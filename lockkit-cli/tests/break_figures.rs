@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use lockkit_testkit::fixture::{RedisConfig, RedisServer, ZkServer};
+use lockkit_testkit::fixture::{PostgresServer, RedisConfig, RedisServer, ZkServer};
 
 /// Breaks a held lock `samples` times on `url` and prints the time from the break to the
 /// holder's loss signal and to the next owner's grant (median, min, max).
@@ -67,4 +67,14 @@ async fn how_soon_a_broken_holder_learns_of_it() {
         RedisConfig { extra_args: vec!["--notify-keyspace-events".into(), "Kg".into()], ..RedisConfig::default() };
     let events = RedisServer::start_with(config).await.unwrap();
     measure("redis://, lease 30s, keyspace events Kg", &events.url(), 20).await;
+}
+
+/// PostgreSQL on its own: `cargo test -p lockkit-cli --test break_figures postgres -- --ignored
+/// --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "prints figures; run by hand with --ignored --nocapture"]
+async fn how_soon_a_broken_postgres_holder_learns_of_it() {
+    let postgres = PostgresServer::start().await.unwrap();
+    measure("postgres://, lease 3s (renewed every 1s)", &format!("{}?lease=3s", postgres.url()), 10).await;
+    measure("postgres://, lease 30s (default, renewed every 10s)", &postgres.url(), 5).await;
 }

@@ -1,6 +1,7 @@
 //! End-to-end tests of `lockkit break`: a real `lockkit run` holds a lock on files, a real
-//! redis-server and a real ZooKeeper server, another `lockkit` breaks it, and the holder's
-//! command is stopped for the loss while a later owner gets a greater token.
+//! redis-server, a real ZooKeeper server and a real PostgreSQL server, another `lockkit`
+//! breaks it, and the holder's command is stopped for the loss while a later owner gets a
+//! greater token.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -10,7 +11,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::*;
-use lockkit_testkit::fixture::{RedisServer, ZkServer};
+use lockkit_testkit::fixture::{PostgresServer, RedisServer, ZkServer};
 
 const LONG: Duration = Duration::from_secs(30);
 
@@ -87,6 +88,15 @@ async fn break_frees_a_held_lock_on_zookeeper() {
     let url = zk_url().await;
     // The holder's deletion watch fires at once.
     break_a_held_lock(&url, &[], Duration::from_secs(10)).await;
+    nothing_to_break(&url).await;
+}
+
+#[tokio::test]
+async fn break_frees_a_held_lock_on_postgres() {
+    let url = PostgresServer::shared().await.expect("PostgreSQL starts").url();
+    // A lease of 3 s is renewed every second: the loss comes at the next renewal, which finds
+    // the row gone.
+    break_a_held_lock(&url, &["--lease", "3s"], Duration::from_secs(10)).await;
     nothing_to_break(&url).await;
 }
 

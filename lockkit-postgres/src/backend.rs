@@ -206,6 +206,7 @@ impl LockBackend for PostgresBackend {
             lease_renewal: true,
             loss_notification: true,
             inspect: true,
+            break_lock: true,
             waiter_count: true,
             election: true,
             cross_process: true,
@@ -388,6 +389,34 @@ impl LockBackend for PostgresBackend {
     fn observe(&self, lock: &LockName) -> Result<lockkit_core::backend::LeaderEvents> {
         Ok(crate::observe::observe(Arc::clone(&self.inner), lock.clone()))
     }
+
+    /// `<schema>.break_lock(name)`: deletes every holder row of the name under the name's
+    /// advisory lock and notifies its waiters; a broken holder's next renewal finds its row
+    /// gone (`RecordGone`). Sent once: a reply lost is an error, never a retry that could break
+    /// the next holder.
+    async fn break_lock(&self, lock: &LockName) -> Result<Vec<lockkit_core::backend::HolderInfo>> {
+        let store = &self.inner.store;
+        let name = crate::stored_name(lock.as_str());
+        let rows = store.query(Some(lock), &store.sql.break_lock, &[(&name, Type::TEXT)]).await;
+        let rows = rows.map_err(Failure::into_error)?;
+        let mut broken = Vec::with_capacity(rows.len());
+        for row in rows {
+            let get = |e| store.store_error(Some(lock), e);
+            let meta: String = row.try_get(0).map_err(get)?;
+            let token = FencingToken::new(u64::try_from(row.try_get::<_, i64>(1).map_err(get)?).unwrap_or(0));
+            let since_ms: i64 = row.try_get(2).map_err(get)?;
+            let left_ms: i64 = row.try_get(3).map_err(get)?;
+            let holder = match OwnerMeta::decode(&meta) {
+                Some(meta) => meta.holder(token),
+                None => lockkit_core::backend::HolderInfo::new(token, meta),
+            };
+            let since = SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(since_ms).unwrap_or(0));
+            broken.push(
+                holder.with_since(since).with_lease_left(Duration::from_millis(u64::try_from(left_ms).unwrap_or(0))),
+            );
+        }
+        Ok(broken)
+    }
 }
 
 /// One granted hold.
@@ -460,14 +489,17 @@ async fn renewals(inner: Weak<Inner>) {
         let sent = Instant::now();
         let outcome = strong
             .store
-            .query(
+            .query_now(
                 None,
                 &strong.store.sql.renew,
                 &[(&names, Type::TEXT_ARRAY), (&owners, Type::TEXT_ARRAY), (&lease_ms, Type::INT8)],
             )
             .await;
+        let counters = &strong.store.renewals;
+        counters.round_trips.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let next = match outcome {
             Ok(rows) => {
+                counters.ticks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let deadline = lease_deadline(sent, settings.lease, settings.drift);
                 let mut result: HashMap<(String, String), (bool, bool)> = HashMap::new();
                 for row in rows {
@@ -482,6 +514,7 @@ async fn renewals(inner: Weak<Inner>) {
                     match result.get(&(crate::stored_name(lock.as_str()), owner.clone())) {
                         Some((true, _)) => {
                             signal.extend(deadline);
+                            counters.renewed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         }
                         Some((false, true)) => {
                             signal.lose(LossReason::OwnedByAnother);

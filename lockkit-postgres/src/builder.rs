@@ -1,4 +1,5 @@
-//! The builder: every setting, checked when the provider is built, with no I/O.
+//! The builder: every setting, checked when the provider is built, with no network I/O (the
+//! certificate files a URL names are read then).
 
 use std::time::Duration;
 
@@ -7,12 +8,25 @@ use lockkit_core::{Error, Result};
 
 use crate::BACKEND;
 use crate::provider::PostgresLockProvider;
+use crate::tls::{SslMode, Tls, TlsOptions};
 
 /// The settings checker of this backend, for messages.
 const CHECKS: lockkit_core::config::Settings = lockkit_core::config::Settings::of(BACKEND);
 
 /// The options a URL's query may carry, each the name of the builder method that sets it.
-pub const OPTIONS: &[&str] = &["lease", "renew_every", "response_timeout", "drift", "schema", "migrate", "max_hold"];
+pub const OPTIONS: &[&str] = &[
+    "lease",
+    "renew_every",
+    "response_timeout",
+    "drift",
+    "schema",
+    "migrate",
+    "max_hold",
+    "sslmode",
+    "sslrootcert",
+    "sslcert",
+    "sslkey",
+];
 
 /// The default lease: a dead holder frees the lock after it.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
@@ -26,7 +40,8 @@ const MIN_LEASE: Duration = Duration::from_millis(100);
 /// PostgreSQL's 63-byte identifiers.
 const MAX_SCHEMA_LEN: usize = 50;
 
-/// Builds a [`PostgresLockProvider`]. `build()` checks every setting and does no I/O; the
+/// Builds a [`PostgresLockProvider`]. `build()` checks every setting (reading the certificate
+/// files a URL names) and does no network I/O; the
 /// provider connects on first use.
 #[derive(Clone, Debug, Default)]
 #[must_use]
@@ -38,7 +53,18 @@ pub struct PostgresLockProviderBuilder {
     drift: Option<Duration>,
     schema: Option<String>,
     migrate: Option<bool>,
+    tls: TlsOptions,
+    /// The files named by `sslrootcert`, `sslcert` and `sslkey`, read by `build()`.
+    tls_files: TlsFiles,
     common: ProviderSettings,
+}
+
+/// The certificate files a URL names.
+#[derive(Clone, Debug, Default)]
+struct TlsFiles {
+    root: Option<String>,
+    certificate: Option<String>,
+    key: Option<String>,
 }
 
 /// The checked settings of a provider.
@@ -53,6 +79,7 @@ pub(crate) struct Settings {
     pub(crate) drift: Duration,
     pub(crate) schema: String,
     pub(crate) migrate: bool,
+    pub(crate) tls: Tls,
 }
 
 impl PostgresLockProviderBuilder {
@@ -85,6 +112,23 @@ impl PostgresLockProviderBuilder {
             "drift" => self.drift(CHECKS.duration(key, value)?),
             "schema" => self.schema(value),
             "migrate" => self.migrate(CHECKS.flag(key, value)?),
+            "sslmode" => self.ssl_mode(SslMode::parse(value).ok_or_else(|| {
+                CHECKS.invalid(format!(
+                    "sslmode={value:?} is not a mode; use disable, prefer, require, verify-ca or verify-full"
+                ))
+            })?),
+            "sslrootcert" => {
+                self.tls_files.root = Some(value.to_owned());
+                self
+            }
+            "sslcert" => {
+                self.tls_files.certificate = Some(value.to_owned());
+                self
+            }
+            "sslkey" => {
+                self.tls_files.key = Some(value.to_owned());
+                self
+            }
             _ => return Err(CHECKS.unknown(key, OPTIONS)),
         })
     }
@@ -147,6 +191,30 @@ impl PostgresLockProviderBuilder {
     /// expires with its lease. None by default; at least `renew_every`. URL option `max_hold`.
     pub fn max_hold(mut self, max_hold: Duration) -> Self {
         self.common.max_hold = Some(max_hold);
+        self
+    }
+
+    /// How the provider's connections use TLS ([`SslMode::Prefer`] by default, as libpq):
+    /// the `sslmode` option. Every mode but `disable` and `prefer` needs the `tls` feature.
+    pub fn ssl_mode(mut self, mode: SslMode) -> Self {
+        self.tls.mode = Some(mode);
+        self
+    }
+
+    /// Trusts the root certificates in `pem` (PEM text) for the server's certificate instead of
+    /// the system's (the `sslrootcert` option names a file). With `sslmode=require` it makes
+    /// the provider check the certificate as `verify-ca` does, as libpq does. Needs the `tls`
+    /// feature.
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.root = Some(pem.into());
+        self
+    }
+
+    /// Presents a client certificate (a PEM chain) and its private key (PEM) to servers that
+    /// authenticate clients by certificate (the `sslcert` and `sslkey` options name files).
+    /// Needs the `tls` feature.
+    pub fn tls_client_certificate(mut self, certificate: impl Into<Vec<u8>>, key: impl Into<Vec<u8>>) -> Self {
+        self.tls.client = Some((certificate.into(), key.into()));
         self
     }
 
@@ -232,6 +300,7 @@ impl PostgresLockProviderBuilder {
         }
         let schema = self.schema.unwrap_or_else(|| DEFAULT_SCHEMA.to_owned());
         check_schema(&schema)?;
+        let tls = Tls::new(self.tls_files.read(self.tls)?, &mut config)?;
         // Every statement of this provider is bounded on the server too: a statement whose
         // reply was lost cannot take effect later than this after it was sent.
         config
@@ -246,7 +315,28 @@ impl PostgresLockProviderBuilder {
             drift,
             schema,
             migrate: self.migrate.unwrap_or(true),
+            tls,
         })
+    }
+}
+
+impl TlsFiles {
+    /// Reads the files into `options` (a file overrides what a builder method gave).
+    fn read(self, mut options: TlsOptions) -> Result<TlsOptions> {
+        let read = |option: &str, path: &str| {
+            std::fs::read(path).map_err(|e| CHECKS.invalid(format!("{option}={path:?} cannot be read: {e}")))
+        };
+        if let Some(path) = &self.root {
+            options.root = Some(read("sslrootcert", path)?);
+        }
+        match (&self.certificate, &self.key) {
+            (Some(certificate), Some(key)) => {
+                options.client = Some((read("sslcert", certificate)?, read("sslkey", key)?));
+            }
+            (None, None) => {}
+            _ => return Err(CHECKS.invalid("sslcert and sslkey go together: give both files, or neither")),
+        }
+        Ok(options)
     }
 }
 
@@ -311,5 +401,37 @@ mod tests {
         assert!(message(PostgresLockProviderBuilder::default().settings()).contains("no server URL"));
         assert!(message(PostgresLockProviderBuilder::default().url("redis://h/0").settings()).contains("PostgreSQL"));
         assert!(!message(from_url("postgres://app:s3cret@h:5432")).contains("s3cret"));
+    }
+
+    #[cfg(not(feature = "tls"))]
+    #[test]
+    fn tls_settings_without_the_feature_name_it() {
+        let file = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
+        for query in [
+            "sslmode=require".to_owned(),
+            "sslmode=verify-ca".to_owned(),
+            "sslmode=verify-full".to_owned(),
+            format!("sslrootcert={file}"),
+            format!("sslcert={file}&sslkey={file}"),
+        ] {
+            let text = message(from_url(&format!("postgres://h/db?{query}")));
+            assert!(text.contains("`tls` feature of lockkit-postgres") && text.contains("`postgres-tls`"), "{text}");
+        }
+        let text = message(
+            PostgresLockProviderBuilder::default().url("postgres://h/db").ssl_mode(SslMode::VerifyFull).settings(),
+        );
+        assert!(text.contains("`tls` feature"), "{text}");
+        for query in ["sslmode=prefer", "sslmode=disable", ""] {
+            assert!(from_url(&format!("postgres://h/db?{query}")).is_ok(), "{query}");
+        }
+    }
+
+    #[test]
+    fn ssl_modes_parse_by_libpq_names() {
+        for mode in [SslMode::Disable, SslMode::Prefer, SslMode::Require, SslMode::VerifyCa, SslMode::VerifyFull] {
+            assert_eq!(SslMode::parse(mode.as_str()), Some(mode));
+        }
+        assert!(message(from_url("postgres://h/db?sslmode=allow")).contains("verify-full"));
+        assert!(message(from_url("postgres://h/db?sslkey=/k")).contains("sslcert and sslkey"));
     }
 }

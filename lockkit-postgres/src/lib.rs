@@ -22,7 +22,8 @@
 //! `renew_every` (a third of the lease), `response_timeout` (5 s, also the server-side
 //! `statement_timeout` of the provider's connections), `drift` (a sixtieth of the lease),
 //! `schema` (`lockkit`; a lower-case identifier), `migrate` (`true`: create the schema on first
-//! use). [`SCHEME`] registers `postgres://` and `postgresql://` with
+//! use), and TLS as libpq names it: `sslmode`, `sslrootcert`, `sslcert`, `sslkey` (below).
+//! [`SCHEME`] registers `postgres://` and `postgresql://` with
 //! `lockkit_core::config::register`; the `lockkit` facade does it with its feature `postgres`.
 //!
 //! # Design, and why
@@ -99,6 +100,12 @@
 //!   the last entry it saw at each notification (and when the leader's lease would run out, and
 //!   every 100 ms only while the listening connection is down); when entries it had not read
 //!   were trimmed, it reports `LeaderEvent::Gap` and then the leader now.
+//! - **Breaking a stuck lock** ([`Capabilities::break_lock`](lockkit_core::Capabilities),
+//!   `lockkit break`): `<schema>.break_lock(name)` deletes every holder row of the name under
+//!   the name's advisory lock, returns the holds that were still live, and notifies the
+//!   name's waiters, which take the lock as after a release, with a greater token. The broken
+//!   holder learns it at its next renewal at the latest (`RecordGone`: its row is gone), that
+//!   is within `renew_every`, and before its local deadline in any case.
 //! - **Schema managed by the backend**: created on first use when missing (`migrate=true`, the
 //!   default) or by [`PostgresLockProvider::migrate`]: `CREATE SCHEMA/SEQUENCE/TABLE IF NOT
 //!   EXISTS` and `CREATE OR REPLACE FUNCTION` in one transaction, serialized by an advisory
@@ -118,7 +125,7 @@
 //! GRANT SELECT, INSERT, UPDATE, DELETE ON lockkit.waiters TO app;
 //! GRANT USAGE ON SEQUENCE lockkit.tokens, lockkit.positions TO app;
 //! GRANT EXECUTE ON FUNCTION lockkit.acquire(text,text,text,bigint,bigint), lockkit.release(text,text),
-//!   lockkit.abandon(text,text) TO app;
+//!   lockkit.abandon(text,text), lockkit.break_lock(text) TO app;
 //! -- Elections (the lock grant reads `candidates` too, to refuse a name in use as an election):
 //! GRANT SELECT, INSERT, UPDATE, DELETE ON lockkit.candidates TO app;
 //! GRANT SELECT, INSERT, DELETE ON lockkit.terms TO app;
@@ -132,6 +139,31 @@
 //! grants matter where it was.) A role without them is told at connect time which `GRANT`s
 //! to run.
 //!
+//! # TLS
+//!
+//! With the `tls` feature (the `postgres-tls` feature of the `lockkit` crate), `sslmode` takes
+//! libpq's five modes ([`SslMode`]) with libpq's meanings: `disable`; `prefer` (the default:
+//! TLS when the server offers it, the certificate unchecked); `require` (TLS or nothing; the
+//! certificate is checked against `sslrootcert` only when one is given, as libpq does);
+//! `verify-ca` (a certificate signed by a trusted root, any host name); `verify-full` (that, and
+//! the certificate names the host connected to). `sslrootcert=/path/root.crt` (PEM) replaces the
+//! system's roots; `sslcert` and `sslkey` present a client certificate. The builder takes the
+//! same as [`ssl_mode`](PostgresLockProviderBuilder::ssl_mode),
+//! [`tls_root_certificate`](PostgresLockProviderBuilder::tls_root_certificate) and
+//! [`tls_client_certificate`](PostgresLockProviderBuilder::tls_client_certificate). Both the
+//! command connection and the `LISTEN` connection use it. A certificate that does not verify,
+//! or a server without TLS under `require`, is an [`InvalidConfig`](lockkit_core::Error) error
+//! at connect time saying what to change. Without the feature, `prefer` connects in plain text
+//! (as a libpq built without TLS does) and every other TLS setting is refused at build time
+//! with the feature to enable.
+//!
+//! The connector is tokio-postgres-rustls on rustls with ring, chosen over postgres-native-tls:
+//! it is the TLS stack the Redis backend's `tls` already brings (rustls 0.23 with ring), it
+//! needs no system OpenSSL to build or run, and it does SCRAM channel binding. The crypto
+//! provider is set on the provider's own rustls configuration: nothing is installed as the
+//! process default. `verify-ca` is a verifier that runs webpki's and forgives only a name
+//! mismatch.
+//!
 //! # Driver: tokio-postgres
 //!
 //! Chosen over sqlx: it is small (no query macros, no compile-time database, no pool we do
@@ -139,10 +171,18 @@
 //! and one listening connection), and its `Connection::poll_message` hands out the
 //! asynchronous `NOTIFY` messages that the wake-ups are built on.
 //!
+//! The command connection carries at most 32 statements at once; more wait their turn in the
+//! provider, in arrival order, and their response timeout starts when they go. The server
+//! runs one connection's statements one after another, so a deeper pipeline gains nothing and
+//! would make the last of 10,000 acquisitions started together outwait the response timeout
+//! behind the others (and the connection be given up as broken, though the server was
+//! answering all along). The renewal round does not wait its turn: its one statement renews
+//! every hold while their deadlines run.
+//!
 //! # Not yet
 //!
 //! Read-write locks and semaphores are not offered (their capabilities are off, so the core
-//! answers `Unsupported`); nor TLS.
+//! answers `Unsupported`).
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;
@@ -154,9 +194,11 @@ mod observe;
 mod provider;
 mod sql;
 mod store;
+mod tls;
 
 pub use builder::{DEFAULT_LEASE, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_SCHEMA, OPTIONS, PostgresLockProviderBuilder};
-pub use provider::PostgresLockProvider;
+pub use provider::{PostgresLockProvider, RenewalStats};
+pub use tls::SslMode;
 /// The driver, re-exported for [`PostgresLockProvider::open_client`].
 pub use tokio_postgres;
 

@@ -80,13 +80,12 @@ impl Wakeups {
             return Ok(());
         }
         *link = None;
-        let config = store.settings.config.clone();
-        let connect = config.connect(tokio_postgres::NoTls);
+        let connect = store.settings.tls.connect(&store.settings.config);
         let timeout = store.settings.response_timeout;
         let (client, mut connection) = match tokio::time::timeout(timeout, connect).await {
             Ok(Ok(pair)) => pair,
             Ok(Err(error)) => {
-                return Err(store.connection_error(None, error).with_context("open the LISTEN connection"));
+                return Err(store.classify_connect(error).with_context("open the LISTEN connection"));
             }
             Err(_) => {
                 return Err(store.connection_error(None, format!("no answer within {timeout:?} while connecting")));

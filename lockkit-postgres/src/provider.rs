@@ -19,7 +19,7 @@ pub struct PostgresLockProvider {
 }
 
 impl PostgresLockProvider {
-    /// A builder; `build()` checks every setting and does no I/O.
+    /// A builder; `build()` checks every setting and does no network I/O.
     pub fn builder() -> PostgresLockProviderBuilder {
         PostgresLockProviderBuilder::default()
     }
@@ -89,6 +89,31 @@ impl PostgresLockProvider {
     pub fn renewing(&self) -> usize {
         self.backend.renewing()
     }
+
+    /// What the renewal task has done since the provider was built (for `lockkit bench`'s
+    /// round trips per renewal tick).
+    pub fn renewal_stats(&self) -> RenewalStats {
+        use std::sync::atomic::Ordering::Relaxed;
+        let counters = &self.backend.inner.store.renewals;
+        RenewalStats {
+            ticks: counters.ticks.load(Relaxed),
+            round_trips: counters.round_trips.load(Relaxed),
+            renewed: counters.renewed.load(Relaxed),
+        }
+    }
+}
+
+/// Counters of a provider's renewal rounds ([`PostgresLockProvider::renewal_stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RenewalStats {
+    /// Renewal rounds confirmed by the server (one per `renew_every` while something is held,
+    /// plus quick retries after a failure).
+    pub ticks: u64,
+    /// Renewal statements sent: each is one round trip, one `UPDATE` for every hold.
+    pub round_trips: u64,
+    /// Holds renewed by the rounds.
+    pub renewed: u64,
 }
 
 impl Deref for PostgresLockProvider {

@@ -13,6 +13,8 @@ pub(crate) struct Statements {
     pub(crate) acquire: String,
     pub(crate) release: String,
     pub(crate) abandon: String,
+    /// `break_lock(name)`: every holder row it deleted.
+    pub(crate) break_lock: String,
     pub(crate) renew: String,
     pub(crate) inspect: String,
     pub(crate) present: String,
@@ -31,6 +33,7 @@ impl Statements {
             acquire: format!("SELECT o_token, o_left_ms FROM {s}.acquire($1, $2, $3, $4, $5)"),
             release: format!("SELECT {s}.release($1, $2)"),
             abandon: format!("SELECT {s}.abandon($1, $2)"),
+            break_lock: format!("SELECT o_meta, o_token, o_since_ms, o_left_ms FROM {s}.break_lock($1)"),
             renew: format!(
                 "WITH want AS (SELECT * FROM unnest($1::text[], $2::text[]) AS w(name, owner)), \
                  renewed AS (UPDATE {s}.locks l SET expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond' \
@@ -56,7 +59,8 @@ impl Statements {
                  AND to_regprocedure('{s}.release(text,text)') IS NOT NULL \
                  AND to_regclass('{s}.voided') IS NOT NULL \
                  AND to_regclass('{s}.waiters') IS NOT NULL AND to_regclass('{s}.positions') IS NOT NULL \
-                 AND to_regprocedure('{s}.abandon(text,text)') IS NOT NULL{}",
+                 AND to_regprocedure('{s}.abandon(text,text)') IS NOT NULL \
+                 AND to_regprocedure('{s}.break_lock(text)') IS NOT NULL{}",
                 election.present()
             ),
             privileges: format!(
@@ -68,7 +72,8 @@ impl Statements {
                  has_table_privilege('{s}.voided', 'SELECT, INSERT, DELETE'), \
                  has_function_privilege('{s}.abandon(text,text)', 'EXECUTE'), \
                  has_table_privilege('{s}.waiters', 'SELECT, INSERT, UPDATE, DELETE'), \
-                 has_sequence_privilege('{s}.positions', 'USAGE'){}",
+                 has_sequence_privilege('{s}.positions', 'USAGE'), \
+                 has_function_privilege('{s}.break_lock(text)', 'EXECUTE'){}",
                 election.privileges()
             ),
             election,
@@ -85,7 +90,7 @@ impl Statements {
              GRANT SELECT, INSERT, UPDATE, DELETE ON {s}.waiters TO {role}; \
              GRANT USAGE ON SEQUENCE {s}.tokens, {s}.positions TO {role}; \
              GRANT EXECUTE ON FUNCTION {s}.acquire(text,text,text,bigint,bigint), {s}.release(text,text), \
-             {s}.abandon(text,text) TO {role};{}",
+             {s}.abandon(text,text), {s}.break_lock(text) TO {role};{}",
             self.election.grants(role)
         )
     }
@@ -205,6 +210,22 @@ BEGIN
     RETURN true;
   END IF;
   RETURN false;
+END
+$lockkit$;
+CREATE OR REPLACE FUNCTION {s}.break_lock(p_name text) RETURNS TABLE (o_owner text, o_meta text,
+  o_token bigint, o_since_ms bigint, o_left_ms bigint) LANGUAGE plpgsql AS $lockkit$
+BEGIN
+  -- Serialized with the grants of the name, like a release. Every holder row of the name
+  -- goes (one per owner where a lock has several holders); the holds still live are returned.
+  -- Waiters keep their places and wake to take the lock; a broken holder learns it at its
+  -- next renewal, which finds its row gone.
+  PERFORM pg_advisory_xact_lock({ADVISORY_CLASS}, hashtext(p_name));
+  RETURN QUERY
+    WITH gone AS (DELETE FROM {s}.locks l WHERE l.name = p_name RETURNING l.*)
+    SELECT g.owner, g.meta, g.token, (extract(epoch FROM g.since) * 1000)::bigint,
+      greatest(0, ceil(extract(epoch FROM g.expires_at - clock_timestamp()) * 1000))::bigint
+    FROM gone g WHERE g.expires_at > clock_timestamp() ORDER BY g.token;
+  PERFORM pg_notify('{channel}', p_name);
 END
 $lockkit$;
 {elections}

@@ -7,11 +7,19 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use lockkit_core::{Error, LockName, Result};
 use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::{Client, NoTls, Row};
+use tokio_postgres::{Client, Row};
 
 use crate::BACKEND;
 use crate::builder::Settings;
 use crate::sql::Statements;
+
+/// How many statements of one provider may be on the command connection at once; the others
+/// wait their turn here, before their response timeout starts. The server runs a connection's
+/// statements one after another, so a deeper pipeline only makes each statement wait longer
+/// for its reply: 10,000 acquisitions started at once would otherwise all be sent, and the last
+/// ones would outwait the response timeout behind the others (and the connection be given up
+/// as broken) although the server never stopped answering.
+const MAX_IN_FLIGHT: usize = 32;
 
 /// The SQLSTATE of "insufficient privilege".
 const INSUFFICIENT_PRIVILEGE: &str = "42501";
@@ -46,12 +54,31 @@ pub(crate) struct Store {
     pub(crate) sql: Statements,
     client: tokio::sync::Mutex<Option<Arc<Client>>>,
     schema_ready: AtomicBool,
+    /// Turns on the command connection ([`MAX_IN_FLIGHT`]), in arrival order.
+    in_flight: tokio::sync::Semaphore,
+    /// What the renewal rounds did.
+    pub(crate) renewals: RenewalCounters,
+}
+
+/// Counters of the renewal rounds, for [`RenewalStats`](crate::RenewalStats).
+#[derive(Debug, Default)]
+pub(crate) struct RenewalCounters {
+    pub(crate) ticks: std::sync::atomic::AtomicU64,
+    pub(crate) round_trips: std::sync::atomic::AtomicU64,
+    pub(crate) renewed: std::sync::atomic::AtomicU64,
 }
 
 impl Store {
     pub(crate) fn new(settings: Settings) -> Self {
         let sql = Statements::new(&settings.schema);
-        Self { settings, sql, client: tokio::sync::Mutex::new(None), schema_ready: AtomicBool::new(false) }
+        Self {
+            settings,
+            sql,
+            client: tokio::sync::Mutex::new(None),
+            schema_ready: AtomicBool::new(false),
+            in_flight: tokio::sync::Semaphore::new(MAX_IN_FLIGHT),
+            renewals: RenewalCounters::default(),
+        }
     }
 
     pub(crate) fn connection_error(&self, lock: Option<&LockName>, source: impl Into<lockkit_core::BoxError>) -> Error {
@@ -64,7 +91,7 @@ impl Store {
 
     /// Opens a new connection on the current runtime (its task is spawned there).
     pub(crate) async fn open(&self) -> Result<Client> {
-        let connect = self.settings.config.connect(NoTls);
+        let connect = self.settings.tls.connect(&self.settings.config);
         let (client, connection) = match tokio::time::timeout(self.settings.response_timeout, connect).await {
             Ok(Ok(pair)) => pair,
             Ok(Err(error)) => return Err(self.classify_connect(error)),
@@ -85,7 +112,10 @@ impl Store {
 
     /// A connection error, or a clear configuration error when the server refused us for
     /// a reason that retrying will not fix (authentication, a missing database).
-    fn classify_connect(&self, error: tokio_postgres::Error) -> Error {
+    pub(crate) fn classify_connect(&self, error: tokio_postgres::Error) -> Error {
+        if let Some(message) = crate::tls::explain(&error, self.settings.tls.mode, &self.settings.address) {
+            return Error::invalid_config(BACKEND, message);
+        }
         match error.code().map(tokio_postgres::error::SqlState::code) {
             Some("3D000") => Error::invalid_config(
                 BACKEND,
@@ -133,8 +163,23 @@ impl Store {
 
     /// Runs `statement` on the command connection within the response timeout: one round
     /// trip (`query_typed` sends the parameters' types with the statement; nothing is
-    /// prepared first).
+    /// prepared first). It waits its turn first when [`MAX_IN_FLIGHT`] statements are on the
+    /// connection; the response timeout starts when it goes.
     pub(crate) async fn query(
+        &self,
+        lock: Option<&LockName>,
+        statement: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> std::result::Result<Vec<Row>, Failure> {
+        // The semaphore is never closed.
+        let _turn = self.in_flight.acquire().await.map_err(|e| Failure::NotSent(self.connection_error(lock, e)))?;
+        self.query_now(lock, statement, params).await
+    }
+
+    /// As [`query`](Self::query), without waiting for a turn: for the renewal round, one
+    /// statement per round that must not queue behind a burst of acquisitions while the
+    /// holds' deadlines run.
+    pub(crate) async fn query_now(
         &self,
         lock: Option<&LockName>,
         statement: &str,

@@ -12,9 +12,9 @@
 //!    at once on one client;
 //! 4. Redis: the server's time per acquire and per release script, each phase running that
 //!    script only (2,000 free locks acquired, then released; `INFO commandstats` deltas);
-//! 5. held-lock upkeep: `--locks` locks held for a few renewal rounds (Redis: round trips per
-//!    tick from the watchdog's counters, and the server's time per renew script over those
-//!    ticks), client CPU and resident memory per held lock.
+//! 5. held-lock upkeep: `--locks` locks held for a few renewal rounds (Redis and PostgreSQL:
+//!    round trips per tick from the renewal counters; Redis: the server's time per renew
+//!    script over those ticks), client CPU and resident memory per held lock.
 
 mod election;
 mod floor;
@@ -476,7 +476,7 @@ impl Bench {
         Ok(())
     }
 
-    /// `--locks` locks held for a few renewal rounds: round trips per tick (Redis), client
+    /// `--locks` locks held for a few renewal rounds: round trips per tick (Redis, PostgreSQL), client
     /// CPU, resident memory per held lock.
     async fn upkeep(&mut self) -> Result<(), Failure> {
         let count = usize::try_from(self.args.locks).unwrap_or(usize::MAX);
@@ -485,10 +485,18 @@ impl Bench {
             "redis" => Some(self.redis_upkeep_provider()?),
             _ => None,
         };
-        let provider: LockProvider = match &redis {
-            Some(provider) => provider.clone().into(),
-            None => self.provider.clone(),
+        let postgres = match self.url.backend() {
+            "postgres" => Some(self.postgres_upkeep_provider()?),
+            _ => None,
         };
+        let provider: LockProvider = match (&redis, &postgres) {
+            (Some(provider), _) => provider.clone().into(),
+            (None, Some(provider)) => provider.clone().into(),
+            (None, None) => self.provider.clone(),
+        };
+        if let Some(postgres) = &postgres {
+            postgres.ping().await.map_err(|e| Failure::from_lock_error(&e, "upkeep: SELECT 1"))?;
+        }
         if let Some(redis) = &redis {
             redis.ping().await.map_err(|e| Failure::from_lock_error(&e, "upkeep: PING"))?;
         }
@@ -533,6 +541,15 @@ impl Bench {
                 self.scripts.push(("renew_script", "server time per renew script, batched", usec));
             }
             let after = redis.renewal_stats();
+            let n = after.ticks.saturating_sub(before.ticks).max(1) as f64;
+            ticks = Some((n, after.round_trips.saturating_sub(before.round_trips) as f64 / n));
+        } else if let Some(postgres) = &postgres {
+            let before = postgres.renewal_stats();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while postgres.renewal_stats().ticks < before.ticks + 3 && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let after = postgres.renewal_stats();
             let n = after.ticks.saturating_sub(before.ticks).max(1) as f64;
             ticks = Some((n, after.round_trips.saturating_sub(before.round_trips) as f64 / n));
         } else {
@@ -588,6 +605,10 @@ impl Bench {
             ),
             "redis" => self.report.notes.push(
                 "Redis upkeep runs on a provider of its own with a 5 s lease renewed every 1 s, so that ticks come quickly"
+                    .to_owned(),
+            ),
+            "postgres" => self.report.notes.push(
+                "PostgreSQL upkeep runs on a provider of its own with a 5 s lease renewed every 1 s, so that ticks come quickly; a tick is one UPDATE for every hold"
                     .to_owned(),
             ),
             _ => {}
@@ -653,6 +674,12 @@ impl Bench {
     }
 
     /// A Redis provider with the URL's prefix, a 5 s lease renewed every second.
+    fn postgres_upkeep_provider(&self) -> Result<lockkit::postgres::PostgresLockProvider, Failure> {
+        let upkeep = |e: lockkit::Error| Failure::from_lock_error(&e, "upkeep: a PostgreSQL provider");
+        let builder = lockkit::postgres::PostgresLockProviderBuilder::from_url(&self.url.store).map_err(upkeep)?;
+        builder.lease(Duration::from_secs(5)).renew_every(Duration::from_secs(1)).build().map_err(upkeep)
+    }
+
     fn redis_upkeep_provider(&self) -> Result<lockkit::redis::RedisLockProvider, Failure> {
         let upkeep = |e: lockkit::Error| Failure::from_lock_error(&e, "upkeep: a Redis provider");
         let builder = lockkit::redis::RedisLockProviderBuilder::from_url(&self.url.store).map_err(upkeep)?;
