@@ -49,24 +49,48 @@
 //!   paused or partitioned holder's guard reports the loss before the row can expire and
 //!   another owner be granted.
 //! - **Waiting by `LISTEN`/`NOTIFY`.** Each provider has one dedicated listening connection
-//!   (made at its first wait), whose messages are read through `Connection::poll_message`.
-//!   `<schema>.release` deletes the own row and calls `pg_notify('<schema>_released', name)` in the
-//!   same transaction: the payload names the lock, and the provider wakes only that lock's
-//!   waiters. One channel per schema rather than per lock: lock names (up to 1024 bytes) do not
-//!   fit a channel name, and a waiter needs no `LISTEN` round trip of its own. A waiter arms its
-//!   wake-up before every try; it also wakes when the holder's lease ends (a dead holder
-//!   notifies nobody), every 2 s as a safety net, and every 100 ms while the listening
-//!   connection is down.
+//!   (made at its first wait), whose messages are read through `Connection::poll_message`, on
+//!   two channels of the schema: `<schema>_granted`, whose payload is the owner id of an
+//!   acquisition the lock was handed to (below), wakes that one waiter; `<schema>_released`,
+//!   whose payload names a lock freed with nobody to hand it to, wakes that lock's waiters.
+//!   Channels per schema rather than per lock: lock names (up to 1024 bytes) do not fit a
+//!   channel name, and a waiter needs no `LISTEN` round trip of its own. A waiter's wake-up is
+//!   kept if it comes while the waiter is not waiting (a `Notify` permit); it also wakes when
+//!   the holder's lease ends (a dead holder notifies nobody), every 2 s as a safety net, and
+//!   every 100 ms while the listening connection is down.
 //! - **Fair order** ([`Capabilities::fair`](lockkit_core::Capabilities) and `waiter_count`): a
 //!   waiting acquisition's first refused try takes a place in `<schema>.waiters(name, owner,
-//!   pos, expires_at)`, `pos` from the sequence `<schema>.positions`, in the same call. A free
-//!   lock is granted only to a try with no live waiter ahead of it (an acquisition without a
-//!   place, `try_acquire` included, counts every live waiter as ahead), and the grant removes
-//!   the winner's place. Every try of a waiter renews its place for twice the safety poll plus
-//!   the response timeout, so a waiter that died loses its place after about 5 s and stops
+//!   pos, expires_at, kind, permits, meta, lease_ms)`, `pos` from the sequence
+//!   `<schema>.positions`, in the same call. A free lock is granted only to a try with no live
+//!   waiter ahead of it that it must let go first (an acquisition without a place,
+//!   `try_acquire` included, counts every live waiter as ahead), and the grant removes the
+//!   winner's place. Every try of a waiter renews its place for twice the safety poll plus the
+//!   response timeout, so a waiter that died loses its place after about 5 s and stops
 //!   blocking the queue; a waiter that times out or is cancelled leaves it at once (`abandon`).
-//!   A release wakes every waiter of the name; the head is granted and the others find
-//!   themselves behind it again (no hand-over: the head's own try takes the lock).
+//! - **Hand-over inside the release.** `<schema>.release` deletes the own row and, under the
+//!   name's advisory lock and in the same transaction, calls `<schema>.hand_over`: it grants
+//!   the head of the queue (a new row for the head's owner, with the head's lease and its own
+//!   token from the sequence, the place removed), and goes on along the queue while the
+//!   holders admit the next (a run of readers, free permits), and `NOTIFY`s each new owner's id
+//!   on `<schema>_granted`. Only that waiter's provider wakes (the others stay asleep behind
+//!   it: no herd of tries queueing on the advisory lock). The waiter confirms with its next
+//!   try, which finds the row its own and, without writing, returns the token and the lease
+//!   left; the guard's deadline counts that from the try's send time, which came before the
+//!   server looked. Nothing is missed: a waiter registers its wake-up and then tries once more
+//!   before it first sleeps, and a wake-up that comes between two tries is kept. A waiter that
+//!   gives up (timeout, cancellation) as the hand-over is made calls `abandon`, which frees the
+//!   row it was handed and hands the lock on; so does a waiter's place that lapses (the
+//!   handed-over row then expires after the lease, like a dead holder's). `abandon` of a place
+//!   also hands over, since the ones behind a writer that gave up may now go.
+//! - **Releases commit without waiting for the disk.** A release (and an abandon) that hands
+//!   nothing over sets `synchronous_commit = off` for its own transaction (`set_config(...,
+//!   true)` at its end): the commit returns before the WAL flush. A release lost in a crash
+//!   only leaves a row that expires after its lease, so this costs liveness at worst (the
+//!   lock stays taken a lease longer after a crash), never safety; and the next grant's
+//!   synchronous commit flushes the WAL up to and including the release anyway. A grant stays
+//!   synchronous, a hand-over inside a release included: a grant whose commit was lost in a
+//!   crash could see its token drawn again from a sequence that went back, and be handed out
+//!   twice.
 //! - **Renewal**: one task per provider renews every hold with one statement per round, an
 //!   `UPDATE … FROM unnest(names, owners) … RETURNING`, every `renew_every`. A hold the
 //!   statement did not renew is lost at once: `OwnedByAnother` when another row has the name,
@@ -84,7 +108,12 @@
 //! - **Schema managed by the backend**: created on first use when missing (`migrate=true`, the
 //!   default) or by [`PostgresLockProvider::migrate`]: `CREATE SCHEMA/SEQUENCE/TABLE IF NOT
 //!   EXISTS` and `CREATE OR REPLACE FUNCTION` in one transaction, serialized by an advisory
-//!   lock so that providers racing to create it do not fail. At connect time the provider
+//!   lock so that providers racing to create it do not fail. **An older schema is brought
+//!   forward in place**, not versioned beside it: the first landing had one row per name and
+//!   no kinds; the migration adds the kind columns (an old row is a mutex hold, which it was),
+//!   rekeys `locks` by `(name, owner)`, and drops the old five-argument `acquire`. A schema
+//!   counts as present only when the current functions are there, so a provider finding the
+//!   old one migrates it on first use (with `migrate=true`), holds and all. At connect time the provider
 //!   checks that the objects exist and that its role may use them, and otherwise says which
 //!   `GRANT`s to run.
 //!
@@ -99,8 +128,9 @@
 //! GRANT SELECT, INSERT, DELETE ON lockkit.voided TO app;
 //! GRANT SELECT, INSERT, UPDATE, DELETE ON lockkit.waiters TO app;
 //! GRANT USAGE ON SEQUENCE lockkit.tokens, lockkit.positions TO app;
-//! GRANT EXECUTE ON FUNCTION lockkit.acquire(text,text,text,bigint,bigint), lockkit.release(text,text),
-//!   lockkit.abandon(text,text) TO app;
+//! GRANT EXECUTE ON FUNCTION lockkit.acquire(text,text,text,bigint,bigint,text,integer),
+//!   lockkit.release(text,text), lockkit.abandon(text,text), lockkit.downgrade(text,text),
+//!   lockkit.hand_over(text) TO app;
 //! ```
 //!
 //! # Driver: tokio-postgres
