@@ -266,6 +266,8 @@ impl LockBackend for PostgresBackend {
             inspect: true,
             waiter_count: true,
             cross_process: true,
+            rw_lock: true,
+            semaphore: true,
             ..Capabilities::NONE
         }
     }

@@ -1,7 +1,7 @@
 //! The PostgreSQL backend of lockkit: locks in the database most teams already run.
 //!
-//! [`PostgresLockProvider`] keeps the lockkit mutex contract on one PostgreSQL server (12 or
-//! later). It dereferences to lockkit's [`LockProvider`](lockkit_core::LockProvider):
+//! [`PostgresLockProvider`] keeps the lockkit contract for mutexes, read-write locks and
+//! counting semaphores on one PostgreSQL server (12 or later). It dereferences to lockkit's [`LockProvider`](lockkit_core::LockProvider):
 //!
 //! ```no_run
 //! use lockkit_postgres::PostgresLockProvider;
@@ -31,10 +31,11 @@
 //!   lock lives as long as its session, so a paused or partitioned holder keeps it until the
 //!   server notices a dead connection, which has no bound a holder can compute: the contract
 //!   asks that such a holder loses the lock after the lease, and knows it first. So a hold is a
-//!   row `<schema>.locks(name primary key, owner, meta, token, since, expires_at)`, where `expires_at`
-//!   is `clock_timestamp() + lease` on the server. Only server times are compared with each
+//!   row `<schema>.locks(name, owner, meta, token, since, expires_at, kind, permits)`, keyed by
+//!   `(name, owner)`, where `expires_at` is `clock_timestamp() + lease` on the server. Only server times are compared with each
 //!   other; the client keeps its own deadline (below).
-//! - **Grants are one function call**, `<schema>.acquire(name, owner, meta, lease_ms)`, like
+//! - **Grants are one function call**, `<schema>.acquire(name, owner, meta, lease_ms,
+//!   queue_ms, kind, permits)`, like
 //!   the Redis backend's scripts: one round trip, one transaction. It takes a transaction-level
 //!   advisory lock on the name's hash, so every grant of a name is serialized, reads the row,
 //!   and grants when there is none or it expired, drawing the **fencing token from a sequence**
@@ -140,10 +141,28 @@
 //! and one listening connection), and its `Connection::poll_message` hands out the
 //! asynchronous `NOTIFY` messages that the wake-ups are built on.
 //!
+//! # Read-write locks and semaphores
+//!
+//! Every holder of a name is a row of its own with a kind: `mutex`, `read`, `write`, or
+//! `permit` with the semaphore's permit count. Under the name's advisory lock, `acquire`
+//! grants a reader when no writer (or mutex) holds and no writer waits ahead of it in the
+//! queue (so a stream of readers cannot starve a queued writer), a writer or a mutex when
+//! nobody holds and nobody waits ahead, and a permit when the holders and the waiters ahead
+//! number fewer than the permits. A mutex and a read-write lock of one name exclude each other
+//! (a mutex counts as a writer); a name in use as a semaphore and asked for as a lock, as a
+//! lock and asked for as a semaphore, or as a semaphore of another permit count, is
+//! [`Error::Conflict`](lockkit_core::Error::Conflict) with the Redis backend's messages. Every
+//! grant draws its own token, so tokens of one name increase over reads, writes and permits
+//! alike. [`HeldLock::downgrade`](lockkit_core::backend::HeldLock::downgrade) is
+//! `<schema>.downgrade(name, owner)`: the write row becomes a read row in place, keeping its
+//! token, and the readers at the head of the queue are handed the lock with it (a writer queued
+//! meanwhile keeps its turn). `inspect` lists every live holder with its kind; the renewal
+//! statement renews every row the provider holds.
+//!
 //! # Not yet
 //!
-//! Read-write locks, semaphores and elections are not offered (their capabilities are off, so
-//! the core answers `Unsupported`); nor TLS.
+//! Elections are not offered (their capability is off, so the core answers `Unsupported`); nor
+//! TLS.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;

@@ -2,14 +2,15 @@
 //! clients, each behind a fault proxy of its own, on three names, while connections are cut,
 //! blackholed past the lease, slowed down, clients killed, and the server paused (every
 //! server process stopped) and restarted (a fast shutdown, which keeps every commit).
-//! `LOCKKIT_CHAOS_SECS`, `LOCKKIT_CHAOS_SEEDS` and `LOCKKIT_CHAOS_SEED` make the run longer or
+//! The run is made with mutexes, with read-write locks (one acquisition in four a writer) and
+//! with semaphores of three permits. `LOCKKIT_CHAOS_SECS`, `LOCKKIT_CHAOS_SEEDS` and `LOCKKIT_CHAOS_SEED` make the run longer or
 //! replay a seed.
 
 mod support;
 
 use std::time::Duration;
 
-use lockkit_testkit::chaos::{self, ChaosConfig, FaultKind};
+use lockkit_testkit::chaos::{self, ChaosConfig, FaultKind, Primitive};
 use support::PostgresHarness;
 
 /// Every kind of fault but stopping one member of a replicated store (there is one server).
@@ -29,5 +30,31 @@ fn chaos_mutex() {
         let config =
             ChaosConfig::new(0).with_duration(Duration::from_secs(20)).with_faults(&FAULTS).with_label("fsync on");
         chaos::check(&harness, config, &[21]).await;
+    });
+}
+
+#[test]
+fn chaos_read_write_locks() {
+    lockkit_testkit::runtime().block_on(async {
+        let harness = PostgresHarness::dedicated().await;
+        let config = ChaosConfig::new(0)
+            .with_duration(Duration::from_secs(20))
+            .with_faults(&FAULTS)
+            .with_primitive(Primitive::ReadWrite)
+            .with_label("fsync on");
+        chaos::check(&harness, config, &[22]).await;
+    });
+}
+
+#[test]
+fn chaos_semaphores_of_three() {
+    lockkit_testkit::runtime().block_on(async {
+        let harness = PostgresHarness::dedicated().await;
+        let config = ChaosConfig::new(0)
+            .with_duration(Duration::from_secs(20))
+            .with_faults(&FAULTS)
+            .with_primitive(Primitive::Semaphore(3))
+            .with_label("fsync on");
+        chaos::check(&harness, config, &[23]).await;
     });
 }

@@ -177,3 +177,71 @@ async fn a_schema_of_the_first_landing_is_brought_forward_keeping_its_holds() {
     assert_eq!(old.get::<_, i64>(0), 1, "the old acquire function is gone, the new one there");
     admin.batch_execute(&format!("DROP SCHEMA {schema} CASCADE")).await.unwrap();
 }
+
+#[tokio::test]
+async fn a_release_hands_a_run_of_readers_the_lock_and_stops_at_a_writer() {
+    let harness = PostgresHarness::shared().await;
+    let (a, _fa) = harness.client_with(test_builder()).await.unwrap();
+    let name = unique("readers");
+    let stored = lockkit_postgres::stored_name(&name);
+    let rw = a.rw_lock(&name).unwrap();
+    let written = rw.write().await.unwrap();
+    let mut waiters = Vec::new();
+    // Queue: reader, reader, writer, reader.
+    for (n, reader) in [true, true, false, true].into_iter().enumerate() {
+        let rw = a.rw_lock(&name).unwrap();
+        waiters.push(tokio::spawn(async move { if reader { rw.read().await } else { rw.write().await } }));
+        until("queued", || async { a.inspect(&name).await.unwrap().waiters == Some(n + 1) }).await;
+    }
+    written.release().await.unwrap();
+    // The release's transaction granted the two readers at the head, and stopped at the writer.
+    let admin = harness.admin().await;
+    let kinds: Vec<String> = admin
+        .query("SELECT kind FROM lockkit.locks WHERE name = $1 ORDER BY token", &[&stored])
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(kinds, ["read", "read"]);
+    let mut waiters = waiters.into_iter();
+    let first = within(OPERATION, "the first reader", waiters.next().unwrap()).await.unwrap().unwrap();
+    let second = within(OPERATION, "the second reader", waiters.next().unwrap()).await.unwrap().unwrap();
+    assert!(second.token() > first.token(), "every grant its own token");
+    let info = a.inspect(&name).await.unwrap();
+    assert_eq!(info.holders.len(), 2);
+    assert!(info.holders.iter().all(|h| h.kind == lockkit_core::HoldKind::Read));
+    assert_eq!(info.waiters, Some(2), "the writer and the reader behind it wait");
+    let writer = waiters.next().unwrap();
+    let last_reader = waiters.next().unwrap();
+    first.release().await.unwrap();
+    second.release().await.unwrap();
+    let write = within(OPERATION, "the writer", writer).await.unwrap().unwrap();
+    assert!(!last_reader.is_finished(), "the reader behind the writer waits for it");
+    write.release().await.unwrap();
+    within(OPERATION, "the last reader", last_reader).await.unwrap().unwrap().release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_permit_freed_is_handed_to_the_next_waiter_and_kinds_do_not_mix() {
+    let harness = PostgresHarness::shared().await;
+    let (a, _fa) = harness.client_with(test_builder()).await.unwrap();
+    let name = unique("permits");
+    let two = a.semaphore(&name, 2).unwrap();
+    let first = two.acquire().await.unwrap();
+    let second = two.acquire().await.unwrap();
+    let waiter = {
+        let two = a.semaphore(&name, 2).unwrap();
+        tokio::spawn(async move { two.acquire().await })
+    };
+    until("queued", || async { a.inspect(&name).await.unwrap().waiters == Some(1) }).await;
+    for other in [a.lock(&name).unwrap().try_acquire().await, a.semaphore(&name, 3).unwrap().try_acquire().await] {
+        assert!(matches!(other, Err(lockkit_core::Error::Conflict { .. })), "{other:?}");
+    }
+    first.release().await.unwrap();
+    let third = within(OPERATION, "the handed-over permit", waiter).await.unwrap().unwrap();
+    assert!(third.token() > second.token());
+    assert_eq!(a.inspect(&name).await.unwrap().holders.len(), 2);
+    second.release().await.unwrap();
+    third.release().await.unwrap();
+}
