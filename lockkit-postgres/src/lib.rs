@@ -75,8 +75,9 @@
 //!   holders admit the next (a run of readers, free permits), and `NOTIFY`s each new owner's id
 //!   on `<schema>_granted`. Only that waiter's provider wakes (the others stay asleep behind
 //!   it: no herd of tries queueing on the advisory lock). The waiter confirms with its next
-//!   try, which finds the row its own and, without writing, returns the token and the lease
-//!   left; the guard's deadline counts that from the try's send time, which came before the
+//!   try, which finds the row its own and, without writing and before it would take the
+//!   advisory lock (so it does not queue behind the grants and refusals of the name), returns
+//!   the token and the lease left; the guard's deadline counts that from the try's send time, which came before the
 //!   server looked. Nothing is missed: a waiter registers its wake-up and then tries once more
 //!   before it first sleeps, and a wake-up that comes between two tries is kept. A waiter that
 //!   gives up (timeout, cancellation) as the hand-over is made calls `abandon`, which frees the
@@ -85,7 +86,9 @@
 //!   also hands over, since the ones behind a writer that gave up may now go.
 //! - **Releases commit without waiting for the disk.** A release (and an abandon) that hands
 //!   nothing over sets `synchronous_commit = off` for its own transaction (`set_config(...,
-//!   true)` at its end): the commit returns before the WAL flush. A release lost in a crash
+//!   true)` at its end): the commit returns before the WAL flush. So does a refused try (its
+//!   write is the waiter's place, which its next try takes again if a crash lost it), which
+//!   also keeps the name's advisory lock from being held through a flush. A release lost in a crash
 //!   only leaves a row that expires after its lease, so this costs liveness at worst (the
 //!   lock stays taken a lease longer after a crash), never safety; and the next grant's
 //!   synchronous commit flushes the WAL up to and including the release anyway. A grant stays

@@ -215,6 +215,18 @@ DECLARE
   v_ahead_left double precision;
   v_ok boolean;
 BEGIN
+  -- Ours already: handed over by a release, or granted to a try whose reply was lost. No
+  -- write and no advisory lock (the one owner's row is only removed by its own release or
+  -- abandon, which come after this try's reply, or never reach it): the caller counts its
+  -- deadline from its send time and what is left here. A confirmation does not queue behind
+  -- the grants and refusals of the name.
+  SELECT l.token, l.expires_at INTO v_token, v_expires FROM {s}.locks l
+    WHERE l.name = p_name AND l.owner = p_owner;
+  IF v_expires > clock_timestamp() THEN
+    o_token := v_token;
+    o_left_ms := greatest(0, floor(extract(epoch FROM v_expires - clock_timestamp()) * 1000))::bigint;
+    RETURN;
+  END IF;
   -- Every grant of a name is serialized here, and its token drawn while this is held, so
   -- tokens of one name increase in commit order even when rows come and go.
   PERFORM pg_advisory_xact_lock({ADVISORY_CLASS}, hashtext(p_name));
@@ -225,13 +237,7 @@ BEGIN
   END IF;
   SELECT l.token, l.expires_at INTO v_token, v_expires FROM {s}.locks l
     WHERE l.name = p_name AND l.owner = p_owner;
-  IF v_expires > clock_timestamp() THEN
-    -- Ours already: handed over by a release, or granted to a try whose reply was lost. No
-    -- write: the caller counts its deadline from its send time and what is left here.
-    o_token := v_token;
-    o_left_ms := greatest(0, floor(extract(epoch FROM v_expires - clock_timestamp()) * 1000))::bigint;
-    RETURN;
-  ELSIF v_token IS NOT NULL THEN
+  IF v_token IS NOT NULL THEN
     DELETE FROM {s}.locks l WHERE l.name = p_name AND l.owner = p_owner;
   END IF;
   -- One name, one kind: a semaphore (of one permit count) or a lock (mutex, read, write).
@@ -265,6 +271,10 @@ BEGIN
     ELSE v_count = 0 AND v_ahead = 0
   END;
   IF NOT v_ok THEN
+    -- A refusal grants nothing: its commit (a place in the queue, renewed) need not wait for
+    -- the disk, and the name's advisory lock is not held through a flush. A place lost in a
+    -- crash is taken again by the waiter's next try.
+    PERFORM set_config('synchronous_commit', 'off', true);
     IF p_queue_ms > 0 THEN
       INSERT INTO {s}.waiters AS w (name, owner, pos, expires_at, kind, permits, meta, lease_ms)
         VALUES (p_name, p_owner, nextval('{s}.positions'), clock_timestamp() + p_queue_ms * interval '1 millisecond',
