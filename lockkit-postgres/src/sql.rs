@@ -235,9 +235,15 @@ BEGIN
     o_left_ms := 0;
     RETURN;
   END IF;
+  -- Again under the lock: a hand-over to this owner may have committed since the look above.
   SELECT l.token, l.expires_at INTO v_token, v_expires FROM {s}.locks l
     WHERE l.name = p_name AND l.owner = p_owner;
-  IF v_token IS NOT NULL THEN
+  IF v_expires > clock_timestamp() THEN
+    o_token := v_token;
+    o_left_ms := greatest(0, floor(extract(epoch FROM v_expires - clock_timestamp()) * 1000))::bigint;
+    RETURN;
+  ELSIF v_token IS NOT NULL THEN
+    -- Ours but expired: gone; this try starts afresh.
     DELETE FROM {s}.locks l WHERE l.name = p_name AND l.owner = p_owner;
   END IF;
   -- One name, one kind: a semaphore (of one permit count) or a lock (mutex, read, write).

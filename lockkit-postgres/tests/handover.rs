@@ -245,3 +245,64 @@ async fn a_permit_freed_is_handed_to_the_next_waiter_and_kinds_do_not_mix() {
     second.release().await.unwrap();
     third.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_confirmation_racing_the_hand_over_finds_it_and_keeps_it() {
+    let harness = PostgresHarness::shared().await;
+    let (a, _fa) = harness.client_with(test_builder()).await.unwrap();
+    let name = unique("race");
+    let stored = lockkit_postgres::stored_name(&name);
+    let held = a.lock(&name).unwrap().acquire().await.unwrap();
+    let owner = "racing-waiter";
+    let releaser = harness.admin().await;
+    releaser
+        .execute(
+            "INSERT INTO lockkit.waiters (name, owner, pos, expires_at, kind, permits, meta, lease_ms) \
+             VALUES ($1, $2, nextval('lockkit.positions'), clock_timestamp() + interval '1 minute', 'mutex', 0, $2, 60000)",
+            &[&stored, &owner],
+        )
+        .await
+        .unwrap();
+    // Free the holder's row behind its back, then release inside an open transaction: the
+    // hand-over is made but not committed, and the name's advisory lock stays held.
+    releaser.execute("UPDATE lockkit.locks SET owner = 'to-release' WHERE name = $1", &[&stored]).await.unwrap();
+    releaser.batch_execute("BEGIN").await.unwrap();
+    let released: bool =
+        releaser.query_one("SELECT lockkit.release($1, 'to-release')", &[&stored]).await.unwrap().get(0);
+    assert!(released);
+    let handed: i64 =
+        releaser.query_one("SELECT token FROM lockkit.locks WHERE name = $1", &[&stored]).await.unwrap().get(0);
+    // The waiter's confirmation looks (sees no row of its own yet) and then waits for the lock.
+    let confirmer = harness.admin().await;
+    let pid: i32 = confirmer.query_one("SELECT pg_backend_pid()", &[]).await.unwrap().get(0);
+    let confirm = {
+        let stored = stored.clone();
+        tokio::spawn(async move {
+            confirmer
+                .query_one(
+                    "SELECT o_token FROM lockkit.acquire($1, $2, $2, 60000, 9000, 'mutex', 0)",
+                    &[&stored, &owner],
+                )
+                .await
+                .unwrap()
+                .get::<_, Option<i64>>(0)
+        })
+    };
+    let watcher = harness.admin().await;
+    until("the confirmation waits for the advisory lock", || async {
+        watcher
+            .query_one("SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1", &[&pid])
+            .await
+            .unwrap()
+            .get(0)
+    })
+    .await;
+    releaser.batch_execute("COMMIT").await.unwrap();
+    let token = within(OPERATION, "the confirmation", confirm).await.unwrap();
+    let row = watcher.query_one("SELECT owner, token FROM lockkit.locks WHERE name = $1", &[&stored]).await.unwrap();
+    assert_eq!(row.get::<_, String>(0), owner, "the hand-over stands");
+    assert_eq!(row.get::<_, i64>(1), handed, "the handed-over row stays");
+    assert_eq!(token, Some(handed), "the confirmation returns the handed-over token");
+    assert!(matches!(held.release().await, Err(lockkit_core::Error::LockLost { .. })));
+    watcher.execute("DELETE FROM lockkit.locks WHERE name = $1", &[&stored]).await.unwrap();
+}
