@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use lockkit_testkit::fixture::{EtcdServer, RedisServer, ZkServer};
+use lockkit_testkit::fixture::{EtcdServer, PostgresServer, RedisServer, ZkServer};
 use serde_json::Value;
 
 use common::run;
@@ -117,6 +117,18 @@ async fn bench_on_etcd_reports_its_floors_and_the_lock_service_beside() {
     assert_eq!(json["backend"], "etcd");
     assert!(json["floor_kind"].as_str().is_some_and(|floor| floor.contains("put+delete")), "{json:#}");
     for key in ["get_p50_us", "put_delete_p50_us", "lock_service_p50_us"] {
+        assert!(number(&json, "floor", key) > 0.0, "{key}");
+    }
+    assert!(number(&json, "uncontended", "cycle_p50_ratio") > 0.0);
+    check_common(&json, 50.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_on_postgres_reports_select_1_and_the_one_row_commits_beside() {
+    let server = PostgresServer::shared().await.expect("PostgreSQL starts");
+    let json = bench_json(&server.url()).await;
+    assert_eq!(json["backend"], "postgres");
+    for key in ["select1_p50_us", "commit_p50_us", "commit_async_p50_us"] {
         assert!(number(&json, "floor", key) > 0.0, "{key}");
     }
     assert!(number(&json, "uncontended", "cycle_p50_ratio") > 0.0);

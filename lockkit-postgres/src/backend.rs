@@ -92,14 +92,15 @@ impl Inner {
         self.holds().live.remove(&id);
     }
 
-    /// One attempt: `Ok(Ok(token))` granted, `Ok(Err(left))` held by another for `left`.
+    /// One attempt for a hold of `kind` (stored as `kind_name` and `permits`).
     async fn try_once(
         &self,
         lock: &LockName,
         owner: &str,
         meta: &str,
         queue: bool,
-    ) -> std::result::Result<std::result::Result<FencingToken, Duration>, Failure> {
+        kind: &StoredKind,
+    ) -> std::result::Result<Try, Failure> {
         let lease_ms = i64::try_from(self.store.settings.lease.as_millis()).unwrap_or(i64::MAX);
         // A queued waiter keeps its place by trying again at least every `SAFETY_POLL`.
         let queue_ms = if queue {
@@ -118,18 +119,24 @@ impl Inner {
                     (&meta, Type::TEXT),
                     (&lease_ms, Type::INT8),
                     (&queue_ms, Type::INT8),
+                    (&kind.name, Type::TEXT),
+                    (&kind.permits, Type::INT4),
                 ],
             )
             .await?;
         let row = rows
             .first()
             .ok_or_else(|| Failure::Refused(self.store.store_error(Some(lock), "acquire returned no row")))?;
-        let token: Option<i64> = row.try_get(0).map_err(|e| Failure::Refused(self.store.store_error(Some(lock), e)))?;
-        let left: Option<i64> = row.try_get(1).map_err(|e| Failure::Refused(self.store.store_error(Some(lock), e)))?;
-        match (token, left) {
-            (Some(token), _) => Ok(Ok(FencingToken::new(u64::try_from(token).unwrap_or(0)))),
-            (None, left) => Ok(Err(Duration::from_millis(u64::try_from(left.unwrap_or(1)).unwrap_or(1)))),
-        }
+        let get = |e| Failure::Refused(self.store.store_error(Some(lock), e));
+        let token: Option<i64> = row.try_get(0).map_err(get)?;
+        let left: Option<i64> = row.try_get(1).map_err(get)?;
+        let conflict: Option<String> = row.try_get(2).map_err(get)?;
+        let left = Duration::from_millis(u64::try_from(left.unwrap_or(1)).unwrap_or(1));
+        Ok(match (token, conflict) {
+            (Some(token), _) => Try::Granted(FencingToken::new(u64::try_from(token).unwrap_or(0)), left),
+            (None, Some(conflict)) => Try::Conflict(Error::conflict(BACKEND, Some(lock), kind.conflict(&conflict))),
+            (None, None) => Try::Busy(left),
+        })
     }
 
     /// Voids `owner` and deletes its row of `lock`, if it is there (`Ok(true)`).
@@ -151,6 +158,57 @@ impl Inner {
             )
             .await?;
         Ok(rows.first().and_then(|row| row.try_get::<_, Option<bool>>(0).ok().flatten()).unwrap_or(false))
+    }
+}
+
+/// What one try of an acquisition found.
+enum Try {
+    /// Granted (now, or earlier by a hand-over or a try whose reply was lost), with the token
+    /// and how long the row's lease had left when the server answered.
+    Granted(FencingToken, Duration),
+    /// Not granted: look again after this long at the latest.
+    Busy(Duration),
+    /// The name is in use as another kind.
+    Conflict(Error),
+}
+
+/// A hold kind as the tables store it.
+#[derive(Clone, Debug)]
+pub(crate) struct StoredKind {
+    name: &'static str,
+    permits: i32,
+}
+
+impl StoredKind {
+    fn of(kind: &HoldKind) -> Option<Self> {
+        let (name, permits) = match kind {
+            HoldKind::Exclusive => ("mutex", 0),
+            HoldKind::Read => ("read", 0),
+            HoldKind::Write => ("write", 0),
+            HoldKind::Permit { permits } => ("permit", i32::try_from(permits.get()).unwrap_or(i32::MAX)),
+            _ => return None,
+        };
+        Some(Self { name, permits })
+    }
+
+    /// The message of a conflict the acquire function reported: `lock` when the name is in
+    /// use as a lock, else the permit count of the semaphore that uses it.
+    fn conflict(&self, found: &str) -> String {
+        match (found.parse::<u64>(), self.name) {
+            (Ok(count), "permit") => format!(
+                "the semaphore is in use with {count} permits and this handle asks for {}; every user of a \
+                 semaphore must give the same count",
+                self.permits
+            ),
+            (Ok(count), kind) => {
+                let what = if kind == "mutex" { "lock" } else { "read-write lock" };
+                format!("the name is in use as a semaphore of {count} permits; give the {what} another name")
+            }
+            (Err(_), _) => {
+                "the name is in use as a lock (a mutex or a read-write lock); give the semaphore another name"
+                    .to_owned()
+            }
+        }
     }
 }
 
@@ -210,7 +268,8 @@ impl LockBackend for PostgresBackend {
             waiter_count: true,
             election: true,
             cross_process: true,
-            ..Capabilities::NONE
+            rw_lock: true,
+            semaphore: true,
         }
     }
 
@@ -230,6 +289,9 @@ impl LockBackend for PostgresBackend {
         }
         let owner = request.attempt.to_string();
         let meta = OwnerMeta::current(request.attempt).encode();
+        let Some(kind) = StoredKind::of(&request.kind) else {
+            return Err(Error::unsupported(BACKEND, Some(&request.lock), "this kind of hold"));
+        };
         let mut attempt = Attempt {
             inner: Arc::clone(inner),
             lock: request.lock.clone(),
@@ -251,12 +313,15 @@ impl LockBackend for PostgresBackend {
             attempt.in_flight = Some(sent);
             let queue = !matches!(request.deadline, Deadline::Now);
             attempt.queued |= queue;
-            let outcome = inner.try_once(&request.lock, &owner, &meta, queue).await;
+            let outcome = inner.try_once(&request.lock, &owner, &meta, queue, &kind).await;
             attempt.in_flight = None;
             let wait = match outcome {
-                Ok(Ok(token)) => {
+                Ok(Try::Granted(token, left)) => {
                     request.note_reached();
-                    let lease = inner.store.settings.lease;
+                    // A grant made now has the whole lease left; one made earlier (a hand-over,
+                    // a try whose reply was lost) has what the server saw left, counted here
+                    // from this try's send time, which came before the server looked.
+                    let lease = inner.store.settings.lease.min(left);
                     let signal = HoldSignal::new(
                         BACKEND,
                         request.lock.clone(),
@@ -270,10 +335,15 @@ impl LockBackend for PostgresBackend {
                         lock: request.lock.clone(),
                         owner,
                         signal: signal.clone(),
+                        write: matches!(request.kind, HoldKind::Write),
                     };
                     return Ok(Some(Grant::new(token, signal, Box::new(held))));
                 }
-                Ok(Err(left)) => {
+                Ok(Try::Conflict(error)) => {
+                    request.note_reached();
+                    return Err(error);
+                }
+                Ok(Try::Busy(left)) => {
                     // Not granted: this try left nothing behind (an earlier one whose reply
                     // was lost may still take effect: the drop of `attempt` sees to it).
                     request.note_reached();
@@ -306,7 +376,9 @@ impl LockBackend for PostgresBackend {
                 // From the first refusal on, wait for notifications: listen, register, then
                 // look again at once (a release may have come in between).
                 match inner.wakeups.ensure(&inner.store).await {
-                    Ok(()) => slot = Some(inner.wakeups.register(&crate::stored_name(request.lock.as_str()))),
+                    Ok(()) => {
+                        slot = Some(inner.wakeups.register(&crate::stored_name(request.lock.as_str()), Some(&owner)));
+                    }
                     Err(error) => request.note_failure(error),
                 }
                 if slot.is_some() {
@@ -379,6 +451,9 @@ impl LockBackend for PostgresBackend {
                 Some(meta) => meta.holder(token),
                 None => lockkit_core::backend::HolderInfo::new(token, meta),
             };
+            let kind: Option<String> = row.try_get(5).map_err(get)?;
+            let permits: Option<i32> = row.try_get(6).map_err(get)?;
+            let holder = holder.with_kind(stored_kind(kind.as_deref(), permits));
             holders.push(
                 holder.with_since(since).with_lease_left(Duration::from_millis(u64::try_from(left_ms).unwrap_or(0))),
             );
@@ -410,12 +485,29 @@ impl LockBackend for PostgresBackend {
                 Some(meta) => meta.holder(token),
                 None => lockkit_core::backend::HolderInfo::new(token, meta),
             };
+            let kind: Option<String> = row.try_get(4).map_err(get)?;
+            let permits: Option<i32> = row.try_get(5).map_err(get)?;
+            let holder = holder.with_kind(stored_kind(kind.as_deref(), permits));
             let since = SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(since_ms).unwrap_or(0));
             broken.push(
                 holder.with_since(since).with_lease_left(Duration::from_millis(u64::try_from(left_ms).unwrap_or(0))),
             );
         }
         Ok(broken)
+    }
+}
+
+/// The kind of a holder row (`kind`, and `permits` for a permit); a leader (`candidate`) and
+/// anything unknown show as exclusive.
+fn stored_kind(kind: Option<&str>, permits: Option<i32>) -> HoldKind {
+    match (kind, permits) {
+        (Some("read"), _) => HoldKind::Read,
+        (Some("write"), _) => HoldKind::Write,
+        (Some("permit"), Some(permits)) => u32::try_from(permits)
+            .ok()
+            .and_then(std::num::NonZeroU32::new)
+            .map_or(HoldKind::Exclusive, |permits| HoldKind::Permit { permits }),
+        _ => HoldKind::Exclusive,
     }
 }
 
@@ -426,10 +518,31 @@ struct PostgresHold {
     lock: LockName,
     owner: String,
     signal: HoldSignal,
+    /// A write hold of a read-write lock, which may become a read hold in place.
+    write: bool,
 }
 
 #[async_trait]
 impl HeldLock for PostgresHold {
+    fn downgrade(&self) -> Option<std::pin::Pin<Box<dyn std::future::Future<Output = Result<()>> + Send + 'static>>> {
+        if !self.write {
+            return None;
+        }
+        let (inner, lock, owner) = (Arc::clone(&self.inner), self.lock.clone(), self.owner.clone());
+        Some(Box::pin(async move {
+            let name = crate::stored_name(lock.as_str());
+            let rows = inner
+                .store
+                .query(Some(&lock), &inner.store.sql.downgrade, &[(&name, Type::TEXT), (&owner, Type::TEXT)])
+                .await
+                .map_err(Failure::into_error)?;
+            match rows.first().and_then(|row| row.try_get::<_, Option<bool>>(0).ok().flatten()) {
+                Some(true) => Ok(()),
+                _ => Err(Error::lost(BACKEND, &lock, LossReason::RecordGone)),
+            }
+        }))
+    }
+
     async fn release(self: Box<Self>) -> Result<()> {
         self.inner.untrack(self.id);
         let mut in_doubt = false;

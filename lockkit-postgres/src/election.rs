@@ -220,7 +220,7 @@ pub(crate) async fn campaign(
         };
         if slot.is_none() {
             match inner.wakeups.ensure(&inner.store).await {
-                Ok(()) => slot = Some(inner.wakeups.register(&wake_key(&request.lock))),
+                Ok(()) => slot = Some(inner.wakeups.register(&wake_key(&request.lock), None)),
                 Err(error) => request.note_failure(error),
             }
             if slot.is_some() {

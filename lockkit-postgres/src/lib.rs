@@ -1,7 +1,7 @@
 //! The PostgreSQL backend of lockkit: locks in the database most teams already run.
 //!
-//! [`PostgresLockProvider`] keeps the lockkit mutex contract, and elections with observers, on
-//! one PostgreSQL server (12 or later). It dereferences to lockkit's [`LockProvider`](lockkit_core::LockProvider):
+//! [`PostgresLockProvider`] keeps the lockkit contract for mutexes, read-write locks, counting
+//! semaphores and elections with observers on one PostgreSQL server (12 or later). It dereferences to lockkit's [`LockProvider`](lockkit_core::LockProvider):
 //!
 //! ```no_run
 //! use lockkit_postgres::PostgresLockProvider;
@@ -32,10 +32,11 @@
 //!   lock lives as long as its session, so a paused or partitioned holder keeps it until the
 //!   server notices a dead connection, which has no bound a holder can compute: the contract
 //!   asks that such a holder loses the lock after the lease, and knows it first. So a hold is a
-//!   row `<schema>.locks(name primary key, owner, meta, token, since, expires_at)`, where `expires_at`
-//!   is `clock_timestamp() + lease` on the server. Only server times are compared with each
+//!   row `<schema>.locks(name, owner, meta, token, since, expires_at, kind, permits)`, keyed by
+//!   `(name, owner)`, where `expires_at` is `clock_timestamp() + lease` on the server. Only server times are compared with each
 //!   other; the client keeps its own deadline (below).
-//! - **Grants are one function call**, `<schema>.acquire(name, owner, meta, lease_ms)`, like
+//! - **Grants are one function call**, `<schema>.acquire(name, owner, meta, lease_ms,
+//!   queue_ms, kind, permits)`, like
 //!   the Redis backend's scripts: one round trip, one transaction. It takes a transaction-level
 //!   advisory lock on the name's hash, so every grant of a name is serialized, reads the row,
 //!   and grants when there is none or it expired, drawing the **fencing token from a sequence**
@@ -50,24 +51,51 @@
 //!   paused or partitioned holder's guard reports the loss before the row can expire and
 //!   another owner be granted.
 //! - **Waiting by `LISTEN`/`NOTIFY`.** Each provider has one dedicated listening connection
-//!   (made at its first wait), whose messages are read through `Connection::poll_message`.
-//!   `<schema>.release` deletes the own row and calls `pg_notify('<schema>_released', name)` in the
-//!   same transaction: the payload names the lock, and the provider wakes only that lock's
-//!   waiters. One channel per schema rather than per lock: lock names (up to 1024 bytes) do not
-//!   fit a channel name, and a waiter needs no `LISTEN` round trip of its own. A waiter arms its
-//!   wake-up before every try; it also wakes when the holder's lease ends (a dead holder
-//!   notifies nobody), every 2 s as a safety net, and every 100 ms while the listening
-//!   connection is down.
+//!   (made at its first wait), whose messages are read through `Connection::poll_message`, on
+//!   two channels of the schema: `<schema>_granted`, whose payload is the owner id of an
+//!   acquisition the lock was handed to (below), wakes that one waiter; `<schema>_released`,
+//!   whose payload names a lock freed with nobody to hand it to, wakes that lock's waiters.
+//!   Channels per schema rather than per lock: lock names (up to 1024 bytes) do not fit a
+//!   channel name, and a waiter needs no `LISTEN` round trip of its own. A waiter's wake-up is
+//!   kept if it comes while the waiter is not waiting (a `Notify` permit); it also wakes when
+//!   the holder's lease ends (a dead holder notifies nobody), every 2 s as a safety net, and
+//!   every 100 ms while the listening connection is down.
 //! - **Fair order** ([`Capabilities::fair`](lockkit_core::Capabilities) and `waiter_count`): a
 //!   waiting acquisition's first refused try takes a place in `<schema>.waiters(name, owner,
-//!   pos, expires_at)`, `pos` from the sequence `<schema>.positions`, in the same call. A free
-//!   lock is granted only to a try with no live waiter ahead of it (an acquisition without a
-//!   place, `try_acquire` included, counts every live waiter as ahead), and the grant removes
-//!   the winner's place. Every try of a waiter renews its place for twice the safety poll plus
-//!   the response timeout, so a waiter that died loses its place after about 5 s and stops
+//!   pos, expires_at, kind, permits, meta, lease_ms)`, `pos` from the sequence
+//!   `<schema>.positions`, in the same call. A free lock is granted only to a try with no live
+//!   waiter ahead of it that it must let go first (an acquisition without a place,
+//!   `try_acquire` included, counts every live waiter as ahead), and the grant removes the
+//!   winner's place. Every try of a waiter renews its place for twice the safety poll plus the
+//!   response timeout, so a waiter that died loses its place after about 5 s and stops
 //!   blocking the queue; a waiter that times out or is cancelled leaves it at once (`abandon`).
-//!   A release wakes every waiter of the name; the head is granted and the others find
-//!   themselves behind it again (no hand-over: the head's own try takes the lock).
+//! - **Hand-over inside the release.** `<schema>.release` deletes the own row and, under the
+//!   name's advisory lock and in the same transaction, calls `<schema>.hand_over`: it grants
+//!   the head of the queue (a new row for the head's owner, with the head's lease and its own
+//!   token from the sequence, the place removed), and goes on along the queue while the
+//!   holders admit the next (a run of readers, free permits), and `NOTIFY`s each new owner's id
+//!   on `<schema>_granted`. Only that waiter's provider wakes (the others stay asleep behind
+//!   it: no herd of tries queueing on the advisory lock). The waiter confirms with its next
+//!   try, which finds the row its own and, without writing and before it would take the
+//!   advisory lock (so it does not queue behind the grants and refusals of the name), returns
+//!   the token and the lease left; the guard's deadline counts that from the try's send time, which came before the
+//!   server looked. Nothing is missed: a waiter registers its wake-up and then tries once more
+//!   before it first sleeps, and a wake-up that comes between two tries is kept. A waiter that
+//!   gives up (timeout, cancellation) as the hand-over is made calls `abandon`, which frees the
+//!   row it was handed and hands the lock on; so does a waiter's place that lapses (the
+//!   handed-over row then expires after the lease, like a dead holder's). `abandon` of a place
+//!   also hands over, since the ones behind a writer that gave up may now go.
+//! - **Releases commit without waiting for the disk.** A release (and an abandon) that hands
+//!   nothing over sets `synchronous_commit = off` for its own transaction (`set_config(...,
+//!   true)` at its end): the commit returns before the WAL flush. So does a refused try (its
+//!   write is the waiter's place, which its next try takes again if a crash lost it), which
+//!   also keeps the name's advisory lock from being held through a flush. A release lost in a crash
+//!   only leaves a row that expires after its lease, so this costs liveness at worst (the
+//!   lock stays taken a lease longer after a crash), never safety; and the next grant's
+//!   synchronous commit flushes the WAL up to and including the release anyway. A grant stays
+//!   synchronous, a hand-over inside a release included: a grant whose commit was lost in a
+//!   crash could see its token drawn again from a sequence that went back, and be handed out
+//!   twice.
 //! - **Renewal**: one task per provider renews every hold with one statement per round, an
 //!   `UPDATE … FROM unnest(names, owners) … RETURNING`, every `renew_every`. A hold the
 //!   statement did not renew is lost at once: `OwnedByAnother` when another row has the name,
@@ -102,14 +130,21 @@
 //!   were trimmed, it reports `LeaderEvent::Gap` and then the leader now.
 //! - **Breaking a stuck lock** ([`Capabilities::break_lock`](lockkit_core::Capabilities),
 //!   `lockkit break`): `<schema>.break_lock(name)` deletes every holder row of the name under
-//!   the name's advisory lock, returns the holds that were still live, and notifies the
-//!   name's waiters, which take the lock as after a release, with a greater token. The broken
+//!   the name's advisory lock, returns the holds that were still live, and hands the lock to
+//!   the queue as a release does (or notifies the name's waiters), each next owner with a
+//!   greater token; an election's leader is removed too, its vacancy journaled, so the next
+//!   candidate leads. The broken
 //!   holder learns it at its next renewal at the latest (`RecordGone`: its row is gone), that
 //!   is within `renew_every`, and before its local deadline in any case.
 //! - **Schema managed by the backend**: created on first use when missing (`migrate=true`, the
 //!   default) or by [`PostgresLockProvider::migrate`]: `CREATE SCHEMA/SEQUENCE/TABLE IF NOT
 //!   EXISTS` and `CREATE OR REPLACE FUNCTION` in one transaction, serialized by an advisory
-//!   lock so that providers racing to create it do not fail. At connect time the provider
+//!   lock so that providers racing to create it do not fail. **An older schema is brought
+//!   forward in place**, not versioned beside it: the first landing had one row per name and
+//!   no kinds; the migration adds the kind columns (an old row is a mutex hold, which it was),
+//!   rekeys `locks` by `(name, owner)`, and drops the old five-argument `acquire`. A schema
+//!   counts as present only when the current functions are there, so a provider finding the
+//!   old one migrates it on first use (with `migrate=true`), holds and all. At connect time the provider
 //!   checks that the objects exist and that its role may use them, and otherwise says which
 //!   `GRANT`s to run.
 //!
@@ -124,8 +159,9 @@
 //! GRANT SELECT, INSERT, DELETE ON lockkit.voided TO app;
 //! GRANT SELECT, INSERT, UPDATE, DELETE ON lockkit.waiters TO app;
 //! GRANT USAGE ON SEQUENCE lockkit.tokens, lockkit.positions TO app;
-//! GRANT EXECUTE ON FUNCTION lockkit.acquire(text,text,text,bigint,bigint), lockkit.release(text,text),
-//!   lockkit.abandon(text,text), lockkit.break_lock(text) TO app;
+//! GRANT EXECUTE ON FUNCTION lockkit.acquire(text,text,text,bigint,bigint,text,integer),
+//!   lockkit.release(text,text), lockkit.abandon(text,text), lockkit.downgrade(text,text),
+//!   lockkit.hand_over(text), lockkit.break_lock(text) TO app;
 //! -- Elections (the lock grant reads `candidates` too, to refuse a name in use as an election):
 //! GRANT SELECT, INSERT, UPDATE, DELETE ON lockkit.candidates TO app;
 //! GRANT SELECT, INSERT, DELETE ON lockkit.terms TO app;
@@ -179,10 +215,23 @@
 //! answering all along). The renewal round does not wait its turn: its one statement renews
 //! every hold while their deadlines run.
 //!
-//! # Not yet
+//! # Read-write locks and semaphores
 //!
-//! Read-write locks and semaphores are not offered (their capabilities are off, so the core
-//! answers `Unsupported`).
+//! Every holder of a name is a row of its own with a kind: `mutex`, `read`, `write`, or
+//! `permit` with the semaphore's permit count. Under the name's advisory lock, `acquire`
+//! grants a reader when no writer (or mutex) holds and no writer waits ahead of it in the
+//! queue (so a stream of readers cannot starve a queued writer), a writer or a mutex when
+//! nobody holds and nobody waits ahead, and a permit when the holders and the waiters ahead
+//! number fewer than the permits. A mutex and a read-write lock of one name exclude each other
+//! (a mutex counts as a writer); a name in use as a semaphore and asked for as a lock, as a
+//! lock and asked for as a semaphore, or as a semaphore of another permit count, is
+//! [`Error::Conflict`](lockkit_core::Error::Conflict) with the Redis backend's messages. Every
+//! grant draws its own token, so tokens of one name increase over reads, writes and permits
+//! alike. [`HeldLock::downgrade`](lockkit_core::backend::HeldLock::downgrade) is
+//! `<schema>.downgrade(name, owner)`: the write row becomes a read row in place, keeping its
+//! token, and the readers at the head of the queue are handed the lock with it (a writer queued
+//! meanwhile keeps its turn). `inspect` lists every live holder with its kind; the renewal
+//! statement renews every row the provider holds.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;

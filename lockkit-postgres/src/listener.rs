@@ -1,9 +1,11 @@
-//! Wake-ups: one dedicated `LISTEN` connection per provider. A release `NOTIFY`s the
-//! schema's channel with the lock's name as payload; the connection's task, which polls
-//! `Connection::poll_message`, wakes the waiters of that name. When the connection ends every
-//! waiter wakes (and looks again), and the next waiter opens a new one. The same connection
-//! `LISTEN`s on the elections' channel, whose payloads (`%e/<name>`, see `election_sql.rs`)
-//! wake the waiting candidates and the observers of that election.
+//! Wake-ups: one dedicated `LISTEN` connection per provider, on three channels of the schema.
+//! A release that hands the lock over `NOTIFY`s `<schema>_granted` with the new owner's id as
+//! payload, and the connection's task (which polls `Connection::poll_message`) wakes that one
+//! waiter; a release that hands over nothing `NOTIFY`s `<schema>_released` with the lock's
+//! name, and every waiter of that name wakes. The elections' channel carries payloads
+//! (`%e/<name>`, see `election_sql.rs`) that wake the waiting candidates and the observers of
+//! that election. When the connection ends every waiter wakes (and looks again), and the next
+//! waiter opens a new one.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -15,7 +17,35 @@ use tokio_postgres::{AsyncMessage, Client};
 
 use crate::store::Store;
 
-type Slots = Arc<Mutex<HashMap<String, (Arc<Notify>, usize)>>>;
+type Slots = Arc<Mutex<Registry>>;
+
+/// The waiters of this provider, by lock name and by owner id.
+#[derive(Debug, Default)]
+struct Registry {
+    next: u64,
+    by_name: HashMap<String, HashMap<u64, Arc<Notify>>>,
+    by_owner: HashMap<String, Arc<Notify>>,
+}
+
+impl Registry {
+    fn wake_name(&self, name: &str) {
+        for notify in self.by_name.get(name).into_iter().flat_map(HashMap::values) {
+            notify.notify_one();
+        }
+    }
+
+    fn wake_owner(&self, owner: &str) {
+        if let Some(notify) = self.by_owner.get(owner) {
+            notify.notify_one();
+        }
+    }
+
+    fn wake_all(&self) {
+        for notify in self.by_name.values().flat_map(HashMap::values) {
+            notify.notify_one();
+        }
+    }
+}
 
 /// The listening connection and the waiters by lock name.
 #[derive(Debug, Default)]
@@ -31,16 +61,21 @@ struct Link {
     task: JoinHandle<()>,
 }
 
-/// A waiter's registration for one lock name; unregisters on drop.
+/// A waiter's registration, under its lock name and its owner id; unregisters on drop.
 #[derive(Debug)]
 pub(crate) struct Slot {
     slots: Slots,
+    id: u64,
     name: String,
+    /// The owner id a hand-over is announced to (`None`: a campaign or an observer, which
+    /// wake by name only).
+    owner: Option<String>,
     notify: Arc<Notify>,
 }
 
 impl Slot {
-    /// The wake-up of this name, to be armed (`enable`d) before each attempt.
+    /// The wake-up of this waiter. A wake-up that comes while the waiter is not waiting is
+    /// kept (a permit), so none is lost between two waits.
     pub(crate) fn notify(&self) -> Arc<Notify> {
         Arc::clone(&self.notify)
     }
@@ -49,22 +84,31 @@ impl Slot {
 impl Drop for Slot {
     fn drop(&mut self) {
         let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(entry) = slots.get_mut(&self.name) {
-            entry.1 -= 1;
-            if entry.1 == 0 {
-                slots.remove(&self.name);
+        if let Some(waiters) = slots.by_name.get_mut(&self.name) {
+            waiters.remove(&self.id);
+            if waiters.is_empty() {
+                slots.by_name.remove(&self.name);
             }
+        }
+        if let Some(owner) = &self.owner {
+            slots.by_owner.remove(owner);
         }
     }
 }
 
 impl Wakeups {
-    /// Registers a waiter of `name`.
-    pub(crate) fn register(&self, name: &str) -> Slot {
+    /// Registers a waiter of the lock stored as `name` (or of an election's wake key), and
+    /// under `owner` when a release may hand it the lock.
+    pub(crate) fn register(&self, name: &str, owner: Option<&str>) -> Slot {
         let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
-        let entry = slots.entry(name.to_owned()).or_insert_with(|| (Arc::new(Notify::new()), 0));
-        entry.1 += 1;
-        Slot { slots: Arc::clone(&self.slots), name: name.to_owned(), notify: Arc::clone(&entry.0) }
+        slots.next += 1;
+        let id = slots.next;
+        let notify = Arc::new(Notify::new());
+        slots.by_name.entry(name.to_owned()).or_default().insert(id, Arc::clone(&notify));
+        if let Some(owner) = owner {
+            slots.by_owner.insert(owner.to_owned(), Arc::clone(&notify));
+        }
+        Slot { slots: Arc::clone(&self.slots), id, name: name.to_owned(), owner: owner.map(str::to_owned), notify }
     }
 
     /// Whether the listening connection is up now.
@@ -92,17 +136,16 @@ impl Wakeups {
             }
         };
         let slots = Arc::clone(&self.slots);
+        let granted = store.sql.granted.clone();
         let task = tokio::spawn(async move {
             loop {
                 match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
                     Some(Ok(AsyncMessage::Notification(note))) => {
-                        let notify = slots
-                            .lock()
-                            .unwrap_or_else(PoisonError::into_inner)
-                            .get(note.payload())
-                            .map(|entry| Arc::clone(&entry.0));
-                        if let Some(notify) = notify {
-                            notify.notify_waiters();
+                        let slots = slots.lock().unwrap_or_else(PoisonError::into_inner);
+                        if note.channel() == granted {
+                            slots.wake_owner(note.payload());
+                        } else {
+                            slots.wake_name(note.payload());
                         }
                     }
                     Some(Ok(_)) => {}
@@ -113,18 +156,13 @@ impl Wakeups {
                     None => break,
                 }
             }
-            // Everyone looks again: a release may have gone unheard.
-            let all: Vec<Arc<Notify>> = slots
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .values()
-                .map(|entry| Arc::clone(&entry.0))
-                .collect();
-            for notify in all {
-                notify.notify_waiters();
-            }
+            // Everyone looks again: a release or a hand-over may have gone unheard.
+            slots.lock().unwrap_or_else(PoisonError::into_inner).wake_all();
         });
-        let listen = format!("LISTEN {}; LISTEN {}", store.sql.channel, store.sql.election.channel);
+        let listen = format!(
+            "LISTEN {}; LISTEN {}; LISTEN {}",
+            store.sql.channel, store.sql.granted, store.sql.election.channel
+        );
         match tokio::time::timeout(timeout, client.batch_execute(&listen)).await {
             Ok(Ok(())) => {
                 *link = Some(Link { _client: client, task });

@@ -94,7 +94,7 @@ impl Observing {
             }
             if self.slot.is_none() {
                 if let Ok(()) = self.inner.wakeups.ensure(&self.inner.store).await {
-                    self.slot = Some(self.inner.wakeups.register(&self.key));
+                    self.slot = Some(self.inner.wakeups.register(&self.key, None));
                 }
             } else if !self.inner.wakeups.is_up().await {
                 // The listening connection broke: reopen it before reading, so that no change

@@ -8,13 +8,17 @@ const ADVISORY_CLASS: i32 = 0x6c6b_6b74; // "lkkt"
 #[derive(Clone, Debug)]
 pub(crate) struct Statements {
     pub(crate) schema: String,
-    /// `LISTEN` target and `pg_notify` channel: `<schema>_released`.
+    /// `LISTEN` target and `pg_notify` channel of freed names: `<schema>_released`.
     pub(crate) channel: String,
+    /// `LISTEN` target and `pg_notify` channel of hand-overs, the payload the new owner's id:
+    /// `<schema>_granted`.
+    pub(crate) granted: String,
     pub(crate) acquire: String,
     pub(crate) release: String,
     pub(crate) abandon: String,
     /// `break_lock(name)`: every holder row it deleted.
     pub(crate) break_lock: String,
+    pub(crate) downgrade: String,
     pub(crate) renew: String,
     pub(crate) inspect: String,
     pub(crate) present: String,
@@ -23,57 +27,79 @@ pub(crate) struct Statements {
     pub(crate) election: crate::election_sql::ElectionStatements,
 }
 
+/// The functions of the schema, as `to_regprocedure` and `GRANT` spell them.
+fn functions(s: &str) -> [String; 6] {
+    [
+        format!("{s}.acquire(text,text,text,bigint,bigint,text,integer)"),
+        format!("{s}.release(text,text)"),
+        format!("{s}.abandon(text,text)"),
+        format!("{s}.downgrade(text,text)"),
+        format!("{s}.hand_over(text)"),
+        format!("{s}.break_lock(text)"),
+    ]
+}
+
 impl Statements {
     pub(crate) fn new(schema: &str) -> Self {
         let s = schema;
         let election = crate::election_sql::ElectionStatements::new(s);
+        let functions = functions(s);
         Self {
             schema: s.to_owned(),
             channel: format!("{s}_released"),
-            acquire: format!("SELECT o_token, o_left_ms FROM {s}.acquire($1, $2, $3, $4, $5)"),
+            granted: format!("{s}_granted"),
+            acquire: format!("SELECT o_token, o_left_ms, o_conflict FROM {s}.acquire($1, $2, $3, $4, $5, $6, $7)"),
             release: format!("SELECT {s}.release($1, $2)"),
             abandon: format!("SELECT {s}.abandon($1, $2)"),
-            break_lock: format!("SELECT o_meta, o_token, o_since_ms, o_left_ms FROM {s}.break_lock($1)"),
+            break_lock: format!(
+                "SELECT o_meta, o_token, o_since_ms, o_left_ms, o_kind, o_permits FROM {s}.break_lock($1)"
+            ),
+            downgrade: format!("SELECT {s}.downgrade($1, $2)"),
             renew: format!(
                 "WITH want AS (SELECT * FROM unnest($1::text[], $2::text[]) AS w(name, owner)), \
                  renewed AS (UPDATE {s}.locks l SET expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond' \
-                   FROM want w WHERE l.name = w.name AND l.owner = w.owner RETURNING l.name), \
+                   FROM want w WHERE l.name = w.name AND l.owner = w.owner RETURNING l.name, l.owner), \
                  renewed_leaders AS (UPDATE {s}.candidates c \
                    SET expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond' \
                    FROM want w WHERE c.name = w.name AND c.owner = w.owner AND c.token IS NOT NULL \
-                     AND c.expires_at > clock_timestamp() RETURNING c.name) \
-                 SELECT w.name, w.owner, EXISTS (SELECT 1 FROM renewed r WHERE r.name = w.name) \
-                   OR EXISTS (SELECT 1 FROM renewed_leaders r WHERE r.name = w.name), \
+                     AND c.expires_at > clock_timestamp() RETURNING c.name, c.owner) \
+                 SELECT w.name, w.owner, EXISTS (SELECT 1 FROM renewed r WHERE r.name = w.name AND r.owner = w.owner) \
+                   OR EXISTS (SELECT 1 FROM renewed_leaders r WHERE r.name = w.name AND r.owner = w.owner), \
                    EXISTS (SELECT 1 FROM {s}.locks l WHERE l.name = w.name) \
                    OR EXISTS (SELECT 1 FROM {s}.candidates c WHERE c.name = w.name AND c.token IS NOT NULL) FROM want w"
             ),
             inspect: format!(
                 "SELECT l.meta, l.token, (extract(epoch FROM l.since) * 1000)::bigint, \
                  greatest(0, ceil(extract(epoch FROM l.expires_at - clock_timestamp()) * 1000))::bigint, \
-                 (SELECT count(*) FROM {s}.waiters w WHERE w.name = $1 AND w.expires_at > clock_timestamp()) \
-                 FROM (SELECT 1) AS one LEFT JOIN {s}.locks l ON l.name = $1 AND l.expires_at > clock_timestamp()"
+                 (SELECT count(*) FROM {s}.waiters w WHERE w.name = $1 AND w.expires_at > clock_timestamp()), \
+                 l.kind, l.permits \
+                 FROM (SELECT 1) AS one LEFT JOIN {s}.locks l ON l.name = $1 AND l.expires_at > clock_timestamp() \
+                 ORDER BY l.token"
             ),
             present: format!(
                 "SELECT to_regclass('{s}.locks') IS NOT NULL AND to_regclass('{s}.tokens') IS NOT NULL \
-                 AND to_regprocedure('{s}.acquire(text,text,text,bigint,bigint)') IS NOT NULL \
-                 AND to_regprocedure('{s}.release(text,text)') IS NOT NULL \
                  AND to_regclass('{s}.voided') IS NOT NULL \
                  AND to_regclass('{s}.waiters') IS NOT NULL AND to_regclass('{s}.positions') IS NOT NULL \
-                 AND to_regprocedure('{s}.abandon(text,text)') IS NOT NULL \
-                 AND to_regprocedure('{s}.break_lock(text)') IS NOT NULL{}",
+                 AND {}{}",
+                functions
+                    .iter()
+                    .map(|f| format!("to_regprocedure('{f}') IS NOT NULL"))
+                    .collect::<Vec<_>>()
+                    .join(" AND "),
                 election.present()
             ),
             privileges: format!(
                 "SELECT has_schema_privilege('{s}', 'USAGE'), \
                  has_table_privilege('{s}.locks', 'SELECT, INSERT, UPDATE, DELETE'), \
                  has_sequence_privilege('{s}.tokens', 'USAGE'), \
-                 has_function_privilege('{s}.acquire(text,text,text,bigint,bigint)', 'EXECUTE'), \
-                 has_function_privilege('{s}.release(text,text)', 'EXECUTE'), \
                  has_table_privilege('{s}.voided', 'SELECT, INSERT, DELETE'), \
-                 has_function_privilege('{s}.abandon(text,text)', 'EXECUTE'), \
                  has_table_privilege('{s}.waiters', 'SELECT, INSERT, UPDATE, DELETE'), \
-                 has_sequence_privilege('{s}.positions', 'USAGE'), \
-                 has_function_privilege('{s}.break_lock(text)', 'EXECUTE'){}",
+                 has_sequence_privilege('{s}.positions', 'USAGE'), {}{}",
+                functions
+                    .iter()
+                    .map(|f| format!("has_function_privilege('{f}', 'EXECUTE')"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
                 election.privileges()
             ),
             election,
@@ -89,31 +115,36 @@ impl Statements {
              GRANT SELECT, INSERT, DELETE ON {s}.voided TO {role}; \
              GRANT SELECT, INSERT, UPDATE, DELETE ON {s}.waiters TO {role}; \
              GRANT USAGE ON SEQUENCE {s}.tokens, {s}.positions TO {role}; \
-             GRANT EXECUTE ON FUNCTION {s}.acquire(text,text,text,bigint,bigint), {s}.release(text,text), \
-             {s}.abandon(text,text), {s}.break_lock(text) TO {role};{}",
+             GRANT EXECUTE ON FUNCTION {} TO {role};{}",
+            functions(s).join(", "),
             self.election.grants(role)
         )
     }
 
     /// The whole schema in one transaction, serialized by an advisory lock so that providers
-    /// racing to create it do not fail; every statement is idempotent.
+    /// racing to create it do not fail; every statement is idempotent, and a schema of the
+    /// first landing (one row per name, no kinds) is brought forward in place.
     pub(crate) fn migration(&self) -> String {
         let s = &self.schema;
         let channel = &self.channel;
         let elections = self.election.migration();
         let kind_conflict = crate::election_sql::KIND_CONFLICT;
+        let granted = &self.granted;
         format!(
             r#"BEGIN;
 SELECT pg_advisory_xact_lock({ADVISORY_CLASS}, 0);
 CREATE SCHEMA IF NOT EXISTS {s};
 CREATE SEQUENCE IF NOT EXISTS {s}.tokens AS bigint MINVALUE 1;
 CREATE TABLE IF NOT EXISTS {s}.locks (
-  name text PRIMARY KEY,
+  name text NOT NULL,
   owner text NOT NULL,
   meta text NOT NULL,
   token bigint NOT NULL,
   since timestamptz NOT NULL,
-  expires_at timestamptz NOT NULL
+  expires_at timestamptz NOT NULL,
+  kind text NOT NULL DEFAULT 'mutex',
+  permits integer NOT NULL DEFAULT 0,
+  PRIMARY KEY (name, owner)
 );
 CREATE SEQUENCE IF NOT EXISTS {s}.positions AS bigint MINVALUE 1;
 CREATE TABLE IF NOT EXISTS {s}.waiters (
@@ -121,22 +152,102 @@ CREATE TABLE IF NOT EXISTS {s}.waiters (
   owner text NOT NULL,
   pos bigint NOT NULL,
   expires_at timestamptz NOT NULL,
+  kind text NOT NULL DEFAULT 'mutex',
+  permits integer NOT NULL DEFAULT 0,
+  meta text NOT NULL DEFAULT '',
+  lease_ms bigint NOT NULL DEFAULT 0,
   PRIMARY KEY (name, owner)
 );
 CREATE TABLE IF NOT EXISTS {s}.voided (
   owner text PRIMARY KEY,
   until timestamptz NOT NULL
 );
-CREATE OR REPLACE FUNCTION {s}.acquire(p_name text, p_owner text, p_meta text, p_lease_ms bigint,
-  p_queue_ms bigint, OUT o_token bigint, OUT o_left_ms bigint) LANGUAGE plpgsql AS $lockkit$
+-- Bring the first landing's tables forward: every row there is a mutex hold, and a name may
+-- now have several rows (readers, permits), keyed by (name, owner).
+ALTER TABLE {s}.locks ADD COLUMN IF NOT EXISTS kind text NOT NULL DEFAULT 'mutex';
+ALTER TABLE {s}.locks ADD COLUMN IF NOT EXISTS permits integer NOT NULL DEFAULT 0;
+ALTER TABLE {s}.waiters ADD COLUMN IF NOT EXISTS kind text NOT NULL DEFAULT 'mutex';
+ALTER TABLE {s}.waiters ADD COLUMN IF NOT EXISTS permits integer NOT NULL DEFAULT 0;
+ALTER TABLE {s}.waiters ADD COLUMN IF NOT EXISTS meta text NOT NULL DEFAULT '';
+ALTER TABLE {s}.waiters ADD COLUMN IF NOT EXISTS lease_ms bigint NOT NULL DEFAULT 0;
+DO $lockkit$
 DECLARE
-  v_owner text;
+  v_key text;
+BEGIN
+  SELECT c.conname INTO v_key FROM pg_constraint c
+    WHERE c.conrelid = '{s}.locks'::regclass AND c.contype = 'p' AND array_length(c.conkey, 1) = 1;
+  IF v_key IS NOT NULL THEN
+    EXECUTE format('ALTER TABLE {s}.locks DROP CONSTRAINT %I, ADD PRIMARY KEY (name, owner)', v_key);
+  END IF;
+END
+$lockkit$;
+DROP FUNCTION IF EXISTS {s}.acquire(text,text,text,bigint,bigint);
+CREATE OR REPLACE FUNCTION {s}.hand_over(p_name text) RETURNS integer LANGUAGE plpgsql AS $lockkit$
+-- Grants the name to the head of its queue, and on along the queue while the holders admit
+-- the next (a run of readers, free permits); each grant a new row with its own token, the
+-- waiter's place removed, and a notification to its owner. The caller holds the name's
+-- advisory lock. A transaction that granted here commits synchronously.
+DECLARE
+  w record;
+  v_excl boolean;
+  v_count integer;
+  v_granted integer := 0;
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM {s}.waiters q WHERE q.name = p_name) THEN
+    RETURN 0;
+  END IF;
+  DELETE FROM {s}.locks l WHERE l.name = p_name AND l.expires_at <= clock_timestamp();
+  DELETE FROM {s}.waiters q WHERE q.name = p_name AND q.expires_at <= clock_timestamp();
+  SELECT coalesce(bool_or(l.kind IN ('mutex', 'write')), false), count(*) INTO v_excl, v_count
+    FROM {s}.locks l WHERE l.name = p_name;
+  FOR w IN SELECT * FROM {s}.waiters q WHERE q.name = p_name ORDER BY q.pos LOOP
+    EXIT WHEN v_excl;
+    IF w.kind IN ('mutex', 'write') THEN
+      EXIT WHEN v_count > 0;
+    ELSIF w.kind = 'permit' THEN
+      EXIT WHEN v_count >= w.permits;
+    END IF;
+    DELETE FROM {s}.waiters q WHERE q.name = p_name AND q.owner = w.owner;
+    INSERT INTO {s}.locks (name, owner, meta, token, since, expires_at, kind, permits)
+      VALUES (p_name, w.owner, w.meta, nextval('{s}.tokens'), clock_timestamp(),
+              clock_timestamp() + w.lease_ms * interval '1 millisecond', w.kind, w.permits);
+    PERFORM pg_notify('{granted}', w.owner);
+    v_granted := v_granted + 1;
+    v_count := v_count + 1;
+    v_excl := w.kind IN ('mutex', 'write');
+  END LOOP;
+  RETURN v_granted;
+END
+$lockkit$;
+CREATE OR REPLACE FUNCTION {s}.acquire(p_name text, p_owner text, p_meta text, p_lease_ms bigint,
+  p_queue_ms bigint, p_kind text, p_permits integer, OUT o_token bigint, OUT o_left_ms bigint,
+  OUT o_conflict text) LANGUAGE plpgsql AS $lockkit$
+DECLARE
   v_token bigint;
   v_expires timestamptz;
-  v_held boolean;
+  v_other_kind text;
+  v_other_permits integer;
+  v_excl boolean;
+  v_count integer;
+  v_left double precision;
   v_pos bigint;
+  v_ahead_excl boolean;
+  v_ahead integer;
   v_ahead_left double precision;
+  v_ok boolean;
 BEGIN
+  -- Ours already: handed over by a release, or granted to a try whose reply was lost. No
+  -- write and no advisory lock (the one owner's row is only removed by its own release or
+  -- abandon, which come after this try's reply, or never reach it): the caller counts its
+  -- deadline from its send time and what is left here. A confirmation does not queue behind
+  -- the grants and refusals of the name.
+  SELECT l.token, l.expires_at INTO v_token, v_expires FROM {s}.locks l
+    WHERE l.name = p_name AND l.owner = p_owner;
+  IF v_expires > clock_timestamp() THEN
+    o_token := v_token;
+    o_left_ms := greatest(0, floor(extract(epoch FROM v_expires - clock_timestamp()) * 1000))::bigint;
+    RETURN;
+  END IF;
   -- Every grant of a name is serialized here, and its token drawn while this is held, so
   -- tokens of one name increase in commit order even when rows come and go.
   PERFORM pg_advisory_xact_lock({ADVISORY_CLASS}, hashtext(p_name));
@@ -149,83 +260,162 @@ BEGIN
     o_left_ms := 0;
     RETURN;
   END IF;
-  SELECT l.owner, l.token, l.expires_at INTO v_owner, v_token, v_expires FROM {s}.locks l WHERE l.name = p_name;
-  v_held := v_expires IS NOT NULL AND v_expires > clock_timestamp();
-  IF v_owner = p_owner THEN
-    -- A retry of a grant whose reply was lost: ours already; renew it.
-    UPDATE {s}.locks l SET expires_at = clock_timestamp() + p_lease_ms * interval '1 millisecond'
-      WHERE l.name = p_name;
+  -- Again under the lock: a hand-over to this owner may have committed since the look above.
+  SELECT l.token, l.expires_at INTO v_token, v_expires FROM {s}.locks l
+    WHERE l.name = p_name AND l.owner = p_owner;
+  IF v_expires > clock_timestamp() THEN
     o_token := v_token;
+    o_left_ms := greatest(0, floor(extract(epoch FROM v_expires - clock_timestamp()) * 1000))::bigint;
+    RETURN;
+  ELSIF v_token IS NOT NULL THEN
+    -- Ours but expired: gone; this try starts afresh.
+    DELETE FROM {s}.locks l WHERE l.name = p_name AND l.owner = p_owner;
+  END IF;
+  -- One name, one kind: a semaphore (of one permit count) or a lock (mutex, read, write).
+  SELECT x.kind, x.permits INTO v_other_kind, v_other_permits FROM (
+      SELECT l.kind, l.permits FROM {s}.locks l WHERE l.name = p_name AND l.expires_at > clock_timestamp()
+      UNION ALL
+      SELECT w.kind, w.permits FROM {s}.waiters w
+        WHERE w.name = p_name AND w.owner <> p_owner AND w.expires_at > clock_timestamp()
+    ) x
+    WHERE (x.kind = 'permit') <> (p_kind = 'permit') OR (p_kind = 'permit' AND x.permits <> p_permits)
+    LIMIT 1;
+  IF FOUND THEN
+    o_conflict := CASE WHEN v_other_kind <> 'permit' THEN 'lock' ELSE v_other_permits::text END;
     RETURN;
   END IF;
+  SELECT coalesce(bool_or(l.kind IN ('mutex', 'write')), false), count(*),
+      min(extract(epoch FROM l.expires_at - clock_timestamp()))
+    INTO v_excl, v_count, v_left
+    FROM {s}.locks l WHERE l.name = p_name AND l.expires_at > clock_timestamp();
   -- Fair order: the live waiters that queued before this one (all of them when it has no place).
   SELECT w.pos INTO v_pos FROM {s}.waiters w WHERE w.name = p_name AND w.owner = p_owner;
-  SELECT min(extract(epoch FROM w.expires_at - clock_timestamp())) INTO v_ahead_left FROM {s}.waiters w
+  SELECT coalesce(bool_or(w.kind IN ('mutex', 'write')), false), count(*),
+      min(extract(epoch FROM w.expires_at - clock_timestamp()))
+    INTO v_ahead_excl, v_ahead, v_ahead_left
+    FROM {s}.waiters w
     WHERE w.name = p_name AND w.owner <> p_owner AND w.expires_at > clock_timestamp()
       AND (v_pos IS NULL OR w.pos < v_pos);
-  IF v_held OR v_ahead_left IS NOT NULL THEN
+  v_ok := CASE
+    WHEN p_kind = 'read' THEN NOT v_excl AND NOT v_ahead_excl
+    WHEN p_kind = 'permit' THEN v_count + v_ahead < p_permits
+    ELSE v_count = 0 AND v_ahead = 0
+  END;
+  IF NOT v_ok THEN
+    -- A refusal grants nothing: its commit (a place in the queue, renewed) need not wait for
+    -- the disk, and the name's advisory lock is not held through a flush. A place lost in a
+    -- crash is taken again by the waiter's next try.
+    PERFORM set_config('synchronous_commit', 'off', true);
     IF p_queue_ms > 0 THEN
-      INSERT INTO {s}.waiters AS w (name, owner, pos, expires_at)
-        VALUES (p_name, p_owner, nextval('{s}.positions'), clock_timestamp() + p_queue_ms * interval '1 millisecond')
+      INSERT INTO {s}.waiters AS w (name, owner, pos, expires_at, kind, permits, meta, lease_ms)
+        VALUES (p_name, p_owner, nextval('{s}.positions'), clock_timestamp() + p_queue_ms * interval '1 millisecond',
+                p_kind, p_permits, p_meta, p_lease_ms)
         ON CONFLICT (name, owner) DO UPDATE SET expires_at = EXCLUDED.expires_at;
     END IF;
-    IF v_held THEN
-      o_left_ms := greatest(1, ceil(extract(epoch FROM v_expires - clock_timestamp()) * 1000))::bigint;
-    ELSE
-      -- Free, but a waiter ahead has its turn: look again when its place would lapse.
-      o_left_ms := greatest(1, ceil(v_ahead_left * 1000))::bigint;
-    END IF;
+    -- Look again when a holder's lease or a place ahead would lapse, whichever comes first.
+    o_left_ms := greatest(1, ceil(coalesce(least(v_left, v_ahead_left), 0.001) * 1000))::bigint;
     RETURN;
   END IF;
-  DELETE FROM {s}.locks l WHERE l.name = p_name;
+  DELETE FROM {s}.locks l WHERE l.name = p_name AND l.expires_at <= clock_timestamp();
   DELETE FROM {s}.waiters w WHERE w.name = p_name AND (w.owner = p_owner OR w.expires_at <= clock_timestamp());
-  INSERT INTO {s}.locks AS l (name, owner, meta, token, since, expires_at)
+  INSERT INTO {s}.locks AS l (name, owner, meta, token, since, expires_at, kind, permits)
     VALUES (p_name, p_owner, p_meta, nextval('{s}.tokens'), clock_timestamp(),
-            clock_timestamp() + p_lease_ms * interval '1 millisecond')
+            clock_timestamp() + p_lease_ms * interval '1 millisecond', p_kind, p_permits)
     RETURNING l.token INTO o_token;
+  o_left_ms := p_lease_ms;
 END
 $lockkit$;
 CREATE OR REPLACE FUNCTION {s}.release(p_name text, p_owner text) RETURNS boolean LANGUAGE plpgsql AS $lockkit$
 BEGIN
+  -- Serialized with the grants of the name: the release may grant (hand over) it.
+  PERFORM pg_advisory_xact_lock({ADVISORY_CLASS}, hashtext(p_name));
   DELETE FROM {s}.locks l WHERE l.name = p_name AND l.owner = p_owner;
-  IF FOUND THEN
-    PERFORM pg_notify('{channel}', p_name);
-    RETURN true;
+  IF NOT FOUND THEN
+    RETURN false;
   END IF;
-  RETURN false;
+  IF {s}.hand_over(p_name) = 0 THEN
+    -- Nothing granted: the commit need not wait for the disk (a release lost in a crash
+    -- leaves a row that expires after its lease). A hand-over is a grant: it waits.
+    PERFORM set_config('synchronous_commit', 'off', true);
+    PERFORM pg_notify('{channel}', p_name);
+  END IF;
+  RETURN true;
 END
 $lockkit$;
 CREATE OR REPLACE FUNCTION {s}.abandon(p_name text, p_owner text) RETURNS boolean LANGUAGE plpgsql AS $lockkit$
+DECLARE
+  v_freed boolean;
+  v_left boolean;
 BEGIN
   -- Serialized with the grants of the name: a try of this owner still on its way is refused
-  -- once this commits, and one that committed before is deleted here.
+  -- once this commits, and one that committed before (or a hand-over to it) is undone here.
   PERFORM pg_advisory_xact_lock({ADVISORY_CLASS}, hashtext(p_name));
   DELETE FROM {s}.voided v WHERE v.until < clock_timestamp();
   INSERT INTO {s}.voided AS v (owner, until) VALUES (p_owner, clock_timestamp() + interval '1 hour')
     ON CONFLICT (owner) DO NOTHING;
   DELETE FROM {s}.waiters w WHERE w.name = p_name AND w.owner = p_owner;
+  v_left := FOUND;
   DELETE FROM {s}.locks l WHERE l.name = p_name AND l.owner = p_owner;
-  IF FOUND THEN
-    PERFORM pg_notify('{channel}', p_name);
-    RETURN true;
+  v_freed := FOUND;
+  -- A place left may let the ones behind it go (readers behind a writer that gave up).
+  IF (v_freed OR v_left) AND {s}.hand_over(p_name) > 0 THEN
+    RETURN v_freed;
   END IF;
-  RETURN false;
+  PERFORM set_config('synchronous_commit', 'off', true);
+  IF v_freed THEN
+    PERFORM pg_notify('{channel}', p_name);
+  END IF;
+  RETURN v_freed;
+END
+$lockkit$;
+CREATE OR REPLACE FUNCTION {s}.downgrade(p_name text, p_owner text) RETURNS boolean LANGUAGE plpgsql AS $lockkit$
+BEGIN
+  -- The write row becomes a read row in place, keeping its token; the readers at the head
+  -- of the queue may then be granted with it (a writer queued keeps its turn).
+  PERFORM pg_advisory_xact_lock({ADVISORY_CLASS}, hashtext(p_name));
+  UPDATE {s}.locks l SET kind = 'read' WHERE l.name = p_name AND l.owner = p_owner AND l.kind = 'write';
+  IF NOT FOUND THEN
+    RETURN false;
+  END IF;
+  PERFORM {s}.hand_over(p_name);
+  RETURN true;
 END
 $lockkit$;
 CREATE OR REPLACE FUNCTION {s}.break_lock(p_name text) RETURNS TABLE (o_owner text, o_meta text,
-  o_token bigint, o_since_ms bigint, o_left_ms bigint) LANGUAGE plpgsql AS $lockkit$
+  o_token bigint, o_since_ms bigint, o_left_ms bigint, o_kind text, o_permits integer) LANGUAGE plpgsql AS $lockkit$
+DECLARE
+  v_leader record;
 BEGIN
   -- Serialized with the grants of the name, like a release. Every holder row of the name
   -- goes (one per owner where a lock has several holders); the holds still live are returned.
-  -- Waiters keep their places and wake to take the lock; a broken holder learns it at its
-  -- next renewal, which finds its row gone.
+  -- The queue is handed the lock as by a release; a broken holder learns it at its next
+  -- renewal, which finds its row gone.
   PERFORM pg_advisory_xact_lock({ADVISORY_CLASS}, hashtext(p_name));
   RETURN QUERY
     WITH gone AS (DELETE FROM {s}.locks l WHERE l.name = p_name RETURNING l.*)
     SELECT g.owner, g.meta, g.token, (extract(epoch FROM g.since) * 1000)::bigint,
-      greatest(0, ceil(extract(epoch FROM g.expires_at - clock_timestamp()) * 1000))::bigint
+      greatest(0, ceil(extract(epoch FROM g.expires_at - clock_timestamp()) * 1000))::bigint, g.kind, g.permits
     FROM gone g WHERE g.expires_at > clock_timestamp() ORDER BY g.token;
-  PERFORM pg_notify('{channel}', p_name);
+  IF {s}.hand_over(p_name) = 0 THEN
+    PERFORM pg_notify('{channel}', p_name);
+  END IF;
+  -- The leader of an election of the name: its term ends as by a resignation (the journal
+  -- records the vacancy, and its notification wakes the next candidate and the observers).
+  DELETE FROM {s}.candidates c WHERE c.name = p_name AND c.token IS NOT NULL
+    RETURNING c.owner, c.meta, c.token, c.since, c.expires_at INTO v_leader;
+  IF v_leader.token IS NOT NULL THEN
+    PERFORM {s}.election_journal(p_name, NULL, NULL, clock_timestamp());
+    IF v_leader.expires_at > clock_timestamp() THEN
+      o_owner := v_leader.owner;
+      o_meta := v_leader.meta;
+      o_token := v_leader.token;
+      o_since_ms := (extract(epoch FROM v_leader.since) * 1000)::bigint;
+      o_left_ms := greatest(0, ceil(extract(epoch FROM v_leader.expires_at - clock_timestamp()) * 1000))::bigint;
+      o_kind := 'candidate';
+      o_permits := NULL;
+      RETURN NEXT;
+    END IF;
+  END IF;
 END
 $lockkit$;
 {elections}

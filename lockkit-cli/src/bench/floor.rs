@@ -4,7 +4,9 @@
 //! the primary of the slot of the raw scripts' key, as a lock's scripts are). ZooKeeper: `exists` of the base path, and create+delete of an ephemeral
 //! node, on a session of zookeeper-client (the `create` is the write a lock needs; the
 //! `exists` the cheapest request). PostgreSQL: `SELECT 1` on a plain tokio-postgres
-//! connection. etcd: a `Get` round trip, and a put plus delete of a key
+//! connection, and beside it a one-row commit (an upsert of one row of a table
+//! `lockkit_bench_floor`, created in the role's first schema when it may), once waiting for
+//! the WAL flush and once with `synchronous_commit` off, so that the flush's cost shows. etcd: a `Get` round trip, and a put plus delete of a key
 //! bound to a lease, on a client of etcd-client; etcd's own `Lock`/`Unlock` service cycle is
 //! measured beside it. The memory and file backends make no network round trip,
 //! so they have no floor.
@@ -34,8 +36,9 @@ pub(crate) enum Floor {
     Redis(RawRedis, String),
     /// A ZooKeeper session of its own, and the znodes it plays with.
     Zk(Box<ZkFloor>),
-    /// A plain tokio-postgres connection with the provider's settings.
-    Postgres(lockkit::postgres::tokio_postgres::Client),
+    /// A plain tokio-postgres connection with the provider's settings, and whether the
+    /// one-row commit's table could be made.
+    Postgres(lockkit::postgres::tokio_postgres::Client, bool),
     /// An etcd client, its provider's lease, and the key it plays with.
     Etcd(Box<EtcdFloor>),
 }
@@ -81,6 +84,9 @@ pub(crate) struct Sample {
     /// children list pipelined, then the delete). Redis: the acquire and release scripts
     /// sent raw on the plain connection.
     pub(crate) recipe: Option<Duration>,
+    /// PostgreSQL: a one-row commit that waits for the WAL flush, and the same commit with
+    /// `synchronous_commit` off.
+    pub(crate) commit: Option<(Duration, Duration)>,
 }
 
 /// The floor's Redis connection: to one server, or to a cluster.
@@ -206,7 +212,14 @@ impl Floor {
                 let provider = lockkit::postgres::PostgresLockProviderBuilder::from_url(&url.store)
                     .and_then(lockkit::postgres::PostgresLockProviderBuilder::build)
                     .map_err(open)?;
-                Ok(Some(Floor::Postgres(provider.open_client().await.map_err(open)?)))
+                let client = provider.open_client().await.map_err(open)?;
+                let table = client
+                    .simple_query(
+                        "CREATE TABLE IF NOT EXISTS lockkit_bench_floor (id text PRIMARY KEY, n bigint NOT NULL)",
+                    )
+                    .await
+                    .is_ok();
+                Ok(Some(Floor::Postgres(client, table)))
             }
             "etcd" => {
                 let open = |e: lockkit::Error| {
@@ -239,7 +252,7 @@ impl Floor {
                 "Redis PING to the primary of the raw key's slot, on the redis crate's cluster connection"
             }
             Floor::Zk(_) => "ZooKeeper create+delete of an ephemeral node (zookeeper-client, one session)",
-            Floor::Postgres(_) => "PostgreSQL SELECT 1 on a plain tokio-postgres connection",
+            Floor::Postgres(..) => "PostgreSQL SELECT 1 on a plain tokio-postgres connection",
             Floor::Etcd(_) => "etcd put+delete of a key bound to a lease (etcd-client, one client)",
         }
     }
@@ -283,15 +296,31 @@ impl Floor {
                     .invoke_async(connection)
                     .await
                     .map_err(failed)?;
-                Ok(Sample { main, exists: None, notify: None, recipe: Some(start.elapsed()) })
+                Ok(Sample { main, exists: None, notify: None, recipe: Some(start.elapsed()), commit: None })
             }
-            Floor::Postgres(client) => {
+            Floor::Postgres(client, table) => {
+                let failed = |what: &str, e: lockkit::postgres::tokio_postgres::Error| {
+                    Failure::new(UNAVAILABLE, format!("floor: {what} on {} failed: {e}", url.shown))
+                };
                 let start = Instant::now();
-                client
-                    .simple_query("SELECT 1")
-                    .await
-                    .map_err(|e| Failure::new(UNAVAILABLE, format!("floor: SELECT 1 on {} failed: {e}", url.shown)))?;
-                Ok(Sample { main: start.elapsed(), exists: None, notify: None, recipe: None })
+                client.simple_query("SELECT 1").await.map_err(|e| failed("SELECT 1", e))?;
+                let main = start.elapsed();
+                let mut commit = None;
+                if *table {
+                    // The id is the run's: no value to escape, and runs do not meet.
+                    let upsert = format!(
+                        "INSERT INTO lockkit_bench_floor AS f VALUES ('{}', 1) ON CONFLICT (id) DO UPDATE SET n = f.n + 1",
+                        super::run_id()
+                    );
+                    let start = Instant::now();
+                    client.simple_query(&upsert).await.map_err(|e| failed("a one-row commit", e))?;
+                    let flushed = start.elapsed();
+                    let unflushed = format!("BEGIN; SET LOCAL synchronous_commit = off; {upsert}; COMMIT");
+                    let start = Instant::now();
+                    client.simple_query(&unflushed).await.map_err(|e| failed("a one-row commit", e))?;
+                    commit = Some((flushed, start.elapsed()));
+                }
+                Ok(Sample { main, commit, ..Sample::default() })
             }
             Floor::Zk(floor) => {
                 let start = Instant::now();
@@ -328,7 +357,7 @@ impl Floor {
                 watch.changed().await;
                 let notify = start.elapsed();
                 delete.await.map_err(|e| zk_failure(url, &e))?;
-                Ok(Sample { main, exists: Some(exists), notify: Some(notify), recipe: Some(recipe) })
+                Ok(Sample { main, exists: Some(exists), notify: Some(notify), recipe: Some(recipe), commit: None })
             }
             Floor::Etcd(floor) => {
                 use lockkit::etcd::etcd_client::{LockOptions, PutOptions};
@@ -349,7 +378,7 @@ impl Floor {
                 let locked = floor.client.lock(floor.lock_name.as_str(), Some(options)).await.map_err(failed)?;
                 floor.client.unlock(locked.key().to_vec()).await.map_err(failed)?;
                 let recipe = start.elapsed();
-                Ok(Sample { main, exists: Some(exists), notify: None, recipe: Some(recipe) })
+                Ok(Sample { main, exists: Some(exists), notify: None, recipe: Some(recipe), commit: None })
             }
         }
     }

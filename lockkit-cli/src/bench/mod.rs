@@ -208,6 +208,7 @@ impl Bench {
         }
         let (mut cycles, mut floor_main, mut floor_exists, mut floor_recipe, mut floor_notify) =
             (Latency::new(), Latency::new(), Latency::new(), Latency::new(), Latency::new());
+        let (mut floor_commit, mut floor_commit_async) = (Latency::new(), Latency::new());
         let started = Instant::now();
         let mut cycle_time = Duration::ZERO;
         while started.elapsed() < self.args.duration || cycles.len() < 100 {
@@ -223,6 +224,10 @@ impl Bench {
                     }
                     if let Some(notify) = sample.notify {
                         floor_notify.record(notify);
+                    }
+                    if let Some((flushed, unflushed)) = sample.commit {
+                        floor_commit.record(flushed);
+                        floor_commit_async.record(unflushed);
                     }
                 }
             }
@@ -290,6 +295,26 @@ impl Bench {
                 let (p50, p99) = (floor_main.micros(0.5), floor_main.micros(0.99));
                 self.report.add_ratio(section, "select1_p50", "SELECT 1 p50", p50, Unit::Micros, Some(1.0));
                 self.report.add(section, "select1_p99", "SELECT 1 p99", p99, Unit::Micros);
+                if floor_commit.len() > 0 {
+                    let (c50, a50) = (floor_commit.micros(0.5), floor_commit_async.micros(0.5));
+                    let (rc, ra) = (self.ratio(c50), self.ratio(a50));
+                    self.report.add_ratio(
+                        section,
+                        "commit_p50",
+                        "one-row commit p50 (WAL flush)",
+                        c50,
+                        Unit::Micros,
+                        rc,
+                    );
+                    self.report.add_ratio(
+                        section,
+                        "commit_async_p50",
+                        "one-row commit p50, synchronous_commit off",
+                        a50,
+                        Unit::Micros,
+                        ra,
+                    );
+                }
             }
             "etcd" => {
                 self.floor_p50 = Some(floor_main.micros(0.5));

@@ -1,0 +1,308 @@
+//! The hand-over inside the release and the schema's move forward, against a real PostgreSQL
+//! server: a release grants the head of the queue in its own transaction, a waiter that gave
+//! up when the hand-over came frees it for the next, and a database holding the first
+//! landing's tables is brought forward by `migrate` without losing a hold.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::{OPERATION, PostgresHarness, test_builder, url_of, within};
+
+fn unique(prefix: &str) -> String {
+    format!("handover/{prefix}/{}", uuid::Uuid::new_v4().simple())
+}
+
+/// Waits until `check` holds, for at most `OPERATION`.
+async fn until<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + OPERATION;
+    while !check().await {
+        assert!(Instant::now() < deadline, "{what} within {OPERATION:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_release_hands_the_lock_to_the_head_of_the_queue_in_its_own_transaction() {
+    let harness = PostgresHarness::shared().await;
+    let (a, _fa) = harness.client_with(test_builder()).await.unwrap();
+    let (b, _fb) = harness.client_with(test_builder()).await.unwrap();
+    let (c, _fc) = harness.client_with(test_builder()).await.unwrap();
+    let name = unique("head");
+    let stored = lockkit_postgres::stored_name(&name);
+    let held = a.lock(&name).unwrap().acquire().await.unwrap();
+    let b_lock = b.lock(&name).unwrap();
+    let b_waiter = tokio::spawn(async move { b_lock.acquire().await });
+    until("b queued", || async { a.inspect(&name).await.unwrap().waiters == Some(1) }).await;
+    let c_lock = c.lock(&name).unwrap();
+    let c_waiter = tokio::spawn(async move { c_lock.acquire().await });
+    until("c queued", || async { a.inspect(&name).await.unwrap().waiters == Some(2) }).await;
+    let admin = harness.admin().await;
+    let head: String = admin
+        .query_one("SELECT owner FROM lockkit.waiters WHERE name = $1 ORDER BY pos LIMIT 1", &[&stored])
+        .await
+        .unwrap()
+        .get(0);
+    let before = held.token();
+    held.release().await.unwrap();
+    // The release's own transaction made the head the holder: no try of the head was needed.
+    let row = admin.query_one("SELECT owner, token FROM lockkit.locks WHERE name = $1", &[&stored]).await.unwrap();
+    assert_eq!(row.get::<_, String>(0), head, "the head of the queue holds right after the release");
+    assert!(u64::try_from(row.get::<_, i64>(1)).unwrap() > before.get());
+    let guard = within(OPERATION, "the head's grant", b_waiter).await.unwrap().unwrap();
+    assert_eq!(guard.token().get(), u64::try_from(row.get::<_, i64>(1)).unwrap(), "the head confirms its grant");
+    assert_eq!(a.inspect(&name).await.unwrap().waiters, Some(1), "the other waiter keeps its place");
+    assert!(!c_waiter.is_finished());
+    guard.release().await.unwrap();
+    let guard = within(OPERATION, "the next grant", c_waiter).await.unwrap().unwrap();
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_hand_over_to_a_waiter_that_gave_up_is_freed_for_the_next() {
+    let harness = PostgresHarness::shared().await;
+    let (a, _fa) = harness.client_with(test_builder()).await.unwrap();
+    let (c, _fc) = harness.client_with(test_builder()).await.unwrap();
+    let name = unique("gave-up");
+    let stored = lockkit_postgres::stored_name(&name);
+    let held = a.lock(&name).unwrap().acquire().await.unwrap();
+    // A waiter at the head whose owner never confirms (it gave up as the release ran), with a
+    // lease far beyond the test: only its abandon can free the hand-over.
+    let admin = harness.admin().await;
+    admin
+        .execute(
+            "INSERT INTO lockkit.waiters (name, owner, pos, expires_at, kind, permits, meta, lease_ms) \
+             VALUES ($1, 'gave-up', nextval('lockkit.positions'), clock_timestamp() + interval '1 minute', 'mutex', 0, \
+             'gave-up', 600000)",
+            &[&stored],
+        )
+        .await
+        .unwrap();
+    let c_lock = c.lock(&name).unwrap();
+    let c_waiter = tokio::spawn(async move { c_lock.acquire().await });
+    until("c queued", || async { a.inspect(&name).await.unwrap().waiters == Some(2) }).await;
+    held.release().await.unwrap();
+    let owner: String =
+        admin.query_one("SELECT owner FROM lockkit.locks WHERE name = $1", &[&stored]).await.unwrap().get(0);
+    assert_eq!(owner, "gave-up", "handed over to the head");
+    // The head's acquisition ends without a grant: its abandon frees the hand-over and hands
+    // the lock on.
+    let freed: bool = admin.query_one("SELECT lockkit.abandon($1, 'gave-up')", &[&stored]).await.unwrap().get(0);
+    assert!(freed, "abandon finds the row the hand-over made");
+    let guard = within(OPERATION, "the next waiter's grant", c_waiter).await.unwrap().unwrap();
+    guard.release().await.unwrap();
+    // And a late confirmation of the abandoned owner is refused.
+    let late = admin
+        .query_one("SELECT o_token FROM lockkit.acquire($1, 'gave-up', 'gave-up', 60000, 0, 'mutex', 0)", &[&stored])
+        .await
+        .unwrap();
+    assert_eq!(late.get::<_, Option<i64>>(0), None);
+}
+
+#[tokio::test]
+async fn a_waiter_cancelled_after_the_hand_over_leaves_no_trace() {
+    let harness = PostgresHarness::shared().await;
+    let (a, _fa) = harness.client_with(test_builder()).await.unwrap();
+    let (b, b_faults) = harness.client_with(test_builder()).await.unwrap();
+    let name = unique("cancelled");
+    let stored = lockkit_postgres::stored_name(&name);
+    let held = a.lock(&name).unwrap().acquire().await.unwrap();
+    let b_lock = b.lock(&name).unwrap();
+    let b_waiter = tokio::spawn(async move { b_lock.acquire().await });
+    until("b queued", || async { a.inspect(&name).await.unwrap().waiters == Some(1) }).await;
+    // The waiter's provider cannot confirm: the hand-over is made, then the wait is dropped.
+    b_faults.0.blackhole();
+    held.release().await.unwrap();
+    let admin = harness.admin().await;
+    let rows = admin.query("SELECT 1 FROM lockkit.locks WHERE name = $1", &[&stored]).await.unwrap();
+    assert_eq!(rows.len(), 1, "handed over to the waiter");
+    b_waiter.abort();
+    let _ = b_waiter.await;
+    b_faults.0.heal();
+    // The dropped acquisition's abandon frees it once it gets through.
+    until("the hand-over freed", || async {
+        admin.query("SELECT 1 FROM lockkit.locks WHERE name = $1", &[&stored]).await.unwrap().is_empty()
+    })
+    .await;
+    let guard = a.lock(&name).unwrap().try_acquire().await.unwrap();
+    assert!(guard.is_some(), "free again");
+    guard.unwrap().release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_schema_of_the_first_landing_is_brought_forward_keeping_its_holds() {
+    let harness = PostgresHarness::shared().await;
+    let schema = format!("old_{}", uuid::Uuid::new_v4().simple());
+    let admin = harness.admin().await;
+    // The tables as the first landing made them (one row per name, no kinds), with a hold.
+    admin
+        .batch_execute(&format!(
+            "CREATE SCHEMA {schema};
+             CREATE SEQUENCE {schema}.tokens AS bigint MINVALUE 1;
+             CREATE TABLE {schema}.locks (name text PRIMARY KEY, owner text NOT NULL, meta text NOT NULL,
+               token bigint NOT NULL, since timestamptz NOT NULL, expires_at timestamptz NOT NULL);
+             CREATE SEQUENCE {schema}.positions AS bigint MINVALUE 1;
+             CREATE TABLE {schema}.waiters (name text NOT NULL, owner text NOT NULL, pos bigint NOT NULL,
+               expires_at timestamptz NOT NULL, PRIMARY KEY (name, owner));
+             CREATE TABLE {schema}.voided (owner text PRIMARY KEY, until timestamptz NOT NULL);
+             CREATE FUNCTION {schema}.acquire(p_name text, p_owner text, p_meta text, p_lease_ms bigint,
+               p_queue_ms bigint, OUT o_token bigint, OUT o_left_ms bigint) LANGUAGE sql AS 'SELECT 1::bigint, 0::bigint';
+             INSERT INTO {schema}.locks VALUES ('held', 'old-owner', 'old-owner', nextval('{schema}.tokens'),
+               clock_timestamp(), clock_timestamp() + interval '1 minute');"
+        ))
+        .await
+        .unwrap();
+    let provider = test_builder().url(url_of(harness.upstream())).schema(schema.clone()).build().unwrap();
+    provider.migrate().await.unwrap();
+    assert!(provider.lock("held").unwrap().try_acquire().await.unwrap().is_none(), "the old hold still holds");
+    let info = provider.inspect("held").await.unwrap();
+    assert_eq!(info.holders.len(), 1);
+    let guard = provider.lock("other").unwrap().acquire().await.unwrap();
+    assert!(guard.token().get() > 1);
+    guard.release().await.unwrap();
+    let old = admin
+        .query_one(
+            "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
+             WHERE n.nspname = $1 AND p.proname = 'acquire'",
+            &[&schema],
+        )
+        .await
+        .unwrap();
+    assert_eq!(old.get::<_, i64>(0), 1, "the old acquire function is gone, the new one there");
+    admin.batch_execute(&format!("DROP SCHEMA {schema} CASCADE")).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_release_hands_a_run_of_readers_the_lock_and_stops_at_a_writer() {
+    let harness = PostgresHarness::shared().await;
+    let (a, _fa) = harness.client_with(test_builder()).await.unwrap();
+    let name = unique("readers");
+    let stored = lockkit_postgres::stored_name(&name);
+    let rw = a.rw_lock(&name).unwrap();
+    let written = rw.write().await.unwrap();
+    let mut waiters = Vec::new();
+    // Queue: reader, reader, writer, reader.
+    for (n, reader) in [true, true, false, true].into_iter().enumerate() {
+        let rw = a.rw_lock(&name).unwrap();
+        waiters.push(tokio::spawn(async move { if reader { rw.read().await } else { rw.write().await } }));
+        until("queued", || async { a.inspect(&name).await.unwrap().waiters == Some(n + 1) }).await;
+    }
+    written.release().await.unwrap();
+    // The release's transaction granted the two readers at the head, and stopped at the writer.
+    let admin = harness.admin().await;
+    let kinds: Vec<String> = admin
+        .query("SELECT kind FROM lockkit.locks WHERE name = $1 ORDER BY token", &[&stored])
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    assert_eq!(kinds, ["read", "read"]);
+    let mut waiters = waiters.into_iter();
+    let first = within(OPERATION, "the first reader", waiters.next().unwrap()).await.unwrap().unwrap();
+    let second = within(OPERATION, "the second reader", waiters.next().unwrap()).await.unwrap().unwrap();
+    assert!(second.token() > first.token(), "every grant its own token");
+    let info = a.inspect(&name).await.unwrap();
+    assert_eq!(info.holders.len(), 2);
+    assert!(info.holders.iter().all(|h| h.kind == lockkit_core::HoldKind::Read));
+    assert_eq!(info.waiters, Some(2), "the writer and the reader behind it wait");
+    let writer = waiters.next().unwrap();
+    let last_reader = waiters.next().unwrap();
+    first.release().await.unwrap();
+    second.release().await.unwrap();
+    let write = within(OPERATION, "the writer", writer).await.unwrap().unwrap();
+    assert!(!last_reader.is_finished(), "the reader behind the writer waits for it");
+    write.release().await.unwrap();
+    within(OPERATION, "the last reader", last_reader).await.unwrap().unwrap().release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_permit_freed_is_handed_to_the_next_waiter_and_kinds_do_not_mix() {
+    let harness = PostgresHarness::shared().await;
+    let (a, _fa) = harness.client_with(test_builder()).await.unwrap();
+    let name = unique("permits");
+    let two = a.semaphore(&name, 2).unwrap();
+    let first = two.acquire().await.unwrap();
+    let second = two.acquire().await.unwrap();
+    let waiter = {
+        let two = a.semaphore(&name, 2).unwrap();
+        tokio::spawn(async move { two.acquire().await })
+    };
+    until("queued", || async { a.inspect(&name).await.unwrap().waiters == Some(1) }).await;
+    for other in [a.lock(&name).unwrap().try_acquire().await, a.semaphore(&name, 3).unwrap().try_acquire().await] {
+        assert!(matches!(other, Err(lockkit_core::Error::Conflict { .. })), "{other:?}");
+    }
+    first.release().await.unwrap();
+    let third = within(OPERATION, "the handed-over permit", waiter).await.unwrap().unwrap();
+    assert!(third.token() > second.token());
+    assert_eq!(a.inspect(&name).await.unwrap().holders.len(), 2);
+    second.release().await.unwrap();
+    third.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_confirmation_racing_the_hand_over_finds_it_and_keeps_it() {
+    let harness = PostgresHarness::shared().await;
+    let (a, _fa) = harness.client_with(test_builder()).await.unwrap();
+    let name = unique("race");
+    let stored = lockkit_postgres::stored_name(&name);
+    let held = a.lock(&name).unwrap().acquire().await.unwrap();
+    let owner = "racing-waiter";
+    let releaser = harness.admin().await;
+    releaser
+        .execute(
+            "INSERT INTO lockkit.waiters (name, owner, pos, expires_at, kind, permits, meta, lease_ms) \
+             VALUES ($1, $2, nextval('lockkit.positions'), clock_timestamp() + interval '1 minute', 'mutex', 0, $2, 60000)",
+            &[&stored, &owner],
+        )
+        .await
+        .unwrap();
+    // Free the holder's row behind its back, then release inside an open transaction: the
+    // hand-over is made but not committed, and the name's advisory lock stays held.
+    releaser.execute("UPDATE lockkit.locks SET owner = 'to-release' WHERE name = $1", &[&stored]).await.unwrap();
+    releaser.batch_execute("BEGIN").await.unwrap();
+    let released: bool =
+        releaser.query_one("SELECT lockkit.release($1, 'to-release')", &[&stored]).await.unwrap().get(0);
+    assert!(released);
+    let handed: i64 =
+        releaser.query_one("SELECT token FROM lockkit.locks WHERE name = $1", &[&stored]).await.unwrap().get(0);
+    // The waiter's confirmation looks (sees no row of its own yet) and then waits for the lock.
+    let confirmer = harness.admin().await;
+    let pid: i32 = confirmer.query_one("SELECT pg_backend_pid()", &[]).await.unwrap().get(0);
+    let confirm = {
+        let stored = stored.clone();
+        tokio::spawn(async move {
+            confirmer
+                .query_one(
+                    "SELECT o_token FROM lockkit.acquire($1, $2, $2, 60000, 9000, 'mutex', 0)",
+                    &[&stored, &owner],
+                )
+                .await
+                .unwrap()
+                .get::<_, Option<i64>>(0)
+        })
+    };
+    let watcher = harness.admin().await;
+    until("the confirmation waits for the advisory lock", || async {
+        watcher
+            .query_one("SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1", &[&pid])
+            .await
+            .unwrap()
+            .get(0)
+    })
+    .await;
+    releaser.batch_execute("COMMIT").await.unwrap();
+    let token = within(OPERATION, "the confirmation", confirm).await.unwrap();
+    let row = watcher.query_one("SELECT owner, token FROM lockkit.locks WHERE name = $1", &[&stored]).await.unwrap();
+    assert_eq!(row.get::<_, String>(0), owner, "the hand-over stands");
+    assert_eq!(row.get::<_, i64>(1), handed, "the handed-over row stays");
+    assert_eq!(token, Some(handed), "the confirmation returns the handed-over token");
+    assert!(matches!(held.release().await, Err(lockkit_core::Error::LockLost { .. })));
+    watcher.execute("DELETE FROM lockkit.locks WHERE name = $1", &[&stored]).await.unwrap();
+}
