@@ -164,8 +164,12 @@ impl EtcdBackend {
                 Compare::create_revision(key.clone(), CompareOp::Equal, 0)
             }
         };
-        let txn =
-            Txn::new().when([condition]).and_then([put, get_own.clone(), queue.clone()]).or_else([get_own, queue]);
+        // A try of an attempt that was given up is refused: the void key (see Pending::give_up).
+        let not_void = Compare::version(pending.void_key.clone(), CompareOp::Equal, 0);
+        let txn = Txn::new()
+            .when([condition, not_void])
+            .and_then([put, get_own.clone(), queue.clone()])
+            .or_else([get_own, queue]);
         pending.sent = true;
         let reply = match tokio::time::timeout(self.config.connect_timeout, client.txn(txn)).await {
             Ok(Ok(reply)) => reply,
@@ -175,8 +179,14 @@ impl EtcdBackend {
                 pending.sent = false;
                 return Ok(Try::Vanished);
             }
-            Ok(Err(error)) => return Err(self.error(error, lock)),
-            Err(_) => return Err(unreachable(&self.config, Some(lock))),
+            Ok(Err(error)) => {
+                pending.doubt = true;
+                return Err(self.error(error, lock));
+            }
+            Err(_) => {
+                pending.doubt = true;
+                return Err(unreachable(&self.config, Some(lock)));
+            }
         };
         request.note_reached();
         let mut gets = reply.op_responses().into_iter().filter_map(|op| match op {
@@ -213,20 +223,20 @@ impl EtcdBackend {
                 Verdict::Holds => return Ok(Try::Granted(self.grant(request, &session, pending, rev, kind))),
                 Verdict::Conflict(what) => {
                     tracing::debug!(backend = BACKEND, %lock, %what, "the name is in use otherwise");
-                    pending.delete_now(&self.config).await;
+                    pending.give_up(&self.config).await;
                     return Err(Error::conflict(BACKEND, Some(lock), what));
                 }
                 Verdict::Waits(wait) => wait,
             };
             if request.deadline == Deadline::Now {
-                pending.delete_now(&self.config).await;
+                pending.give_up(&self.config).await;
                 return Ok(Try::Refused);
             }
             match watching.take() {
                 Some(watch) if watch.serves(&wait) => {
                     match self.wait(watch, lock, wait, &session, request.deadline).await? {
                         Waited::DeadlinePassed => {
-                            pending.delete_now(&self.config).await;
+                            pending.give_up(&self.config).await;
                             return Ok(Try::Refused);
                         }
                         // A prefix watch serves the next wait too; a key's watch has done its job.
@@ -455,6 +465,12 @@ struct Pending {
     armed: bool,
     /// The owner line of the acquisition, which the key's value starts with.
     owner: String,
+    /// The key that, once written, refuses every later try of this attempt
+    /// ([`give_up`](Self::give_up)); outside every lock's prefix (`<prefix>/%void/<attempt>`:
+    /// no escaped lock name is `%void`).
+    void_key: String,
+    /// Whether a try's reply was lost: its put may still be on its way to the store.
+    doubt: bool,
 }
 
 impl Pending {
@@ -473,6 +489,53 @@ impl Pending {
         self.sent = false;
         self.revision = None;
     }
+
+    /// What gives the attempt up in the store: the delete of its key and, when a try's reply
+    /// was lost, the void key in the same transaction, so that a put still on its way (held
+    /// by the network, then delivered) is refused when it lands instead of leaving a key bound
+    /// to the provider's lease. The void key is bound to the lease too, and deleted after
+    /// [`VOID_KEEP`].
+    fn give_up_txn(&self, lease: i64) -> Txn {
+        let delete = TxnOp::delete(self.key.clone(), None);
+        if self.doubt {
+            let void = TxnOp::put(self.void_key.clone(), "", Some(PutOptions::new().with_lease(lease)));
+            Txn::new().and_then([void, delete])
+        } else {
+            Txn::new().and_then([delete])
+        }
+    }
+
+    /// Gives the attempt up for good (refused, deadline passed, conflict): deletes its key now,
+    /// and voids the attempt when a try's reply was lost. When the store does not confirm it,
+    /// the acquisition stays armed, and dropping it goes on in the background.
+    async fn give_up(&mut self, config: &EtcdConfig) {
+        let Some(session) = self.session.clone() else {
+            self.sent = false;
+            return;
+        };
+        let mut client = session.client.clone();
+        let txn = self.give_up_txn(session.lease);
+        if let Ok(Ok(_)) = tokio::time::timeout(config.connect_timeout, client.txn(txn)).await {
+            if self.doubt {
+                tokio::spawn(forget_void(session, client, self.void_key.clone()));
+            }
+            self.sent = false;
+            self.revision = None;
+        }
+    }
+}
+
+/// How long the void key of a given-up attempt stays: far longer than a request can wait in a
+/// connection that is cut off and then heals.
+const VOID_KEEP: Duration = Duration::from_secs(300);
+
+/// Deletes the void key of a given-up attempt after [`VOID_KEEP`] (while the provider's lease
+/// lives; the lease ends it otherwise).
+async fn forget_void(session: Arc<Session>, mut client: Client, void_key: String) {
+    tokio::time::sleep(VOID_KEEP).await;
+    if session.is_alive() {
+        let _ = client.delete(void_key, None).await;
+    }
 }
 
 impl Drop for Pending {
@@ -481,15 +544,18 @@ impl Drop for Pending {
             && self.sent
             && let Some(session) = self.session.take()
         {
-            let key = std::mem::take(&mut self.key);
+            let give_up = self.give_up_txn(session.lease);
+            let (doubt, void_key) = (self.doubt, std::mem::take(&mut self.void_key));
             let backend = self.backend.clone();
             let home = session.runtime_alive().then(|| session.runtime.clone());
             spawn_detached(
                 async move {
                     let Ok(client) = live_client(&backend, &session).await else { return };
                     // The key is bound to the provider's lease: delete it while that lives.
-                    let delete = Txn::new().and_then([TxnOp::delete(key, None)]);
-                    delete_while_alive(session, client, delete, Duration::from_secs(10)).await;
+                    delete_while_alive(Arc::clone(&session), client.clone(), give_up, Duration::from_secs(10)).await;
+                    if doubt {
+                        forget_void(session, client, void_key).await;
+                    }
                 },
                 home,
             );
@@ -539,6 +605,8 @@ impl LockBackend for EtcdBackend {
             revision: None,
             armed: true,
             owner: OwnerMeta::current(request.attempt).encode(),
+            void_key: format!("{}/%void/{}", self.config.prefix, request.attempt),
+            doubt: false,
         };
         let mut backoff = FIRST_BACKOFF;
         loop {

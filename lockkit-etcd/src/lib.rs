@@ -46,8 +46,13 @@
 //!   once, and the waiters behind, whose keys were created later, are woken as by a release.
 //! - **Release and cancellation.** A release deletes the own key conditioned on its create
 //!   revision, never by name alone. An acquisition dropped at any await point deletes its
-//!   key in the background. `try_acquire` puts its key only when no key is under the lock's
-//!   prefix, in the same transaction, so a refusal leaves nothing behind.
+//!   key in the background, and goes on trying while the provider's lease lives (the lease
+//!   would otherwise keep a key it failed to delete). `try_acquire` puts its key only when no
+//!   key is under the lock's prefix, in the same transaction, so a refusal leaves nothing
+//!   behind. An acquisition that gives up after a try's reply was lost also writes its void
+//!   key (`<prefix>/%void/<attempt>`, bound to the lease, deleted after five minutes) with
+//!   that delete, and every put of the attempt is conditioned on the void key's absence: a
+//!   put held by a partition and delivered later is refused instead of leaving a key behind.
 //!
 //! # Elections
 //!

@@ -186,3 +186,42 @@ async fn a_retry_after_a_lost_reply_finds_its_own_key() {
     guard.release().await.unwrap();
     assert_eq!(h.keys_of(&name).await, 0);
 }
+
+/// A put held by a partition and delivered after its acquisition gave up is refused: the give
+/// up writes the attempt's void key with the delete of its key, so no key is left bound to the
+/// provider's lease (which the provider keeps alive) whichever order the member applies the
+/// late put and the give-up in.
+#[tokio::test]
+async fn a_put_delivered_after_its_acquisition_gave_up_leaves_no_key() {
+    let h = EtcdHarness::shared().await;
+    let name = fresh_name("late-put");
+    let (holder, _holder_proxy) = h.client_with(test_builder().ttl(Duration::from_secs(6))).await.unwrap();
+    let held = holder.lock(&name).unwrap().acquire().await.unwrap();
+    let (a, a_proxy) = h.client_with(test_builder().ttl(Duration::from_secs(6))).await.unwrap();
+    a.lease_id().await.unwrap();
+
+    a_proxy.0.blackhole();
+    let gave_up = a.lock(&name).unwrap().acquire_timeout(Duration::from_millis(1500)).await;
+    assert!(gave_up.is_err(), "no grant through the partition: {gave_up:?}");
+    // Free the lock: a late put that landed now would hold it, bound to a's live lease.
+    held.release().await.unwrap();
+    a_proxy.0.heal();
+
+    let lock_prefix = test_builder().endpoints("unused:1").build().unwrap().lock_prefix(&name).unwrap();
+    let base = lock_prefix.trim_end_matches('/').rsplit_once('/').map(|(base, _)| base.to_owned()).unwrap();
+    let voided = async {
+        let admin = h.admin().await;
+        loop {
+            let options = etcd_client::GetOptions::new().with_prefix().with_count_only();
+            let reply = admin.clone().get(format!("{base}/%void/"), Some(options)).await.unwrap();
+            if reply.count() > 0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    within(Duration::from_secs(15), "the attempt voided once the partition healed", voided).await;
+    assert_eq!(h.keys_of(&name).await, 0, "no key of the given-up attempt is left");
+    let again = a.lock(&name).unwrap().acquire_timeout(Duration::from_secs(5)).await.unwrap();
+    again.release().await.unwrap();
+}
