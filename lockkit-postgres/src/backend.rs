@@ -390,29 +390,7 @@ impl LockBackend for PostgresBackend {
                     continue;
                 }
             }
-            let mut pause = wait.min(SAFETY_POLL);
-            if slot.is_none() || !inner.wakeups.is_up().await {
-                pause = pause.min(RETRY);
-            }
-            let until = Instant::now() + pause;
-            let until = match request.deadline {
-                Deadline::At(deadline) if deadline <= until => {
-                    if deadline <= Instant::now() {
-                        return Ok(None);
-                    }
-                    deadline
-                }
-                _ => until,
-            };
-            match notified.as_mut().as_pin_mut() {
-                Some(notified) => {
-                    let _ = tokio::time::timeout_at(until.into(), notified).await;
-                }
-                None => tokio::time::sleep_until(until.into()).await,
-            }
-            if let Deadline::At(deadline) = request.deadline
-                && Instant::now() >= deadline
-            {
+            if !wait_turn(inner, &request, wait, slot.is_some(), notified.as_mut().as_pin_mut()).await {
                 return Ok(None);
             }
         }
@@ -495,6 +473,40 @@ impl LockBackend for PostgresBackend {
         }
         Ok(broken)
     }
+}
+
+/// Waits for a waiter's turn to look again: its wake-up (`notified`, when it is registered
+/// and the `LISTEN` connection is up) or a pause of at most `wait` (a safety poll of at most
+/// [`SAFETY_POLL`]; [`RETRY`] when a wake-up cannot come), never past the request's deadline.
+/// Returns `false` once the deadline has passed. Lock waiters and election candidates share it.
+pub(crate) async fn wait_turn(
+    inner: &Inner,
+    request: &AcquireRequest,
+    wait: Duration,
+    registered: bool,
+    notified: Option<std::pin::Pin<&mut tokio::sync::futures::Notified<'_>>>,
+) -> bool {
+    let mut pause = wait.min(SAFETY_POLL);
+    if !registered || !inner.wakeups.is_up().await {
+        pause = pause.min(RETRY);
+    }
+    let until = Instant::now() + pause;
+    let until = match request.deadline {
+        Deadline::At(deadline) if deadline <= until => {
+            if deadline <= Instant::now() {
+                return false;
+            }
+            deadline
+        }
+        _ => until,
+    };
+    match notified {
+        Some(notified) => {
+            let _ = tokio::time::timeout_at(until.into(), notified).await;
+        }
+        None => tokio::time::sleep_until(until.into()).await,
+    }
+    !matches!(request.deadline, Deadline::At(deadline) if Instant::now() >= deadline)
 }
 
 /// The kind of a holder row (`kind`, and `permits` for a permit); a leader (`candidate`) and

@@ -29,7 +29,7 @@ use lockkit_core::{Error, FencingToken, HoldKind, LockName, LossReason, Result};
 use tokio_postgres::types::Type;
 
 use crate::BACKEND;
-use crate::backend::{Inner, RETRY, SAFETY_POLL};
+use crate::backend::{Inner, RETRY, SAFETY_POLL, wait_turn};
 use crate::election_sql::{KIND_CONFLICT, PAYLOAD_PREFIX};
 use crate::store::Failure;
 
@@ -229,29 +229,7 @@ pub(crate) async fn campaign(
         } else if !inner.wakeups.is_up().await && inner.wakeups.ensure(&inner.store).await.is_ok() {
             continue;
         }
-        let mut pause = wait.min(SAFETY_POLL);
-        if slot.is_none() || !inner.wakeups.is_up().await {
-            pause = pause.min(RETRY);
-        }
-        let until = Instant::now() + pause;
-        let until = match request.deadline {
-            Deadline::At(deadline) if deadline <= until => {
-                if deadline <= Instant::now() {
-                    return Ok(None);
-                }
-                deadline
-            }
-            _ => until,
-        };
-        match notified.as_mut().as_pin_mut() {
-            Some(notified) => {
-                let _ = tokio::time::timeout_at(until.into(), notified).await;
-            }
-            None => tokio::time::sleep_until(until.into()).await,
-        }
-        if let Deadline::At(deadline) = request.deadline
-            && Instant::now() >= deadline
-        {
+        if !wait_turn(inner, &request, wait, slot.is_some(), notified.as_mut().as_pin_mut()).await {
             return Ok(None);
         }
     }
