@@ -30,7 +30,7 @@ const FEATURES: &[(&str, &str)] = &[
     ("postgres", "postgres"),
     ("postgresql", "postgres"),
     ("etcd", "etcd"),
-    ("etcds", "etcd"),
+    ("etcds", "etcd-tls"),
 ];
 
 /// Registers the backends this crate's features build in (`file` on Unix, `redis`,

@@ -8,10 +8,11 @@ use clap::{Args, Parser, Subcommand};
 use crate::exit;
 
 const URL_HELP: &str = "The lock store: mem://, file:///dir, redis://[user:password@]host:port[/db], \
-rediss://…, zk://host:port[,host:port…][/chroot], etcd://host:port[,host:port…][/prefix], with options in the query string \
-(e.g. ?lease=10s). Default: $LOCKKIT_URL, else file:// (a per-user directory on this machine)";
+rediss://…, redis+sentinel://host:port[,…]/MASTER, redis+cluster://host:port[,…], zk://host:port[,host:port…][/chroot], \
+postgres://[user[:password]@]host[:port]/database, etcd://host:port[,host:port…][/prefix] (etcds:// for TLS), with options \
+in the query string (e.g. ?lease=10s). Default: $LOCKKIT_URL, else file:// (a per-user directory on this machine)";
 
-/// Run commands under distributed locks (Redis, ZooKeeper, local files) and inspect locks.
+/// Run commands under distributed locks (Redis, ZooKeeper, PostgreSQL, etcd, local files) and inspect locks.
 #[derive(Debug, Parser)]
 #[command(name = "lockkit", version, propagate_version = true)]
 pub(crate) struct Cli {

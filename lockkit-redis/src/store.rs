@@ -575,7 +575,8 @@ impl Store {
     }
 
     /// Reads the cluster's slot map (`CLUSTER SLOTS`, one round trip), by which the next
-    /// renewal rounds are grouped per node; when it cannot be read, they are grouped per slot.
+    /// renewal rounds are grouped per node; when it cannot be read, the map read last stays
+    /// (and until one is read, they are grouped per slot).
     /// Nothing is sent elsewhere than on a cluster.
     pub(crate) async fn refresh_slot_map(&self) {
         if self.cluster.is_none() {
@@ -586,14 +587,15 @@ impl Store {
                 redis::cmd("CLUSTER").arg("SLOTS").query_async(&mut connection).await
             })
             .await;
-        let map = match reply {
-            Ok(value) => parse_slot_map(&value),
+        match reply {
+            Ok(value) => *lock(&self.slot_map) = parse_slot_map(&value).map(Arc::new),
             Err(error) => {
-                tracing::debug!(%error, "CLUSTER SLOTS not read; renewals are grouped per slot");
-                None
+                // The map read last stays: a slot that moved since is answered with MOVED and
+                // retried on its new node, while a map dropped here would split the next
+                // renewal into one round trip per slot (a round trip per hold, at worst).
+                tracing::debug!(%error, "CLUSTER SLOTS not read; renewals keep the slot map read last");
             }
-        };
-        *lock(&self.slot_map) = map.map(Arc::new);
+        }
     }
 
     /// Where `hold`'s renewals go (see [`Group`]).

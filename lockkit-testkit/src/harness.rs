@@ -218,6 +218,14 @@ pub trait Harness: Send + Sync + 'static {
         Err(Unsupported)
     }
 
+    /// Discards the store's history of past changes up to now (etcd's compaction), so that a
+    /// client that resumes watching from a revision it saw before learns that the changes in
+    /// between are gone. Used by the observers' chaos run ([`crate::observer_chaos`]) while
+    /// the client is cut off; stores without such a history keep the default.
+    async fn compact_history(&self) -> FaultResult {
+        Err(Unsupported)
+    }
+
     /// Environment variables under which the same harness expression, evaluated in a child
     /// process (the test binary run again), reaches the same store as this harness, for the
     /// cases where two OS processes contend (`cross_process`). For example the URL of the

@@ -29,6 +29,7 @@ pub mod fixture;
 mod harness;
 mod history;
 pub mod memory;
+pub mod observer_chaos;
 pub mod panics;
 pub mod process_chaos;
 pub mod proxy;

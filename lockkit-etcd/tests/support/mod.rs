@@ -156,6 +156,13 @@ impl Harness for EtcdHarness {
         Ok(())
     }
 
+    async fn compact_history(&self) -> FaultResult {
+        let mut admin = self.admin().await;
+        let revision = admin.get("unused", None).await.unwrap().header().unwrap().revision();
+        admin.compact(revision, None).await.unwrap();
+        Ok(())
+    }
+
     async fn pause_store(&self, paused: bool) -> FaultResult {
         let server = self.server.as_ref().ok_or(Unsupported)?;
         let mut server = server.lock().await;
