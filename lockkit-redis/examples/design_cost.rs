@@ -484,4 +484,24 @@ async fn main() {
             cell(6)
         );
     }
+    // Paired with today's scripts in the same run: the designs run one after another in each
+    // run, so that a busy machine moves them together.
+    if let Some((_, today)) = table.iter().find(|(d, _)| *d == Design::Today) {
+        println!("minus today's scripts in the same run: medians of the differences (ranges)");
+        for (design, rows) in table.iter().filter(|(d, _)| *d != Design::Today) {
+            let diff = |f: &dyn Fn(&[f64; 7]) -> f64| {
+                let mut v: Vec<f64> = rows.iter().zip(today).map(|(a, b)| f(a) - f(b)).collect();
+                let m = median(&mut v);
+                format!("{m:+.2} ({:+.2}…{:+.2})", v[0], v[v.len() - 1])
+            };
+            println!(
+                "{:<14} acquire used {} µs · release {} µs · cycle {} µs · cycle ÷ PING {}",
+                design.label(),
+                diff(&|r| r[1]),
+                diff(&|r| r[2]),
+                diff(&|r| r[1] + r[2]),
+                diff(&|r| r[6])
+            );
+        }
+    }
 }
