@@ -25,6 +25,8 @@
 //!   compare-and-delete script: no Lua to grant (and no guarantee kept; see PERFORMANCE.md).
 //! - `peer`: a bare `SET NX PX` and a compare-and-delete script (the fencing-free peer).
 //! - `empty`: two scripts that return at once, with the lean path's keys and arguments.
+//! - `lockkit`: the provider's own acquire and release (today's scripts and lockkit's client),
+//!   whose difference from `today` is the client's share.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs, clippy::print_stdout)]
 
@@ -165,10 +167,11 @@ enum Design {
     Multi,
     Peer,
     Empty,
+    Lockkit,
 }
 
 impl Design {
-    const ALL: [Design; 10] = [
+    const ALL: [Design; 11] = [
         Design::Today,
         Design::Lean,
         Design::LeanNoPub,
@@ -179,6 +182,7 @@ impl Design {
         Design::Multi,
         Design::Peer,
         Design::Empty,
+        Design::Lockkit,
     ];
 
     fn label(self) -> &'static str {
@@ -193,6 +197,7 @@ impl Design {
             Design::Multi => "multi",
             Design::Peer => "peer",
             Design::Empty => "empty",
+            Design::Lockkit => "lockkit",
         }
     }
 
@@ -210,6 +215,8 @@ impl Design {
             Design::MarkerNoTime => (Some(s(MARKER_NOTIME_ACQUIRE)), s(MARKER_RELEASE)),
             Design::Multi | Design::Peer => (None, s(CAD_RELEASE)),
             Design::Empty => (Some(s(EMPTY_ACQUIRE)), s(EMPTY_RELEASE)),
+            // Not sent raw: the provider's own cycle (see `lockkit_figures`).
+            Design::Lockkit => (None, s(EMPTY_RELEASE)),
         }
     }
 }
@@ -364,6 +371,54 @@ fn p50(v: &mut [Duration]) -> f64 {
     v[v.len() / 2].as_secs_f64() * 1e6
 }
 
+/// The `lockkit` design's figures: as the others', through the provider.
+async fn lockkit_figures(
+    provider: &lockkit_redis::RedisLockProvider,
+    admin: &mut MultiplexedConnection,
+    con: &mut MultiplexedConnection,
+    prefix: &str,
+) -> ([f64; 6], f64, f64) {
+    provider.lock(&format!("{prefix}-warm")).unwrap().acquire().await.unwrap().release().await.unwrap();
+    let mut samples: [Vec<f64>; 6] = Default::default();
+    for round in 0..2 {
+        for batch in 0..NAMES / BATCH {
+            let mut guards = Vec::with_capacity(BATCH);
+            reset(admin).await;
+            let (_, cpu0) = server_usec(admin).await;
+            for i in batch * BATCH..(batch + 1) * BATCH {
+                guards.push(provider.lock(&format!("{prefix}/{i}")).unwrap().acquire().await.unwrap());
+            }
+            let (usec, cpu1) = server_usec(admin).await;
+            samples[round].push(usec / BATCH as f64);
+            samples[3 + round].push((cpu1 - cpu0) / BATCH as f64);
+            reset(admin).await;
+            let (_, cpu0) = server_usec(admin).await;
+            for guard in guards {
+                guard.release().await.unwrap();
+            }
+            let (usec, cpu1) = server_usec(admin).await;
+            samples[2].push(usec / BATCH as f64);
+            samples[5].push((cpu1 - cpu0) / BATCH as f64);
+        }
+    }
+    let per = [0, 1, 2, 3, 4, 5].map(|i| median(&mut samples[i]));
+    let lock = provider.lock(&format!("{prefix}/cycle")).unwrap();
+    let (mut pings, mut cycles) = (Vec::with_capacity(SAMPLES), Vec::with_capacity(SAMPLES));
+    for i in 0..SAMPLES + 200 {
+        let start = Instant::now();
+        let _: String = redis::cmd("PING").query_async(con).await.unwrap();
+        let ping = start.elapsed();
+        let start = Instant::now();
+        lock.acquire().await.unwrap().release().await.unwrap();
+        let cycle = start.elapsed();
+        if i >= 200 {
+            pings.push(ping);
+            cycles.push(cycle);
+        }
+    }
+    (per, p50(&mut pings), p50(&mut cycles))
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let runs: usize = std::env::args().skip_while(|a| a != "--runs").nth(1).and_then(|n| n.parse().ok()).unwrap_or(1);
@@ -379,6 +434,8 @@ async fn main() {
     let client = redis::Client::open(url.as_str()).unwrap();
     let mut admin = client.get_multiplexed_async_connection().await.unwrap();
     let mut con = client.get_multiplexed_async_connection().await.unwrap();
+    let provider = lockkit_redis::RedisLockProvider::builder().url(&url).key_prefix("design-cost").build().unwrap();
+    provider.ping().await.unwrap();
     println!(
         "{:<14} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>7}",
         "design", "acq new", "acq used", "release", "cpu new", "cpu used", "cpu rel", "PING p50", "cycle p50", "ratio"
@@ -392,6 +449,28 @@ async fn main() {
             }
             let scripts = design.scripts();
             let prefix = format!("{{d}}r{run}-{}-{}", design.label(), uuid::Uuid::new_v4().simple());
+            if design == Design::Lockkit {
+                let (per, ping, cycle) = lockkit_figures(&provider, &mut admin, &mut con, &prefix).await;
+                println!(
+                    "{:<14} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>9.1} {:>9.1} {:>6.2}×",
+                    design.label(),
+                    per[0],
+                    per[1],
+                    per[2],
+                    per[3],
+                    per[4],
+                    per[5],
+                    ping,
+                    cycle,
+                    cycle / ping
+                );
+                let row = [per[0], per[1], per[2], per[3], per[4], per[5], cycle / ping];
+                match table.iter_mut().find(|(d, _)| *d == design) {
+                    Some((_, rows)) => rows.push(row),
+                    None => table.push((design, vec![row])),
+                }
+                continue;
+            }
             // Warm the script cache.
             let (_, record, token) = acquire(design, &scripts, &mut con, &format!("{prefix}-warm"), "w").await;
             release(design, &scripts, &mut con, &format!("{prefix}-warm"), &record, token).await;
