@@ -11,6 +11,8 @@
 //! - `lean`: the lean paths alone: acquire `EXISTS`(queue, kinds, void), `SET NX PX`, `GET`
 //!   counter, `TIME`, `SET` counter `PX`; release `GET`, `EXISTS`, `DEL`, `PUBLISH`.
 //! - `lean-nopub`: the same, the release without `PUBLISH`.
+//! - `lean-shebang`: `lean` with a Redis 7 shebang (`#!lua`), which runs a script in the
+//!   newer mode (flags declared, no compatibility defaults).
 //! - `lean-fewkeys`: `lean` given only the keys and arguments its calls use (5 keys and 3
 //!   arguments, 4 keys and 1 argument) instead of the 7 keys and 7 (3) arguments the whole
 //!   script behind the lean path needs: prices the keys and arguments.
@@ -160,6 +162,7 @@ enum Design {
     Today,
     Lean,
     LeanNoPub,
+    Shebang,
     FewKeys,
     SetGet,
     Marker,
@@ -171,10 +174,11 @@ enum Design {
 }
 
 impl Design {
-    const ALL: [Design; 11] = [
+    const ALL: [Design; 12] = [
         Design::Today,
         Design::Lean,
         Design::LeanNoPub,
+        Design::Shebang,
         Design::FewKeys,
         Design::SetGet,
         Design::Marker,
@@ -190,6 +194,7 @@ impl Design {
             Design::Today => "today",
             Design::Lean => "lean",
             Design::LeanNoPub => "lean-nopub",
+            Design::Shebang => "lean-shebang",
             Design::FewKeys => "lean-fewkeys",
             Design::SetGet => "setget",
             Design::Marker => "marker",
@@ -209,6 +214,7 @@ impl Design {
             }
             Design::Lean => (Some(s(LEAN_ACQUIRE)), s(LEAN_RELEASE)),
             Design::LeanNoPub => (Some(s(LEAN_ACQUIRE)), s(NOPUB_RELEASE)),
+            Design::Shebang => (Some(s(&format!("#!lua\n{LEAN_ACQUIRE}"))), s(&format!("#!lua\n{LEAN_RELEASE}"))),
             Design::FewKeys => (Some(s(FEW_ACQUIRE)), s(FEW_RELEASE)),
             Design::SetGet => (Some(s(SETGET_ACQUIRE)), s(LEAN_RELEASE)),
             Design::Marker => (Some(s(MARKER_ACQUIRE)), s(MARKER_RELEASE)),
