@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use etcd_client::{
-    Client, Compare, CompareOp, EventType, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
-    TxnOpResponse, TxnResponse, WatchFilterType, WatchOptions,
+    Client, Compare, CompareOp, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
+    TxnResponse,
 };
 use lockkit_core::backend::{
     AcquireRequest, Deadline, Grant, HeldLock, HoldSignal, HolderInfo, LeaderEvents, LockBackend, LockInfo, OwnerMeta,
@@ -22,6 +22,7 @@ use crate::config::EtcdConfig;
 use crate::error::{to_error, unreachable};
 use crate::queue::{Entry, KeyKind, Verdict, Wait, holders, may_be_granted};
 use crate::session::Session;
+use crate::watch::{KeyNotice, LockWatches, Registration};
 
 /// The first pause before an acquisition tries again after a connection failure.
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
@@ -64,29 +65,9 @@ enum Try {
 enum Waited {
     /// The acquisition's deadline came first.
     DeadlinePassed,
-    /// What was watched changed (or the safety net fired): read the queue again, with the
-    /// watch when it may serve the next wait too.
-    Changed(Option<Box<Watching>>),
-}
-
-/// An open watch of a waiting acquisition.
-struct Watching {
-    /// The one key watched, or `None` for the lock's prefix.
-    target: Option<String>,
-    /// Kept so that the watch lives (dropping it ends the stream).
-    _watcher: etcd_client::Watcher,
-    stream: etcd_client::WatchStream,
-}
-
-impl Watching {
-    /// Whether this watch sees what `wait` waits for.
-    fn serves(&self, wait: &Wait) -> bool {
-        match (wait, &self.target) {
-            (Wait::Key { key, .. }, Some(target)) => key == target,
-            (Wait::Deletions { .. }, None) => true,
-            _ => false,
-        }
-    }
+    /// What was watched changed (or the safety net fired, or the lock's watch ended): read
+    /// the queue again.
+    Changed,
 }
 
 impl EtcdBackend {
@@ -152,7 +133,7 @@ impl EtcdBackend {
         // The owner line with the kind's field, and a candidate's identity (election.rs).
         let value = crate::election::with_identity(kind.value(&pending.owner), &request.kind);
         let put = TxnOp::put(key.clone(), value, Some(PutOptions::new().with_lease(session.lease)));
-        let get_own = TxnOp::get(key.clone(), None);
+        // The queue, read after the put, holds the own key (or the one an earlier try put).
         let queue = TxnOp::get(prefix.clone(), Some(in_queue_order()));
         // With no wait allowed, a lock's key is put only when nobody is there: one round trip,
         // no trace. A reader or a permit may be granted beside others, so it puts its key and
@@ -166,10 +147,7 @@ impl EtcdBackend {
         };
         // A try of an attempt that was given up is refused: the void key (see Pending::give_up).
         let not_void = Compare::version(pending.void_key.clone(), CompareOp::Equal, 0);
-        let txn = Txn::new()
-            .when([condition, not_void])
-            .and_then([put, get_own.clone(), queue.clone()])
-            .or_else([get_own, queue]);
+        let txn = Txn::new().when([condition, not_void]).and_then([put, queue.clone()]).or_else([queue]);
         pending.sent = true;
         let reply = match tokio::time::timeout(self.config.connect_timeout, client.txn(txn)).await {
             Ok(Ok(reply)) => reply,
@@ -189,12 +167,17 @@ impl EtcdBackend {
             }
         };
         request.note_reached();
-        let mut gets = reply.op_responses().into_iter().filter_map(|op| match op {
-            TxnOpResponse::Get(get) => Some(get),
-            _ => None,
-        });
-        let own = gets.next().and_then(|g| g.kvs().first().cloned());
-        let all: Vec<Entry> = gets.next().map(|g| g.kvs().iter().map(Entry::of).collect()).unwrap_or_default();
+        let mut read_revision = reply.header().map_or(0, etcd_client::ResponseHeader::revision);
+        let kvs: Vec<KeyValue> = reply
+            .op_responses()
+            .into_iter()
+            .find_map(|op| match op {
+                TxnOpResponse::Get(get) => Some(get.kvs().to_vec()),
+                _ => None,
+            })
+            .unwrap_or_default();
+        let own = kvs.iter().find(|kv| kv.key() == key.as_bytes()).cloned();
+        let all: Vec<Entry> = kvs.iter().map(Entry::of).collect();
         let Some(own) = own else {
             // Not put (someone is there and no wait is allowed), and no earlier try of ours put
             // it: a lock of another use of the name is a conflict, anything else a refusal.
@@ -211,13 +194,14 @@ impl EtcdBackend {
             return Ok(Try::Vanished);
         }
         pending.revision = Some(rev);
+        tracing::trace!(%key, rev, queue = all.len(), "put");
         let mut ahead: Vec<Entry> = all.into_iter().filter(|entry| entry.create_revision < rev).collect();
-        // The watch of the current wait. It is opened from the store's current revision, never
-        // from a past one: etcd serves a watch that starts in the past from its history, on a
-        // loop that runs every 100 ms, which under a stream of writes delayed wake-ups by tens
-        // of milliseconds. So the queue is read again after a watch is opened, and anything
-        // that changes after that read reaches the watch.
-        let mut watching: Option<Box<Watching>> = None;
+        // The wait registers the keys it waits for with the watch of the lock's prefix, which
+        // this provider's waits and holds of the lock share and keep (watch.rs): no watch is
+        // created on a wait's path once the lock's watch exists. The watch hears every change
+        // after the revision it was created at; when that is later than the last read of the
+        // queue, the queue is read again first, so that nothing between is missed.
+        let mut registration: Option<Registration> = None;
         loop {
             let wait = match may_be_granted(&kind, &ahead) {
                 Verdict::Holds => return Ok(Try::Granted(self.grant(request, &session, pending, rev, kind))),
@@ -232,19 +216,30 @@ impl EtcdBackend {
                 pending.give_up(&self.config).await;
                 return Ok(Try::Refused);
             }
-            match watching.take() {
-                Some(watch) if watch.serves(&wait) => {
-                    match self.wait(watch, lock, wait, &session, request.deadline).await? {
-                        Waited::DeadlinePassed => {
-                            pending.give_up(&self.config).await;
-                            return Ok(Try::Refused);
-                        }
-                        // A prefix watch serves the next wait too; a key's watch has done its job.
-                        Waited::Changed(kept) => watching = kept,
+            let keys = match &wait {
+                Wait::Key { key, .. } => vec![key.clone()],
+                Wait::Deletions { keys, .. } => keys.clone(),
+            };
+            let registered = match registration.take() {
+                Some(registration) if registration.keys() == keys.as_slice() && !registration.ended() => registration,
+                _ => session.keys.register(&prefix, keys, read_revision),
+            };
+            let from = registered.from().await.map_err(|reason| {
+                Error::connection(BACKEND, Some(lock), format!("cannot watch the lock's keys: {reason}"))
+                    .with_server(self.addr())
+            })?;
+            let mut registered = registered;
+            if from <= read_revision {
+                tracing::trace!(%key, "waiting");
+                match self.wait(&mut registered, wait, read_revision, &session, request.deadline).await {
+                    Waited::DeadlinePassed => {
+                        pending.give_up(&self.config).await;
+                        return Ok(Try::Refused);
                     }
+                    Waited::Changed => {}
                 }
-                _ => watching = Some(self.watch(&mut client, lock, &wait).await?),
             }
+            registration = Some(registered);
             // Look again, in a transaction that checks the own key is still ours: a grant is
             // confirmed against the own key after every wait.
             let read_ahead = TxnOp::get(prefix.clone(), Some(in_queue_order().with_max_create_revision(rev - 1)));
@@ -255,6 +250,7 @@ impl EtcdBackend {
                 pending.sent = false;
                 return Ok(Try::Vanished);
             }
+            read_revision = reply.header().map_or(read_revision, etcd_client::ResponseHeader::revision);
             ahead = reply
                 .op_responses()
                 .into_iter()
@@ -263,72 +259,48 @@ impl EtcdBackend {
                     _ => None,
                 })
                 .unwrap_or_default();
+            tracing::trace!(%key, ahead = ahead.len(), "read the keys ahead");
         }
     }
 
-    /// Opens the watch a wait needs, from the store's current revision: one key (its deletion,
-    /// and its puts when asked for), or the lock's whole prefix (deletions only).
-    async fn watch(&self, client: &mut Client, lock: &LockName, wait: &Wait) -> Result<Box<Watching>> {
-        let (target, options) = match wait {
-            Wait::Key { key, or_put: true } => (Some(key.clone()), WatchOptions::new()),
-            Wait::Key { key, or_put: false } => {
-                (Some(key.clone()), WatchOptions::new().with_filters([WatchFilterType::NoPut]))
-            }
-            Wait::Deletions { .. } => (None, WatchOptions::new().with_prefix().with_filters([WatchFilterType::NoPut])),
-        };
-        let watched = target.clone().unwrap_or_else(|| self.config.lock_prefix(lock));
-        let (watcher, stream) = client.watch(watched, Some(options)).await.map_err(|e| self.error(e, lock))?;
-        Ok(Box::new(Watching { target, _watcher: watcher, stream }))
-    }
-
-    /// Waits on `watch` for what `wait` names, until the deadline.
+    /// Waits on `registration` for what `wait` names, among the changes after revision
+    /// `after` (the last read of the queue), until the deadline.
     async fn wait(
         &self,
-        mut watch: Box<Watching>,
-        lock: &LockName,
+        registration: &mut Registration,
         wait: Wait,
+        after: i64,
         session: &Session,
         deadline: Deadline,
-    ) -> Result<Waited> {
+    ) -> Waited {
         // A permit waiter counts the deletions of the keys ahead of it that it read, and
         // ignores the others (no request per deletion).
-        let (mut keys, mut deletions) = match wait {
-            Wait::Key { .. } => (Vec::new(), 1),
-            Wait::Deletions { keys, deletions } => (keys, deletions),
+        let (mut deletions, or_put) = match wait {
+            Wait::Key { or_put, .. } => (1, or_put),
+            Wait::Deletions { deletions, .. } => (deletions, false),
         };
         // A safety net only: the key's lease bounds how long it can outlive its owner.
         let wake = tokio::time::sleep(session.ttl);
         tokio::pin!(wake);
         loop {
             tokio::select! {
-                message = watch.stream.message() => match message {
-                    Ok(Some(reply)) if reply.canceled() => return Ok(Waited::Changed(None)),
-                    Ok(Some(reply)) => {
-                        for event in reply.events() {
-                            if watch.target.is_some() {
-                                // One key watched: any event on it (a put only when asked for).
-                                return Ok(Waited::Changed(None));
-                            }
-                            let gone = event.event_type() == EventType::Delete
-                                && event.kv().is_some_and(|kv| {
-                                    keys.iter()
-                                        .position(|k| k.as_bytes() == kv.key())
-                                        .map(|i| keys.swap_remove(i))
-                                        .is_some()
-                                });
-                            if gone {
-                                deletions = deletions.saturating_sub(1);
-                                if deletions == 0 {
-                                    return Ok(Waited::Changed(Some(watch)));
-                                }
-                            }
+                notice = registration.next() => match notice {
+                    KeyNotice::Ended => return Waited::Changed,
+                    // Already in the queue read (a registration kept from an earlier wait).
+                    KeyNotice::Changed { revision, .. } if revision <= after => {}
+                    KeyNotice::Changed { deleted: false, .. } if or_put => return Waited::Changed,
+                    KeyNotice::Changed { deleted: false, .. } => {}
+                    KeyNotice::Changed { deleted: true, .. } => {
+                        // A key put again by a retry of its attempt and deleted again counts
+                        // twice: an early wake-up, which the read that follows corrects.
+                        deletions = deletions.saturating_sub(1);
+                        if deletions == 0 {
+                            return Waited::Changed;
                         }
                     }
-                    Ok(None) => return Ok(Waited::Changed(None)),
-                    Err(e) => return Err(self.error(e, lock)),
                 },
-                () = &mut wake => return Ok(Waited::Changed(None)),
-                () = sleep_until(deadline) => return Ok(Waited::DeadlinePassed),
+                () = &mut wake => return Waited::Changed,
+                () = sleep_until(deadline) => return Waited::DeadlinePassed,
             }
         }
     }
@@ -341,12 +313,15 @@ impl EtcdBackend {
         rev: i64,
         kind: KeyKind,
     ) -> Grant {
+        tracing::trace!(key = %pending.key, rev, "granted");
         pending.armed = false;
         let signal = HoldSignal::new(BACKEND, request.lock.clone(), Some(session.valid_until()));
         let id = session.register(&signal);
         let token = FencingToken::new(u64::try_from(rev).unwrap_or(0));
         let watch = tokio::spawn(watch_hold(
+            Arc::clone(&session.keys),
             session.client.clone(),
+            self.config.lock_prefix(&request.lock),
             pending.key.clone(),
             rev,
             signal.clone(),
@@ -391,9 +366,17 @@ async fn sleep_until(deadline: Deadline) {
 /// The key is bound to the provider's lease, which the provider's other holds keep alive: a
 /// hold lost on its own (its maximum hold reached, its deadline passed unrenewed) would
 /// otherwise block the lock until its guard is dropped, and a stuck holder never drops it.
-async fn watch_hold(client: Client, key: String, rev: i64, signal: HoldSignal, timeout: Duration) {
+async fn watch_hold(
+    keys: Arc<LockWatches>,
+    client: Client,
+    prefix: String,
+    key: String,
+    rev: i64,
+    signal: HoldSignal,
+    timeout: Duration,
+) {
     let end = tokio::select! {
-        () = watch_deletion(client.clone(), &key, rev, &signal) => return,
+        () = watch_deletion(&keys, client.clone(), &prefix, &key, rev, &signal, timeout) => return,
         end = signal.ended() => end,
     };
     let HoldEnd::Lost(reason) = end else { return };
@@ -411,31 +394,55 @@ async fn watch_hold(client: Client, key: String, rev: i64, signal: HoldSignal, t
 
 /// Returns when the key of a hold is deleted (having signalled the loss), or when the hold
 /// ended otherwise.
-async fn watch_deletion(mut client: Client, key: &str, rev: i64, signal: &HoldSignal) {
-    let options = WatchOptions::new().with_start_revision(rev + 1).with_filters([WatchFilterType::NoPut]);
+///
+/// The hold registers its key with its lock's watch (watch.rs). When that watch was created
+/// after the key (a first hold of the lock in this provider, or a watch opened again after
+/// its stream broke), a deletion in between would not reach it: the key is read once then,
+/// and a key gone (or another incarnation of it) is a loss.
+async fn watch_deletion(
+    keys: &LockWatches,
+    mut client: Client,
+    prefix: &str,
+    key: &str,
+    rev: i64,
+    signal: &HoldSignal,
+    timeout: Duration,
+) {
+    // The pause before registering again after the lock's watch ended or failed.
+    const AGAIN: Duration = Duration::from_millis(200);
     loop {
-        let Ok((_watcher, mut stream)) = client.watch(key, Some(options.clone())).await else {
-            if !signal.is_held() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            continue;
-        };
-        loop {
-            match stream.message().await {
-                Ok(Some(reply)) if reply.events().iter().any(|e| e.event_type() == EventType::Delete) => {
-                    signal.lose(LossReason::RecordGone);
-                    return;
+        let mut registration = keys.register(prefix, vec![key.to_owned()], rev);
+        let covered = match registration.from().await {
+            Ok(from) if from <= rev => true,
+            Ok(_) => match tokio::time::timeout(timeout, client.get(key, None)).await {
+                Ok(Ok(reply)) => {
+                    if reply.kvs().first().map(KeyValue::create_revision) != Some(rev) {
+                        signal.lose(LossReason::RecordGone);
+                        return;
+                    }
+                    true
                 }
-                Ok(Some(reply)) if reply.canceled() => break,
-                Ok(Some(_)) => {}
-                Ok(None) | Err(_) => break,
+                _ => false,
+            },
+            Err(_) => false,
+        };
+        if covered {
+            loop {
+                match registration.next().await {
+                    KeyNotice::Changed { deleted: true, revision } if revision > rev => {
+                        signal.lose(LossReason::RecordGone);
+                        return;
+                    }
+                    KeyNotice::Changed { .. } => {}
+                    KeyNotice::Ended => break,
+                }
             }
         }
+        drop(registration);
         if !signal.is_held() {
             return;
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(AGAIN).await;
     }
 }
 
@@ -724,6 +731,7 @@ struct EtcdHeld {
 #[async_trait]
 impl HeldLock for EtcdHeld {
     async fn release(self: Box<Self>) -> Result<()> {
+        tracing::trace!(key = %self.key, "release");
         self.watch.abort();
         self.session.unregister(self.id);
         let mut client = live_client(&self.backend, &self.session).await?;

@@ -130,6 +130,7 @@ mod observe;
 mod provider;
 mod queue;
 mod session;
+mod watch;
 #[cfg(feature = "tls")]
 mod tls;
 
