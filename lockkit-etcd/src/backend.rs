@@ -216,13 +216,19 @@ impl EtcdBackend {
                 pending.give_up(&self.config).await;
                 return Ok(Try::Refused);
             }
-            let keys = match &wait {
-                Wait::Key { key, .. } => vec![key.clone()],
-                Wait::Deletions { keys, .. } => keys.clone(),
+            let (keys, puts) = match &wait {
+                Wait::Key { key, or_put } => (vec![key.clone()], *or_put),
+                Wait::Deletions { keys, .. } => (keys.clone(), false),
             };
             let registered = match registration.take() {
-                Some(registration) if registration.keys() == keys.as_slice() && !registration.ended() => registration,
-                _ => session.keys.register(&prefix, keys, read_revision),
+                Some(registration)
+                    if registration.keys() == keys.as_slice()
+                        && registration.puts() == puts
+                        && !registration.ended() =>
+                {
+                    registration
+                }
+                _ => session.keys.register(&prefix, keys, read_revision, puts),
             };
             let from = registered.from().await.map_err(|reason| {
                 Error::connection(BACKEND, Some(lock), format!("cannot watch the lock's keys: {reason}"))
@@ -411,7 +417,7 @@ async fn watch_deletion(
     // The pause before registering again after the lock's watch ended or failed.
     const AGAIN: Duration = Duration::from_millis(200);
     loop {
-        let mut registration = keys.register(prefix, vec![key.to_owned()], rev);
+        let mut registration = keys.register(prefix, vec![key.to_owned()], rev, false);
         let covered = match registration.from().await {
             Ok(from) if from <= rev => true,
             Ok(_) => match tokio::time::timeout(timeout, client.get(key, None)).await {

@@ -322,7 +322,7 @@ struct Interests {
 /// How many of its latest changes a lock's watch keeps for late registrations.
 const RECENT: usize = 128;
 
-/// One watch on the prefix of one lock (its puts and deletions), shared by every wait and
+/// One watch on the prefix of one lock (its deletions, or its puts and deletions), shared by every wait and
 /// hold of that lock in the provider, and kept between them (see [`LockWatches::sweep`]).
 struct LockWatch {
     /// The server's revision when it created the watch, once it did: the watch sees every
@@ -350,7 +350,8 @@ fn interests(watch: &LockWatch) -> MutexGuard<'_, Interests> {
 /// A lock's watch is dropped after a full sweep period with no registration.
 pub(crate) struct LockWatches {
     hub: Arc<Watches>,
-    locks: Mutex<HashMap<String, Arc<LockWatch>>>,
+    /// By lock prefix, and whether the watch reports puts too (see [`register`](Self::register)).
+    locks: Mutex<HashMap<(String, bool), Arc<LockWatch>>>,
 }
 
 impl std::fmt::Debug for LockWatches {
@@ -365,7 +366,7 @@ impl LockWatches {
         LockWatches { hub: Arc::new(Watches::new(client, prefix, timeout)), locks: Mutex::new(HashMap::new()) }
     }
 
-    fn locks(&self) -> MutexGuard<'_, HashMap<String, Arc<LockWatch>>> {
+    fn locks(&self) -> MutexGuard<'_, HashMap<(String, bool), Arc<LockWatch>>> {
         // Nothing panics while holding this lock; recover the data if something ever did.
         self.locks.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -374,14 +375,20 @@ impl LockWatches {
     /// if need be, and hands it the changes of them after revision `after` that the watch
     /// heard already. The registration's [`from`](Registration::from) says from which
     /// revision on it hears every change of them.
-    pub(crate) fn register(&self, prefix: &str, keys: Vec<String>, after: i64) -> Registration {
+    ///
+    /// A lock has up to two watches: one of deletions only, which every hold and nearly every
+    /// wait uses (a release or a loss is a deletion), and, with `puts`, one of puts too, for
+    /// a reader behind a writer that may be downgraded in place (its key's value rewritten).
+    /// So an acquisition's put costs no event on the common watch.
+    pub(crate) fn register(&self, prefix: &str, keys: Vec<String>, after: i64, puts: bool) -> Registration {
         let (sender, receiver) = mpsc::unbounded_channel();
         let mut locks = self.locks();
-        let watch = match locks.get(prefix).filter(|w| !interests(w).ended) {
+        let id = (prefix.to_owned(), puts);
+        let watch = match locks.get(&id).filter(|w| !interests(w).ended) {
             Some(watch) => Arc::clone(watch),
             None => {
-                let watch = self.open(prefix.to_owned());
-                locks.insert(prefix.to_owned(), Arc::clone(&watch));
+                let watch = self.open(prefix.to_owned(), puts);
+                locks.insert(id, Arc::clone(&watch));
                 watch
             }
         };
@@ -409,15 +416,20 @@ impl LockWatches {
             (id, interests.floor)
         };
         let (id, floor) = id;
-        Registration { watch, id, keys, notices: receiver, floor }
+        Registration { watch, id, keys, puts, notices: receiver, floor }
     }
 
     /// A new watch of the lock prefix `prefix`, and its task.
-    fn open(&self, prefix: String) -> Arc<LockWatch> {
+    fn open(&self, prefix: String, puts: bool) -> Arc<LockWatch> {
         let (set_created, created) = tokio::sync::watch::channel(None);
         let (stop, stopped) = oneshot::channel();
         let watch = Arc::new(LockWatch { created, interests: Mutex::new(Interests::default()), _stop: stop });
-        tokio::spawn(follow(Arc::clone(&self.hub), prefix, Arc::downgrade(&watch), set_created, stopped));
+        let options = if puts {
+            WatchOptions::new().with_prefix()
+        } else {
+            WatchOptions::new().with_prefix().with_filters([etcd_client::WatchFilterType::NoPut])
+        };
+        tokio::spawn(follow(Arc::clone(&self.hub), prefix, options, Arc::downgrade(&watch), set_created, stopped));
         watch
     }
 
@@ -445,11 +457,11 @@ impl LockWatches {
 async fn follow(
     hub: Arc<Watches>,
     prefix: String,
+    options: WatchOptions,
     watch: std::sync::Weak<LockWatch>,
     set_created: tokio::sync::watch::Sender<Option<Result<i64, String>>>,
     mut stopped: oneshot::Receiver<()>,
 ) {
-    let options = WatchOptions::new().with_prefix();
     let subscription = match hub.subscribe(prefix, options).await {
         Ok(mut subscription) => match subscription.created().await {
             Ok(revision) => {
@@ -508,6 +520,8 @@ pub(crate) struct Registration {
     watch: Arc<LockWatch>,
     id: u64,
     keys: Vec<String>,
+    /// Whether the watch reports puts too.
+    puts: bool,
     notices: mpsc::UnboundedReceiver<KeyNotice>,
     /// Every change after this revision that the watch heard before the registration was
     /// handed to it.
@@ -524,6 +538,11 @@ impl Registration {
     /// The keys registered.
     pub(crate) fn keys(&self) -> &[String] {
         &self.keys
+    }
+
+    /// Whether the registration hears puts too.
+    pub(crate) fn puts(&self) -> bool {
+        self.puts
     }
 
     /// The revision after which the registration hears every change of its keys: the
