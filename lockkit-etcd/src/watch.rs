@@ -1,19 +1,22 @@
-//! One watch stream per session, shared by every wait and every hold of the provider.
+//! One watch stream per session, and on it one kept watch per lock in use, shared by every
+//! wait and every hold of the lock in the provider.
 //!
-//! etcd serves any number of watches on one gRPC `Watch` stream, each with its own id. The
-//! hub opens one stream per session (client and lease) and adds a watch to it for every wait
-//! (the key just ahead, or a lock's prefix) and every hold (its own key), instead of a new
-//! stream (an HTTP/2 stream, and two goroutines and a watch stream on the server) per wait
-//! and per hold. A watch is added with a create request naming its id (etcd 3.4 and later
-//! honour the id the client picks), acknowledged by a created reply on the stream, and
-//! removed with a cancel request when its [`Subscription`] is dropped: no stream is opened
-//! or reset per watch, so thousands of holds released at once no longer make the client's
-//! HTTP/2 layer end the connection (`GOAWAY`), and a hold costs a map entry and a channel.
+//! etcd serves any number of watches on one gRPC `Watch` stream, each with its own id.
+//! [`Watches`] opens one stream per session (client and lease) and adds watches to it with a
+//! create request naming the id (etcd 3.4 and later honour the id the client picks),
+//! acknowledged by a created reply, and removes them with a cancel request: no HTTP/2 stream
+//! (and no pair of goroutines on the server) per watch, and nothing reset when thousands are
+//! removed at once (which made the client's HTTP/2 layer end the connection, `GOAWAY`).
 //!
-//! When the stream breaks (the connection was cut, the member restarted), every subscription
-//! on it ends with [`Notice::Ended`]; the next subscription opens a new stream. A waiter
-//! then watches again and reads the queue again; a hold watches its key again and reads it,
-//! so that a deletion during the break is not missed.
+//! [`LockWatches`] keeps one watch per lock prefix on that stream (deletions only; a second
+//! one with puts for readers that wait for a downgrade), created at its first use and kept
+//! while used. Waits and holds *register* keys with it and hear their changes; no watch is
+//! created on a wait's path (see [`LockWatches`] for why that matters beyond the round trip).
+//!
+//! When the stream breaks (the connection was cut, the member restarted), every watch on it
+//! ends and every registration hears [`KeyNotice::Ended`]; the next registration opens a new
+//! stream. A waiter then reads the queue again; a hold reads its key again, so that a
+//! deletion during the break is not missed.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
