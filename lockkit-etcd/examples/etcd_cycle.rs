@@ -5,7 +5,9 @@
 //! default), it times: etcd's own `Lock`+`Unlock`; lockkit's acquire+release; the two
 //! transactions lockkit sends, sent raw (the put-if-absent that reads the queue, and the
 //! delete conditioned on the create revision); and the leanest pair that does the same job
-//! (a put-if-absent reading the first key only, and a plain delete). The gap between
+//! (a put-if-absent reading the first key only, and a plain delete), and lockkit's two
+//! transactions with a new key name per cycle (as lockkit wrote them before its names were
+//! reused) and with one name. The gap between
 //! lockkit and its raw transactions is client work; the gap between the raw transactions and
 //! `Lock` is server work. It starts a member from the test kit's fixture, or uses the server
 //! `LOCKKIT_ETCD_URL` names. Figures: docs/PERFORMANCE.md.
@@ -44,9 +46,10 @@ async fn main() {
     let prefix = format!("{}/", provider.lock_prefix(&format!("{name}-raw")).unwrap());
     let owner = "lockkit1 67e55044-10b1-426f-9247-bb680e5fe0c8 somehost 4242 1700000000000";
     let lean_prefix = format!("{}/", provider.lock_prefix(&format!("{name}-lean")).unwrap());
+    let one_prefix = format!("{}/", provider.lock_prefix(&format!("{name}-one")).unwrap());
     let queue = || GetOptions::new().with_prefix().with_sort(SortTarget::Create, SortOrder::Ascend);
     let (mut service, mut lockkit, mut raw, mut lean) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let (mut floor, mut txn_put) = (Vec::new(), Vec::new());
+    let (mut floor, mut txn_put, mut raw_one) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..=rounds {
         // Round 0 warms up and is not kept.
         let keep = round > 0;
@@ -105,6 +108,28 @@ async fn main() {
             }
         }
         for i in 0..100 {
+            let key = format!("{one_prefix}{lease:x}");
+            let void = format!("{one_prefix}-void/{round}-{i}");
+            let start = Instant::now();
+            let put = TxnOp::put(key.clone(), owner, Some(PutOptions::new().with_lease(lease)));
+            let txn = Txn::new()
+                .when([
+                    Compare::create_revision(key.clone(), CompareOp::Equal, 0),
+                    Compare::version(void, CompareOp::Equal, 0),
+                ])
+                .and_then([put, TxnOp::get(one_prefix.clone(), Some(queue()))])
+                .or_else([TxnOp::get(one_prefix.clone(), Some(queue()))]);
+            let reply = client.txn(txn).await.unwrap();
+            let rev = reply.header().unwrap().revision();
+            let release = Txn::new()
+                .when([Compare::create_revision(key.clone(), CompareOp::Equal, rev)])
+                .and_then([TxnOp::delete(key, None)]);
+            assert!(client.txn(release).await.unwrap().succeeded());
+            if keep {
+                raw_one.push(start.elapsed());
+            }
+        }
+        for i in 0..100 {
             let _ = i;
             let key = format!("{lean_prefix}floor");
             let start = Instant::now();
@@ -139,6 +164,7 @@ async fn main() {
         ("etcd's Lock+Unlock", &mut vec![service]),
         ("lockkit acquire+release", &mut lockkit),
         ("lockkit's two transactions, raw, new key", &mut raw),
+        ("lockkit's two transactions, raw, one key", &mut raw_one),
         ("Lock's txn and delete, raw, one key", &mut lean),
         ("put-if-absent alone + delete, one key", &mut txn_put),
         ("put + delete (the floor), one key", &mut floor),
