@@ -1,6 +1,7 @@
 //! The backend behind an [`EtcdLockProvider`](crate::EtcdLockProvider): the current session
 //! (client and lease), the queue-of-keys recipe, and the [`LockBackend`] seam.
 
+use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
@@ -8,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use etcd_client::{
-    Client, Compare, CompareOp, EventType, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
-    TxnOpResponse, TxnResponse, WatchFilterType, WatchOptions,
+    Client, Compare, CompareOp, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
+    TxnResponse,
 };
 use lockkit_core::backend::{
     AcquireRequest, Deadline, Grant, HeldLock, HoldSignal, HolderInfo, LeaderEvents, LockBackend, LockInfo, OwnerMeta,
@@ -22,6 +23,7 @@ use crate::config::EtcdConfig;
 use crate::error::{to_error, unreachable};
 use crate::queue::{Entry, KeyKind, Verdict, Wait, holders, may_be_granted};
 use crate::session::Session;
+use crate::watch::{KeyNotice, LockWatches, Registration};
 
 /// The first pause before an acquisition tries again after a connection failure.
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
@@ -44,6 +46,50 @@ pub(crate) struct EtcdBackend {
     current: Mutex<Option<Arc<Session>>>,
     /// Taken while a session is being opened, so that one is opened at a time.
     opening: tokio::sync::Mutex<()>,
+    /// This provider's part of its keys' names: `<lock prefix><id>-<slot>`.
+    id: String,
+    /// The slots in use, by lock prefix (see [`Slot`]).
+    slots: Mutex<HashMap<String, BTreeSet<u32>>>,
+}
+
+/// The name of an acquisition's key, reserved for it: `<lock prefix><provider id>-<n>`, with
+/// `n` the smallest number of the lock that no other acquisition of the provider uses.
+///
+/// Keys are reused, not made anew per acquisition, because etcd keeps an index entry for every
+/// key ever written under a prefix until a compaction, and a read of the prefix (the queue,
+/// read by every acquisition) walks them all, deleted or not: with a new key per acquisition,
+/// the cycle of a lock slowed with every acquisition since the last compaction (1.2 ms over
+/// the first 500 cycles, 1.6 ms over cycles 2,500 to 3,000 on the same member; etcd's own
+/// `Lock` service reuses one key per session and kept its pace). A slot goes back to the
+/// provider only once its key is known gone (deleted, or bound to a lease that ended);
+/// otherwise it stays taken, and the next acquisition takes another number.
+struct Slot {
+    backend: Weak<EtcdBackend>,
+    prefix: String,
+    n: u32,
+    /// Whether the key is known gone, so that the slot may be reused.
+    free: bool,
+}
+
+impl Slot {
+    /// The key's name.
+    fn key(&self, id: &str) -> String {
+        format!("{}{id}-{}", self.prefix, self.n)
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let (true, Some(backend)) = (self.free, self.backend.upgrade()) {
+            let mut slots = backend.slots.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(taken) = slots.get_mut(&self.prefix) {
+                taken.remove(&self.n);
+                if taken.is_empty() {
+                    slots.remove(&self.prefix);
+                }
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for EtcdBackend {
@@ -58,35 +104,18 @@ enum Try {
     Refused,
     /// The own key went (its lease ended) while waiting: start again with a new key.
     Vanished,
+    /// The key's name holds another acquisition's key (never expected: a slot is reused only
+    /// once its key is gone): start again under another name.
+    Taken,
 }
 
 /// How a wait for the keys ahead ended.
 enum Waited {
     /// The acquisition's deadline came first.
     DeadlinePassed,
-    /// What was watched changed (or the safety net fired): read the queue again, with the
-    /// watch when it may serve the next wait too.
-    Changed(Option<Box<Watching>>),
-}
-
-/// An open watch of a waiting acquisition.
-struct Watching {
-    /// The one key watched, or `None` for the lock's prefix.
-    target: Option<String>,
-    /// Kept so that the watch lives (dropping it ends the stream).
-    _watcher: etcd_client::Watcher,
-    stream: etcd_client::WatchStream,
-}
-
-impl Watching {
-    /// Whether this watch sees what `wait` waits for.
-    fn serves(&self, wait: &Wait) -> bool {
-        match (wait, &self.target) {
-            (Wait::Key { key, .. }, Some(target)) => key == target,
-            (Wait::Deletions { .. }, None) => true,
-            _ => false,
-        }
-    }
+    /// What was watched changed (or the safety net fired, or the lock's watch ended): read
+    /// the queue again.
+    Changed,
 }
 
 impl EtcdBackend {
@@ -96,7 +125,18 @@ impl EtcdBackend {
             config: Arc::new(config),
             current: Mutex::new(None),
             opening: tokio::sync::Mutex::new(()),
+            id: uuid::Uuid::new_v4().simple().to_string()[..16].to_owned(),
+            slots: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Takes the smallest free slot of the lock prefix `prefix`.
+    fn slot(&self, prefix: String) -> Slot {
+        let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        let taken = slots.entry(prefix.clone()).or_default();
+        let n = (0..).find(|n| !taken.contains(n)).unwrap_or(u32::MAX);
+        taken.insert(n);
+        Slot { backend: self.me.clone(), prefix, n, free: false }
     }
 
     fn current(&self) -> MutexGuard<'_, Option<Arc<Session>>> {
@@ -151,8 +191,8 @@ impl EtcdBackend {
         let kind = KeyKind::of(&request.kind);
         // The owner line with the kind's field, and a candidate's identity (election.rs).
         let value = crate::election::with_identity(kind.value(&pending.owner), &request.kind);
-        let put = TxnOp::put(key.clone(), value, Some(PutOptions::new().with_lease(session.lease)));
-        let get_own = TxnOp::get(key.clone(), None);
+        let put = TxnOp::put(key.clone(), value.clone(), Some(PutOptions::new().with_lease(session.lease)));
+        // The queue, read after the put, holds the own key (or the one an earlier try put).
         let queue = TxnOp::get(prefix.clone(), Some(in_queue_order()));
         // With no wait allowed, a lock's key is put only when nobody is there: one round trip,
         // no trace. A reader or a permit may be granted beside others, so it puts its key and
@@ -166,10 +206,7 @@ impl EtcdBackend {
         };
         // A try of an attempt that was given up is refused: the void key (see Pending::give_up).
         let not_void = Compare::version(pending.void_key.clone(), CompareOp::Equal, 0);
-        let txn = Txn::new()
-            .when([condition, not_void])
-            .and_then([put, get_own.clone(), queue.clone()])
-            .or_else([get_own, queue]);
+        let txn = Txn::new().when([condition, not_void]).and_then([put, queue.clone()]).or_else([queue]);
         pending.sent = true;
         let reply = match tokio::time::timeout(self.config.connect_timeout, client.txn(txn)).await {
             Ok(Ok(reply)) => reply,
@@ -189,12 +226,17 @@ impl EtcdBackend {
             }
         };
         request.note_reached();
-        let mut gets = reply.op_responses().into_iter().filter_map(|op| match op {
-            TxnOpResponse::Get(get) => Some(get),
-            _ => None,
-        });
-        let own = gets.next().and_then(|g| g.kvs().first().cloned());
-        let all: Vec<Entry> = gets.next().map(|g| g.kvs().iter().map(Entry::of).collect()).unwrap_or_default();
+        let mut read_revision = reply.header().map_or(0, etcd_client::ResponseHeader::revision);
+        let kvs: Vec<KeyValue> = reply
+            .op_responses()
+            .into_iter()
+            .find_map(|op| match op {
+                TxnOpResponse::Get(get) => Some(get.kvs().to_vec()),
+                _ => None,
+            })
+            .unwrap_or_default();
+        let own = kvs.iter().find(|kv| kv.key() == key.as_bytes()).cloned();
+        let all: Vec<Entry> = kvs.iter().map(Entry::of).collect();
         let Some(own) = own else {
             // Not put (someone is there and no wait is allowed), and no earlier try of ours put
             // it: a lock of another use of the name is a conflict, anything else a refusal.
@@ -205,19 +247,25 @@ impl EtcdBackend {
             return Ok(Try::Refused);
         };
         let rev = own.create_revision();
+        if own.value() != value.as_bytes() {
+            tracing::warn!(backend = BACKEND, %key, "a key of the provider's holds another acquisition's value");
+            pending.sent = false;
+            return Ok(Try::Taken);
+        }
         if own.lease() != session.lease {
             // An earlier try put it on a lease that has ended since: it is going; start over.
             pending.delete_now(&self.config).await;
             return Ok(Try::Vanished);
         }
         pending.revision = Some(rev);
+        tracing::trace!(%key, rev, queue = all.len(), "put");
         let mut ahead: Vec<Entry> = all.into_iter().filter(|entry| entry.create_revision < rev).collect();
-        // The watch of the current wait. It is opened from the store's current revision, never
-        // from a past one: etcd serves a watch that starts in the past from its history, on a
-        // loop that runs every 100 ms, which under a stream of writes delayed wake-ups by tens
-        // of milliseconds. So the queue is read again after a watch is opened, and anything
-        // that changes after that read reaches the watch.
-        let mut watching: Option<Box<Watching>> = None;
+        // The wait registers the keys it waits for with the watch of the lock's prefix, which
+        // this provider's waits and holds of the lock share and keep (watch.rs): no watch is
+        // created on a wait's path once the lock's watch exists. The watch hears every change
+        // after the revision it was created at; when that is later than the last read of the
+        // queue, the queue is read again first, so that nothing between is missed.
+        let mut registration: Option<Registration> = None;
         loop {
             let wait = match may_be_granted(&kind, &ahead) {
                 Verdict::Holds => return Ok(Try::Granted(self.grant(request, &session, pending, rev, kind))),
@@ -232,19 +280,36 @@ impl EtcdBackend {
                 pending.give_up(&self.config).await;
                 return Ok(Try::Refused);
             }
-            match watching.take() {
-                Some(watch) if watch.serves(&wait) => {
-                    match self.wait(watch, lock, wait, &session, request.deadline).await? {
-                        Waited::DeadlinePassed => {
-                            pending.give_up(&self.config).await;
-                            return Ok(Try::Refused);
-                        }
-                        // A prefix watch serves the next wait too; a key's watch has done its job.
-                        Waited::Changed(kept) => watching = kept,
-                    }
+            let (keys, puts) = match &wait {
+                Wait::Key { key, or_put } => (vec![key.clone()], *or_put),
+                Wait::Deletions { keys, .. } => (keys.clone(), false),
+            };
+            let registered = match registration.take() {
+                Some(registration)
+                    if registration.keys() == keys.as_slice()
+                        && registration.puts() == puts
+                        && !registration.ended() =>
+                {
+                    registration
                 }
-                _ => watching = Some(self.watch(&mut client, lock, &wait).await?),
+                _ => session.keys.register(&prefix, keys, read_revision, puts),
+            };
+            let from = registered.from().await.map_err(|reason| {
+                Error::connection(BACKEND, Some(lock), format!("cannot watch the lock's keys: {reason}"))
+                    .with_server(self.addr())
+            })?;
+            let mut registered = registered;
+            if from <= read_revision {
+                tracing::trace!(%key, "waiting");
+                match self.wait(&mut registered, wait, read_revision, &session, request.deadline).await {
+                    Waited::DeadlinePassed => {
+                        pending.give_up(&self.config).await;
+                        return Ok(Try::Refused);
+                    }
+                    Waited::Changed => {}
+                }
             }
+            registration = Some(registered);
             // Look again, in a transaction that checks the own key is still ours: a grant is
             // confirmed against the own key after every wait.
             let read_ahead = TxnOp::get(prefix.clone(), Some(in_queue_order().with_max_create_revision(rev - 1)));
@@ -255,6 +320,7 @@ impl EtcdBackend {
                 pending.sent = false;
                 return Ok(Try::Vanished);
             }
+            read_revision = reply.header().map_or(read_revision, etcd_client::ResponseHeader::revision);
             ahead = reply
                 .op_responses()
                 .into_iter()
@@ -263,72 +329,48 @@ impl EtcdBackend {
                     _ => None,
                 })
                 .unwrap_or_default();
+            tracing::trace!(%key, ahead = ahead.len(), "read the keys ahead");
         }
     }
 
-    /// Opens the watch a wait needs, from the store's current revision: one key (its deletion,
-    /// and its puts when asked for), or the lock's whole prefix (deletions only).
-    async fn watch(&self, client: &mut Client, lock: &LockName, wait: &Wait) -> Result<Box<Watching>> {
-        let (target, options) = match wait {
-            Wait::Key { key, or_put: true } => (Some(key.clone()), WatchOptions::new()),
-            Wait::Key { key, or_put: false } => {
-                (Some(key.clone()), WatchOptions::new().with_filters([WatchFilterType::NoPut]))
-            }
-            Wait::Deletions { .. } => (None, WatchOptions::new().with_prefix().with_filters([WatchFilterType::NoPut])),
-        };
-        let watched = target.clone().unwrap_or_else(|| self.config.lock_prefix(lock));
-        let (watcher, stream) = client.watch(watched, Some(options)).await.map_err(|e| self.error(e, lock))?;
-        Ok(Box::new(Watching { target, _watcher: watcher, stream }))
-    }
-
-    /// Waits on `watch` for what `wait` names, until the deadline.
+    /// Waits on `registration` for what `wait` names, among the changes after revision
+    /// `after` (the last read of the queue), until the deadline.
     async fn wait(
         &self,
-        mut watch: Box<Watching>,
-        lock: &LockName,
+        registration: &mut Registration,
         wait: Wait,
+        after: i64,
         session: &Session,
         deadline: Deadline,
-    ) -> Result<Waited> {
+    ) -> Waited {
         // A permit waiter counts the deletions of the keys ahead of it that it read, and
         // ignores the others (no request per deletion).
-        let (mut keys, mut deletions) = match wait {
-            Wait::Key { .. } => (Vec::new(), 1),
-            Wait::Deletions { keys, deletions } => (keys, deletions),
+        let (mut deletions, or_put) = match wait {
+            Wait::Key { or_put, .. } => (1, or_put),
+            Wait::Deletions { deletions, .. } => (deletions, false),
         };
         // A safety net only: the key's lease bounds how long it can outlive its owner.
         let wake = tokio::time::sleep(session.ttl);
         tokio::pin!(wake);
         loop {
             tokio::select! {
-                message = watch.stream.message() => match message {
-                    Ok(Some(reply)) if reply.canceled() => return Ok(Waited::Changed(None)),
-                    Ok(Some(reply)) => {
-                        for event in reply.events() {
-                            if watch.target.is_some() {
-                                // One key watched: any event on it (a put only when asked for).
-                                return Ok(Waited::Changed(None));
-                            }
-                            let gone = event.event_type() == EventType::Delete
-                                && event.kv().is_some_and(|kv| {
-                                    keys.iter()
-                                        .position(|k| k.as_bytes() == kv.key())
-                                        .map(|i| keys.swap_remove(i))
-                                        .is_some()
-                                });
-                            if gone {
-                                deletions = deletions.saturating_sub(1);
-                                if deletions == 0 {
-                                    return Ok(Waited::Changed(Some(watch)));
-                                }
-                            }
+                notice = registration.next() => match notice {
+                    KeyNotice::Ended => return Waited::Changed,
+                    // Already in the queue read (a registration kept from an earlier wait).
+                    KeyNotice::Changed { revision, .. } if revision <= after => {}
+                    KeyNotice::Changed { deleted: false, .. } if or_put => return Waited::Changed,
+                    KeyNotice::Changed { deleted: false, .. } => {}
+                    KeyNotice::Changed { deleted: true, .. } => {
+                        // A key put again by a retry of its attempt and deleted again counts
+                        // twice: an early wake-up, which the read that follows corrects.
+                        deletions = deletions.saturating_sub(1);
+                        if deletions == 0 {
+                            return Waited::Changed;
                         }
                     }
-                    Ok(None) => return Ok(Waited::Changed(None)),
-                    Err(e) => return Err(self.error(e, lock)),
                 },
-                () = &mut wake => return Ok(Waited::Changed(None)),
-                () = sleep_until(deadline) => return Ok(Waited::DeadlinePassed),
+                () = &mut wake => return Waited::Changed,
+                () = sleep_until(deadline) => return Waited::DeadlinePassed,
             }
         }
     }
@@ -341,12 +383,15 @@ impl EtcdBackend {
         rev: i64,
         kind: KeyKind,
     ) -> Grant {
+        tracing::trace!(key = %pending.key, rev, "granted");
         pending.armed = false;
         let signal = HoldSignal::new(BACKEND, request.lock.clone(), Some(session.valid_until()));
         let id = session.register(&signal);
         let token = FencingToken::new(u64::try_from(rev).unwrap_or(0));
         let watch = tokio::spawn(watch_hold(
+            Arc::clone(&session.keys),
             session.client.clone(),
+            self.config.lock_prefix(&request.lock),
             pending.key.clone(),
             rev,
             signal.clone(),
@@ -362,6 +407,7 @@ impl EtcdBackend {
             read_value: (kind == KeyKind::Write).then(|| KeyKind::Read.value(&pending.owner)),
             id,
             watch,
+            slot: Mutex::new(pending.slot.take()),
         };
         Grant::new(token, signal, Box::new(held))
     }
@@ -391,9 +437,17 @@ async fn sleep_until(deadline: Deadline) {
 /// The key is bound to the provider's lease, which the provider's other holds keep alive: a
 /// hold lost on its own (its maximum hold reached, its deadline passed unrenewed) would
 /// otherwise block the lock until its guard is dropped, and a stuck holder never drops it.
-async fn watch_hold(client: Client, key: String, rev: i64, signal: HoldSignal, timeout: Duration) {
+async fn watch_hold(
+    keys: Arc<LockWatches>,
+    client: Client,
+    prefix: String,
+    key: String,
+    rev: i64,
+    signal: HoldSignal,
+    timeout: Duration,
+) {
     let end = tokio::select! {
-        () = watch_deletion(client.clone(), &key, rev, &signal) => return,
+        () = watch_deletion(&keys, client.clone(), &prefix, &key, rev, &signal, timeout) => return,
         end = signal.ended() => end,
     };
     let HoldEnd::Lost(reason) = end else { return };
@@ -411,31 +465,55 @@ async fn watch_hold(client: Client, key: String, rev: i64, signal: HoldSignal, t
 
 /// Returns when the key of a hold is deleted (having signalled the loss), or when the hold
 /// ended otherwise.
-async fn watch_deletion(mut client: Client, key: &str, rev: i64, signal: &HoldSignal) {
-    let options = WatchOptions::new().with_start_revision(rev + 1).with_filters([WatchFilterType::NoPut]);
+///
+/// The hold registers its key with its lock's watch (watch.rs). When that watch was created
+/// after the key (a first hold of the lock in this provider, or a watch opened again after
+/// its stream broke), a deletion in between would not reach it: the key is read once then,
+/// and a key gone (or another incarnation of it) is a loss.
+async fn watch_deletion(
+    keys: &LockWatches,
+    mut client: Client,
+    prefix: &str,
+    key: &str,
+    rev: i64,
+    signal: &HoldSignal,
+    timeout: Duration,
+) {
+    // The pause before registering again after the lock's watch ended or failed.
+    const AGAIN: Duration = Duration::from_millis(200);
     loop {
-        let Ok((_watcher, mut stream)) = client.watch(key, Some(options.clone())).await else {
-            if !signal.is_held() {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            continue;
-        };
-        loop {
-            match stream.message().await {
-                Ok(Some(reply)) if reply.events().iter().any(|e| e.event_type() == EventType::Delete) => {
-                    signal.lose(LossReason::RecordGone);
-                    return;
+        let mut registration = keys.register(prefix, vec![key.to_owned()], rev, false);
+        let covered = match registration.from().await {
+            Ok(from) if from <= rev => true,
+            Ok(_) => match tokio::time::timeout(timeout, client.get(key, None)).await {
+                Ok(Ok(reply)) => {
+                    if reply.kvs().first().map(KeyValue::create_revision) != Some(rev) {
+                        signal.lose(LossReason::RecordGone);
+                        return;
+                    }
+                    true
                 }
-                Ok(Some(reply)) if reply.canceled() => break,
-                Ok(Some(_)) => {}
-                Ok(None) | Err(_) => break,
+                _ => false,
+            },
+            Err(_) => false,
+        };
+        if covered {
+            loop {
+                match registration.next().await {
+                    KeyNotice::Changed { deleted: true, revision } if revision > rev => {
+                        signal.lose(LossReason::RecordGone);
+                        return;
+                    }
+                    KeyNotice::Changed { .. } => {}
+                    KeyNotice::Ended => break,
+                }
             }
         }
+        drop(registration);
         if !signal.is_held() {
             return;
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(AGAIN).await;
     }
 }
 
@@ -456,6 +534,8 @@ async fn live_client(backend: &Weak<EtcdBackend>, session: &Session) -> Result<C
 struct Pending {
     backend: Weak<EtcdBackend>,
     key: String,
+    /// The slot the key's name is; handed to the hold on a grant.
+    slot: Option<Slot>,
     /// The session the key was put with.
     session: Option<Arc<Session>>,
     /// Whether a put may have been sent.
@@ -540,6 +620,7 @@ async fn forget_void(session: Arc<Session>, mut client: Client, void_key: String
 
 impl Drop for Pending {
     fn drop(&mut self) {
+        let mut slot = self.slot.take();
         if self.armed
             && self.sent
             && let Some(session) = self.session.take()
@@ -553,12 +634,20 @@ impl Drop for Pending {
                     let Ok(client) = live_client(&backend, &session).await else { return };
                     // The key is bound to the provider's lease: delete it while that lives.
                     delete_while_alive(Arc::clone(&session), client.clone(), give_up, Duration::from_secs(10)).await;
+                    // Deleted, or bound to a lease that ended: the slot may be reused.
+                    if let Some(slot) = slot.as_mut() {
+                        slot.free = true;
+                    }
+                    drop(slot);
                     if doubt {
                         forget_void(session, client, void_key).await;
                     }
                 },
                 home,
             );
+        } else if let Some(slot) = slot.as_mut() {
+            // Never put, or known gone, or handed to the hold (then `slot` is `None`).
+            slot.free = !self.sent;
         }
     }
 }
@@ -596,10 +685,11 @@ impl LockBackend for EtcdBackend {
     }
 
     async fn acquire(&self, request: AcquireRequest) -> Result<Option<Grant>> {
-        let key = format!("{}{}", self.config.lock_prefix(&request.lock), request.attempt);
+        let slot = self.slot(self.config.lock_prefix(&request.lock));
         let mut pending = Pending {
             backend: self.me.clone(),
-            key,
+            key: slot.key(&self.id),
+            slot: Some(slot),
             session: None,
             sent: false,
             revision: None,
@@ -614,6 +704,15 @@ impl LockBackend for EtcdBackend {
                 Ok(Try::Granted(grant)) => return Ok(Some(grant)),
                 Ok(Try::Refused) => return Ok(None),
                 Ok(Try::Vanished) => {}
+                Ok(Try::Taken) => {
+                    // The slot's key holds another acquisition's value: leave that slot
+                    // taken and go on with another.
+                    let slot = self.slot(self.config.lock_prefix(&request.lock));
+                    pending.key = slot.key(&self.id);
+                    pending.slot = Some(slot);
+                    pending.sent = false;
+                    pending.revision = None;
+                }
                 Err(error) if error.is_retryable() && request.deadline != Deadline::Now => {
                     request.note_failure(error);
                     if let Deadline::At(at) = request.deadline
@@ -719,11 +818,23 @@ struct EtcdHeld {
     read_value: Option<String>,
     id: Option<u64>,
     watch: tokio::task::JoinHandle<()>,
+    /// The slot the key's name is: reusable once the release deleted the key.
+    slot: Mutex<Option<Slot>>,
+}
+
+impl EtcdHeld {
+    /// Marks the key gone: its slot may be reused.
+    fn key_gone(&self) {
+        if let Some(slot) = self.slot.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
+            slot.free = true;
+        }
+    }
 }
 
 #[async_trait]
 impl HeldLock for EtcdHeld {
     async fn release(self: Box<Self>) -> Result<()> {
+        tracing::trace!(key = %self.key, "release");
         self.watch.abort();
         self.session.unregister(self.id);
         let mut client = live_client(&self.backend, &self.session).await?;
@@ -745,10 +856,20 @@ impl HeldLock for EtcdHeld {
                 backoff = (backoff * 2).min(MAX_BACKOFF);
             }
             match tokio::time::timeout(self.backend_config.connect_timeout, client.txn(txn.clone())).await {
-                Ok(Ok(reply)) if reply.succeeded() => return Ok(()),
+                Ok(Ok(reply)) if reply.succeeded() => {
+                    self.key_gone();
+                    return Ok(());
+                }
                 // After a lost reply, our own earlier delete may have been the one.
-                Ok(Ok(_)) if maybe_applied => return Ok(()),
-                Ok(Ok(_)) => return Err(Error::lost(BACKEND, &self.lock, LossReason::RecordGone)),
+                Ok(Ok(_)) if maybe_applied => {
+                    self.key_gone();
+                    return Ok(());
+                }
+                // Gone: no other incarnation of the key can exist while this hold has its slot.
+                Ok(Ok(_)) => {
+                    self.key_gone();
+                    return Err(Error::lost(BACKEND, &self.lock, LossReason::RecordGone));
+                }
                 Ok(Err(e)) => {
                     // A member shedding load does not use up the tries, for a while.
                     let shedding = crate::error::is_shedding(&e);
@@ -773,7 +894,15 @@ impl HeldLock for EtcdHeld {
         // alive: a release that could not reach the store must not leave it behind for as long
         // as the provider lives. Go on deleting it in the background while the lease is kept
         // alive; once it is not, the key ends with it.
-        tokio::spawn(delete_while_alive(Arc::clone(&self.session), client, txn, self.backend_config.connect_timeout));
+        let slot = self.slot.lock().unwrap_or_else(PoisonError::into_inner).take();
+        let (session, timeout) = (Arc::clone(&self.session), self.backend_config.connect_timeout);
+        tokio::spawn(async move {
+            delete_while_alive(session, client, txn, timeout).await;
+            // Deleted, or bound to a lease that ended: the slot may be reused.
+            if let Some(mut slot) = slot {
+                slot.free = true;
+            }
+        });
         Err(last
             .unwrap_or_else(|| unreachable(&self.backend_config, Some(&self.lock)))
             .with_server(Some(&self.backend_config.address)))

@@ -10,20 +10,38 @@
 //!   acknowledged keep-alive plus the TTL minus a drift margin, so a holder that is cut off
 //!   or paused is signalled lost before the server can expire the lease and grant the lock
 //!   to someone else. A lease the server reports gone ends every hold at once.
-//! - **A key per attempt.** Each acquisition writes `<prefix>/<escaped name>/<attempt id>`
-//!   in one transaction (put if absent, read the own key and the queue of keys). The
-//!   lock is granted when no key with a lower create revision remains; a waiter watches the
-//!   deletion of the key just ahead of it only (no herd), and re-checks, in a transaction
-//!   guarded by its own key's create revision, that nothing is left ahead. So a grant is
-//!   confirmed against the own key after every wait, and a waiter is granted in arrival
-//!   order (the lock is fair). A waiter opens its watch at the store's current revision and
-//!   then reads the queue again: etcd serves a watch that starts at a past revision from its
-//!   history on a 100 ms loop, which under a stream of writes woke waiters tens of
-//!   milliseconds late.
+//! - **A key per acquisition.** Each acquisition writes its own key,
+//!   `<prefix>/<escaped name>/<provider id>-<n>`, in one transaction (put if absent, and
+//!   read the queue of keys), with the owner line (the attempt id among it) as its value.
+//!   `n` is the smallest number that no other acquisition of the lock in the provider uses:
+//!   names are reused, because etcd keeps an index entry for every key ever written under a
+//!   prefix until a compaction and every read of the queue walks them all, so a new name per
+//!   acquisition made each cycle of a lock slower than the one before. The
+//!   lock is granted when no key with a lower create revision remains; a waiter waits for
+//!   the deletion of the key just ahead of it only (no herd: nothing else wakes it, and no
+//!   request follows another key's change), and re-checks, in a transaction guarded by its
+//!   own key's create revision, that nothing is left ahead. So a grant is confirmed against
+//!   the own key after every wait, and a waiter is granted in arrival order (the lock is
+//!   fair).
+//! - **Watches.** A provider opens one watch stream (per lease) and, on it, one watch per
+//!   lock it uses: of the lock's prefix, deletions only, created when the lock is first used
+//!   and kept while it is in use (dropped after a watchdog period unused). Every wait and
+//!   every hold of that lock in the provider registers the keys it cares about with it (a
+//!   waiter the key just ahead, a hold its own key), so no watch is created on a wait's
+//!   path and none per hold. A new watch would cost a round trip, and worse: etcd starts a
+//!   watch "from now" at the revision it read just before registering it, and a write
+//!   landing in between puts the watch in its "unsynced" group, caught up by a loop every
+//!   100 ms, so under a stream of writes a wait on a new watch now and then sat out that
+//!   period. A lock's watch keeps its latest changes, so a wait that read the queue just
+//!   before registering misses nothing; when the watch is newer than the read, the queue is
+//!   read again. A reader behind a writer that may be downgraded in place registers with a
+//!   second watch of the lock that reports puts too. When the stream breaks, every wait
+//!   reads the queue again and every hold reads its own key again, on a new stream.
 //! - **Fencing.** The token is the own key's create revision: etcd's revision increases
 //!   with every write of the cluster and is kept across restarts, so tokens keep increasing.
-//! - **Lost replies.** The attempt id is in the key, so a retry after a lost reply finds its
-//!   own key (the put is conditioned on the key being absent) and never leaks a second one.
+//! - **Lost replies.** The key's name is the acquisition's own until its key is known gone,
+//!   so a retry after a lost reply finds its own key (the put is conditioned on the key being
+//!   absent, and the value found must be its own) and never leaks a second one.
 //! - **Read-write locks and semaphores.** Every kind queues its keys under the same prefix;
 //!   the key's value says what it asks for (`kind=read`, `kind=write`, `kind=permit-N`; a
 //!   mutex key says nothing). A reader is granted when no mutex or writer key with a lower
@@ -42,8 +60,9 @@
 //!   and ZooKeeper.
 //! - **Breaking a lock.** [`break_lock`](lockkit_core::LockProvider::break_lock) deletes the
 //!   key of every holder (a mutex or writer, every reader, every permit holder), each
-//!   conditioned on its create revision; the holder's watch on its own key signals it lost at
-//!   once, and the waiters behind, whose keys were created later, are woken as by a release.
+//!   conditioned on its create revision; the holder, registered for its own key, is
+//!   signalled lost at once, and the waiters behind, whose keys were created later, are
+//!   woken as by a release.
 //! - **Release and cancellation.** A release deletes the own key conditioned on its create
 //!   revision, never by name alone. An acquisition dropped at any await point deletes its
 //!   key in the background, and goes on trying while the provider's lease lives (the lease
@@ -132,6 +151,7 @@ mod queue;
 mod session;
 #[cfg(feature = "tls")]
 mod tls;
+mod watch;
 
 pub use etcd_client;
 

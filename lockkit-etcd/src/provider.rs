@@ -108,7 +108,7 @@ impl EtcdLockProvider {
     }
 
     /// The key prefix of the lock called `name`: its contender keys are
-    /// `<prefix>/<escaped name>/<attempt id>`. For operators and tests.
+    /// `<prefix>/<escaped name>/<provider id>-<n>`. For operators and tests.
     ///
     /// # Errors
     ///

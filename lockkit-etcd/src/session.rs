@@ -13,6 +13,7 @@ use tokio::runtime::Handle;
 
 use crate::config::EtcdConfig;
 use crate::error::connect_error;
+use crate::watch::LockWatches;
 
 /// How long the watchdog pauses before opening its keep-alive stream again after an error.
 const RETRY: Duration = Duration::from_millis(100);
@@ -23,6 +24,8 @@ pub(crate) struct Session {
     pub(crate) lease: i64,
     pub(crate) ttl: Duration,
     drift: Duration,
+    /// The watches of the locks this session's waits and holds use, on one stream.
+    pub(crate) keys: Arc<LockWatches>,
     /// The runtime the client's connections and the watchdog run on.
     pub(crate) runtime: Handle,
     state: Mutex<State>,
@@ -94,7 +97,9 @@ impl Session {
             }
         };
         let alive = Arc::new(AtomicBool::new(true));
+        let keys = Arc::new(LockWatches::new(client.clone(), &config.prefix, config.connect_timeout));
         let session = Arc::new(Session {
+            keys,
             client,
             lease,
             ttl,
@@ -215,6 +220,7 @@ async fn watchdog(session: Weak<Session>, mut keeper: LeaseKeeper, mut stream: L
             match tokio::time::timeout_at(until.into(), exchange).await {
                 Ok(Ok(Some(reply))) if reply.ttl() > 0 => {
                     s.renewed(lease_deadline(sent, s.ttl, s.drift));
+                    s.keys.sweep();
                     break;
                 }
                 Ok(Ok(Some(_))) => {

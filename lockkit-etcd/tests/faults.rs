@@ -155,7 +155,8 @@ async fn unreachable_and_non_etcd_endpoints_are_clear_errors() {
 }
 
 /// The reply of the put is lost (it comes after the client gave up on it): the retry finds
-/// its own key by the attempt id in it, so the lock is granted once and no second key is left.
+/// its own key (its name stays the acquisition's until the key is gone, and its value holds the
+/// attempt id), so the lock is granted once and no second key is left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_after_a_lost_reply_finds_its_own_key() {
     let h = EtcdHarness::shared().await;

@@ -1,0 +1,175 @@
+//! Takes the uncontended cycle apart: `cargo run --release -p lockkit-etcd --example
+//! etcd_cycle [-- ROUNDS]`.
+//!
+//! On one provider's client and lease, in interleaved rounds of 100 (ROUNDS rounds, 20 by
+//! default), it times: etcd's own `Lock`+`Unlock`; lockkit's acquire+release; the two
+//! transactions lockkit sends, sent raw (the put-if-absent that reads the queue, and the
+//! delete conditioned on the create revision); and the leanest pair that does the same job
+//! (a put-if-absent reading the first key only, and a plain delete), and lockkit's two
+//! transactions with a new key name per cycle (as lockkit wrote them before its names were
+//! reused) and with one name. The gap between
+//! lockkit and its raw transactions is client work; the gap between the raw transactions and
+//! `Lock` is server work. It starts a member from the test kit's fixture, or uses the server
+//! `LOCKKIT_ETCD_URL` names. Figures: docs/PERFORMANCE.md.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout, missing_docs)]
+
+use std::time::{Duration, Instant};
+
+use lockkit_etcd::EtcdLockProvider;
+use lockkit_etcd::etcd_client::{
+    Compare, CompareOp, GetOptions, LockOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
+};
+use lockkit_testkit::fixture::EtcdServer;
+
+fn p50(samples: &mut [Duration]) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+#[tokio::main]
+async fn main() {
+    let rounds: usize = std::env::args().nth(1).map_or(20, |a| a.parse().expect("ROUNDS is a number"));
+    let (_server, url) = match std::env::var("LOCKKIT_ETCD_URL") {
+        Ok(url) if !url.is_empty() => (None, url),
+        _ => {
+            let server = EtcdServer::start().await.unwrap_or_else(|e| panic!("{e}"));
+            let url = server.url();
+            (Some(server), url)
+        }
+    };
+    let provider = EtcdLockProvider::connect(&url).await.unwrap();
+    let mut client = provider.etcd_client().await.unwrap();
+    let lease = provider.lease_id().await.unwrap();
+    let name = format!("cycle-{}", std::process::id());
+    let lock = provider.lock(&name).unwrap();
+    let prefix = format!("{}/", provider.lock_prefix(&format!("{name}-raw")).unwrap());
+    let owner = "lockkit1 67e55044-10b1-426f-9247-bb680e5fe0c8 somehost 4242 1700000000000";
+    let lean_prefix = format!("{}/", provider.lock_prefix(&format!("{name}-lean")).unwrap());
+    let one_prefix = format!("{}/", provider.lock_prefix(&format!("{name}-one")).unwrap());
+    let queue = || GetOptions::new().with_prefix().with_sort(SortTarget::Create, SortOrder::Ascend);
+    let (mut service, mut lockkit, mut raw, mut lean) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut floor, mut txn_put, mut raw_one) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..=rounds {
+        // Round 0 warms up and is not kept.
+        let keep = round > 0;
+        for _ in 0..100 {
+            let start = Instant::now();
+            let locked = client.lock(format!("{name}-service"), Some(LockOptions::new().with_lease(lease))).await;
+            client.unlock(locked.unwrap().key().to_vec()).await.unwrap();
+            if keep {
+                service.push(start.elapsed());
+            }
+        }
+        for _ in 0..100 {
+            let start = Instant::now();
+            lock.acquire().await.unwrap().release().await.unwrap();
+            if keep {
+                lockkit.push(start.elapsed());
+            }
+        }
+        for i in 0..100 {
+            let key = format!("{prefix}{round}-{i}");
+            let void = format!("{prefix}-void/{round}-{i}");
+            let start = Instant::now();
+            let put = TxnOp::put(key.clone(), owner, Some(PutOptions::new().with_lease(lease)));
+            let txn = Txn::new()
+                .when([
+                    Compare::create_revision(key.clone(), CompareOp::Equal, 0),
+                    Compare::version(void, CompareOp::Equal, 0),
+                ])
+                .and_then([put, TxnOp::get(prefix.clone(), Some(queue()))])
+                .or_else([TxnOp::get(prefix.clone(), Some(queue()))]);
+            let reply = client.txn(txn).await.unwrap();
+            let rev = reply.header().unwrap().revision();
+            let release = Txn::new()
+                .when([Compare::create_revision(key.clone(), CompareOp::Equal, rev)])
+                .and_then([TxnOp::delete(key, None)]);
+            assert!(client.txn(release).await.unwrap().succeeded());
+            if keep {
+                raw.push(start.elapsed());
+            }
+        }
+        for i in 0..100 {
+            let _ = i;
+            let key = format!("{lean_prefix}{lease:x}");
+            let start = Instant::now();
+            let put = TxnOp::put(key.clone(), "", Some(PutOptions::new().with_lease(lease)));
+            let first = queue().with_limit(1);
+            let txn = Txn::new()
+                .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+                .and_then([put, TxnOp::get(lean_prefix.clone(), Some(first.clone()))])
+                .or_else([TxnOp::get(key.clone(), None), TxnOp::get(lean_prefix.clone(), Some(first))]);
+            let reply = client.txn(txn).await.unwrap();
+            assert!(matches!(reply.op_responses().last(), Some(TxnOpResponse::Get(_))));
+            client.delete(key, None).await.unwrap();
+            if keep {
+                lean.push(start.elapsed());
+            }
+        }
+        for i in 0..100 {
+            let key = format!("{one_prefix}{lease:x}");
+            let void = format!("{one_prefix}-void/{round}-{i}");
+            let start = Instant::now();
+            let put = TxnOp::put(key.clone(), owner, Some(PutOptions::new().with_lease(lease)));
+            let txn = Txn::new()
+                .when([
+                    Compare::create_revision(key.clone(), CompareOp::Equal, 0),
+                    Compare::version(void, CompareOp::Equal, 0),
+                ])
+                .and_then([put, TxnOp::get(one_prefix.clone(), Some(queue()))])
+                .or_else([TxnOp::get(one_prefix.clone(), Some(queue()))]);
+            let reply = client.txn(txn).await.unwrap();
+            let rev = reply.header().unwrap().revision();
+            let release = Txn::new()
+                .when([Compare::create_revision(key.clone(), CompareOp::Equal, rev)])
+                .and_then([TxnOp::delete(key, None)]);
+            assert!(client.txn(release).await.unwrap().succeeded());
+            if keep {
+                raw_one.push(start.elapsed());
+            }
+        }
+        for i in 0..100 {
+            let _ = i;
+            let key = format!("{lean_prefix}floor");
+            let start = Instant::now();
+            client.put(key.clone(), "", Some(PutOptions::new().with_lease(lease))).await.unwrap();
+            client.delete(key, None).await.unwrap();
+            if keep {
+                floor.push(start.elapsed());
+            }
+        }
+        for i in 0..100 {
+            let _ = i;
+            let key = format!("{lean_prefix}txn");
+            let start = Instant::now();
+            let put = TxnOp::put(key.clone(), "", Some(PutOptions::new().with_lease(lease)));
+            let txn = Txn::new().when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)]).and_then([put]);
+            client.txn(txn).await.unwrap();
+            client.delete(key, None).await.unwrap();
+            if keep {
+                txn_put.push(start.elapsed());
+            }
+        }
+    }
+    let early = p50(&mut lockkit[..500].to_vec());
+    let late = p50(&mut lockkit[lockkit.len() - 500..].to_vec());
+    let raw_early = p50(&mut raw[..500].to_vec());
+    let raw_late = p50(&mut raw[raw.len() - 500..].to_vec());
+    let service = p50(&mut service);
+    println!(
+        "lockkit: first 500 cycles p50 {early:.1?}, last 500 {late:.1?}; raw with a new key per cycle: {raw_early:.1?}, {raw_late:.1?}"
+    );
+    for (what, samples) in [
+        ("etcd's Lock+Unlock", &mut vec![service]),
+        ("lockkit acquire+release", &mut lockkit),
+        ("lockkit's two transactions, raw, new key", &mut raw),
+        ("lockkit's two transactions, raw, one key", &mut raw_one),
+        ("Lock's txn and delete, raw, one key", &mut lean),
+        ("put-if-absent alone + delete, one key", &mut txn_put),
+        ("put + delete (the floor), one key", &mut floor),
+    ] {
+        let p = p50(samples);
+        println!("{what:40} p50 {p:>10.1?}  {:.3}x Lock+Unlock", p.as_secs_f64() / service.as_secs_f64());
+    }
+}

@@ -1,0 +1,75 @@
+//! The keys' names and the shared watches on a real member: acquisitions one after another
+//! reuse one key name (no index entry left behind per acquisition), concurrent ones get their
+//! own, and a deletion while the watch stream is cut is still signalled.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::time::Duration;
+
+use lockkit_core::{Error, LossReason};
+use support::{EtcdHarness, test_builder, within};
+
+fn fresh_name(what: &str) -> String {
+    format!("watches/{what}/{}", uuid::Uuid::new_v4())
+}
+
+/// Acquisitions of one lock one after another on one provider write the same key name (its
+/// slot is free again once the release deleted the key); a second acquisition while the first
+/// holds gets another name; every name is under the lock's prefix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquisitions_one_after_another_reuse_one_key_name() {
+    let h = EtcdHarness::shared().await;
+    let name = fresh_name("names");
+    let (a, _a_proxy) = h.client_with(test_builder()).await.unwrap();
+    let lock = a.lock(&name).unwrap();
+    let prefix = a.lock_prefix(&name).unwrap();
+    let mut names = Vec::new();
+    for _ in 0..3 {
+        let guard = lock.acquire().await.unwrap();
+        names.push(h.holder_key(&name).await.unwrap());
+        guard.release().await.unwrap();
+    }
+    assert!(names[0].starts_with(prefix.as_bytes()), "{:?} under {prefix}", String::from_utf8_lossy(&names[0]));
+    assert!(names.iter().all(|n| *n == names[0]), "one name: {names:?}");
+
+    let first = lock.acquire().await.unwrap();
+    let second_lock = lock.clone();
+    let second = tokio::spawn(async move { second_lock.acquire().await });
+    within(Duration::from_secs(5), "the second key", async {
+        while h.keys_of(&name).await < 2 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    let keys = h.admin().await.get(prefix.as_str(), Some(etcd_client::GetOptions::new().with_prefix())).await.unwrap();
+    let mut held: Vec<&[u8]> = keys.kvs().iter().map(etcd_client::KeyValue::key).collect();
+    held.dedup();
+    assert_eq!(held.len(), 2, "two acquisitions at once, two names");
+    first.release().await.unwrap();
+    let second = within(Duration::from_secs(5), "the second grant", second).await.unwrap().unwrap();
+    second.release().await.unwrap();
+    assert_eq!(h.keys_of(&name).await, 0);
+}
+
+/// The holder's connection is cut (its watch stream breaks with it) and its key deleted before
+/// it reconnects: the hold watches its key again and reads it, and is signalled lost because
+/// the key is gone, well before its lease could run out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deletion_while_the_watch_stream_is_cut_is_still_signalled() {
+    let h = EtcdHarness::shared().await;
+    let name = fresh_name("cut");
+    let (a, a_proxy) = h.client_with(test_builder().ttl(Duration::from_secs(10))).await.unwrap();
+    let guard = a.lock(&name).unwrap().acquire().await.unwrap();
+    let key = h.holder_key(&name).await.unwrap();
+    a_proxy.0.blackhole();
+    a_proxy.0.cut_all();
+    h.admin().await.delete(key, None).await.unwrap();
+    a_proxy.0.heal();
+    let reason = within(Duration::from_secs(6), "the loss", guard.lost()).await;
+    assert_eq!(reason, LossReason::RecordGone);
+    assert!(matches!(guard.release().await, Err(Error::LockLost { .. })));
+    let again = within(Duration::from_secs(5), "the next grant", a.lock(&name).unwrap().acquire()).await.unwrap();
+    again.release().await.unwrap();
+    assert_eq!(h.keys_of(&name).await, 0);
+}
