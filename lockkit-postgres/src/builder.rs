@@ -21,6 +21,7 @@ pub const OPTIONS: &[&str] = &[
     "drift",
     "schema",
     "migrate",
+    "durable_grants",
     "max_hold",
     "sslmode",
     "sslrootcert",
@@ -53,6 +54,7 @@ pub struct PostgresLockProviderBuilder {
     drift: Option<Duration>,
     schema: Option<String>,
     migrate: Option<bool>,
+    durable_grants: Option<bool>,
     tls: TlsOptions,
     /// The files named by `sslrootcert`, `sslcert` and `sslkey`, read by `build()`.
     tls_files: TlsFiles,
@@ -79,6 +81,9 @@ pub(crate) struct Settings {
     pub(crate) drift: Duration,
     pub(crate) schema: String,
     pub(crate) migrate: bool,
+    /// Grants and renewals wait for the WAL flush (`synchronous_commit` on): holds survive a
+    /// crash. Off by default: the restart fence keeps grants lost in a crash safe.
+    pub(crate) durable_grants: bool,
     pub(crate) tls: Tls,
 }
 
@@ -112,6 +117,7 @@ impl PostgresLockProviderBuilder {
             "drift" => self.drift(CHECKS.duration(key, value)?),
             "schema" => self.schema(value),
             "migrate" => self.migrate(CHECKS.flag(key, value)?),
+            "durable_grants" => self.durable_grants(CHECKS.flag(key, value)?),
             "sslmode" => self.ssl_mode(SslMode::parse(value).ok_or_else(|| {
                 CHECKS.invalid(format!(
                     "sslmode={value:?} is not a mode; use disable, prefer, require, verify-ca or verify-full"
@@ -181,6 +187,22 @@ impl PostgresLockProviderBuilder {
     /// create it, and use a role that can only take locks (see the crate docs).
     pub fn migrate(mut self, migrate: bool) -> Self {
         self.migrate = Some(migrate);
+        self
+    }
+
+    /// Whether grants and renewals wait for the server's WAL flush (`false` by default; URL
+    /// option `durable_grants`). By default they commit with `synchronous_commit = off`, which
+    /// saves a disk flush per grant: a grant or renewal lost in a crash of the server is made
+    /// safe by the restart fence (no grant for the longest lease after a crash recovery; see
+    /// the crate docs), so a crash costs every lock one lease of waiting and every hold whose
+    /// grant was lost is signalled lost. With `true`, holds whose grants were confirmed survive
+    /// a crash and the locks of a schema whose providers all use it are not fenced after one:
+    /// for holds longer than the lease that must outlive a server crash, or a server that
+    /// restarts often. Failover to a standby: with synchronous replication (`synchronous_commit`
+    /// reaching the standby) only `true` keeps holds across a promotion; either way, the fence
+    /// starts on a promoted standby, whose copy of the unlogged fence table is empty.
+    pub fn durable_grants(mut self, durable: bool) -> Self {
+        self.durable_grants = Some(durable);
         self
     }
 
@@ -301,10 +323,14 @@ impl PostgresLockProviderBuilder {
         let schema = self.schema.unwrap_or_else(|| DEFAULT_SCHEMA.to_owned());
         check_schema(&schema)?;
         let tls = Tls::new(self.tls_files.read(self.tls)?, &mut config)?;
+        let durable_grants = self.durable_grants.unwrap_or(false);
         // Every statement of this provider is bounded on the server too: a statement whose
-        // reply was lost cannot take effect later than this after it was sent.
+        // reply was lost cannot take effect later than this after it was sent. Without durable
+        // grants, the connection's commits do not wait for the WAL flush (the schema's
+        // creation, the settings row and `break_lock` set it back on for their own).
+        let synchronous = if durable_grants { "" } else { " -c synchronous_commit=off" };
         config
-            .options(format!("-c statement_timeout={}", response_timeout.as_millis()))
+            .options(format!("-c statement_timeout={}{synchronous}", response_timeout.as_millis()))
             .connect_timeout(response_timeout);
         Ok(Settings {
             config,
@@ -315,6 +341,7 @@ impl PostgresLockProviderBuilder {
             drift,
             schema,
             migrate: self.migrate.unwrap_or(true),
+            durable_grants,
             tls,
         })
     }
@@ -383,6 +410,12 @@ mod tests {
         assert_eq!(s.config.get_dbname(), Some("locks"));
         assert_eq!(s.config.get_ports(), [6543]);
         assert!(s.migrate);
+        assert!(!s.durable_grants);
+        assert!(s.config.get_options().is_some_and(|o| o.contains("synchronous_commit=off")));
+        let s = from_url("postgres://h/db?durable_grants=true").unwrap();
+        assert!(s.durable_grants);
+        assert!(s.config.get_options().is_some_and(|o| !o.contains("synchronous_commit")));
+        assert!(message(from_url("postgres://h/db?durable_grants=maybe")).contains("durable_grants"));
     }
 
     #[test]
