@@ -92,6 +92,33 @@ impl Inner {
         self.holds().live.remove(&id);
     }
 
+    /// The grant of `request` to `owner` with `token`, valid until `lease` (less the drift)
+    /// after `sent`, a local instant before the server's lease began; tracked for renewal.
+    fn grant(
+        self: &Arc<Self>,
+        request: &AcquireRequest,
+        owner: String,
+        token: FencingToken,
+        sent: Instant,
+        lease: Duration,
+    ) -> Grant {
+        let signal = HoldSignal::new(
+            BACKEND,
+            request.lock.clone(),
+            Some(lease_deadline(sent, lease, self.store.settings.drift)),
+        );
+        let id = self.track(request.lock.clone(), owner.clone(), signal.clone());
+        let held = PostgresHold {
+            inner: Arc::clone(self),
+            id,
+            lock: request.lock.clone(),
+            owner,
+            signal: signal.clone(),
+            write: matches!(request.kind, HoldKind::Write),
+        };
+        Grant::new(token, signal, Box::new(held))
+    }
+
     /// One attempt for a hold of `kind` (stored as `kind_name` and `permits`).
     async fn try_once(
         &self,
@@ -301,8 +328,24 @@ impl LockBackend for PostgresBackend {
             queued: false,
             granted: false,
         };
-        let mut slot = None;
+        let mut slot: Option<crate::listener::Slot> = None;
+        // The send time of the last refused try: a hand-over to this acquisition was made after
+        // that try ran, so after it was sent.
+        let mut refused_sent: Option<Instant> = None;
+        let settings = &inner.store.settings;
         loop {
+            // A hand-over announced with its token (the notification comes only once it
+            // committed): granted without a confirming round trip, its deadline counted from the
+            // last refusal's send time, when that leaves the renewal room to extend it.
+            if let (Some(token), Some(since)) =
+                (slot.as_ref().and_then(crate::listener::Slot::take_handed), refused_sent)
+                && lease_deadline(since, settings.lease, settings.drift)
+                    > Instant::now() + settings.renew_every + settings.response_timeout
+            {
+                request.note_reached();
+                attempt.granted = true;
+                return Ok(Some(inner.grant(&request, owner, FencingToken::new(token), since, settings.lease)));
+            }
             let notify = slot.as_ref().map(crate::listener::Slot::notify);
             let notified = notify.as_ref().map(|n| n.notified());
             tokio::pin!(notified);
@@ -318,26 +361,11 @@ impl LockBackend for PostgresBackend {
             let wait = match outcome {
                 Ok(Try::Granted(token, left)) => {
                     request.note_reached();
+                    attempt.granted = true;
                     // A grant made now has the whole lease left; one made earlier (a hand-over,
                     // a try whose reply was lost) has what the server saw left, counted here
                     // from this try's send time, which came before the server looked.
-                    let lease = inner.store.settings.lease.min(left);
-                    let signal = HoldSignal::new(
-                        BACKEND,
-                        request.lock.clone(),
-                        Some(lease_deadline(sent, lease, inner.store.settings.drift)),
-                    );
-                    let id = inner.track(request.lock.clone(), owner.clone(), signal.clone());
-                    attempt.granted = true;
-                    let held = PostgresHold {
-                        inner: Arc::clone(inner),
-                        id,
-                        lock: request.lock.clone(),
-                        owner,
-                        signal: signal.clone(),
-                        write: matches!(request.kind, HoldKind::Write),
-                    };
-                    return Ok(Some(Grant::new(token, signal, Box::new(held))));
+                    return Ok(Some(inner.grant(&request, owner, token, sent, settings.lease.min(left))));
                 }
                 Ok(Try::Conflict(error)) => {
                     request.note_reached();
@@ -347,6 +375,7 @@ impl LockBackend for PostgresBackend {
                     // Not granted: this try left nothing behind (an earlier one whose reply
                     // was lost may still take effect: the drop of `attempt` sees to it).
                     request.note_reached();
+                    refused_sent = Some(sent);
                     if matches!(request.deadline, Deadline::Now) {
                         return Ok(None);
                     }

@@ -49,7 +49,11 @@
 //!   assumption that **the server clock does not step back** (as the Redis backend's tokens
 //!   do without AOF), and that two grants of one name, serialized by its advisory lock until
 //!   commit, are at least a microsecond apart. Refused, it returns the holder's remaining
-//!   lease.
+//!   lease. **The lean path**: when there is nothing at all on the name (no holder row, live
+//!   or expired, no place in the queue, no election candidate), the owner is not voided and no
+//!   restart fence holds, one statement checks all of that and the row is inserted; the kind,
+//!   fairness and conflict checks run only when something is there (measured server-side: a
+//!   grant's function work about halved).
 //! - **The lease and the local deadline.** A grant or renewal confirmed for a statement sent at
 //!   `t` makes the guard valid until `t + lease - drift` on the client's clock; the row
 //!   expires at the server's `clock_timestamp()` at execution (after `t`) plus the lease. So a
@@ -79,18 +83,29 @@
 //!   the head of the queue (a new row for the head's owner, with the head's lease and its own
 //!   token from the sequence, the place removed), and goes on along the queue while the
 //!   holders admit the next (a run of readers, free permits), and `NOTIFY`s each new owner's id
-//!   on `<schema>_granted`. Only that waiter's provider wakes (the others stay asleep behind
-//!   it: no herd of tries queueing on the advisory lock). The waiter confirms with its next
-//!   try, which finds the row its own and, without writing and before it would take the
-//!   advisory lock (so it does not queue behind the grants and refusals of the name), returns
-//!   the token and the lease left; the guard's deadline counts that from the try's send time, which came before the
-//!   server looked. Nothing is missed: a waiter registers its wake-up and then tries once more
+//!   on `<schema>_granted` as `<token>:<owner id>`. Only that waiter's provider wakes (the
+//!   others stay asleep behind it: no herd of tries queueing on the advisory lock). A
+//!   notification is delivered only after the transaction that sent it committed, so it is
+//!   proof of the grant: **the waiter takes the grant from the notification**, with no round
+//!   trip, its guard's deadline counted from the send time of its last refused try (the
+//!   hand-over ran after that try, and the row's lease is the waiter's own, from its place),
+//!   as long as that deadline leaves its provider's renewal round (`renew_every` plus the
+//!   response timeout) room to extend it. Otherwise (a waiter that last looked long ago
+//!   against a short lease) it confirms with its next try, which finds the row its own and,
+//!   without writing and before it would take the advisory lock (so it does not queue behind
+//!   the grants and refusals of the name), returns the token and the lease left; the guard's
+//!   deadline counts that from the try's send time, which came before the server looked.
+//!   (A listener of an older version, which expects the owner id alone, finds no waiter in
+//!   such a payload: its waiters fall back to the safety poll until it is upgraded.) Nothing is missed: a waiter registers its wake-up and then tries once more
 //!   before it first sleeps, and a wake-up that comes between two tries is kept. A waiter that
 //!   gives up (timeout, cancellation) as the hand-over is made calls `abandon`, which frees the
 //!   row it was handed and hands the lock on; so does a waiter's place that lapses (the
 //!   handed-over row then expires after the lease, like a dead holder's). `abandon` of a place
 //!   also hands over, since the ones behind a writer that gave up may now go.
-//! - **Releases commit without waiting for the disk.** A release (and an abandon) that hands
+//! - **Releases commit without waiting for the disk.** A release with nobody waiting (no
+//!   place in the queue) deletes its row and commits, with no `NOTIFY` (whose commit is
+//!   serialized across the server): every waiter has a place, taken by its first refused try
+//!   before it waits. A release (and an abandon) that hands
 //!   nothing over sets `synchronous_commit = off` for its own transaction (`set_config(...,
 //!   true)` at its end): the commit returns before the WAL flush. So does a refused try (its
 //!   write is the waiter's place, which its next try takes again if a crash lost it), which

@@ -1,7 +1,8 @@
 //! Wake-ups: one dedicated `LISTEN` connection per provider, on three channels of the schema.
-//! A release that hands the lock over `NOTIFY`s `<schema>_granted` with the new owner's id as
-//! payload, and the connection's task (which polls `Connection::poll_message`) wakes that one
-//! waiter; a release that hands over nothing `NOTIFY`s `<schema>_released` with the lock's
+//! A release that hands the lock over `NOTIFY`s `<schema>_granted` with `<token>:<owner id>`
+//! as payload, and the connection's task (which polls `Connection::poll_message`) hands the
+//! token to that one waiter and wakes it (a notification is delivered only after the granting
+//! transaction committed, so it is proof of the grant); a release that hands over nothing `NOTIFY`s `<schema>_released` with the lock's
 //! name, and every waiter of that name wakes. The elections' channel carries payloads
 //! (`%e/<name>`, see `election_sql.rs`) that wake the waiting candidates and the observers of
 //! that election. When the connection ends every waiter wakes (and looks again), and the next
@@ -24,8 +25,11 @@ type Slots = Arc<Mutex<Registry>>;
 struct Registry {
     next: u64,
     by_name: HashMap<String, HashMap<u64, Arc<Notify>>>,
-    by_owner: HashMap<String, Arc<Notify>>,
+    by_owner: HashMap<String, (Arc<Notify>, Handed)>,
 }
+
+/// The token of a hand-over announced to a waiter, until it takes it.
+type Handed = Arc<Mutex<Option<u64>>>;
 
 impl Registry {
     fn wake_name(&self, name: &str) {
@@ -34,8 +38,16 @@ impl Registry {
         }
     }
 
-    fn wake_owner(&self, owner: &str) {
-        if let Some(notify) = self.by_owner.get(owner) {
+    /// A hand-over: `<token>:<owner>` (or the owner alone, as older functions announce it).
+    fn wake_owner(&self, payload: &str) {
+        let (token, owner) = match payload.split_once(':') {
+            Some((token, owner)) => (token.parse::<u64>().ok(), owner),
+            None => (None, payload),
+        };
+        if let Some((notify, handed)) = self.by_owner.get(owner) {
+            if let Some(token) = token {
+                *handed.lock().unwrap_or_else(PoisonError::into_inner) = Some(token);
+            }
             notify.notify_one();
         }
     }
@@ -71,6 +83,7 @@ pub(crate) struct Slot {
     /// wake by name only).
     owner: Option<String>,
     notify: Arc<Notify>,
+    handed: Handed,
 }
 
 impl Slot {
@@ -78,6 +91,11 @@ impl Slot {
     /// kept (a permit), so none is lost between two waits.
     pub(crate) fn notify(&self) -> Arc<Notify> {
         Arc::clone(&self.notify)
+    }
+
+    /// The token of a hand-over announced to this waiter since it last looked, if any.
+    pub(crate) fn take_handed(&self) -> Option<u64> {
+        self.handed.lock().unwrap_or_else(PoisonError::into_inner).take()
     }
 }
 
@@ -104,11 +122,19 @@ impl Wakeups {
         slots.next += 1;
         let id = slots.next;
         let notify = Arc::new(Notify::new());
+        let handed = Handed::default();
         slots.by_name.entry(name.to_owned()).or_default().insert(id, Arc::clone(&notify));
         if let Some(owner) = owner {
-            slots.by_owner.insert(owner.to_owned(), Arc::clone(&notify));
+            slots.by_owner.insert(owner.to_owned(), (Arc::clone(&notify), Arc::clone(&handed)));
         }
-        Slot { slots: Arc::clone(&self.slots), id, name: name.to_owned(), owner: owner.map(str::to_owned), notify }
+        Slot {
+            slots: Arc::clone(&self.slots),
+            id,
+            name: name.to_owned(),
+            owner: owner.map(str::to_owned),
+            notify,
+            handed,
+        }
     }
 
     /// Whether the listening connection is up now.
@@ -177,5 +203,27 @@ impl Wakeups {
                 Err(store.connection_error(None, format!("no answer to LISTEN within {timeout:?}")))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hand_over_hands_its_token_to_the_owner_it_names() {
+        let wakeups = Wakeups::default();
+        let slot = wakeups.register("orders/42", Some("owner-a"));
+        let other = wakeups.register("orders/42", Some("owner-b"));
+        let registry = wakeups.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        registry.wake_owner("1795658598646614:owner-a");
+        // An older function's payload (the owner alone) wakes without a token; a payload
+        // for an owner not registered here wakes nobody.
+        registry.wake_owner("owner-b");
+        registry.wake_owner("7:owner-c");
+        drop(registry);
+        assert_eq!(slot.take_handed(), Some(1_795_658_598_646_614));
+        assert_eq!(slot.take_handed(), None, "taken once");
+        assert_eq!(other.take_handed(), None);
     }
 }
