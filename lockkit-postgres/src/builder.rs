@@ -140,7 +140,9 @@ impl PostgresLockProviderBuilder {
     }
 
     /// The server: `postgres://[user[:password]@]host[:port]/database` (or `postgresql://`).
-    /// The database is required.
+    /// The database is required. Options in its query string ([`OPTIONS`]) are taken as
+    /// [`from_url`](Self::from_url) takes them; a builder method called as well wins over the
+    /// URL's option, and an unknown option is an error at `build()`.
     pub fn url(mut self, url: impl Into<String>) -> Self {
         self.url = Some(url.into());
         self
@@ -246,13 +248,55 @@ impl PostgresLockProviderBuilder {
     ///
     /// [`Error::InvalidConfig`] naming what to change.
     pub fn build(self) -> Result<PostgresLockProvider> {
-        let common = self.common;
-        let mut provider = PostgresLockProvider::from_settings(self.settings()?)?;
+        let builder = self.with_url_options()?;
+        let common = builder.common;
+        let mut provider = PostgresLockProvider::from_settings(builder.settings()?)?;
         provider.provider = common.apply(provider.provider)?;
         Ok(provider)
     }
 
+    /// The builder with the options of its URL's query string taken in (none set twice: a
+    /// value set by a builder method wins), and the URL without them.
+    fn with_url_options(self) -> Result<Self> {
+        let Some(url) = self.url.as_deref() else { return Ok(self) };
+        let parsed = StoreUrl::parse(url)?;
+        if parsed.options().next().is_none() {
+            return Ok(self);
+        }
+        let from_url = Self::from_url(&parsed)?;
+        let mut common = from_url.common;
+        if self.common.max_hold.is_some() {
+            common.max_hold = self.common.max_hold;
+        }
+        Ok(Self {
+            url: from_url.url,
+            lease: self.lease.or(from_url.lease),
+            renew_every: self.renew_every.or(from_url.renew_every),
+            response_timeout: self.response_timeout.or(from_url.response_timeout),
+            drift: self.drift.or(from_url.drift),
+            schema: self.schema.or(from_url.schema),
+            migrate: self.migrate.or(from_url.migrate),
+            durable_grants: self.durable_grants.or(from_url.durable_grants),
+            tls: TlsOptions {
+                mode: self.tls.mode.or(from_url.tls.mode),
+                root: self.tls.root.or(from_url.tls.root),
+                client: self.tls.client.or(from_url.tls.client),
+            },
+            tls_files: TlsFiles {
+                root: self.tls_files.root.or(from_url.tls_files.root),
+                certificate: self.tls_files.certificate.or(from_url.tls_files.certificate),
+                key: self.tls_files.key.or(from_url.tls_files.key),
+            },
+            common,
+        })
+    }
+
     pub(crate) fn settings(self) -> Result<Settings> {
+        let this = self.with_url_options()?;
+        this.settings_of_address()
+    }
+
+    fn settings_of_address(self) -> Result<Settings> {
         let Some(url) = self.url.as_deref() else {
             return Err(CHECKS.invalid("no server URL; set one, like postgres://app@127.0.0.1:5432/appdb"));
         };
@@ -416,6 +460,20 @@ mod tests {
         assert!(s.durable_grants);
         assert!(s.config.get_options().is_some_and(|o| !o.contains("synchronous_commit")));
         assert!(message(from_url("postgres://h/db?durable_grants=maybe")).contains("durable_grants"));
+    }
+
+    #[test]
+    fn options_in_a_url_given_to_the_builder_are_taken() {
+        let builder =
+            || PostgresLockProviderBuilder::default().url("postgres://h/db?lease=9s&schema=app&durable_grants=true");
+        let s = builder().settings().unwrap();
+        assert_eq!((s.lease, s.schema.as_str(), s.durable_grants), (Duration::from_secs(9), "app", true));
+        // A builder method wins over the URL's option.
+        let s = builder().lease(Duration::from_secs(12)).schema("other").settings().unwrap();
+        assert_eq!((s.lease, s.schema.as_str()), (Duration::from_secs(12), "other"));
+        let wrong = PostgresLockProviderBuilder::default().url("postgres://h/db?leese=9s").settings();
+        assert!(message(wrong).contains("lease"));
+        assert!(PostgresLockProviderBuilder::default().url("postgres://h/db?max_hold=1m").build().is_ok());
     }
 
     #[test]
