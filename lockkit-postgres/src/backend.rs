@@ -328,7 +328,14 @@ impl LockBackend for PostgresBackend {
             queued: false,
             granted: false,
         };
+        // A waiting acquisition registers its wake-up before its first try when the listening
+        // connection is up already: a hand-over or release after that try is then heard, and
+        // the try that would otherwise follow the registration (one more turn on the name's
+        // advisory lock, in the way of the holder's release) is not needed.
         let mut slot: Option<crate::listener::Slot> = None;
+        if !matches!(request.deadline, Deadline::Now) && inner.wakeups.is_up().await {
+            slot = Some(inner.wakeups.register(&crate::stored_name(request.lock.as_str()), Some(&owner)));
+        }
         // The send time of the last refused try: a hand-over to this acquisition was made after
         // that try ran, so after it was sent.
         let mut refused_sent: Option<Instant> = None;

@@ -66,7 +66,10 @@
 //!   whose payload names a lock freed with nobody to hand it to, wakes that lock's waiters.
 //!   Channels per schema rather than per lock: lock names (up to 1024 bytes) do not fit a
 //!   channel name, and a waiter needs no `LISTEN` round trip of its own. A waiter's wake-up is
-//!   kept if it comes while the waiter is not waiting (a `Notify` permit); it also wakes when
+//!   kept if it comes while the waiter is not waiting (a `Notify` permit). A waiting
+//!   acquisition registers its wake-up before its first try when the listening connection is
+//!   up already (else after its first refusal, and then it tries once more before it first
+//!   sleeps), so one refused try is all a waiter sends before it waits. It also wakes when
 //!   the holder's lease ends (a dead holder notifies nobody), every 2 s as a safety net, and
 //!   every 100 ms while the listening connection is down.
 //! - **Fair order** ([`Capabilities::fair`](lockkit_core::Capabilities) and `waiter_count`): a

@@ -193,7 +193,14 @@ async fn a_role_that_can_only_take_locks_needs_just_the_documented_grants() {
     };
     assert!(message.contains("may not create") && message.contains("migrate()"), "{message}");
     // The owner migrates; the role still lacks privileges, and is told which GRANTs to run.
-    let owner = test_builder().url(url_of(harness.upstream())).schema(schema.clone()).build().unwrap();
+    // The schema's creation is one transaction of some size: a loaded machine needs more than
+    // the test clients' 600 ms statement timeout for it.
+    let owner = test_builder()
+        .response_timeout(OPERATION)
+        .url(url_of(harness.upstream()))
+        .schema(schema.clone())
+        .build()
+        .unwrap();
     owner.migrate().await.unwrap();
     let refused = PostgresLockProvider::connect(&as_role(false)).await;
     let Err(Error::InvalidConfig { message, .. }) = refused else {
@@ -381,7 +388,10 @@ async fn a_clean_restart_keeps_holds_and_fences_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_durable_grants_a_hold_survives_a_crash_and_nothing_is_fenced() {
     let harness = PostgresHarness::dedicated().await;
-    let (a, _fa) = harness.client_with(test_builder().durable_grants(true)).await.unwrap();
+    // A lease that outlasts the crash and the recovery on a loaded machine.
+    let durable =
+        test_builder().durable_grants(true).lease(Duration::from_secs(20)).renew_every(Duration::from_secs(1));
+    let (a, _fa) = harness.client_with(durable).await.unwrap();
     let name = unique("durable");
     let stored = lockkit_postgres::stored_name(&name);
     let held = a.lock(&name).unwrap().acquire().await.unwrap();
