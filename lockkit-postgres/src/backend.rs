@@ -336,23 +336,8 @@ impl LockBackend for PostgresBackend {
         if !matches!(request.deadline, Deadline::Now) && inner.wakeups.is_up().await {
             slot = Some(inner.wakeups.register(&crate::stored_name(request.lock.as_str()), Some(&owner)));
         }
-        // The send time of the last refused try: a hand-over to this acquisition was made after
-        // that try ran, so after it was sent.
-        let mut refused_sent: Option<Instant> = None;
         let settings = &inner.store.settings;
         loop {
-            // A hand-over announced with its token (the notification comes only once it
-            // committed): granted without a confirming round trip, its deadline counted from the
-            // last refusal's send time, when that leaves the renewal room to extend it.
-            if let (Some(token), Some(since)) =
-                (slot.as_ref().and_then(crate::listener::Slot::take_handed), refused_sent)
-                && lease_deadline(since, settings.lease, settings.drift)
-                    > Instant::now() + settings.renew_every + settings.response_timeout
-            {
-                request.note_reached();
-                attempt.granted = true;
-                return Ok(Some(inner.grant(&request, owner, FencingToken::new(token), since, settings.lease)));
-            }
             let notify = slot.as_ref().map(crate::listener::Slot::notify);
             let notified = notify.as_ref().map(|n| n.notified());
             tokio::pin!(notified);
@@ -382,7 +367,6 @@ impl LockBackend for PostgresBackend {
                     // Not granted: this try left nothing behind (an earlier one whose reply
                     // was lost may still take effect: the drop of `attempt` sees to it).
                     request.note_reached();
-                    refused_sent = Some(sent);
                     if matches!(request.deadline, Deadline::Now) {
                         return Ok(None);
                     }

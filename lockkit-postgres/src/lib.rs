@@ -87,19 +87,19 @@
 //!   token from the sequence, the place removed), and goes on along the queue while the
 //!   holders admit the next (a run of readers, free permits), and `NOTIFY`s each new owner's id
 //!   on `<schema>_granted` as `<token>:<owner id>`. Only that waiter's provider wakes (the
-//!   others stay asleep behind it: no herd of tries queueing on the advisory lock). A
-//!   notification is delivered only after the transaction that sent it committed, so it is
-//!   proof of the grant: **the waiter takes the grant from the notification**, with no round
-//!   trip, its guard's deadline counted from the send time of its last refused try (the
-//!   hand-over ran after that try, and the row's lease is the waiter's own, from its place),
-//!   as long as that deadline leaves its provider's renewal round (`renew_every` plus the
-//!   response timeout) room to extend it. Otherwise (a waiter that last looked long ago
-//!   against a short lease) it confirms with its next try, which finds the row its own and,
-//!   without writing and before it would take the advisory lock (so it does not queue behind
-//!   the grants and refusals of the name), returns the token and the lease left; the guard's
-//!   deadline counts that from the try's send time, which came before the server looked.
-//!   (A listener of an older version, which expects the owner id alone, finds no waiter in
-//!   such a payload: its waiters fall back to the safety poll until it is upgraded.) Nothing is missed: a waiter registers its wake-up and then tries once more
+//!   others stay asleep behind it: no herd of tries queueing on the advisory lock). The
+//!   waiter confirms with its next try, which finds the row its own and, without writing and
+//!   before it would take the advisory lock (so it does not queue behind the grants and
+//!   refusals of the name), returns the token and the lease left; the guard's deadline counts
+//!   that from the try's send time, which came before the server looked. (Taking the grant
+//!   from the notification alone, without that try, was built and taken out again: a deadline
+//!   counted from the waiter's last refused try is safe only if that refusal ran before the
+//!   hand-over, and a refusal can also come after it, when the handed row is already gone: lost
+//!   in a crash and refused by the restart fence, expired, or broken. The chaos run with crash
+//!   restarts found the overlap. Doing it safely needs the hand-over's server time in the
+//!   payload and the refusal's in its reply. A listener of an older version, which expects
+//!   the owner id alone, finds no waiter in the new payload: its waiters fall back to the
+//!   safety poll until it is upgraded.) Nothing is missed: a waiter registers its wake-up and then tries once more
 //!   before it first sleeps, and a wake-up that comes between two tries is kept. A waiter that
 //!   gives up (timeout, cancellation) as the hand-over is made calls `abandon`, which frees the
 //!   row it was handed and hands the lock on; so does a waiter's place that lapses (the

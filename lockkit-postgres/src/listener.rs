@@ -1,8 +1,7 @@
 //! Wake-ups: one dedicated `LISTEN` connection per provider, on three channels of the schema.
 //! A release that hands the lock over `NOTIFY`s `<schema>_granted` with `<token>:<owner id>`
-//! as payload, and the connection's task (which polls `Connection::poll_message`) hands the
-//! token to that one waiter and wakes it (a notification is delivered only after the granting
-//! transaction committed, so it is proof of the grant); a release that hands over nothing `NOTIFY`s `<schema>_released` with the lock's
+//! as payload, and the connection's task (which polls `Connection::poll_message`) wakes that
+//! one waiter, which confirms the grant with its next try; a release that hands over nothing `NOTIFY`s `<schema>_released` with the lock's
 //! name, and every waiter of that name wakes. The elections' channel carries payloads
 //! (`%e/<name>`, see `election_sql.rs`) that wake the waiting candidates and the observers of
 //! that election. When the connection ends every waiter wakes (and looks again), and the next
@@ -25,11 +24,8 @@ type Slots = Arc<Mutex<Registry>>;
 struct Registry {
     next: u64,
     by_name: HashMap<String, HashMap<u64, Arc<Notify>>>,
-    by_owner: HashMap<String, (Arc<Notify>, Handed)>,
+    by_owner: HashMap<String, Arc<Notify>>,
 }
-
-/// The token of a hand-over announced to a waiter, until it takes it.
-type Handed = Arc<Mutex<Option<u64>>>;
 
 impl Registry {
     fn wake_name(&self, name: &str) {
@@ -40,14 +36,8 @@ impl Registry {
 
     /// A hand-over: `<token>:<owner>` (or the owner alone, as older functions announce it).
     fn wake_owner(&self, payload: &str) {
-        let (token, owner) = match payload.split_once(':') {
-            Some((token, owner)) => (token.parse::<u64>().ok(), owner),
-            None => (None, payload),
-        };
-        if let Some((notify, handed)) = self.by_owner.get(owner) {
-            if let Some(token) = token {
-                *handed.lock().unwrap_or_else(PoisonError::into_inner) = Some(token);
-            }
+        let owner = payload.split_once(':').map_or(payload, |(_, owner)| owner);
+        if let Some(notify) = self.by_owner.get(owner) {
             notify.notify_one();
         }
     }
@@ -83,7 +73,6 @@ pub(crate) struct Slot {
     /// wake by name only).
     owner: Option<String>,
     notify: Arc<Notify>,
-    handed: Handed,
 }
 
 impl Slot {
@@ -91,11 +80,6 @@ impl Slot {
     /// kept (a permit), so none is lost between two waits.
     pub(crate) fn notify(&self) -> Arc<Notify> {
         Arc::clone(&self.notify)
-    }
-
-    /// The token of a hand-over announced to this waiter since it last looked, if any.
-    pub(crate) fn take_handed(&self) -> Option<u64> {
-        self.handed.lock().unwrap_or_else(PoisonError::into_inner).take()
     }
 }
 
@@ -122,19 +106,11 @@ impl Wakeups {
         slots.next += 1;
         let id = slots.next;
         let notify = Arc::new(Notify::new());
-        let handed = Handed::default();
         slots.by_name.entry(name.to_owned()).or_default().insert(id, Arc::clone(&notify));
         if let Some(owner) = owner {
-            slots.by_owner.insert(owner.to_owned(), (Arc::clone(&notify), Arc::clone(&handed)));
+            slots.by_owner.insert(owner.to_owned(), Arc::clone(&notify));
         }
-        Slot {
-            slots: Arc::clone(&self.slots),
-            id,
-            name: name.to_owned(),
-            owner: owner.map(str::to_owned),
-            notify,
-            handed,
-        }
+        Slot { slots: Arc::clone(&self.slots), id, name: name.to_owned(), owner: owner.map(str::to_owned), notify }
     }
 
     /// Whether the listening connection is up now.
@@ -210,20 +186,28 @@ impl Wakeups {
 mod tests {
     use super::*;
 
+    /// Whether `slot` holds a wake-up permit (taking it).
+    fn woken(slot: &Slot) -> bool {
+        let notify = slot.notify();
+        let notified = std::pin::pin!(notify.notified());
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        notified.poll(&mut cx).is_ready()
+    }
+
     #[test]
-    fn a_hand_over_hands_its_token_to_the_owner_it_names() {
+    fn a_hand_over_wakes_the_owner_it_names() {
         let wakeups = Wakeups::default();
-        let slot = wakeups.register("orders/42", Some("owner-a"));
-        let other = wakeups.register("orders/42", Some("owner-b"));
+        let a = wakeups.register("orders/42", Some("owner-a"));
+        let b = wakeups.register("orders/42", Some("owner-b"));
+        let c = wakeups.register("orders/42", Some("owner-c"));
         let registry = wakeups.slots.lock().unwrap_or_else(PoisonError::into_inner);
         registry.wake_owner("1795658598646614:owner-a");
-        // An older function's payload (the owner alone) wakes without a token; a payload
-        // for an owner not registered here wakes nobody.
+        // An older function's payload, the owner alone, wakes it too; an owner not registered
+        // here wakes nobody.
         registry.wake_owner("owner-b");
-        registry.wake_owner("7:owner-c");
+        registry.wake_owner("7:owner-d");
         drop(registry);
-        assert_eq!(slot.take_handed(), Some(1_795_658_598_646_614));
-        assert_eq!(slot.take_handed(), None, "taken once");
-        assert_eq!(other.take_handed(), None);
+        assert!(woken(&a) && woken(&b));
+        assert!(!woken(&c));
     }
 }

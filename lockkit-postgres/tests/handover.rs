@@ -308,9 +308,9 @@ async fn a_confirmation_racing_the_hand_over_finds_it_and_keeps_it() {
 }
 
 #[tokio::test]
-async fn a_hand_over_is_taken_on_its_notification_with_the_granted_token() {
-    // A lease long enough that the deadline counted from the waiter's last refusal leaves the
-    // renewal room: the waiter takes the grant from the notification, with no confirming try.
+async fn a_hand_over_announced_as_token_and_owner_wakes_its_waiter_with_that_token() {
+    // The notification's payload is `<token>:<owner>`; the waiter it names wakes and confirms
+    // the grant the release made, with the row's token.
     let long = || test_builder().lease(Duration::from_secs(30)).renew_every(Duration::from_secs(10));
     let harness = PostgresHarness::shared().await;
     let (a, _fa) = harness.client_with(long()).await.unwrap();
@@ -326,7 +326,7 @@ async fn a_hand_over_is_taken_on_its_notification_with_the_granted_token() {
     let guard = within(OPERATION, "the hand-over", b_waiter).await.unwrap().unwrap();
     let admin = harness.admin().await;
     let row = admin.query_one("SELECT token FROM lockkit.locks WHERE name = $1", &[&stored]).await.unwrap();
-    assert_eq!(guard.token().get(), u64::try_from(row.get::<_, i64>(0)).unwrap(), "the notified token is the row's");
+    assert_eq!(guard.token().get(), u64::try_from(row.get::<_, i64>(0)).unwrap(), "the granted token is the row's");
     assert!(guard.token() > before);
     assert!(guard.is_held());
     guard.release().await.unwrap();
