@@ -92,6 +92,33 @@ impl Inner {
         self.holds().live.remove(&id);
     }
 
+    /// The grant of `request` to `owner` with `token`, valid until `lease` (less the drift)
+    /// after `sent`, a local instant before the server's lease began; tracked for renewal.
+    fn grant(
+        self: &Arc<Self>,
+        request: &AcquireRequest,
+        owner: String,
+        token: FencingToken,
+        sent: Instant,
+        lease: Duration,
+    ) -> Grant {
+        let signal = HoldSignal::new(
+            BACKEND,
+            request.lock.clone(),
+            Some(lease_deadline(sent, lease, self.store.settings.drift)),
+        );
+        let id = self.track(request.lock.clone(), owner.clone(), signal.clone());
+        let held = PostgresHold {
+            inner: Arc::clone(self),
+            id,
+            lock: request.lock.clone(),
+            owner,
+            signal: signal.clone(),
+            write: matches!(request.kind, HoldKind::Write),
+        };
+        Grant::new(token, signal, Box::new(held))
+    }
+
     /// One attempt for a hold of `kind` (stored as `kind_name` and `permits`).
     async fn try_once(
         &self,
@@ -301,7 +328,15 @@ impl LockBackend for PostgresBackend {
             queued: false,
             granted: false,
         };
-        let mut slot = None;
+        // A waiting acquisition registers its wake-up before its first try when the listening
+        // connection is up already: a hand-over or release after that try is then heard, and
+        // the try that would otherwise follow the registration (one more turn on the name's
+        // advisory lock, in the way of the holder's release) is not needed.
+        let mut slot: Option<crate::listener::Slot> = None;
+        if !matches!(request.deadline, Deadline::Now) && inner.wakeups.is_up().await {
+            slot = Some(inner.wakeups.register(&crate::stored_name(request.lock.as_str()), Some(&owner)));
+        }
+        let settings = &inner.store.settings;
         loop {
             let notify = slot.as_ref().map(crate::listener::Slot::notify);
             let notified = notify.as_ref().map(|n| n.notified());
@@ -318,26 +353,11 @@ impl LockBackend for PostgresBackend {
             let wait = match outcome {
                 Ok(Try::Granted(token, left)) => {
                     request.note_reached();
+                    attempt.granted = true;
                     // A grant made now has the whole lease left; one made earlier (a hand-over,
                     // a try whose reply was lost) has what the server saw left, counted here
                     // from this try's send time, which came before the server looked.
-                    let lease = inner.store.settings.lease.min(left);
-                    let signal = HoldSignal::new(
-                        BACKEND,
-                        request.lock.clone(),
-                        Some(lease_deadline(sent, lease, inner.store.settings.drift)),
-                    );
-                    let id = inner.track(request.lock.clone(), owner.clone(), signal.clone());
-                    attempt.granted = true;
-                    let held = PostgresHold {
-                        inner: Arc::clone(inner),
-                        id,
-                        lock: request.lock.clone(),
-                        owner,
-                        signal: signal.clone(),
-                        write: matches!(request.kind, HoldKind::Write),
-                    };
-                    return Ok(Some(Grant::new(token, signal, Box::new(held))));
+                    return Ok(Some(inner.grant(&request, owner, token, sent, settings.lease.min(left))));
                 }
                 Ok(Try::Conflict(error)) => {
                     request.note_reached();

@@ -21,6 +21,7 @@ pub const OPTIONS: &[&str] = &[
     "drift",
     "schema",
     "migrate",
+    "durable_grants",
     "max_hold",
     "sslmode",
     "sslrootcert",
@@ -53,6 +54,7 @@ pub struct PostgresLockProviderBuilder {
     drift: Option<Duration>,
     schema: Option<String>,
     migrate: Option<bool>,
+    durable_grants: Option<bool>,
     tls: TlsOptions,
     /// The files named by `sslrootcert`, `sslcert` and `sslkey`, read by `build()`.
     tls_files: TlsFiles,
@@ -79,6 +81,9 @@ pub(crate) struct Settings {
     pub(crate) drift: Duration,
     pub(crate) schema: String,
     pub(crate) migrate: bool,
+    /// Grants and renewals wait for the WAL flush (`synchronous_commit` on): holds survive a
+    /// crash. Off by default: the restart fence keeps grants lost in a crash safe.
+    pub(crate) durable_grants: bool,
     pub(crate) tls: Tls,
 }
 
@@ -112,6 +117,7 @@ impl PostgresLockProviderBuilder {
             "drift" => self.drift(CHECKS.duration(key, value)?),
             "schema" => self.schema(value),
             "migrate" => self.migrate(CHECKS.flag(key, value)?),
+            "durable_grants" => self.durable_grants(CHECKS.flag(key, value)?),
             "sslmode" => self.ssl_mode(SslMode::parse(value).ok_or_else(|| {
                 CHECKS.invalid(format!(
                     "sslmode={value:?} is not a mode; use disable, prefer, require, verify-ca or verify-full"
@@ -134,7 +140,9 @@ impl PostgresLockProviderBuilder {
     }
 
     /// The server: `postgres://[user[:password]@]host[:port]/database` (or `postgresql://`).
-    /// The database is required.
+    /// The database is required. Options in its query string ([`OPTIONS`]) are taken as
+    /// [`from_url`](Self::from_url) takes them; a builder method called as well wins over the
+    /// URL's option, and an unknown option is an error at `build()`.
     pub fn url(mut self, url: impl Into<String>) -> Self {
         self.url = Some(url.into());
         self
@@ -184,6 +192,22 @@ impl PostgresLockProviderBuilder {
         self
     }
 
+    /// Whether grants and renewals wait for the server's WAL flush (`false` by default; URL
+    /// option `durable_grants`). By default they commit with `synchronous_commit = off`, which
+    /// saves a disk flush per grant: a grant or renewal lost in a crash of the server is made
+    /// safe by the restart fence (no grant for the longest lease after a crash recovery; see
+    /// the crate docs), so a crash costs every lock one lease of waiting and every hold whose
+    /// grant was lost is signalled lost. With `true`, holds whose grants were confirmed survive
+    /// a crash and the locks of a schema whose providers all use it are not fenced after one:
+    /// for holds longer than the lease that must outlive a server crash, or a server that
+    /// restarts often. Failover to a standby: with synchronous replication (`synchronous_commit`
+    /// reaching the standby) only `true` keeps holds across a promotion; either way, the fence
+    /// starts on a promoted standby, whose copy of the unlogged fence table is empty.
+    pub fn durable_grants(mut self, durable: bool) -> Self {
+        self.durable_grants = Some(durable);
+        self
+    }
+
     /// The default maximum hold of the provider's acquisitions
     /// ([`LockProvider::with_max_hold`](lockkit_core::LockProvider::with_max_hold)): past it,
     /// renewal stops, the guard is told with
@@ -224,13 +248,55 @@ impl PostgresLockProviderBuilder {
     ///
     /// [`Error::InvalidConfig`] naming what to change.
     pub fn build(self) -> Result<PostgresLockProvider> {
-        let common = self.common;
-        let mut provider = PostgresLockProvider::from_settings(self.settings()?)?;
+        let builder = self.with_url_options()?;
+        let common = builder.common;
+        let mut provider = PostgresLockProvider::from_settings(builder.settings()?)?;
         provider.provider = common.apply(provider.provider)?;
         Ok(provider)
     }
 
+    /// The builder with the options of its URL's query string taken in (none set twice: a
+    /// value set by a builder method wins), and the URL without them.
+    fn with_url_options(self) -> Result<Self> {
+        let Some(url) = self.url.as_deref() else { return Ok(self) };
+        let parsed = StoreUrl::parse(url)?;
+        if parsed.options().next().is_none() {
+            return Ok(self);
+        }
+        let from_url = Self::from_url(&parsed)?;
+        let mut common = from_url.common;
+        if self.common.max_hold.is_some() {
+            common.max_hold = self.common.max_hold;
+        }
+        Ok(Self {
+            url: from_url.url,
+            lease: self.lease.or(from_url.lease),
+            renew_every: self.renew_every.or(from_url.renew_every),
+            response_timeout: self.response_timeout.or(from_url.response_timeout),
+            drift: self.drift.or(from_url.drift),
+            schema: self.schema.or(from_url.schema),
+            migrate: self.migrate.or(from_url.migrate),
+            durable_grants: self.durable_grants.or(from_url.durable_grants),
+            tls: TlsOptions {
+                mode: self.tls.mode.or(from_url.tls.mode),
+                root: self.tls.root.or(from_url.tls.root),
+                client: self.tls.client.or(from_url.tls.client),
+            },
+            tls_files: TlsFiles {
+                root: self.tls_files.root.or(from_url.tls_files.root),
+                certificate: self.tls_files.certificate.or(from_url.tls_files.certificate),
+                key: self.tls_files.key.or(from_url.tls_files.key),
+            },
+            common,
+        })
+    }
+
     pub(crate) fn settings(self) -> Result<Settings> {
+        let this = self.with_url_options()?;
+        this.settings_of_address()
+    }
+
+    fn settings_of_address(self) -> Result<Settings> {
         let Some(url) = self.url.as_deref() else {
             return Err(CHECKS.invalid("no server URL; set one, like postgres://app@127.0.0.1:5432/appdb"));
         };
@@ -301,10 +367,14 @@ impl PostgresLockProviderBuilder {
         let schema = self.schema.unwrap_or_else(|| DEFAULT_SCHEMA.to_owned());
         check_schema(&schema)?;
         let tls = Tls::new(self.tls_files.read(self.tls)?, &mut config)?;
+        let durable_grants = self.durable_grants.unwrap_or(false);
         // Every statement of this provider is bounded on the server too: a statement whose
-        // reply was lost cannot take effect later than this after it was sent.
+        // reply was lost cannot take effect later than this after it was sent. Without durable
+        // grants, the connection's commits do not wait for the WAL flush (the schema's
+        // creation, the settings row and `break_lock` set it back on for their own).
+        let synchronous = if durable_grants { "" } else { " -c synchronous_commit=off" };
         config
-            .options(format!("-c statement_timeout={}", response_timeout.as_millis()))
+            .options(format!("-c statement_timeout={}{synchronous}", response_timeout.as_millis()))
             .connect_timeout(response_timeout);
         Ok(Settings {
             config,
@@ -315,6 +385,7 @@ impl PostgresLockProviderBuilder {
             drift,
             schema,
             migrate: self.migrate.unwrap_or(true),
+            durable_grants,
             tls,
         })
     }
@@ -383,6 +454,26 @@ mod tests {
         assert_eq!(s.config.get_dbname(), Some("locks"));
         assert_eq!(s.config.get_ports(), [6543]);
         assert!(s.migrate);
+        assert!(!s.durable_grants);
+        assert!(s.config.get_options().is_some_and(|o| o.contains("synchronous_commit=off")));
+        let s = from_url("postgres://h/db?durable_grants=true").unwrap();
+        assert!(s.durable_grants);
+        assert!(s.config.get_options().is_some_and(|o| !o.contains("synchronous_commit")));
+        assert!(message(from_url("postgres://h/db?durable_grants=maybe")).contains("durable_grants"));
+    }
+
+    #[test]
+    fn options_in_a_url_given_to_the_builder_are_taken() {
+        let builder =
+            || PostgresLockProviderBuilder::default().url("postgres://h/db?lease=9s&schema=app&durable_grants=true");
+        let s = builder().settings().unwrap();
+        assert_eq!((s.lease, s.schema.as_str(), s.durable_grants), (Duration::from_secs(9), "app", true));
+        // A builder method wins over the URL's option.
+        let s = builder().lease(Duration::from_secs(12)).schema("other").settings().unwrap();
+        assert_eq!((s.lease, s.schema.as_str()), (Duration::from_secs(12), "other"));
+        let wrong = PostgresLockProviderBuilder::default().url("postgres://h/db?leese=9s").settings();
+        assert!(message(wrong).contains("lease"));
+        assert!(PostgresLockProviderBuilder::default().url("postgres://h/db?max_hold=1m").build().is_ok());
     }
 
     #[test]

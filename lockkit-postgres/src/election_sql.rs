@@ -171,6 +171,7 @@ DECLARE
   v_since timestamptz;
   v_pos bigint;
   v_ahead_left double precision;
+  v_fence bigint := 0;
 BEGIN
   -- The same advisory lock as the lock grants of the name: kinds are checked, terms drawn and
   -- journaled in commit order.
@@ -198,14 +199,20 @@ BEGIN
   SELECT min(extract(epoch FROM c.expires_at - clock_timestamp())) INTO v_ahead_left FROM {s}.candidates c
     WHERE c.name = p_name AND c.token IS NULL AND c.owner <> p_owner AND c.expires_at > clock_timestamp()
       AND (v_pos IS NULL OR c.pos < v_pos);
-  IF v_leader IS NOT NULL OR v_ahead_left IS NOT NULL THEN
+  IF v_leader IS NULL AND v_ahead_left IS NULL THEN
+    -- The restart fence holds terms back as it holds lock grants (see fence_ms).
+    v_fence := {s}.fence_ms();
+  END IF;
+  IF v_leader IS NOT NULL OR v_ahead_left IS NOT NULL OR v_fence > 0 THEN
     IF p_queue_ms > 0 THEN
       INSERT INTO {s}.candidates AS c (name, owner, identity, meta, pos, expires_at)
         VALUES (p_name, p_owner, p_identity, p_meta, nextval('{s}.positions'),
                 clock_timestamp() + p_queue_ms * interval '1 millisecond')
         ON CONFLICT (name, owner) DO UPDATE SET expires_at = EXCLUDED.expires_at;
     END IF;
-    IF v_leader IS NOT NULL THEN
+    IF v_fence > 0 THEN
+      o_left_ms := v_fence;
+    ELSIF v_leader IS NOT NULL THEN
       o_left_ms := greatest(1, ceil(extract(epoch FROM v_expires - clock_timestamp()) * 1000))::bigint;
     ELSE
       o_left_ms := greatest(1, ceil(v_ahead_left * 1000))::bigint;
@@ -215,7 +222,7 @@ BEGIN
   DELETE FROM {s}.candidates c WHERE c.name = p_name AND c.token IS NULL
     AND (c.owner = p_owner OR c.expires_at <= clock_timestamp());
   INSERT INTO {s}.candidates AS c (name, owner, identity, meta, pos, token, since, expires_at)
-    VALUES (p_name, p_owner, p_identity, p_meta, coalesce(v_pos, nextval('{s}.positions')), nextval('{s}.tokens'),
+    VALUES (p_name, p_owner, p_identity, p_meta, coalesce(v_pos, nextval('{s}.positions')), {s}.next_token(),
             clock_timestamp(), clock_timestamp() + p_lease_ms * interval '1 millisecond')
     RETURNING c.token, c.since INTO o_token, v_since;
   PERFORM {s}.election_journal(p_name, o_token, p_identity, v_since);

@@ -22,7 +22,8 @@
 //! `renew_every` (a third of the lease), `response_timeout` (5 s, also the server-side
 //! `statement_timeout` of the provider's connections), `drift` (a sixtieth of the lease),
 //! `schema` (`lockkit`; a lower-case identifier), `migrate` (`true`: create the schema on first
-//! use), and TLS as libpq names it: `sslmode`, `sslrootcert`, `sslcert`, `sslkey` (below).
+//! use), `durable_grants` (`false`: grants do not wait for the WAL flush; see "Grants without
+//! the flush: the restart fence" below), and TLS as libpq names it: `sslmode`, `sslrootcert`, `sslcert`, `sslkey` (below).
 //! [`SCHEME`] registers `postgres://` and `postgresql://` with
 //! `lockkit_core::config::register`; the `lockkit` facade does it with its feature `postgres`.
 //!
@@ -39,12 +40,20 @@
 //!   queue_ms, kind, permits)`, like
 //!   the Redis backend's scripts: one round trip, one transaction. It takes a transaction-level
 //!   advisory lock on the name's hash, so every grant of a name is serialized, reads the row,
-//!   and grants when there is none or it expired, drawing the **fencing token from a sequence**
-//!   (`nextval`) while that lock is held, in the same transaction as the grant. Tokens of a name
-//!   therefore increase in commit order, even though rows come and go; a sequence never goes
-//!   back, across connections, processes and restarts (its WAL record runs ahead of the values
-//!   handed out; the test server runs with `fsync` on). Refused, it returns the holder's
-//!   remaining lease.
+//!   and grants when there is none or it expired, drawing the **fencing token** while that lock
+//!   is held, in the same transaction as the grant: `<schema>.next_token()`, the greater of the
+//!   sequence's `nextval` and the server clock in microseconds (the sequence moved up to it).
+//!   Tokens of a name therefore increase in commit order, even though rows come and go, across
+//!   connections, processes and restarts, and across a crash that lost the sequence's last
+//!   advance with a grant that did not wait for the flush (below): that rests on the
+//!   assumption that **the server clock does not step back** (as the Redis backend's tokens
+//!   do without AOF), and that two grants of one name, serialized by its advisory lock until
+//!   commit, are at least a microsecond apart. Refused, it returns the holder's remaining
+//!   lease. **The lean path**: when there is nothing at all on the name (no holder row, live
+//!   or expired, no place in the queue, no election candidate), the owner is not voided and no
+//!   restart fence holds, one statement checks all of that and the row is inserted; the kind,
+//!   fairness and conflict checks run only when something is there (measured server-side: a
+//!   grant's function work about halved).
 //! - **The lease and the local deadline.** A grant or renewal confirmed for a statement sent at
 //!   `t` makes the guard valid until `t + lease - drift` on the client's clock; the row
 //!   expires at the server's `clock_timestamp()` at execution (after `t`) plus the lease. So a
@@ -57,7 +66,10 @@
 //!   whose payload names a lock freed with nobody to hand it to, wakes that lock's waiters.
 //!   Channels per schema rather than per lock: lock names (up to 1024 bytes) do not fit a
 //!   channel name, and a waiter needs no `LISTEN` round trip of its own. A waiter's wake-up is
-//!   kept if it comes while the waiter is not waiting (a `Notify` permit); it also wakes when
+//!   kept if it comes while the waiter is not waiting (a `Notify` permit). A waiting
+//!   acquisition registers its wake-up before its first try when the listening connection is
+//!   up already (else after its first refusal, and then it tries once more before it first
+//!   sleeps), so one refused try is all a waiter sends before it waits. It also wakes when
 //!   the holder's lease ends (a dead holder notifies nobody), every 2 s as a safety net, and
 //!   every 100 ms while the listening connection is down.
 //! - **Fair order** ([`Capabilities::fair`](lockkit_core::Capabilities) and `waiter_count`): a
@@ -74,28 +86,73 @@
 //!   the head of the queue (a new row for the head's owner, with the head's lease and its own
 //!   token from the sequence, the place removed), and goes on along the queue while the
 //!   holders admit the next (a run of readers, free permits), and `NOTIFY`s each new owner's id
-//!   on `<schema>_granted`. Only that waiter's provider wakes (the others stay asleep behind
-//!   it: no herd of tries queueing on the advisory lock). The waiter confirms with its next
-//!   try, which finds the row its own and, without writing and before it would take the
-//!   advisory lock (so it does not queue behind the grants and refusals of the name), returns
-//!   the token and the lease left; the guard's deadline counts that from the try's send time, which came before the
-//!   server looked. Nothing is missed: a waiter registers its wake-up and then tries once more
+//!   on `<schema>_granted` as `<token>:<owner id>`. Only that waiter's provider wakes (the
+//!   others stay asleep behind it: no herd of tries queueing on the advisory lock). The
+//!   waiter confirms with its next try, which finds the row its own and, without writing and
+//!   before it would take the advisory lock (so it does not queue behind the grants and
+//!   refusals of the name), returns the token and the lease left; the guard's deadline counts
+//!   that from the try's send time, which came before the server looked. (Taking the grant
+//!   from the notification alone, without that try, was built and taken out again: a deadline
+//!   counted from the waiter's last refused try is safe only if that refusal ran before the
+//!   hand-over, and a refusal can also come after it, when the handed row is already gone: lost
+//!   in a crash and refused by the restart fence, expired, or broken. The chaos run with crash
+//!   restarts found the overlap. Doing it safely needs the hand-over's server time in the
+//!   payload and the refusal's in its reply. A listener of an older version, which expects
+//!   the owner id alone, finds no waiter in the new payload: its waiters fall back to the
+//!   safety poll until it is upgraded.) Nothing is missed: a waiter registers its wake-up and then tries once more
 //!   before it first sleeps, and a wake-up that comes between two tries is kept. A waiter that
 //!   gives up (timeout, cancellation) as the hand-over is made calls `abandon`, which frees the
 //!   row it was handed and hands the lock on; so does a waiter's place that lapses (the
 //!   handed-over row then expires after the lease, like a dead holder's). `abandon` of a place
 //!   also hands over, since the ones behind a writer that gave up may now go.
-//! - **Releases commit without waiting for the disk.** A release (and an abandon) that hands
+//! - **Releases commit without waiting for the disk.** A release with nobody waiting (no
+//!   place in the queue) deletes its row and commits, with no `NOTIFY` (whose commit is
+//!   serialized across the server): every waiter has a place, taken by its first refused try
+//!   before it waits. A release (and an abandon) that hands
 //!   nothing over sets `synchronous_commit = off` for its own transaction (`set_config(...,
 //!   true)` at its end): the commit returns before the WAL flush. So does a refused try (its
 //!   write is the waiter's place, which its next try takes again if a crash lost it), which
 //!   also keeps the name's advisory lock from being held through a flush. A release lost in a crash
 //!   only leaves a row that expires after its lease, so this costs liveness at worst (the
-//!   lock stays taken a lease longer after a crash), never safety; and the next grant's
-//!   synchronous commit flushes the WAL up to and including the release anyway. A grant stays
-//!   synchronous, a hand-over inside a release included: a grant whose commit was lost in a
-//!   crash could see its token drawn again from a sequence that went back, and be handed out
-//!   twice.
+//!   lock stays taken a lease longer after a crash), never safety.
+//! - **Grants without the flush: the restart fence.** By default (`durable_grants=false`) the
+//!   provider's connections run with `synchronous_commit = off`, so grants, hand-overs inside
+//!   releases, renewals and campaigns commit without waiting for the WAL flush too (a flush
+//!   is most of a one-row commit's time). Such a commit can be lost only in a crash of the
+//!   server (or a failover to a standby that lacked it); the grant made in it is then undone
+//!   although its holder was told it holds, and a renewal undone leaves its row with an
+//!   earlier expiry than its holder counts on. The fence makes that safe instead of durable:
+//!   - `<schema>.alive` is an `UNLOGGED` table of one row, `since`. PostgreSQL empties unlogged
+//!     tables in every crash recovery, the restart after one backend's crash (the postmaster
+//!     surviving) included, and they are empty on a promoted standby (they are not
+//!     replicated); a clean shutdown, which flushes all WAL, keeps them. (Checked on the test
+//!     server: `kill -9` of a backend and `pg_ctl stop -m immediate` empty it, `-m fast`
+//!     keeps it.) Created with the schema it says `since = 'epoch'`: nothing can have been
+//!     lost before.
+//!   - `<schema>.settings` (durable) has the longest lease of any provider of the schema and
+//!     whether any of them grants without the flush; each provider raises them (`GREATEST`,
+//!     committed synchronously) when it first connects, before its first grant.
+//!   - `<schema>.fence_ms()`, called by every grant (`acquire`, `hand_over`, `campaign`),
+//!     finds `alive` empty after a crash and writes `clock_timestamp()` into it (`ON CONFLICT
+//!     DO NOTHING`, read back); while `clock_timestamp() < since + longest lease`, nothing is
+//!     granted: a try is refused (`try_acquire` returns `None`), a waiter keeps its place and
+//!     is told to look again when the fence ends, a release hands nothing over. Every holder
+//!     whose grant or renewal was lost sent it before the crash, so its local deadline (send
+//!     time + lease − drift) has passed before the fence ends: it was signalled lost
+//!     (`RecordGone` at its next renewal, or `DeadlineExpired`) before anyone else can be
+//!     granted. A renewal after the crash of a row that survived renews it as before.
+//!   - Tokens keep increasing across the crash although the sequence's advance may be lost
+//!     with the grant: they come from the server clock (above), and the fence puts the first
+//!     grant after a crash a lease after any token handed out before it.
+//!
+//!   The cost: after a crash, every lock of the schema waits one (longest) lease, and holds
+//!   whose grants were not yet flushed are lost. `durable_grants=true` keeps the old behaviour
+//!   for a provider: its grants and renewals wait for the flush, so confirmed holds survive a
+//!   crash, and when every provider of a schema uses it there is no fence. It suits holds that
+//!   must outlive a server crash without a pause (long jobs that cannot restart), servers that
+//!   crash often, and failover setups with synchronous replication, where a grant confirmed
+//!   only with the flush is on the standby too. The schema's creation, the settings row and
+//!   `break_lock` always commit synchronously.
 //! - **Renewal**: one task per provider renews every hold with one statement per round, an
 //!   `UPDATE … FROM unnest(names, owners) … RETURNING`, every `renew_every`. A hold the
 //!   statement did not renew is lost at once: `OwnedByAnother` when another row has the name,
@@ -159,9 +216,13 @@
 //! GRANT SELECT, INSERT, DELETE ON lockkit.voided TO app;
 //! GRANT SELECT, INSERT, UPDATE, DELETE ON lockkit.waiters TO app;
 //! GRANT USAGE ON SEQUENCE lockkit.tokens, lockkit.positions TO app;
+//! GRANT UPDATE ON SEQUENCE lockkit.tokens TO app;  -- tokens moved up to the clock (setval)
+//! GRANT SELECT, INSERT ON lockkit.alive TO app;    -- the restart fence
+//! GRANT SELECT, UPDATE ON lockkit.settings TO app; -- the longest lease, raised at connect
 //! GRANT EXECUTE ON FUNCTION lockkit.acquire(text,text,text,bigint,bigint,text,integer),
 //!   lockkit.release(text,text), lockkit.abandon(text,text), lockkit.downgrade(text,text),
-//!   lockkit.hand_over(text), lockkit.break_lock(text) TO app;
+//!   lockkit.hand_over(text), lockkit.break_lock(text), lockkit.fence_ms(),
+//!   lockkit.next_token() TO app;
 //! -- Elections (the lock grant reads `candidates` too, to refuse a name in use as an election):
 //! GRANT SELECT, INSERT, UPDATE, DELETE ON lockkit.candidates TO app;
 //! GRANT SELECT, INSERT, DELETE ON lockkit.terms TO app;

@@ -1,7 +1,7 @@
 //! Wake-ups: one dedicated `LISTEN` connection per provider, on three channels of the schema.
-//! A release that hands the lock over `NOTIFY`s `<schema>_granted` with the new owner's id as
-//! payload, and the connection's task (which polls `Connection::poll_message`) wakes that one
-//! waiter; a release that hands over nothing `NOTIFY`s `<schema>_released` with the lock's
+//! A release that hands the lock over `NOTIFY`s `<schema>_granted` with `<token>:<owner id>`
+//! as payload, and the connection's task (which polls `Connection::poll_message`) wakes that
+//! one waiter, which confirms the grant with its next try; a release that hands over nothing `NOTIFY`s `<schema>_released` with the lock's
 //! name, and every waiter of that name wakes. The elections' channel carries payloads
 //! (`%e/<name>`, see `election_sql.rs`) that wake the waiting candidates and the observers of
 //! that election. When the connection ends every waiter wakes (and looks again), and the next
@@ -34,7 +34,9 @@ impl Registry {
         }
     }
 
-    fn wake_owner(&self, owner: &str) {
+    /// A hand-over: `<token>:<owner>` (or the owner alone, as older functions announce it).
+    fn wake_owner(&self, payload: &str) {
+        let owner = payload.split_once(':').map_or(payload, |(_, owner)| owner);
         if let Some(notify) = self.by_owner.get(owner) {
             notify.notify_one();
         }
@@ -177,5 +179,35 @@ impl Wakeups {
                 Err(store.connection_error(None, format!("no answer to LISTEN within {timeout:?}")))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether `slot` holds a wake-up permit (taking it).
+    fn woken(slot: &Slot) -> bool {
+        let notify = slot.notify();
+        let notified = std::pin::pin!(notify.notified());
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        notified.poll(&mut cx).is_ready()
+    }
+
+    #[test]
+    fn a_hand_over_wakes_the_owner_it_names() {
+        let wakeups = Wakeups::default();
+        let a = wakeups.register("orders/42", Some("owner-a"));
+        let b = wakeups.register("orders/42", Some("owner-b"));
+        let c = wakeups.register("orders/42", Some("owner-c"));
+        let registry = wakeups.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        registry.wake_owner("1795658598646614:owner-a");
+        // An older function's payload, the owner alone, wakes it too; an owner not registered
+        // here wakes nobody.
+        registry.wake_owner("owner-b");
+        registry.wake_owner("7:owner-d");
+        drop(registry);
+        assert!(woken(&a) && woken(&b));
+        assert!(!woken(&c));
     }
 }

@@ -28,7 +28,7 @@ pub(crate) struct Statements {
 }
 
 /// The functions of the schema, as `to_regprocedure` and `GRANT` spell them.
-fn functions(s: &str) -> [String; 6] {
+fn functions(s: &str) -> [String; 8] {
     [
         format!("{s}.acquire(text,text,text,bigint,bigint,text,integer)"),
         format!("{s}.release(text,text)"),
@@ -36,6 +36,8 @@ fn functions(s: &str) -> [String; 6] {
         format!("{s}.downgrade(text,text)"),
         format!("{s}.hand_over(text)"),
         format!("{s}.break_lock(text)"),
+        format!("{s}.fence_ms()"),
+        format!("{s}.next_token()"),
     ]
 }
 
@@ -80,6 +82,7 @@ impl Statements {
                 "SELECT to_regclass('{s}.locks') IS NOT NULL AND to_regclass('{s}.tokens') IS NOT NULL \
                  AND to_regclass('{s}.voided') IS NOT NULL \
                  AND to_regclass('{s}.waiters') IS NOT NULL AND to_regclass('{s}.positions') IS NOT NULL \
+                 AND to_regclass('{s}.alive') IS NOT NULL AND to_regclass('{s}.settings') IS NOT NULL \
                  AND {}{}",
                 functions
                     .iter()
@@ -91,10 +94,12 @@ impl Statements {
             privileges: format!(
                 "SELECT has_schema_privilege('{s}', 'USAGE'), \
                  has_table_privilege('{s}.locks', 'SELECT, INSERT, UPDATE, DELETE'), \
-                 has_sequence_privilege('{s}.tokens', 'USAGE'), \
+                 has_sequence_privilege('{s}.tokens', 'USAGE, UPDATE'), \
                  has_table_privilege('{s}.voided', 'SELECT, INSERT, DELETE'), \
                  has_table_privilege('{s}.waiters', 'SELECT, INSERT, UPDATE, DELETE'), \
-                 has_sequence_privilege('{s}.positions', 'USAGE'), {}{}",
+                 has_sequence_privilege('{s}.positions', 'USAGE'), \
+                 has_table_privilege('{s}.alive', 'SELECT, INSERT'), \
+                 has_table_privilege('{s}.settings', 'SELECT, UPDATE'), {}{}",
                 functions
                     .iter()
                     .map(|f| format!("has_function_privilege('{f}', 'EXECUTE')"))
@@ -115,6 +120,9 @@ impl Statements {
              GRANT SELECT, INSERT, DELETE ON {s}.voided TO {role}; \
              GRANT SELECT, INSERT, UPDATE, DELETE ON {s}.waiters TO {role}; \
              GRANT USAGE ON SEQUENCE {s}.tokens, {s}.positions TO {role}; \
+             GRANT UPDATE ON SEQUENCE {s}.tokens TO {role}; \
+             GRANT SELECT, INSERT ON {s}.alive TO {role}; \
+             GRANT SELECT, UPDATE ON {s}.settings TO {role}; \
              GRANT EXECUTE ON FUNCTION {} TO {role};{}",
             functions(s).join(", "),
             self.election.grants(role)
@@ -132,6 +140,9 @@ impl Statements {
         let granted = &self.granted;
         format!(
             r#"BEGIN;
+-- The schema is durable whatever the connection's default: a schema lost in a crash would
+-- be created again with a fresh `alive` row, which would open the restart fence.
+SET LOCAL synchronous_commit = on;
 SELECT pg_advisory_xact_lock({ADVISORY_CLASS}, 0);
 CREATE SCHEMA IF NOT EXISTS {s};
 CREATE SEQUENCE IF NOT EXISTS {s}.tokens AS bigint MINVALUE 1;
@@ -182,18 +193,83 @@ BEGIN
 END
 $lockkit$;
 DROP FUNCTION IF EXISTS {s}.acquire(text,text,text,bigint,bigint);
+-- The restart fence (see the crate docs): `settings` (durable) has the longest lease of any
+-- provider of the schema and whether any commits its grants without waiting for the disk;
+-- `alive` (unlogged: PostgreSQL empties it in every crash recovery, and it is empty on a
+-- promoted standby; a clean shutdown keeps it) has the server time from which grants are
+-- known to be durable or fenced. Created with the schema, `alive` says "since ever": nothing
+-- can have been lost before the schema existed. Created later (or emptied by a crash), the
+-- first grant writes the time it looked, and no grant is made for the longest lease after.
+CREATE TABLE IF NOT EXISTS {s}.settings (
+  one boolean PRIMARY KEY DEFAULT true CHECK (one),
+  longest_lease_ms bigint NOT NULL DEFAULT 0,
+  async_grants boolean NOT NULL DEFAULT false
+);
+INSERT INTO {s}.settings (one) VALUES (true) ON CONFLICT DO NOTHING;
+DO $lockkit$
+BEGIN
+  IF to_regclass('{s}.alive') IS NULL THEN
+    CREATE UNLOGGED TABLE {s}.alive (
+      one boolean PRIMARY KEY DEFAULT true CHECK (one),
+      since timestamptz NOT NULL
+    );
+    INSERT INTO {s}.alive (one, since) VALUES (true, 'epoch');
+  END IF;
+END
+$lockkit$;
+CREATE OR REPLACE FUNCTION {s}.fence_ms() RETURNS bigint LANGUAGE plpgsql AS $lockkit$
+-- How long no grant may be made (0: none): until `alive.since` plus the longest lease, when
+-- some provider commits its grants without waiting for the disk. Every holder whose grant or
+-- renewal a crash lost sent it before the crash, so its own deadline has passed by then.
+DECLARE
+  v_since timestamptz;
+  v_lease bigint;
+  v_async boolean;
+BEGIN
+  SELECT st.longest_lease_ms, st.async_grants INTO v_lease, v_async FROM {s}.settings st;
+  IF NOT coalesce(v_async, false) THEN
+    RETURN 0;
+  END IF;
+  SELECT a.since INTO v_since FROM {s}.alive a;
+  IF NOT FOUND THEN
+    INSERT INTO {s}.alive (one, since) VALUES (true, clock_timestamp()) ON CONFLICT DO NOTHING;
+    SELECT a.since INTO v_since FROM {s}.alive a;
+  END IF;
+  RETURN greatest(0, ceil(extract(epoch FROM v_since + v_lease * interval '1 millisecond' - clock_timestamp()) * 1000))::bigint;
+END
+$lockkit$;
+CREATE OR REPLACE FUNCTION {s}.next_token() RETURNS bigint LANGUAGE plpgsql AS $lockkit$
+-- A fencing token: the sequence's next value or the server clock in microseconds, whichever
+-- is greater, the sequence moved up to it. A grant committed without waiting for the disk may
+-- lose its sequence advance in a crash; a token from the clock still exceeds it, as long as
+-- the server clock does not step back.
+DECLARE
+  v_next bigint;
+  v_clock bigint;
+BEGIN
+  v_next := nextval('{s}.tokens');
+  v_clock := floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+  IF v_clock > v_next THEN
+    PERFORM setval('{s}.tokens', v_clock);
+    RETURN v_clock;
+  END IF;
+  RETURN v_next;
+END
+$lockkit$;
 CREATE OR REPLACE FUNCTION {s}.hand_over(p_name text) RETURNS integer LANGUAGE plpgsql AS $lockkit$
 -- Grants the name to the head of its queue, and on along the queue while the holders admit
 -- the next (a run of readers, free permits); each grant a new row with its own token, the
--- waiter's place removed, and a notification to its owner. The caller holds the name's
--- advisory lock. A transaction that granted here commits synchronously.
+-- waiter's place removed, and a notification `<token>:<owner>` to its owner (delivered only
+-- once this commits: proof of the grant). The caller holds the name's
+-- advisory lock. Nothing is granted while the restart fence lasts.
 DECLARE
   w record;
   v_excl boolean;
   v_count integer;
   v_granted integer := 0;
+  v_token bigint;
 BEGIN
-  IF NOT EXISTS (SELECT 1 FROM {s}.waiters q WHERE q.name = p_name) THEN
+  IF NOT EXISTS (SELECT 1 FROM {s}.waiters q WHERE q.name = p_name) OR {s}.fence_ms() > 0 THEN
     RETURN 0;
   END IF;
   DELETE FROM {s}.locks l WHERE l.name = p_name AND l.expires_at <= clock_timestamp();
@@ -208,10 +284,11 @@ BEGIN
       EXIT WHEN v_count >= w.permits;
     END IF;
     DELETE FROM {s}.waiters q WHERE q.name = p_name AND q.owner = w.owner;
-    INSERT INTO {s}.locks (name, owner, meta, token, since, expires_at, kind, permits)
-      VALUES (p_name, w.owner, w.meta, nextval('{s}.tokens'), clock_timestamp(),
-              clock_timestamp() + w.lease_ms * interval '1 millisecond', w.kind, w.permits);
-    PERFORM pg_notify('{granted}', w.owner);
+    INSERT INTO {s}.locks AS l (name, owner, meta, token, since, expires_at, kind, permits)
+      VALUES (p_name, w.owner, w.meta, {s}.next_token(), clock_timestamp(),
+              clock_timestamp() + w.lease_ms * interval '1 millisecond', w.kind, w.permits)
+      RETURNING l.token INTO v_token;
+    PERFORM pg_notify('{granted}', v_token || ':' || w.owner);
     v_granted := v_granted + 1;
     v_count := v_count + 1;
     v_excl := w.kind IN ('mutex', 'write');
@@ -235,6 +312,7 @@ DECLARE
   v_ahead integer;
   v_ahead_left double precision;
   v_ok boolean;
+  v_fence bigint := 0;
 BEGIN
   -- Ours already: handed over by a release, or granted to a try whose reply was lost. No
   -- write and no advisory lock (the one owner's row is only removed by its own release or
@@ -251,6 +329,22 @@ BEGIN
   -- Every grant of a name is serialized here, and its token drawn while this is held, so
   -- tokens of one name increase in commit order even when rows come and go.
   PERFORM pg_advisory_xact_lock({ADVISORY_CLASS}, hashtext(p_name));
+  -- The lean path: nothing at all on the name (no holder row, live or expired, and so not
+  -- ours; no place in the queue; no candidate of an election), the owner not voided, and no
+  -- restart fence: any kind is granted, with nobody to be fair to and nothing to conflict
+  -- with. One statement instead of the nine below.
+  IF NOT EXISTS (SELECT 1 FROM {s}.locks l WHERE l.name = p_name)
+     AND NOT EXISTS (SELECT 1 FROM {s}.waiters w WHERE w.name = p_name)
+     AND NOT EXISTS (SELECT 1 FROM {s}.candidates c WHERE c.name = p_name)
+     AND NOT EXISTS (SELECT 1 FROM {s}.voided v WHERE v.owner = p_owner)
+     AND {s}.fence_ms() = 0 THEN
+    INSERT INTO {s}.locks AS l (name, owner, meta, token, since, expires_at, kind, permits)
+      VALUES (p_name, p_owner, p_meta, {s}.next_token(), clock_timestamp(),
+              clock_timestamp() + p_lease_ms * interval '1 millisecond', p_kind, p_permits)
+      RETURNING l.token INTO o_token;
+    o_left_ms := p_lease_ms;
+    RETURN;
+  END IF;
   IF EXISTS (SELECT 1 FROM {s}.candidates c WHERE c.name = p_name AND c.expires_at > clock_timestamp()) THEN
     RAISE EXCEPTION USING ERRCODE = '{kind_conflict}',
       MESSAGE = 'the name is in use as an election; a lock needs a name of its own';
@@ -301,7 +395,12 @@ BEGIN
     WHEN p_kind = 'permit' THEN v_count + v_ahead < p_permits
     ELSE v_count = 0 AND v_ahead = 0
   END;
-  IF NOT v_ok THEN
+  IF v_ok THEN
+    -- After a crash, no grant until every holder whose grant or renewal it lost is past its
+    -- deadline: refused like a busy name, told to look again when the fence ends.
+    v_fence := {s}.fence_ms();
+  END IF;
+  IF NOT v_ok OR v_fence > 0 THEN
     -- A refusal grants nothing: its commit (a place in the queue, renewed) need not wait for
     -- the disk, and the name's advisory lock is not held through a flush. A place lost in a
     -- crash is taken again by the waiter's next try.
@@ -313,13 +412,13 @@ BEGIN
         ON CONFLICT (name, owner) DO UPDATE SET expires_at = EXCLUDED.expires_at;
     END IF;
     -- Look again when a holder's lease or a place ahead would lapse, whichever comes first.
-    o_left_ms := greatest(1, ceil(coalesce(least(v_left, v_ahead_left), 0.001) * 1000))::bigint;
+    o_left_ms := greatest(1, v_fence, ceil(coalesce(least(v_left, v_ahead_left), 0.001) * 1000))::bigint;
     RETURN;
   END IF;
   DELETE FROM {s}.locks l WHERE l.name = p_name AND l.expires_at <= clock_timestamp();
   DELETE FROM {s}.waiters w WHERE w.name = p_name AND (w.owner = p_owner OR w.expires_at <= clock_timestamp());
   INSERT INTO {s}.locks AS l (name, owner, meta, token, since, expires_at, kind, permits)
-    VALUES (p_name, p_owner, p_meta, nextval('{s}.tokens'), clock_timestamp(),
+    VALUES (p_name, p_owner, p_meta, {s}.next_token(), clock_timestamp(),
             clock_timestamp() + p_lease_ms * interval '1 millisecond', p_kind, p_permits)
     RETURNING l.token INTO o_token;
   o_left_ms := p_lease_ms;
@@ -332,6 +431,13 @@ BEGIN
   DELETE FROM {s}.locks l WHERE l.name = p_name AND l.owner = p_owner;
   IF NOT FOUND THEN
     RETURN false;
+  END IF;
+  IF NOT EXISTS (SELECT 1 FROM {s}.waiters q WHERE q.name = p_name) THEN
+    -- Nobody waits: nothing to hand over and nobody to wake (every waiter has a place, taken
+    -- by its first refused try before it waits; one whose place a crash lost looks again
+    -- within the safety poll). No NOTIFY, whose commit is serialized across the server.
+    PERFORM set_config('synchronous_commit', 'off', true);
+    RETURN true;
   END IF;
   IF {s}.hand_over(p_name) = 0 THEN
     -- Nothing granted: the commit need not wait for the disk (a release lost in a crash
@@ -401,6 +507,9 @@ BEGIN
   END IF;
   -- The leader of an election of the name: its term ends as by a resignation (the journal
   -- records the vacancy, and its notification wakes the next candidate and the observers).
+  -- A break is durable whatever the connection's default: one lost in a crash would give the
+  -- broken holder its row back after its breaker was told it was gone.
+  PERFORM set_config('synchronous_commit', 'on', true);
   DELETE FROM {s}.candidates c WHERE c.name = p_name AND c.token IS NOT NULL
     RETURNING c.owner, c.meta, c.token, c.since, c.expires_at INTO v_leader;
   IF v_leader.token IS NOT NULL THEN

@@ -224,7 +224,33 @@ impl Store {
             }
             self.migrate_on(client).await?;
         }
-        self.check_privileges(client).await
+        self.check_privileges(client).await?;
+        self.register(client).await
+    }
+
+    /// Records this provider's lease (and whether it commits grants without waiting for the
+    /// disk) in the schema's settings row, durably, before its first grant: the restart fence
+    /// lasts the longest lease of any provider. No write when the row says so already.
+    async fn register(&self, client: &Client) -> Result<()> {
+        let s = &self.sql.schema;
+        let lease_ms = self.settings.lease.as_millis();
+        let asynchronous = !self.settings.durable_grants;
+        let statement = format!(
+            "BEGIN; SET LOCAL synchronous_commit = on; \
+             UPDATE {s}.settings SET longest_lease_ms = greatest(longest_lease_ms, {lease_ms}), \
+               async_grants = async_grants OR {asynchronous} \
+             WHERE longest_lease_ms < {lease_ms} OR (NOT async_grants AND {asynchronous}); COMMIT;"
+        );
+        match self.bounded_raw(client.batch_execute(&statement)).await? {
+            Ok(()) => Ok(()),
+            Err(error) if is_insufficient_privilege(&error) => Err(self.privileges_error()),
+            Err(error) if error.code().is_some() => {
+                Err(self.store_error(None, error).with_context("record the lease in the lock schema's settings"))
+            }
+            Err(error) => {
+                Err(self.connection_error(None, error).with_context("record the lease in the lock schema's settings"))
+            }
+        }
     }
 
     async fn schema_present(&self, client: &Client) -> Result<bool> {

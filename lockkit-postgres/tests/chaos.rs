@@ -5,7 +5,8 @@
 //! The run is made with mutexes, with read-write locks (one acquisition in four a writer),
 //! with semaphores of three permits and on elections (every client a candidate, the leader
 //! writing with its term). `LOCKKIT_CHAOS_SECS`, `LOCKKIT_CHAOS_SEEDS` and `LOCKKIT_CHAOS_SEED` make the run longer or
-//! replay a seed.
+//! replay a seed. `chaos_mutex_with_crashes` makes every restart a crash (an immediate stop,
+//! the WAL writer slowed so that asynchronous commits are lost), for the restart fence.
 
 mod support;
 
@@ -30,6 +31,18 @@ fn chaos_mutex() {
         let harness = PostgresHarness::dedicated().await;
         let config =
             ChaosConfig::new(0).with_duration(Duration::from_secs(20)).with_faults(&FAULTS).with_label("fsync on");
+        chaos::check(&harness, config, &[21]).await;
+    });
+}
+
+#[test]
+fn chaos_mutex_with_crashes() {
+    lockkit_testkit::runtime().block_on(async {
+        let harness = PostgresHarness::dedicated_crashing().await;
+        let config = ChaosConfig::new(0)
+            .with_duration(Duration::from_secs(20))
+            .with_faults(&FAULTS)
+            .with_label("crash restarts, grants without a flush");
         chaos::check(&harness, config, &[21]).await;
     });
 }

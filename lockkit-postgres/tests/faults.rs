@@ -193,7 +193,14 @@ async fn a_role_that_can_only_take_locks_needs_just_the_documented_grants() {
     };
     assert!(message.contains("may not create") && message.contains("migrate()"), "{message}");
     // The owner migrates; the role still lacks privileges, and is told which GRANTs to run.
-    let owner = test_builder().url(url_of(harness.upstream())).schema(schema.clone()).build().unwrap();
+    // The schema's creation is one transaction of some size: a loaded machine needs more than
+    // the test clients' 600 ms statement timeout for it.
+    let owner = test_builder()
+        .response_timeout(OPERATION)
+        .url(url_of(harness.upstream()))
+        .schema(schema.clone())
+        .build()
+        .unwrap();
     owner.migrate().await.unwrap();
     let refused = PostgresLockProvider::connect(&as_role(false)).await;
     let Err(Error::InvalidConfig { message, .. }) = refused else {
@@ -253,4 +260,151 @@ async fn a_waiter_that_died_loses_its_place_in_the_queue() {
     assert!(guard.is_held());
     guard.release().await.unwrap();
     dead_waiter.abort();
+}
+
+/// Retries `attempt` while the server is away (a restart), up to `bound`.
+async fn once_reachable<T, F, Fut>(bound: Duration, what: &str, mut attempt: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = lockkit_core::Result<T>>,
+{
+    within(bound, what, async {
+        loop {
+            match attempt().await {
+                Ok(value) => return value,
+                Err(error) if error.is_retryable() => tokio::time::sleep(Duration::from_millis(50)).await,
+                Err(error) => panic!("{what}: {error}"),
+            }
+        }
+    })
+    .await
+}
+
+/// The server time of `alive.since`, in milliseconds since the epoch, if the row is there.
+async fn alive_since_ms(admin: &tokio_postgres::Client) -> Option<i64> {
+    let rows = admin.query("SELECT (extract(epoch FROM since) * 1000)::bigint FROM lockkit.alive", &[]).await.unwrap();
+    rows.first().map(|row| row.get(0))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_fences_every_grant_for_a_lease_and_the_holder_it_lost_is_signalled_first() {
+    let harness = PostgresHarness::dedicated().await;
+    // The WAL writer flushes asynchronous commits every 10 s: a crash right after a grant
+    // loses it, as it can on any server between two flushes.
+    let admin = harness.admin().await;
+    admin.batch_execute("ALTER SYSTEM SET wal_writer_delay = '10s'").await.unwrap();
+    admin.batch_execute("SELECT pg_reload_conf()").await.unwrap();
+    drop(admin);
+    let (a, _fa) = harness.client_with(test_builder()).await.unwrap();
+    let (b, _fb) = harness.client_with(test_builder()).await.unwrap();
+    b.ping().await.unwrap();
+    let name = unique("crash");
+    let stored = lockkit_postgres::stored_name(&name);
+    let held = a.lock(&name).unwrap().acquire().await.unwrap();
+    harness.server().unwrap().lock().await.crash_restart().await.unwrap();
+    let admin = harness.admin().await;
+    // Crash recovery emptied the unlogged table; the grant was lost with the WAL.
+    assert_eq!(alive_since_ms(&admin).await, None, "crash recovery empties lockkit.alive");
+    let kept = admin.query("SELECT 1 FROM lockkit.locks WHERE name = $1", &[&stored]).await.unwrap();
+    assert!(kept.is_empty(), "the grant committed without a flush was lost in the crash");
+    // The first try after the crash is refused, and starts the fence.
+    let other = unique("crash-other");
+    let first = once_reachable(OPERATION * 3, "a try after the crash", || async {
+        b.lock(&other).unwrap().try_acquire().await
+    })
+    .await;
+    assert!(first.is_none(), "no grant while the fence lasts, even of a free name");
+    let since = alive_since_ms(&admin).await.expect("the first try after the crash writes lockkit.alive");
+    // The holder whose grant was lost learns it (its renewal finds no row, or its deadline
+    // passes) before anyone is granted its lock.
+    let taken =
+        once_reachable(LEASE * 4, "the lock after the fence", || async { b.lock(&name).unwrap().acquire().await })
+            .await;
+    let granted_at = Instant::now();
+    assert!(!held.is_held(), "the lost holder is signalled before the next grant");
+    let reason = within(Duration::from_millis(10), "the lost holder's signal", held.lost()).await;
+    assert!(matches!(reason, LossReason::RecordGone | LossReason::DeadlineExpired), "{reason:?}");
+    let row = admin
+        .query_one("SELECT (extract(epoch FROM since) * 1000)::bigint FROM lockkit.locks WHERE name = $1", &[&stored])
+        .await
+        .unwrap();
+    let granted_ms: i64 = row.get(0);
+    let lease_ms = i64::try_from(LEASE.as_millis()).unwrap();
+    assert!(
+        granted_ms >= since + lease_ms,
+        "granted at {granted_ms} ms, the fence ran from {since} ms for {lease_ms} ms"
+    );
+    // Tokens keep increasing although the sequence's advance was lost with the grant.
+    assert!(taken.token() > held.token(), "{} after {}", taken.token(), held.token());
+    assert!(granted_at.elapsed() < OPERATION);
+    taken.release().await.unwrap();
+    assert!(matches!(held.release().await, Err(Error::LockLost { .. })));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_restart_keeps_holds_and_fences_nothing() {
+    let harness = PostgresHarness::dedicated().await;
+    let (a, _fa) = harness.client_with(test_builder()).await.unwrap();
+    let name = unique("clean");
+    let stored = lockkit_postgres::stored_name(&name);
+    let held = a.lock(&name).unwrap().acquire().await.unwrap();
+    let admin = harness.admin().await;
+    let since = alive_since_ms(&admin).await;
+    assert!(since.is_some());
+    drop(admin);
+    harness.server().unwrap().lock().await.restart().await.unwrap();
+    let admin = harness.admin().await;
+    assert_eq!(alive_since_ms(&admin).await, since, "a clean shutdown keeps lockkit.alive");
+    // A free name is granted at once: no fence after a clean restart.
+    let other = unique("clean-other");
+    let free = once_reachable(OPERATION * 3, "a try after the restart", || async {
+        a.lock(&other).unwrap().try_acquire().await
+    })
+    .await;
+    free.expect("a free name is granted at once after a clean restart").release().await.unwrap();
+    // The hold survived and is renewed after the restart.
+    let restarted: i64 =
+        admin.query_one("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint", &[]).await.unwrap().get(0);
+    let lease_ms = i64::try_from(LEASE.as_millis()).unwrap();
+    let deadline = Instant::now() + OPERATION * 2;
+    loop {
+        let row = admin
+            .query_one(
+                "SELECT (extract(epoch FROM expires_at) * 1000)::bigint FROM lockkit.locks WHERE name = $1",
+                &[&stored],
+            )
+            .await
+            .unwrap();
+        if row.get::<_, i64>(0) > restarted + lease_ms {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the hold is renewed after the restart");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(held.is_held());
+    held.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_durable_grants_a_hold_survives_a_crash_and_nothing_is_fenced() {
+    let harness = PostgresHarness::dedicated().await;
+    // A lease that outlasts the crash and the recovery on a loaded machine.
+    let durable =
+        test_builder().durable_grants(true).lease(Duration::from_secs(20)).renew_every(Duration::from_secs(1));
+    let (a, _fa) = harness.client_with(durable).await.unwrap();
+    let name = unique("durable");
+    let stored = lockkit_postgres::stored_name(&name);
+    let held = a.lock(&name).unwrap().acquire().await.unwrap();
+    harness.server().unwrap().lock().await.crash_restart().await.unwrap();
+    let admin = harness.admin().await;
+    let kept = admin.query("SELECT 1 FROM lockkit.locks WHERE name = $1", &[&stored]).await.unwrap();
+    assert_eq!(kept.len(), 1, "a durable grant survives the crash");
+    let other = unique("durable-other");
+    let free = once_reachable(OPERATION * 3, "a try after the crash", || async {
+        a.lock(&other).unwrap().try_acquire().await
+    })
+    .await;
+    free.expect("no fence when every provider of the schema grants durably").release().await.unwrap();
+    assert!(held.is_held());
+    held.release().await.unwrap();
 }

@@ -306,3 +306,29 @@ async fn a_confirmation_racing_the_hand_over_finds_it_and_keeps_it() {
     assert!(matches!(held.release().await, Err(lockkit_core::Error::LockLost { .. })));
     watcher.execute("DELETE FROM lockkit.locks WHERE name = $1", &[&stored]).await.unwrap();
 }
+
+#[tokio::test]
+async fn a_hand_over_announced_as_token_and_owner_wakes_its_waiter_with_that_token() {
+    // The notification's payload is `<token>:<owner>`; the waiter it names wakes and confirms
+    // the grant the release made, with the row's token.
+    let long = || test_builder().lease(Duration::from_secs(30)).renew_every(Duration::from_secs(10));
+    let harness = PostgresHarness::shared().await;
+    let (a, _fa) = harness.client_with(long()).await.unwrap();
+    let (b, _fb) = harness.client_with(long()).await.unwrap();
+    let name = unique("notified");
+    let stored = lockkit_postgres::stored_name(&name);
+    let held = a.lock(&name).unwrap().acquire().await.unwrap();
+    let before = held.token();
+    let b_lock = b.lock(&name).unwrap();
+    let b_waiter = tokio::spawn(async move { b_lock.acquire().await });
+    until("b queued", || async { a.inspect(&name).await.unwrap().waiters == Some(1) }).await;
+    held.release().await.unwrap();
+    let guard = within(OPERATION, "the hand-over", b_waiter).await.unwrap().unwrap();
+    let admin = harness.admin().await;
+    let row = admin.query_one("SELECT token FROM lockkit.locks WHERE name = $1", &[&stored]).await.unwrap();
+    assert_eq!(guard.token().get(), u64::try_from(row.get::<_, i64>(0)).unwrap(), "the granted token is the row's");
+    assert!(guard.token() > before);
+    assert!(guard.is_held());
+    guard.release().await.unwrap();
+    assert!(admin.query("SELECT 1 FROM lockkit.locks WHERE name = $1", &[&stored]).await.unwrap().is_empty());
+}

@@ -213,12 +213,16 @@ impl Floor {
                     .and_then(lockkit::postgres::PostgresLockProviderBuilder::build)
                     .map_err(open)?;
                 let client = provider.open_client().await.map_err(open)?;
-                let table = client
-                    .simple_query(
-                        "CREATE TABLE IF NOT EXISTS lockkit_bench_floor (id text PRIMARY KEY, n bigint NOT NULL)",
-                    )
-                    .await
-                    .is_ok();
+                // The provider's connections may run with `synchronous_commit` off (grants that
+                // do not wait for the flush): the floor's one-row commit waits for it, as the
+                // server's default does.
+                let table = client.simple_query("SET synchronous_commit = on").await.is_ok()
+                    && client
+                        .simple_query(
+                            "CREATE TABLE IF NOT EXISTS lockkit_bench_floor (id text PRIMARY KEY, n bigint NOT NULL)",
+                        )
+                        .await
+                        .is_ok();
                 Ok(Some(Floor::Postgres(client, table)))
             }
             "etcd" => {

@@ -46,6 +46,8 @@ pub struct PostgresHarness {
     name: &'static str,
     upstream: SocketAddr,
     server: Option<Arc<Mutex<PostgresServer>>>,
+    /// The store's restarts are crashes (an immediate stop) instead of fast shutdowns.
+    crash: bool,
 }
 
 /// The URL of the server at `addr` as the test superuser.
@@ -68,7 +70,7 @@ impl PostgresHarness {
                 tokio::net::lookup_host(hosts).await.unwrap().next().unwrap()
             }
         };
-        Self { name: "postgres", upstream, server: None }
+        Self { name: "postgres", upstream, server: None, crash: false }
     }
 
     /// A harness on a dedicated server.
@@ -77,7 +79,23 @@ impl PostgresHarness {
             Ok(server) => server,
             Err(error) => panic!("the PostgreSQL tests need a PostgreSQL server: {error}"),
         };
-        Self { name: "postgres (dedicated)", upstream: server.addr(), server: Some(Arc::new(Mutex::new(server))) }
+        Self {
+            name: "postgres (dedicated)",
+            upstream: server.addr(),
+            server: Some(Arc::new(Mutex::new(server))),
+            crash: false,
+        }
+    }
+
+    /// A harness on a dedicated server whose restarts are crashes (an immediate stop: WAL not
+    /// yet flushed is lost), with the WAL writer slowed to its 10 s maximum so that a crash
+    /// loses the asynchronous commits of the last seconds.
+    pub async fn dedicated_crashing() -> Self {
+        let harness = Self { name: "postgres (dedicated, crash restarts)", crash: true, ..Self::dedicated().await };
+        let admin = harness.admin().await;
+        admin.batch_execute("ALTER SYSTEM SET wal_writer_delay = '10s'").await.unwrap();
+        admin.batch_execute("SELECT pg_reload_conf()").await.unwrap();
+        harness
     }
 
     pub fn upstream(&self) -> SocketAddr {
@@ -146,12 +164,14 @@ impl Harness for PostgresHarness {
     }
 
     async fn isolated(&self) -> Result<Arc<dyn Harness>, Unsupported> {
-        Ok(Arc::new(Self::dedicated().await))
+        Ok(Arc::new(if self.crash { Self::dedicated_crashing().await } else { Self::dedicated().await }))
     }
 
     async fn restart_store(&self) -> FaultResult {
         let server = self.server.as_ref().ok_or(Unsupported)?;
-        if let Err(error) = server.lock().await.restart().await {
+        let mut server = server.lock().await;
+        let restarted = if self.crash { server.crash_restart().await } else { server.restart().await };
+        if let Err(error) = restarted {
             panic!("restarting postgres failed: {error}");
         }
         Ok(())
