@@ -305,6 +305,8 @@ where
     let mut store_faults = StoreFaults::default();
     while Instant::now() < faults_end {
         let Some(draw) = Draw::new(&mut rng, &config) else { break };
+        let outlived = lock(&state).report.pauses_outliving_lease;
+        let draw = draw.closing(&config, faults_end.saturating_duration_since(Instant::now()), outlived);
         tokio::time::sleep(draw.gap).await;
         let kind = draw.kind;
         if matches!(kind, ProcessFault::PauseStore | ProcessFault::RestartStore) {

@@ -869,6 +869,8 @@ where
     let mut store_faults = StoreFaults::default();
     while Instant::now() < faults_end && !workers.is_empty() {
         let Some(draw) = Draw::new(&mut rng, &config) else { break };
+        let outlived = lock(&state).report.pauses_outliving_lease;
+        let draw = draw.closing(&config, faults_end.saturating_duration_since(Instant::now()), outlived);
         tokio::time::sleep(draw.gap).await;
         let kind = draw.kind;
         if matches!(kind, ProcessFault::PauseStore | ProcessFault::RestartStore) {
@@ -1005,6 +1007,8 @@ struct Draw {
     store_pick: u64,
     /// The length of a store fault: 10 ms to a lease (one second without a lease).
     store_length: Duration,
+    /// Whether only a process that holds a lock may be the target (the closing draw).
+    holder_only: bool,
 }
 
 impl Draw {
@@ -1024,12 +1028,31 @@ impl Draw {
             pause: rng.between(pause.0, pause.1),
             store_pick: rng.next(),
             store_length: rng.between(Duration::from_millis(10), config.lease.unwrap_or(Duration::from_secs(1))),
+            holder_only: false,
         })
     }
 
+    /// Makes sure the run covers the fault it exists for: when the run has a lease, draws
+    /// pauses, is within three leases of its end (`left`) and no pause of a holder has
+    /// outlived the lease yet (`outlived`), this draw becomes a pause of a holder for one lease
+    /// and a half. Which pauses land on a holder depends on the interleaving as well as on the
+    /// seed, so without this a seed's schedule may, now and then, cover no such pause.
+    fn closing(mut self, config: &ProcessChaosConfig, left: Duration, outlived: u64) -> Draw {
+        let Some(lease) = config.lease else { return self };
+        if outlived > 0 || left > lease * 3 || !config.faults.contains(&ProcessFault::Pause) {
+            return self;
+        }
+        self.kind = ProcessFault::Pause;
+        self.at_holder = true;
+        self.holder_only = true;
+        self.pause = lease + lease / 2;
+        self
+    }
+
     /// The target: among `holders` half the time when there are some, else among `all`.
+    /// A closing draw chooses among `holders` only.
     fn choose<T: Copy>(&self, holders: &[T], all: &[T]) -> Option<T> {
-        let from = if self.at_holder && !holders.is_empty() { holders } else { all };
+        let from = if self.holder_only || (self.at_holder && !holders.is_empty()) { holders } else { all };
         let count = u64::try_from(from.len()).ok().filter(|&count| count > 0)?;
         from.get(usize::try_from(self.which % count).ok()?).copied()
     }
@@ -1227,5 +1250,34 @@ mod tests {
             assert_eq!(a.choose::<u32>(&[], &[]), None);
         }
         assert!(Draw::new(&mut first, &config.clone().with_faults([])).is_none());
+    }
+
+    #[test]
+    fn the_closing_draw_pauses_a_holder_past_the_lease_only_when_the_run_has_not() {
+        let lease = Duration::from_secs(1);
+        let config = ProcessChaosConfig::new(7, "redis://unused", "unused")
+            .with_lease(lease)
+            .with_faults([ProcessFault::Kill, ProcessFault::Pause]);
+        let mut rng = Rng::new(config.seed);
+        for _ in 0..20 {
+            let draw = Draw::new(&mut rng, &config).unwrap();
+            let drawn = (draw.kind, draw.pause);
+            // Early in the run, or once a pause outlived the lease: the seed's draw.
+            let early = draw.closing(&config, lease * 4, 0);
+            assert_eq!((early.kind, early.pause, early.holder_only), (drawn.0, drawn.1, false));
+            let covered = Draw::new(&mut rng, &config).unwrap().closing(&config, lease, 1);
+            assert!(!covered.holder_only);
+            // Late in a run without one: a holder, for longer than the lease, or no one.
+            let closing = Draw::new(&mut rng, &config).unwrap().closing(&config, lease * 3, 0);
+            assert_eq!(closing.kind, ProcessFault::Pause);
+            assert!(closing.pause > lease);
+            assert_eq!(closing.choose(&[3, 5], &[1, 2, 3, 4, 5]).map(|t| [3, 5].contains(&t)), Some(true));
+            assert_eq!(closing.choose(&[], &[1, 2, 3]), None);
+        }
+        // A run that draws no pauses, or has no lease, keeps its draws.
+        let kills = config.clone().with_faults([ProcessFault::Kill]);
+        assert_eq!(Draw::new(&mut rng, &kills).unwrap().closing(&kills, lease, 0).kind, ProcessFault::Kill);
+        let no_lease = ProcessChaosConfig::new(7, "file:///unused", "unused").with_faults([ProcessFault::Pause]);
+        assert!(!Draw::new(&mut rng, &no_lease).unwrap().closing(&no_lease, lease, 0).holder_only);
     }
 }
