@@ -389,7 +389,7 @@ impl EtcdBackend {
         let id = session.register(&signal);
         let token = FencingToken::new(u64::try_from(rev).unwrap_or(0));
         let watch = tokio::spawn(watch_hold(
-            Arc::clone(&session.keys),
+            Arc::downgrade(session),
             session.client.clone(),
             self.config.lock_prefix(&request.lock),
             pending.key.clone(),
@@ -438,7 +438,7 @@ async fn sleep_until(deadline: Deadline) {
 /// hold lost on its own (its maximum hold reached, its deadline passed unrenewed) would
 /// otherwise block the lock until its guard is dropped, and a stuck holder never drops it.
 async fn watch_hold(
-    keys: Arc<LockWatches>,
+    session: Weak<Session>,
     client: Client,
     prefix: String,
     key: String,
@@ -446,6 +446,8 @@ async fn watch_hold(
     signal: HoldSignal,
     timeout: Duration,
 ) {
+    // The lock watches of the session; the task keeps no session alive while it watches.
+    let Some(keys) = session.upgrade().map(|s| Arc::clone(&s.keys)) else { return };
     let end = tokio::select! {
         () = watch_deletion(&keys, client.clone(), &prefix, &key, rev, &signal, timeout) => return,
         end = signal.ended() => end,
@@ -455,12 +457,15 @@ async fn watch_hold(
         return;
     }
     tracing::debug!(backend = BACKEND, %key, %reason, "deleting the key of a lost hold");
-    // Only the incarnation this hold created; a failure leaves the key to the lease.
+    // Only the incarnation this hold created, tried again while the lease is kept alive (a
+    // failover can refuse the first tries); the release of the hold's guard, which aborts
+    // this task, deletes it the same way. A session that ended takes the key with its lease.
     let txn = Txn::new()
         .when([Compare::create_revision(key.clone(), CompareOp::Equal, rev)])
         .and_then([TxnOp::delete(key, None)]);
-    let mut client = client;
-    let _ = tokio::time::timeout(timeout, client.txn(txn)).await;
+    if let Some(session) = session.upgrade() {
+        delete_while_alive(session, client, txn, timeout).await;
+    }
 }
 
 /// Returns when the key of a hold is deleted (having signalled the loss), or when the hold
