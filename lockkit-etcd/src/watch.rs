@@ -353,6 +353,8 @@ fn interests(watch: &LockWatch) -> MutexGuard<'_, Interests> {
 /// A lock's watch is dropped after a full sweep period with no registration.
 pub(crate) struct LockWatches {
     hub: Arc<Watches>,
+    /// Told of every deletion a lock's watch hears (the session's holds, session.rs).
+    deleted: Deleted,
     /// By lock prefix, and whether the watch reports puts too (see [`register`](Self::register)).
     locks: Mutex<HashMap<(String, bool), Arc<LockWatch>>>,
 }
@@ -363,10 +365,22 @@ impl std::fmt::Debug for LockWatches {
     }
 }
 
+/// What a lock's watch tells of each deletion it hears: the key and the revision.
+type Deleted = Arc<dyn Fn(&str, i64) + Send + Sync>;
+
 impl LockWatches {
-    /// The lock watches of a session's client.
-    pub(crate) fn new(client: Client, prefix: &str, timeout: Duration) -> LockWatches {
-        LockWatches { hub: Arc::new(Watches::new(client, prefix, timeout)), locks: Mutex::new(HashMap::new()) }
+    /// The lock watches of a session's client; `deleted` hears every deletion they hear.
+    pub(crate) fn new(
+        client: Client,
+        prefix: &str,
+        timeout: Duration,
+        deleted: impl Fn(&str, i64) + Send + Sync + 'static,
+    ) -> LockWatches {
+        LockWatches {
+            hub: Arc::new(Watches::new(client, prefix, timeout)),
+            deleted: Arc::new(deleted),
+            locks: Mutex::new(HashMap::new()),
+        }
     }
 
     fn locks(&self) -> MutexGuard<'_, HashMap<(String, bool), Arc<LockWatch>>> {
@@ -432,7 +446,16 @@ impl LockWatches {
         } else {
             WatchOptions::new().with_prefix().with_filters([etcd_client::WatchFilterType::NoPut])
         };
-        tokio::spawn(follow(Arc::clone(&self.hub), prefix, options, Arc::downgrade(&watch), set_created, stopped));
+        let deleted = Arc::clone(&self.deleted);
+        tokio::spawn(follow(
+            Arc::clone(&self.hub),
+            prefix,
+            options,
+            Arc::downgrade(&watch),
+            set_created,
+            stopped,
+            deleted,
+        ));
         watch
     }
 
@@ -464,6 +487,7 @@ async fn follow(
     watch: std::sync::Weak<LockWatch>,
     set_created: tokio::sync::watch::Sender<Option<Result<i64, String>>>,
     mut stopped: oneshot::Receiver<()>,
+    deleted: Deleted,
 ) {
     let subscription = match hub.subscribe(prefix, options).await {
         Ok(mut subscription) => match subscription.created().await {
@@ -489,6 +513,14 @@ async fn follow(
             };
             let Notice::Events(events) = notice else { break };
             let Some(watch) = watch.upgrade() else { return };
+            for event in &events {
+                if event.event_type() == etcd_client::EventType::Delete
+                    && let Some(kv) = event.kv()
+                    && let Ok(key) = std::str::from_utf8(kv.key())
+                {
+                    deleted(key, kv.mod_revision());
+                }
+            }
             let mut interests = interests(&watch);
             for event in &events {
                 let Some(kv) = event.kv() else { continue };
