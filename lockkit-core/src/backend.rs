@@ -254,7 +254,7 @@ pub struct OwnerMeta {
 impl OwnerMeta {
     /// The metadata of acquisition `attempt` by this process, now.
     pub fn current(attempt: Uuid) -> Self {
-        Self { attempt, host: host_name(), pid: std::process::id(), since: SystemTime::now() }
+        Self { attempt, host: host_name(), pid: process_id(), since: SystemTime::now() }
     }
 
     /// The version tag that starts every line [`encode`](Self::encode) writes.
@@ -294,6 +294,14 @@ impl OwnerMeta {
 /// This machine's host name, from the kernel (`uname(2)` on Unix, `COMPUTERNAME` or
 /// `HOSTNAME` elsewhere), or `unknown`; only characters that keep the owner line parseable.
 /// Read once per process: every acquisition records it.
+/// The id of this process, read once: `std::process::id` is a system call each time, on the
+/// path of every acquisition. A child forked without `exec` would report its parent's id, but
+/// a multi-threaded runtime (every lockkit client runs on one) cannot be forked safely anyway.
+fn process_id() -> u32 {
+    static PID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *PID.get_or_init(std::process::id)
+}
+
 fn host_name() -> String {
     static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     HOST.get_or_init(|| {

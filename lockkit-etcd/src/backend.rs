@@ -16,14 +16,14 @@ use lockkit_core::backend::{
     AcquireRequest, Deadline, Grant, HeldLock, HoldSignal, HolderInfo, LeaderEvents, LockBackend, LockInfo, OwnerMeta,
     spawn_detached,
 };
-use lockkit_core::{Capabilities, Error, FencingToken, HoldEnd, HoldKind, LockName, LossReason, Result};
+use lockkit_core::{Capabilities, Error, FencingToken, HoldKind, LockName, LossReason, Result};
 
 use crate::BACKEND;
 use crate::config::EtcdConfig;
 use crate::error::{to_error, unreachable};
 use crate::queue::{Entry, KeyKind, Verdict, Wait, holders, may_be_granted};
 use crate::session::Session;
-use crate::watch::{KeyNotice, LockWatches, Registration};
+use crate::watch::{KeyNotice, Registration};
 
 /// The first pause before an acquisition tries again after a connection failure.
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
@@ -208,12 +208,21 @@ impl EtcdBackend {
         let not_void = Compare::version(pending.void_key.clone(), CompareOp::Equal, 0);
         let txn = Txn::new().when([condition, not_void]).and_then([put, queue.clone()]).or_else([queue]);
         pending.sent = true;
+        // Until the reply comes, the put is in doubt: an acquisition cancelled now gives up in
+        // the background with a delete that etcd may apply before the put still on its way (two
+        // streams of one connection are served concurrently), so its give-up must void the
+        // attempt too, or the late put leaves a key bound to the provider's lease.
+        let doubt_before = std::mem::replace(&mut pending.doubt, true);
         let reply = match tokio::time::timeout(self.config.connect_timeout, client.txn(txn)).await {
-            Ok(Ok(reply)) => reply,
+            Ok(Ok(reply)) => {
+                pending.doubt = doubt_before;
+                reply
+            }
             Ok(Err(error)) if is_lease_gone(&error) => {
                 // Revoked or expired before the watchdog noticed: end it, and try on a new one.
                 session.end(LossReason::SessionExpired);
                 pending.sent = false;
+                pending.doubt = doubt_before;
                 return Ok(Try::Vanished);
             }
             Ok(Err(error)) => {
@@ -386,17 +395,10 @@ impl EtcdBackend {
         tracing::trace!(key = %pending.key, rev, "granted");
         pending.armed = false;
         let signal = HoldSignal::new(BACKEND, request.lock.clone(), Some(session.valid_until()));
-        let id = session.register(&signal);
+        // The session follows the key from now on (session.rs): a deletion behind the hold's
+        // back is a loss, and a hold lost on its own has its key deleted; no task per hold.
+        let id = session.register(&signal, &pending.key, rev);
         let token = FencingToken::new(u64::try_from(rev).unwrap_or(0));
-        let watch = tokio::spawn(watch_hold(
-            Arc::downgrade(session),
-            session.client.clone(),
-            self.config.lock_prefix(&request.lock),
-            pending.key.clone(),
-            rev,
-            signal.clone(),
-            self.config.connect_timeout,
-        ));
         let held = EtcdHeld {
             backend: self.me.clone(),
             backend_config: Arc::clone(&self.config),
@@ -406,7 +408,6 @@ impl EtcdBackend {
             revision: rev,
             read_value: (kind == KeyKind::Write).then(|| KeyKind::Read.value(&pending.owner)),
             id,
-            watch,
             slot: Mutex::new(pending.slot.take()),
         };
         Grant::new(token, signal, Box::new(held))
@@ -428,97 +429,6 @@ async fn sleep_until(deadline: Deadline) {
     match deadline {
         Deadline::At(at) => tokio::time::sleep_until(at.into()).await,
         Deadline::Now | Deadline::Never => std::future::pending().await,
-    }
-}
-
-/// Follows one hold until it ends: signals its loss when its key is deleted behind its back,
-/// and deletes its key when the hold is lost while the key may still exist.
-///
-/// The key is bound to the provider's lease, which the provider's other holds keep alive: a
-/// hold lost on its own (its maximum hold reached, its deadline passed unrenewed) would
-/// otherwise block the lock until its guard is dropped, and a stuck holder never drops it.
-async fn watch_hold(
-    session: Weak<Session>,
-    client: Client,
-    prefix: String,
-    key: String,
-    rev: i64,
-    signal: HoldSignal,
-    timeout: Duration,
-) {
-    // The lock watches of the session; the task keeps no session alive while it watches.
-    let Some(keys) = session.upgrade().map(|s| Arc::clone(&s.keys)) else { return };
-    let end = tokio::select! {
-        () = watch_deletion(&keys, client.clone(), &prefix, &key, rev, &signal, timeout) => return,
-        end = signal.ended() => end,
-    };
-    let HoldEnd::Lost(reason) = end else { return };
-    if matches!(reason, LossReason::RecordGone | LossReason::SessionExpired | LossReason::ClientClosed) {
-        return;
-    }
-    tracing::debug!(backend = BACKEND, %key, %reason, "deleting the key of a lost hold");
-    // Only the incarnation this hold created, tried again while the lease is kept alive (a
-    // failover can refuse the first tries); the release of the hold's guard, which aborts
-    // this task, deletes it the same way. A session that ended takes the key with its lease.
-    let txn = Txn::new()
-        .when([Compare::create_revision(key.clone(), CompareOp::Equal, rev)])
-        .and_then([TxnOp::delete(key, None)]);
-    if let Some(session) = session.upgrade() {
-        delete_while_alive(session, client, txn, timeout).await;
-    }
-}
-
-/// Returns when the key of a hold is deleted (having signalled the loss), or when the hold
-/// ended otherwise.
-///
-/// The hold registers its key with its lock's watch (watch.rs). When that watch was created
-/// after the key (a first hold of the lock in this provider, or a watch opened again after
-/// its stream broke), a deletion in between would not reach it: the key is read once then,
-/// and a key gone (or another incarnation of it) is a loss.
-async fn watch_deletion(
-    keys: &LockWatches,
-    mut client: Client,
-    prefix: &str,
-    key: &str,
-    rev: i64,
-    signal: &HoldSignal,
-    timeout: Duration,
-) {
-    // The pause before registering again after the lock's watch ended or failed.
-    const AGAIN: Duration = Duration::from_millis(200);
-    loop {
-        let mut registration = keys.register(prefix, vec![key.to_owned()], rev, false);
-        let covered = match registration.from().await {
-            Ok(from) if from <= rev => true,
-            Ok(_) => match tokio::time::timeout(timeout, client.get(key, None)).await {
-                Ok(Ok(reply)) => {
-                    if reply.kvs().first().map(KeyValue::create_revision) != Some(rev) {
-                        signal.lose(LossReason::RecordGone);
-                        return;
-                    }
-                    true
-                }
-                _ => false,
-            },
-            Err(_) => false,
-        };
-        if covered {
-            loop {
-                match registration.next().await {
-                    KeyNotice::Changed { deleted: true, revision } if revision > rev => {
-                        signal.lose(LossReason::RecordGone);
-                        return;
-                    }
-                    KeyNotice::Changed { .. } => {}
-                    KeyNotice::Ended => break,
-                }
-            }
-        }
-        drop(registration);
-        if !signal.is_held() {
-            return;
-        }
-        tokio::time::sleep(AGAIN).await;
     }
 }
 
@@ -554,7 +464,8 @@ struct Pending {
     /// ([`give_up`](Self::give_up)); outside every lock's prefix (`<prefix>/%void/<attempt>`:
     /// no escaped lock name is `%void`).
     void_key: String,
-    /// Whether a try's reply was lost: its put may still be on its way to the store.
+    /// Whether a try's reply was lost, or a try is under way: its put may still be on its way
+    /// to the store.
     doubt: bool,
 }
 
@@ -822,7 +733,6 @@ struct EtcdHeld {
     /// For a write hold, the value that turns its key into a read in place.
     read_value: Option<String>,
     id: Option<u64>,
-    watch: tokio::task::JoinHandle<()>,
     /// The slot the key's name is: reusable once the release deleted the key.
     slot: Mutex<Option<Slot>>,
 }
@@ -840,7 +750,6 @@ impl EtcdHeld {
 impl HeldLock for EtcdHeld {
     async fn release(self: Box<Self>) -> Result<()> {
         tracing::trace!(key = %self.key, "release");
-        self.watch.abort();
         self.session.unregister(self.id);
         let mut client = live_client(&self.backend, &self.session).await?;
         // Deletes the own key only, and only the incarnation this hold created.

@@ -1,12 +1,27 @@
-//! One lease per provider, kept alive by one task (the watchdog), with the signals of every
-//! hold bound to it.
+//! One lease per provider, kept alive by one task (the watchdog), with the signals and keys
+//! of every hold bound to it.
+//!
+//! The session follows each hold's key, so that a hold costs no task and no watch event of
+//! its own (a task per hold, spawned at the grant and aborted at the release, woke another
+//! worker twice per cycle; a watch that includes the own key hears the own release):
+//! - **A key deleted behind the hold's back** is a loss ([`LossReason::RecordGone`]). After
+//!   each acknowledged keep-alive the watchdog asks etcd which keys are bound to the lease
+//!   (`LeaseTimeToLive` with keys, one request for every hold of the provider); a hold whose
+//!   key is not among them is lost. So a deletion is signalled within a third of the TTL
+//!   (plus a round trip), well within the contract's bound of a lease, and at once when the
+//!   provider watches that lock's deletions anyway because one of its acquisitions waits on
+//!   it (watch.rs hands every deletion it hears to [`Session::key_deleted`]).
+//! - **A hold lost on its own** (its maximum hold reached) while the lease lives has its key
+//!   deleted at the next check, and again at each check until etcd answers: the lease, kept
+//!   alive by the provider's other holds, would otherwise keep the key, and a stuck holder
+//!   never drops its guard.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
-use etcd_client::{Client, LeaseKeepAliveStream, LeaseKeeper};
+use etcd_client::{Client, Compare, CompareOp, LeaseKeepAliveStream, LeaseKeeper, LeaseTimeToLiveOptions, Txn, TxnOp};
 use lockkit_core::backend::{HoldSignal, lease_deadline};
 use lockkit_core::{LossReason, Result};
 use tokio::runtime::Handle;
@@ -31,13 +46,29 @@ pub(crate) struct Session {
     state: Mutex<State>,
     /// Cleared when the watchdog task is dropped (its runtime shut down) or ends.
     watchdog_alive: Arc<AtomicBool>,
+    /// Set while a check of the holds' keys runs ([`Session::check_holds`]).
+    checking: AtomicBool,
+    /// The bound of one request.
+    timeout: Duration,
 }
 
 struct State {
     valid_until: Instant,
     ended: Option<LossReason>,
     next_id: u64,
-    holds: HashMap<u64, HoldSignal>,
+    holds: HashMap<u64, Hold>,
+    /// The hold of each key (a key names one hold at a time: its slot is taken while held).
+    by_key: HashMap<String, u64>,
+}
+
+/// A hold bound to the lease: its signal, and its key with the create revision it was granted
+/// at (the key's incarnation).
+struct Hold {
+    signal: HoldSignal,
+    key: String,
+    revision: i64,
+    /// When it was registered: a check of the lease's keys sent before this cannot see it.
+    since: Instant,
 }
 
 impl std::fmt::Debug for Session {
@@ -97,21 +128,32 @@ impl Session {
             }
         };
         let alive = Arc::new(AtomicBool::new(true));
-        let keys = Arc::new(LockWatches::new(client.clone(), &config.prefix, config.connect_timeout));
-        let session = Arc::new(Session {
-            keys,
-            client,
-            lease,
-            ttl,
-            drift: config.drift,
-            runtime: Handle::current(),
-            state: Mutex::new(State {
-                valid_until: lease_deadline(sent, ttl, config.drift),
-                ended: None,
-                next_id: 0,
-                holds: HashMap::new(),
-            }),
-            watchdog_alive: Arc::clone(&alive),
+        let session = Arc::new_cyclic(|me: &Weak<Session>| {
+            let me = me.clone();
+            let deleted = move |key: &str, revision: i64| {
+                if let Some(session) = me.upgrade() {
+                    session.key_deleted(key, revision);
+                }
+            };
+            let keys = Arc::new(LockWatches::new(client.clone(), &config.prefix, config.connect_timeout, deleted));
+            Session {
+                keys,
+                client,
+                lease,
+                ttl,
+                drift: config.drift,
+                runtime: Handle::current(),
+                state: Mutex::new(State {
+                    valid_until: lease_deadline(sent, ttl, config.drift),
+                    ended: None,
+                    next_id: 0,
+                    holds: HashMap::new(),
+                    by_key: HashMap::new(),
+                }),
+                watchdog_alive: Arc::clone(&alive),
+                checking: AtomicBool::new(false),
+                timeout: config.connect_timeout,
+            }
         });
         tokio::spawn(watchdog(Arc::downgrade(&session), keeper, stream, AliveFlag(alive)));
         Ok(session)
@@ -139,9 +181,10 @@ impl Session {
         self.state().valid_until
     }
 
-    /// Binds `signal` to the lease: renewals extend it, the end of the lease loses it. `None`
+    /// Binds `signal` to the lease and follows `key`, granted at create revision `revision`:
+    /// renewals extend the signal, the end of the lease or the key's deletion loses it. `None`
     /// (and the signal lost) when the lease has ended already.
-    pub(crate) fn register(&self, signal: &HoldSignal) -> Option<u64> {
+    pub(crate) fn register(&self, signal: &HoldSignal, key: &str, revision: i64) -> Option<u64> {
         let mut state = self.state();
         if let Some(reason) = state.ended.clone() {
             drop(state);
@@ -150,14 +193,53 @@ impl Session {
         }
         let id = state.next_id;
         state.next_id += 1;
-        state.holds.insert(id, signal.clone());
+        let hold = Hold { signal: signal.clone(), key: key.to_owned(), revision, since: Instant::now() };
+        state.holds.insert(id, hold);
+        state.by_key.insert(key.to_owned(), id);
         Some(id)
     }
 
-    /// Unbinds a hold that was released.
+    /// Unbinds a hold that was released (or whose key the session deleted).
     pub(crate) fn unregister(&self, id: Option<u64>) {
         if let Some(id) = id {
-            self.state().holds.remove(&id);
+            let mut state = self.state();
+            if let Some(hold) = state.holds.remove(&id)
+                && state.by_key.get(&hold.key) == Some(&id)
+            {
+                state.by_key.remove(&hold.key);
+            }
+        }
+    }
+
+    /// A watch heard `key` deleted at `revision`: the hold of that key, if it was granted
+    /// before, is lost. A released hold was unbound before its delete was sent, so its own
+    /// release is no loss.
+    pub(crate) fn key_deleted(&self, key: &str, revision: i64) {
+        let signal = {
+            let state = self.state();
+            state
+                .by_key
+                .get(key)
+                .and_then(|id| state.holds.get(id))
+                .filter(|hold| hold.revision < revision)
+                .map(|hold| hold.signal.clone())
+        };
+        if let Some(signal) = signal
+            && signal.lose(LossReason::RecordGone)
+        {
+            tracing::debug!(backend = crate::BACKEND, %key, revision, "a held key was deleted");
+        }
+    }
+
+    /// Starts a check of the holds' keys in the background ([`check_holds`]), unless one runs.
+    fn start_check(self: &Arc<Self>) {
+        let any = !self.state().holds.is_empty();
+        if any && !self.checking.swap(true, Ordering::SeqCst) {
+            let session = Arc::clone(self);
+            tokio::spawn(async move {
+                check_holds(&session).await;
+                session.checking.store(false, Ordering::SeqCst);
+            });
         }
     }
 
@@ -165,7 +247,7 @@ impl Session {
         let signals: Vec<HoldSignal> = {
             let mut state = self.state();
             state.valid_until = state.valid_until.max(valid_until);
-            state.holds.values().cloned().collect()
+            state.holds.values().map(|hold| hold.signal.clone()).collect()
         };
         for signal in signals {
             signal.extend(valid_until);
@@ -180,7 +262,8 @@ impl Session {
                 return;
             }
             state.ended = Some(reason.clone());
-            state.holds.drain().map(|(_, signal)| signal).collect()
+            state.by_key.clear();
+            state.holds.drain().map(|(_, hold)| hold.signal).collect()
         };
         for signal in signals {
             signal.lose(reason.clone());
@@ -221,6 +304,7 @@ async fn watchdog(session: Weak<Session>, mut keeper: LeaseKeeper, mut stream: L
                 Ok(Ok(Some(reply))) if reply.ttl() > 0 => {
                     s.renewed(lease_deadline(sent, s.ttl, s.drift));
                     s.keys.sweep();
+                    s.start_check();
                     break;
                 }
                 Ok(Ok(Some(_))) => {
@@ -248,6 +332,67 @@ async fn watchdog(session: Weak<Session>, mut keeper: LeaseKeeper, mut stream: L
                     return;
                 }
             }
+        }
+    }
+}
+
+/// Whether a hold lost for `reason` may still have its key in the store, bound to a lease that
+/// lives: a loss the hold's own side decided (its maximum hold reached, its deadline passed
+/// just before a late keep-alive was acknowledged), not one the store or the lease's end made.
+fn key_may_remain(reason: &LossReason) -> bool {
+    !matches!(reason, LossReason::RecordGone | LossReason::SessionExpired | LossReason::ClientClosed)
+}
+
+/// Checks the keys of the session's holds against the store, once: a hold whose key is no
+/// longer bound to the lease is lost ([`LossReason::RecordGone`]), and the key of a hold lost
+/// on its own is deleted (only the incarnation the hold created; unbound once etcd answered,
+/// tried again at the next check otherwise). Every request is bounded by the request timeout;
+/// a check that fails changes nothing.
+async fn check_holds(session: &Arc<Session>) {
+    let mut client = session.client.clone();
+    let timeout = session.timeout;
+    let lost: Vec<(u64, String, i64)> = {
+        let state = session.state();
+        state
+            .holds
+            .iter()
+            .filter(|(_, hold)| hold.signal.loss().as_ref().is_some_and(key_may_remain))
+            .map(|(id, hold)| (*id, hold.key.clone(), hold.revision))
+            .collect()
+    };
+    for (id, key, revision) in lost {
+        tracing::debug!(backend = crate::BACKEND, %key, "deleting the key of a hold lost on its own");
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.clone(), CompareOp::Equal, revision)])
+            .and_then([TxnOp::delete(key, None)]);
+        // Deleted, or gone already (the condition names this incarnation only).
+        if let Ok(Ok(_)) = tokio::time::timeout(timeout, client.txn(txn)).await {
+            session.unregister(Some(id));
+        }
+    }
+    let sent = Instant::now();
+    let options = LeaseTimeToLiveOptions::new().with_keys();
+    let Ok(Ok(reply)) = tokio::time::timeout(timeout, client.lease_time_to_live(session.lease, Some(options))).await
+    else {
+        return;
+    };
+    // A lease the server no longer knows is the watchdog's to end (its keep-alive says so).
+    if reply.ttl() <= 0 {
+        return;
+    }
+    let bound: std::collections::HashSet<&[u8]> = reply.keys().iter().map(Vec::as_slice).collect();
+    let gone: Vec<(String, HoldSignal)> = {
+        let state = session.state();
+        state
+            .holds
+            .values()
+            .filter(|hold| hold.since < sent && hold.signal.is_held() && !bound.contains(hold.key.as_bytes()))
+            .map(|hold| (hold.key.clone(), hold.signal.clone()))
+            .collect()
+    };
+    for (key, signal) in gone {
+        if signal.lose(LossReason::RecordGone) {
+            tracing::debug!(backend = crate::BACKEND, %key, "a held key is no longer bound to the lease");
         }
     }
 }

@@ -1,5 +1,5 @@
 //! One watch stream per session, and on it one kept watch per lock in use, shared by every
-//! wait and every hold of the lock in the provider.
+//! wait of the lock in the provider.
 //!
 //! etcd serves any number of watches on one gRPC `Watch` stream, each with its own id.
 //! [`Watches`] opens one stream per session (client and lease) and adds watches to it with a
@@ -10,13 +10,15 @@
 //!
 //! [`LockWatches`] keeps one watch per lock prefix on that stream (deletions only; a second
 //! one with puts for readers that wait for a downgrade), created at its first use and kept
-//! while used. Waits and holds *register* keys with it and hear their changes; no watch is
-//! created on a wait's path (see [`LockWatches`] for why that matters beyond the round trip).
+//! while used. Waits *register* keys with it and hear their changes; no watch is created on a
+//! wait's path (see [`LockWatches`] for why that matters beyond the round trip). Every deletion
+//! a lock's watch hears is also handed to the session, which signals the hold of that key lost
+//! (session.rs); holds do not register, so that a release is no event for its own provider.
 //!
 //! When the stream breaks (the connection was cut, the member restarted), every watch on it
 //! ends and every registration hears [`KeyNotice::Ended`]; the next registration opens a new
-//! stream. A waiter then reads the queue again; a hold reads its key again, so that a
-//! deletion during the break is not missed.
+//! stream. A waiter then reads the queue again, so that a deletion during the break is not
+//! missed (a hold's key is checked by the session after each keep-alive).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -326,7 +328,7 @@ struct Interests {
 const RECENT: usize = 128;
 
 /// One watch on the prefix of one lock (its deletions, or its puts and deletions), shared by every wait and
-/// hold of that lock in the provider, and kept between them (see [`LockWatches::sweep`]).
+/// of that lock's waits in the provider, and kept between them (see [`LockWatches::sweep`]).
 struct LockWatch {
     /// The server's revision when it created the watch, once it did: the watch sees every
     /// event after it. `Err` when it refused it or the stream broke first.
@@ -343,9 +345,9 @@ fn interests(watch: &LockWatch) -> MutexGuard<'_, Interests> {
 
 /// The watches of the locks a provider's session uses, on its one stream.
 ///
-/// A wait or a hold *registers* the keys it cares about with the watch of its lock's prefix:
+/// A wait *registers* the keys it cares about with the watch of its lock's prefix:
 /// the first registration of a lock opens that watch (at the server's current revision),
-/// later ones reuse it, so in the steady state a wait or a hold adds no watch at all, and no
+/// later ones reuse it, so in the steady state a wait adds no watch at all, and no
 /// watch is created on a wait's path. That matters beyond the round trip: etcd turns a watch
 /// "from now" into one from the revision it read just before registering it, and a write
 /// landing in between puts the watch in its "unsynced" group, which a loop catches up every
@@ -353,6 +355,8 @@ fn interests(watch: &LockWatch) -> MutexGuard<'_, Interests> {
 /// A lock's watch is dropped after a full sweep period with no registration.
 pub(crate) struct LockWatches {
     hub: Arc<Watches>,
+    /// Told of every deletion a lock's watch hears (the session's holds, session.rs).
+    deleted: Deleted,
     /// By lock prefix, and whether the watch reports puts too (see [`register`](Self::register)).
     locks: Mutex<HashMap<(String, bool), Arc<LockWatch>>>,
 }
@@ -363,10 +367,22 @@ impl std::fmt::Debug for LockWatches {
     }
 }
 
+/// What a lock's watch tells of each deletion it hears: the key and the revision.
+type Deleted = Arc<dyn Fn(&str, i64) + Send + Sync>;
+
 impl LockWatches {
-    /// The lock watches of a session's client.
-    pub(crate) fn new(client: Client, prefix: &str, timeout: Duration) -> LockWatches {
-        LockWatches { hub: Arc::new(Watches::new(client, prefix, timeout)), locks: Mutex::new(HashMap::new()) }
+    /// The lock watches of a session's client; `deleted` hears every deletion they hear.
+    pub(crate) fn new(
+        client: Client,
+        prefix: &str,
+        timeout: Duration,
+        deleted: impl Fn(&str, i64) + Send + Sync + 'static,
+    ) -> LockWatches {
+        LockWatches {
+            hub: Arc::new(Watches::new(client, prefix, timeout)),
+            deleted: Arc::new(deleted),
+            locks: Mutex::new(HashMap::new()),
+        }
     }
 
     fn locks(&self) -> MutexGuard<'_, HashMap<(String, bool), Arc<LockWatch>>> {
@@ -379,7 +395,7 @@ impl LockWatches {
     /// heard already. The registration's [`from`](Registration::from) says from which
     /// revision on it hears every change of them.
     ///
-    /// A lock has up to two watches: one of deletions only, which every hold and nearly every
+    /// A lock has up to two watches: one of deletions only, which nearly every
     /// wait uses (a release or a loss is a deletion), and, with `puts`, one of puts too, for
     /// a reader behind a writer that may be downgraded in place (its key's value rewritten).
     /// So an acquisition's put costs no event on the common watch.
@@ -432,7 +448,16 @@ impl LockWatches {
         } else {
             WatchOptions::new().with_prefix().with_filters([etcd_client::WatchFilterType::NoPut])
         };
-        tokio::spawn(follow(Arc::clone(&self.hub), prefix, options, Arc::downgrade(&watch), set_created, stopped));
+        let deleted = Arc::clone(&self.deleted);
+        tokio::spawn(follow(
+            Arc::clone(&self.hub),
+            prefix,
+            options,
+            Arc::downgrade(&watch),
+            set_created,
+            stopped,
+            deleted,
+        ));
         watch
     }
 
@@ -464,6 +489,7 @@ async fn follow(
     watch: std::sync::Weak<LockWatch>,
     set_created: tokio::sync::watch::Sender<Option<Result<i64, String>>>,
     mut stopped: oneshot::Receiver<()>,
+    deleted: Deleted,
 ) {
     let subscription = match hub.subscribe(prefix, options).await {
         Ok(mut subscription) => match subscription.created().await {
@@ -489,6 +515,14 @@ async fn follow(
             };
             let Notice::Events(events) = notice else { break };
             let Some(watch) = watch.upgrade() else { return };
+            for event in &events {
+                if event.event_type() == etcd_client::EventType::Delete
+                    && let Some(kv) = event.kv()
+                    && let Ok(key) = std::str::from_utf8(kv.key())
+                {
+                    deleted(key, kv.mod_revision());
+                }
+            }
             let mut interests = interests(&watch);
             for event in &events {
                 let Some(kv) = event.kv() else { continue };
@@ -518,7 +552,7 @@ async fn follow(
     }
 }
 
-/// A wait's or a hold's interest in some keys of one lock; dropping it withdraws it.
+/// A wait's interest in some keys of one lock; dropping it withdraws it.
 pub(crate) struct Registration {
     watch: Arc<LockWatch>,
     id: u64,

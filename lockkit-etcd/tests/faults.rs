@@ -39,7 +39,8 @@ async fn lease_revoked_behind_the_holder_is_a_loss() {
     assert_eq!(h.keys_of(&name).await, 0);
 }
 
-/// The holder's own key is deleted behind its back: the loss is signalled by the watch,
+/// The holder's own key is deleted behind its back: the loss is signalled by the session's
+/// check of its keys after the next keep-alive,
 /// release says `LockLost`, and a later holder's key is untouched by that release.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn own_key_deleted_behind_the_holder_is_signalled() {

@@ -1,6 +1,7 @@
 //! The keys' names and the shared watches on a real member: acquisitions one after another
 //! reuse one key name (no index entry left behind per acquisition), concurrent ones get their
-//! own, and a deletion while the watch stream is cut is still signalled.
+//! own, a deletion while the watch stream is cut is still signalled, and a deletion heard by the
+//! lock's watch (open for a wait) is signalled at once.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -53,8 +54,8 @@ async fn acquisitions_one_after_another_reuse_one_key_name() {
 }
 
 /// The holder's connection is cut (its watch stream breaks with it) and its key deleted before
-/// it reconnects: the hold watches its key again and reads it, and is signalled lost because
-/// the key is gone, well before its lease could run out.
+/// it reconnects: the session's check of its keys after the next keep-alive finds the key
+/// gone, and the hold is signalled lost well before its lease could run out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deletion_while_the_watch_stream_is_cut_is_still_signalled() {
     let h = EtcdHarness::shared().await;
@@ -71,5 +72,36 @@ async fn a_deletion_while_the_watch_stream_is_cut_is_still_signalled() {
     assert!(matches!(guard.release().await, Err(Error::LockLost { .. })));
     let again = within(Duration::from_secs(5), "the next grant", a.lock(&name).unwrap().acquire()).await.unwrap();
     again.release().await.unwrap();
+    assert_eq!(h.keys_of(&name).await, 0);
+}
+
+/// A provider whose acquisition waits on a lock watches that lock's deletions: the deletion of
+/// its own hold's key behind its back is then signalled at once, not at the next check of its
+/// keys (every third of the TTL: 20 s here, against a bound of 2 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deletion_heard_by_the_lock_s_watch_is_signalled_at_once() {
+    let h = EtcdHarness::shared().await;
+    let name = fresh_name("heard");
+    let (a, _a_proxy) = h.client_with(test_builder().ttl(Duration::from_secs(60))).await.unwrap();
+    let lock = a.lock(&name).unwrap();
+    let guard = lock.acquire().await.unwrap();
+    let key = h.holder_key(&name).await.unwrap();
+    // A second acquisition of the same provider waits behind the hold, on the lock's watch.
+    let waiter = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.acquire().await }
+    });
+    within(Duration::from_secs(5), "the waiter's key", async {
+        while h.keys_of(&name).await < 2 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    h.admin().await.delete(key, None).await.unwrap();
+    let reason = within(Duration::from_secs(2), "the loss", guard.lost()).await;
+    assert_eq!(reason, LossReason::RecordGone);
+    let next = within(Duration::from_secs(5), "the waiter's grant", waiter).await.unwrap().unwrap();
+    assert!(matches!(guard.release().await, Err(Error::LockLost { .. })));
+    next.release().await.unwrap();
     assert_eq!(h.keys_of(&name).await, 0);
 }
