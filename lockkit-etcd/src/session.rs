@@ -10,7 +10,10 @@
 //!   key is not among them is lost. So a deletion is signalled within a third of the TTL
 //!   (plus a round trip), well within the contract's bound of a lease, and at once when the
 //!   provider watches that lock's deletions anyway because one of its acquisitions waits on
-//!   it (watch.rs hands every deletion it hears to [`Session::key_deleted`]).
+//!   it (watch.rs hands every deletion it hears to [`Session::key_deleted`]). The reply lists
+//!   every key bound to the lease, about 80 bytes each: past some 50,000 holds in one provider
+//!   it outgrows the client's 4 MiB message limit, and the check finds nothing (a deletion is
+//!   then signalled only when a lock's watch hears it, or at the release).
 //! - **A hold lost on its own** (its maximum hold reached) while the lease lives has its key
 //!   deleted at the next check, and again at each check until etcd answers: the lease, kept
 //!   alive by the provider's other holds, would otherwise keep the key, and a stuck holder
