@@ -314,7 +314,8 @@ impl LockBackend for PostgresBackend {
             let identity = Arc::clone(identity);
             return crate::election::campaign(inner, request, identity).await;
         }
-        let owner = request.attempt.to_string();
+        // `<tag>.<attempt>`: a hand-over to it is announced on this provider's own channel.
+        let owner = inner.wakeups.owner_id(&request.attempt);
         let meta = OwnerMeta::current(request.attempt).encode();
         let Some(kind) = StoredKind::of(&request.kind) else {
             return Err(Error::unsupported(BACKEND, Some(&request.lock), "this kind of hold"));

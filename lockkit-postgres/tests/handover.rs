@@ -332,3 +332,70 @@ async fn a_hand_over_announced_as_token_and_owner_wakes_its_waiter_with_that_tok
     guard.release().await.unwrap();
     assert!(admin.query("SELECT 1 FROM lockkit.locks WHERE name = $1", &[&stored]).await.unwrap().is_empty());
 }
+
+/// A plain connection to the test server that `LISTEN`s on `channels`; what it hears comes out
+/// of the receiver as (channel, payload).
+async fn listening(
+    harness: &PostgresHarness,
+    channels: &[&str],
+) -> (tokio_postgres::Client, tokio::sync::mpsc::UnboundedReceiver<(String, String)>) {
+    let (client, mut connection) = tokio_postgres::connect(
+        &format!("host=127.0.0.1 port={} user=postgres dbname=postgres", harness.upstream().port()),
+        tokio_postgres::NoTls,
+    )
+    .await
+    .unwrap();
+    let (heard, receiver) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Some(Ok(message)) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+            if let tokio_postgres::AsyncMessage::Notification(note) = message {
+                let _ = heard.send((note.channel().to_owned(), note.payload().to_owned()));
+            }
+        }
+    });
+    let listen: String = channels.iter().map(|channel| format!("LISTEN {channel};")).collect();
+    client.batch_execute(&listen).await.unwrap();
+    (client, receiver)
+}
+
+#[tokio::test]
+async fn a_hand_over_is_announced_on_the_new_owners_provider_channel_only() {
+    let harness = PostgresHarness::shared().await;
+    let (a, _fa) = harness.client_with(test_builder()).await.unwrap();
+    let (b, _fb) = harness.client_with(test_builder()).await.unwrap();
+    let name = unique("channel");
+    let stored = lockkit_postgres::stored_name(&name);
+    let held = a.lock(&name).unwrap().acquire().await.unwrap();
+    let b_lock = b.lock(&name).unwrap();
+    let b_waiter = tokio::spawn(async move { b_lock.acquire().await });
+    until("b queued", || async { a.inspect(&name).await.unwrap().waiters == Some(1) }).await;
+    let admin = harness.admin().await;
+    let owner: String =
+        admin.query_one("SELECT owner FROM lockkit.waiters WHERE name = $1", &[&stored]).await.unwrap().get(0);
+    // Owner ids are `<tag>.<attempt>`, the tag the provider's: ten lower-case hex digits.
+    let (tag, attempt) = owner.split_once('.').expect("a tagged owner id");
+    assert!(tag.len() == 10 && tag.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()), "{owner}");
+    assert!(uuid::Uuid::parse_str(attempt).is_ok(), "{owner}");
+    let own = format!("lockkit_g_{tag}");
+    let (listener, mut heard) = listening(&harness, &[&own, "lockkit_granted"]).await;
+    held.release().await.unwrap();
+    let guard = within(OPERATION, "the hand-over", b_waiter).await.unwrap().unwrap();
+    // A marker sent after the release committed comes after everything the release sent.
+    listener.batch_execute("NOTIFY lockkit_granted, 'marker'").await.unwrap();
+    let mut before_marker = Vec::new();
+    loop {
+        let (channel, payload) = within(OPERATION, "the notifications", heard.recv()).await.unwrap();
+        if payload == "marker" {
+            break;
+        }
+        before_marker.push((channel, payload));
+    }
+    assert_eq!(before_marker.len(), 1, "one notification, on b's channel: {before_marker:?}");
+    let (channel, payload) = &before_marker[0];
+    assert_eq!(channel, &own);
+    let parts: Vec<&str> = payload.splitn(3, ':').collect();
+    assert_eq!(parts[0], guard.token().get().to_string(), "{payload}");
+    assert!(parts[1].parse::<i64>().unwrap() > 0, "{payload}: the hand-over's server time in µs");
+    assert_eq!(parts[2], owner);
+    guard.release().await.unwrap();
+}
