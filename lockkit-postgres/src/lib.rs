@@ -94,17 +94,27 @@
 //!   holders admit the next (a run of readers, free permits), and `NOTIFY`s each new owner on
 //!   its provider's channel `<schema>_g_<tag>` as `<token>:<server µs>:<owner id>` (the
 //!   server time at which the row's lease began). Only that waiter's provider hears it (the
-//!   other waiters stay asleep behind it: no herd of tries queueing on the advisory lock). The
-//!   waiter confirms with its next try, which finds the row its own and, without writing and
-//!   before it would take the advisory lock (so it does not queue behind the grants and
-//!   refusals of the name), returns the token and the lease left; the guard's deadline counts
-//!   that from the try's send time, which came before the server looked. (Taking the grant
-//!   from the notification alone, without that try, was built and taken out again: a deadline
-//!   counted from the waiter's last refused try is safe only if that refusal ran before the
-//!   hand-over, and a refusal can also come after it, when the handed row is already gone: lost
-//!   in a crash and refused by the restart fence, expired, or broken. The chaos run with crash
-//!   restarts found the overlap. Doing it safely needs the hand-over's server time in the
-//!   payload and the refusal's in its reply.) **Upgrading:** an owner id without a tag (a
+//!   other waiters stay asleep behind it: no herd of tries queueing on the advisory lock).
+//!   **The waiter takes the grant from the notification** when that is proven safe, and
+//!   otherwise confirms it with a try. Every try's reply carries the server time once it had
+//!   run (µs, computed as the notification's). A waiter whose last try was refused at server
+//!   time `R`, and which hears of a hand-over made at `H > R`, takes the notification's token
+//!   with the deadline counted from that try's send time `s`: `s` came before the refusal ran,
+//!   which came before the hand-over (on one server clock that does not step back, the
+//!   assumption the tokens rest on too, and the Redis backend's), so `s + lease − drift` ends
+//!   before the handed row's lease, `H + lease`. A crash after the hand-over keeps new grants
+//!   out until the longest lease after the restart (the restart fence, below), past that
+//!   deadline too. A refusal that ran after the hand-over proves nothing: the handed row may
+//!   be gone already (lost in a crash and refused by the fence, expired while the waiter was
+//!   cut off, broken), and a deadline counted from it may end after the row's (the first
+//!   version of this, which trusted any last refusal, was taken out when the chaos run with
+//!   crash restarts found an overlap). So when `H ≤ R`, when the last try was not a refusal
+//!   (granted, or its reply lost), or when the deadline would leave less than a renewal round
+//!   and a half, the waiter confirms with its next try, which finds the row its own and,
+//!   without writing and before it would take the advisory lock (so it does not queue behind
+//!   the grants and refusals of the name), returns the token and the lease left; the guard's
+//!   deadline counts that from the try's send time, which came before the server looked.
+//!   **Upgrading:** an owner id without a tag (a
 //!   provider of an earlier version) is handed over on the schema's `<schema>_granted` as
 //!   `<token>:<owner id>`, as those providers expect, and a provider listens there too, for
 //!   functions of an earlier version (a schema not migrated yet): old and new providers may

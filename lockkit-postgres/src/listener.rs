@@ -24,12 +24,25 @@ use crate::store::Store;
 
 type Slots = Arc<Mutex<Registry>>;
 
-/// The waiters of this provider, by lock name and by owner id.
+/// The waiters of this provider, by lock name and by owner id (with the last hand-over
+/// announced to that owner).
 #[derive(Debug, Default)]
 struct Registry {
     next: u64,
     by_name: HashMap<String, HashMap<u64, Arc<Notify>>>,
-    by_owner: HashMap<String, Arc<Notify>>,
+    by_owner: HashMap<String, (Arc<Notify>, HandedSlot)>,
+}
+
+/// Where the last hand-over announced to a waiter waits to be taken.
+type HandedSlot = Arc<Mutex<Option<Handed>>>;
+
+/// A hand-over as its notification announced it: the token of the row the release made for
+/// the waiter and the server time (µs since the epoch, as `floor(extract(epoch FROM …) *
+/// 1000000)`) at which the row's lease began.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Handed {
+    pub(crate) token: u64,
+    pub(crate) at_us: i64,
 }
 
 impl Registry {
@@ -41,9 +54,19 @@ impl Registry {
 
     /// A hand-over: `<token>:<server µs>:<owner>`, `<token>:<owner>` (on the schema's shared
     /// channel), or the owner alone (as the first functions announced it).
+    /// The token and server time of a `<token>:<server µs>:<owner>` payload are kept for the
+    /// waiter (the latest hand-over, if several came), which may take the grant from them.
     fn wake_owner(&self, payload: &str) {
-        let owner = payload.rsplit_once(':').map_or(payload, |(_, owner)| owner);
-        if let Some(notify) = self.by_owner.get(owner) {
+        let (head, owner) = payload.rsplit_once(':').unwrap_or(("", payload));
+        if let Some((notify, handed)) = self.by_owner.get(owner) {
+            if let Some((token, at_us)) = head.split_once(':')
+                && let (Ok(token), Ok(at_us)) = (token.parse::<u64>(), at_us.parse::<i64>())
+            {
+                let mut handed = handed.lock().unwrap_or_else(PoisonError::into_inner);
+                if handed.is_none_or(|last| last.at_us < at_us) {
+                    *handed = Some(Handed { token, at_us });
+                }
+            }
             notify.notify_one();
         }
     }
@@ -94,9 +117,16 @@ pub(crate) struct Slot {
     /// wake by name only).
     owner: Option<String>,
     notify: Arc<Notify>,
+    /// The last hand-over announced to `owner` with its server time, not yet taken.
+    handed: HandedSlot,
 }
 
 impl Slot {
+    /// The last hand-over announced to this waiter since the last call, if any.
+    pub(crate) fn take_handed(&self) -> Option<Handed> {
+        self.handed.lock().unwrap_or_else(PoisonError::into_inner).take()
+    }
+
     /// The wake-up of this waiter. A wake-up that comes while the waiter is not waiting is
     /// kept (a permit), so none is lost between two waits.
     pub(crate) fn notify(&self) -> Arc<Notify> {
@@ -138,11 +168,19 @@ impl Wakeups {
         slots.next += 1;
         let id = slots.next;
         let notify = Arc::new(Notify::new());
+        let handed = Arc::new(Mutex::new(None));
         slots.by_name.entry(name.to_owned()).or_default().insert(id, Arc::clone(&notify));
         if let Some(owner) = owner {
-            slots.by_owner.insert(owner.to_owned(), Arc::clone(&notify));
+            slots.by_owner.insert(owner.to_owned(), (Arc::clone(&notify), Arc::clone(&handed)));
         }
-        Slot { slots: Arc::clone(&self.slots), id, name: name.to_owned(), owner: owner.map(str::to_owned), notify }
+        Slot {
+            slots: Arc::clone(&self.slots),
+            id,
+            name: name.to_owned(),
+            owner: owner.map(str::to_owned),
+            notify,
+            handed,
+        }
     }
 
     /// Whether the listening connection is up now.
@@ -244,5 +282,15 @@ mod tests {
         drop(registry);
         assert!(woken(&a) && woken(&b));
         assert!(!woken(&c));
+        // Only the payload with the server time is kept for taking, the latest one.
+        assert_eq!(a.take_handed(), Some(Handed { token: 1_795_658_598_646_614, at_us: 1_795_658_598_646_600 }));
+        assert_eq!(a.take_handed(), None);
+        assert_eq!(b.take_handed(), None);
+        let registry = wakeups.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        registry.wake_owner("9:20:owner-c");
+        registry.wake_owner("8:10:owner-c");
+        registry.wake_owner("x:30:owner-c");
+        drop(registry);
+        assert_eq!(c.take_handed(), Some(Handed { token: 9, at_us: 20 }));
     }
 }

@@ -52,7 +52,12 @@ impl Statements {
             schema: s.to_owned(),
             channel: format!("{s}_released"),
             granted: format!("{s}_granted"),
-            acquire: format!("SELECT o_token, o_left_ms, o_conflict FROM {s}.acquire($1, $2, $3, $4, $5, $6, $7)"),
+            // The fourth column: the server time (µs) once the function has run, computed as the
+            // hand-over's notification computes its own.
+            acquire: format!(
+                "SELECT o_token, o_left_ms, o_conflict, floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint \
+                 FROM {s}.acquire($1, $2, $3, $4, $5, $6, $7)"
+            ),
             release: format!("SELECT {s}.release($1, $2)"),
             abandon: format!("SELECT {s}.abandon($1, $2)"),
             break_lock: format!(

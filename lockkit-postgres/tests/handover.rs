@@ -399,3 +399,106 @@ async fn a_hand_over_is_announced_on_the_new_owners_provider_channel_only() {
     assert_eq!(parts[2], owner);
     guard.release().await.unwrap();
 }
+
+/// The waiter of `name` (the one queued), its owner id and its provider's hand-over channel,
+/// once its provider listens there and the waiter has tried again after registering.
+async fn queued_owner(admin: &tokio_postgres::Client, stored: &str) -> (String, String) {
+    let owner: String =
+        admin.query_one("SELECT owner FROM lockkit.waiters WHERE name = $1", &[&stored]).await.unwrap().get(0);
+    let channel = format!("lockkit_g_{}", owner.split_once('.').expect("a tagged owner id").0);
+    let place = || async {
+        admin
+            .query_one("SELECT expires_at FROM lockkit.waiters WHERE name = $1", &[&stored])
+            .await
+            .unwrap()
+            .get::<_, std::time::SystemTime>(0)
+    };
+    let first = place().await;
+    until("the waiter's provider listens on its channel", || async {
+        admin
+            .query_one("SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN ' || $1 || '%'", &[&channel])
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+            > 0
+    })
+    .await;
+    until("the waiter's try after its registration", || async { place().await > first }).await;
+    (owner, channel)
+}
+
+#[tokio::test]
+async fn a_hand_over_announced_after_the_waiters_refusal_is_taken_from_its_notification() {
+    // Only the database's functions announce hand-overs on a provider's channel; a notification
+    // sent by hand with a token no row has shows that the waiter takes the grant from the
+    // notification, without a confirming try, when the hand-over's server time is later than
+    // its last refusal's. (A long lease: the last refusal leaves the renewal room.)
+    let long = || test_builder().lease(Duration::from_secs(30)).renew_every(Duration::from_secs(10));
+    let harness = PostgresHarness::shared().await;
+    let (a, _fa) = harness.client_with(long()).await.unwrap();
+    let (b, _fb) = harness.client_with(long()).await.unwrap();
+    let name = unique("from-notification");
+    let stored = lockkit_postgres::stored_name(&name);
+    let held = a.lock(&name).unwrap().acquire().await.unwrap();
+    let b_lock = b.lock(&name).unwrap();
+    let b_waiter = tokio::spawn(async move { b_lock.acquire().await });
+    until("b queued", || async { a.inspect(&name).await.unwrap().waiters == Some(1) }).await;
+    let admin = harness.admin().await;
+    let (owner, channel) = queued_owner(&admin, &stored).await;
+    // Announced again until b takes it: a safety-poll try of b that ran after the announcement
+    // would (rightly) make b confirm by a try instead, which a refuses.
+    let mut b_waiter = b_waiter;
+    let announce = "SELECT pg_notify($1, '4242:' || floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint \
+                    || ':' || $2)";
+    let taken = within(OPERATION, "the grant taken from the notification", async {
+        loop {
+            admin.execute(announce, &[&channel, &owner]).await.unwrap();
+            if let Ok(taken) = tokio::time::timeout(Duration::from_millis(300), &mut b_waiter).await {
+                break taken;
+            }
+        }
+    })
+    .await;
+    let guard = taken.unwrap().unwrap();
+    assert_eq!(guard.token().get(), 4242, "the token of the notification, which no row has");
+    // The database knows nothing of it: b's renewal finds a's row, not its own, and the
+    // guard is lost.
+    let lost = within(Duration::from_secs(15), "the renewal finds another's row", guard.lost()).await;
+    assert!(matches!(lost, lockkit_core::LossReason::OwnedByAnother), "{lost:?}");
+    held.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_hand_over_announced_before_the_waiters_refusal_is_confirmed_by_a_try() {
+    let long = || test_builder().lease(Duration::from_secs(30)).renew_every(Duration::from_secs(10));
+    let harness = PostgresHarness::shared().await;
+    let (a, _fa) = harness.client_with(long()).await.unwrap();
+    let (b, _fb) = harness.client_with(long()).await.unwrap();
+    let name = unique("before-refusal");
+    let stored = lockkit_postgres::stored_name(&name);
+    let held = a.lock(&name).unwrap().acquire().await.unwrap();
+    let b_lock = b.lock(&name).unwrap();
+    let b_waiter = tokio::spawn(async move { b_lock.acquire().await });
+    until("b queued", || async { a.inspect(&name).await.unwrap().waiters == Some(1) }).await;
+    let admin = harness.admin().await;
+    let (owner, channel) = queued_owner(&admin, &stored).await;
+    let place = || async {
+        admin
+            .query_one("SELECT expires_at FROM lockkit.waiters WHERE name = $1", &[&stored])
+            .await
+            .unwrap()
+            .get::<_, std::time::SystemTime>(0)
+    };
+    // A hand-over whose server time is before b's refusals (the row it made may be gone when
+    // they ran): b wakes and confirms by a try, which is refused (a holds), and renews its place.
+    let before = place().await;
+    admin.execute("SELECT pg_notify($1, '4343:1:' || $2)", &[&channel, &owner]).await.unwrap();
+    until("b tried again", || async { place().await > before }).await;
+    assert!(!b_waiter.is_finished(), "b still waits");
+    held.release().await.unwrap();
+    let guard = within(OPERATION, "the real hand-over", b_waiter).await.unwrap().unwrap();
+    assert_ne!(guard.token().get(), 4343);
+    let row: i64 = admin.query_one("SELECT token FROM lockkit.locks WHERE name = $1", &[&stored]).await.unwrap().get(0);
+    assert_eq!(guard.token().get(), u64::try_from(row).unwrap());
+    guard.release().await.unwrap();
+}
