@@ -117,8 +117,12 @@
 //!   **Upgrading:** an owner id without a tag (a
 //!   provider of an earlier version) is handed over on the schema's `<schema>_granted` as
 //!   `<token>:<owner id>`, as those providers expect, and a provider listens there too, for
-//!   functions of an earlier version (a schema not migrated yet): old and new providers may
-//!   share a schema in any order of upgrade. Nothing is missed: a waiter registers its wake-up and then tries once more
+//!   functions of an earlier version: old and new providers may share a schema in any order
+//!   of upgrade. A schema made by an earlier version counts as present (its functions keep
+//!   their signatures), so a provider does not migrate it on its own: until
+//!   [`migrate`](PostgresLockProvider::migrate) is run once (it replaces the functions in
+//!   place, holds and queues kept), hand-overs are announced on `<schema>_granted` as before,
+//!   and waiters confirm them by a try. Nothing is missed: a waiter registers its wake-up and then tries once more
 //!   before it first sleeps, and a wake-up that comes between two tries is kept. A waiter that
 //!   gives up (timeout, cancellation) as the hand-over is made calls `abandon`, which frees the
 //!   row it was handed and hands the lock on; so does a waiter's place that lapses (the

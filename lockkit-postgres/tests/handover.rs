@@ -502,3 +502,37 @@ async fn a_hand_over_announced_before_the_waiters_refusal_is_confirmed_by_a_try(
     assert_eq!(guard.token().get(), u64::try_from(row).unwrap());
     guard.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_hand_over_announced_by_earlier_functions_wakes_the_waiter_which_confirms_by_a_try() {
+    // Functions of an earlier version (a schema not migrated again) announce a hand-over on the
+    // schema's `<schema>_granted` as `<token>:<owner>`: the waiter tries again (at the
+    // notification or its safety poll) and never takes the payload's token as a grant.
+    let long = || test_builder().lease(Duration::from_secs(30)).renew_every(Duration::from_secs(10));
+    let harness = PostgresHarness::shared().await;
+    let (a, _fa) = harness.client_with(long()).await.unwrap();
+    let (b, _fb) = harness.client_with(long()).await.unwrap();
+    let name = unique("earlier-functions");
+    let stored = lockkit_postgres::stored_name(&name);
+    let held = a.lock(&name).unwrap().acquire().await.unwrap();
+    let b_lock = b.lock(&name).unwrap();
+    let b_waiter = tokio::spawn(async move { b_lock.acquire().await });
+    until("b queued", || async { a.inspect(&name).await.unwrap().waiters == Some(1) }).await;
+    let admin = harness.admin().await;
+    let (owner, _channel) = queued_owner(&admin, &stored).await;
+    let place = || async {
+        admin
+            .query_one("SELECT expires_at FROM lockkit.waiters WHERE name = $1", &[&stored])
+            .await
+            .unwrap()
+            .get::<_, std::time::SystemTime>(0)
+    };
+    let before = place().await;
+    admin.execute("SELECT pg_notify('lockkit_granted', '4444:' || $1)", &[&owner]).await.unwrap();
+    until("b tried again", || async { place().await > before }).await;
+    assert!(!b_waiter.is_finished(), "b still waits: the token of the payload is not taken");
+    held.release().await.unwrap();
+    let guard = within(OPERATION, "the real hand-over", b_waiter).await.unwrap().unwrap();
+    assert_ne!(guard.token().get(), 4444);
+    guard.release().await.unwrap();
+}
