@@ -158,11 +158,12 @@ impl Inner {
         let token: Option<i64> = row.try_get(0).map_err(get)?;
         let left: Option<i64> = row.try_get(1).map_err(get)?;
         let conflict: Option<String> = row.try_get(2).map_err(get)?;
+        let server_us: Option<i64> = row.try_get(3).map_err(get)?;
         let left = Duration::from_millis(u64::try_from(left.unwrap_or(1)).unwrap_or(1));
         Ok(match (token, conflict) {
             (Some(token), _) => Try::Granted(FencingToken::new(u64::try_from(token).unwrap_or(0)), left),
             (None, Some(conflict)) => Try::Conflict(Error::conflict(BACKEND, Some(lock), kind.conflict(&conflict))),
-            (None, None) => Try::Busy(left),
+            (None, None) => Try::Busy(left, server_us),
         })
     }
 
@@ -193,8 +194,9 @@ enum Try {
     /// Granted (now, or earlier by a hand-over or a try whose reply was lost), with the token
     /// and how long the row's lease had left when the server answered.
     Granted(FencingToken, Duration),
-    /// Not granted: look again after this long at the latest.
-    Busy(Duration),
+    /// Not granted: look again after this long at the latest; the server time (µs) once the
+    /// refusal had run.
+    Busy(Duration, Option<i64>),
     /// The name is in use as another kind.
     Conflict(Error),
 }
@@ -314,7 +316,8 @@ impl LockBackend for PostgresBackend {
             let identity = Arc::clone(identity);
             return crate::election::campaign(inner, request, identity).await;
         }
-        let owner = request.attempt.to_string();
+        // `<tag>.<attempt>`: a hand-over to it is announced on this provider's own channel.
+        let owner = inner.wakeups.owner_id(&request.attempt);
         let meta = OwnerMeta::current(request.attempt).encode();
         let Some(kind) = StoredKind::of(&request.kind) else {
             return Err(Error::unsupported(BACKEND, Some(&request.lock), "this kind of hold"));
@@ -337,7 +340,19 @@ impl LockBackend for PostgresBackend {
             slot = Some(inner.wakeups.register(&crate::stored_name(request.lock.as_str()), Some(&owner)));
         }
         let settings = &inner.store.settings;
+        // The local send time and the server time of the last try, when it was refused: the
+        // proof a hand-over's notification is checked against (`from_notification`).
+        let mut refused: Option<(Instant, i64)> = None;
         loop {
+            if let Some(handed) = slot.as_ref().and_then(crate::listener::Slot::take_handed)
+                && let Some(sent) = from_notification(handed, refused, settings, Instant::now())
+            {
+                // Handed over by a release after the last refusal ran: taken without a try.
+                request.note_reached();
+                attempt.granted = true;
+                let token = FencingToken::new(handed.token);
+                return Ok(Some(inner.grant(&request, owner, token, sent, settings.lease)));
+            }
             let notify = slot.as_ref().map(crate::listener::Slot::notify);
             let notified = notify.as_ref().map(|n| n.notified());
             tokio::pin!(notified);
@@ -350,6 +365,12 @@ impl LockBackend for PostgresBackend {
             attempt.queued |= queue;
             let outcome = inner.try_once(&request.lock, &owner, &meta, queue, &kind).await;
             attempt.in_flight = None;
+            refused = match &outcome {
+                Ok(Try::Busy(_, Some(at_us))) => Some((sent, *at_us)),
+                // Anything else, a reply lost included (that try may have done anything):
+                // no proof until the next refusal.
+                _ => None,
+            };
             let wait = match outcome {
                 Ok(Try::Granted(token, left)) => {
                     request.note_reached();
@@ -363,7 +384,7 @@ impl LockBackend for PostgresBackend {
                     request.note_reached();
                     return Err(error);
                 }
-                Ok(Try::Busy(left)) => {
+                Ok(Try::Busy(left, _)) => {
                     // Not granted: this try left nothing behind (an earlier one whose reply
                     // was lost may still take effect: the drop of `attempt` sees to it).
                     request.note_reached();
@@ -493,6 +514,34 @@ impl LockBackend for PostgresBackend {
         }
         Ok(broken)
     }
+}
+
+/// Whether a hand-over announced by its notification (`handed`) may be taken without a
+/// confirming try, and if so the local instant its lease counts from: the send time of the last
+/// try, `refused` (its send time and the server time once it had run), when that try was
+/// refused and the hand-over's server time is later than the refusal's. Then the try was sent
+/// before the refusal ran, which ran before the hand-over (the server clock does not step
+/// back, the assumption the tokens rest on too), so a deadline of that send time plus the
+/// lease (less the drift) ends before the handed row's lease, which began at the hand-over. A
+/// refusal that ran after the hand-over proves nothing: the handed row may be gone already (lost
+/// in a crash and refused by the restart fence, expired while the waiter was cut off, broken).
+/// A crash after the hand-over fences new grants until the longest lease after the restart,
+/// past this deadline. The grant is also declined (and confirmed by a try, as before) when the
+/// deadline would leave less than a renewal round and a half, so that the first renewal lands
+/// before it.
+fn from_notification(
+    handed: crate::listener::Handed,
+    refused: Option<(Instant, i64)>,
+    settings: &Settings,
+    now: Instant,
+) -> Option<Instant> {
+    let (sent, refused_at) = refused?;
+    if handed.at_us <= refused_at {
+        return None;
+    }
+    let deadline = lease_deadline(sent, settings.lease, settings.drift);
+    let room = settings.renew_every + settings.renew_every / 2;
+    now.checked_add(room).is_some_and(|enough| deadline > enough).then_some(sent)
 }
 
 /// Waits for a waiter's turn to look again: its wake-up (`notified`, when it is registered
@@ -680,5 +729,43 @@ async fn renewals(inner: Weak<Inner>) {
         drop(strong);
         // A new hold does not need a renewal at once: sleep until the next round.
         tokio::time::sleep_until(next.into()).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::listener::Handed;
+
+    fn settings() -> Settings {
+        // Lease 30 s, renewal every 10 s, drift half a second.
+        crate::PostgresLockProviderBuilder::default()
+            .url("postgres://h/db")
+            .lease(Duration::from_secs(30))
+            .renew_every(Duration::from_secs(10))
+            .drift(Duration::from_millis(500))
+            .settings()
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn a_notification_is_taken_only_after_the_refusal_it_is_checked_against() {
+        let settings = settings();
+        let now = Instant::now();
+        let sent = now.checked_sub(Duration::from_secs(1)).unwrap_or(now);
+        let handed = |at_us| Handed { token: 7, at_us };
+        // The hand-over ran after the refusal: taken, the lease counted from the try's send time.
+        assert_eq!(from_notification(handed(1_001), Some((sent, 1_000)), &settings, now), Some(sent));
+        // At the same microsecond or before: the handed row may be gone already; not taken.
+        assert_eq!(from_notification(handed(1_000), Some((sent, 1_000)), &settings, now), None);
+        assert_eq!(from_notification(handed(999), Some((sent, 1_000)), &settings, now), None);
+        // No refusal to check against (the last try was granted, lost, or not yet made).
+        assert_eq!(from_notification(handed(1_001), None, &settings, now), None);
+        // A refusal so old that the deadline would not leave a renewal round and a half
+        // (15 s): confirmed by a try instead.
+        let old = now.checked_sub(Duration::from_secs(15)).unwrap_or(now);
+        assert_eq!(from_notification(handed(1_001), Some((old, 1_000)), &settings, now), None);
+        let recent = now.checked_sub(Duration::from_secs(14)).unwrap_or(now);
+        assert_eq!(from_notification(handed(1_001), Some((recent, 1_000)), &settings, now), Some(recent));
     }
 }

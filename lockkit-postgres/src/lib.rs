@@ -61,11 +61,17 @@
 //!   another owner be granted.
 //! - **Waiting by `LISTEN`/`NOTIFY`.** Each provider has one dedicated listening connection
 //!   (made at its first wait), whose messages are read through `Connection::poll_message`, on
-//!   two channels of the schema: `<schema>_granted`, whose payload is the owner id of an
-//!   acquisition the lock was handed to (below), wakes that one waiter; `<schema>_released`,
-//!   whose payload names a lock freed with nobody to hand it to, wakes that lock's waiters.
-//!   Channels per schema rather than per lock: lock names (up to 1024 bytes) do not fit a
-//!   channel name, and a waiter needs no `LISTEN` round trip of its own. A waiter's wake-up is
+//!   a channel of its own and the schema's: `<schema>_g_<tag>`, where `<tag>` is ten random
+//!   hex digits drawn by the provider, which start every owner id of its lock acquisitions
+//!   (`<tag>.<attempt>`), carries the hand-overs to its waiters (below): the release derives
+//!   the channel from the new owner's id, so a hand-over's `NOTIFY` reaches only that
+//!   provider's listening connection, and wakes that one waiter; `<schema>_released`, whose
+//!   payload names a lock freed with nobody to hand it to, wakes that lock's waiters.
+//!   Channels per provider and per schema rather than per lock: lock names (up to 1024 bytes)
+//!   do not fit a channel name, and a waiter needs no `LISTEN` round trip of its own.
+//!   (PostgreSQL 15 still signals every listening backend of the database at each `NOTIFY`;
+//!   each one reads the notification queue and drops what its session does not listen to, so
+//!   the other providers' backends still do that much, but their clients hear nothing.) A waiter's wake-up is
 //!   kept if it comes while the waiter is not waiting (a `Notify` permit). A waiting
 //!   acquisition registers its wake-up before its first try when the listening connection is
 //!   up already (else after its first refusal, and then it tries once more before it first
@@ -85,21 +91,38 @@
 //!   name's advisory lock and in the same transaction, calls `<schema>.hand_over`: it grants
 //!   the head of the queue (a new row for the head's owner, with the head's lease and its own
 //!   token from the sequence, the place removed), and goes on along the queue while the
-//!   holders admit the next (a run of readers, free permits), and `NOTIFY`s each new owner's id
-//!   on `<schema>_granted` as `<token>:<owner id>`. Only that waiter's provider wakes (the
-//!   others stay asleep behind it: no herd of tries queueing on the advisory lock). The
-//!   waiter confirms with its next try, which finds the row its own and, without writing and
-//!   before it would take the advisory lock (so it does not queue behind the grants and
-//!   refusals of the name), returns the token and the lease left; the guard's deadline counts
-//!   that from the try's send time, which came before the server looked. (Taking the grant
-//!   from the notification alone, without that try, was built and taken out again: a deadline
-//!   counted from the waiter's last refused try is safe only if that refusal ran before the
-//!   hand-over, and a refusal can also come after it, when the handed row is already gone: lost
-//!   in a crash and refused by the restart fence, expired, or broken. The chaos run with crash
-//!   restarts found the overlap. Doing it safely needs the hand-over's server time in the
-//!   payload and the refusal's in its reply. A listener of an older version, which expects
-//!   the owner id alone, finds no waiter in the new payload: its waiters fall back to the
-//!   safety poll until it is upgraded.) Nothing is missed: a waiter registers its wake-up and then tries once more
+//!   holders admit the next (a run of readers, free permits), and `NOTIFY`s each new owner on
+//!   its provider's channel `<schema>_g_<tag>` as `<token>:<server µs>:<owner id>` (the
+//!   server time at which the row's lease began). Only that waiter's provider hears it (the
+//!   other waiters stay asleep behind it: no herd of tries queueing on the advisory lock).
+//!   **The waiter takes the grant from the notification** when that is proven safe, and
+//!   otherwise confirms it with a try. Every try's reply carries the server time once it had
+//!   run (µs, computed as the notification's). A waiter whose last try was refused at server
+//!   time `R`, and which hears of a hand-over made at `H > R`, takes the notification's token
+//!   with the deadline counted from that try's send time `s`: `s` came before the refusal ran,
+//!   which came before the hand-over (on one server clock that does not step back, the
+//!   assumption the tokens rest on too, and the Redis backend's), so `s + lease − drift` ends
+//!   before the handed row's lease, `H + lease`. A crash after the hand-over keeps new grants
+//!   out until the longest lease after the restart (the restart fence, below), past that
+//!   deadline too. A refusal that ran after the hand-over proves nothing: the handed row may
+//!   be gone already (lost in a crash and refused by the fence, expired while the waiter was
+//!   cut off, broken), and a deadline counted from it may end after the row's (the first
+//!   version of this, which trusted any last refusal, was taken out when the chaos run with
+//!   crash restarts found an overlap). So when `H ≤ R`, when the last try was not a refusal
+//!   (granted, or its reply lost), or when the deadline would leave less than a renewal round
+//!   and a half, the waiter confirms with its next try, which finds the row its own and,
+//!   without writing and before it would take the advisory lock (so it does not queue behind
+//!   the grants and refusals of the name), returns the token and the lease left; the guard's
+//!   deadline counts that from the try's send time, which came before the server looked.
+//!   **Upgrading:** an owner id without a tag (a
+//!   provider of an earlier version) is handed over on the schema's `<schema>_granted` as
+//!   `<token>:<owner id>`, as those providers expect, and a provider listens there too, for
+//!   functions of an earlier version: old and new providers may share a schema in any order
+//!   of upgrade. A schema made by an earlier version counts as present (its functions keep
+//!   their signatures), so a provider does not migrate it on its own: until
+//!   [`migrate`](PostgresLockProvider::migrate) is run once (it replaces the functions in
+//!   place, holds and queues kept), hand-overs are announced on `<schema>_granted` as before,
+//!   and waiters confirm them by a try. Nothing is missed: a waiter registers its wake-up and then tries once more
 //!   before it first sleeps, and a wake-up that comes between two tries is kept. A waiter that
 //!   gives up (timeout, cancellation) as the hand-over is made calls `abandon`, which frees the
 //!   row it was handed and hands the lock on; so does a waiter's place that lapses (the

@@ -10,8 +10,10 @@ pub(crate) struct Statements {
     pub(crate) schema: String,
     /// `LISTEN` target and `pg_notify` channel of freed names: `<schema>_released`.
     pub(crate) channel: String,
-    /// `LISTEN` target and `pg_notify` channel of hand-overs, the payload the new owner's id:
-    /// `<schema>_granted`.
+    /// `LISTEN` target and `pg_notify` channel of hand-overs to owner ids without a provider's
+    /// tag (providers of an earlier version), the payload `<token>:<owner id>`:
+    /// `<schema>_granted`. Hand-overs to a tagged owner id go to its provider's own channel
+    /// (`listener.rs`).
     pub(crate) granted: String,
     pub(crate) acquire: String,
     pub(crate) release: String,
@@ -50,7 +52,12 @@ impl Statements {
             schema: s.to_owned(),
             channel: format!("{s}_released"),
             granted: format!("{s}_granted"),
-            acquire: format!("SELECT o_token, o_left_ms, o_conflict FROM {s}.acquire($1, $2, $3, $4, $5, $6, $7)"),
+            // The fourth column: the server time (µs) once the function has run, computed as the
+            // hand-over's notification computes its own.
+            acquire: format!(
+                "SELECT o_token, o_left_ms, o_conflict, floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint \
+                 FROM {s}.acquire($1, $2, $3, $4, $5, $6, $7)"
+            ),
             release: format!("SELECT {s}.release($1, $2)"),
             abandon: format!("SELECT {s}.abandon($1, $2)"),
             break_lock: format!(
@@ -138,6 +145,7 @@ impl Statements {
         let elections = self.election.migration();
         let kind_conflict = crate::election_sql::KIND_CONFLICT;
         let granted = &self.granted;
+        let tag_len = crate::listener::TAG_LEN;
         format!(
             r#"BEGIN;
 -- The schema is durable whatever the connection's default: a schema lost in a crash would
@@ -259,15 +267,19 @@ $lockkit$;
 CREATE OR REPLACE FUNCTION {s}.hand_over(p_name text) RETURNS integer LANGUAGE plpgsql AS $lockkit$
 -- Grants the name to the head of its queue, and on along the queue while the holders admit
 -- the next (a run of readers, free permits); each grant a new row with its own token, the
--- waiter's place removed, and a notification `<token>:<owner>` to its owner (delivered only
--- once this commits: proof of the grant). The caller holds the name's
--- advisory lock. Nothing is granted while the restart fence lasts.
+-- waiter's place removed, and a notification to its owner (delivered only once this commits:
+-- proof of the grant). An owner id `<tag>.<attempt>` is told on its provider's own channel
+-- `<schema>_g_<tag>`, as `<token>:<µs>:<owner>` where `<µs>` is the server time of the grant,
+-- from which the row's lease counts; any other owner id (a provider of an earlier version) on
+-- the schema's `<schema>_granted` as `<token>:<owner>`. The caller holds the name's advisory
+-- lock. Nothing is granted while the restart fence lasts.
 DECLARE
   w record;
   v_excl boolean;
   v_count integer;
   v_granted integer := 0;
   v_token bigint;
+  v_now timestamptz;
 BEGIN
   IF NOT EXISTS (SELECT 1 FROM {s}.waiters q WHERE q.name = p_name) OR {s}.fence_ms() > 0 THEN
     RETURN 0;
@@ -284,11 +296,17 @@ BEGIN
       EXIT WHEN v_count >= w.permits;
     END IF;
     DELETE FROM {s}.waiters q WHERE q.name = p_name AND q.owner = w.owner;
+    v_now := clock_timestamp();
     INSERT INTO {s}.locks AS l (name, owner, meta, token, since, expires_at, kind, permits)
-      VALUES (p_name, w.owner, w.meta, {s}.next_token(), clock_timestamp(),
-              clock_timestamp() + w.lease_ms * interval '1 millisecond', w.kind, w.permits)
+      VALUES (p_name, w.owner, w.meta, {s}.next_token(), v_now,
+              v_now + w.lease_ms * interval '1 millisecond', w.kind, w.permits)
       RETURNING l.token INTO v_token;
-    PERFORM pg_notify('{granted}', v_token || ':' || w.owner);
+    IF w.owner ~ '^[0-9a-f]{{{tag_len}}}[.]' THEN
+      PERFORM pg_notify('{s}_g_' || left(w.owner, {tag_len}),
+        v_token || ':' || floor(extract(epoch FROM v_now) * 1000000)::bigint || ':' || w.owner);
+    ELSE
+      PERFORM pg_notify('{granted}', v_token || ':' || w.owner);
+    END IF;
     v_granted := v_granted + 1;
     v_count := v_count + 1;
     v_excl := w.kind IN ('mutex', 'write');

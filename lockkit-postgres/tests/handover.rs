@@ -332,3 +332,207 @@ async fn a_hand_over_announced_as_token_and_owner_wakes_its_waiter_with_that_tok
     guard.release().await.unwrap();
     assert!(admin.query("SELECT 1 FROM lockkit.locks WHERE name = $1", &[&stored]).await.unwrap().is_empty());
 }
+
+/// A plain connection to the test server that `LISTEN`s on `channels`; what it hears comes out
+/// of the receiver as (channel, payload).
+async fn listening(
+    harness: &PostgresHarness,
+    channels: &[&str],
+) -> (tokio_postgres::Client, tokio::sync::mpsc::UnboundedReceiver<(String, String)>) {
+    let (client, mut connection) = tokio_postgres::connect(
+        &format!("host=127.0.0.1 port={} user=postgres dbname=postgres", harness.upstream().port()),
+        tokio_postgres::NoTls,
+    )
+    .await
+    .unwrap();
+    let (heard, receiver) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Some(Ok(message)) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+            if let tokio_postgres::AsyncMessage::Notification(note) = message {
+                let _ = heard.send((note.channel().to_owned(), note.payload().to_owned()));
+            }
+        }
+    });
+    let listen: String = channels.iter().map(|channel| format!("LISTEN {channel};")).collect();
+    client.batch_execute(&listen).await.unwrap();
+    (client, receiver)
+}
+
+#[tokio::test]
+async fn a_hand_over_is_announced_on_the_new_owners_provider_channel_only() {
+    let harness = PostgresHarness::shared().await;
+    let (a, _fa) = harness.client_with(test_builder()).await.unwrap();
+    let (b, _fb) = harness.client_with(test_builder()).await.unwrap();
+    let name = unique("channel");
+    let stored = lockkit_postgres::stored_name(&name);
+    let held = a.lock(&name).unwrap().acquire().await.unwrap();
+    let b_lock = b.lock(&name).unwrap();
+    let b_waiter = tokio::spawn(async move { b_lock.acquire().await });
+    until("b queued", || async { a.inspect(&name).await.unwrap().waiters == Some(1) }).await;
+    let admin = harness.admin().await;
+    let owner: String =
+        admin.query_one("SELECT owner FROM lockkit.waiters WHERE name = $1", &[&stored]).await.unwrap().get(0);
+    // Owner ids are `<tag>.<attempt>`, the tag the provider's: ten lower-case hex digits.
+    let (tag, attempt) = owner.split_once('.').expect("a tagged owner id");
+    assert!(tag.len() == 10 && tag.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()), "{owner}");
+    assert!(uuid::Uuid::parse_str(attempt).is_ok(), "{owner}");
+    let own = format!("lockkit_g_{tag}");
+    let (listener, mut heard) = listening(&harness, &[&own, "lockkit_granted"]).await;
+    held.release().await.unwrap();
+    let guard = within(OPERATION, "the hand-over", b_waiter).await.unwrap().unwrap();
+    // A marker sent after the release committed comes after everything the release sent.
+    listener.batch_execute("NOTIFY lockkit_granted, 'marker'").await.unwrap();
+    let mut before_marker = Vec::new();
+    loop {
+        let (channel, payload) = within(OPERATION, "the notifications", heard.recv()).await.unwrap();
+        if payload == "marker" {
+            break;
+        }
+        before_marker.push((channel, payload));
+    }
+    assert_eq!(before_marker.len(), 1, "one notification, on b's channel: {before_marker:?}");
+    let (channel, payload) = &before_marker[0];
+    assert_eq!(channel, &own);
+    let parts: Vec<&str> = payload.splitn(3, ':').collect();
+    assert_eq!(parts[0], guard.token().get().to_string(), "{payload}");
+    assert!(parts[1].parse::<i64>().unwrap() > 0, "{payload}: the hand-over's server time in µs");
+    assert_eq!(parts[2], owner);
+    guard.release().await.unwrap();
+}
+
+/// The waiter of `name` (the one queued), its owner id and its provider's hand-over channel,
+/// once its provider listens there and the waiter has tried again after registering.
+async fn queued_owner(admin: &tokio_postgres::Client, stored: &str) -> (String, String) {
+    let owner: String =
+        admin.query_one("SELECT owner FROM lockkit.waiters WHERE name = $1", &[&stored]).await.unwrap().get(0);
+    let channel = format!("lockkit_g_{}", owner.split_once('.').expect("a tagged owner id").0);
+    let place = || async {
+        admin
+            .query_one("SELECT expires_at FROM lockkit.waiters WHERE name = $1", &[&stored])
+            .await
+            .unwrap()
+            .get::<_, std::time::SystemTime>(0)
+    };
+    let first = place().await;
+    until("the waiter's provider listens on its channel", || async {
+        admin
+            .query_one("SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN ' || $1 || '%'", &[&channel])
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+            > 0
+    })
+    .await;
+    until("the waiter's try after its registration", || async { place().await > first }).await;
+    (owner, channel)
+}
+
+#[tokio::test]
+async fn a_hand_over_announced_after_the_waiters_refusal_is_taken_from_its_notification() {
+    // Only the database's functions announce hand-overs on a provider's channel; a notification
+    // sent by hand with a token no row has shows that the waiter takes the grant from the
+    // notification, without a confirming try, when the hand-over's server time is later than
+    // its last refusal's. (A long lease: the last refusal leaves the renewal room.)
+    let long = || test_builder().lease(Duration::from_secs(30)).renew_every(Duration::from_secs(10));
+    let harness = PostgresHarness::shared().await;
+    let (a, _fa) = harness.client_with(long()).await.unwrap();
+    let (b, _fb) = harness.client_with(long()).await.unwrap();
+    let name = unique("from-notification");
+    let stored = lockkit_postgres::stored_name(&name);
+    let held = a.lock(&name).unwrap().acquire().await.unwrap();
+    let b_lock = b.lock(&name).unwrap();
+    let b_waiter = tokio::spawn(async move { b_lock.acquire().await });
+    until("b queued", || async { a.inspect(&name).await.unwrap().waiters == Some(1) }).await;
+    let admin = harness.admin().await;
+    let (owner, channel) = queued_owner(&admin, &stored).await;
+    // Announced again until b takes it: a safety-poll try of b that ran after the announcement
+    // would (rightly) make b confirm by a try instead, which a refuses.
+    let mut b_waiter = b_waiter;
+    let announce = "SELECT pg_notify($1, '4242:' || floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint \
+                    || ':' || $2)";
+    let taken = within(OPERATION, "the grant taken from the notification", async {
+        loop {
+            admin.execute(announce, &[&channel, &owner]).await.unwrap();
+            if let Ok(taken) = tokio::time::timeout(Duration::from_millis(300), &mut b_waiter).await {
+                break taken;
+            }
+        }
+    })
+    .await;
+    let guard = taken.unwrap().unwrap();
+    assert_eq!(guard.token().get(), 4242, "the token of the notification, which no row has");
+    // The database knows nothing of it: b's renewal finds a's row, not its own, and the
+    // guard is lost.
+    let lost = within(Duration::from_secs(15), "the renewal finds another's row", guard.lost()).await;
+    assert!(matches!(lost, lockkit_core::LossReason::OwnedByAnother), "{lost:?}");
+    held.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_hand_over_announced_before_the_waiters_refusal_is_confirmed_by_a_try() {
+    let long = || test_builder().lease(Duration::from_secs(30)).renew_every(Duration::from_secs(10));
+    let harness = PostgresHarness::shared().await;
+    let (a, _fa) = harness.client_with(long()).await.unwrap();
+    let (b, _fb) = harness.client_with(long()).await.unwrap();
+    let name = unique("before-refusal");
+    let stored = lockkit_postgres::stored_name(&name);
+    let held = a.lock(&name).unwrap().acquire().await.unwrap();
+    let b_lock = b.lock(&name).unwrap();
+    let b_waiter = tokio::spawn(async move { b_lock.acquire().await });
+    until("b queued", || async { a.inspect(&name).await.unwrap().waiters == Some(1) }).await;
+    let admin = harness.admin().await;
+    let (owner, channel) = queued_owner(&admin, &stored).await;
+    let place = || async {
+        admin
+            .query_one("SELECT expires_at FROM lockkit.waiters WHERE name = $1", &[&stored])
+            .await
+            .unwrap()
+            .get::<_, std::time::SystemTime>(0)
+    };
+    // A hand-over whose server time is before b's refusals (the row it made may be gone when
+    // they ran): b wakes and confirms by a try, which is refused (a holds), and renews its place.
+    let before = place().await;
+    admin.execute("SELECT pg_notify($1, '4343:1:' || $2)", &[&channel, &owner]).await.unwrap();
+    until("b tried again", || async { place().await > before }).await;
+    assert!(!b_waiter.is_finished(), "b still waits");
+    held.release().await.unwrap();
+    let guard = within(OPERATION, "the real hand-over", b_waiter).await.unwrap().unwrap();
+    assert_ne!(guard.token().get(), 4343);
+    let row: i64 = admin.query_one("SELECT token FROM lockkit.locks WHERE name = $1", &[&stored]).await.unwrap().get(0);
+    assert_eq!(guard.token().get(), u64::try_from(row).unwrap());
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_hand_over_announced_by_earlier_functions_wakes_the_waiter_which_confirms_by_a_try() {
+    // Functions of an earlier version (a schema not migrated again) announce a hand-over on the
+    // schema's `<schema>_granted` as `<token>:<owner>`: the waiter tries again (at the
+    // notification or its safety poll) and never takes the payload's token as a grant.
+    let long = || test_builder().lease(Duration::from_secs(30)).renew_every(Duration::from_secs(10));
+    let harness = PostgresHarness::shared().await;
+    let (a, _fa) = harness.client_with(long()).await.unwrap();
+    let (b, _fb) = harness.client_with(long()).await.unwrap();
+    let name = unique("earlier-functions");
+    let stored = lockkit_postgres::stored_name(&name);
+    let held = a.lock(&name).unwrap().acquire().await.unwrap();
+    let b_lock = b.lock(&name).unwrap();
+    let b_waiter = tokio::spawn(async move { b_lock.acquire().await });
+    until("b queued", || async { a.inspect(&name).await.unwrap().waiters == Some(1) }).await;
+    let admin = harness.admin().await;
+    let (owner, _channel) = queued_owner(&admin, &stored).await;
+    let place = || async {
+        admin
+            .query_one("SELECT expires_at FROM lockkit.waiters WHERE name = $1", &[&stored])
+            .await
+            .unwrap()
+            .get::<_, std::time::SystemTime>(0)
+    };
+    let before = place().await;
+    admin.execute("SELECT pg_notify('lockkit_granted', '4444:' || $1)", &[&owner]).await.unwrap();
+    until("b tried again", || async { place().await > before }).await;
+    assert!(!b_waiter.is_finished(), "b still waits: the token of the payload is not taken");
+    held.release().await.unwrap();
+    let guard = within(OPERATION, "the real hand-over", b_waiter).await.unwrap().unwrap();
+    assert_ne!(guard.token().get(), 4444);
+    guard.release().await.unwrap();
+}
