@@ -468,13 +468,16 @@ async fn a_hand_over_announced_after_the_waiters_refusal_is_taken_from_its_notif
     held.release().await.unwrap();
 }
 
-#[tokio::test]
-async fn a_hand_over_announced_before_the_waiters_refusal_is_confirmed_by_a_try() {
+/// A holds the lock and b waits; then `announce` names a notification (channel, payload) of a
+/// hand-over to b that b must not take as a grant (its `token` is in no row): b wakes, confirms
+/// by a try, which is refused (a holds), and renews its place and waits on. a's real release
+/// then grants b its row's token.
+async fn an_announcement_is_confirmed_by_a_try(what: &str, announce: fn(&str, &str) -> (String, String), token: u64) {
     let long = || test_builder().lease(Duration::from_secs(30)).renew_every(Duration::from_secs(10));
     let harness = PostgresHarness::shared().await;
     let (a, _fa) = harness.client_with(long()).await.unwrap();
     let (b, _fb) = harness.client_with(long()).await.unwrap();
-    let name = unique("before-refusal");
+    let name = unique(what);
     let stored = lockkit_postgres::stored_name(&name);
     let held = a.lock(&name).unwrap().acquire().await.unwrap();
     let b_lock = b.lock(&name).unwrap();
@@ -489,50 +492,40 @@ async fn a_hand_over_announced_before_the_waiters_refusal_is_confirmed_by_a_try(
             .unwrap()
             .get::<_, std::time::SystemTime>(0)
     };
-    // A hand-over whose server time is before b's refusals (the row it made may be gone when
-    // they ran): b wakes and confirms by a try, which is refused (a holds), and renews its place.
     let before = place().await;
-    admin.execute("SELECT pg_notify($1, '4343:1:' || $2)", &[&channel, &owner]).await.unwrap();
+    let (to, payload) = announce(&channel, &owner);
+    admin.execute("SELECT pg_notify($1, $2)", &[&to, &payload]).await.unwrap();
     until("b tried again", || async { place().await > before }).await;
-    assert!(!b_waiter.is_finished(), "b still waits");
+    assert!(!b_waiter.is_finished(), "b still waits: the token of the payload is not taken");
     held.release().await.unwrap();
     let guard = within(OPERATION, "the real hand-over", b_waiter).await.unwrap().unwrap();
-    assert_ne!(guard.token().get(), 4343);
+    assert_ne!(guard.token().get(), token);
     let row: i64 = admin.query_one("SELECT token FROM lockkit.locks WHERE name = $1", &[&stored]).await.unwrap().get(0);
     assert_eq!(guard.token().get(), u64::try_from(row).unwrap());
     guard.release().await.unwrap();
 }
 
+/// A hand-over whose server time (1 µs after the epoch) is before b's refusals: the row it made
+/// may be gone when they ran, so b confirms by a try.
+#[tokio::test]
+async fn a_hand_over_announced_before_the_waiters_refusal_is_confirmed_by_a_try() {
+    an_announcement_is_confirmed_by_a_try(
+        "before-refusal",
+        |channel, owner| (channel.to_owned(), format!("4343:1:{owner}")),
+        4343,
+    )
+    .await;
+}
+
+/// Functions of an earlier version (a schema not migrated again) announce a hand-over on the
+/// schema's `<schema>_granted` as `<token>:<owner>`: the waiter tries again (at the
+/// notification or its safety poll) and never takes the payload's token as a grant.
 #[tokio::test]
 async fn a_hand_over_announced_by_earlier_functions_wakes_the_waiter_which_confirms_by_a_try() {
-    // Functions of an earlier version (a schema not migrated again) announce a hand-over on the
-    // schema's `<schema>_granted` as `<token>:<owner>`: the waiter tries again (at the
-    // notification or its safety poll) and never takes the payload's token as a grant.
-    let long = || test_builder().lease(Duration::from_secs(30)).renew_every(Duration::from_secs(10));
-    let harness = PostgresHarness::shared().await;
-    let (a, _fa) = harness.client_with(long()).await.unwrap();
-    let (b, _fb) = harness.client_with(long()).await.unwrap();
-    let name = unique("earlier-functions");
-    let stored = lockkit_postgres::stored_name(&name);
-    let held = a.lock(&name).unwrap().acquire().await.unwrap();
-    let b_lock = b.lock(&name).unwrap();
-    let b_waiter = tokio::spawn(async move { b_lock.acquire().await });
-    until("b queued", || async { a.inspect(&name).await.unwrap().waiters == Some(1) }).await;
-    let admin = harness.admin().await;
-    let (owner, _channel) = queued_owner(&admin, &stored).await;
-    let place = || async {
-        admin
-            .query_one("SELECT expires_at FROM lockkit.waiters WHERE name = $1", &[&stored])
-            .await
-            .unwrap()
-            .get::<_, std::time::SystemTime>(0)
-    };
-    let before = place().await;
-    admin.execute("SELECT pg_notify('lockkit_granted', '4444:' || $1)", &[&owner]).await.unwrap();
-    until("b tried again", || async { place().await > before }).await;
-    assert!(!b_waiter.is_finished(), "b still waits: the token of the payload is not taken");
-    held.release().await.unwrap();
-    let guard = within(OPERATION, "the real hand-over", b_waiter).await.unwrap().unwrap();
-    assert_ne!(guard.token().get(), 4444);
-    guard.release().await.unwrap();
+    an_announcement_is_confirmed_by_a_try(
+        "earlier-functions",
+        |_channel, owner| ("lockkit_granted".to_owned(), format!("4444:{owner}")),
+        4444,
+    )
+    .await;
 }
