@@ -193,6 +193,17 @@ async fn a_campaign_given_up_after_a_lost_reply_leaves_no_trace() {
     }
     let candidates = format!("SELECT 1 FROM {schema}.candidates WHERE name = $1");
     assert!(admin.query(&candidates, &[&stored]).await.unwrap().is_empty(), "a ghost candidacy remains");
+    // A try of the campaign that lands only now (as a held one may) is refused and leaves nothing.
+    let owner: String = admin.query_one(&format!("SELECT owner FROM {schema}.voided"), &[]).await.unwrap().get(0);
+    let late = admin
+        .query_one(
+            &format!("SELECT o_token FROM {schema}.campaign($1, $2, 'ghost'::bytea, 'meta', 60000, 60000)"),
+            &[&stored, &owner],
+        )
+        .await
+        .unwrap();
+    assert_eq!(late.get::<_, Option<i64>>(0), None, "a late try of the given-up campaign is refused");
+    assert!(admin.query(&candidates, &[&stored]).await.unwrap().is_empty(), "the late try left a candidacy");
     let (b, _fb) = harness.client_with(test_builder().schema(schema.clone())).await.unwrap();
     let leader = b.election(&name).unwrap().candidate("b").unwrap().try_acquire().await.unwrap();
     assert!(leader.is_some(), "the election is free: no ghost leads");

@@ -119,6 +119,18 @@ async fn a_lost_reply_leaves_no_ghost() {
     }
     let rows = admin.query(&format!("SELECT owner FROM {schema}.locks WHERE name = $1"), &[&stored]).await.unwrap();
     assert!(rows.is_empty(), "a ghost row of the abandoned acquisition remains");
+    // A try of the acquisition that lands only now (as a held one may) is refused, unqueued.
+    let owner: String = admin.query_one(&format!("SELECT owner FROM {schema}.voided"), &[]).await.unwrap().get(0);
+    let late = admin
+        .query_one(
+            &format!("SELECT o_token FROM {schema}.acquire($1, $2, 'meta', 60000, 60000, 'mutex', 0)"),
+            &[&stored, &owner],
+        )
+        .await
+        .unwrap();
+    assert_eq!(late.get::<_, Option<i64>>(0), None, "a late try of the abandoned acquisition is refused");
+    let queued = admin.query(&format!("SELECT 1 FROM {schema}.waiters WHERE name = $1"), &[&stored]).await.unwrap();
+    assert!(queued.is_empty(), "the late try took no place in the queue");
     let (b, _fb) = harness.client_with(test_builder().schema(schema.clone())).await.unwrap();
     let guard = within(OPERATION, "a try_acquire", b.lock(&name).unwrap().try_acquire()).await.unwrap();
     assert!(guard.is_some(), "the lock is free: no ghost");
