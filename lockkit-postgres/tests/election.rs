@@ -171,7 +171,9 @@ async fn a_campaign_whose_reply_was_lost_finds_its_own_candidacy() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_campaign_given_up_after_a_lost_reply_leaves_no_trace() {
     let harness = PostgresHarness::shared().await;
-    let (a, fa) = harness.client_with(test_builder()).await.unwrap();
+    // A schema of its own: the `voided` row of the campaign's owner id is the only one there.
+    let schema = format!("given_up_{}", uuid::Uuid::new_v4().simple());
+    let (a, fa) = harness.client_with(test_builder().schema(schema.clone())).await.unwrap();
     a.ping().await.unwrap();
     let name = unique("given-up");
     let stored = lockkit_postgres::stored_name(&name);
@@ -179,17 +181,36 @@ async fn a_campaign_given_up_after_a_lost_reply_leaves_no_trace() {
     let outcome = a.election(&name).unwrap().campaign_timeout("ghost", Duration::from_millis(1200)).await;
     assert!(outcome.is_err(), "no leadership through a blackhole");
     fa.0.heal();
-    // The abandonment reaches the server; a late try of the campaign is refused or undone.
+    // The give-up cannot reach the server before the partition heals, and the held try may
+    // land after this test first looks: an empty table proves nothing until the abandonment
+    // has committed. Once it has (the owner id is voided), a try that landed before was
+    // undone by it and every later one is refused: from then on there is no trace.
     let admin = harness.admin().await;
     let deadline = Instant::now() + OPERATION * 2;
-    while !admin.query("SELECT 1 FROM lockkit.candidates WHERE name = $1", &[&stored]).await.unwrap().is_empty() {
-        assert!(Instant::now() < deadline, "a ghost candidacy remains");
+    while admin.query(&format!("SELECT 1 FROM {schema}.voided"), &[]).await.unwrap().is_empty() {
+        assert!(Instant::now() < deadline, "the abandonment never reached the server");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let (b, _fb) = harness.client_with(test_builder()).await.unwrap();
+    let candidates = format!("SELECT 1 FROM {schema}.candidates WHERE name = $1");
+    assert!(admin.query(&candidates, &[&stored]).await.unwrap().is_empty(), "a ghost candidacy remains");
+    // A try of the campaign that lands only now (as a held one may) is refused and leaves nothing.
+    let owner: String = admin.query_one(&format!("SELECT owner FROM {schema}.voided"), &[]).await.unwrap().get(0);
+    let late = admin
+        .query_one(
+            &format!("SELECT o_token FROM {schema}.campaign($1, $2, 'ghost'::bytea, 'meta', 60000, 60000)"),
+            &[&stored, &owner],
+        )
+        .await
+        .unwrap();
+    assert_eq!(late.get::<_, Option<i64>>(0), None, "a late try of the given-up campaign is refused");
+    assert!(admin.query(&candidates, &[&stored]).await.unwrap().is_empty(), "the late try left a candidacy");
+    let (b, _fb) = harness.client_with(test_builder().schema(schema.clone())).await.unwrap();
     let leader = b.election(&name).unwrap().candidate("b").unwrap().try_acquire().await.unwrap();
     assert!(leader.is_some(), "the election is free: no ghost leads");
     leader.unwrap().release().await.unwrap();
+    assert!(admin.query(&candidates, &[&stored]).await.unwrap().is_empty(), "nothing left");
+    drop((a, b));
+    admin.batch_execute(&format!("DROP SCHEMA {schema} CASCADE")).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

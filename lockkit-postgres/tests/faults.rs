@@ -96,7 +96,9 @@ async fn a_row_taken_over_behind_the_holder_is_owned_by_another() {
 #[tokio::test]
 async fn a_lost_reply_leaves_no_ghost() {
     let harness = PostgresHarness::shared().await;
-    let (a, faults) = harness.client_with(test_builder()).await.unwrap();
+    // A schema of its own: the `voided` row of the acquisition's owner id is the only one there.
+    let schema = format!("ghost_{}", uuid::Uuid::new_v4().simple());
+    let (a, faults) = harness.client_with(test_builder().schema(schema.clone())).await.unwrap();
     a.ping().await.unwrap();
     let name = unique("ghost");
     // The try reaches the proxy and waits there; the client gives up on it and, after its
@@ -107,29 +109,34 @@ async fn a_lost_reply_leaves_no_ghost() {
     faults.0.heal();
     let admin = harness.admin().await;
     let stored = lockkit_postgres::stored_name(&name);
-    // The abandon retries until it reaches the server; the late try is refused or deleted.
+    // The abandon retries until it reaches the server. Until it has committed an empty table
+    // proves nothing (the held try may land later); once the owner id is voided, a try that
+    // landed before was deleted by it and every later one is refused.
     let deadline = Instant::now() + OPERATION * 2;
-    loop {
-        let voided = admin
-            .query(
-                "SELECT 1 FROM lockkit.voided v JOIN lockkit.locks l ON l.owner = v.owner WHERE l.name = $1",
-                &[&stored],
-            )
-            .await
-            .unwrap();
-        let rows = admin.query("SELECT owner FROM lockkit.locks WHERE name = $1", &[&stored]).await.unwrap();
-        if rows.is_empty() && voided.is_empty() {
-            break;
-        }
-        assert!(Instant::now() < deadline, "a ghost row of the abandoned acquisition remains");
+    while admin.query(&format!("SELECT 1 FROM {schema}.voided"), &[]).await.unwrap().is_empty() {
+        assert!(Instant::now() < deadline, "the abandonment never reached the server");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    // Let any held bytes arrive, then check again: still free, and another client gets it at once.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let (b, _fb) = harness.client_with(test_builder()).await.unwrap();
+    let rows = admin.query(&format!("SELECT owner FROM {schema}.locks WHERE name = $1"), &[&stored]).await.unwrap();
+    assert!(rows.is_empty(), "a ghost row of the abandoned acquisition remains");
+    // A try of the acquisition that lands only now (as a held one may) is refused, unqueued.
+    let owner: String = admin.query_one(&format!("SELECT owner FROM {schema}.voided"), &[]).await.unwrap().get(0);
+    let late = admin
+        .query_one(
+            &format!("SELECT o_token FROM {schema}.acquire($1, $2, 'meta', 60000, 60000, 'mutex', 0)"),
+            &[&stored, &owner],
+        )
+        .await
+        .unwrap();
+    assert_eq!(late.get::<_, Option<i64>>(0), None, "a late try of the abandoned acquisition is refused");
+    let queued = admin.query(&format!("SELECT 1 FROM {schema}.waiters WHERE name = $1"), &[&stored]).await.unwrap();
+    assert!(queued.is_empty(), "the late try took no place in the queue");
+    let (b, _fb) = harness.client_with(test_builder().schema(schema.clone())).await.unwrap();
     let guard = within(OPERATION, "a try_acquire", b.lock(&name).unwrap().try_acquire()).await.unwrap();
     assert!(guard.is_some(), "the lock is free: no ghost");
     guard.unwrap().release().await.unwrap();
+    drop((a, b));
+    admin.batch_execute(&format!("DROP SCHEMA {schema} CASCADE")).await.unwrap();
 }
 
 #[tokio::test]
