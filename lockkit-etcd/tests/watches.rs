@@ -75,18 +75,19 @@ async fn a_deletion_while_the_watch_stream_is_cut_is_still_signalled() {
     assert_eq!(h.keys_of(&name).await, 0);
 }
 
-/// A provider whose acquisition waits on a lock watches that lock's deletions: the deletion of
-/// its own hold's key behind its back is then signalled at once, not at the next check of its
-/// keys (every third of the TTL: 20 s here, against a bound of 2 s).
+/// A provider whose acquisition waited on a lock keeps watching that lock's deletions for a
+/// while: the deletion of its hold's key behind its back is then signalled at once, not at the
+/// next check of its keys (every third of the TTL: 20 s here, against a bound of 2 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deletion_heard_by_the_lock_s_watch_is_signalled_at_once() {
     let h = EtcdHarness::shared().await;
     let name = fresh_name("heard");
     let (a, _a_proxy) = h.client_with(test_builder().ttl(Duration::from_secs(60))).await.unwrap();
     let lock = a.lock(&name).unwrap();
-    let guard = lock.acquire().await.unwrap();
-    let key = h.holder_key(&name).await.unwrap();
-    // A second acquisition of the same provider waits behind the hold, on the lock's watch.
+    let first = lock.acquire().await.unwrap();
+    // A second acquisition of the same provider waits behind the first, which opens the
+    // lock's watch; once it is granted, the watch exists and is kept (until two sweeps, 40 s,
+    // find it unused).
     let waiter = tokio::spawn({
         let lock = lock.clone();
         async move { lock.acquire().await }
@@ -97,11 +98,12 @@ async fn a_deletion_heard_by_the_lock_s_watch_is_signalled_at_once() {
         }
     })
     .await;
+    first.release().await.unwrap();
+    let guard = within(Duration::from_secs(5), "the waiter's grant", waiter).await.unwrap().unwrap();
+    let key = h.holder_key(&name).await.unwrap();
     h.admin().await.delete(key, None).await.unwrap();
     let reason = within(Duration::from_secs(2), "the loss", guard.lost()).await;
     assert_eq!(reason, LossReason::RecordGone);
-    let next = within(Duration::from_secs(5), "the waiter's grant", waiter).await.unwrap().unwrap();
     assert!(matches!(guard.release().await, Err(Error::LockLost { .. })));
-    next.release().await.unwrap();
     assert_eq!(h.keys_of(&name).await, 0);
 }
