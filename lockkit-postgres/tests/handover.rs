@@ -307,21 +307,38 @@ async fn a_confirmation_racing_the_hand_over_finds_it_and_keeps_it() {
     watcher.execute("DELETE FROM lockkit.locks WHERE name = $1", &[&stored]).await.unwrap();
 }
 
+/// Two providers with a long lease (30 s, renewed every 10 s), and a lock `a` holds with `b`
+/// queued behind it. Bind `_providers` (not `..`): the providers and their proxies must live
+/// as long as the test.
+struct Queued {
+    harness: PostgresHarness,
+    held: lockkit_core::LockGuard,
+    b_waiter: tokio::task::JoinHandle<lockkit_core::Result<lockkit_core::LockGuard>>,
+    stored: String,
+    _providers: [(lockkit_postgres::PostgresLockProvider, std::sync::Arc<support::ProxyFaults>); 2],
+}
+
+/// A lock named after `what` that `a` holds, with `b`'s acquisition queued behind it.
+async fn a_holds_and_b_waits(what: &str) -> Queued {
+    let long = || test_builder().lease(Duration::from_secs(30)).renew_every(Duration::from_secs(10));
+    let harness = PostgresHarness::shared().await;
+    let (a, fa) = harness.client_with(long()).await.unwrap();
+    let (b, fb) = harness.client_with(long()).await.unwrap();
+    let name = unique(what);
+    let stored = lockkit_postgres::stored_name(&name);
+    let held = a.lock(&name).unwrap().acquire().await.unwrap();
+    let b_lock = b.lock(&name).unwrap();
+    let b_waiter = tokio::spawn(async move { b_lock.acquire().await });
+    until("b queued", || async { a.inspect(&name).await.unwrap().waiters == Some(1) }).await;
+    Queued { harness, held, b_waiter, stored, _providers: [(a, fa), (b, fb)] }
+}
+
 #[tokio::test]
 async fn a_hand_over_announced_as_token_and_owner_wakes_its_waiter_with_that_token() {
     // The notification's payload is `<token>:<owner>`; the waiter it names wakes and confirms
     // the grant the release made, with the row's token.
-    let long = || test_builder().lease(Duration::from_secs(30)).renew_every(Duration::from_secs(10));
-    let harness = PostgresHarness::shared().await;
-    let (a, _fa) = harness.client_with(long()).await.unwrap();
-    let (b, _fb) = harness.client_with(long()).await.unwrap();
-    let name = unique("notified");
-    let stored = lockkit_postgres::stored_name(&name);
-    let held = a.lock(&name).unwrap().acquire().await.unwrap();
+    let Queued { harness, held, b_waiter, stored, _providers } = a_holds_and_b_waits("notified").await;
     let before = held.token();
-    let b_lock = b.lock(&name).unwrap();
-    let b_waiter = tokio::spawn(async move { b_lock.acquire().await });
-    until("b queued", || async { a.inspect(&name).await.unwrap().waiters == Some(1) }).await;
     held.release().await.unwrap();
     let guard = within(OPERATION, "the hand-over", b_waiter).await.unwrap().unwrap();
     let admin = harness.admin().await;
@@ -433,16 +450,7 @@ async fn a_hand_over_announced_after_the_waiters_refusal_is_taken_from_its_notif
     // sent by hand with a token no row has shows that the waiter takes the grant from the
     // notification, without a confirming try, when the hand-over's server time is later than
     // its last refusal's. (A long lease: the last refusal leaves the renewal room.)
-    let long = || test_builder().lease(Duration::from_secs(30)).renew_every(Duration::from_secs(10));
-    let harness = PostgresHarness::shared().await;
-    let (a, _fa) = harness.client_with(long()).await.unwrap();
-    let (b, _fb) = harness.client_with(long()).await.unwrap();
-    let name = unique("from-notification");
-    let stored = lockkit_postgres::stored_name(&name);
-    let held = a.lock(&name).unwrap().acquire().await.unwrap();
-    let b_lock = b.lock(&name).unwrap();
-    let b_waiter = tokio::spawn(async move { b_lock.acquire().await });
-    until("b queued", || async { a.inspect(&name).await.unwrap().waiters == Some(1) }).await;
+    let Queued { harness, held, b_waiter, stored, _providers } = a_holds_and_b_waits("from-notification").await;
     let admin = harness.admin().await;
     let (owner, channel) = queued_owner(&admin, &stored).await;
     // Announced again until b takes it: a safety-poll try of b that ran after the announcement
@@ -473,16 +481,7 @@ async fn a_hand_over_announced_after_the_waiters_refusal_is_taken_from_its_notif
 /// by a try, which is refused (a holds), and renews its place and waits on. a's real release
 /// then grants b its row's token.
 async fn an_announcement_is_confirmed_by_a_try(what: &str, announce: fn(&str, &str) -> (String, String), token: u64) {
-    let long = || test_builder().lease(Duration::from_secs(30)).renew_every(Duration::from_secs(10));
-    let harness = PostgresHarness::shared().await;
-    let (a, _fa) = harness.client_with(long()).await.unwrap();
-    let (b, _fb) = harness.client_with(long()).await.unwrap();
-    let name = unique(what);
-    let stored = lockkit_postgres::stored_name(&name);
-    let held = a.lock(&name).unwrap().acquire().await.unwrap();
-    let b_lock = b.lock(&name).unwrap();
-    let b_waiter = tokio::spawn(async move { b_lock.acquire().await });
-    until("b queued", || async { a.inspect(&name).await.unwrap().waiters == Some(1) }).await;
+    let Queued { harness, held, b_waiter, stored, _providers } = a_holds_and_b_waits(what).await;
     let admin = harness.admin().await;
     let (owner, channel) = queued_owner(&admin, &stored).await;
     let place = || async {
