@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use etcd_client::{
-    Client, Compare, CompareOp, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
-    TxnResponse,
+    Client, Compare, CompareOp, GetOptions, KeyValue, KvClient, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
+    TxnOpResponse, TxnResponse,
 };
 use lockkit_core::backend::{
     AcquireRequest, Deadline, Grant, HeldLock, HoldSignal, HolderInfo, LeaderEvents, LockBackend, LockInfo, OwnerMeta,
@@ -23,7 +23,7 @@ use crate::config::EtcdConfig;
 use crate::error::{to_error, unreachable};
 use crate::queue::{Entry, KeyKind, Verdict, Wait, holders, may_be_granted};
 use crate::session::Session;
-use crate::watch::{KeyNotice, Registration};
+use crate::watch::{KeyNotice, Registration, WATCH_DENIED};
 
 /// The first pause before an acquisition tries again after a connection failure.
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
@@ -107,6 +107,9 @@ enum Try {
     /// The key's name holds another acquisition's key (never expected: a slot is reused only
     /// once its key is gone): start again under another name.
     Taken,
+    /// etcd refused the put for the client's authentication token, which is renewed now: send
+    /// it again at once (it was not applied).
+    Again,
 }
 
 /// How a wait for the keys ahead ended.
@@ -171,11 +174,20 @@ impl EtcdBackend {
         to_error(error, Some(lock)).with_server(self.addr())
     }
 
-    /// Sends `txn`, bounded by the request timeout.
-    async fn txn(&self, client: &mut Client, txn: Txn, lock: &LockName) -> Result<TxnResponse> {
-        match tokio::time::timeout(self.config.connect_timeout, client.txn(txn)).await {
-            Ok(reply) => reply.map_err(|e| self.error(e, lock)),
-            Err(_) => Err(unreachable(&self.config, Some(lock))),
+    /// Authenticates the current session again when `error` is a refusal of its token
+    /// ([`Session::renew_token_after`]); true when a retry may pass.
+    pub(crate) async fn renew_token_after(&self, error: &etcd_client::Error) -> bool {
+        match self.session().await {
+            Ok(session) => session.renew_token_after(error).await,
+            Err(_) => false,
+        }
+    }
+
+    /// Sends `txn` on `session`'s client, bounded by the request timeout (see [`send_txn`]).
+    async fn txn(&self, session: &Session, txn: Txn, lock: &LockName) -> Result<TxnResponse> {
+        match send_txn(session, &mut session.kv.clone(), txn, self.config.connect_timeout).await {
+            Some(reply) => reply.map_err(|e| self.error(e, lock)),
+            None => Err(unreachable(&self.config, Some(lock))),
         }
     }
 
@@ -184,7 +196,7 @@ impl EtcdBackend {
     async fn try_once(&self, request: &AcquireRequest, pending: &mut Pending) -> Result<Try> {
         let lock = &request.lock;
         let session = self.session().await?;
-        let mut client = session.client.clone();
+        let mut client = session.kv.clone();
         pending.session = Some(Arc::clone(&session));
         let prefix = self.config.lock_prefix(lock);
         let key = pending.key.clone();
@@ -207,7 +219,7 @@ impl EtcdBackend {
         // A try of an attempt that was given up is refused: the void key (see Pending::give_up).
         let not_void = Compare::version(pending.void_key.clone(), CompareOp::Equal, 0);
         let txn = Txn::new().when([condition, not_void]).and_then([put, queue.clone()]).or_else([queue]);
-        pending.sent = true;
+        let sent_before = std::mem::replace(&mut pending.sent, true);
         // Until the reply comes, the put is in doubt: an acquisition cancelled now gives up in
         // the background with a delete that etcd may apply before the put still on its way (two
         // streams of one connection are served concurrently), so its give-up must void the
@@ -225,6 +237,15 @@ impl EtcdBackend {
                 pending.doubt = doubt_before;
                 return Ok(Try::Vanished);
             }
+            Ok(Err(error)) if session.token_refused(&error) => {
+                // Refused before it was proposed: as if never sent.
+                pending.sent = sent_before;
+                pending.doubt = doubt_before;
+                if session.renew_token().await {
+                    return Ok(Try::Again);
+                }
+                return Err(self.error(error, lock));
+            }
             Ok(Err(error)) => {
                 pending.doubt = true;
                 return Err(self.error(error, lock));
@@ -236,17 +257,17 @@ impl EtcdBackend {
         };
         request.note_reached();
         let mut read_revision = reply.header().map_or(0, etcd_client::ResponseHeader::revision);
-        let kvs: Vec<KeyValue> = reply
+        // `op_responses` copies the replies once; the queue is taken out of that copy.
+        let kvs = reply
             .op_responses()
             .into_iter()
             .find_map(|op| match op {
-                TxnOpResponse::Get(get) => Some(get.kvs().to_vec()),
+                TxnOpResponse::Get(mut get) => Some(get.take_kvs()),
                 _ => None,
             })
             .unwrap_or_default();
-        let own = kvs.iter().find(|kv| kv.key() == key.as_bytes()).cloned();
         let all: Vec<Entry> = kvs.iter().map(Entry::of).collect();
-        let Some(own) = own else {
+        let Some(own) = kvs.iter().find(|kv| kv.key() == key.as_bytes()) else {
             // Not put (someone is there and no wait is allowed), and no earlier try of ours put
             // it: a lock of another use of the name is a conflict, anything else a refusal.
             pending.sent = false;
@@ -303,10 +324,22 @@ impl EtcdBackend {
                 }
                 _ => session.keys.register(&prefix, keys, read_revision, puts),
             };
-            let from = registered.from().await.map_err(|reason| {
-                Error::connection(BACKEND, Some(lock), format!("cannot watch the lock's keys: {reason}"))
-                    .with_server(self.addr())
-            })?;
+            let from = match registered.from().await {
+                Ok(from) => from,
+                Err(reason) => {
+                    if reason.contains(WATCH_DENIED) {
+                        // The stream's token may have expired (the watch hub opens a new
+                        // stream with the current token): renew it first, then try again.
+                        session.renew_token().await;
+                    }
+                    return Err(Error::connection(
+                        BACKEND,
+                        Some(lock),
+                        format!("cannot watch the lock's keys: {reason}"),
+                    )
+                    .with_server(self.addr()));
+                }
+            };
             let mut registered = registered;
             if from <= read_revision {
                 tracing::trace!(%key, "waiting");
@@ -324,7 +357,7 @@ impl EtcdBackend {
             let read_ahead = TxnOp::get(prefix.clone(), Some(in_queue_order().with_max_create_revision(rev - 1)));
             let txn =
                 Txn::new().when([Compare::create_revision(key.clone(), CompareOp::Equal, rev)]).and_then([read_ahead]);
-            let reply = self.txn(&mut client, txn, lock).await?;
+            let reply = self.txn(&session, txn, lock).await?;
             if !reply.succeeded() {
                 pending.sent = false;
                 return Ok(Try::Vanished);
@@ -435,12 +468,12 @@ async fn sleep_until(deadline: Deadline) {
 /// The client of `session` while its runtime runs, else one of the provider's current
 /// session (opened on the current runtime if need be): the keys of a session whose runtime
 /// shut down stay until its lease expires, and any client may delete them.
-async fn live_client(backend: &Weak<EtcdBackend>, session: &Session) -> Result<Client> {
+async fn live_client(backend: &Weak<EtcdBackend>, session: &Session) -> Result<KvClient> {
     if session.runtime_alive() {
-        return Ok(session.client.clone());
+        return Ok(session.kv.clone());
     }
     match backend.upgrade() {
-        Some(backend) => backend.client().await,
+        Some(backend) => Ok(backend.session().await?.kv.clone()),
         None => Err(Error::connection(BACKEND, None, "the provider was dropped and its runtime shut down")),
     }
 }
@@ -476,7 +509,7 @@ impl Pending {
     /// dropping it goes on deleting the key in the background.
     async fn delete_now(&mut self, config: &EtcdConfig) {
         if let Some(session) = &self.session {
-            let mut client = session.client.clone();
+            let mut client = session.kv.clone();
             match tokio::time::timeout(config.connect_timeout, client.delete(self.key.clone(), None)).await {
                 Ok(Ok(_)) => {}
                 _ => return,
@@ -509,7 +542,7 @@ impl Pending {
             self.sent = false;
             return;
         };
-        let mut client = session.client.clone();
+        let mut client = session.kv.clone();
         let txn = self.give_up_txn(session.lease);
         if let Ok(Ok(_)) = tokio::time::timeout(config.connect_timeout, client.txn(txn)).await {
             if self.doubt {
@@ -527,7 +560,7 @@ const VOID_KEEP: Duration = Duration::from_secs(300);
 
 /// Deletes the void key of a given-up attempt after [`VOID_KEEP`] (while the provider's lease
 /// lives; the lease ends it otherwise).
-async fn forget_void(session: Arc<Session>, mut client: Client, void_key: String) {
+async fn forget_void(session: Arc<Session>, mut client: KvClient, void_key: String) {
     tokio::time::sleep(VOID_KEEP).await;
     if session.is_alive() {
         let _ = client.delete(void_key, None).await;
@@ -619,7 +652,7 @@ impl LockBackend for EtcdBackend {
             match self.try_once(&request, &mut pending).await {
                 Ok(Try::Granted(grant)) => return Ok(Some(grant)),
                 Ok(Try::Refused) => return Ok(None),
-                Ok(Try::Vanished) => {}
+                Ok(Try::Vanished | Try::Again) => {}
                 Ok(Try::Taken) => {
                     // The slot's key holds another acquisition's value: leave that slot
                     // taken and go on with another.
@@ -678,7 +711,7 @@ impl LockBackend for EtcdBackend {
             let txn = Txn::new()
                 .when([Compare::create_revision(kv.key().to_vec(), CompareOp::Equal, kv.create_revision())])
                 .and_then([TxnOp::delete(kv.key().to_vec(), None)]);
-            if self.txn(&mut client, txn, lock).await?.succeeded() {
+            if self.txn(&*self.session().await?, txn, lock).await?.succeeded() {
                 tracing::info!(backend = BACKEND, %lock, token = kv.create_revision(), "broke a hold");
                 broken.push(info);
             }
@@ -693,11 +726,18 @@ impl EtcdBackend {
     async fn read_queue(&self, lock: &LockName) -> Result<(Client, Vec<KeyValue>)> {
         let mut client = self.client().await?;
         let prefix = self.config.lock_prefix(lock);
-        let reply = tokio::time::timeout(self.config.connect_timeout, client.get(prefix, Some(in_queue_order())))
-            .await
-            .map_err(|_| unreachable(&self.config, Some(lock)))?
-            .map_err(|e| self.error(e, lock))?;
-        Ok((client, reply.kvs().to_vec()))
+        let mut renewed = false;
+        loop {
+            match tokio::time::timeout(self.config.connect_timeout, client.get(prefix.as_str(), Some(in_queue_order())))
+                .await
+            {
+                Ok(Ok(mut reply)) => return Ok((client, reply.take_kvs())),
+                // An expired token, renewed: once more.
+                Ok(Err(error)) if !renewed && self.renew_token_after(&error).await => renewed = true,
+                Ok(Err(error)) => return Err(self.error(error, lock)),
+                Err(_) => return Err(unreachable(&self.config, Some(lock))),
+            }
+        }
     }
 
     /// What `inspect` says of the holder of key `kv`: owner, token, kind, since, lease left.
@@ -769,22 +809,23 @@ impl HeldLock for EtcdHeld {
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(MAX_BACKOFF);
             }
-            match tokio::time::timeout(self.backend_config.connect_timeout, client.txn(txn.clone())).await {
-                Ok(Ok(reply)) if reply.succeeded() => {
+            let sent = send_txn(&self.session, &mut client, txn.clone(), self.backend_config.connect_timeout).await;
+            match sent.map_or(Err(None), |reply| reply.map_err(Some)) {
+                Ok(reply) if reply.succeeded() => {
                     self.key_gone();
                     return Ok(());
                 }
                 // After a lost reply, our own earlier delete may have been the one.
-                Ok(Ok(_)) if maybe_applied => {
+                Ok(_) if maybe_applied => {
                     self.key_gone();
                     return Ok(());
                 }
                 // Gone: no other incarnation of the key can exist while this hold has its slot.
-                Ok(Ok(_)) => {
+                Ok(_) => {
                     self.key_gone();
                     return Err(Error::lost(BACKEND, &self.lock, LossReason::RecordGone));
                 }
-                Ok(Err(e)) => {
+                Err(Some(e)) => {
                     // A member shedding load does not use up the tries, for a while.
                     let shedding = crate::error::is_shedding(&e);
                     maybe_applied |= !shedding;
@@ -797,7 +838,7 @@ impl HeldLock for EtcdHeld {
                     }
                     last = Some(error);
                 }
-                Err(_) => {
+                Err(None) => {
                     attempt += 1;
                     maybe_applied = true;
                     last = Some(unreachable(&self.backend_config, Some(&self.lock)));
@@ -835,11 +876,11 @@ impl HeldLock for EtcdHeld {
             // or the key would lose it.
             let put = TxnOp::put(key.clone(), value, Some(PutOptions::new().with_lease(session.lease)));
             let txn = Txn::new().when([Compare::create_revision(key, CompareOp::Equal, revision)]).and_then([put]);
-            match tokio::time::timeout(config.connect_timeout, client.txn(txn)).await {
-                Ok(Ok(reply)) if reply.succeeded() => Ok(()),
-                Ok(Ok(_)) => Err(Error::lost(BACKEND, &lock, LossReason::RecordGone)),
-                Ok(Err(e)) => Err(to_error(e, Some(&lock)).with_server(Some(&config.address))),
-                Err(_) => Err(unreachable(&config, Some(&lock))),
+            match send_txn(&session, &mut client, txn, config.connect_timeout).await {
+                Some(Ok(reply)) if reply.succeeded() => Ok(()),
+                Some(Ok(_)) => Err(Error::lost(BACKEND, &lock, LossReason::RecordGone)),
+                Some(Err(e)) => Err(to_error(e, Some(&lock)).with_server(Some(&config.address))),
+                None => Err(unreachable(&config, Some(&lock))),
             }
         }))
     }
@@ -848,18 +889,39 @@ impl HeldLock for EtcdHeld {
 /// Sends `delete` (a hold's conditioned delete, or the delete of an acquisition's own key)
 /// until it is answered, once a second, for as long as `session`'s lease is kept alive: once
 /// it is not, the key ends with the lease.
-async fn delete_while_alive(session: Arc<Session>, mut client: Client, delete: Txn, timeout: Duration) {
+async fn delete_while_alive(session: Arc<Session>, mut client: KvClient, delete: Txn, timeout: Duration) {
     while session.is_alive() {
-        match tokio::time::timeout(timeout, client.txn(delete.clone())).await {
+        match send_txn(&session, &mut client, delete.clone(), timeout).await {
             // Deleted, or gone already (a hold's condition names its incarnation only).
-            Ok(Ok(_)) => return,
-            Ok(Err(error)) => {
-                if !to_error(error, None).is_retryable() {
+            Some(Ok(_)) => return,
+            Some(Err(error)) => {
+                let retryable = to_error(error, None).is_retryable();
+                if !retryable {
                     return;
                 }
             }
-            Err(_) => {}
+            None => {}
         }
         tokio::time::sleep(MAX_BACKOFF).await;
+    }
+}
+
+/// Sends `txn` on `client`, bounded by `timeout` (`None` when it passed). When etcd refused the
+/// request for the client's authentication token, the session authenticates again and the
+/// request is sent once more: a refused request was not applied. (The spare copy is made only
+/// when the session has credentials.)
+async fn send_txn(
+    session: &Session,
+    client: &mut KvClient,
+    txn: Txn,
+    timeout: Duration,
+) -> Option<std::result::Result<TxnResponse, etcd_client::Error>> {
+    let spare = session.has_credentials().then(|| txn.clone());
+    match tokio::time::timeout(timeout, client.txn(txn)).await {
+        Ok(Err(error)) if session.token_refused(&error) => match spare {
+            Some(txn) if session.renew_token().await => tokio::time::timeout(timeout, client.txn(txn)).await.ok(),
+            _ => Some(Err(error)),
+        },
+        reply => reply.ok(),
     }
 }

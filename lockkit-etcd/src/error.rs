@@ -6,9 +6,10 @@ use crate::BACKEND;
 use crate::config::EtcdConfig;
 
 /// The lockkit error for an etcd-client error: transport failures (an HTTP/2 connection
-/// ended by a GOAWAY included), unavailable members and a member shedding load (`etcdserver: too many requests`, when its applied index lags the
-/// committed one by more than 5,000 entries) are retryable connection errors, everything else
-/// a backend error.
+/// ended by a GOAWAY included), unavailable members, a member shedding load (`etcdserver: too
+/// many requests`, when its applied index lags the committed one by more than 5,000 entries)
+/// and a refused authentication token (expired or outdated: the session authenticates again)
+/// are retryable connection errors, everything else a backend error.
 pub(crate) fn to_error(error: etcd_client::Error, lock: Option<&LockName>) -> Error {
     use etcd_client::Error as E;
     use tonic::Code;
@@ -25,6 +26,9 @@ pub(crate) fn to_error(error: etcd_client::Error, lock: Option<&LockName>) -> Er
             Error::connection(BACKEND, lock, error)
         }
         _ if is_shedding(&error) => Error::connection(BACKEND, lock, error),
+        // An expired or outdated authentication token: the session authenticates again
+        // (session.rs), after which the request passes.
+        _ if crate::session::is_token_refused(&error) => Error::connection(BACKEND, lock, error),
         // The HTTP/2 connection ended under the request (hyper's GOAWAY "too_many_internal_resets",
         // ENHANCE_YOUR_CALM, comes as ResourceExhausted): a new connection serves the retry.
         E::GRpcStatus(status) if status.message().starts_with("h2 protocol error") => {

@@ -137,6 +137,18 @@
 //! [`Error::Backend`](lockkit_core::Error::Backend) at connect that says what to change, and
 //! nothing is left in the store (the lease is granted only after the check).
 //!
+//! etcd-client authenticates once, when it connects, and etcd's token does not last: a simple
+//! token is forgotten once unused for the member's `--auth-token-ttl` (300 s by default; a
+//! provider's keep-alives do not use it), a JWT expires at its `ttl`, and a change of users or
+//! roles outdates every token. etcd then refuses each request ("invalid auth token", "revision
+//! of auth store is old"), the authentication with the old token included, and denies each
+//! new watch on a stream opened with it. So the provider authenticates again when a request
+//! is refused for its token (one renewal for all the requests refused together; the renewal
+//! goes without the old token), sends the refused request once more (it was not applied), and
+//! closes a watch stream on which a watch was denied, so that the next watch opens one with the
+//! new token. Tested with a one-second token TTL: a try, a wait on an old watch stream,
+//! `inspect`, a release and a hold, each after an idle time (tests/auth.rs).
+//!
 //! # TLS
 //!
 //! `etcds://…` connects to every member with TLS (feature `tls`; without it an `etcds://` URL

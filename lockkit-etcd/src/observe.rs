@@ -416,10 +416,15 @@ async fn follow(
 /// Reads every key under `prefix`: the view at the read's revision.
 async fn read(mut client: Client, prefix: &str, lock: &LockName, backend: &EtcdBackend) -> Result<View> {
     let options = GetOptions::new().with_prefix().with_sort(SortTarget::Create, SortOrder::Ascend);
-    let reply = tokio::time::timeout(backend.config.connect_timeout, client.get(prefix, Some(options)))
-        .await
-        .map_err(|_| unreachable(&backend.config, Some(lock)))?
-        .map_err(|e| to_error(e, Some(lock)).with_server(Some(&backend.config.address)))?;
+    let reply = match tokio::time::timeout(backend.config.connect_timeout, client.get(prefix, Some(options))).await {
+        Ok(Ok(reply)) => reply,
+        Ok(Err(error)) => {
+            // An expired token: renewed for the next try.
+            backend.renew_token_after(&error).await;
+            return Err(to_error(error, Some(lock)).with_server(Some(&backend.config.address)));
+        }
+        Err(_) => return Err(unreachable(&backend.config, Some(lock))),
+    };
     let revision = reply.header().map_or(0, etcd_client::ResponseHeader::revision);
     Ok(View::read(reply.kvs(), revision))
 }
@@ -454,6 +459,12 @@ async fn watch(
                     view.apply(reply.events().iter().filter_map(Change::of), outbox);
                 }
                 if reply.canceled() {
+                    if reply.cancel_reason().contains(crate::watch::WATCH_DENIED)
+                        && let Ok(session) = backend.session().await
+                    {
+                        // The stream's token may have expired: the next stream takes a new one.
+                        session.renew_token().await;
+                    }
                     break WatchEnd::Broken;
                 }
             }

@@ -24,10 +24,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
-use etcd_client::{Client, Compare, CompareOp, LeaseKeepAliveStream, LeaseKeeper, LeaseTimeToLiveOptions, Txn, TxnOp};
+use etcd_client::{
+    Client, Compare, CompareOp, KvClient, LeaseKeepAliveStream, LeaseKeeper, LeaseTimeToLiveOptions, Txn, TxnOp,
+};
 use lockkit_core::backend::{HoldSignal, lease_deadline};
 use lockkit_core::{LossReason, Result};
 use tokio::runtime::Handle;
+use tracing::Instrument;
 
 use crate::config::EtcdConfig;
 use crate::error::connect_error;
@@ -36,9 +39,17 @@ use crate::watch::LockWatches;
 /// How long the watchdog pauses before opening its keep-alive stream again after an error.
 const RETRY: Duration = Duration::from_millis(100);
 
+/// A token renewed this recently is not renewed again: the requests refused with the old one
+/// all retry with the new one.
+const TOKEN_RENEWAL_SPACING: Duration = Duration::from_secs(1);
+
 /// A client, its lease and the holds bound to it.
 pub(crate) struct Session {
     pub(crate) client: Client,
+    /// The client's key-value service alone, for the requests on an acquisition's and a
+    /// release's path: one channel handle to clone per request where a [`Client`] clones one
+    /// per service (eight) and its connect options.
+    pub(crate) kv: KvClient,
     pub(crate) lease: i64,
     pub(crate) ttl: Duration,
     drift: Duration,
@@ -53,6 +64,11 @@ pub(crate) struct Session {
     checking: AtomicBool,
     /// The bound of one request.
     timeout: Duration,
+    /// The user and password the client authenticated with, for a new token
+    /// ([`Session::renew_token`]); `None` without authentication.
+    credentials: Option<(String, String)>,
+    /// When the token was last renewed; taken while a renewal runs, so that one runs at a time.
+    token_renewed: tokio::sync::Mutex<Option<Instant>>,
 }
 
 struct State {
@@ -141,6 +157,7 @@ impl Session {
             let keys = Arc::new(LockWatches::new(client.clone(), &config.prefix, config.connect_timeout, deleted));
             Session {
                 keys,
+                kv: client.kv_client(),
                 client,
                 lease,
                 ttl,
@@ -156,10 +173,69 @@ impl Session {
                 watchdog_alive: Arc::clone(&alive),
                 checking: AtomicBool::new(false),
                 timeout: config.connect_timeout,
+                credentials: config.credentials.clone(),
+                token_renewed: tokio::sync::Mutex::new(None),
             }
         });
         tokio::spawn(watchdog(Arc::downgrade(&session), keeper, stream, AliveFlag(alive)));
         Ok(session)
+    }
+
+    /// Authenticates again when `error` is a refusal of the client's token
+    /// ([`is_token_refused`]); true when the client now has a new token (from this call, or
+    /// from one made just before for another refused request), so that the request may be
+    /// sent again. etcd-client authenticates once, when it connects, and never again.
+    pub(crate) async fn renew_token_after(&self, error: &etcd_client::Error) -> bool {
+        self.token_refused(error) && self.renew_token().await
+    }
+
+    /// Whether `error` refused a request of this session for its token: [`is_token_refused`],
+    /// or, with credentials, a request that went without a token while a renewal was under
+    /// way (`etcdserver: user name is empty`; without credentials that error is what it says).
+    pub(crate) fn token_refused(&self, error: &etcd_client::Error) -> bool {
+        is_token_refused(error)
+            || (self.has_credentials()
+                && matches!(error, etcd_client::Error::GRpcStatus(status) if status.message().contains("user name is empty")))
+    }
+
+    /// Whether the client authenticated (with a user and password).
+    pub(crate) fn has_credentials(&self) -> bool {
+        self.credentials.is_some()
+    }
+
+    /// Authenticates again with the session's credentials and hands the new token to every
+    /// service of the client (they share it): once for all the requests refused together.
+    pub(crate) async fn renew_token(&self) -> bool {
+        let Some((user, password)) = &self.credentials else { return false };
+        let mut renewed = self.token_renewed.lock().await;
+        if renewed.is_some_and(|at| at.elapsed() < TOKEN_RENEWAL_SPACING) {
+            return true;
+        }
+        let span = tracing::info_span!("lockkit.etcd.renew_token", backend = crate::BACKEND, lease = self.lease);
+        let mut auth = self.client.auth_client();
+        // etcd refuses even the authentication of a request that carries an expired token:
+        // the request goes without one. Requests sent meanwhile are refused as anonymous
+        // ("user name is empty", see token_refused) and sent again with the new token.
+        auth.remove_client_auth();
+        let renewal = auth.set_client_auth(user.clone(), password.clone());
+        match tokio::time::timeout(self.timeout, renewal).instrument(span).await {
+            Ok(Ok(())) => {
+                tracing::info!(backend = crate::BACKEND, "etcd refused the authentication token; authenticated again");
+                *renewed = Some(Instant::now());
+                true
+            }
+            Ok(Err(error)) => {
+                tracing::warn!(backend = crate::BACKEND, %error, "etcd refused the authentication token, and authenticating again failed");
+                false
+            }
+            Err(_) => {
+                tracing::warn!(
+                    backend = crate::BACKEND,
+                    "etcd refused the authentication token, and authenticating again timed out"
+                );
+                false
+            }
+        }
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -319,11 +395,15 @@ async fn watchdog(session: Weak<Session>, mut keeper: LeaseKeeper, mut stream: L
                     // The stream broke: open another one until the deadline passes.
                     tokio::time::sleep(RETRY).await;
                     let mut client = s.client.clone();
-                    if let Ok(Ok((k, st))) =
-                        tokio::time::timeout_at(until.into(), client.lease_keep_alive(s.lease)).await
-                    {
-                        keeper = k;
-                        stream = st;
+                    match tokio::time::timeout_at(until.into(), client.lease_keep_alive(s.lease)).await {
+                        Ok(Ok((k, st))) => {
+                            keeper = k;
+                            stream = st;
+                        }
+                        Ok(Err(error)) => {
+                            s.renew_token_after(&error).await;
+                        }
+                        Err(_) => {}
                     }
                     if Instant::now() >= until {
                         s.end(LossReason::DeadlineExpired);
@@ -337,6 +417,17 @@ async fn watchdog(session: Weak<Session>, mut keeper: LeaseKeeper, mut stream: L
             }
         }
     }
+}
+
+/// Whether etcd refused a request for the client's authentication token rather than for what
+/// it asks: the token expired (etcd forgets a simple token unused for `--auth-token-ttl`, 300 s
+/// by default, and a JWT at its expiry: `etcdserver: invalid auth token`), or it predates a
+/// change of users or roles (`etcdserver: revision of auth store is old`). The request was
+/// not applied; a new token cures both. ([`Session::token_refused`] adds the refusal of a
+/// request sent without a token while a renewal was under way.)
+pub(crate) fn is_token_refused(error: &etcd_client::Error) -> bool {
+    matches!(error, etcd_client::Error::GRpcStatus(status)
+        if status.message().contains("invalid auth token") || status.message().contains("revision of auth store is old"))
 }
 
 /// Whether a hold lost for `reason` may still have its key in the store, bound to a lease that
@@ -369,15 +460,23 @@ async fn check_holds(session: &Arc<Session>) {
             .when([Compare::create_revision(key.clone(), CompareOp::Equal, revision)])
             .and_then([TxnOp::delete(key, None)]);
         // Deleted, or gone already (the condition names this incarnation only).
-        if let Ok(Ok(_)) = tokio::time::timeout(timeout, client.txn(txn)).await {
-            session.unregister(Some(id));
+        match tokio::time::timeout(timeout, client.txn(txn)).await {
+            Ok(Ok(_)) => session.unregister(Some(id)),
+            Ok(Err(error)) => {
+                session.renew_token_after(&error).await;
+            }
+            Err(_) => {}
         }
     }
     let sent = Instant::now();
     let options = LeaseTimeToLiveOptions::new().with_keys();
-    let Ok(Ok(reply)) = tokio::time::timeout(timeout, client.lease_time_to_live(session.lease, Some(options))).await
-    else {
-        return;
+    let reply = match tokio::time::timeout(timeout, client.lease_time_to_live(session.lease, Some(options))).await {
+        Ok(Ok(reply)) => reply,
+        Ok(Err(error)) => {
+            session.renew_token_after(&error).await;
+            return;
+        }
+        Err(_) => return,
     };
     // A lease the server no longer knows is the watchdog's to end (its keep-alive says so).
     if reply.ttl() <= 0 {

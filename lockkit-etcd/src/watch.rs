@@ -31,6 +31,12 @@ use tokio::sync::{mpsc, oneshot};
 /// from it.
 const OPENER: i64 = 1;
 
+/// What etcd answers to a watch it refuses for the caller's permissions; also the answer to
+/// every watch created on a stream whose authentication token has expired since the stream
+/// was opened (etcd checks the stream's token at each creation). A stream that hears it is
+/// closed, so that the next watch opens one with the client's current token.
+pub(crate) const WATCH_DENIED: &str = "permission denied";
+
 /// What a subscription hears.
 #[derive(Debug)]
 pub(crate) enum Notice {
@@ -243,7 +249,12 @@ async fn run(
                 None => break,
             },
             message = stream.message() => match message {
-                Ok(Some(reply)) => dispatch(&state, &reply),
+                Ok(Some(reply)) => {
+                    if dispatch(&state, &reply) {
+                        tracing::debug!(backend = crate::BACKEND, "a watch was denied: opening a new stream for the next one");
+                        break;
+                    }
+                }
                 Ok(None) | Err(_) => break,
             },
         }
@@ -268,10 +279,12 @@ async fn run(
     }
 }
 
-/// Hands one reply of the stream to the watch it is for.
-fn dispatch(state: &Mutex<State>, reply: &etcd_client::WatchResponse) {
+/// Hands one reply of the stream to the watch it is for; true when it refused a watch for
+/// permissions ([`WATCH_DENIED`]: the stream's token may have expired).
+fn dispatch(state: &Mutex<State>, reply: &etcd_client::WatchResponse) -> bool {
     let id = reply.watch_id();
     let mut state = lock(state);
+    let denied = reply.created() && reply.canceled() && reply.cancel_reason().contains(WATCH_DENIED);
     if reply.created() {
         let refused = reply.canceled().then(|| reply.cancel_reason().to_owned());
         let entry = if refused.is_some() { state.entries.remove(&id) } else { None };
@@ -296,6 +309,7 @@ fn dispatch(state: &Mutex<State>, reply: &etcd_client::WatchResponse) {
     {
         let _ = entry.notices.send(Notice::Events(reply.events().to_vec()));
     }
+    denied
 }
 
 /// What a registration hears of the keys it named.

@@ -11,7 +11,7 @@ use std::time::Duration;
 use etcd_client::{Client, ConnectOptions, GetOptions, Permission};
 use lockkit_core::Error;
 use lockkit_etcd::EtcdLockProvider;
-use lockkit_testkit::fixture::EtcdServer;
+use lockkit_testkit::fixture::{EtcdOptions, EtcdServer};
 use support::within;
 
 const ROOT_PASSWORD: &str = "root-secret";
@@ -84,4 +84,62 @@ async fn credentials_for_a_member_without_authentication_are_a_clear_error() {
     let error = refused(&format!("{url}/no-auth?connect_timeout=2s")).await;
     println!("{error}");
     assert!(error.to_string().contains("authentication is not enabled"), "{error}");
+}
+
+/// Waits out a token TTL of one second: etcd forgets a simple token unused for the TTL, and
+/// sweeps expired tokens once a second; three seconds leave every token of the test expired
+/// (no keep-alive or check is due in between: the lease TTL is 30 s).
+async fn let_the_tokens_expire() {
+    tokio::time::sleep(Duration::from_secs(3)).await;
+}
+
+/// Providers that sat idle for longer than the member keeps an unused authentication token
+/// (`--auth-token-ttl`, one second here) go on working: etcd-client authenticates once, when
+/// it connects, and etcd refuses every later request with the expired token ("invalid auth
+/// token"; a watch on a stream opened with it is denied). Each path is taken after an idle
+/// time: a try (the put), a wait (a new watch on the provider's old watch stream), `inspect`
+/// (a read), a release, and a hold across the expiry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn providers_idle_past_the_token_ttl_go_on_working() {
+    let options = EtcdOptions { auth_token_ttl: Some(Duration::from_secs(1)), ..EtcdOptions::default() };
+    let server = EtcdServer::start_with(options).await.unwrap_or_else(|e| panic!("the auth tests need etcd: {e}"));
+    server.enable_auth(ROOT_PASSWORD).await.unwrap();
+    let url = format!("etcd://root:{ROOT_PASSWORD}@{}/app?ttl=30s", server.addr());
+    let a = within(Duration::from_secs(10), "connect a", EtcdLockProvider::connect(&url)).await.unwrap();
+    let b = within(Duration::from_secs(10), "connect b", EtcdLockProvider::connect(&url)).await.unwrap();
+    let (lock_a, lock_b) = (a.lock("idle").unwrap(), b.lock("idle").unwrap());
+    let waiters = |n: usize| {
+        let a = &a;
+        async move {
+            while a.inspect("idle").await.unwrap().waiters != Some(n) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+
+    // b waits once behind a, so that b's watch stream is open from now on.
+    let held = within(Duration::from_secs(10), "a's first grant", lock_a.acquire()).await.unwrap();
+    let waiter = tokio::spawn({
+        let lock_b = lock_b.clone();
+        async move { lock_b.acquire().await.unwrap().release().await.unwrap() }
+    });
+    within(Duration::from_secs(10), "b queued", waiters(1)).await;
+    held.release().await.unwrap();
+    within(Duration::from_secs(10), "b's first grant", waiter).await.unwrap();
+
+    let_the_tokens_expire().await;
+    let held = within(Duration::from_secs(10), "a's try after the idle time", lock_a.try_acquire()).await.unwrap();
+    let held = held.expect("the lock is free");
+
+    let_the_tokens_expire().await;
+    // b's new watch goes to its stream opened with a token that has expired.
+    let waiter = tokio::spawn({
+        let lock_b = lock_b.clone();
+        async move { lock_b.acquire().await.unwrap().release().await.unwrap() }
+    });
+    within(Duration::from_secs(10), "b queued after the idle time (inspect)", waiters(1)).await;
+    let_the_tokens_expire().await;
+    assert!(held.is_held(), "a's hold outlived its token");
+    within(Duration::from_secs(10), "a's release after the idle time", held.release()).await.unwrap();
+    within(Duration::from_secs(10), "b's grant after the idle time", waiter).await.unwrap();
 }

@@ -135,7 +135,7 @@ async fn an_untrusted_member_and_a_plain_url_are_clear_errors() {
 /// locks work with the certificate and key given as URL options.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_certificates_are_presented_when_given() {
-    let options = EtcdOptions { tls: true, client_cert_auth: true };
+    let options = EtcdOptions { tls: true, client_cert_auth: true, ..EtcdOptions::default() };
     let server = EtcdServer::start_with(options).await.unwrap_or_else(|e| panic!("{e}"));
     let tls = server.tls().unwrap();
     let base = format!("{}?connect_timeout=2s&tls_root_certificate={}", server.url(), tls.ca().display());
