@@ -62,6 +62,25 @@ fn add_delta(acc: &mut ServerTimes, before: &ServerTimes) {
     }
 }
 
+/// lockkit's acquire transaction, as backend.rs sends it: put the own key if absent and the
+/// attempt not voided, and read the queue (with values, in create order) in either branch.
+fn acquire_txn(key: &str, void: &str, prefix: &str, owner: &str, lease: i64) -> Txn {
+    let queue =
+        || TxnOp::get(prefix, Some(GetOptions::new().with_prefix().with_sort(SortTarget::Create, SortOrder::Ascend)));
+    let put = TxnOp::put(key, owner, Some(PutOptions::new().with_lease(lease)));
+    Txn::new()
+        .when([Compare::create_revision(key, CompareOp::Equal, 0), Compare::version(void, CompareOp::Equal, 0)])
+        .and_then([put, queue()])
+        .or_else([queue()])
+}
+
+/// lockkit's release: the own key deleted only in the incarnation the hold created.
+fn release_txn(key: String, revision: i64) -> Txn {
+    Txn::new()
+        .when([Compare::create_revision(key.clone(), CompareOp::Equal, revision)])
+        .and_then([TxnOp::delete(key, None)])
+}
+
 fn p50(samples: &mut [Duration]) -> Duration {
     samples.sort();
     samples[samples.len() / 2]
@@ -122,19 +141,10 @@ async fn main() {
             let key = format!("{prefix}{round}-{i}");
             let void = format!("{prefix}-void/{round}-{i}");
             let start = Instant::now();
-            let put = TxnOp::put(key.clone(), owner, Some(PutOptions::new().with_lease(lease)));
-            let txn = Txn::new()
-                .when([
-                    Compare::create_revision(key.clone(), CompareOp::Equal, 0),
-                    Compare::version(void, CompareOp::Equal, 0),
-                ])
-                .and_then([put, TxnOp::get(prefix.clone(), Some(queue()))])
-                .or_else([TxnOp::get(prefix.clone(), Some(queue()))]);
+            let txn = acquire_txn(&key, &void, &prefix, owner, lease);
             let reply = client.txn(txn).await.unwrap();
             let rev = reply.header().unwrap().revision();
-            let release = Txn::new()
-                .when([Compare::create_revision(key.clone(), CompareOp::Equal, rev)])
-                .and_then([TxnOp::delete(key, None)]);
+            let release = release_txn(key, rev);
             assert!(client.txn(release).await.unwrap().succeeded());
             if keep {
                 raw.push(start.elapsed());
@@ -169,19 +179,10 @@ async fn main() {
             let key = format!("{one_prefix}{lease:x}");
             let void = format!("{one_prefix}-void/{round}-{i}");
             let start = Instant::now();
-            let put = TxnOp::put(key.clone(), owner, Some(PutOptions::new().with_lease(lease)));
-            let txn = Txn::new()
-                .when([
-                    Compare::create_revision(key.clone(), CompareOp::Equal, 0),
-                    Compare::version(void, CompareOp::Equal, 0),
-                ])
-                .and_then([put, TxnOp::get(one_prefix.clone(), Some(queue()))])
-                .or_else([TxnOp::get(one_prefix.clone(), Some(queue()))]);
+            let txn = acquire_txn(&key, &void, &one_prefix, owner, lease);
             let reply = client.txn(txn).await.unwrap();
             let rev = reply.header().unwrap().revision();
-            let release = Txn::new()
-                .when([Compare::create_revision(key.clone(), CompareOp::Equal, rev)])
-                .and_then([TxnOp::delete(key, None)]);
+            let release = release_txn(key, rev);
             assert!(client.txn(release).await.unwrap().succeeded());
             if keep {
                 raw_one.push(start.elapsed());
@@ -231,14 +232,7 @@ async fn main() {
             let start = Instant::now();
             let key = format!("{one_prefix}{lease:x}");
             let void = format!("{one_prefix}-void/s{round}-{i}");
-            let put = TxnOp::put(key.clone(), owner, Some(PutOptions::new().with_lease(lease)));
-            let txn = Txn::new()
-                .when([
-                    Compare::create_revision(key.clone(), CompareOp::Equal, 0),
-                    Compare::version(void, CompareOp::Equal, 0),
-                ])
-                .and_then([put, TxnOp::get(one_prefix.clone(), Some(queue()))])
-                .or_else([TxnOp::get(one_prefix.clone(), Some(queue()))]);
+            let txn = acquire_txn(&key, &void, &one_prefix, owner, lease);
             client.txn(txn).await.unwrap();
             client.delete(key, None).await.unwrap();
             split_wall[0].push(start.elapsed());
@@ -250,9 +244,7 @@ async fn main() {
             let key = format!("{one_prefix}{lease:x}");
             let reply = client.put(key.clone(), owner, Some(PutOptions::new().with_lease(lease))).await.unwrap();
             let rev = reply.header().unwrap().revision();
-            let release = Txn::new()
-                .when([Compare::create_revision(key.clone(), CompareOp::Equal, rev)])
-                .and_then([TxnOp::delete(key, None)]);
+            let release = release_txn(key, rev);
             assert!(client.txn(release).await.unwrap().succeeded());
             split_wall[1].push(start.elapsed());
         }
