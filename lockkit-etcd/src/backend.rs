@@ -648,8 +648,24 @@ impl LockBackend for EtcdBackend {
             doubt: false,
         };
         let mut backoff = FIRST_BACKOFF;
+        let mut token_renewed = false;
         loop {
-            match self.try_once(&request, &mut pending).await {
+            let outcome = match self.try_once(&request, &mut pending).await {
+                // The first refusal of the token is a stale one, renewed: try again at once.
+                Ok(Try::Again) if !token_renewed => {
+                    token_renewed = true;
+                    continue;
+                }
+                // Refused again after a renewal: back off as from a connection error.
+                Ok(Try::Again) => Err(Error::connection(
+                    BACKEND,
+                    Some(&request.lock),
+                    "etcd refused the client's authentication token again after it was renewed",
+                )
+                .with_server(self.addr())),
+                outcome => outcome,
+            };
+            match outcome {
                 Ok(Try::Granted(grant)) => return Ok(Some(grant)),
                 Ok(Try::Refused) => return Ok(None),
                 Ok(Try::Vanished | Try::Again) => {}
