@@ -225,7 +225,7 @@ async fn main() {
     // Server split: the acquire's transaction with a plain delete, and a plain put with the
     // release's transaction.
     let mut split: Vec<ServerTimes> = vec![Default::default(); 2];
-    let mut split_wall: Vec<Vec<Duration>> = vec![Vec::new(); 3];
+    let mut split_wall: Vec<Vec<Duration>> = vec![Vec::new(); 4];
     for round in 0..rounds {
         let before = scrape();
         for i in 0..100 {
@@ -249,14 +249,23 @@ async fn main() {
             split_wall[1].push(start.elapsed());
         }
         add_delta(&mut split[1], &before);
-        let start_round = Instant::now();
         for _ in 0..100 {
             let start = Instant::now();
             let locked = client.lock(format!("{name}-service"), Some(LockOptions::new().with_lease(lease))).await;
             client.unlock(locked.unwrap().key().to_vec()).await.unwrap();
             split_wall[2].push(start.elapsed());
         }
-        let _ = start_round;
+        // The least any lock can send whose release is conditioned on the key's create
+        // revision: a put-if-absent that reads nothing, and that release.
+        for _ in 0..100 {
+            let start = Instant::now();
+            let key = format!("{lean_prefix}minimal");
+            let put = TxnOp::put(key.clone(), "", Some(PutOptions::new().with_lease(lease)));
+            let txn = Txn::new().when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)]).and_then([put]);
+            let rev = client.txn(txn).await.unwrap().header().unwrap().revision();
+            assert!(client.txn(release_txn(key, rev)).await.unwrap().succeeded());
+            split_wall[3].push(start.elapsed());
+        }
     }
     for (i, acc) in split.iter().enumerate() {
         let mut methods: Vec<_> = acc.iter().filter(|(_, (_, c))| *c > 0.0).collect();
@@ -268,8 +277,13 @@ async fn main() {
         println!("split {}: {}", ["acquire txn + delete", "put + release txn"][i], detail.join(", "));
     }
     let lock_wall = p50(&mut split_wall[2].clone());
-    for (i, what) in ["acquire txn + bare delete", "put + release txn", "Lock+Unlock (split rounds)"].iter().enumerate()
-    {
+    let kinds = [
+        "acquire txn + bare delete",
+        "put + release txn",
+        "Lock+Unlock (split rounds)",
+        "put-if-absent alone + release txn",
+    ];
+    for (i, what) in kinds.iter().enumerate() {
         let p = p50(&mut split_wall[i].clone());
         println!("split wall {what:30} p50 {p:>10.1?} {:.3}x Lock+Unlock", p.as_secs_f64() / lock_wall.as_secs_f64());
     }
