@@ -39,8 +39,9 @@ use crate::watch::LockWatches;
 /// How long the watchdog pauses before opening its keep-alive stream again after an error.
 const RETRY: Duration = Duration::from_millis(100);
 
-/// A token renewed this recently is not renewed again: the requests refused with the old one
-/// all retry with the new one.
+/// A token renewed this recently is not renewed again (the requests refused with the old one
+/// all retry with the new one), and a renewal that failed this recently is not tried again
+/// (each is a password check on the server, which etcd makes costly on purpose).
 const TOKEN_RENEWAL_SPACING: Duration = Duration::from_secs(1);
 
 /// A client, its lease and the holds bound to it.
@@ -67,8 +68,16 @@ pub(crate) struct Session {
     /// The user and password the client authenticated with, for a new token
     /// ([`Session::renew_token`]); `None` without authentication.
     credentials: Option<(String, String)>,
-    /// When the token was last renewed; taken while a renewal runs, so that one runs at a time.
-    token_renewed: tokio::sync::Mutex<Option<Instant>>,
+    /// When the token was last renewed, or a renewal last failed; taken while a renewal runs,
+    /// so that one runs at a time.
+    token_renewal: tokio::sync::Mutex<TokenRenewal>,
+}
+
+/// The last outcomes of [`Session::renew_token`].
+#[derive(Default)]
+struct TokenRenewal {
+    renewed: Option<Instant>,
+    failed: Option<Instant>,
 }
 
 struct State {
@@ -174,7 +183,7 @@ impl Session {
                 checking: AtomicBool::new(false),
                 timeout: config.connect_timeout,
                 credentials: config.credentials.clone(),
-                token_renewed: tokio::sync::Mutex::new(None),
+                token_renewal: tokio::sync::Mutex::new(TokenRenewal::default()),
             }
         });
         tokio::spawn(watchdog(Arc::downgrade(&session), keeper, stream, AliveFlag(alive)));
@@ -207,9 +216,13 @@ impl Session {
     /// service of the client (they share it): once for all the requests refused together.
     pub(crate) async fn renew_token(&self) -> bool {
         let Some((user, password)) = &self.credentials else { return false };
-        let mut renewed = self.token_renewed.lock().await;
-        if renewed.is_some_and(|at| at.elapsed() < TOKEN_RENEWAL_SPACING) {
+        let mut last = self.token_renewal.lock().await;
+        let recent = |at: Option<Instant>| at.is_some_and(|at| at.elapsed() < TOKEN_RENEWAL_SPACING);
+        if recent(last.renewed) {
             return true;
+        }
+        if recent(last.failed) {
+            return false;
         }
         let span = tracing::info_span!("lockkit.etcd.renew_token", backend = crate::BACKEND, lease = self.lease);
         let mut auth = self.client.auth_client();
@@ -221,11 +234,12 @@ impl Session {
         match tokio::time::timeout(self.timeout, renewal).instrument(span).await {
             Ok(Ok(())) => {
                 tracing::info!(backend = crate::BACKEND, "etcd refused the authentication token; authenticated again");
-                *renewed = Some(Instant::now());
+                last.renewed = Some(Instant::now());
                 true
             }
             Ok(Err(error)) => {
                 tracing::warn!(backend = crate::BACKEND, %error, "etcd refused the authentication token, and authenticating again failed");
+                last.failed = Some(Instant::now());
                 false
             }
             Err(_) => {
@@ -233,6 +247,7 @@ impl Session {
                     backend = crate::BACKEND,
                     "etcd refused the authentication token, and authenticating again timed out"
                 );
+                last.failed = Some(Instant::now());
                 false
             }
         }
