@@ -28,14 +28,53 @@ fn is_insufficient_privilege(error: &tokio_postgres::Error) -> bool {
     error.code().map(tokio_postgres::error::SqlState::code) == Some(INSUFFICIENT_PRIVILEGE)
 }
 
+/// The SQLSTATEs of errors with which the server rolled a statement back for a reason that a
+/// new try may not meet: a serialization failure, a deadlock, a lock not available (a
+/// `lock_timeout`), a cancelled statement (a `statement_timeout`, `pg_cancel_backend`).
+/// Nothing happened; they are retried like a statement that was never sent.
+const ROLLED_BACK_TRANSIENT: [&str; 4] = ["40001", "40P01", "55P03", "57014"];
+
+/// The SQLSTATEs with which the server ends the connection for a reason that a new connection
+/// may not meet: an administrator's or a crash's shutdown (`pg_terminate_backend` included),
+/// "cannot connect now" (starting up, shutting down, in recovery), an idle-session timeout.
+/// The statement may have committed before the end: they count as a lost reply.
+const CONNECTION_ENDED: [&str; 4] = ["57P01", "57P02", "57P03", "57P05"];
+
+/// How the server's error `code` (a SQLSTATE) is retried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ServerError {
+    /// Rolled back for a reason a new try may not meet ([`ROLLED_BACK_TRANSIENT`]).
+    Transient,
+    /// The connection ended ([`CONNECTION_ENDED`], and the connection exceptions of class
+    /// `08`): the statement's outcome is unknown.
+    ConnectionEnded,
+    /// Anything else: a new try would meet it again.
+    Permanent,
+}
+
+impl ServerError {
+    pub(crate) fn of(code: &str) -> Self {
+        if ROLLED_BACK_TRANSIENT.contains(&code) {
+            Self::Transient
+        } else if CONNECTION_ENDED.contains(&code) || code.starts_with("08") {
+            Self::ConnectionEnded
+        } else {
+            Self::Permanent
+        }
+    }
+}
+
 /// How a statement failed.
 #[derive(Debug)]
 pub(crate) enum Failure {
-    /// The statement was never sent (no connection): nothing happened.
+    /// The statement did not take effect, and a new try may succeed: it was never sent (no
+    /// connection), or the server rolled it back with a transient error
+    /// ([`ServerError::Transient`], surfaced as a retryable connection error).
     NotSent(Error),
-    /// The statement may or may not have taken effect: the reply was lost or late.
+    /// The statement may or may not have taken effect: the reply was lost or late, or the
+    /// server ended the connection ([`ServerError::ConnectionEnded`]).
     Unknown(Error),
-    /// The server answered with an error: nothing happened.
+    /// The server answered with an error a new try would meet again: nothing happened.
     Refused(Error),
 }
 
@@ -191,7 +230,14 @@ impl Store {
         })?;
         match tokio::time::timeout(self.settings.response_timeout, client.query_typed(statement, params)).await {
             Ok(Ok(rows)) => Ok(rows),
-            Ok(Err(error)) if error.code().is_some() => Err(Failure::Refused(self.store_error(lock, error))),
+            Ok(Err(error)) if error.code().is_some() => match ServerError::of(error.code().map_or("", |c| c.code())) {
+                ServerError::Permanent => Err(Failure::Refused(self.store_error(lock, error))),
+                ServerError::Transient => Err(Failure::NotSent(self.connection_error(lock, error))),
+                ServerError::ConnectionEnded => {
+                    self.discard(&client).await;
+                    Err(Failure::Unknown(self.connection_error(lock, error)))
+                }
+            },
             Ok(Err(error)) => {
                 self.discard(&client).await;
                 Err(Failure::Unknown(self.connection_error(lock, error)))
@@ -337,5 +383,24 @@ impl Store {
     /// One `SELECT 1` round trip on the command connection.
     pub(crate) async fn ping(&self) -> Result<()> {
         self.query(None, "SELECT 1", &[]).await.map(drop).map_err(Failure::into_error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ServerError;
+
+    #[test]
+    fn transient_server_errors_are_told_from_final_ones() {
+        for code in ["40001", "40P01", "55P03", "57014"] {
+            assert_eq!(ServerError::of(code), ServerError::Transient, "{code}");
+        }
+        for code in ["57P01", "57P02", "57P03", "57P05", "08006", "08P01"] {
+            assert_eq!(ServerError::of(code), ServerError::ConnectionEnded, "{code}");
+        }
+        // A dropped database (57P04), a missing privilege, a raised conflict: final.
+        for code in ["57P04", "42501", "P0001", "23505", "42883"] {
+            assert_eq!(ServerError::of(code), ServerError::Permanent, "{code}");
+        }
     }
 }
