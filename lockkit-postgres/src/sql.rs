@@ -1,5 +1,7 @@
 //! The schema and the statements, for one schema name (checked to be a plain identifier).
 
+use tokio_postgres::types::Type;
+
 /// The key of the advisory locks of this crate (the first half of the two-key form), so that
 /// they do not collide with an application's own advisory locks on one key.
 const ADVISORY_CLASS: i32 = 0x6c6b_6b74; // "lkkt"
@@ -116,6 +118,16 @@ impl Statements {
             ),
             election,
         }
+    }
+
+    /// The statements of the hot path (a grant, a release, the renewal round) with their
+    /// parameters' types: prepared once per command connection (`store.rs`).
+    pub(crate) fn prepared(&self) -> [(&str, &'static [Type]); 3] {
+        [
+            (&self.acquire, &[Type::TEXT, Type::TEXT, Type::TEXT, Type::INT8, Type::INT8, Type::TEXT, Type::INT4]),
+            (&self.release, &[Type::TEXT, Type::TEXT]),
+            (&self.renew, &[Type::TEXT_ARRAY, Type::TEXT_ARRAY, Type::INT8]),
+        ]
     }
 
     /// What a role that only takes locks needs, as `GRANT` statements for `role`.

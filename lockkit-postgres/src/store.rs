@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use lockkit_core::{Error, LockName, Result};
 use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::{Client, Row};
+use tokio_postgres::{Client, Row, Statement};
 
 use crate::BACKEND;
 use crate::builder::Settings;
@@ -86,12 +86,29 @@ impl Failure {
     }
 }
 
+/// A command connection and the statements of the hot path prepared on it once
+/// ([`Statements::prepared`]): each of their calls is then a Bind and an Execute, not a Parse,
+/// a Describe and the server's parse, analysis and planning of the statement at every call.
+/// A prepared statement belongs to its connection: a new connection prepares them again.
+#[derive(Debug)]
+pub(crate) struct Connection {
+    client: Client,
+    prepared: Vec<(String, Statement)>,
+}
+
+impl Connection {
+    /// The statement prepared for the text `statement`, if it is one of the hot path's.
+    fn prepared(&self, statement: &str) -> Option<&Statement> {
+        self.prepared.iter().find(|(which, _)| *which == statement).map(|(_, prepared)| prepared)
+    }
+}
+
 /// The command connection of one provider.
 #[derive(Debug)]
 pub(crate) struct Store {
     pub(crate) settings: Settings,
     pub(crate) sql: Statements,
-    client: tokio::sync::Mutex<Option<Arc<Client>>>,
+    client: tokio::sync::Mutex<Option<Arc<Connection>>>,
     schema_ready: AtomicBool,
     /// Turns on the command connection ([`MAX_IN_FLIGHT`]), in arrival order.
     in_flight: tokio::sync::Semaphore,
@@ -176,24 +193,33 @@ impl Store {
         }
     }
 
-    /// The current command connection, opened (with the schema checked) when there is none.
-    pub(crate) async fn client(&self) -> Result<Arc<Client>> {
+    /// The current command connection, opened (with the schema checked, and the hot path's
+    /// statements prepared) when there is none. Cancelled before it is stored, a new
+    /// connection is dropped, and its prepared statements with it.
+    pub(crate) async fn client(&self) -> Result<Arc<Connection>> {
         let mut slot = self.client.lock().await;
-        if let Some(client) = slot.as_ref().filter(|c| !c.is_closed()) {
-            return Ok(Arc::clone(client));
+        if let Some(connection) = slot.as_ref().filter(|c| !c.client.is_closed()) {
+            return Ok(Arc::clone(connection));
         }
         *slot = None;
-        let client = Arc::new(self.open().await?);
+        let client = self.open().await?;
         if !self.schema_ready.load(Ordering::Acquire) {
             self.prepare_schema(&client).await?;
             self.schema_ready.store(true, Ordering::Release);
         }
-        *slot = Some(Arc::clone(&client));
-        Ok(client)
+        // One round trip for all of them: the client pipelines the requests.
+        let hot = self.sql.prepared();
+        let prepared =
+            futures_util::future::try_join_all(hot.iter().map(|(text, types)| client.prepare_typed(text, types)));
+        let prepared = self.bounded(prepared).await.map_err(|e| e.with_context("prepare the statements"))?;
+        let prepared = hot.iter().map(|(text, _)| (*text).to_owned()).zip(prepared).collect();
+        let connection = Arc::new(Connection { client, prepared });
+        *slot = Some(Arc::clone(&connection));
+        Ok(connection)
     }
 
     /// Forgets `client` if it is still the current one (a statement on it timed out).
-    async fn discard(&self, client: &Arc<Client>) {
+    async fn discard(&self, client: &Arc<Connection>) {
         let mut slot = self.client.lock().await;
         if slot.as_ref().is_some_and(|current| Arc::ptr_eq(current, client)) {
             *slot = None;
@@ -201,9 +227,10 @@ impl Store {
     }
 
     /// Runs `statement` on the command connection within the response timeout: one round
-    /// trip (`query_typed` sends the parameters' types with the statement; nothing is
-    /// prepared first). It waits its turn first when [`MAX_IN_FLIGHT`] statements are on the
-    /// connection; the response timeout starts when it goes.
+    /// trip (a statement of the hot path is bound to its prepared statement; any other is
+    /// sent by `query_typed` with the parameters' types, not prepared first). It waits its
+    /// turn first when [`MAX_IN_FLIGHT`] statements are on the connection; the response
+    /// timeout starts when it goes.
     pub(crate) async fn query(
         &self,
         lock: Option<&LockName>,
@@ -228,7 +255,16 @@ impl Store {
             Error::Connection { .. } => Failure::NotSent(error),
             other => Failure::Refused(other),
         })?;
-        match tokio::time::timeout(self.settings.response_timeout, client.query_typed(statement, params)).await {
+        let run = async {
+            match client.prepared(statement) {
+                Some(prepared) => {
+                    let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(value, _)| *value).collect();
+                    client.client.query(prepared, &values).await
+                }
+                None => client.client.query_typed(statement, params).await,
+            }
+        };
+        match tokio::time::timeout(self.settings.response_timeout, run).await {
             Ok(Ok(rows)) => Ok(rows),
             Ok(Err(error)) if error.code().is_some() => match ServerError::of(error.code().map_or("", |c| c.code())) {
                 ServerError::Permanent => Err(Failure::Refused(self.store_error(lock, error))),
