@@ -308,10 +308,10 @@
 //! answering all along). The renewal round does not wait its turn: its one statement renews
 //! every hold while their deadlines run.
 //!
-//! The statements of the hot path (a grant's `acquire`, a `release`, the renewal round) are
-//! prepared once per command connection, when it is opened (one pipelined round trip, after
-//! the schema check), and each call is then a Bind and an Execute: the server neither parses
-//! nor plans them again, and no Describe comes back. The other statements go by `query_typed`
+//! The statements of the hot path (a grant's `acquire`, a `release`) are prepared once per
+//! command connection, when it is opened (one pipelined round trip, after the schema check),
+//! and each call is then a Bind and an Execute: the server neither parses nor plans them
+//! again, and no Describe comes back. The other statements go by `query_typed`
 //! (the parameters' types with the statement, one round trip, nothing prepared). A prepared
 //! statement belongs to its connection: a new connection (after a break, a timeout, a server
 //! restart) prepares them again, and one cancelled while it opens is dropped with its

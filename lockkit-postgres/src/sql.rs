@@ -120,13 +120,14 @@ impl Statements {
         }
     }
 
-    /// The statements of the hot path (a grant, a release, the renewal round) with their
-    /// parameters' types: prepared once per command connection (`store.rs`).
-    pub(crate) fn prepared(&self) -> [(&str, &'static [Type]); 3] {
+    /// The statements of the hot path (a grant's try, a release) with their parameters'
+    /// types: prepared once per command connection (`store.rs`). Not the renewal round: it
+    /// runs once per renewal interval, and its plan depends on how many holds it renews (a
+    /// generic plan would be made for an assumed count, not the real one).
+    pub(crate) fn prepared(&self) -> [(&str, &'static [Type]); 2] {
         [
             (&self.acquire, &[Type::TEXT, Type::TEXT, Type::TEXT, Type::INT8, Type::INT8, Type::TEXT, Type::INT4]),
             (&self.release, &[Type::TEXT, Type::TEXT]),
-            (&self.renew, &[Type::TEXT_ARRAY, Type::TEXT_ARRAY, Type::INT8]),
         ]
     }
 
