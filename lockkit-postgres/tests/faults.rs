@@ -1,7 +1,8 @@
 //! Faults the conformance kit does not drive itself, against real PostgreSQL servers: a
 //! restart, a pause longer than the lease, the row deleted or taken behind the holder, a lost
-//! reply, racing schema creation, and the bad input of the issue (no database, a bad schema
-//! name, a role without privileges).
+//! reply, racing schema creation, the bad input of the issue (no database, a bad schema
+//! name, a role without privileges), and an abandon interrupted by a transient server error
+//! (a lock timeout, a cancelled statement, a terminated backend), which is retried.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
