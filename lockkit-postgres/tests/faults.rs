@@ -1,8 +1,9 @@
 //! Faults the conformance kit does not drive itself, against real PostgreSQL servers: a
 //! restart, a pause longer than the lease, the row deleted or taken behind the holder, a lost
 //! reply, racing schema creation, the bad input of the issue (no database, a bad schema
-//! name, a role without privileges), and an abandon interrupted by a transient server error
-//! (a lock timeout, a cancelled statement, a terminated backend), which is retried.
+//! name, a role without privileges), and the abandon of an acquisition or of a campaign
+//! interrupted by a transient server error (a lock timeout, a cancelled statement, a terminated
+//! backend), which is retried.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -431,11 +432,12 @@ enum Interrupt {
     Terminate,
 }
 
-/// A queued acquisition is cancelled while another session holds the name's advisory lock (as
-/// a release in progress does), so that its abandon waits for it; the server then ends the
-/// abandon's statement with a transient error (`interrupt`), and lets the lock go. The abandon
-/// must still complete: its owner voided, its place in the queue gone.
-async fn an_abandon_interrupted_still_completes(interrupt: Interrupt) {
+/// A queued acquisition (or, with `campaign`, a waiting campaign) is cancelled while another
+/// session holds the name's advisory lock (as a release in progress does), so that its abandon
+/// waits for it; the server then ends the abandon's statement with a transient error
+/// (`interrupt`), and lets the lock go. The abandon must still complete: its owner voided, its
+/// place in the queue gone.
+async fn an_abandon_interrupted_still_completes(interrupt: Interrupt, campaign: bool) {
     let harness = PostgresHarness::shared().await;
     let admin = harness.admin().await;
     let schema = format!("transient_{}", uuid::Uuid::new_v4().simple());
@@ -459,30 +461,58 @@ async fn an_abandon_interrupted_still_completes(interrupt: Interrupt) {
     let waiter = builder().build().unwrap();
     let name = unique("transient");
     let stored = lockkit_postgres::stored_name(&name);
-    let guard = within(OPERATION, "the holder's grant", holder.lock(&name).unwrap().acquire()).await.unwrap();
+    let held = async {
+        if campaign {
+            holder.election(&name).unwrap().campaign("a").await
+        } else {
+            holder.lock(&name).unwrap().acquire().await
+        }
+    };
+    let guard = within(OPERATION, "the holder's grant", held).await.unwrap();
     // The waiter's listening connection first, by a wait that times out: then the acquisition
     // below registers its wake-up before its first try, and that refused try is the only one
     // it sends before it waits (else a second try, sent once the listener is up, could be the
     // statement that waits for the advisory lock, with the abandon queued behind it).
-    let warm = waiter.lock(&name).unwrap().acquire_timeout(Duration::from_millis(50)).await;
-    assert!(warm.is_err(), "the lock is held");
-    let queued = format!("SELECT owner FROM {schema}.waiters WHERE name = $1");
+    if !campaign {
+        let warm = waiter.lock(&name).unwrap().acquire_timeout(Duration::from_millis(50)).await;
+        assert!(warm.is_err(), "the lock is held");
+    }
+    let queued = if campaign {
+        format!("SELECT owner, xmin::text FROM {schema}.candidates WHERE name = $1 AND token IS NULL")
+    } else {
+        format!("SELECT owner, xmin::text FROM {schema}.waiters WHERE name = $1")
+    };
     let voided = format!("SELECT 1 FROM {schema}.voided WHERE owner = $1");
     let deadline = Instant::now() + OPERATION;
     while !admin.query(&queued, &[&stored]).await.unwrap().is_empty() {
         assert!(Instant::now() < deadline, "the timed-out wait left the queue");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let lock = waiter.lock(&name).unwrap();
-    let waiting = tokio::spawn(async move { lock.acquire_timeout(Duration::from_secs(60)).await.map(|g| g.token()) });
+    let (lock, election) = (waiter.lock(&name).unwrap(), waiter.election(&name).unwrap());
+    let waiting = tokio::spawn(async move {
+        let wait = Duration::from_secs(60);
+        if campaign { election.campaign_timeout("b", wait).await } else { lock.acquire_timeout(wait).await }
+            .map(|g| g.token())
+    });
     let deadline = Instant::now() + OPERATION;
-    let owner: String = loop {
+    let (owner, first): (String, String) = loop {
         if let Some(row) = admin.query(&queued, &[&stored]).await.unwrap().first() {
-            break row.get(0);
+            break (row.get(0), row.get(1));
         }
         assert!(Instant::now() < deadline, "the waiter is queued");
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
+    if campaign {
+        // A campaign tries once more once its wake-up is registered: wait for that try (it
+        // renews the place: a new row version), so that the abandon is the statement that
+        // waits below, not that try with the abandon queued behind it.
+        while admin.query(&queued, &[&stored]).await.unwrap().first().map(|row| row.get::<_, String>(1))
+            == Some(first.clone())
+        {
+            assert!(Instant::now() < deadline, "the campaign's second try");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
     let blocker = harness.admin().await;
     blocker.execute("SELECT pg_advisory_lock($1, hashtext($2))", &[&ADVISORY_CLASS, &stored]).await.unwrap();
     waiting.abort();
@@ -537,15 +567,25 @@ async fn an_abandon_interrupted_still_completes(interrupt: Interrupt) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_abandon_rides_out_a_lock_timeout() {
-    an_abandon_interrupted_still_completes(Interrupt::LockTimeout).await;
+    an_abandon_interrupted_still_completes(Interrupt::LockTimeout, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_abandon_rides_out_a_cancelled_statement() {
-    an_abandon_interrupted_still_completes(Interrupt::Cancel).await;
+    an_abandon_interrupted_still_completes(Interrupt::Cancel, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_abandon_rides_out_the_termination_of_its_connection() {
-    an_abandon_interrupted_still_completes(Interrupt::Terminate).await;
+    an_abandon_interrupted_still_completes(Interrupt::Terminate, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_campaign_given_up_rides_out_a_lock_timeout() {
+    an_abandon_interrupted_still_completes(Interrupt::LockTimeout, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_campaign_given_up_rides_out_the_termination_of_its_connection() {
+    an_abandon_interrupted_still_completes(Interrupt::Terminate, true).await;
 }
