@@ -190,6 +190,15 @@
 //!   row if a lost try made one, and its place in the queue. A try of that owner still on its way through the network
 //!   (a partition that heals later) is then refused by `acquire`: no ghost is left, however
 //!   late the statement arrives.
+//! - **Transient server errors** are retried, not final: a statement the server rolled back
+//!   for a reason a new try may not meet (serialization failure 40001, deadlock 40P01, lock
+//!   not available 55P03, a cancelled statement 57014, a `statement_timeout` included) did
+//!   nothing, like one never sent; one whose connection the server ended (an administrator's
+//!   or a crash's shutdown 57P01/57P02, "cannot connect now" 57P03, an idle-session timeout
+//!   57P05, the connection exceptions of class 08) may have committed, like a lost reply. Both
+//!   surface as the retryable `Error::Connection` (an acquisition with a deadline rides them
+//!   out, and the background abandons of an acquisition or a campaign retry them until they
+//!   complete); every other error the server answers with is `Error::Backend` and final.
 //! - **Elections** (contract 25-28; [`LockProvider::election`](lockkit_core::LockProvider::election)):
 //!   tables and functions of their own. A candidate is a row of `<schema>.candidates(name,
 //!   owner, identity, meta, pos, token, since, expires_at)`; the leader's row carries the term,
@@ -298,6 +307,15 @@
 //! behind the others (and the connection be given up as broken, though the server was
 //! answering all along). The renewal round does not wait its turn: its one statement renews
 //! every hold while their deadlines run.
+//!
+//! The statements of the hot path (a grant's `acquire`, a `release`) are prepared once per
+//! command connection, when it is opened (one pipelined round trip, after the schema check),
+//! and each call is then a Bind and an Execute: the server neither parses nor plans them
+//! again, and no Describe comes back. The other statements go by `query_typed`
+//! (the parameters' types with the statement, one round trip, nothing prepared). A prepared
+//! statement belongs to its connection: a new connection (after a break, a timeout, a server
+//! restart) prepares them again, and one cancelled while it opens is dropped with its
+//! statements. Measured (docs/PERFORMANCE.md): the uncontended cycle about a quarter shorter.
 //!
 //! # Read-write locks and semaphores
 //!

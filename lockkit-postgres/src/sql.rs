@@ -1,5 +1,7 @@
 //! The schema and the statements, for one schema name (checked to be a plain identifier).
 
+use tokio_postgres::types::Type;
+
 /// The key of the advisory locks of this crate (the first half of the two-key form), so that
 /// they do not collide with an application's own advisory locks on one key.
 const ADVISORY_CLASS: i32 = 0x6c6b_6b74; // "lkkt"
@@ -116,6 +118,17 @@ impl Statements {
             ),
             election,
         }
+    }
+
+    /// The statements of the hot path (a grant's try, a release) with their parameters'
+    /// types: prepared once per command connection (`store.rs`). Not the renewal round: it
+    /// runs once per renewal interval, and its plan depends on how many holds it renews (a
+    /// generic plan would be made for an assumed count, not the real one).
+    pub(crate) fn prepared(&self) -> [(&str, &'static [Type]); 2] {
+        [
+            (&self.acquire, &[Type::TEXT, Type::TEXT, Type::TEXT, Type::INT8, Type::INT8, Type::TEXT, Type::INT4]),
+            (&self.release, &[Type::TEXT, Type::TEXT]),
+        ]
     }
 
     /// What a role that only takes locks needs, as `GRANT` statements for `role`.

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use lockkit_core::{Error, LockName, Result};
 use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::{Client, Row};
+use tokio_postgres::{Client, Row, Statement};
 
 use crate::BACKEND;
 use crate::builder::Settings;
@@ -28,14 +28,53 @@ fn is_insufficient_privilege(error: &tokio_postgres::Error) -> bool {
     error.code().map(tokio_postgres::error::SqlState::code) == Some(INSUFFICIENT_PRIVILEGE)
 }
 
+/// The SQLSTATEs of errors with which the server rolled a statement back for a reason that a
+/// new try may not meet: a serialization failure, a deadlock, a lock not available (a
+/// `lock_timeout`), a cancelled statement (a `statement_timeout`, `pg_cancel_backend`).
+/// Nothing happened; they are retried like a statement that was never sent.
+const ROLLED_BACK_TRANSIENT: [&str; 4] = ["40001", "40P01", "55P03", "57014"];
+
+/// The SQLSTATEs with which the server ends the connection for a reason that a new connection
+/// may not meet: an administrator's or a crash's shutdown (`pg_terminate_backend` included),
+/// "cannot connect now" (starting up, shutting down, in recovery), an idle-session timeout.
+/// The statement may have committed before the end: they count as a lost reply.
+const CONNECTION_ENDED: [&str; 4] = ["57P01", "57P02", "57P03", "57P05"];
+
+/// How the server's error `code` (a SQLSTATE) is retried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ServerError {
+    /// Rolled back for a reason a new try may not meet ([`ROLLED_BACK_TRANSIENT`]).
+    Transient,
+    /// The connection ended ([`CONNECTION_ENDED`], and the connection exceptions of class
+    /// `08`): the statement's outcome is unknown.
+    ConnectionEnded,
+    /// Anything else: a new try would meet it again.
+    Permanent,
+}
+
+impl ServerError {
+    pub(crate) fn of(code: &str) -> Self {
+        if ROLLED_BACK_TRANSIENT.contains(&code) {
+            Self::Transient
+        } else if CONNECTION_ENDED.contains(&code) || code.starts_with("08") {
+            Self::ConnectionEnded
+        } else {
+            Self::Permanent
+        }
+    }
+}
+
 /// How a statement failed.
 #[derive(Debug)]
 pub(crate) enum Failure {
-    /// The statement was never sent (no connection): nothing happened.
+    /// The statement did not take effect, and a new try may succeed: it was never sent (no
+    /// connection), or the server rolled it back with a transient error
+    /// ([`ServerError::Transient`], surfaced as a retryable connection error).
     NotSent(Error),
-    /// The statement may or may not have taken effect: the reply was lost or late.
+    /// The statement may or may not have taken effect: the reply was lost or late, or the
+    /// server ended the connection ([`ServerError::ConnectionEnded`]).
     Unknown(Error),
-    /// The server answered with an error: nothing happened.
+    /// The server answered with an error a new try would meet again: nothing happened.
     Refused(Error),
 }
 
@@ -47,12 +86,29 @@ impl Failure {
     }
 }
 
+/// A command connection and the statements of the hot path prepared on it once
+/// ([`Statements::prepared`]): each of their calls is then a Bind and an Execute, not a Parse,
+/// a Describe and the server's parse, analysis and planning of the statement at every call.
+/// A prepared statement belongs to its connection: a new connection prepares them again.
+#[derive(Debug)]
+pub(crate) struct Connection {
+    client: Client,
+    prepared: Vec<(String, Statement)>,
+}
+
+impl Connection {
+    /// The statement prepared for the text `statement`, if it is one of the hot path's.
+    fn prepared(&self, statement: &str) -> Option<&Statement> {
+        self.prepared.iter().find(|(which, _)| *which == statement).map(|(_, prepared)| prepared)
+    }
+}
+
 /// The command connection of one provider.
 #[derive(Debug)]
 pub(crate) struct Store {
     pub(crate) settings: Settings,
     pub(crate) sql: Statements,
-    client: tokio::sync::Mutex<Option<Arc<Client>>>,
+    client: tokio::sync::Mutex<Option<Arc<Connection>>>,
     schema_ready: AtomicBool,
     /// Turns on the command connection ([`MAX_IN_FLIGHT`]), in arrival order.
     in_flight: tokio::sync::Semaphore,
@@ -137,24 +193,33 @@ impl Store {
         }
     }
 
-    /// The current command connection, opened (with the schema checked) when there is none.
-    pub(crate) async fn client(&self) -> Result<Arc<Client>> {
+    /// The current command connection, opened (with the schema checked, and the hot path's
+    /// statements prepared) when there is none. Cancelled before it is stored, a new
+    /// connection is dropped, and its prepared statements with it.
+    pub(crate) async fn client(&self) -> Result<Arc<Connection>> {
         let mut slot = self.client.lock().await;
-        if let Some(client) = slot.as_ref().filter(|c| !c.is_closed()) {
-            return Ok(Arc::clone(client));
+        if let Some(connection) = slot.as_ref().filter(|c| !c.client.is_closed()) {
+            return Ok(Arc::clone(connection));
         }
         *slot = None;
-        let client = Arc::new(self.open().await?);
+        let client = self.open().await?;
         if !self.schema_ready.load(Ordering::Acquire) {
             self.prepare_schema(&client).await?;
             self.schema_ready.store(true, Ordering::Release);
         }
-        *slot = Some(Arc::clone(&client));
-        Ok(client)
+        // One round trip for all of them: the client pipelines the requests.
+        let hot = self.sql.prepared();
+        let prepared =
+            futures_util::future::try_join_all(hot.iter().map(|(text, types)| client.prepare_typed(text, types)));
+        let prepared = self.bounded(prepared).await.map_err(|e| e.with_context("prepare the statements"))?;
+        let prepared = hot.iter().map(|(text, _)| (*text).to_owned()).zip(prepared).collect();
+        let connection = Arc::new(Connection { client, prepared });
+        *slot = Some(Arc::clone(&connection));
+        Ok(connection)
     }
 
     /// Forgets `client` if it is still the current one (a statement on it timed out).
-    async fn discard(&self, client: &Arc<Client>) {
+    async fn discard(&self, client: &Arc<Connection>) {
         let mut slot = self.client.lock().await;
         if slot.as_ref().is_some_and(|current| Arc::ptr_eq(current, client)) {
             *slot = None;
@@ -162,9 +227,10 @@ impl Store {
     }
 
     /// Runs `statement` on the command connection within the response timeout: one round
-    /// trip (`query_typed` sends the parameters' types with the statement; nothing is
-    /// prepared first). It waits its turn first when [`MAX_IN_FLIGHT`] statements are on the
-    /// connection; the response timeout starts when it goes.
+    /// trip (a statement of the hot path is bound to its prepared statement; any other is
+    /// sent by `query_typed` with the parameters' types, not prepared first). It waits its
+    /// turn first when [`MAX_IN_FLIGHT`] statements are on the connection; the response
+    /// timeout starts when it goes.
     pub(crate) async fn query(
         &self,
         lock: Option<&LockName>,
@@ -189,9 +255,25 @@ impl Store {
             Error::Connection { .. } => Failure::NotSent(error),
             other => Failure::Refused(other),
         })?;
-        match tokio::time::timeout(self.settings.response_timeout, client.query_typed(statement, params)).await {
+        let run = async {
+            match client.prepared(statement) {
+                Some(prepared) => {
+                    let values: Vec<&(dyn ToSql + Sync)> = params.iter().map(|(value, _)| *value).collect();
+                    client.client.query(prepared, &values).await
+                }
+                None => client.client.query_typed(statement, params).await,
+            }
+        };
+        match tokio::time::timeout(self.settings.response_timeout, run).await {
             Ok(Ok(rows)) => Ok(rows),
-            Ok(Err(error)) if error.code().is_some() => Err(Failure::Refused(self.store_error(lock, error))),
+            Ok(Err(error)) if error.code().is_some() => match ServerError::of(error.code().map_or("", |c| c.code())) {
+                ServerError::Permanent => Err(Failure::Refused(self.store_error(lock, error))),
+                ServerError::Transient => Err(Failure::NotSent(self.connection_error(lock, error))),
+                ServerError::ConnectionEnded => {
+                    self.discard(&client).await;
+                    Err(Failure::Unknown(self.connection_error(lock, error)))
+                }
+            },
             Ok(Err(error)) => {
                 self.discard(&client).await;
                 Err(Failure::Unknown(self.connection_error(lock, error)))
@@ -337,5 +419,24 @@ impl Store {
     /// One `SELECT 1` round trip on the command connection.
     pub(crate) async fn ping(&self) -> Result<()> {
         self.query(None, "SELECT 1", &[]).await.map(drop).map_err(Failure::into_error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ServerError;
+
+    #[test]
+    fn transient_server_errors_are_told_from_final_ones() {
+        for code in ["40001", "40P01", "55P03", "57014"] {
+            assert_eq!(ServerError::of(code), ServerError::Transient, "{code}");
+        }
+        for code in ["57P01", "57P02", "57P03", "57P05", "08006", "08P01"] {
+            assert_eq!(ServerError::of(code), ServerError::ConnectionEnded, "{code}");
+        }
+        // A dropped database (57P04), a missing privilege, a raised conflict: final.
+        for code in ["57P04", "42501", "P0001", "23505", "42883"] {
+            assert_eq!(ServerError::of(code), ServerError::Permanent, "{code}");
+        }
     }
 }

@@ -1,7 +1,9 @@
 //! Faults the conformance kit does not drive itself, against real PostgreSQL servers: a
 //! restart, a pause longer than the lease, the row deleted or taken behind the holder, a lost
-//! reply, racing schema creation, and the bad input of the issue (no database, a bad schema
-//! name, a role without privileges).
+//! reply, racing schema creation, the bad input of the issue (no database, a bad schema
+//! name, a role without privileges), and the abandon of an acquisition or of a campaign
+//! interrupted by a transient server error (a lock timeout, a cancelled statement, a terminated
+//! backend), which is retried.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -414,4 +416,176 @@ async fn with_durable_grants_a_hold_survives_a_crash_and_nothing_is_fenced() {
     free.expect("no fence when every provider of the schema grants durably").release().await.unwrap();
     assert!(held.is_held());
     held.release().await.unwrap();
+}
+
+/// The first key of the advisory locks the schema's functions take on a name (`sql.rs`).
+const ADVISORY_CLASS: i32 = 0x6c6b_6b74;
+
+/// How the server interrupts an abandon that waits for the name's advisory lock.
+#[derive(Clone, Copy, Debug)]
+enum Interrupt {
+    /// The role's `lock_timeout` (100 ms) ends the wait: SQLSTATE 55P03.
+    LockTimeout,
+    /// `pg_cancel_backend`: SQLSTATE 57014.
+    Cancel,
+    /// `pg_terminate_backend` ends the abandon's connection: SQLSTATE 57P01.
+    Terminate,
+}
+
+/// A queued acquisition (or, with `campaign`, a waiting campaign) is cancelled while another
+/// session holds the name's advisory lock (as a release in progress does), so that its abandon
+/// waits for it; the server then ends the abandon's statement with a transient error
+/// (`interrupt`), and lets the lock go. The abandon must still complete: its owner voided, its
+/// place in the queue gone.
+async fn an_abandon_interrupted_still_completes(interrupt: Interrupt, campaign: bool) {
+    let harness = PostgresHarness::shared().await;
+    let admin = harness.admin().await;
+    let schema = format!("transient_{}", uuid::Uuid::new_v4().simple());
+    let role = format!("transient_{}", uuid::Uuid::new_v4().simple());
+    let url = match interrupt {
+        Interrupt::LockTimeout => {
+            admin
+                .batch_execute(&format!(
+                    "CREATE ROLE {role} LOGIN SUPERUSER; ALTER ROLE {role} SET lock_timeout = '100ms'"
+                ))
+                .await
+                .unwrap();
+            format!("postgres://{role}@{}/postgres", harness.upstream())
+        }
+        Interrupt::Cancel | Interrupt::Terminate => url_of(harness.upstream()),
+    };
+    // A response timeout (and so a statement timeout) far above the test's waits: only the
+    // interruption ends the abandon's statement.
+    let builder = || test_builder().response_timeout(Duration::from_secs(10)).url(url.clone()).schema(schema.clone());
+    let holder = builder().build().unwrap();
+    let waiter = builder().build().unwrap();
+    let name = unique("transient");
+    let stored = lockkit_postgres::stored_name(&name);
+    let held = async {
+        if campaign {
+            holder.election(&name).unwrap().campaign("a").await
+        } else {
+            holder.lock(&name).unwrap().acquire().await
+        }
+    };
+    let guard = within(OPERATION, "the holder's grant", held).await.unwrap();
+    // The waiter's listening connection first, by a wait that times out: then the acquisition
+    // below registers its wake-up before its first try, and that refused try is the only one
+    // it sends before it waits (else a second try, sent once the listener is up, could be the
+    // statement that waits for the advisory lock, with the abandon queued behind it).
+    if !campaign {
+        let warm = waiter.lock(&name).unwrap().acquire_timeout(Duration::from_millis(50)).await;
+        assert!(warm.is_err(), "the lock is held");
+    }
+    let queued = if campaign {
+        format!("SELECT owner, xmin::text FROM {schema}.candidates WHERE name = $1 AND token IS NULL")
+    } else {
+        format!("SELECT owner, xmin::text FROM {schema}.waiters WHERE name = $1")
+    };
+    let voided = format!("SELECT 1 FROM {schema}.voided WHERE owner = $1");
+    let deadline = Instant::now() + OPERATION;
+    while !admin.query(&queued, &[&stored]).await.unwrap().is_empty() {
+        assert!(Instant::now() < deadline, "the timed-out wait left the queue");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (lock, election) = (waiter.lock(&name).unwrap(), waiter.election(&name).unwrap());
+    let waiting = tokio::spawn(async move {
+        let wait = Duration::from_secs(60);
+        if campaign { election.campaign_timeout("b", wait).await } else { lock.acquire_timeout(wait).await }
+            .map(|g| g.token())
+    });
+    let deadline = Instant::now() + OPERATION;
+    let (owner, first): (String, String) = loop {
+        if let Some(row) = admin.query(&queued, &[&stored]).await.unwrap().first() {
+            break (row.get(0), row.get(1));
+        }
+        assert!(Instant::now() < deadline, "the waiter is queued");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    if campaign {
+        // A campaign tries once more once its wake-up is registered: wait for that try (it
+        // renews the place: a new row version), so that the abandon is the statement that
+        // waits below, not that try with the abandon queued behind it.
+        while admin.query(&queued, &[&stored]).await.unwrap().first().map(|row| row.get::<_, String>(1))
+            == Some(first.clone())
+        {
+            assert!(Instant::now() < deadline, "the campaign's second try");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    let blocker = harness.admin().await;
+    blocker.execute("SELECT pg_advisory_lock($1, hashtext($2))", &[&ADVISORY_CLASS, &stored]).await.unwrap();
+    waiting.abort();
+    let _ = waiting.await;
+    // The abandon sent on the cancellation waits for the advisory lock.
+    let waits = "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory' \
+                 AND query LIKE $1";
+    let pattern = format!("%{schema}.abandon%");
+    let deadline = Instant::now() + OPERATION;
+    let pid: i32 = loop {
+        if let Some(row) = admin.query(waits, &[&pattern]).await.unwrap().first() {
+            break row.get(0);
+        }
+        assert!(Instant::now() < deadline, "the abandon waits for the name's advisory lock");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    match interrupt {
+        Interrupt::LockTimeout => {}
+        Interrupt::Cancel => {
+            admin.execute("SELECT pg_cancel_backend($1)", &[&pid]).await.unwrap();
+        }
+        Interrupt::Terminate => {
+            admin.execute("SELECT pg_terminate_backend($1)", &[&pid]).await.unwrap();
+        }
+    }
+    // That statement ended while the lock was still held: with the server's error.
+    let still = "SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event = 'advisory' AND query LIKE $2";
+    let deadline = Instant::now() + OPERATION;
+    while !admin.query(still, &[&pid, &pattern]).await.unwrap().is_empty() {
+        assert!(Instant::now() < deadline, "the abandon's wait was interrupted ({interrupt:?})");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    blocker.execute("SELECT pg_advisory_unlock($1, hashtext($2))", &[&ADVISORY_CLASS, &stored]).await.unwrap();
+    // The abandon is retried, and completes.
+    let deadline = Instant::now() + OPERATION * 3;
+    while admin.query(&voided, &[&owner]).await.unwrap().is_empty()
+        || !admin.query(&queued, &[&stored]).await.unwrap().is_empty()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the abandon gave up at the server's error ({interrupt:?}): the place remains"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    guard.release().await.unwrap();
+    drop((holder, waiter));
+    admin.batch_execute(&format!("DROP SCHEMA {schema} CASCADE")).await.unwrap();
+    if matches!(interrupt, Interrupt::LockTimeout) {
+        admin.batch_execute(&format!("DROP ROLE {role}")).await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandon_rides_out_a_lock_timeout() {
+    an_abandon_interrupted_still_completes(Interrupt::LockTimeout, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandon_rides_out_a_cancelled_statement() {
+    an_abandon_interrupted_still_completes(Interrupt::Cancel, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandon_rides_out_the_termination_of_its_connection() {
+    an_abandon_interrupted_still_completes(Interrupt::Terminate, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_campaign_given_up_rides_out_a_lock_timeout() {
+    an_abandon_interrupted_still_completes(Interrupt::LockTimeout, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_campaign_given_up_rides_out_the_termination_of_its_connection() {
+    an_abandon_interrupted_still_completes(Interrupt::Terminate, true).await;
 }
