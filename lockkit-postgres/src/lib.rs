@@ -316,6 +316,10 @@
 //! statement belongs to its connection: a new connection (after a break, a timeout, a server
 //! restart) prepares them again, and one cancelled while it opens is dropped with its
 //! statements. Measured (docs/PERFORMANCE.md): the uncontended cycle about a quarter shorter.
+//! Both connections must each be one server session for as long as they live: a pooler in
+//! front of the server must pool by session (PgBouncer's `pool_mode = session`): a
+//! transaction-mode pooler would send the prepared statements to server sessions that never
+//! prepared them, and keep no session listening for the notifications.
 //!
 //! # Read-write locks and semaphores
 //!
