@@ -641,11 +641,13 @@ impl HeldLock for PostgresHold {
                     };
                 }
                 // A lost reply of a delete is answered by deleting again: the row is ours or
-                // gone either way.
-                Err(Failure::Unknown(error) | Failure::NotSent(error)) if tries < 3 => {
+                // gone either way. A delete that was not sent, or that the server rolled back
+                // (a lock timeout, a deadlock: transient errors), did nothing: sent again, a
+                // missing row then means the hold was lost, not released.
+                Err(failure @ (Failure::Unknown(_) | Failure::NotSent(_))) if tries < 3 => {
                     tries += 1;
-                    in_doubt = true;
-                    tracing::debug!(%error, "release failed; retrying");
+                    in_doubt |= matches!(failure, Failure::Unknown(_));
+                    tracing::debug!(error = %failure.into_error(), "release failed; retrying");
                     tokio::time::sleep(RETRY).await;
                 }
                 Err(failure) => return Err(failure.into_error()),

@@ -589,3 +589,65 @@ async fn a_campaign_given_up_rides_out_a_lock_timeout() {
 async fn a_campaign_given_up_rides_out_the_termination_of_its_connection() {
     an_abandon_interrupted_still_completes(Interrupt::Terminate, true).await;
 }
+
+/// A release whose delete the server rolled back (a lock timeout while it waited for the name's
+/// advisory lock: it did nothing) and that then finds its row gone reports the hold lost (the
+/// row went behind the holder's back), not released: only a delete whose reply was lost may
+/// have been the one that removed the row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_rolled_back_then_finding_its_row_gone_reports_the_loss() {
+    let harness = PostgresHarness::shared().await;
+    let admin = harness.admin().await;
+    let schema = format!("rolledback_{}", uuid::Uuid::new_v4().simple());
+    let role = format!("rolledback_{}", uuid::Uuid::new_v4().simple());
+    admin
+        .batch_execute(&format!("CREATE ROLE {role} LOGIN SUPERUSER; ALTER ROLE {role} SET lock_timeout = '100ms'"))
+        .await
+        .unwrap();
+    let url = format!("postgres://{role}@{}/postgres", harness.upstream());
+    // A lease far longer than the test, so that no renewal round notices the deletion first.
+    let provider = test_builder()
+        .lease(Duration::from_secs(60))
+        .renew_every(Duration::from_secs(20))
+        .response_timeout(Duration::from_secs(10))
+        .url(url)
+        .schema(schema.clone())
+        .build()
+        .unwrap();
+    let name = unique("rolled-back");
+    let stored = lockkit_postgres::stored_name(&name);
+    let guard = within(OPERATION, "the grant", provider.lock(&name).unwrap().acquire()).await.unwrap();
+    let blocker = harness.admin().await;
+    blocker.execute("SELECT pg_advisory_lock($1, hashtext($2))", &[&ADVISORY_CLASS, &stored]).await.unwrap();
+    let release = tokio::spawn(guard.release());
+    let waits = "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory' \
+                 AND query LIKE $1";
+    let pattern = format!("%{schema}.release%");
+    let deadline = Instant::now() + OPERATION;
+    let pid: i32 = loop {
+        if let Some(row) = admin.query(waits, &[&pattern]).await.unwrap().first() {
+            break row.get(0);
+        }
+        assert!(Instant::now() < deadline, "the release waits for the name's advisory lock");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    // The row goes behind the holder's back while its release waits.
+    let deleted = admin.execute(&format!("DELETE FROM {schema}.locks WHERE name = $1"), &[&stored]).await.unwrap();
+    assert_eq!(deleted, 1);
+    // The lock timeout rolls the waiting delete back; then the name's lock is let go.
+    let still = "SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event = 'advisory' AND query LIKE $2";
+    let deadline = Instant::now() + OPERATION;
+    while !admin.query(still, &[&pid, &pattern]).await.unwrap().is_empty() {
+        assert!(Instant::now() < deadline, "the lock timeout ended the release's wait");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    blocker.execute("SELECT pg_advisory_unlock($1, hashtext($2))", &[&ADVISORY_CLASS, &stored]).await.unwrap();
+    let outcome = within(OPERATION, "the release's outcome", release).await.unwrap();
+    assert!(
+        matches!(outcome, Err(Error::LockLost { reason: LossReason::RecordGone, .. })),
+        "a release that found its row gone after a rolled-back delete: {outcome:?}"
+    );
+    drop(provider);
+    admin.batch_execute(&format!("DROP SCHEMA {schema} CASCADE")).await.unwrap();
+    admin.batch_execute(&format!("DROP ROLE {role}")).await.unwrap();
+}
