@@ -421,6 +421,32 @@ async fn with_durable_grants_a_hold_survives_a_crash_and_nothing_is_fenced() {
 /// The first key of the advisory locks the schema's functions take on a name (`sql.rs`).
 const ADVISORY_CLASS: i32 = 0x6c6b_6b74;
 
+/// The backend of the statement matching `pattern` (a `LIKE` pattern of its text) once it waits
+/// for an advisory lock.
+async fn waiting_for_the_advisory_lock(admin: &tokio_postgres::Client, pattern: &str, what: &str) -> i32 {
+    let waits = "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory' \
+                 AND query LIKE $1";
+    let deadline = Instant::now() + OPERATION;
+    loop {
+        if let Some(row) = admin.query(waits, &[&pattern]).await.unwrap().first() {
+            return row.get(0);
+        }
+        assert!(Instant::now() < deadline, "{what} waits for the name's advisory lock");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Returns once backend `pid` no longer waits for an advisory lock in the statement matching
+/// `pattern` (the server ended that wait).
+async fn no_longer_waiting(admin: &tokio_postgres::Client, pid: i32, pattern: &str, what: &str) {
+    let still = "SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event = 'advisory' AND query LIKE $2";
+    let deadline = Instant::now() + OPERATION;
+    while !admin.query(still, &[&pid, &pattern]).await.unwrap().is_empty() {
+        assert!(Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// How the server interrupts an abandon that waits for the name's advisory lock.
 #[derive(Clone, Copy, Debug)]
 enum Interrupt {
@@ -518,17 +544,8 @@ async fn an_abandon_interrupted_still_completes(interrupt: Interrupt, campaign: 
     waiting.abort();
     let _ = waiting.await;
     // The abandon sent on the cancellation waits for the advisory lock.
-    let waits = "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory' \
-                 AND query LIKE $1";
     let pattern = format!("%{schema}.abandon%");
-    let deadline = Instant::now() + OPERATION;
-    let pid: i32 = loop {
-        if let Some(row) = admin.query(waits, &[&pattern]).await.unwrap().first() {
-            break row.get(0);
-        }
-        assert!(Instant::now() < deadline, "the abandon waits for the name's advisory lock");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    };
+    let pid = waiting_for_the_advisory_lock(&admin, &pattern, "the abandon").await;
     match interrupt {
         Interrupt::LockTimeout => {}
         Interrupt::Cancel => {
@@ -539,12 +556,8 @@ async fn an_abandon_interrupted_still_completes(interrupt: Interrupt, campaign: 
         }
     }
     // That statement ended while the lock was still held: with the server's error.
-    let still = "SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event = 'advisory' AND query LIKE $2";
-    let deadline = Instant::now() + OPERATION;
-    while !admin.query(still, &[&pid, &pattern]).await.unwrap().is_empty() {
-        assert!(Instant::now() < deadline, "the abandon's wait was interrupted ({interrupt:?})");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let what = format!("the abandon's wait was interrupted ({interrupt:?})");
+    no_longer_waiting(&admin, pid, &pattern, &what).await;
     blocker.execute("SELECT pg_advisory_unlock($1, hashtext($2))", &[&ADVISORY_CLASS, &stored]).await.unwrap();
     // The abandon is retried, and completes.
     let deadline = Instant::now() + OPERATION * 3;
@@ -620,27 +633,13 @@ async fn a_release_rolled_back_then_finding_its_row_gone_reports_the_loss() {
     let blocker = harness.admin().await;
     blocker.execute("SELECT pg_advisory_lock($1, hashtext($2))", &[&ADVISORY_CLASS, &stored]).await.unwrap();
     let release = tokio::spawn(guard.release());
-    let waits = "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory' \
-                 AND query LIKE $1";
     let pattern = format!("%{schema}.release%");
-    let deadline = Instant::now() + OPERATION;
-    let pid: i32 = loop {
-        if let Some(row) = admin.query(waits, &[&pattern]).await.unwrap().first() {
-            break row.get(0);
-        }
-        assert!(Instant::now() < deadline, "the release waits for the name's advisory lock");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    };
+    let pid = waiting_for_the_advisory_lock(&admin, &pattern, "the release").await;
     // The row goes behind the holder's back while its release waits.
     let deleted = admin.execute(&format!("DELETE FROM {schema}.locks WHERE name = $1"), &[&stored]).await.unwrap();
     assert_eq!(deleted, 1);
     // The lock timeout rolls the waiting delete back; then the name's lock is let go.
-    let still = "SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event = 'advisory' AND query LIKE $2";
-    let deadline = Instant::now() + OPERATION;
-    while !admin.query(still, &[&pid, &pattern]).await.unwrap().is_empty() {
-        assert!(Instant::now() < deadline, "the lock timeout ended the release's wait");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    no_longer_waiting(&admin, pid, &pattern, "the lock timeout ended the release's wait").await;
     blocker.execute("SELECT pg_advisory_unlock($1, hashtext($2))", &[&ADVISORY_CLASS, &stored]).await.unwrap();
     let outcome = within(OPERATION, "the release's outcome", release).await.unwrap();
     assert!(
