@@ -40,10 +40,12 @@ pub(crate) enum Floor {
     /// one-row commit's table could be made.
     Postgres(lockkit::postgres::tokio_postgres::Client, bool),
     /// An etcd client, its provider's lease, and the key it plays with.
+    #[cfg(feature = "etcd")]
     Etcd(Box<EtcdFloor>),
 }
 
 /// The etcd side of the floor.
+#[cfg(feature = "etcd")]
 pub(crate) struct EtcdFloor {
     /// Kept so that the lease lives as long as the floor.
     _provider: lockkit::etcd::EtcdLockProvider,
@@ -225,6 +227,7 @@ impl Floor {
                         .is_ok();
                 Ok(Some(Floor::Postgres(client, table)))
             }
+            #[cfg(feature = "etcd")]
             "etcd" => {
                 let open = |e: lockkit::Error| {
                     Failure::from_lock_error(&e, &format!("floor: cannot open a client of {}", url.shown))
@@ -257,6 +260,7 @@ impl Floor {
             }
             Floor::Zk(_) => "ZooKeeper create+delete of an ephemeral node (zookeeper-client, one session)",
             Floor::Postgres(..) => "PostgreSQL SELECT 1 on a plain tokio-postgres connection",
+            #[cfg(feature = "etcd")]
             Floor::Etcd(_) => "etcd put+delete of a key bound to a lease (etcd-client, one client)",
         }
     }
@@ -363,6 +367,7 @@ impl Floor {
                 delete.await.map_err(|e| zk_failure(url, &e))?;
                 Ok(Sample { main, exists: Some(exists), notify: Some(notify), recipe: Some(recipe), commit: None })
             }
+            #[cfg(feature = "etcd")]
             Floor::Etcd(floor) => {
                 use lockkit::etcd::etcd_client::{LockOptions, PutOptions};
                 let failed = |e: lockkit::etcd::etcd_client::Error| {
