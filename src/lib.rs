@@ -33,6 +33,9 @@
 //! - `full`: all of them.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+/// The guide: how to use lockkit, from a first lock to production; every example in it is a
+/// doc test.
+pub mod guide;
 mod url;
 
 pub use lockkit_core::*;

@@ -26,6 +26,11 @@
 //! store's protocol and nothing more. The conformance kit in `lockkit-testkit` checks that a
 //! backend keeps the contract.
 //!
+//! Applications usually depend on the `lockkit` facade, which re-exports this crate, picks a
+//! backend by URL and carries the guide (choosing a backend, fencing end to end, the
+//! primitives, running in production, writing a backend):
+//! <https://docs.rs/lockkit/latest/lockkit/guide/index.html>.
+//!
 //! ```
 //! use std::time::Duration;
 //! use lockkit_core::memory::MemoryLockProvider;
