@@ -13,7 +13,7 @@
 use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{PoisonError, RwLock};
+use std::sync::RwLock;
 use std::time::Duration;
 
 use percent_encoding::percent_decode_str;
@@ -340,7 +340,7 @@ static TABLE: RwLock<Vec<Scheme>> = RwLock::new(Vec::new());
 /// Adds `scheme` to the table that [`connect`] dispatches on. A scheme registered again
 /// replaces the earlier entry, so registering the same backend twice is harmless.
 pub fn register(scheme: Scheme) {
-    let mut table = TABLE.write().unwrap_or_else(PoisonError::into_inner);
+    let mut table = crate::sync::write_or_recover(&TABLE);
     table.retain(|entry| !entry.names.iter().any(|name| scheme.names.contains(name)));
     table.push(scheme);
 }
@@ -350,13 +350,13 @@ pub fn lookup(name: &str) -> Option<Scheme> {
     if crate::memory::SCHEME.names.contains(&name) {
         return Some(crate::memory::SCHEME);
     }
-    let table = TABLE.read().unwrap_or_else(PoisonError::into_inner);
+    let table = crate::sync::read_or_recover(&TABLE);
     table.iter().find(|entry| entry.names.contains(&name)).copied()
 }
 
 /// The schemes [`connect`] serves now, sorted.
 pub fn registered() -> Vec<&'static str> {
-    let table = TABLE.read().unwrap_or_else(PoisonError::into_inner);
+    let table = crate::sync::read_or_recover(&TABLE);
     let mut names: Vec<&'static str> =
         table.iter().chain([&crate::memory::SCHEME]).flat_map(|entry| entry.names.iter().copied()).collect();
     names.sort_unstable();

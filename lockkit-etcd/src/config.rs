@@ -274,9 +274,7 @@ impl EtcdLockProviderBuilder {
     /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) naming what to change.
     pub fn build(self) -> Result<EtcdLockProvider> {
         let common = self.common;
-        let mut provider = EtcdLockProvider::new(self.config()?);
-        provider.provider = common.apply(provider.provider)?;
-        Ok(provider)
+        EtcdLockProvider::from_settings(self.config()?, |provider| common.apply(provider))
     }
 
     /// The default maximum hold of the provider's acquisitions

@@ -1,10 +1,7 @@
 //! The provider users hold: an etcd client handing out lock handles, and the `etcd` scheme.
 
-use std::ops::Deref;
-use std::sync::Arc;
-
 use lockkit_core::config::{ConnectFuture, Scheme, StoreUrl};
-use lockkit_core::{LockName, LockProvider, Result};
+use lockkit_core::{LockName, LockProvider, Result, TypedProvider};
 
 use crate::BACKEND;
 use crate::backend::EtcdBackend;
@@ -40,10 +37,8 @@ fn connect_url(url: StoreUrl) -> ConnectFuture {
 /// # }
 /// ```
 #[derive(Clone, Debug)]
-pub struct EtcdLockProvider {
-    pub(crate) provider: LockProvider,
-    backend: Arc<EtcdBackend>,
-}
+pub struct EtcdLockProvider(TypedProvider<EtcdBackend>);
+lockkit_core::typed_provider!(EtcdLockProvider);
 
 impl EtcdLockProvider {
     /// A builder for every setting; its `build` is lazy (no I/O).
@@ -74,13 +69,20 @@ impl EtcdLockProvider {
 
     async fn connect_to(url: &StoreUrl) -> Result<EtcdLockProvider> {
         let provider = EtcdLockProviderBuilder::from_url(url)?.build()?;
-        provider.backend.session().await?;
+        provider.backend().session().await?;
         Ok(provider)
     }
 
-    pub(crate) fn new(config: EtcdConfig) -> EtcdLockProvider {
-        let backend = EtcdBackend::new(config);
-        EtcdLockProvider { provider: LockProvider::new(backend.clone()), backend }
+    /// The provider of a checked `config`, with the provider-wide settings applied by `common`.
+    pub(crate) fn from_settings(
+        config: EtcdConfig,
+        common: impl FnOnce(LockProvider) -> Result<LockProvider>,
+    ) -> Result<Self> {
+        TypedProvider::new(EtcdBackend::new(config)).map(common).map(Self)
+    }
+
+    fn backend(&self) -> &EtcdBackend {
+        self.0.backend()
     }
 
     /// The etcd client of the provider's current lease (a new client and lease if there is
@@ -94,7 +96,7 @@ impl EtcdLockProvider {
     ///
     /// As for [`connect`](Self::connect).
     pub async fn etcd_client(&self) -> Result<etcd_client::Client> {
-        self.backend.client().await
+        self.backend().client().await
     }
 
     /// The id of the provider's current lease, which every hold's key is bound to (a new
@@ -104,7 +106,7 @@ impl EtcdLockProvider {
     ///
     /// As for [`connect`](Self::connect).
     pub async fn lease_id(&self) -> Result<i64> {
-        Ok(self.backend.session().await?.lease)
+        Ok(self.backend().session().await?.lease)
     }
 
     /// The key prefix of the lock called `name`: its contender keys are
@@ -114,20 +116,6 @@ impl EtcdLockProvider {
     ///
     /// [`Error::InvalidName`](lockkit_core::Error::InvalidName) for a bad name.
     pub fn lock_prefix(&self, name: &str) -> Result<String> {
-        Ok(self.backend.config.lock_prefix(&LockName::new(name)?))
-    }
-}
-
-impl Deref for EtcdLockProvider {
-    type Target = LockProvider;
-
-    fn deref(&self) -> &LockProvider {
-        &self.provider
-    }
-}
-
-impl From<EtcdLockProvider> for LockProvider {
-    fn from(provider: EtcdLockProvider) -> LockProvider {
-        provider.provider
+        Ok(self.backend().config.lock_prefix(&LockName::new(name)?))
     }
 }

@@ -1,13 +1,11 @@
 //! [`FileLockProvider`] and its builder.
 
 use std::io;
-use std::ops::Deref;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use lockkit_core::config::{ConnectFuture, ProviderSettings, Scheme, Settings as Checks, StoreUrl};
-use lockkit_core::{Error, LockName, LockProvider, Result};
+use lockkit_core::{Error, LockName, LockProvider, Result, TypedProvider};
 
 use crate::BACKEND;
 use crate::backend::{FileBackend, Settings};
@@ -49,10 +47,8 @@ fn connect_url(url: StoreUrl) -> ConnectFuture {
 /// Cheap to clone; clones are the same provider. It dereferences to [`LockProvider`], so
 /// `provider.lock(name)` works directly, and converts into one with `LockProvider::from`.
 #[derive(Clone, Debug)]
-pub struct FileLockProvider {
-    provider: LockProvider,
-    backend: Arc<FileBackend>,
-}
+pub struct FileLockProvider(TypedProvider<FileBackend>);
+lockkit_core::typed_provider!(FileLockProvider);
 
 impl FileLockProvider {
     /// Opens the lock directory `dir`, creating it (and its parents) when missing, with
@@ -104,9 +100,13 @@ impl FileLockProvider {
         }
     }
 
+    fn backend(&self) -> &FileBackend {
+        self.0.backend()
+    }
+
     /// The lock directory (canonical: symbolic links resolved).
     pub fn dir(&self) -> &Path {
-        &self.backend.settings().dir
+        &self.backend().settings().dir
     }
 
     /// Fault hook: the provider dies as its process would. Every flock it holds is let go
@@ -116,7 +116,7 @@ impl FileLockProvider {
     #[cfg(feature = "test-util")]
     #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
     pub fn kill(&self) {
-        self.backend.kill();
+        self.backend().kill();
     }
 
     /// Fault hook: emulates a kernel whose conversion of a flock from `LOCK_EX` to
@@ -129,7 +129,7 @@ impl FileLockProvider {
     #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
     pub fn split_downgrades(&self, split: Option<(Duration, bool)>) {
         let split = split.map(|(pause, gate)| crate::backend::SplitDowngrade { pause, gate });
-        self.backend.split_downgrades(split);
+        self.backend().split_downgrades(split);
     }
 
     /// Fault hook: removes the inotify watch of every election observer of this provider,
@@ -141,7 +141,7 @@ impl FileLockProvider {
     #[cfg(feature = "test-util")]
     #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
     pub fn drop_observer_watches(&self) -> usize {
-        self.backend.drop_observer_watches()
+        self.backend().drop_observer_watches()
     }
 
     /// The lock file of the lock called `name`, for administrators and tests.
@@ -160,21 +160,7 @@ impl FileLockProvider {
     ///
     /// [`Error::InvalidName`] for an empty name or one longer than 1024 bytes.
     pub fn lock_files(&self, name: &str) -> Result<LockFiles> {
-        Ok(self.backend.lock_files(&LockName::new(name)?))
-    }
-}
-
-impl Deref for FileLockProvider {
-    type Target = LockProvider;
-
-    fn deref(&self) -> &LockProvider {
-        &self.provider
-    }
-}
-
-impl From<FileLockProvider> for LockProvider {
-    fn from(provider: FileLockProvider) -> LockProvider {
-        provider.provider
+        Ok(self.backend().lock_files(&LockName::new(name)?))
     }
 }
 
@@ -311,8 +297,8 @@ impl FileLockProviderBuilder {
         )?;
         let dir = open_dir(&dir)?;
         let backend = FileBackend::new(Settings { dir, poll_min, poll_max, check_every, observe_every });
-        let provider = self.common.apply(LockProvider::new(backend.clone()))?;
-        Ok(FileLockProvider { provider, backend })
+        let common = self.common;
+        Ok(FileLockProvider(TypedProvider::new(backend).map(|provider| common.apply(provider))?))
     }
 }
 

@@ -250,9 +250,7 @@ impl PostgresLockProviderBuilder {
     pub fn build(self) -> Result<PostgresLockProvider> {
         let builder = self.with_url_options()?;
         let common = builder.common;
-        let mut provider = PostgresLockProvider::from_settings(builder.settings()?)?;
-        provider.provider = common.apply(provider.provider)?;
-        Ok(provider)
+        PostgresLockProvider::from_settings(builder.settings()?, |provider| common.apply(provider))
     }
 
     /// The builder with the options of its URL's query string taken in (none set twice: a

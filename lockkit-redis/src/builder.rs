@@ -386,9 +386,7 @@ impl RedisLockProviderBuilder {
     /// that does not leave time to renew within the lease), a bad key prefix.
     pub fn build(self) -> Result<RedisLockProvider> {
         let common = self.common;
-        let mut provider = RedisLockProvider::from_settings(self.settings()?)?;
-        provider.provider = common.apply(provider.provider)?;
-        Ok(provider)
+        RedisLockProvider::from_settings(self.settings()?, |provider| common.apply(provider))
     }
 
     pub(crate) fn settings(self) -> Result<Settings> {

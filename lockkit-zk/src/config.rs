@@ -311,9 +311,7 @@ impl ZkLockProviderBuilder {
     /// the user.
     pub fn build(self) -> Result<ZkLockProvider> {
         let common = self.common;
-        let mut provider = ZkLockProvider::new(self.check()?);
-        provider.provider = common.apply(provider.provider)?;
-        Ok(provider)
+        ZkLockProvider::from_settings(self.check()?, |provider| common.apply(provider))
     }
 
     /// Every check of [`build`](Self::build), and the checked configuration.

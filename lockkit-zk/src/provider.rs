@@ -1,11 +1,9 @@
 //! The provider users hold: a ZooKeeper client handing out lock handles, and the `zk` scheme.
 
-use std::ops::Deref;
-use std::sync::Arc;
 use std::time::Duration;
 
 use lockkit_core::config::{ConnectFuture, Scheme, StoreUrl};
-use lockkit_core::{LockName, LockProvider, Result};
+use lockkit_core::{LockName, LockProvider, Result, TypedProvider};
 
 use crate::backend::ZkBackend;
 use crate::config::{ZkConfig, ZkLockProviderBuilder};
@@ -40,10 +38,8 @@ fn connect_url(url: StoreUrl) -> ConnectFuture {
 /// # }
 /// ```
 #[derive(Clone, Debug)]
-pub struct ZkLockProvider {
-    pub(crate) provider: LockProvider,
-    backend: Arc<ZkBackend>,
-}
+pub struct ZkLockProvider(TypedProvider<ZkBackend>);
+lockkit_core::typed_provider!(ZkLockProvider);
 
 impl ZkLockProvider {
     /// A builder for every setting; its `build` is lazy (no I/O).
@@ -76,13 +72,20 @@ impl ZkLockProvider {
 
     async fn connect_to(url: &StoreUrl) -> Result<ZkLockProvider> {
         let provider = ZkLockProviderBuilder::from_url(url)?.build()?;
-        provider.backend.session(None).await?;
+        provider.backend().session(None).await?;
         Ok(provider)
     }
 
-    pub(crate) fn new(config: ZkConfig) -> ZkLockProvider {
-        let backend = ZkBackend::new(config);
-        ZkLockProvider { provider: LockProvider::new(backend.clone()), backend }
+    /// The provider of a checked `config`, with the provider-wide settings applied by `common`.
+    pub(crate) fn from_settings(
+        config: ZkConfig,
+        common: impl FnOnce(LockProvider) -> Result<LockProvider>,
+    ) -> Result<Self> {
+        TypedProvider::new(ZkBackend::new(config)).map(common).map(Self)
+    }
+
+    fn backend(&self) -> &ZkBackend {
+        self.0.backend()
     }
 
     /// The ZooKeeper client of the provider's current session (a new session if there is
@@ -101,7 +104,7 @@ impl ZkLockProvider {
     ///
     /// Cancel safe: dropping the future while a session is being opened drops that session.
     pub async fn zk_client(&self) -> Result<zookeeper_client::Client> {
-        self.backend.zk_client().await
+        self.backend().zk_client().await
     }
 
     /// The session timeout the server granted to the provider's current (or last) session,
@@ -109,7 +112,7 @@ impl ZkLockProvider {
     /// ([`ZkLockProviderBuilder::session_timeout`]) clamped to the server's range. `None`
     /// before the first session opened.
     pub fn negotiated_session_timeout(&self) -> Option<Duration> {
-        self.backend.negotiated_session_timeout()
+        self.backend().negotiated_session_timeout()
     }
 
     /// The znode of the lock called `name`: its contender nodes are its children. For
@@ -119,20 +122,6 @@ impl ZkLockProvider {
     ///
     /// [`Error::InvalidName`](lockkit_core::Error::InvalidName) for a bad name.
     pub fn lock_path(&self, name: &str) -> Result<String> {
-        Ok(self.backend.config.lock_path(&LockName::new(name)?))
-    }
-}
-
-impl Deref for ZkLockProvider {
-    type Target = LockProvider;
-
-    fn deref(&self) -> &LockProvider {
-        &self.provider
-    }
-}
-
-impl From<ZkLockProvider> for LockProvider {
-    fn from(provider: ZkLockProvider) -> LockProvider {
-        provider.provider
+        Ok(self.backend().config.lock_path(&LockName::new(name)?))
     }
 }

@@ -22,9 +22,10 @@ mod report;
 mod shared;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use lockkit::sync::lock_or_recover;
 use lockkit::{LockHandle, LockProvider};
 use serde_json::Value;
 
@@ -406,7 +407,7 @@ impl Bench {
                     wait.record(granted - asked);
                     acquisitions += 1;
                     {
-                        let mut last = last.lock().unwrap_or_else(PoisonError::into_inner);
+                        let mut last = lock_or_recover(&last);
                         if let Some(previous) = last.take()
                             && previous.client != client
                         {

@@ -1,6 +1,5 @@
 //! The provider users hold and its builder.
 
-use std::ops::Deref;
 use std::sync::atomic::AtomicBool;
 #[cfg(any(test, feature = "test-util"))]
 use std::sync::atomic::Ordering;
@@ -13,7 +12,7 @@ use super::{OPTIONS, SETTINGS};
 use crate::config::{ProviderSettings, StoreUrl};
 #[cfg(any(test, feature = "test-util"))]
 use crate::{LockName, LossReason};
-use crate::{LockProvider, Result};
+use crate::{Result, TypedProvider};
 
 /// A client of a [`MemoryStore`]: the in-process lock provider.
 ///
@@ -21,13 +20,11 @@ use crate::{LockProvider, Result};
 /// For several independent clients of one store (as the conformance kit uses), make a
 /// [`MemoryStore`] and call [`MemoryStore::client`] once per client.
 ///
-/// It dereferences to [`LockProvider`], so `provider.lock(name)` works directly, and
+/// It dereferences to [`LockProvider`](crate::LockProvider), so `provider.lock(name)` works directly, and
 /// converts into one with `LockProvider::from`.
 #[derive(Clone, Debug)]
-pub struct MemoryLockProvider {
-    pub(super) provider: LockProvider,
-    pub(super) client: Arc<MemoryClient>,
-}
+pub struct MemoryLockProvider(TypedProvider<MemoryClient>);
+crate::typed_provider!(MemoryLockProvider);
 
 /// Builds a [`MemoryLockProvider`]; every setting is checked by [`build`](Self::build).
 #[derive(Clone, Debug, Default)]
@@ -70,7 +67,7 @@ impl MemoryLockProviderBuilder {
     }
 
     /// The default maximum hold of the client's acquisitions
-    /// ([`LockProvider::with_max_hold`]): without a lease the store frees a hold at its
+    /// ([`LockProvider::with_max_hold`](crate::LockProvider::with_max_hold)): without a lease the store frees a hold at its
     /// maximum; with one, renewal stops there and the hold expires with its lease. None by
     /// default. URL option `max_hold`.
     pub fn max_hold(mut self, max_hold: Duration) -> Self {
@@ -128,9 +125,7 @@ impl MemoryLockProviderBuilder {
             }
         }
         let common = self.common;
-        let mut built = self.build_unchecked();
-        built.provider = common.apply(built.provider)?;
-        Ok(built)
+        Ok(MemoryLockProvider(self.build_unchecked().0.map(|provider| common.apply(provider))?))
     }
 
     pub(super) fn build_unchecked(self) -> MemoryLockProvider {
@@ -150,7 +145,7 @@ impl MemoryLockProviderBuilder {
             partitioned: AtomicBool::new(false),
             watchdog: Mutex::new(None),
         });
-        MemoryLockProvider { provider: LockProvider::new(client.clone()), client }
+        MemoryLockProvider(TypedProvider::new(client))
     }
 }
 
@@ -190,9 +185,13 @@ impl MemoryLockProvider {
         builder.build()
     }
 
+    fn client(&self) -> &MemoryClient {
+        self.0.backend()
+    }
+
     /// The store this client talks to.
     pub fn store(&self) -> &MemoryStore {
-        &self.client.store
+        &self.client().store
     }
 
     /// Fault hook: the client dies, as a killed process would. Its guards report
@@ -201,12 +200,12 @@ impl MemoryLockProvider {
     #[cfg(any(test, feature = "test-util"))]
     #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
     pub fn kill(&self) {
-        if self.client.killed.swap(true, Ordering::SeqCst) {
+        if self.client().killed.swap(true, Ordering::SeqCst) {
             return;
         }
-        let state = self.client.store.state();
+        let state = self.client().store.state();
         let holds: Vec<(LockName, uuid::Uuid)> =
-            state.sessions.get(&self.client.session).map(|s| s.holds.iter().cloned().collect()).unwrap_or_default();
+            state.sessions.get(&self.client().session).map(|s| s.holds.iter().cloned().collect()).unwrap_or_default();
         for (name, attempt) in &holds {
             let holders = state.locks.get(name).map(|entry| entry.holders.as_slice()).unwrap_or_default();
             if let Some(holder) = holders.iter().find(|holder| holder.attempt == *attempt) {
@@ -214,8 +213,8 @@ impl MemoryLockProvider {
             }
         }
         drop(state);
-        if self.client.lease.is_none() {
-            self.client.store.close_session(self.client.session, LossReason::ClientClosed);
+        if self.client().lease.is_none() {
+            self.client().store.close_session(self.client().session, LossReason::ClientClosed);
         }
     }
 
@@ -225,26 +224,12 @@ impl MemoryLockProvider {
     #[cfg(any(test, feature = "test-util"))]
     #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
     pub fn partition(&self, cut_off: bool) {
-        self.client.partitioned.store(cut_off, Ordering::SeqCst);
+        self.client().partitioned.store(cut_off, Ordering::SeqCst);
     }
 }
 
 impl Default for MemoryLockProvider {
     fn default() -> Self {
         Self::new()
-    }
-}
-
-impl Deref for MemoryLockProvider {
-    type Target = LockProvider;
-
-    fn deref(&self) -> &LockProvider {
-        &self.provider
-    }
-}
-
-impl From<MemoryLockProvider> for LockProvider {
-    fn from(provider: MemoryLockProvider) -> LockProvider {
-        provider.provider
     }
 }
