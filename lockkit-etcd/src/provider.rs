@@ -11,7 +11,13 @@ use crate::config::{EtcdConfig, EtcdLockProviderBuilder};
 /// for the scheme table of `lockkit_core::config` (the `lockkit` facade registers it). Its
 /// `connect` is [`EtcdLockProvider::connect`]'s: eager and health-checked. `etcds://` (TLS)
 /// needs the `tls` feature; without it, it is refused with an error naming the feature.
-pub const SCHEME: Scheme = Scheme { names: &["etcd", "etcds"], backend: BACKEND, connect: connect_url };
+pub const SCHEME: Scheme = Scheme::new(&["etcd", "etcds"], BACKEND, connect_url)
+    .with_feature("etcd")
+    .with_urls(&[
+        ("etcd://[user:password@]host:port[,host:port…][/prefix]", "an etcd cluster"),
+        ("etcds://…", "an etcd cluster over TLS (feature `etcd-tls`)"),
+    ])
+    .with_options(crate::OPTIONS);
 
 fn connect_url(url: StoreUrl) -> ConnectFuture {
     Box::pin(async move { EtcdLockProvider::connect_to(&url).await.map(LockProvider::from) })

@@ -12,7 +12,10 @@ use crate::error::BACKEND;
 /// The `zk` scheme: `zk://[user:password@]host:port[,host:port…][/chroot][?option=value&…]`,
 /// for the scheme table of `lockkit_core::config` (the `lockkit` facade registers it). Its
 /// `connect` is [`ZkLockProvider::connect`]'s: eager and health-checked.
-pub const SCHEME: Scheme = Scheme { names: &["zk"], backend: BACKEND, connect: connect_url };
+pub const SCHEME: Scheme = Scheme::new(&["zk"], BACKEND, connect_url)
+    .with_feature("zk")
+    .with_urls(&[("zk://[user:password@]host:port[,host:port…][/chroot]", "a ZooKeeper ensemble")])
+    .with_options(crate::OPTIONS);
 
 fn connect_url(url: StoreUrl) -> ConnectFuture {
     Box::pin(async move { ZkLockProvider::connect_to(&url).await.map(LockProvider::from) })
