@@ -76,7 +76,7 @@ pub(crate) enum Command {
     /// and memory per held lock) and --locks distinct locks one after another and at once.
     /// Every figure comes with its ratio to the floor's p50 of the same run. Lock names start
     /// with lockkit-bench/; a run takes about 2 × --duration plus the many-locks phases.
-    #[command(after_help = crate::bench::EXIT_TABLE)]
+    #[command(after_help = exit::BENCH_TABLE)]
     Bench(BenchArgs),
     /// Internal: how `run` and `elect` start the command, so that it dies with lockkit.
     #[command(name = "__child", hide = true)]

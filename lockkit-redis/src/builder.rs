@@ -110,7 +110,7 @@ pub const OPTIONS: &[&dyn OptionKey] = &[
 ];
 
 /// What `rediss://` needs when it is not built in.
-#[cfg_attr(feature = "tls", allow(dead_code))]
+#[cfg(not(feature = "tls"))]
 const TLS_FEATURE: &str = "rediss:// (TLS) is not built in: enable the `tls` feature of lockkit-redis \
     (the `redis-tls` feature of the lockkit crate) in your Cargo.toml";
 
@@ -480,15 +480,13 @@ impl RedisLockProviderBuilder {
             MAX_DURATION,
         )?);
         let tls = TLS_KEYS.load(options)?;
-        if !tls.is_empty() {
-            if !matches!(connection.addr(), redis::ConnectionAddr::TcpTls { .. }) {
-                return Err(invalid(format!(
-                    "TLS certificates were given but the URL {} does not use TLS; write it as rediss://",
-                    config::redact(url)
-                )));
-            }
-            #[cfg(not(feature = "tls"))]
-            return Err(invalid(TLS_FEATURE));
+        // Without the `tls` feature a rediss:// URL is refused above, so certificates come
+        // with a URL that does not use TLS, and are refused here.
+        if !tls.is_empty() && !matches!(connection.addr(), redis::ConnectionAddr::TcpTls { .. }) {
+            return Err(invalid(format!(
+                "TLS certificates were given but the URL {} does not use TLS; write it as rediss://",
+                config::redact(url)
+            )));
         }
         Ok(Settings {
             address: match (&sentinel, &cluster) {

@@ -45,7 +45,7 @@ pub fn show_duration(duration: Duration) -> String {
     for (unit, size) in
         [("d", 86_400_000_000_u128), ("h", 3_600_000_000), ("m", 60_000_000), ("s", 1_000_000), ("ms", 1_000)]
     {
-        if micros % size == 0 {
+        if micros.is_multiple_of(size) {
             return format!("{}{unit}", micros / size);
         }
     }
