@@ -8,7 +8,6 @@ use lockkit_core::config::{
 use lockkit_core::{LockName, Result};
 
 use crate::BACKEND;
-use crate::provider::EtcdLockProvider;
 
 const TTL: Key<Duration> = Key::new("ttl", "the TTL of the provider's lease, which every hold is bound to")
     .default(DEFAULT_TTL)
@@ -85,7 +84,7 @@ pub(crate) fn escape(name: &str) -> String {
     out
 }
 
-/// Every setting of an [`EtcdLockProvider`]; [`build`](Self::build) checks them and does no
+/// Every setting of an [`EtcdLockProvider`](crate::EtcdLockProvider); [`build`](Self::build) checks them and does no
 /// I/O.
 #[derive(Clone, Debug)]
 pub struct EtcdLockProviderBuilder {
@@ -147,6 +146,11 @@ impl ProviderBuilder for EtcdLockProviderBuilder {
 }
 
 impl EtcdLockProviderBuilder {
+    /// The settings given so far.
+    pub(crate) fn options(&self) -> &Options {
+        &self.options
+    }
+
     /// The settings an `etcd://` URL gives:
     /// `etcd://[user:password@]host:port[,host:port…][/prefix][?option=value&…]`, or
     /// `etcds://…` for TLS (feature `tls`).
@@ -240,15 +244,6 @@ impl EtcdLockProviderBuilder {
     pub fn option(mut self, key: &str, value: &str) -> Result<Self> {
         self.options.parse(key, value)?;
         Ok(self)
-    }
-
-    /// Checks every setting and makes the provider, without I/O: it connects on first use.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) naming what to change.
-    pub fn build(self) -> Result<EtcdLockProvider> {
-        EtcdLockProvider::from_settings(self.config()?, |provider| self.options.apply(provider))
     }
 
     /// The default maximum hold of the provider's acquisitions

@@ -5,7 +5,7 @@ use lockkit_core::{LockName, LockProvider, Result, TypedProvider};
 
 use crate::BACKEND;
 use crate::backend::EtcdBackend;
-use crate::config::{EtcdConfig, EtcdLockProviderBuilder};
+use crate::config::EtcdLockProviderBuilder;
 
 /// The `etcd` scheme: `etcd://[user:password@]host:port[,host:port…][/prefix][?option=value&…]`,
 /// for the scheme table of `lockkit_core::config` (the `lockkit` facade registers it). Its
@@ -46,6 +46,20 @@ fn connect_url(url: StoreUrl) -> ConnectFuture {
 pub struct EtcdLockProvider(TypedProvider<EtcdBackend>);
 lockkit_core::typed_provider!(EtcdLockProvider);
 
+impl EtcdLockProviderBuilder {
+    /// Checks every setting and makes the provider, without I/O: it connects on first use.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) naming what to change.
+    pub fn build(self) -> Result<EtcdLockProvider> {
+        let config = self.config()?;
+        TypedProvider::new(EtcdBackend::new(config))
+            .map(|provider| self.options().apply(provider))
+            .map(EtcdLockProvider)
+    }
+}
+
 impl EtcdLockProvider {
     /// A builder for every setting; its `build` is lazy (no I/O).
     pub fn builder() -> EtcdLockProviderBuilder {
@@ -77,14 +91,6 @@ impl EtcdLockProvider {
         let provider = EtcdLockProviderBuilder::from_url(url)?.build()?;
         provider.backend().session().await?;
         Ok(provider)
-    }
-
-    /// The provider of a checked `config`, with the provider-wide settings applied by `common`.
-    pub(crate) fn from_settings(
-        config: EtcdConfig,
-        common: impl FnOnce(LockProvider) -> Result<LockProvider>,
-    ) -> Result<Self> {
-        TypedProvider::new(EtcdBackend::new(config)).map(common).map(Self)
     }
 
     fn backend(&self) -> &EtcdBackend {

@@ -7,7 +7,6 @@ use lockkit_core::config::{self, Key, MAX_DURATION, MAX_HOLD, OptionKey, Options
 use lockkit_core::{Error, Result};
 
 use crate::BACKEND;
-use crate::provider::PostgresLockProvider;
 use crate::tls::{SslMode, Tls};
 
 /// The default lease: a dead holder frees the lock after it.
@@ -72,7 +71,7 @@ pub const OPTIONS: &[&dyn OptionKey] = &[
     &SSL.key,
 ];
 
-/// Builds a [`PostgresLockProvider`]. `build()` checks every setting (reading the certificate
+/// Builds a [`PostgresLockProvider`](crate::PostgresLockProvider). `build()` checks every setting (reading the certificate
 /// files a URL names) and does no network I/O; the provider connects on first use.
 #[derive(Clone, Debug)]
 #[must_use]
@@ -126,6 +125,11 @@ impl ProviderBuilder for PostgresLockProviderBuilder {
 }
 
 impl PostgresLockProviderBuilder {
+    /// The settings given so far.
+    pub(crate) fn options(&self) -> &Options {
+        &self.options
+    }
+
     /// A builder with the URL's address and every option of its query.
     ///
     /// # Errors
@@ -191,7 +195,7 @@ impl PostgresLockProviderBuilder {
     }
 
     /// Whether the provider creates its schema on first use when it is missing (`true` by
-    /// default). With `false`, run [`PostgresLockProvider::migrate`] once as a role that may
+    /// default). With `false`, run [`PostgresLockProvider::migrate`](crate::PostgresLockProvider::migrate) once as a role that may
     /// create it, and use a role that can only take locks (see the crate docs).
     pub fn migrate(mut self, migrate: bool) -> Self {
         self.options.set(&MIGRATE, migrate);
@@ -246,16 +250,6 @@ impl PostgresLockProviderBuilder {
     pub fn tls_client_certificate(mut self, certificate: impl Into<Vec<u8>>, key: impl Into<Vec<u8>>) -> Self {
         SSL.set_client(&mut self.options, certificate.into(), key.into());
         self
-    }
-
-    /// Checks every setting and builds the provider; connects on first use.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidConfig`] naming what to change.
-    pub fn build(self) -> Result<PostgresLockProvider> {
-        let settings = self.settings()?;
-        PostgresLockProvider::from_settings(settings, |provider| self.options.apply(provider))
     }
 
     pub(crate) fn settings(&self) -> Result<Settings> {

@@ -7,13 +7,27 @@ use lockkit_core::config::{ConnectFuture, StoreUrl};
 use lockkit_core::{LockProvider, Result, TypedProvider};
 
 use crate::backend::PostgresBackend;
-use crate::builder::{PostgresLockProviderBuilder, Settings};
+use crate::builder::PostgresLockProviderBuilder;
 
 /// A client of one PostgreSQL database. It dereferences to [`LockProvider`], so `lock`,
 /// `inspect` and the rest are its methods; see the crate docs.
 #[derive(Clone, Debug)]
 pub struct PostgresLockProvider(TypedProvider<PostgresBackend>);
 lockkit_core::typed_provider!(PostgresLockProvider);
+
+impl PostgresLockProviderBuilder {
+    /// Checks every setting and builds the provider; connects on first use.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) naming what to change.
+    pub fn build(self) -> Result<PostgresLockProvider> {
+        let settings = self.settings()?;
+        TypedProvider::new(Arc::new(PostgresBackend::new(settings)))
+            .map(|provider| self.options().apply(provider))
+            .map(PostgresLockProvider)
+    }
+}
 
 impl PostgresLockProvider {
     /// A builder; `build()` checks every setting and does no network I/O.
@@ -33,14 +47,6 @@ impl PostgresLockProvider {
         let provider = PostgresLockProviderBuilder::from_url(&StoreUrl::parse(url)?)?.build()?;
         provider.ping().await?;
         Ok(provider)
-    }
-
-    /// The provider of checked `settings`, with the provider-wide ones applied by `common`.
-    pub(crate) fn from_settings(
-        settings: Settings,
-        common: impl FnOnce(LockProvider) -> Result<LockProvider>,
-    ) -> Result<Self> {
-        TypedProvider::new(Arc::new(PostgresBackend::new(settings))).map(common).map(Self)
     }
 
     fn backend(&self) -> &PostgresBackend {

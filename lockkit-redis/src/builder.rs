@@ -12,7 +12,6 @@ use redis::IntoConnectionInfo;
 
 use crate::BACKEND;
 use crate::cluster::ClusterSettings;
-use crate::provider::RedisLockProvider;
 use crate::sentinel::SentinelSettings;
 
 /// The default lease: how long a hold outlives its holder when the holder dies.
@@ -114,7 +113,7 @@ pub const OPTIONS: &[&dyn OptionKey] = &[
 const TLS_FEATURE: &str = "rediss:// (TLS) is not built in: enable the `tls` feature of lockkit-redis \
     (the `redis-tls` feature of the lockkit crate) in your Cargo.toml";
 
-/// Builds a [`RedisLockProvider`]; every setting is checked by [`build`](Self::build), which
+/// Builds a [`RedisLockProvider`](crate::RedisLockProvider); every setting is checked by [`build`](Self::build), which
 /// makes no connection.
 ///
 /// Each setting has one name: the builder method, and the URL option of
@@ -166,6 +165,11 @@ impl ProviderBuilder for RedisLockProviderBuilder {
 }
 
 impl RedisLockProviderBuilder {
+    /// The settings given so far.
+    pub(crate) fn options(&self) -> &Options {
+        &self.options
+    }
+
     /// A builder with the address, credentials and options of `url`
     /// (`redis://[user[:password]@]host[:port][/db][?option=value&…]`, or `rediss://` for
     /// TLS); the options are those of [`OPTIONS`], named as the methods that set them.
@@ -402,20 +406,6 @@ impl RedisLockProviderBuilder {
     pub fn max_hold(mut self, max_hold: Duration) -> Self {
         self.options.set(&MAX_HOLD, max_hold);
         self
-    }
-
-    /// Checks the settings and builds the provider. No connection is made here: the first
-    /// operation connects, and a server that cannot be reached then gives a retryable
-    /// [`Error::Connection`]. [`RedisLockProvider::connect`] connects at once.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidConfig`] naming the setting to change and its range: no URL, a URL
-    /// that cannot be used (or `rediss://` without the `tls` feature), a duration outside its
-    /// range, settings that do not fit together (a renewal interval plus response timeout
-    /// that does not leave time to renew within the lease), a bad key prefix.
-    pub fn build(self) -> Result<RedisLockProvider> {
-        RedisLockProvider::from_settings(self.settings()?, |provider| self.options.apply(provider))
     }
 
     pub(crate) fn settings(&self) -> Result<Settings> {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use lockkit_core::config::{ConnectFuture, StoreUrl};
 use lockkit_core::{LockName, LockProvider, Result, TypedProvider};
 
-use crate::builder::{RedisLockProviderBuilder, Settings};
+use crate::builder::RedisLockProviderBuilder;
 use crate::keys::LockKeys;
 use crate::lock::RedisBackend;
 
@@ -35,6 +35,25 @@ use crate::lock::RedisBackend;
 #[derive(Clone, Debug)]
 pub struct RedisLockProvider(TypedProvider<RedisBackend>);
 lockkit_core::typed_provider!(RedisLockProvider);
+
+impl RedisLockProviderBuilder {
+    /// Checks the settings and builds the provider. No connection is made here: the first
+    /// operation connects, and a server that cannot be reached then gives a retryable
+    /// [`Error::Connection`](lockkit_core::Error::Connection). [`RedisLockProvider::connect`] connects at once.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) naming the setting to change and its range: no URL, a URL
+    /// that cannot be used (or `rediss://` without the `tls` feature), a duration outside its
+    /// range, settings that do not fit together (a renewal interval plus response timeout
+    /// that does not leave time to renew within the lease), a bad key prefix.
+    pub fn build(self) -> Result<RedisLockProvider> {
+        let settings = self.settings()?;
+        TypedProvider::new(Arc::new(RedisBackend::new(settings)?))
+            .map(|provider| self.options().apply(provider))
+            .map(RedisLockProvider)
+    }
+}
 
 impl RedisLockProvider {
     /// A builder for every setting; its `build` is synchronous and makes no connection.
@@ -79,14 +98,6 @@ impl RedisLockProvider {
                  set maxmemory-policy to noeviction"
             );
         }
-    }
-
-    /// The provider of checked `settings`, with the provider-wide ones applied by `common`.
-    pub(crate) fn from_settings(
-        settings: Settings,
-        common: impl FnOnce(LockProvider) -> Result<LockProvider>,
-    ) -> Result<Self> {
-        TypedProvider::new(Arc::new(RedisBackend::new(settings)?)).map(common).map(Self)
     }
 
     fn backend(&self) -> &RedisBackend {

@@ -11,7 +11,6 @@ use lockkit_core::{LockName, Result};
 use zookeeper_client as zk;
 
 use crate::error::BACKEND;
-use crate::provider::ZkLockProvider;
 
 /// The default session timeout asked of the server (which may clamp it).
 pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
@@ -153,9 +152,9 @@ impl OptionValue for DisconnectPolicy {
     }
 }
 
-/// Builds a [`ZkLockProvider`]: every setting is checked by [`build`](Self::build), which
+/// Builds a [`ZkLockProvider`](crate::ZkLockProvider): every setting is checked by [`build`](Self::build), which
 /// does no I/O. The first session is opened when the provider is first used (or at once by
-/// [`ZkLockProvider::connect`]).
+/// [`ZkLockProvider::connect`](crate::ZkLockProvider::connect)).
 ///
 /// Each setting has one name: the builder method and the `zk://` URL option are spelled the
 /// same ([`OPTIONS`](crate::OPTIONS)).
@@ -231,6 +230,11 @@ impl ProviderBuilder for ZkLockProviderBuilder {
 }
 
 impl ZkLockProviderBuilder {
+    /// The settings given so far.
+    pub(crate) fn options(&self) -> &Options {
+        &self.options
+    }
+
     /// A builder with the servers, chroot, credentials and options of a `zk://` URL:
     /// `zk://[user:password@]host[:port][,host[:port]…][/chroot][?option=value&…]`, the
     /// options being those of [`option`](Self::option). The port defaults to 2181.
@@ -267,7 +271,7 @@ impl ZkLockProviderBuilder {
     /// expires. The server clamps the timeout to its own `[minSessionTimeout,
     /// maxSessionTimeout]`, by default `[2 × tickTime, 20 × tickTime]` (4 s to 40 s with the
     /// default `tickTime` of 2 s); holds then use the timeout the server granted, which
-    /// [`ZkLockProvider::negotiated_session_timeout`] reports (and a warning is logged when
+    /// [`ZkLockProvider::negotiated_session_timeout`](crate::ZkLockProvider::negotiated_session_timeout) reports (and a warning is logged when
     /// it differs from the one asked).
     pub fn session_timeout(mut self, timeout: Duration) -> Self {
         self.options.set(&SESSION_TIMEOUT, timeout);
@@ -343,22 +347,6 @@ impl ZkLockProviderBuilder {
     pub fn max_hold(mut self, max_hold: Duration) -> Self {
         self.options.set(&MAX_HOLD, max_hold);
         self
-    }
-
-    /// Checks every setting and makes the provider, without any I/O: the first session is
-    /// opened (and the base path created) when the provider is first used. Use
-    /// [`ZkLockProvider::connect`] to connect at once.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) naming the setting and
-    /// what to change: no or empty connect string, a URL or credentials in the connect string,
-    /// an empty host, a bad port, a chroot or base path that is not an absolute znode path, a
-    /// session timeout, connect timeout or drift margin out of its range (see each method), an
-    /// ACL that needs credentials without them, credentials with an empty user or a `:` in
-    /// the user.
-    pub fn build(self) -> Result<ZkLockProvider> {
-        ZkLockProvider::from_settings(self.check()?, |provider| self.options.apply(provider))
     }
 
     /// Every check of [`build`](Self::build), and the checked configuration.

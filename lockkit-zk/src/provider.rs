@@ -6,7 +6,7 @@ use lockkit_core::config::{ConnectFuture, Scheme, StoreUrl};
 use lockkit_core::{LockName, LockProvider, Result, TypedProvider};
 
 use crate::backend::ZkBackend;
-use crate::config::{ZkConfig, ZkLockProviderBuilder};
+use crate::config::ZkLockProviderBuilder;
 use crate::error::BACKEND;
 
 /// The `zk` scheme: `zk://[user:password@]host:port[,host:port…][/chroot][?option=value&…]`,
@@ -44,6 +44,25 @@ fn connect_url(url: StoreUrl) -> ConnectFuture {
 pub struct ZkLockProvider(TypedProvider<ZkBackend>);
 lockkit_core::typed_provider!(ZkLockProvider);
 
+impl ZkLockProviderBuilder {
+    /// Checks every setting and makes the provider, without any I/O: the first session is
+    /// opened (and the base path created) when the provider is first used. Use
+    /// [`ZkLockProvider::connect`] to connect at once.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) naming the setting and
+    /// what to change: no or empty connect string, a URL or credentials in the connect string,
+    /// an empty host, a bad port, a chroot or base path that is not an absolute znode path, a
+    /// session timeout, connect timeout or drift margin out of its range (see each method), an
+    /// ACL that needs credentials without them, credentials with an empty user or a `:` in
+    /// the user.
+    pub fn build(self) -> Result<ZkLockProvider> {
+        let config = self.check()?;
+        TypedProvider::new(ZkBackend::new(config)).map(|provider| self.options().apply(provider)).map(ZkLockProvider)
+    }
+}
+
 impl ZkLockProvider {
     /// A builder for every setting; its `build` is lazy (no I/O).
     pub fn builder() -> ZkLockProviderBuilder {
@@ -77,14 +96,6 @@ impl ZkLockProvider {
         let provider = ZkLockProviderBuilder::from_url(url)?.build()?;
         provider.backend().session(None).await?;
         Ok(provider)
-    }
-
-    /// The provider of a checked `config`, with the provider-wide settings applied by `common`.
-    pub(crate) fn from_settings(
-        config: ZkConfig,
-        common: impl FnOnce(LockProvider) -> Result<LockProvider>,
-    ) -> Result<Self> {
-        TypedProvider::new(ZkBackend::new(config)).map(common).map(Self)
     }
 
     fn backend(&self) -> &ZkBackend {

@@ -6,7 +6,7 @@ use percent_encoding::percent_decode_str;
 
 use crate::{Error, Result};
 
-/// A store URL split into its parts: the one parser behind [`connect`] and every
+/// A store URL split into its parts: the one parser behind [`connect`](super::connect) and every
 /// backend's `from_url`.
 ///
 /// The user name, the password and the query values are percent-decoded
