@@ -18,7 +18,8 @@ use crate::exit::Failure;
 pub(crate) type Boxed<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// The targets a backend's figures are held to, each `None` where the backend has none. A
-/// profile writes every field (there is no default), so a backend added later decides each.
+/// profile writes every field, or says [`Targets::NONE`] (there is no default), so a backend
+/// added later decides.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Targets {
     /// Uncontended cycle p50: at most this many floor p50s.
@@ -37,6 +38,21 @@ pub(crate) struct Targets {
     pub(crate) memory_per_lock: Option<f64>,
     /// The server's time per acquire and per release script, at most, in µs.
     pub(crate) server_time_per_script: Option<f64>,
+}
+
+impl Targets {
+    /// No target at all: a backend with no floor (no ratio to hold a figure to), or one whose
+    /// figures are read against something else.
+    pub(crate) const NONE: Targets = Targets {
+        cycle: None,
+        handoff_share: None,
+        handoff: None,
+        wait_spread: None,
+        readers_scaling: None,
+        many_locks_speedup: None,
+        memory_per_lock: None,
+        server_time_per_script: None,
+    };
 }
 
 /// One kind of raw round trip a floor times: its JSON key and its label, each followed by

@@ -247,6 +247,19 @@ impl MemoryLockProvider {
     }
 }
 
+/// The clients of a store (here rather than in `store.rs`, which knows nothing of clients).
+impl MemoryStore {
+    /// A new client of this store with default options (no lease).
+    pub fn client(&self) -> MemoryLockProvider {
+        MemoryLockProviderBuilder::default().store(self.clone()).build_unchecked()
+    }
+
+    /// A builder for a client of this store.
+    pub fn client_builder(&self) -> MemoryLockProviderBuilder {
+        MemoryLockProviderBuilder::default().store(self.clone())
+    }
+}
+
 impl Default for MemoryLockProvider {
     fn default() -> Self {
         Self::new()

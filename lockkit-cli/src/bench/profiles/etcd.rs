@@ -22,16 +22,7 @@ impl Profile for Etcd {
     /// No target of its own: etcd's figures are read against etcd's own Lock+Unlock cycle,
     /// measured in the floor (docs/PERFORMANCE.md).
     fn targets(&self) -> Targets {
-        Targets {
-            cycle: None,
-            handoff_share: None,
-            handoff: None,
-            wait_spread: None,
-            readers_scaling: None,
-            many_locks_speedup: None,
-            memory_per_lock: None,
-            server_time_per_script: None,
-        }
+        Targets::NONE
     }
 
     fn floor<'a>(&'a self, url: &'a Url) -> Boxed<'a, Result<Option<Box<dyn Floor>>, Failure>> {

@@ -6,18 +6,6 @@ use crate::bench::profile::{Boxed, Floor, Profile, Targets};
 use crate::bench::url::{Url, run_id};
 use crate::exit::Failure;
 
-/// No target: without a floor there is no ratio to hold a figure to.
-const NO_TARGETS: Targets = Targets {
-    cycle: None,
-    handoff_share: None,
-    handoff: None,
-    wait_spread: None,
-    readers_scaling: None,
-    many_locks_speedup: None,
-    memory_per_lock: None,
-    server_time_per_script: None,
-};
-
 /// The memory backend's profile.
 pub(crate) struct Memory;
 
@@ -26,8 +14,9 @@ impl Profile for Memory {
         "memory"
     }
 
+    /// No target: without a floor there is no ratio to hold a figure to.
     fn targets(&self) -> Targets {
-        NO_TARGETS
+        Targets::NONE
     }
 
     fn floor<'a>(&'a self, _url: &'a Url) -> Boxed<'a, Result<Option<Box<dyn Floor>>, Failure>> {
@@ -43,8 +32,9 @@ impl Profile for File {
         "file"
     }
 
+    /// No target: without a floor there is no ratio to hold a figure to.
     fn targets(&self) -> Targets {
-        NO_TARGETS
+        Targets::NONE
     }
 
     fn floor<'a>(&'a self, _url: &'a Url) -> Boxed<'a, Result<Option<Box<dyn Floor>>, Failure>> {

@@ -40,16 +40,7 @@ impl Profile for Missing {
     }
 
     fn targets(&self) -> Targets {
-        Targets {
-            cycle: None,
-            handoff_share: None,
-            handoff: None,
-            wait_spread: None,
-            readers_scaling: None,
-            many_locks_speedup: None,
-            memory_per_lock: None,
-            server_time_per_script: None,
-        }
+        Targets::NONE
     }
 
     fn floor<'a>(&'a self, _url: &'a Url) -> Boxed<'a, Result<Option<Box<dyn Floor>>, Failure>> {
