@@ -44,7 +44,12 @@ impl PostgresLockProvider {
     /// URL, the schema, the role's privileges); a retryable connection error when the server
     /// does not answer.
     pub async fn connect(url: &str) -> Result<Self> {
-        let provider = PostgresLockProviderBuilder::from_url(&StoreUrl::parse(url)?)?.build()?;
+        Self::connect_to(&StoreUrl::parse(url)?).await
+    }
+
+    /// [`connect`](Self::connect) to a parsed URL: the scheme table's `connect` too.
+    async fn connect_to(url: &StoreUrl) -> Result<Self> {
+        let provider = PostgresLockProviderBuilder::from_url(url)?.build()?;
         provider.ping().await?;
         Ok(provider)
     }
@@ -128,9 +133,5 @@ pub struct RenewalStats {
 
 /// The scheme table's `connect`: eager.
 pub(crate) fn connect_url(url: StoreUrl) -> ConnectFuture {
-    Box::pin(async move {
-        let provider = PostgresLockProviderBuilder::from_url(&url)?.build()?;
-        provider.ping().await?;
-        Ok(LockProvider::from(provider))
-    })
+    Box::pin(async move { PostgresLockProvider::connect_to(&url).await.map(LockProvider::from) })
 }

@@ -43,16 +43,12 @@ impl OptionValue for SslMode {
     const FORM: &'static str = "disable, prefer, require, verify-ca or verify-full";
     type Const = Self;
 
-    /// The mode called `text` (`disable`, `prefer`, `require`, `verify-ca`, `verify-full`).
     fn parse(text: &str) -> std::result::Result<Self, String> {
-        Ok(match text {
-            "disable" => Self::Disable,
-            "prefer" => Self::Prefer,
-            "require" => Self::Require,
-            "verify-ca" => Self::VerifyCa,
-            "verify-full" => Self::VerifyFull,
-            _ => return Err(format!("{text:?} is not a mode; use disable, prefer, require, verify-ca or verify-full")),
-        })
+        let modes = [Self::Disable, Self::Prefer, Self::Require, Self::VerifyCa, Self::VerifyFull];
+        modes
+            .into_iter()
+            .find(|mode| mode.as_str() == text)
+            .ok_or_else(|| format!("{text:?} is not a mode; use {}", Self::FORM))
     }
 
     fn from_const(value: Self) -> Self {

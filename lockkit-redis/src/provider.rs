@@ -77,7 +77,12 @@ impl RedisLockProvider {
     /// Cancel safe: dropping the future leaves nothing behind but a connection, closed with
     /// the provider.
     pub async fn connect(url: &str) -> Result<Self> {
-        let provider = RedisLockProviderBuilder::from_url(&StoreUrl::parse(url)?)?.build()?;
+        Self::connect_to(&StoreUrl::parse(url)?).await
+    }
+
+    /// [`connect`](Self::connect) to a parsed URL: the scheme table's `connect` too.
+    async fn connect_to(url: &StoreUrl) -> Result<Self> {
+        let provider = RedisLockProviderBuilder::from_url(url)?.build()?;
         provider.ping().await?;
         provider.warn_if_evicting().await;
         Ok(provider)
@@ -174,10 +179,5 @@ pub struct RenewalStats {
 /// The `connect` of [`SCHEME`](crate::SCHEME): options from the URL, every setting checked,
 /// one PING.
 pub(crate) fn connect_url(url: StoreUrl) -> ConnectFuture {
-    Box::pin(async move {
-        let provider = RedisLockProviderBuilder::from_url(&url)?.build()?;
-        provider.ping().await?;
-        provider.warn_if_evicting().await;
-        Ok(LockProvider::from(provider))
-    })
+    Box::pin(async move { RedisLockProvider::connect_to(&url).await.map(LockProvider::from) })
 }

@@ -4,9 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use lockkit_core::config::{
-    self, Key, MAX_DURATION, MAX_HOLD, OptionKey, OptionValue, Options, ProviderBuilder, StoreUrl,
-};
+use lockkit_core::config::{self, Key, MAX_DURATION, MAX_HOLD, OptionKey, Options, ProviderBuilder, StoreUrl};
 use lockkit_core::{LockName, Result};
 use zookeeper_client as zk;
 
@@ -98,59 +96,14 @@ pub enum DisconnectPolicy {
     LoseOnDisconnect,
 }
 
-impl OptionValue for LockAcl {
-    const FORM: &'static str = "auto, open, creator_only or creator_only_world_read";
-    type Const = Self;
+lockkit_core::option_choices!(LockAcl {
+    Auto => "auto",
+    Open => "open",
+    CreatorOnly => "creator_only",
+    CreatorOnlyWorldRead => "creator_only_world_read",
+});
 
-    fn parse(text: &str) -> std::result::Result<Self, String> {
-        Ok(match text {
-            "auto" => Self::Auto,
-            "open" => Self::Open,
-            "creator_only" => Self::CreatorOnly,
-            "creator_only_world_read" => Self::CreatorOnlyWorldRead,
-            other => return Err(format!("{other:?} is not one of auto, open, creator_only, creator_only_world_read")),
-        })
-    }
-
-    fn from_const(value: Self) -> Self {
-        value
-    }
-
-    fn show(&self) -> String {
-        match self {
-            Self::Auto => "auto",
-            Self::Open => "open",
-            Self::CreatorOnly => "creator_only",
-            Self::CreatorOnlyWorldRead => "creator_only_world_read",
-        }
-        .to_owned()
-    }
-}
-
-impl OptionValue for DisconnectPolicy {
-    const FORM: &'static str = "suspend or lose_on_disconnect";
-    type Const = Self;
-
-    fn parse(text: &str) -> std::result::Result<Self, String> {
-        match text {
-            "suspend" => Ok(Self::Suspend),
-            "lose_on_disconnect" => Ok(Self::LoseOnDisconnect),
-            other => Err(format!("{other:?} is not one of suspend, lose_on_disconnect")),
-        }
-    }
-
-    fn from_const(value: Self) -> Self {
-        value
-    }
-
-    fn show(&self) -> String {
-        match self {
-            Self::Suspend => "suspend",
-            Self::LoseOnDisconnect => "lose_on_disconnect",
-        }
-        .to_owned()
-    }
-}
+lockkit_core::option_choices!(DisconnectPolicy { Suspend => "suspend", LoseOnDisconnect => "lose_on_disconnect" });
 
 /// Builds a [`ZkLockProvider`](crate::ZkLockProvider): every setting is checked by [`build`](Self::build), which
 /// does no I/O. The first session is opened when the provider is first used (or at once by

@@ -142,6 +142,52 @@ impl OptionValue for String {
     }
 }
 
+/// Implements [`OptionValue`] for an enum whose every variant has a name in URLs: `parse`
+/// reads the names, `show` writes them, and the form of a value lists them.
+///
+/// ```
+/// #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// enum Policy {
+///     Suspend,
+///     Lose,
+/// }
+/// lockkit_core::option_choices!(Policy { Suspend => "suspend", Lose => "lose" });
+///
+/// use lockkit_core::config::OptionValue;
+/// assert_eq!(Policy::parse("lose"), Ok(Policy::Lose));
+/// assert_eq!(Policy::FORM, "suspend, lose");
+/// assert!(Policy::parse("keep").unwrap_err().contains("suspend, lose"));
+/// ```
+#[macro_export]
+macro_rules! option_choices {
+    ($type:ty { $first:ident => $first_name:literal $(, $variant:ident => $name:literal)* $(,)? }) => {
+        impl $crate::config::OptionValue for $type {
+            const FORM: &'static str = concat!($first_name $(, ", ", $name)*);
+            type Const = Self;
+
+            fn parse(text: &str) -> ::std::result::Result<Self, ::std::string::String> {
+                match text {
+                    $first_name => Ok(Self::$first),
+                    $($name => Ok(Self::$variant),)*
+                    other => Err(format!("{other:?} is not one of {}", Self::FORM)),
+                }
+            }
+
+            fn from_const(value: Self) -> Self {
+                value
+            }
+
+            fn show(&self) -> ::std::string::String {
+                match self {
+                    Self::$first => $first_name,
+                    $(Self::$variant => $name,)*
+                }
+                .to_owned()
+            }
+        }
+    };
+}
+
 /// One setting of a backend, declared once: its name (the builder method that sets it and
 /// the URL option, spelled alike), its type `T`, its default, its range and a doc line.
 ///
