@@ -124,7 +124,9 @@
 //!
 //! `etcd://[user:password@]host:port[,host:port…][/prefix][?option=value&…]`, with the
 //! options of [`EtcdLockProviderBuilder::option`] ([`OPTIONS`]): `ttl` (whole seconds, from
-//! 2 s, etcd's shortest lease, to a day), `drift`, `connect_timeout`, `prefix`.
+//! 2 s, etcd's shortest lease, to a day), `drift`, `connect_timeout`, `prefix`, `max_hold`, and
+//! the TLS files (below); the options table of `lockkit::connect` lists each with its type, default and range; a
+//! setting takes the last value given, by URL option or by method, see `lockkit_core::config`.
 //!
 //! # Credentials
 //!

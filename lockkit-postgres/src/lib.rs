@@ -18,12 +18,12 @@
 //! # Settings and URLs
 //!
 //! `postgres://[user[:password]@]host[:port]/database` (or `postgresql://`); the database is
-//! required. Options ([`OPTIONS`]), each the name of a builder method: `lease` (30 s),
-//! `renew_every` (a third of the lease), `response_timeout` (5 s, also the server-side
-//! `statement_timeout` of the provider's connections), `drift` (a sixtieth of the lease),
-//! `schema` (`lockkit`; a lower-case identifier), `migrate` (`true`: create the schema on first
-//! use), `durable_grants` (`false`: grants do not wait for the WAL flush; see "Grants without
-//! the flush: the restart fence" below), and TLS as libpq names it: `sslmode`, `sslrootcert`, `sslcert`, `sslkey` (below).
+//! required. Options ([`OPTIONS`]; the options table of `lockkit::connect` lists each with its type, default and range; a
+//! setting takes the last value given, by URL option or by method, see `lockkit_core::config`),
+//! each the name of a builder method: `lease`, `renew_every`, `response_timeout` (also the
+//! server-side `statement_timeout` of the provider's connections), `drift`, `schema`, `migrate`,
+//! `durable_grants` (see "Grants without the flush: the restart fence" below), and TLS as
+//! libpq names it: `sslmode`, `sslrootcert`, `sslcert`, `sslkey` (below).
 //! [`SCHEME`] registers `postgres://` and `postgresql://` with
 //! `lockkit_core::config::register`; the `lockkit` facade does it with its feature `postgres`.
 //!

@@ -51,8 +51,9 @@
 //! # Settings and URLs
 //!
 //! Every setting has one name, the same as a builder method and as a URL option
-//! ([`OPTIONS`]): `lease`, `renew_every`, `response_timeout`, `drift`, `key_prefix`, `fair`,
-//! `claim_window`, `replicas`, `replicas_timeout`, `fence_retention`, as in `redis://host:6379/0?lease=10s&fair=false`. Every duration is
+//! ([`OPTIONS`]; the options table of `lockkit::connect` lists each with its type, default and range; a
+//! setting takes the last value given, by URL option or by method, see `lockkit_core::config`),
+//! as in `redis://host:6379/0?lease=10s&fair=false`. Every duration is
 //! range-checked when the provider is built (see the builder's methods; none exceeds a day),
 //! so that a bad value is an [`InvalidConfig`](lockkit_core::Error::InvalidConfig) naming the
 //! option and its range, never a server error later. [`SCHEME`] registers `redis://`,

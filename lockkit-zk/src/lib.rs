@@ -201,7 +201,8 @@
 //!   dispatches on.
 //!
 //! A URL names the servers, the chroot and the credentials, and takes the options of
-//! [`OPTIONS`], spelled as the builder's methods:
+//! [`OPTIONS`], spelled as the builder's methods (the options table of `lockkit::connect` lists each with its type, default and range; a
+//! setting takes the last value given, by URL option or by method, see `lockkit_core::config`):
 //! `zk://locker:secret@zk1:2181,zk2:2181,zk3:2181/myapp?session_timeout=6s&base_path=/locks`.
 //!
 //! ```no_run
