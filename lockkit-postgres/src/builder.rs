@@ -395,9 +395,11 @@ mod tests {
             || PostgresLockProviderBuilder::default().url("postgres://h/db?lease=9s&schema=app&durable_grants=true");
         let s = builder().settings().unwrap();
         assert_eq!((s.lease, s.schema.as_str(), s.durable_grants), (Duration::from_secs(9), "app", true));
-        // A builder method wins over the URL's option.
+        // The last value given wins: a method after the URL, or the URL after a method.
         let s = builder().lease(Duration::from_secs(12)).schema("other").settings().unwrap();
         assert_eq!((s.lease, s.schema.as_str()), (Duration::from_secs(12), "other"));
+        let s = PostgresLockProviderBuilder::default().lease(Duration::from_secs(12)).url("postgres://h/db?lease=9s");
+        assert_eq!(s.settings().unwrap().lease, Duration::from_secs(9));
         let wrong = PostgresLockProviderBuilder::default().url("postgres://h/db?leese=9s").settings();
         assert!(message(wrong).contains("lease"));
         assert!(PostgresLockProviderBuilder::default().url("postgres://h/db?max_hold=1m").build().is_ok());
