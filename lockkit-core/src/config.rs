@@ -25,17 +25,19 @@
 //! fit together, are checked by `build`, which does no I/O.
 
 mod duration;
+mod key;
 mod options;
 mod scheme;
 mod table;
 mod tls;
 mod url;
+mod value;
 
 pub use duration::{MAX_DURATION, parse_duration, show_duration};
-pub use options::{
-    GivenValue, Key, MAX_HOLD, OptionKey, OptionValue, Options, ProviderBuilder, from_url, options_table, with_url,
-};
+pub use key::{GivenValue, Key, MAX_HOLD, OptionKey, options_table};
+pub use options::{Options, ProviderBuilder, from_url, with_url};
 pub use scheme::{ConnectFuture, Scheme, url_docs};
 pub use table::{connect, lookup, register, registered};
 pub use tls::{ClientTls, Pem, TLS_KEYS, TlsKeys};
 pub use url::{StoreUrl, redact};
+pub use value::OptionValue;

@@ -1,390 +1,14 @@
-//! Typed option keys and the settings a builder was given: every backend's settings declared
-//! once, read once, checked with the same messages.
-//!
-//! - A [`Key`] declares one setting: its name (the builder method's and the URL option's), its
-//!   type, its default, its range and a doc line. A backend lists its keys in its `OPTIONS`,
-//!   from which the options table of the docs is made ([`options_table`]).
-//! - [`Options`] holds what a builder was given, by method or by URL option (the last given
-//!   wins), and reads it back typed in `build`, with the default and the range of the key.
-//! - [`ProviderBuilder`] and [`from_url`] are the one `from_url` of every builder.
+//! [`Options`]: the settings a builder was given, by method or by URL option (the last given
+//! wins), read back typed in `build` with the default and the range of each [`Key`];
+//! [`ProviderBuilder`] and [`from_url`], the one `from_url` of every builder.
 
-use std::any::Any;
 use std::fmt;
-use std::marker::PhantomData;
-use std::sync::Arc;
 use std::time::Duration;
 
-use super::duration::{MAX_DURATION, parse_duration, show_duration};
+use super::key::{GivenValue, Key, MAX_HOLD, OptionKey};
 use super::url::StoreUrl;
+use super::value::OptionValue;
 use crate::{Error, LockProvider, Result};
-
-/// A type a setting can have: how a value is written in a URL and read back.
-///
-/// lockkit-core implements it for [`Duration`] (`500ms`, `10s`), `bool` (`true`, `false`),
-/// `u32` and [`String`]; a backend implements it for its own choices (an enum read from its
-/// name, say).
-pub trait OptionValue: Clone + fmt::Debug + Send + Sync + 'static {
-    /// How a value is written, for messages and the options table: `duration`, `true or false`.
-    const FORM: &'static str;
-
-    /// The form of a default or a bound in a `const` [`Key`]: the type itself, or
-    /// `&'static str` for text.
-    type Const: Copy + Send + Sync + 'static;
-
-    /// Reads a value from the text a URL carries.
-    ///
-    /// # Errors
-    ///
-    /// What is wrong with `text`, said so that the user knows what to write instead.
-    fn parse(text: &str) -> std::result::Result<Self, String>;
-
-    /// The value of a `const` default or bound.
-    fn from_const(value: Self::Const) -> Self;
-
-    /// The value as a URL writes it: the options table's defaults and ranges.
-    fn show(&self) -> String;
-
-    /// Whether the value lies between `min` and `max` (each included, when given); a type
-    /// without an order has no range.
-    fn within(&self, min: Option<&Self>, max: Option<&Self>) -> bool {
-        let _ = (min, max);
-        true
-    }
-
-    /// The most any setting of this type accepts, whatever its key's range says:
-    /// [`MAX_DURATION`] for a duration, none for the others.
-    fn cap() -> Option<Self> {
-        None
-    }
-}
-
-impl OptionValue for Duration {
-    const FORM: &'static str = "duration";
-    type Const = Duration;
-
-    fn parse(text: &str) -> std::result::Result<Self, String> {
-        parse_duration(text)
-    }
-
-    fn from_const(value: Duration) -> Self {
-        value
-    }
-
-    fn show(&self) -> String {
-        show_duration(*self)
-    }
-
-    fn within(&self, min: Option<&Self>, max: Option<&Self>) -> bool {
-        min.is_none_or(|min| self >= min) && max.is_none_or(|max| self <= max)
-    }
-
-    fn cap() -> Option<Self> {
-        Some(MAX_DURATION)
-    }
-}
-
-impl OptionValue for bool {
-    const FORM: &'static str = "true or false";
-    type Const = bool;
-
-    fn parse(text: &str) -> std::result::Result<Self, String> {
-        match text {
-            "true" => Ok(true),
-            "false" => Ok(false),
-            other => Err(format!("{other:?} is not true or false")),
-        }
-    }
-
-    fn from_const(value: bool) -> Self {
-        value
-    }
-
-    fn show(&self) -> String {
-        self.to_string()
-    }
-}
-
-impl OptionValue for u32 {
-    const FORM: &'static str = "whole number";
-    type Const = u32;
-
-    fn parse(text: &str) -> std::result::Result<Self, String> {
-        text.trim().parse().map_err(|_| format!("{text:?} is not a whole number"))
-    }
-
-    fn from_const(value: u32) -> Self {
-        value
-    }
-
-    fn show(&self) -> String {
-        self.to_string()
-    }
-
-    fn within(&self, min: Option<&Self>, max: Option<&Self>) -> bool {
-        min.is_none_or(|min| self >= min) && max.is_none_or(|max| self <= max)
-    }
-}
-
-impl OptionValue for String {
-    const FORM: &'static str = "text";
-    type Const = &'static str;
-
-    fn parse(text: &str) -> std::result::Result<Self, String> {
-        Ok(text.to_owned())
-    }
-
-    fn from_const(value: &'static str) -> Self {
-        value.to_owned()
-    }
-
-    fn show(&self) -> String {
-        self.clone()
-    }
-}
-
-/// Implements [`OptionValue`] for an enum whose every variant has a name in URLs: `parse`
-/// reads the names, `show` writes them, and the form of a value lists them.
-///
-/// ```
-/// #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-/// enum Policy {
-///     Suspend,
-///     Lose,
-/// }
-/// lockkit_core::option_choices!(Policy { Suspend => "suspend", Lose => "lose" });
-///
-/// use lockkit_core::config::OptionValue;
-/// assert_eq!(Policy::parse("lose"), Ok(Policy::Lose));
-/// assert_eq!(Policy::FORM, "suspend, lose");
-/// assert!(Policy::parse("keep").unwrap_err().contains("suspend, lose"));
-/// ```
-#[macro_export]
-macro_rules! option_choices {
-    ($type:ty { $first:ident => $first_name:literal $(, $variant:ident => $name:literal)* $(,)? }) => {
-        impl $crate::config::OptionValue for $type {
-            const FORM: &'static str = concat!($first_name $(, ", ", $name)*);
-            type Const = Self;
-
-            fn parse(text: &str) -> ::std::result::Result<Self, ::std::string::String> {
-                match text {
-                    $first_name => Ok(Self::$first),
-                    $($name => Ok(Self::$variant),)*
-                    other => Err(format!("{other:?} is not one of {}", Self::FORM)),
-                }
-            }
-
-            fn from_const(value: Self) -> Self {
-                value
-            }
-
-            fn show(&self) -> ::std::string::String {
-                match self {
-                    Self::$first => $first_name,
-                    $(Self::$variant => $name,)*
-                }
-                .to_owned()
-            }
-        }
-    };
-}
-
-/// One setting of a backend, declared once: its name (the builder method that sets it and
-/// the URL option, spelled alike), its type `T`, its default, its range and a doc line.
-///
-/// ```
-/// use std::time::Duration;
-/// use lockkit_core::config::Key;
-///
-/// /// How long a hold outlives a dead holder.
-/// const LEASE: Key<Duration> = Key::new("lease", "how long a hold outlives a dead holder")
-///     .default(Duration::from_secs(30))
-///     .range(Duration::from_millis(100), Duration::from_secs(86_400));
-/// const RENEW_EVERY: Key<Duration> = Key::new("renew_every", "how often holds are renewed")
-///     .default_said("a third of the lease")
-///     .range_said("below the lease");
-/// # let _ = (LEASE, RENEW_EVERY);
-/// ```
-pub struct Key<T: OptionValue> {
-    name: &'static str,
-    doc: &'static str,
-    default: Option<T::Const>,
-    default_said: Option<&'static str>,
-    min: Option<T::Const>,
-    max: Option<T::Const>,
-    range_said: Option<&'static str>,
-    value: PhantomData<fn() -> T>,
-}
-
-impl<T: OptionValue> Key<T> {
-    /// The setting called `name` (lower case, words joined by `_`), described by `doc`: one
-    /// line, as the options table shows it. No default and no range until given.
-    pub const fn new(name: &'static str, doc: &'static str) -> Self {
-        Self {
-            name,
-            doc,
-            default: None,
-            default_said: None,
-            min: None,
-            max: None,
-            range_said: None,
-            value: PhantomData,
-        }
-    }
-
-    /// The value when none is given.
-    #[must_use]
-    pub const fn default(mut self, value: T::Const) -> Self {
-        self.default = Some(value);
-        self
-    }
-
-    /// A default that depends on other settings, in words for the table (`a third of the
-    /// lease`); `build` computes it and passes it to [`Options::within`].
-    #[must_use]
-    pub const fn default_said(mut self, words: &'static str) -> Self {
-        self.default_said = Some(words);
-        self
-    }
-
-    /// The least and the most accepted, both included. A duration is never above
-    /// [`MAX_DURATION`] whatever its range says.
-    #[must_use]
-    pub const fn range(mut self, min: T::Const, max: T::Const) -> Self {
-        self.min = Some(min);
-        self.max = Some(max);
-        self
-    }
-
-    /// The least accepted (the most: [`MAX_DURATION`] for a duration, none otherwise).
-    #[must_use]
-    pub const fn at_least(mut self, min: T::Const) -> Self {
-        self.min = Some(min);
-        self
-    }
-
-    /// A range that depends on other settings, in words for the table (`below the lease`);
-    /// `build` checks it, with [`Options::within`] or a message of its own.
-    #[must_use]
-    pub const fn range_said(mut self, words: &'static str) -> Self {
-        self.range_said = Some(words);
-        self
-    }
-
-    /// The setting's name: its builder method and its URL option.
-    pub const fn name(&self) -> &'static str {
-        self.name
-    }
-
-    fn min(&self) -> Option<T> {
-        self.min.map(T::from_const)
-    }
-
-    fn max(&self) -> Option<T> {
-        self.max.map(T::from_const)
-    }
-}
-
-impl<T: OptionValue> Clone for Key<T> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<T: OptionValue> Copy for Key<T> {}
-
-impl<T: OptionValue> fmt::Debug for Key<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("Key").field(&self.name).finish()
-    }
-}
-
-/// A [`Key`] of any type, as a backend's list of its options holds it: for
-/// `option(key, value)`, messages and the options table. Implemented by [`Key`] only.
-pub trait OptionKey: Send + Sync + fmt::Debug {
-    /// The setting's name: its builder method and its URL option.
-    fn name(&self) -> &'static str;
-    /// The doc line.
-    fn doc(&self) -> &'static str;
-    /// How a value is written ([`OptionValue::FORM`]).
-    fn form(&self) -> &'static str;
-    /// The default as the table shows it (`30s`, `a third of the lease`, `none`).
-    fn default_text(&self) -> String;
-    /// The range as the table shows it (`100ms to 1d`, `below the lease`), empty when any
-    /// value of the type is accepted.
-    fn range_text(&self) -> String;
-    /// Reads `text` as this setting's value.
-    ///
-    /// # Errors
-    ///
-    /// What is wrong with `text`.
-    fn parse(&self, text: &str) -> std::result::Result<GivenValue, String>;
-}
-
-impl<T: OptionValue> OptionKey for Key<T> {
-    fn name(&self) -> &'static str {
-        self.name
-    }
-
-    fn doc(&self) -> &'static str {
-        self.doc
-    }
-
-    fn form(&self) -> &'static str {
-        T::FORM
-    }
-
-    fn default_text(&self) -> String {
-        match (self.default, self.default_said) {
-            (_, Some(words)) => words.to_owned(),
-            (Some(value), None) => T::from_const(value).show(),
-            (None, None) => "none".to_owned(),
-        }
-    }
-
-    fn range_text(&self) -> String {
-        if let Some(words) = self.range_said {
-            return words.to_owned();
-        }
-        let max = self.max().or_else(T::cap).map(|max| max.show());
-        match (self.min().map(|min| min.show()), max) {
-            (Some(min), Some(max)) => format!("{min} to {max}"),
-            (Some(min), None) => format!("at least {min}"),
-            (None, Some(max)) => format!("at most {max}"),
-            (None, None) => String::new(),
-        }
-    }
-
-    fn parse(&self, text: &str) -> std::result::Result<GivenValue, String> {
-        T::parse(text).map(|value| GivenValue::new(self.name, value))
-    }
-}
-
-/// A value given to a setting, as [`Options`] keeps it (typed, and as text for `Debug`).
-#[derive(Clone)]
-pub struct GivenValue {
-    name: &'static str,
-    value: Arc<dyn Any + Send + Sync>,
-    shown: String,
-}
-
-impl GivenValue {
-    fn new<T: OptionValue>(name: &'static str, value: T) -> Self {
-        let shown = value.show();
-        Self { name, value: Arc::new(value), shown }
-    }
-}
-
-impl fmt::Debug for GivenValue {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}={}", self.name, self.shown)
-    }
-}
-
-/// The setting every backend takes besides its own: the default maximum hold of the
-/// provider's acquisitions ([`LockProvider::with_max_hold`]), at least the backend's renewal
-/// interval. Applied by [`Options::apply`].
-pub const MAX_HOLD: Key<Duration> = Key::new("max_hold", "the default maximum hold of the provider's acquisitions")
-    .range_said("at least the renewal interval, at most 1d");
 
 /// The settings a builder was given: by its methods, by `option(key, value)`, and by the
 /// query of a URL. **The last value given for a setting wins**, whichever way it came, so a
@@ -421,12 +45,12 @@ impl Options {
 
     /// Sets `key` to `value`, replacing what was given for it before.
     pub fn set<T: OptionValue>(&mut self, key: &Key<T>, value: T) {
-        self.put(GivenValue::new(key.name, value));
+        self.put(GivenValue::new(key.name(), value));
     }
 
     /// Forgets what was given for `key`: its default applies again.
     pub fn unset<T: OptionValue>(&mut self, key: &Key<T>) {
-        self.given.retain(|given| given.name != key.name);
+        self.given.retain(|given| given.name != key.name());
     }
 
     fn put(&mut self, value: GivenValue) {
@@ -485,7 +109,7 @@ impl Options {
 
     /// What was given for `key`, if anything.
     pub fn get<T: OptionValue>(&self, key: &Key<T>) -> Option<T> {
-        let given = self.given.iter().find(|given| given.name == key.name)?;
+        let given = self.given.iter().find(|given| given.name == key.name())?;
         given.value.downcast_ref::<T>().cloned()
     }
 
@@ -495,11 +119,11 @@ impl Options {
     ///
     /// [`Error::InvalidConfig`] naming the setting and its range.
     pub fn value<T: OptionValue>(&self, key: &Key<T>) -> Result<T> {
-        let value = match (self.get(key), key.default) {
+        let value = match (self.get(key), key.default_value()) {
             (Some(value), _) => value,
-            (None, Some(default)) => T::from_const(default),
+            (None, Some(default)) => default,
             (None, None) => {
-                return Err(self.invalid(format!("{} has no value and no default; give it a value", key.name)));
+                return Err(self.invalid(format!("{} has no value and no default; give it a value", key.name())));
             }
         };
         self.check_range(key, value, key.min(), key.max())
@@ -541,7 +165,7 @@ impl Options {
             (None, Some(max)) => format!("at most {max:?}"),
             (None, None) => "something else".to_owned(),
         };
-        Err(self.invalid(format!("{} is {value:?}; it must be {range}", key.name)))
+        Err(self.invalid(format!("{} is {value:?}; it must be {range}", key.name())))
     }
 
     /// The maximum hold given ([`MAX_HOLD`]), if any.
@@ -614,27 +238,10 @@ pub fn with_url<B: ProviderBuilder>(mut builder: B, url: &str) -> B {
     builder
 }
 
-/// The options table of `keys`, in Markdown: one row per setting with its name, type,
-/// default, range and doc line. The URL docs of the `lockkit` facade are made from it.
-pub fn options_table(keys: &[&dyn OptionKey]) -> String {
-    let mut table = String::from("| option | value | default | range | what |\n| --- | --- | --- | --- | --- |\n");
-    for key in keys {
-        let range = key.range_text();
-        table.push_str(&format!(
-            "| `{}` | {} | {} | {} | {} |\n",
-            key.name(),
-            key.form(),
-            key.default_text(),
-            range,
-            key.doc()
-        ));
-    }
-    table
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
+    use super::super::key::options_table;
     use super::*;
 
     const LEASE: Key<Duration> = Key::new("lease", "how long a hold outlives a dead holder")

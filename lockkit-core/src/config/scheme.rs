@@ -6,7 +6,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 
-use super::options::{OptionKey, options_table};
+use super::key::{OptionKey, options_table};
 use super::url::StoreUrl;
 use crate::{LockProvider, Result};
 

@@ -6,7 +6,9 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use super::options::{Key, OptionValue, Options};
+use super::key::Key;
+use super::options::Options;
+use super::value::OptionValue;
 use crate::Result;
 
 /// PEM given to a certificate setting: the PEM itself (a builder method), or the path of a
