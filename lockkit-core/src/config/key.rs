@@ -209,7 +209,7 @@ impl fmt::Debug for GivenValue {
 }
 
 /// The setting every backend takes besides its own: the default maximum hold of the
-/// provider's acquisitions ([`LockProvider::with_max_hold`]), at least the backend's renewal
+/// provider's acquisitions ([`LockProvider::with_max_hold`](crate::LockProvider::with_max_hold)), at least the backend's renewal
 /// interval. Applied by [`Options::apply`](super::Options::apply).
 pub const MAX_HOLD: Key<Duration> = Key::new("max_hold", "the default maximum hold of the provider's acquisitions")
     .range_said("at least the renewal interval, at most 1d");

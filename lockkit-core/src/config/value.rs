@@ -14,7 +14,7 @@ pub trait OptionValue: Clone + fmt::Debug + Send + Sync + 'static {
     /// How a value is written, for messages and the options table: `duration`, `true or false`.
     const FORM: &'static str;
 
-    /// The form of a default or a bound in a `const` [`Key`]: the type itself, or
+    /// The form of a default or a bound in a `const` [`Key`](super::Key): the type itself, or
     /// `&'static str` for text.
     type Const: Copy + Send + Sync + 'static;
 
