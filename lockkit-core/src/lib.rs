@@ -109,7 +109,9 @@ mod provider;
 mod release;
 mod rw_lock;
 mod signal;
+pub mod sync;
 mod token;
+mod typed_provider;
 
 pub use backend::{HolderInfo, LockInfo};
 pub use capabilities::Capabilities;
@@ -126,5 +128,6 @@ pub use provider::{LockProvider, MAX_PERMITS};
 pub use rw_lock::RwLock;
 pub use signal::{HoldEnd, HoldWatcher};
 pub use token::FencingToken;
+pub use typed_provider::TypedProvider;
 
 pub(crate) use signal::HoldSignal;
