@@ -105,11 +105,14 @@ pub fn stored_name(name: &str) -> String {
 pub const BACKEND: &str = "postgres";
 
 /// The scheme table entry: `postgres://` and `postgresql://`.
-pub const SCHEME: lockkit_core::config::Scheme = lockkit_core::config::Scheme {
-    names: &["postgres", "postgresql"],
-    backend: BACKEND,
-    connect: provider::connect_url,
-};
+pub const SCHEME: lockkit_core::config::Scheme =
+    lockkit_core::config::Scheme::new(&["postgres", "postgresql"], BACKEND, provider::connect_url)
+        .with_feature("postgres")
+        .with_urls(&[(
+            "postgres://[user[:password]@]host[:port]/database",
+            "PostgreSQL (or `postgresql://`; the database is required; TLS with feature `postgres-tls`)",
+        )])
+        .with_options(OPTIONS);
 
 #[cfg(test)]
 mod tests {

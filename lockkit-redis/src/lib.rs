@@ -128,11 +128,25 @@ pub use provider::{RedisLockProvider, RenewalStats};
 /// facade registers it when its `redis` feature is on). Its `connect` reads the URL's
 /// address, credentials and options ([`RedisLockProviderBuilder::from_url`]), checks every
 /// setting, sends one PING, and returns the provider. `rediss` needs the `tls` feature.
-pub const SCHEME: Scheme = Scheme {
-    names: &["redis", "rediss", "redis+sentinel", "rediss+sentinel", "redis+cluster", "rediss+cluster"],
-    backend: BACKEND,
-    connect: provider::connect_url,
-};
+pub const SCHEME: Scheme = Scheme::new(
+    &["redis", "rediss", "redis+sentinel", "rediss+sentinel", "redis+cluster", "rediss+cluster"],
+    BACKEND,
+    provider::connect_url,
+)
+.with_feature("redis")
+.with_urls(&[
+    ("redis://[user:password@]host[:port][/db]", "one Redis server"),
+    ("rediss://…", "one Redis server over TLS (feature `redis-tls`)"),
+    (
+        "redis+sentinel://[user:password@]host:port[,host:port…]/MASTER_NAME",
+        "the primary that Redis Sentinel names, followed across failovers (`rediss+sentinel://` for TLS)",
+    ),
+    (
+        "redis+cluster://[user:password@]host:port[,host:port…]",
+        "a Redis Cluster, any of its nodes; database 0 only (`rediss+cluster://` for TLS)",
+    ),
+])
+.with_options(OPTIONS);
 
 /// The sources of the mutex's acquire and release scripts, for benchmarks that time them raw,
 /// with the key layout of earlier versions (acquire: record, fence counter, void marker,
