@@ -309,5 +309,3 @@ fn ok<T, E: std::fmt::Display>(result: Result<T, E>, step: &str) -> T {
         Err(error) => panic!("observers' chaos run: {step} failed: {error}"),
     }
 }
-
-

@@ -13,7 +13,12 @@ use crate::history::{Hold, Violation};
 use crate::sync::locked;
 
 /// Every name is idle once the clients stopped (after the lease, for holds of killed clients).
-pub(super) async fn check_orphans(harness: &dyn Harness, shared: &Shared, lease: Option<Duration>, violations: &mut Vec<String>) {
+pub(super) async fn check_orphans(
+    harness: &dyn Harness,
+    shared: &Shared,
+    lease: Option<Duration>,
+    violations: &mut Vec<String>,
+) {
     let client = match harness.client().await {
         Ok(client) => client,
         Err(error) => {

@@ -51,15 +51,14 @@
 //! Environment: `LOCKKIT_CHAOS_SEED=<n>` replays one seed, `LOCKKIT_CHAOS_SEEDS=<n>` runs n
 //! seeds, `LOCKKIT_CHAOS_SECS=<s>` sets how long faults are injected per seed (see [`check`]).
 
-
 mod analysis;
 mod config;
 mod report;
 mod schedule;
 mod worker;
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 pub use config::{ChaosConfig, FaultKind, Primitive};
@@ -139,9 +138,16 @@ pub async fn run(harness: &dyn Harness, config: ChaosConfig) -> ChaosReport {
     for fault in &plan {
         let due = started + fault.at;
         tokio::time::sleep_until(due.into()).await;
-        let applied =
-            schedule::apply(harness, &shared, fault, &mut restarts, &mut graveyard, &mut report.violations, &mut report.applied)
-                .await;
+        let applied = schedule::apply(
+            harness,
+            &shared,
+            fault,
+            &mut restarts,
+            &mut graveyard,
+            &mut report.violations,
+            &mut report.applied,
+        )
+        .await;
         let map = if applied { &mut report.faults_applied } else { &mut report.faults_skipped };
         *map.entry(fault.kind).or_default() += 1;
         if applied {

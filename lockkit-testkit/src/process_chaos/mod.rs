@@ -67,7 +67,6 @@
 //! # fn main() {}
 //! ```
 
-
 mod analysis;
 mod cli;
 mod config;
@@ -216,4 +215,3 @@ where
     state.report.orphans = orphans;
     finish(&mut state, &names, began)
 }
-

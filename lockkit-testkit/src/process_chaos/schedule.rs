@@ -38,9 +38,7 @@ pub(super) fn needs(config: &ProcessChaosConfig, report: &ProcessChaosReport) ->
     let mut needs: Vec<Need> = config
         .faults
         .iter()
-        .filter(|kind| {
-            config.store.is_some() || !matches!(kind, ProcessFault::PauseStore | ProcessFault::RestartStore)
-        })
+        .filter(|kind| config.store.is_some() || !matches!(kind, ProcessFault::PauseStore | ProcessFault::RestartStore))
         .filter(|kind| report.faults.get(kind).copied().unwrap_or(0) == 0)
         .map(|&kind| Need::Fault(kind))
         .collect();

@@ -38,7 +38,12 @@ pub(super) async fn signal(pid: u32, signal: &str) -> Result<(), String> {
 }
 
 /// Starts worker `id`: the test binary, filtered to the worker test.
-pub(super) fn start(config: &ProcessChaosConfig, names: &[String], id: u64, state: &Arc<Mutex<State>>) -> Result<Worker, String> {
+pub(super) fn start(
+    config: &ProcessChaosConfig,
+    names: &[String],
+    id: u64,
+    state: &Arc<Mutex<State>>,
+) -> Result<Worker, String> {
     let exe = std::env::current_exe().map_err(|error| format!("cannot find the test binary: {error}"))?;
     let mut child = Command::new(exe)
         .args([config.worker_test.as_str(), "--exact", "--nocapture", "--test-threads=1"])
@@ -114,7 +119,11 @@ pub(super) async fn connected(
 }
 
 /// The names still held once the lease had time to run out (bounded).
-pub(super) async fn held_names<F, Fut>(connect: F, config: &ProcessChaosConfig, names: &[String]) -> Result<Vec<String>, String>
+pub(super) async fn held_names<F, Fut>(
+    connect: F,
+    config: &ProcessChaosConfig,
+    names: &[String],
+) -> Result<Vec<String>, String>
 where
     F: FnOnce(String) -> Fut,
     Fut: Future<Output = lockkit_core::Result<LockProvider>>,
