@@ -24,13 +24,13 @@ pub enum FaultKind {
     /// Stop the server (ensemble member) one client is connected to for up to the lease,
     /// then start it again ([`ClientFaults::stop_server_for`](crate::ClientFaults::stop_server_for)).
     StopServer,
-    /// Restart the store ([`Harness::restart_store`]).
+    /// Restart the store ([`Harness::restart_store`](crate::Harness::restart_store)).
     RestartStore,
     /// Fail over the primary that holds one of the run's names to a replica
-    /// ([`Harness::failover`]).
+    /// ([`Harness::failover`](crate::Harness::failover)).
     Failover,
     /// Move one of the run's names, with its data, to another server of the store (a Redis
-    /// Cluster's slot migration: [`Harness::reshard`]).
+    /// Cluster's slot migration: [`Harness::reshard`](crate::Harness::reshard)).
     Reshard,
 }
 
@@ -119,7 +119,7 @@ pub enum Primitive {
     /// Mutexes: every hold writes.
     Mutex,
     /// Read-write locks: one acquisition in four is a writer, which writes; readers read the
-    /// resource with their token ([`FencedResource::read`]), which must never be refused
+    /// resource with their token ([`FencedResource::read`](crate::FencedResource::read)), which must never be refused
     /// while their guard is valid.
     ReadWrite,
     /// Semaphores of this many permits: holders do not write; the history checks that no more

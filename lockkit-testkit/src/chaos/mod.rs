@@ -1,7 +1,7 @@
 //! The chaos run: a randomized fault suite any backend can be put through.
 //!
 //! [`run`] starts K clients (default 8) that contend for a small set of lock names (default 3)
-//! and, while they hold a lock, do a read-modify-write on a [`FencedResource`] for that name:
+//! and, while they hold a lock, do a read-modify-write on a [`FencedResource`](crate::FencedResource) for that name:
 //! read the last counter, write `counter + 1` with the hold's fencing token. Meanwhile a fault
 //! schedule drawn from a seed is applied with the harness's fault hooks: cut a client's
 //! connection, blackhole it past the lease or session timeout (which expires a ZooKeeper
@@ -12,7 +12,7 @@
 //!
 //! At the end the run checks:
 //!
-//! - **no overlap**: [`History::check`] finds no two holds of one name whose validity
+//! - **no overlap**: [`History::check`](crate::History::check) finds no two holds of one name whose validity
 //!   intervals (grant to the earlier of release, loss and local deadline) overlap, and no
 //!   token regression;
 //! - **fencing**: every name's resource accepted tokens in increasing order, each token from

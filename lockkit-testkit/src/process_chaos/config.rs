@@ -29,11 +29,11 @@ pub enum ProcessFault {
     /// down for 10 ms to one lease and started again (the run waits until it rejoined). The
     /// schedule goes on meanwhile. Drawn only when the run has the store's control.
     RestartStore,
-    /// [`run_cli`] only: `SIGSTOP` the command that a `lockkit run` runs (not `lockkit`
-    /// itself), then `SIGCONT` it after the drawn pause. In [`run_cli`], [`Pause`](Self::Pause)
+    /// [`run_cli`](super::run_cli) only: `SIGSTOP` the command that a `lockkit run` runs (not `lockkit`
+    /// itself), then `SIGCONT` it after the drawn pause. In [`run_cli`](super::run_cli), [`Pause`](Self::Pause)
     /// and [`Kill`](Self::Kill) strike `lockkit` itself.
     PauseCommand,
-    /// [`run_cli`] only: `SIGKILL` the command that a `lockkit run` runs; `lockkit` must see
+    /// [`run_cli`](super::run_cli) only: `SIGKILL` the command that a `lockkit run` runs; `lockkit` must see
     /// it end, release the lock and exit.
     KillCommand,
 }
@@ -59,7 +59,7 @@ pub struct ProcessChaosConfig {
     pub seed: u64,
     /// The store's URL, as the workers connect to it.
     pub url: String,
-    /// The test (in the current test binary) that calls [`worker_if_requested`].
+    /// The test (in the current test binary) that calls [`worker_if_requested`](super::worker_if_requested).
     pub worker_test: String,
     /// How many workers run at once (default 4).
     pub workers: usize,

@@ -18,9 +18,9 @@
 //!
 //! Every worker reports its holds (grant, end, and its guard's local deadline) with wall-clock
 //! times, comparable across the processes of one machine; the parent turns them into a
-//! [`History`] and checks it. The report counts:
+//! [`History`](crate::History) and checks it. The report counts:
 //!
-//! - **overlaps** of valid holds and token regressions ([`History::check`]): must be 0;
+//! - **overlaps** of valid holds and token regressions ([`History::check`](crate::History::check)): must be 0;
 //! - **lost writes**: a write accepted while its hold was valid, then overwritten by a write
 //!   that had read the counter before it landed: must be 0 (with a store that keeps its data);
 //! - with a store that loses its records when restarted (Redis without persistence,

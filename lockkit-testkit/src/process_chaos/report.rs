@@ -35,20 +35,20 @@ pub struct ProcessChaosReport {
     pub writes_refused: u64,
     /// Of those, the writes whose writer was paused between its validity check and its write.
     pub writes_refused_after_resume: u64,
-    /// [`run_cli`] only: writes refused by fencing whose `lockkit` had been paused (with
+    /// [`run_cli`](super::run_cli) only: writes refused by fencing whose `lockkit` had been paused (with
     /// `SIGSTOP`) during the hold: its command went on writing while the lease ran out.
     pub writes_refused_lockkit_paused: u64,
     /// Writes accepted after the writer's deadline, before a newer holder wrote.
     pub late_writes: u64,
-    /// [`run_cli`] only: holds whose command started after the bound on their validity (its
+    /// [`run_cli`](super::run_cli) only: holds whose command started after the bound on their validity (its
     /// `lockkit` was paused between the grant and the command's start). They are left out of
-    /// the [`History`] (they were never valid); their writes are checked by the resource.
+    /// the [`History`](crate::History) (they were never valid); their writes are checked by the resource.
     pub holds_never_valid: u64,
     /// Writes accepted while valid and then overwritten by a write that read before them
     /// (those counted in [`lost_by_design`](Self::lost_by_design) left out).
     pub lost_writes: u64,
     /// Whether the store loses its records when restarted (see
-    /// [`ProcessChaosConfig::restart_loses_data`]).
+    /// [`ProcessChaosConfig::restart_loses_data`](super::ProcessChaosConfig::restart_loses_data)).
     pub restart_loses_data: bool,
     /// Lost writes where the overwritten write's hold or the overwriting one spans a restart of
     /// a store that loses its records: by design.
@@ -59,7 +59,7 @@ pub struct ProcessChaosReport {
     /// Overlaps whose first hold spans a restart of a store that loses its records: by design.
     pub by_design: Vec<Violation>,
     /// Names still held after every worker stopped and the lease ran out, and, in
-    /// [`run_cli`], commands still running after their `lockkit` was killed.
+    /// [`run_cli`](super::run_cli), commands still running after their `lockkit` was killed.
     pub orphans: Vec<String>,
     /// Problems of the run itself (a worker that did not start, a signal that failed).
     pub errors: Vec<String>,
