@@ -344,6 +344,19 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
         None
     }
 
+    /// The store's identity for fences ([`LockId`](crate::LockId)) and for the order of
+    /// [`MultiLock`](crate::MultiLock): the same text in every process and provider that
+    /// reaches this store, without credentials. By default, [`address`](Self::address)
+    /// through [`StoreUrl::identity`](crate::config::StoreUrl::identity) with no key-space
+    /// settings; a backend whose key space depends on settings the address does not show (a
+    /// key prefix, a schema) adds them. `None` for a backend without an address: its stores are
+    /// then told apart by client, in this process only. The provider's `store_id` option
+    /// takes precedence over it.
+    fn store_identity(&self) -> Option<String> {
+        let address = self.address()?;
+        crate::config::StoreUrl::parse(&address).ok().map(|url| url.identity(&[]))
+    }
+
     /// How often this backend renews (or checks) a hold: the shortest maximum hold it
     /// accepts, since a shorter one would end before the first renewal. `None` (the default)
     /// for a backend that neither renews nor checks, which accepts any maximum hold above

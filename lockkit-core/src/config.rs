@@ -158,6 +158,72 @@ impl StoreUrl {
     pub fn shown_address(&self) -> String {
         format!("{}://{}{}", self.scheme, self.hosts, self.path)
     }
+
+    /// The store's identity, the same for every process and provider that reaches this store
+    /// at these hosts ([`LockId`](crate::LockId), and the order of
+    /// [`MultiLock`](crate::MultiLock)): `scheme://hosts/path?key=value`, never with
+    /// credentials. The TLS scheme is folded into the plain one (`rediss` is `redis`,
+    /// `etcds` is `etcd`, `postgresql` is `postgres`), host names are put in lower case,
+    /// sorted and deduplicated, the query is dropped, and `keyspace` (the settings that make
+    /// the store's key space, such as a key prefix or a schema) is appended sorted by key.
+    /// A `#`, `%`, `&` or `=` in the path or a value is percent-escaped, so the identity
+    /// never contains `#`.
+    ///
+    /// No name is resolved: `localhost` and `127.0.0.1` are two identities. Where processes
+    /// reach one store by different addresses, set the option `store_id` instead.
+    ///
+    /// ```
+    /// use lockkit_core::config::StoreUrl;
+    ///
+    /// let url = StoreUrl::parse("rediss://app:secret@H2:6379,h1:6379/0?lease=10s")?;
+    /// assert_eq!(url.identity(&[("key_prefix", "billing")]), "redis://h1:6379,h2:6379/0?key_prefix=billing");
+    /// # Ok::<(), lockkit_core::Error>(())
+    /// ```
+    pub fn identity(&self, keyspace: &[(&str, &str)]) -> String {
+        let scheme = match self.scheme.split_once('+') {
+            Some((family, variant)) => format!("{}+{variant}", plain_scheme(family)),
+            None => plain_scheme(&self.scheme).to_owned(),
+        };
+        let mut hosts: Vec<String> = self
+            .hosts
+            .split(',')
+            .map(|host| host.trim().to_ascii_lowercase())
+            .filter(|host| !host.is_empty())
+            .collect();
+        hosts.sort_unstable();
+        hosts.dedup();
+        let mut identity = format!("{scheme}://{}{}", hosts.join(","), escape_identity(&self.path));
+        let mut keyspace = keyspace.to_vec();
+        keyspace.sort_unstable();
+        for (at, (key, value)) in keyspace.iter().enumerate() {
+            let separator = if at == 0 { '?' } else { '&' };
+            identity.push_str(&format!("{separator}{}={}", escape_identity(key), escape_identity(value)));
+        }
+        identity
+    }
+}
+
+/// The plain scheme of a TLS one, and one spelling of PostgreSQL's.
+fn plain_scheme(scheme: &str) -> &str {
+    match scheme {
+        "rediss" => "redis",
+        "etcds" => "etcd",
+        "postgresql" => "postgres",
+        other => other,
+    }
+}
+
+/// `text` with the characters that would make an identity ambiguous percent-escaped.
+fn escape_identity(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '#' | '%' | '&' | '=' | '?' => escaped.push_str(&format!("%{:02X}", u32::from(c))),
+            c if c.is_control() => escaped.push_str(&format!("%{:02X}", u32::from(c))),
+            c => escaped.push(c),
+        }
+    }
+    escaped
 }
 
 impl std::fmt::Debug for StoreUrl {
@@ -273,8 +339,8 @@ impl Settings {
 }
 
 /// The settings every backend's builder takes besides its own, under the same names
-/// everywhere (a builder method and a URL option each): `max_hold`.
-pub const PROVIDER_OPTIONS: &[&str] = &["max_hold"];
+/// everywhere (a builder method and a URL option each): `max_hold`, `store_id`.
+pub const PROVIDER_OPTIONS: &[&str] = &["max_hold", "store_id"];
 
 /// The settings of [`PROVIDER_OPTIONS`], kept by every backend's builder and applied to the
 /// [`LockProvider`] it builds: read once here, so that every backend spells and checks them
@@ -283,11 +349,16 @@ pub const PROVIDER_OPTIONS: &[&str] = &["max_hold"];
 /// - `max_hold`: the provider's default maximum hold
 ///   ([`LockProvider::with_max_hold`]); none by default. At least the backend's renewal
 ///   interval ([`LockProvider::min_max_hold`]), at most [`MAX_DURATION`].
+/// - `store_id`: the store's identity for fences and for the order of multi-locks, over the
+///   one the backend derives from its URL ([`LockProvider::with_store_id`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ProviderSettings {
     /// The default maximum hold of the provider's acquisitions.
     pub max_hold: Option<Duration>,
+    /// The store's identity given by hand. Kept as a `&'static str` so that the settings stay
+    /// `Copy`: each distinct value is stored once for the life of the process.
+    pub store_id: Option<&'static str>,
 }
 
 impl ProviderSettings {
@@ -300,6 +371,12 @@ impl ProviderSettings {
     pub fn option(&mut self, settings: Settings, key: &str, value: &str) -> Result<bool> {
         match key {
             "max_hold" => self.max_hold = Some(settings.duration(key, value)?),
+            "store_id" => {
+                if let Some(problem) = crate::fence::store_id_problem(value) {
+                    return Err(settings.invalid(format!("option store_id: {problem}")));
+                }
+                self.store_id = Some(intern(value));
+            }
             _ => return Ok(false),
         }
         Ok(true)
@@ -310,10 +387,28 @@ impl ProviderSettings {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidConfig`] for a maximum hold out of its range.
+    /// [`Error::InvalidConfig`] for a maximum hold out of its range or a store identity that
+    /// cannot be used.
     pub fn apply(self, provider: LockProvider) -> Result<LockProvider> {
-        provider.with_max_hold(self.max_hold)
+        let provider = provider.with_max_hold(self.max_hold)?;
+        match self.store_id {
+            Some(store_id) => provider.with_store_id(store_id),
+            None => Ok(provider),
+        }
     }
+}
+
+/// `text` stored once for the life of the process: the same text always gives the same
+/// `&'static str`, so memory grows with the number of distinct values only.
+fn intern(text: &str) -> &'static str {
+    static TABLE: std::sync::OnceLock<std::sync::Mutex<HashSet<&'static str>>> = std::sync::OnceLock::new();
+    let mut table = TABLE.get_or_init(Default::default).lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(known) = table.get(text) {
+        return known;
+    }
+    let stored: &'static str = Box::leak(Box::from(text));
+    table.insert(stored);
+    stored
 }
 
 fn invalid(backend: &'static str, message: impl Into<String>) -> Error {
@@ -416,6 +511,33 @@ mod tests {
         assert!(built("mem://max-hold?max_hold=soon").unwrap_err().to_string().contains("option max_hold"));
         assert!(built("mem://max-hold?max_hold=2d").unwrap_err().to_string().contains("at most"));
         assert!(built("mem://max-hold?bogus=1").unwrap_err().to_string().contains("max_hold"), "the options listed");
+    }
+
+    #[test]
+    fn store_identities_fold_tls_sort_hosts_and_drop_credentials() {
+        let identity = |url: &str, keyspace: &[(&str, &str)]| StoreUrl::parse(url).unwrap().identity(keyspace);
+        assert_eq!(identity("rediss://u:secret@B:1,a:2/3?lease=1s", &[]), "redis://a:2,b:1/3");
+        assert_eq!(identity("redis://a:2,b:1/3", &[]), identity("rediss://b:1,A:2,a:2/3", &[]));
+        assert_eq!(identity("postgresql://h:5432/db", &[("schema", "s")]), "postgres://h:5432/db?schema=s");
+        assert_eq!(identity("rediss+sentinel://m/0", &[]), "redis+sentinel://m/0");
+        assert_eq!(identity("redis://h:1/0", &[("p", "x"), ("a", "#%&=")]), "redis://h:1/0?a=%23%25%26%3D&p=x");
+        assert_eq!(identity("file:///var/lock/a#b", &[]), "file:///var/lock/a%23b");
+    }
+
+    #[test]
+    fn store_id_is_one_setting_read_by_the_shared_code() {
+        let built = |url: &str| crate::memory::MemoryLockProvider::from_url(&StoreUrl::parse(url).unwrap());
+        let provider = built("mem://store-id?store_id=orders-db").unwrap();
+        assert_eq!(provider.store_identity().as_deref(), Some("orders-db"));
+        let lock = provider.lock("a").unwrap();
+        assert_eq!(lock.lock_id().to_string(), "orders-db#a");
+        assert_eq!(lock.store().address(), Some("orders-db"), "multi-locks order by it too");
+        let message = built("mem://store-id?store_id=a%23b").unwrap_err().to_string();
+        assert!(message.contains("store_id") && message.contains('#'), "{message}");
+        let plain = built("mem://store-id").unwrap();
+        let other = built("mem://store-id").unwrap();
+        assert_eq!(plain.store_identity(), other.store_identity(), "two clients of one store are one store");
+        assert_ne!(plain.store_identity(), built("mem://another-store").unwrap().store_identity());
     }
 
     #[test]

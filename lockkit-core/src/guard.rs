@@ -168,6 +168,13 @@ impl LockGuard {
         self.hold.handle.name()
     }
 
+    /// What a fenced resource needs with each write or read under this guard: the lock's
+    /// identity, the token, and the mode (a read for a read guard, a write for every other
+    /// kind). See [`Fence`](crate::Fence).
+    pub fn fence(&self) -> crate::Fence {
+        crate::Fence::new(self.hold.handle.lock_id(), self.token(), crate::FenceMode::of(&self.kind))
+    }
+
     /// The kind of this guard: [`HoldKind::Exclusive`] for a mutex, [`HoldKind::Read`] for a
     /// read taken from a write guard.
     pub fn kind(&self) -> &HoldKind {

@@ -16,7 +16,7 @@ use crate::guard::Hold;
 use crate::metrics::{AcquireTimer, Labels, Outcome};
 use crate::provider::{Policy, check_max_hold};
 use crate::release::{Release, Releases};
-use crate::{AcquireOptions, Error, HoldKind, LockGuard, LockName, Result, StoreId, Wait};
+use crate::{AcquireOptions, Error, HoldKind, LockGuard, LockId, LockName, Result, StoreId, Wait};
 
 /// A handle on one named lock: a cheap, cloneable factory of acquisitions.
 ///
@@ -80,6 +80,23 @@ impl HandleInner {
         &self.labels
     }
 
+    /// The identity of this handle's lock: the store's identity (the provider's `store_id`,
+    /// else the backend's) and the name. A backend with neither gets one made of its name and
+    /// the client's identity in this process.
+    pub(crate) fn lock_id(&self) -> LockId {
+        let store = self.store_identity().unwrap_or_else(|| format!("{}://@{:x}", self.backend_name, self.instance()));
+        LockId::lossy(&store, self.lock.clone())
+    }
+
+    fn store_identity(&self) -> Option<String> {
+        self.policy.store_identity(&*self.backend)
+    }
+
+    /// The client's identity in this process (never its content).
+    fn instance(&self) -> usize {
+        Arc::as_ptr(&self.backend).cast::<()>() as usize
+    }
+
     /// Names the store in a connection or store error of this backend.
     pub(crate) fn describe(&self, error: Error) -> Error {
         error.with_server(self.backend.address().as_deref())
@@ -122,10 +139,14 @@ impl LockHandle {
     /// without an address (the memory backend) the client itself.
     /// [`MultiLock`](crate::MultiLock) orders locks by it.
     pub fn store(&self) -> StoreId {
-        let address = self.inner.backend.address();
-        // Only the identity of the client is wanted, never its content.
-        let instance = Arc::as_ptr(&self.inner.backend).cast::<()>() as usize;
-        StoreId::new(self.inner.backend_name, address, instance)
+        StoreId::new(self.inner.backend_name, self.inner.store_identity(), self.inner.instance())
+    }
+
+    /// The lock's identity, as a fenced resource is bound to it: the store's identity
+    /// ([`LockProvider::store_identity`](crate::LockProvider::store_identity)) and the name.
+    /// [`LockGuard::fence`] carries it with the token.
+    pub fn lock_id(&self) -> LockId {
+        self.inner.lock_id()
     }
 
     /// Waits as long as it takes for the lock.

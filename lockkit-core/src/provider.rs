@@ -49,6 +49,8 @@ pub(crate) struct Policy {
     pub(crate) max_hold: Option<Duration>,
     /// The `prefix` label of lock-level metrics, when the provider asks for one.
     pub(crate) metrics_prefix: Option<NamePrefix>,
+    /// The store's identity given by hand (option `store_id`), over the backend's own.
+    pub(crate) store_id: Option<Arc<str>>,
 }
 
 impl fmt::Debug for Policy {
@@ -56,6 +58,7 @@ impl fmt::Debug for Policy {
         f.debug_struct("Policy")
             .field("max_hold", &self.max_hold)
             .field("metrics_prefix", &self.metrics_prefix.is_some())
+            .field("store_id", &self.store_id)
             .finish()
     }
 }
@@ -102,6 +105,32 @@ impl LockProvider {
     pub fn with_metrics_prefix(mut self, prefix: impl Fn(&str) -> Option<String> + Send + Sync + 'static) -> Self {
         Arc::make_mut(&mut self.policy).metrics_prefix = Some(Arc::new(prefix));
         self
+    }
+
+    /// Names the store for fences and for [`MultiLock`](crate::MultiLock)'s order, over the
+    /// identity the backend derives from its URL ([`LockId::store`](crate::LockId::store)):
+    /// for processes that reach one store by different addresses (behind a load balancer,
+    /// through a DNS alias, a Redis Cluster seeded with different nodes). Give every provider
+    /// of that store the same name. Every backend's builder sets it from its `store_id`
+    /// setting (URL option `store_id=`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] for an empty name, one over
+    /// [`MAX_STORE_ID_LEN`](crate::fence::MAX_STORE_ID_LEN) bytes, or one with `#` or a
+    /// control character.
+    pub fn with_store_id(mut self, store_id: &str) -> Result<Self> {
+        if let Some(problem) = crate::fence::store_id_problem(store_id) {
+            return Err(Error::invalid_config(self.backend.name(), format!("store_id: {problem}")));
+        }
+        Arc::make_mut(&mut self.policy).store_id = Some(Arc::from(store_id));
+        Ok(self)
+    }
+
+    /// The store's identity: the `store_id` given, else the backend's
+    /// ([`LockBackend::store_identity`]), else `None` for a backend without an address.
+    pub fn store_identity(&self) -> Option<String> {
+        self.policy.store_identity(&*self.backend)
     }
 
     /// The provider's default maximum hold, if it has one.
@@ -244,6 +273,16 @@ impl LockProvider {
     /// it: a grant taken from the backend directly skips the guard and its release.
     pub fn backend(&self) -> &Arc<dyn LockBackend> {
         &self.backend
+    }
+}
+
+impl Policy {
+    /// The store's identity for `backend`: the `store_id` given, else the backend's.
+    pub(crate) fn store_identity(&self, backend: &dyn LockBackend) -> Option<String> {
+        match &self.store_id {
+            Some(given) => Some(given.to_string()),
+            None => backend.store_identity(),
+        }
     }
 }
 

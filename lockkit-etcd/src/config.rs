@@ -17,6 +17,7 @@ pub const OPTIONS: &[&str] = &[
     "connect_timeout",
     "prefix",
     "max_hold",
+    "store_id",
     "tls_root_certificate",
     "tls_client_certificate",
     "tls_client_key",

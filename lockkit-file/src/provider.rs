@@ -29,7 +29,7 @@ pub const MARKER_FILE: &str = "lockkit.dir";
 
 /// The options a `file://` URL and [`FileLockProviderBuilder::option`] take: the names of
 /// the builder's methods.
-pub const OPTIONS: &[&str] = &["poll_min", "poll_max", "check_every", "observe_every", "max_hold"];
+pub const OPTIONS: &[&str] = &["poll_min", "poll_max", "check_every", "observe_every", "max_hold", "store_id"];
 
 /// The `file` scheme: `file:///path/to/dir`, or `file://` for [`FileLockProvider::default_dir`].
 pub const SCHEME: Scheme = Scheme { names: &["file"], backend: BACKEND, connect: connect_url };

@@ -310,6 +310,10 @@ impl LockBackend for PostgresBackend {
         Some(self.settings().address.clone())
     }
 
+    fn store_identity(&self) -> Option<String> {
+        Some(self.settings().store_identity())
+    }
+
     async fn acquire(&self, request: AcquireRequest) -> Result<Option<Grant>> {
         let inner = &self.inner;
         if let HoldKind::Candidate { identity } = &request.kind {

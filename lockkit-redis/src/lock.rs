@@ -530,6 +530,10 @@ impl LockBackend for RedisBackend {
         Some(self.settings.address.clone())
     }
 
+    fn store_identity(&self) -> Option<String> {
+        Some(self.settings.store_identity())
+    }
+
     async fn acquire(&self, request: AcquireRequest) -> Result<Option<Grant>> {
         let span = tracing::debug_span!("lockkit.redis.acquire", attempt = %request.attempt);
         self.acquire_inner(&request).instrument(span).await

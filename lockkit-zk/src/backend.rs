@@ -307,6 +307,12 @@ impl LockBackend for ZkBackend {
         Some(self.config.address())
     }
 
+    /// `zk://hosts/chroot/base`: the servers and the znode under which every lock lives.
+    fn store_identity(&self) -> Option<String> {
+        let address = format!("zk://{}{}", self.config.connect_string(), self.config.root);
+        lockkit_core::config::StoreUrl::parse(&address).ok().map(|url| url.identity(&[]))
+    }
+
     async fn acquire(&self, request: AcquireRequest) -> Result<Option<Grant>> {
         let span = tracing::debug_span!("lockkit.zk.acquire", lock = %request.lock, attempt = %request.attempt);
         self.acquire_retrying(&request).instrument(span).await

@@ -20,7 +20,7 @@ pub const DEFAULT_BASE_PATH: &str = "/lockkit";
 /// The options a `zk://` URL and [`ZkLockProviderBuilder::option`] take: the names of the
 /// builder's methods.
 pub const OPTIONS: &[&str] =
-    &["session_timeout", "connect_timeout", "base_path", "drift", "acl", "disconnect_policy", "max_hold"];
+    &["session_timeout", "connect_timeout", "base_path", "drift", "acl", "disconnect_policy", "max_hold", "store_id"];
 
 /// The checks of this backend's settings.
 const SETTINGS: Settings = Settings::of(BACKEND);

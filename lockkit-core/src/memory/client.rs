@@ -109,6 +109,12 @@ impl LockBackend for MemoryClient {
         self.lease.map(|lease| lease.renew_every)
     }
 
+    /// `mem://@ADDRESS`: the store (not the client) in this process, so that every client of
+    /// one store, `mem://NAME` URLs included, has one identity.
+    fn store_identity(&self) -> Option<String> {
+        Some(format!("mem://@{:x}", std::sync::Arc::as_ptr(&self.store.shared).cast::<()>() as usize))
+    }
+
     async fn acquire(&self, request: AcquireRequest) -> Result<Option<Grant>> {
         self.reachable(&request.lock)?;
         self.ensure_watchdog();

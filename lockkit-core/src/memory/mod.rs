@@ -44,7 +44,7 @@ pub(crate) const BACKEND: &str = "memory";
 pub(crate) const SETTINGS: Settings = Settings::of(BACKEND);
 
 /// The options a `mem://` URL and [`MemoryLockProviderBuilder::option`] take.
-pub const OPTIONS: &[&str] = &["lease", "renew_every", "drift", "max_hold"];
+pub const OPTIONS: &[&str] = &["lease", "renew_every", "drift", "max_hold", "store_id"];
 
 /// The `mem` scheme: `mem://NAME` is one store per NAME per process, shared by every connect
 /// with that name (each as a client of its own); `mem://` is the store named "".
