@@ -9,6 +9,8 @@
 //! - [`fixture`]: `redis-server`, standalone ZooKeeper and a three-node ensemble on free
 //!   loopback ports; [`proxy`]: a fault-injecting TCP proxy.
 //! - [`History`] and [`FencedResource`]: the mutual-exclusion checker and the fenced store.
+//! - [`fence_conformance!`]: one line runs the fence cases ([`fence_cases`], contract
+//!   behaviours 29-33) against a fence sink through its [`FenceHarness`].
 //!
 //! # Running the kit on a backend
 //!
@@ -25,6 +27,7 @@ mod as_kind;
 pub mod cases;
 pub mod chaos;
 mod fenced;
+pub mod fence_cases;
 pub mod fixture;
 mod harness;
 mod history;
@@ -39,6 +42,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 pub use as_kind::{AsKind, Variant};
+pub use fence_cases::{FenceHarness, MemoryFenceHarness};
 pub use fenced::{FencedResource, StaleToken};
 pub use harness::{ClientFaults, FaultResult, Harness, NoFaults, TestClient, Timing, Unsupported};
 pub use history::{History, Hold, Violation};
