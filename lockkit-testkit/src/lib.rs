@@ -26,8 +26,8 @@
 mod as_kind;
 pub mod cases;
 pub mod chaos;
-mod fenced;
 pub mod fence_cases;
+mod fenced;
 pub mod fixture;
 mod harness;
 mod history;

@@ -266,7 +266,12 @@ impl<C: ConnectionLike + Clone + Send + Sync> RedisFence<C> {
     /// ```
     pub fn run<'s>(&'s self, script: &'s FencedScript, resource: &str, fence: &Fence) -> FencedCall<'s, C> {
         // Your script may write or only read: a read fence is let through, and records nothing.
-        let call = self.call(&script.script, resource, fence, FenceMode::Read);
+        // Its keys are the ones you add: the resource only chooses the fence key.
+        let call = self.fence_key(resource).map(|fence_key| {
+            let mut call = script.script.prepare_invoke();
+            call.key(fence_key).arg(fence.lock().to_string()).arg(fence.token().get()).arg(fence.mode().as_str());
+            call
+        });
         FencedCall { sink: self, call, resource: resource.to_owned(), fence: fence.clone() }
     }
 

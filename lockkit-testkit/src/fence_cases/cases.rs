@@ -57,7 +57,10 @@ pub async fn the_check_and_the_write_are_one_step(h: &dyn FenceHarness) {
         match writer.await {
             Ok(Ok(refusals)) => {
                 for (token, highest) in refusals {
-                    cx.check(highest > token, &format!("the refusal of token {token} named a greater highest, not {highest}"));
+                    cx.check(
+                        highest > token,
+                        &format!("the refusal of token {token} named a greater highest, not {highest}"),
+                    );
                 }
             }
             Ok(Err(error)) => cx.fail("a writer's write failed", error),
@@ -205,7 +208,10 @@ pub async fn bad_input_is_refused_and_writes_nothing(h: &dyn FenceHarness) {
         cx.check(matches!(read, Err(FenceError::InvalidInput { .. })), &format!("a read under {what}: {read:?}"));
     }
     let by_reader = sink.write(&cx.resource, &Ctx::read_fence(&lock, 10), b"from a reader").await;
-    cx.check(matches!(by_reader, Err(FenceError::InvalidInput { .. })), &format!("a read fence writing: {by_reader:?}"));
+    cx.check(
+        matches!(by_reader, Err(FenceError::InvalidInput { .. })),
+        &format!("a read fence writing: {by_reader:?}"),
+    );
     cx.check(cx.state(&*sink, "the state").await.is_none(), "nothing was written or bound");
     let seen = cx.read(&*sink, &fence, "read").await;
     cx.check(seen.is_none(), &format!("the resource has no value, not {seen:?}"));
