@@ -10,8 +10,8 @@ use async_trait::async_trait;
 use lockkit_core::{Fence, FenceMode, FencingToken, LockId, LockName};
 use lockkit_fence::file::FileFence;
 use lockkit_fence::{FenceError, FenceSink};
-use lockkit_testkit::FaultResult;
 use lockkit_testkit::FenceHarness;
+use lockkit_testkit::{FaultResult, Unsupported};
 
 /// Every client a new `FileFence` on one directory, as a new process would open it; a
 /// restart is a new client (the files are the store).
@@ -33,6 +33,10 @@ impl FenceHarness for FileHarness {
 
     async fn sink(&self) -> Arc<dyn FenceSink> {
         Arc::new(FileFence::new(self.dir.path()))
+    }
+
+    async fn isolated(&self) -> Result<Arc<dyn FenceHarness>, Unsupported> {
+        Ok(Arc::new(Self::new()))
     }
 
     async fn restart_store(&self) -> FaultResult {

@@ -13,7 +13,7 @@ use lockkit_core::{Fence, FenceMode, FencingToken, LockId, LockName};
 use lockkit_fence::redis::{FencedScript, RedisFence};
 use lockkit_fence::{FenceError, FenceSink};
 use lockkit_testkit::fixture::{Persistence, RedisCluster, RedisConfig, RedisSentinels, RedisServer};
-use lockkit_testkit::{FaultResult, FenceHarness};
+use lockkit_testkit::{FaultResult, FenceHarness, Unsupported};
 use redis::aio::MultiplexedConnection;
 
 /// One redis-server with an append-only file fsynced on every write, restarted for the
@@ -44,6 +44,10 @@ impl FenceHarness for SingleHarness {
 
     async fn sink(&self) -> Arc<dyn FenceSink> {
         Arc::new(RedisFence::new(connect(&self.url).await))
+    }
+
+    async fn isolated(&self) -> Result<Arc<dyn FenceHarness>, Unsupported> {
+        Ok(Arc::new(Self::start().await))
     }
 
     async fn restart_store(&self) -> FaultResult {

@@ -33,9 +33,17 @@ pub trait FenceHarness: Send + Sync + 'static {
     /// has connections), all over one store.
     async fn sink(&self) -> Arc<dyn FenceSink>;
 
+    /// A harness over a store of its own (a server of its own), for the case that restarts
+    /// it while the other cases run beside it on the shared one. `Err(Unsupported)` when the
+    /// harness cannot.
+    async fn isolated(&self) -> Result<Arc<dyn FenceHarness>, Unsupported> {
+        Err(Unsupported)
+    }
+
     /// Restarts the store keeping what it persisted (the server stopped or crashed and
-    /// started again; for files, nothing but new clients). Clients made before may fail
-    /// afterwards; the case makes new ones. `Err(Unsupported)` when the harness cannot.
+    /// started again; for files, nothing but new clients). Called on an
+    /// [`isolated`](Self::isolated) harness only. Clients made before may fail afterwards; the
+    /// case makes new ones. `Err(Unsupported)` when the harness cannot.
     async fn restart_store(&self) -> FaultResult {
         Err(Unsupported)
     }
