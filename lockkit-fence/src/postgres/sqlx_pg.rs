@@ -1,4 +1,11 @@
 //! The PostgreSQL fence on sqlx (feature `sqlx`): the same SQL as on tokio-postgres.
+//!
+//! The methods return `impl Future + Send` written out, not `async fn`: a future that holds a
+//! `&mut PgConnection` across sqlx's generic `Executor` calls is otherwise not provably `Send`
+//! where it is awaited inside another generic future (an `#[async_trait]` method, a spawned
+//! task), a known limit of the compiler's inference.
+
+use std::future::Future;
 
 use lockkit_core::{Fence, FencingToken};
 use sqlx::postgres::{PgConnection, PgDatabaseError};
@@ -10,8 +17,8 @@ use crate::{FenceError, FenceState, check_resource};
 const SINK: &str = "postgres";
 
 impl PgFence {
-    /// [`migrate`](Self::migrate) on a sqlx connection: the migration's statements in one
-    /// transaction.
+    /// [`migrate`](Self::migrate) on a sqlx connection: the migration's statements as one
+    /// simple query, which runs them in one transaction.
     ///
     /// # Errors
     ///
@@ -20,15 +27,24 @@ impl PgFence {
     /// # Cancel safety
     ///
     /// Dropping the future leaves the migration applied or not, never half applied.
-    pub async fn sqlx_migrate(&self, conn: &mut PgConnection) -> Result<(), FenceError> {
-        // One simple query: its statements run as one transaction.
-        sqlx::raw_sql(&self.migration()).execute(conn).await.map(drop).map_err(|error| {
-            FenceError::store(SINK, format!("the migration of schema {} failed", self.schema()), error)
-        })
+    pub fn sqlx_migrate<'a>(
+        &'a self,
+        conn: &'a mut PgConnection,
+    ) -> impl Future<Output = Result<(), FenceError>> + Send + 'a {
+        let migration = self.migration();
+        async move {
+            // A query without arguments goes as one simple query (statements and all).
+            let applied = sqlx::Executor::execute(conn, migration.as_str()).await;
+            applied.map(drop).map_err(|error| {
+                FenceError::store(SINK, format!("the migration of schema {} failed", self.schema()), error)
+            })
+        }
     }
 
     /// [`check`](Self::check) on a sqlx connection inside a transaction (`&mut *tx` of a
     /// `sqlx::Transaction<'_, Postgres>`): one statement, prepared once per connection by sqlx.
+    /// A write fence raises the highest when the transaction commits; to check a read in a
+    /// writer's transaction, give a [`FenceMode::Read`](lockkit_core::FenceMode::Read) fence.
     ///
     /// # Errors
     ///
@@ -37,13 +53,22 @@ impl PgFence {
     /// # Cancel safety
     ///
     /// Cancel safe as any statement of the transaction: nothing commits before it does.
-    pub async fn sqlx_check(&self, conn: &mut PgConnection, resource: &str, fence: &Fence) -> Result<(), FenceError> {
-        let (lock, token, mode) = sql::parameters(resource, fence, fence.mode())?;
-        let sent =
-            sqlx::query(self.check_statement()).bind(resource).bind(lock).bind(token).bind(mode).execute(conn).await;
-        match sent {
-            Ok(_) => Ok(()),
-            Err(error) => Err(self.sqlx_refusal(error, resource, fence)),
+    pub fn sqlx_check<'a>(
+        &'a self,
+        conn: &'a mut PgConnection,
+        resource: &'a str,
+        fence: &'a Fence,
+    ) -> impl Future<Output = Result<(), FenceError>> + Send + 'a {
+        async move {
+            let (lock, token, mode) = sql::parameters(resource, fence, fence.mode())?;
+            let sent = sqlx::query(self.check_statement())
+                .bind(resource)
+                .bind(lock)
+                .bind(token)
+                .bind(mode)
+                .execute(conn)
+                .await;
+            sent.map(drop).map_err(|error| self.sqlx_refusal(error, resource, fence))
         }
     }
 
@@ -68,20 +93,25 @@ impl PgFence {
     /// # Cancel safety
     ///
     /// Cancel safe.
-    pub async fn sqlx_state(&self, conn: &mut PgConnection, resource: &str) -> Result<Option<FenceState>, FenceError> {
-        check_resource(resource)?;
-        let row: Option<(String, i64)> =
-            sqlx::query_as(self.sql.state.as_str()).bind(resource).fetch_optional(conn).await.map_err(|error| {
-                match &error {
-                    sqlx::Error::Database(db) if matches!(db.code().as_deref(), Some("42P01" | "3F000")) => {
-                        FenceError::NotSetUp { sink: SINK, how: self.sql.how_to_set_up() }
-                    }
-                    _ => FenceError::store(SINK, format!("reading the fence of {resource:?} failed"), error),
+    pub fn sqlx_state<'a>(
+        &'a self,
+        conn: &'a mut PgConnection,
+        resource: &'a str,
+    ) -> impl Future<Output = Result<Option<FenceState>, FenceError>> + Send + 'a {
+        async move {
+            check_resource(resource)?;
+            let row: Result<Option<(String, i64)>, sqlx::Error> =
+                sqlx::query_as(&self.sql.state).bind(resource).fetch_optional(conn).await;
+            let row = row.map_err(|error| match &error {
+                sqlx::Error::Database(db) if matches!(db.code().as_deref(), Some("42P01" | "3F000")) => {
+                    FenceError::NotSetUp { sink: SINK, how: self.sql.how_to_set_up() }
                 }
+                _ => FenceError::store(SINK, format!("reading the fence of {resource:?} failed"), error),
             })?;
-        Ok(row.map(|(lock, highest)| FenceState {
-            lock,
-            highest: FencingToken::new(u64::try_from(highest).unwrap_or(0)),
-        }))
+            Ok(row.map(|(lock, highest)| FenceState {
+                lock,
+                highest: FencingToken::new(u64::try_from(highest).unwrap_or(0)),
+            }))
+        }
     }
 }
