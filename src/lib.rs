@@ -30,6 +30,9 @@
 //! - `postgres`: the PostgreSQL backend, `lockkit::postgres`, and `postgres://` URLs.
 //! - `postgres-tls`: TLS for the PostgreSQL backend (`sslmode=require`, `verify-full`, …).
 //! - `etcd`: the etcd backend, `lockkit::etcd`, and `etcd://` URLs.
+//! - `fence-postgres`, `fence-sqlx`, `fence-redis`: fenced writes that PostgreSQL (on
+//!   tokio-postgres or sqlx) or Redis refuse with a stale token, in [`fence`]; fenced files
+//!   are always there on Unix.
 //! - `full`: all of them.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -61,3 +64,8 @@ pub use lockkit_postgres as postgres;
 #[cfg(unix)]
 #[cfg_attr(docsrs, doc(cfg(unix)))]
 pub use lockkit_file as file;
+
+/// Fencing at the resource ([`lockkit_fence`]): writes that the store holding the data refuses
+/// when their token is stale. Files on Unix always; PostgreSQL with `fence-postgres` or
+/// `fence-sqlx`, Redis with `fence-redis`.
+pub use lockkit_fence as fence;

@@ -61,6 +61,13 @@ mod tokio_pg;
 mod values;
 
 pub use sql::{DEFAULT_SCHEMA, FOREIGN_LOCK_SQLSTATE, INVALID_INPUT_SQLSTATE, STALE_SQLSTATE};
+/// The sqlx this fence is built on (its `PgConnection` is what [`PgFence::sqlx_check`] takes).
+#[cfg(feature = "sqlx")]
+pub use sqlx;
+/// The tokio-postgres this fence is built on (its `Transaction` is what
+/// [`PgFence::check`] takes).
+#[cfg(feature = "postgres")]
+pub use tokio_postgres;
 #[cfg(feature = "postgres")]
 pub use values::PgFencedValues;
 

@@ -34,6 +34,9 @@ use redis::{FromRedisValue, RedisError, Script, ScriptInvocation, ToRedisArgs};
 
 use crate::{FenceError, FenceSink, FenceState, check_resource};
 
+/// The redis crate this fence is built on (its connections are what [`RedisFence`] takes).
+pub use ::redis;
+
 /// The prefix of fence keys unless [`RedisFence::with_key_prefix`] sets another.
 pub const DEFAULT_KEY_PREFIX: &str = "lockkit-fence:";
 
