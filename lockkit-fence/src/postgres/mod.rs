@@ -64,6 +64,8 @@ pub use sql::{DEFAULT_SCHEMA, FOREIGN_LOCK_SQLSTATE, INVALID_INPUT_SQLSTATE, STA
 /// The sqlx this fence is built on (its `PgConnection` is what [`PgFence::sqlx_check`] takes).
 #[cfg(feature = "sqlx")]
 pub use sqlx;
+#[cfg(feature = "postgres")]
+pub use tokio_pg::PreparedFence;
 /// The tokio-postgres this fence is built on (its `Transaction` is what
 /// [`PgFence::check`] takes).
 #[cfg(feature = "postgres")]

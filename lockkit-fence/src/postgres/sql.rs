@@ -46,6 +46,13 @@ BEGIN
             USING ERRCODE = 'LKF03';
     END IF;
     IF p_mode = 'write' THEN
+        -- The common case first: a resource already bound to this lock, the token not below.
+        UPDATE {schema}.fences AS f SET highest = p_token
+            WHERE f.resource = p_resource AND f.lock_id = p_lock_id AND f.highest <= p_token
+        RETURNING f.highest INTO v_highest;
+        IF FOUND THEN
+            RETURN v_highest;
+        END IF;
         INSERT INTO {schema}.fences AS f (resource, lock_id, highest) VALUES (p_resource, p_lock_id, p_token)
         ON CONFLICT (resource) DO UPDATE SET highest = excluded.highest
             WHERE f.lock_id = excluded.lock_id AND f.highest <= excluded.highest

@@ -6,7 +6,7 @@ use tokio::sync::Mutex;
 use tokio_postgres::Client;
 use tokio_postgres::types::{ToSql, Type};
 
-use super::PgFence;
+use super::{PgFence, PreparedFence};
 use crate::{FenceError, FenceSink, FenceState};
 
 const SINK: &str = "postgres";
@@ -22,7 +22,7 @@ const SINK: &str = "postgres";
 #[derive(Debug)]
 pub struct PgFencedValues {
     client: Mutex<Client>,
-    fence: PgFence,
+    fence: PreparedFence,
     upsert: String,
     select: String,
 }
@@ -49,6 +49,7 @@ impl PgFencedValues {
             ))
             .await
             .map_err(|error| FenceError::store(SINK, format!("creating {table} failed"), error))?;
+        let fence = fence.prepare(&client).await?;
         Ok(Self {
             client: Mutex::new(client),
             upsert: format!(
@@ -96,6 +97,6 @@ impl FenceSink for PgFencedValues {
 
     async fn state(&self, resource: &str) -> Result<Option<FenceState>, FenceError> {
         let client = self.client.lock().await;
-        self.fence.state(&*client, resource).await
+        self.fence.fence().state(&*client, resource).await
     }
 }
