@@ -105,7 +105,13 @@ mod tests {
     #[test]
     fn the_newest_valid_slot_wins_and_a_torn_one_is_skipped() {
         let dir = tempfile::tempdir().unwrap();
-        let file = std::fs::OpenOptions::new().read(true).write(true).create(true).open(dir.path().join("f")).unwrap();
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(dir.path().join("f"))
+            .unwrap();
         assert_eq!(read(&file).unwrap(), None, "a new file");
         write(&file, &record(1, 10)).unwrap();
         write(&file, &record(2, 20)).unwrap();

@@ -1,9 +1,9 @@
 //! The PostgreSQL fence on sqlx (feature `sqlx`): the same SQL as on tokio-postgres.
 //!
-//! The methods return `impl Future + Send` written out, not `async fn`: a future that holds a
-//! `&mut PgConnection` across sqlx's generic `Executor` calls is otherwise not provably `Send`
-//! where it is awaited inside another generic future (an `#[async_trait]` method, a spawned
-//! task), a known limit of the compiler's inference.
+//! The migration sends its SQL as a plain `&str` query and returns `impl Future + Send` written
+//! out: through `sqlx::raw_sql`, its future was not provably `Send` where it is awaited inside
+//! another generic future (an `#[async_trait]` method, a spawned task), a known limit of the
+//! compiler's inference.
 
 use std::future::Future;
 
@@ -53,13 +53,8 @@ impl PgFence {
     /// # Cancel safety
     ///
     /// Cancel safe as any statement of the transaction: nothing commits before it does.
-    pub fn sqlx_check<'a>(
-        &'a self,
-        conn: &'a mut PgConnection,
-        resource: &'a str,
-        fence: &'a Fence,
-    ) -> impl Future<Output = Result<(), FenceError>> + Send + 'a {
-        async move {
+    pub async fn sqlx_check(&self, conn: &mut PgConnection, resource: &str, fence: &Fence) -> Result<(), FenceError> {
+        {
             let (lock, token, mode) = sql::parameters(resource, fence, fence.mode())?;
             let sent = sqlx::query(self.check_statement())
                 .bind(resource)
@@ -93,12 +88,8 @@ impl PgFence {
     /// # Cancel safety
     ///
     /// Cancel safe.
-    pub fn sqlx_state<'a>(
-        &'a self,
-        conn: &'a mut PgConnection,
-        resource: &'a str,
-    ) -> impl Future<Output = Result<Option<FenceState>, FenceError>> + Send + 'a {
-        async move {
+    pub async fn sqlx_state(&self, conn: &mut PgConnection, resource: &str) -> Result<Option<FenceState>, FenceError> {
+        {
             check_resource(resource)?;
             let row: Result<Option<(String, i64)>, sqlx::Error> =
                 sqlx::query_as(&self.sql.state).bind(resource).fetch_optional(conn).await;
