@@ -16,9 +16,9 @@
 //!
 //! | store | module | feature | the write and its check |
 //! |---|---|---|---|
-//! | PostgreSQL | [`postgres`] | `postgres` (tokio-postgres), `sqlx` | one statement in your transaction, pipelined with your write; a SQL function for any language |
-//! | Redis | [`redis`] | `redis` | one script call: set, delete, hash set, … or a script of yours; Cluster and Sentinel |
-//! | files | [`file`] | Unix | an atomic replace or an append under an `flock` |
+//! | PostgreSQL | `postgres` | `postgres` (tokio-postgres), `sqlx` | one statement in your transaction, pipelined with your write; a SQL function for any language |
+//! | Redis | `redis` | `redis` | one script call: set, delete, hash set, … or a script of yours; Cluster and Sentinel |
+//! | files | [`file`](mod@file) | Unix | an atomic replace or an append under an `flock` |
 //!
 //! Every sink implements [`FenceSink`], and the conformance kit's
 //! `lockkit_testkit::fence_conformance!` checks a sink (yours too) against the contract's
