@@ -93,6 +93,7 @@ mod election;
 mod error;
 mod guard;
 mod handle;
+pub mod home;
 mod kind;
 mod lock;
 pub mod memory;

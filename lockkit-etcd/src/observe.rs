@@ -97,9 +97,9 @@ fn lock_progress(progress: &Mutex<Progress>) -> MutexGuard<'_, Progress> {
 }
 
 impl Observation {
-    /// Starts the task on the current runtime.
+    /// Starts the task on lockkit's home runtime, which never depends on the caller's.
     fn start(&mut self) -> Result<Arc<Outbox>> {
-        let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+        let runtime = lockkit_core::home::handle().or_else(|| tokio::runtime::Handle::try_current().ok()).ok_or_else(|| {
             Error::connection(BACKEND, Some(&self.lock), "no Tokio runtime is running")
                 .with_context("observe the election")
         })?;
