@@ -58,6 +58,12 @@ pub fn handle() -> Option<Handle> {
     .clone()
 }
 
+/// Where background work goes: the home runtime, or, where there is none (the system refused
+/// a thread), the current runtime; `None` then outside every runtime.
+pub fn runtime() -> Option<Handle> {
+    handle().or_else(|| Handle::try_current().ok())
+}
+
 /// Whether the caller runs on the home runtime.
 pub fn is_home() -> bool {
     let Ok(current) = Handle::try_current() else { return false };
@@ -74,7 +80,7 @@ pub fn spawn<F>(task: F)
 where
     F: Future<Output = ()> + Send + 'static,
 {
-    match handle().or_else(|| Handle::try_current().ok()) {
+    match runtime() {
         Some(runtime) => drop(runtime.spawn(task)),
         None => tracing::warn!("a background task of lockkit found no runtime to run on and was dropped"),
     }

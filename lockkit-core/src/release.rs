@@ -73,7 +73,7 @@ impl Release {
             self.state = State::Done;
             return;
         }
-        let Some(runtime) = crate::home::handle().or_else(|| Handle::try_current().ok()) else {
+        let Some(runtime) = crate::home::runtime() else {
             self.state = State::Done;
             tracing::warn!(
                 "a release found no runtime to run on; the store frees the hold when its lease or session ends"

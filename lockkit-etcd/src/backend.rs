@@ -14,7 +14,6 @@ use etcd_client::{
 };
 use lockkit_core::backend::{
     AcquireRequest, Deadline, Grant, HeldLock, HoldSignal, HolderInfo, LeaderEvents, LockBackend, LockInfo, OwnerMeta,
-    spawn_detached,
 };
 use lockkit_core::{Capabilities, Error, FencingToken, HoldKind, LockName, LossReason, Result};
 
@@ -147,7 +146,9 @@ impl EtcdBackend {
         self.current.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The live session, or a new one (client and lease) on the current runtime.
+    /// The live session, or a new one (client and lease) on lockkit's home runtime, where its
+    /// connections, its watchdog and its watches live whatever runtime the provider is used
+    /// from.
     pub(crate) async fn session(&self) -> Result<Arc<Session>> {
         if let Some(session) = self.current().as_ref().filter(|s| s.is_alive()) {
             return Ok(Arc::clone(session));
@@ -156,7 +157,8 @@ impl EtcdBackend {
         if let Some(session) = self.current().as_ref().filter(|s| s.is_alive()) {
             return Ok(Arc::clone(session));
         }
-        let session = Session::open(&self.config).await?;
+        let config = Arc::clone(&self.config);
+        let session = lockkit_core::home::run(async move { Session::open(&config).await }).await?;
         *self.current() = Some(Arc::clone(&session));
         Ok(session)
     }
@@ -546,7 +548,7 @@ impl Pending {
         let txn = self.give_up_txn(session.lease);
         if let Ok(Ok(_)) = tokio::time::timeout(config.connect_timeout, client.txn(txn)).await {
             if self.doubt {
-                tokio::spawn(forget_void(session, client, self.void_key.clone()));
+                lockkit_core::home::spawn(forget_void(session, client, self.void_key.clone()));
             }
             self.sent = false;
             self.revision = None;
@@ -577,23 +579,19 @@ impl Drop for Pending {
             let give_up = self.give_up_txn(session.lease);
             let (doubt, void_key) = (self.doubt, std::mem::take(&mut self.void_key));
             let backend = self.backend.clone();
-            let home = session.runtime_alive().then(|| session.runtime.clone());
-            spawn_detached(
-                async move {
-                    let Ok(client) = live_client(&backend, &session).await else { return };
-                    // The key is bound to the provider's lease: delete it while that lives.
-                    delete_while_alive(Arc::clone(&session), client.clone(), give_up, Duration::from_secs(10)).await;
-                    // Deleted, or bound to a lease that ended: the slot may be reused.
-                    if let Some(slot) = slot.as_mut() {
-                        slot.free = true;
-                    }
-                    drop(slot);
-                    if doubt {
-                        forget_void(session, client, void_key).await;
-                    }
-                },
-                home,
-            );
+            lockkit_core::home::spawn(async move {
+                let Ok(client) = live_client(&backend, &session).await else { return };
+                // The key is bound to the provider's lease: delete it while that lives.
+                delete_while_alive(Arc::clone(&session), client.clone(), give_up, Duration::from_secs(10)).await;
+                // Deleted, or bound to a lease that ended: the slot may be reused.
+                if let Some(slot) = slot.as_mut() {
+                    slot.free = true;
+                }
+                drop(slot);
+                if doubt {
+                    forget_void(session, client, void_key).await;
+                }
+            });
         } else if let Some(slot) = slot.as_mut() {
             // Never put, or known gone, or handed to the hold (then `slot` is `None`).
             slot.free = !self.sent;
@@ -867,7 +865,7 @@ impl HeldLock for EtcdHeld {
         // alive; once it is not, the key ends with it.
         let slot = self.slot.lock().unwrap_or_else(PoisonError::into_inner).take();
         let (session, timeout) = (Arc::clone(&self.session), self.backend_config.connect_timeout);
-        tokio::spawn(async move {
+        lockkit_core::home::spawn(async move {
             delete_while_alive(session, client, txn, timeout).await;
             // Deleted, or bound to a lease that ended: the slot may be reused.
             if let Some(mut slot) = slot {

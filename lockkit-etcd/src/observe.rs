@@ -99,7 +99,7 @@ fn lock_progress(progress: &Mutex<Progress>) -> MutexGuard<'_, Progress> {
 impl Observation {
     /// Starts the task on lockkit's home runtime, which never depends on the caller's.
     fn start(&mut self) -> Result<Arc<Outbox>> {
-        let runtime = lockkit_core::home::handle().or_else(|| tokio::runtime::Handle::try_current().ok()).ok_or_else(|| {
+        let runtime = lockkit_core::home::runtime().ok_or_else(|| {
             Error::connection(BACKEND, Some(&self.lock), "no Tokio runtime is running")
                 .with_context("observe the election")
         })?;

@@ -3,7 +3,6 @@
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-
 /// Locks a mutex, recovering the data if a panic poisoned it: no critical section in this
 /// crate leaves its data inconsistent at any step.
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {

@@ -107,7 +107,7 @@ impl Watchdog {
         if task.as_ref().is_some_and(|task| !task.is_finished()) {
             return;
         }
-        let Some(runtime) = lockkit_core::home::handle().or_else(|| tokio::runtime::Handle::try_current().ok()) else {
+        let Some(runtime) = lockkit_core::home::runtime() else {
             return;
         };
         let run = run(Arc::downgrade(self), self.settings.renew_every);

@@ -54,7 +54,7 @@ impl MemoryClient {
         if watchdog.as_ref().is_some_and(|task| !task.is_finished()) {
             return;
         }
-        let Some(runtime) = crate::home::handle().or_else(|| tokio::runtime::Handle::try_current().ok()) else {
+        let Some(runtime) = crate::home::runtime() else {
             return;
         };
         *watchdog = Some(runtime.spawn(renew_forever(self.me.clone(), lease.renew_every)));
