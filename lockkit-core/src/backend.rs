@@ -416,6 +416,18 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
 /// The stream [`LockBackend::observe`] returns.
 pub type LeaderEvents = std::pin::Pin<Box<dyn futures_core::Stream<Item = Result<LeaderEvent>> + Send + 'static>>;
 
+/// For an observer that saw the previous state of an election end and now hands out a new
+/// leader: the term began after that end, so its `since` is made no earlier than now. A store
+/// that dates a term by something written before the term began (a candidate's creation,
+/// until the new leader marks its start) would otherwise report a `since` before the previous
+/// term ended. A `since` the store does not know stays unknown.
+pub fn not_before_now(event: &mut LeaderEvent) {
+    if let LeaderEvent::Elected(leader) = event {
+        let now = SystemTime::now();
+        leader.since = leader.since.map(|since| since.max(now));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

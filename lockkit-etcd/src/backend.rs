@@ -357,21 +357,45 @@ impl EtcdBackend {
             // Look again, in a transaction that checks the own key is still ours: a grant is
             // confirmed against the own key after every wait.
             let read_ahead = TxnOp::get(prefix.clone(), Some(in_queue_order().with_max_create_revision(rev - 1)));
-            let txn =
-                Txn::new().when([Compare::create_revision(key.clone(), CompareOp::Equal, rev)]).and_then([read_ahead]);
-            let reply = self.txn(&session, txn, lock).await?;
-            if !reply.succeeded() {
-                pending.sent = false;
-                return Ok(Try::Vanished);
-            }
+            let ours = Compare::create_revision(key.clone(), CompareOp::Equal, rev);
+            let reply = if kind == KeyKind::Candidate {
+                // A candidate that comes to lead now (no key ahead) writes when in the same
+                // step: its value's `since` is then the start of its term, not of its campaign.
+                let first = Compare::create_revision(prefix.clone(), CompareOp::Greater, rev - 1).with_prefix();
+                let value = crate::election::with_identity(
+                    kind.value(&crate::election::leading_now(&pending.owner)),
+                    &request.kind,
+                );
+                let lead = TxnOp::put(key.clone(), value, Some(PutOptions::new().with_lease(session.lease)));
+                let own = TxnOp::get(key.clone(), None);
+                let txn = Txn::new().when([ours, first]).and_then([lead, read_ahead.clone()]).or_else([own, read_ahead]);
+                let reply = self.txn(&session, txn, lock).await?;
+                let own_gone = !reply.succeeded()
+                    && reply.op_responses().first().is_none_or(|op| {
+                        !matches!(op, TxnOpResponse::Get(get) if get.kvs().first().is_some_and(|kv| kv.create_revision() == rev))
+                    });
+                if own_gone {
+                    pending.sent = false;
+                    return Ok(Try::Vanished);
+                }
+                reply
+            } else {
+                let reply = self.txn(&session, Txn::new().when([ours]).and_then([read_ahead]), lock).await?;
+                if !reply.succeeded() {
+                    pending.sent = false;
+                    return Ok(Try::Vanished);
+                }
+                reply
+            };
             read_revision = reply.header().map_or(read_revision, etcd_client::ResponseHeader::revision);
             ahead = reply
                 .op_responses()
                 .into_iter()
-                .find_map(|op| match op {
+                .filter_map(|op| match op {
                     TxnOpResponse::Get(get) => Some(get.kvs().iter().map(Entry::of).collect()),
                     _ => None,
                 })
+                .last()
                 .unwrap_or_default();
             tracing::trace!(%key, ahead = ahead.len(), "read the keys ahead");
         }
