@@ -339,7 +339,7 @@ fn host_name() -> String {
 /// New operations (election's `observe`) come as provided methods that default to
 /// [`Error::Unsupported`], so a backend built against an older version keeps compiling.
 #[async_trait]
-pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
+pub trait LockBackend: Send + Sync + fmt::Debug + std::any::Any {
     /// A short name of the backend for messages and spans: `"memory"`, `"redis"`, `"zk"`.
     fn name(&self) -> &'static str;
 

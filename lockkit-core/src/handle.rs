@@ -177,6 +177,13 @@ impl LockHandle {
     /// Takes the lock if no other owner holds it (or is queued for it); never waits on
     /// another owner.
     ///
+    /// It does wait for this handle's own releases that began before it (a guard of this
+    /// handle dropped just before, whose release is on its way to the store): that hold is
+    /// this handle's own going away, not another owner's, and without the wait a drop followed
+    /// by `try_acquire` would fail against itself. The wait is at most the rest of a release
+    /// already under way (a round trip; none for an in-process store, whose dropped guards are
+    /// freed before `drop` returns); releases that begin later are not waited for.
+    ///
     /// # Errors
     ///
     /// As for [`acquire`](Self::acquire), with no retry of transient errors.

@@ -300,7 +300,10 @@ impl EtcdBackend {
         let mut registration: Option<Registration> = None;
         loop {
             let wait = match may_be_granted(&kind, &ahead) {
-                Verdict::Holds => return Ok(Try::Granted(self.grant(request, &session, pending, rev, kind))),
+                Verdict::Holds => {
+                    let voided = self.void_late_puts(&session, pending).await;
+                    return Ok(Try::Granted(self.grant(request, &session, pending, rev, kind, voided)));
+                }
                 Verdict::Conflict(what) => {
                     tracing::debug!(backend = BACKEND, %lock, %what, "the name is in use otherwise");
                     pending.give_up(&self.config).await;
@@ -368,7 +371,8 @@ impl EtcdBackend {
                 );
                 let lead = TxnOp::put(key.clone(), value, Some(PutOptions::new().with_lease(session.lease)));
                 let own = TxnOp::get(key.clone(), None);
-                let txn = Txn::new().when([ours, first]).and_then([lead, read_ahead.clone()]).or_else([own, read_ahead]);
+                let txn =
+                    Txn::new().when([ours, first]).and_then([lead, read_ahead.clone()]).or_else([own, read_ahead]);
                 let reply = self.txn(&session, txn, lock).await?;
                 let own_gone = !reply.succeeded()
                     && reply.op_responses().first().is_none_or(|op| {
@@ -443,6 +447,30 @@ impl EtcdBackend {
         }
     }
 
+    /// Voids the attempt of `pending` when one of its tries had its reply lost (`doubt`): that
+    /// try's put may still be on its way (held by the network, its cancellation not yet
+    /// seen) and land after this hold's key is gone (released, broken, expired), creating a
+    /// key nobody holds, bound to the provider's lease, which its other holds keep alive: an
+    /// orphan that blocks the lock for as long as the provider lives. Every put of the attempt
+    /// is conditioned on the void key's absence, so the late put is refused. True when there
+    /// was nothing to void or the void key is written; false when it could not be, and the
+    /// release writes it instead.
+    async fn void_late_puts(&self, session: &Arc<Session>, pending: &Pending) -> bool {
+        if !pending.doubt {
+            return true;
+        }
+        let mut client = session.kv.clone();
+        let put = TxnOp::put(pending.void_key.clone(), "", Some(PutOptions::new().with_lease(session.lease)));
+        match send_txn(session, &mut client, Txn::new().and_then([put]), self.config.connect_timeout).await {
+            Some(Ok(_)) => {
+                tracing::debug!(backend = BACKEND, key = %pending.key, "voided the attempt's tries in doubt");
+                lockkit_core::home::spawn(forget_void(Arc::clone(session), client, pending.void_key.clone()));
+                true
+            }
+            _ => false,
+        }
+    }
+
     fn grant(
         &self,
         request: &AcquireRequest,
@@ -450,6 +478,7 @@ impl EtcdBackend {
         pending: &mut Pending,
         rev: i64,
         kind: KeyKind,
+        voided: bool,
     ) -> Grant {
         tracing::trace!(key = %pending.key, rev, "granted");
         pending.armed = false;
@@ -466,6 +495,7 @@ impl EtcdBackend {
             key: pending.key.clone(),
             revision: rev,
             read_value: (kind == KeyKind::Write).then(|| KeyKind::Read.value(&pending.owner)),
+            void_key: (!voided).then(|| pending.void_key.clone()),
             id,
             slot: Mutex::new(pending.slot.take()),
         };
@@ -810,6 +840,9 @@ struct EtcdHeld {
     revision: i64,
     /// For a write hold, the value that turns its key into a read in place.
     read_value: Option<String>,
+    /// The void key of the acquisition's attempt, when a try of it was in doubt and the grant
+    /// could not write it ([`EtcdBackend::void_late_puts`]): the release writes it.
+    void_key: Option<String>,
     id: Option<u64>,
     /// The slot the key's name is: reusable once the release deleted the key.
     slot: Mutex<Option<Slot>>,
@@ -830,10 +863,16 @@ impl HeldLock for EtcdHeld {
         tracing::trace!(key = %self.key, "release");
         self.session.unregister(self.id);
         let mut client = live_client(&self.backend, &self.session).await?;
-        // Deletes the own key only, and only the incarnation this hold created.
+        // Deletes the own key only, and only the incarnation this hold created; voids the
+        // attempt too when the grant could not (a late put of it is then refused).
+        let void = self
+            .void_key
+            .as_ref()
+            .map(|void_key| TxnOp::put(void_key.clone(), "", Some(PutOptions::new().with_lease(self.session.lease))));
         let txn = Txn::new()
             .when([Compare::create_revision(self.key.clone(), CompareOp::Equal, self.revision)])
-            .and_then([TxnOp::delete(self.key.clone(), None)]);
+            .and_then(void.iter().cloned().chain([TxnOp::delete(self.key.clone(), None)]).collect::<Vec<_>>())
+            .or_else(void.into_iter().collect::<Vec<_>>());
         let mut last = None;
         let mut backoff = FIRST_BACKOFF;
         let started = Instant::now();

@@ -131,3 +131,17 @@ impl From<EtcdLockProvider> for LockProvider {
         provider.provider
     }
 }
+
+/// A provider of the etcd backend, as its own type again: how to reach its extras
+/// (`etcd_client`, `lease_id`, `lock_prefix`) from the [`LockProvider`] that `lockkit::connect` (or a conversion) gave.
+/// Any other provider comes back unchanged as the error.
+impl TryFrom<LockProvider> for EtcdLockProvider {
+    type Error = LockProvider;
+
+    fn try_from(provider: LockProvider) -> Result<Self, LockProvider> {
+        match provider.backend_as::<EtcdBackend>() {
+            Some(backend) => Ok(Self { provider, backend }),
+            None => Err(provider),
+        }
+    }
+}

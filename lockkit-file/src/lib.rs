@@ -264,10 +264,11 @@
 //! # Runtime
 //!
 //! Every file operation runs on the current Tokio runtime's blocking threads (or inline,
-//! outside a runtime), so acquisitions, releases and downgrades work from any runtime and
-//! from lockkit's release thread. The one background task, a provider's checker of held
-//! files, is started again on the current runtime by the next grant when its runtime has
-//! gone. An election observer has no task: it does its work when polled, on the runtime
+//! outside a runtime), so acquisitions, releases and downgrades work from any runtime. A
+//! dropped guard's hold is freed before `drop` returns (a candidate's resignation, which waits
+//! for the fence, runs on lockkit's home runtime). The one background task, a provider's
+//! checker of held files, runs on lockkit's home runtime ([`lockkit_core::home`]), whatever
+//! runtime granted the holds. An election observer has no task: it does its work when polled, on the runtime
 //! polling it, which needs IO and time enabled (`#[tokio::main]` and `enable_all()` do); its
 //! inotify instance is registered with that runtime's reactor and registered again with the
 //! next one when that runtime has gone. Polled on a runtime without IO, it reports an error

@@ -178,6 +178,20 @@ impl From<FileLockProvider> for LockProvider {
     }
 }
 
+/// A provider of the file backend, as its own type again: how to reach its extras
+/// (the lock directory) from the [`LockProvider`] that `lockkit::connect` (or a conversion) gave.
+/// Any other provider comes back unchanged as the error.
+impl TryFrom<LockProvider> for FileLockProvider {
+    type Error = LockProvider;
+
+    fn try_from(provider: LockProvider) -> Result<Self, LockProvider> {
+        match provider.backend_as::<FileBackend>() {
+            Some(backend) => Ok(Self { provider, backend }),
+            None => Err(provider),
+        }
+    }
+}
+
 /// Builds a [`FileLockProvider`]; every setting is checked by [`build`](Self::build).
 #[derive(Clone, Debug)]
 #[must_use = "a builder does nothing until `build` is called"]

@@ -321,6 +321,16 @@
 //! transaction-mode pooler would send the prepared statements to server sessions that never
 //! prepared them, and keep no session listening for the notifications.
 //!
+//! # Runtime
+//!
+//! lockkit-postgres runs on Tokio with the time and I/O drivers enabled, and a provider works
+//! from any runtime. Each runtime it is used on gets a command connection of its own (with the
+//! hot path's statements prepared on it), so a call takes no thread hop. The renewal task, the
+//! `LISTEN` connection, the releases of dropped guards and the abandons of cancelled
+//! acquisitions run on lockkit's home runtime ([`lockkit_core::home`]), with the home
+//! runtime's command connection: holds are renewed and waiters woken whatever happens to the
+//! runtime that granted a hold.
+//!
 //! # Read-write locks and semaphores
 //!
 //! Every holder of a name is a row of its own with a kind: `mutex`, `read`, `write`, or

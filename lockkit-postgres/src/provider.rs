@@ -130,6 +130,20 @@ impl From<PostgresLockProvider> for LockProvider {
     }
 }
 
+/// A provider of the PostgreSQL backend, as its own type again: how to reach its extras
+/// (`ping`, `migrate`, `open_client`) from the [`LockProvider`] that `lockkit::connect` (or a conversion) gave.
+/// Any other provider comes back unchanged as the error.
+impl TryFrom<LockProvider> for PostgresLockProvider {
+    type Error = LockProvider;
+
+    fn try_from(provider: LockProvider) -> Result<Self, LockProvider> {
+        match provider.backend_as::<PostgresBackend>() {
+            Some(backend) => Ok(Self { provider, backend }),
+            None => Err(provider),
+        }
+    }
+}
+
 /// The scheme table's `connect`: eager.
 pub(crate) fn connect_url(url: StoreUrl) -> ConnectFuture {
     Box::pin(async move {

@@ -384,13 +384,13 @@
 //! # Runtime
 //!
 //! lockkit-redis runs on Tokio with the time and I/O drivers enabled (`#[tokio::main]` and
-//! `#[tokio::test]` do both), and a provider works from any runtime: what it keeps in the
-//! background belongs to the runtime that started it, and is made again on the current one
-//! when that runtime has shut down. That is the command connection, the pub/sub connection
-//! with its push routing and its reconnect keeper (waiters are woken to subscribe again),
-//! and the renewal watchdog (started again by the provider's next operation, including a
-//! release). A guard dropped after its runtime shut down is released on lockkit's own release
-//! thread, which connects afresh; the hold is freed at once, not after the lease.
+//! `#[tokio::test]` do both), and a provider works from any runtime. Each runtime it is used
+//! on gets a command connection of its own, so a call takes no thread hop. What keeps holds
+//! and wakes waiters runs on lockkit's home runtime ([`lockkit_core::home`]), whatever runtime
+//! granted the hold and whether or not that runtime still runs or is being driven: the renewal
+//! watchdog, the pub/sub connection with its push routing and its reconnect keeper, the
+//! confirmations of hand-overs, the releases of dropped guards and the abandons of cancelled
+//! acquisitions (each on the home runtime's command connection).
 //!
 //! # Cancel safety
 //!

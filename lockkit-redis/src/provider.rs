@@ -156,6 +156,20 @@ impl From<RedisLockProvider> for LockProvider {
     }
 }
 
+/// A provider of the Redis backend, as its own type again: how to reach its extras
+/// (`record_key`, `ping`, the renewal statistics) from the [`LockProvider`] that `lockkit::connect` (or a conversion) gave.
+/// Any other provider comes back unchanged as the error.
+impl TryFrom<LockProvider> for RedisLockProvider {
+    type Error = LockProvider;
+
+    fn try_from(provider: LockProvider) -> Result<Self, LockProvider> {
+        match provider.backend_as::<RedisBackend>() {
+            Some(backend) => Ok(Self { provider, backend }),
+            None => Err(provider),
+        }
+    }
+}
+
 /// What the renewal watchdog of one provider has done since it started.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]

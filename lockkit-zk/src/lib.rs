@@ -31,7 +31,7 @@
 //! - **Cancel safety:** an acquisition dropped at any point deletes its node in the
 //!   background; `try_acquire` and timeouts leave no node behind.
 //! - **Connection trouble:** an acquisition that may wait retries past a connection failure
-//!   (no server answers, its session expired or went with its runtime), queueing again, at
+//!   (no server answers, its session expired), queueing again, at
 //!   the back, on a new session: until its timeout, which then says the store was unreachable
 //!   ([`Error::is_connect`](lockkit_core::Error::is_connect)), or for one session timeout when
 //!   it waits without one. `try_acquire` does not retry.
@@ -154,10 +154,9 @@
 //!   znode's `cversion` counts every child created and deleted, so such a node is noticed);
 //! - the consumer fell 256 events behind.
 //!
-//! The observer runs as one task, started at the stream's first poll on the runtime that
-//! polls it (and started again, after a gap, on the runtime that polls it next if that one
-//! shuts down); dropping the stream ends the task and its watches. It opens no session of its
-//! own: it uses the provider's.
+//! The observer runs as one task on lockkit's home runtime, started at the stream's first
+//! poll; dropping the stream ends the task and its watches. It opens no session of its own: it
+//! uses the provider's.
 //!
 //! # Conflicts
 //!
@@ -255,26 +254,14 @@
 //! # Runtime
 //!
 //! lockkit-zk runs on Tokio 1.x with the time and I/O drivers enabled, and works from any
-//! runtime: one provider may be used from several. A session, with the client's connection
-//! task and the task that renews its holds, runs on the runtime where it was opened (the
-//! runtime of the provider's first use). When that runtime shuts down, the session dies with
-//! it: its holds are lost at that moment ([`LossReason::ClientClosed`](lockkit_core::LossReason)),
-//! and the next use of the provider, on whatever runtime, opens a new session there. A guard
-//! released after its runtime shut down (on lockkit's release thread, say) deletes its node
-//! through a new session of the same credentials, so the lock is freed at once rather than
-//! when the server expires the old session. A current-thread runtime runs its tasks only
-//! while it is driven (inside `block_on`): keep the runtime a provider first ran on running
-//! for as long as its session serves others. An election's observer runs one task on the
-//! runtime that first polls it, and starts it again (after a gap) on the runtime that polls
-//! it next if that one shut down.
-//!
-//! One corner: when the runtime a session runs on shuts down while a task on another runtime
-//! waits on one of that session's watches, zookeeper-client panics inside the watch (an
-//! `unwrap` on a closed channel). lockkit-zk catches that panic at the watch and treats the
-//! session as gone (the waiter queues again on a new session, an observer follows on one
-//! after a gap); the panic hook still prints
-//! it. A build with `panic = "abort"` aborts instead: there, keep the runtime that first uses
-//! a provider running for as long as other runtimes use the provider.
+//! runtime: one provider may be used from several. Its session (the client's connection task,
+//! which pings the server, and the task that renews its holds and follows its state) and an
+//! election's observer run on lockkit's home runtime ([`lockkit_core::home`]), which nothing
+//! but lockkit drives and which never shuts down: a hold is kept, and a dropped guard's node
+//! deleted, whatever happens to the runtime that granted it or the one it is used from. Calls
+//! from any runtime reach the session through the client's channel (a thread hop each way;
+//! docs/PERFORMANCE.md has what it costs). A session that still went (it expired, say) loses
+//! its holds, and the next use of the provider opens a new one.
 //!
 //! # The `zookeeper_client` re-export
 //!

@@ -136,3 +136,17 @@ impl From<ZkLockProvider> for LockProvider {
         provider.provider
     }
 }
+
+/// A provider of the ZooKeeper backend, as its own type again: how to reach its extras
+/// (`zk_client`, `lock_path`, the negotiated session timeout) from the [`LockProvider`] that `lockkit::connect` (or a conversion) gave.
+/// Any other provider comes back unchanged as the error.
+impl TryFrom<LockProvider> for ZkLockProvider {
+    type Error = LockProvider;
+
+    fn try_from(provider: LockProvider) -> Result<Self, LockProvider> {
+        match provider.backend_as::<ZkBackend>() {
+            Some(backend) => Ok(Self { provider, backend }),
+            None => Err(provider),
+        }
+    }
+}

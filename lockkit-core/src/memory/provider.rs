@@ -248,3 +248,17 @@ impl From<MemoryLockProvider> for LockProvider {
         provider.provider
     }
 }
+
+/// A provider of the memory backend, as its own type again: how to reach its extras
+/// (its store and, with `test-util`, the fault hooks) from the [`LockProvider`] that `lockkit::connect` (or a conversion) gave.
+/// Any other provider comes back unchanged as the error.
+impl TryFrom<LockProvider> for MemoryLockProvider {
+    type Error = LockProvider;
+
+    fn try_from(provider: LockProvider) -> Result<Self, LockProvider> {
+        match provider.backend_as::<MemoryClient>() {
+            Some(client) => Ok(Self { provider, client }),
+            None => Err(provider),
+        }
+    }
+}
