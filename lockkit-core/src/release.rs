@@ -14,8 +14,9 @@
 //! A release keeps the backend alive until it has run: a guard dropped after every handle and
 //! the provider were dropped still frees its lock. A release future is only ever polled on
 //! one runtime: an awaited release whose future is dropped unfinished finishes on the runtime
-//! it started on. Nothing here polls a future outside a runtime, so nothing here can panic for
-//! want of one.
+//! it started on (and the handle's later acquisitions no longer wait for it, as that runtime
+//! may never be driven again). Nothing here polls a future outside a runtime, so nothing here
+//! can panic for want of one.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -141,8 +142,11 @@ impl Drop for Release {
             }
             State::Running { future, started_on } => {
                 // Finish where it started (what it made belongs to that runtime); a runtime that
-                // has gone drops it, and the store's lease or session expiry frees the hold.
-                let (ticket, backend) = (self.ticket.take(), self.backend.take());
+                // has gone drops it, and the store's lease or session expiry frees the hold. The
+                // handle's later acquisitions do not wait for it: that runtime may never be
+                // driven again (they wait for the hold as for any other owner's instead).
+                drop(self.ticket.take());
+                let backend = self.backend.take();
                 if let Some(runtime) = started_on.or_else(|| Handle::try_current().ok()) {
                     let span = self.span.clone();
                     drop(
@@ -151,7 +155,7 @@ impl Drop for Release {
                                 if let Err(error) = future.await {
                                     tracing::debug!(%error, "the release did not complete cleanly");
                                 }
-                                drop((ticket, backend));
+                                drop(backend);
                             }
                             .instrument(span),
                         ),

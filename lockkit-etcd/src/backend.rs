@@ -153,12 +153,22 @@ impl EtcdBackend {
         if let Some(session) = self.current().as_ref().filter(|s| s.is_alive()) {
             return Ok(Arc::clone(session));
         }
+        let Some(me) = self.me.upgrade() else {
+            // Only while the provider is being dropped.
+            return Err(Error::connection(BACKEND, None, "the provider is being dropped"));
+        };
+        // The turn to open is taken on the home runtime too: a caller on a runtime that stops
+        // being driven halfway holds up nobody.
+        lockkit_core::home::run(async move { me.open_session().await }).await
+    }
+
+    /// Opens a new session unless another opening made one meanwhile (on the home runtime).
+    async fn open_session(&self) -> Result<Arc<Session>> {
         let _opening = self.opening.lock().await;
         if let Some(session) = self.current().as_ref().filter(|s| s.is_alive()) {
             return Ok(Arc::clone(session));
         }
-        let config = Arc::clone(&self.config);
-        let session = lockkit_core::home::run(async move { Session::open(&config).await }).await?;
+        let session = Session::open(&self.config).await?;
         *self.current() = Some(Arc::clone(&session));
         Ok(session)
     }

@@ -83,7 +83,7 @@ impl Registry {
 #[derive(Debug)]
 pub(crate) struct Wakeups {
     slots: Slots,
-    link: tokio::sync::Mutex<Option<Link>>,
+    link: Arc<tokio::sync::Mutex<Option<Link>>>,
     /// The provider's tag: ten random lower-case hex digits, the prefix of its owner ids and
     /// the suffix of its hand-over channel.
     tag: String,
@@ -93,7 +93,7 @@ impl Default for Wakeups {
     fn default() -> Self {
         let mut tag = uuid::Uuid::new_v4().simple().to_string();
         tag.truncate(TAG_LEN);
-        Self { slots: Slots::default(), link: tokio::sync::Mutex::default(), tag }
+        Self { slots: Slots::default(), link: Arc::default(), tag }
     }
 }
 
@@ -192,14 +192,23 @@ impl Wakeups {
     /// Makes sure the listening connection is up and `LISTEN`ing (on the home runtime);
     /// once this returns `Ok`, every later release of a lock is delivered.
     pub(crate) async fn ensure(&self, store: &Arc<Store>) -> Result<()> {
-        let mut link = self.link.lock().await;
-        if link.as_ref().is_some_and(|link| !link.task.is_finished()) {
+        if self.is_up().await {
             return Ok(());
         }
-        *link = None;
-        let (slots, own) = (Arc::clone(&self.slots), self.own_channel(store));
-        *link = Some(lockkit_core::home::run(listen(Arc::clone(store), slots, own)).await?);
-        Ok(())
+        let (link, slots, own, store) =
+            (Arc::clone(&self.link), Arc::clone(&self.slots), self.own_channel(store), Arc::clone(store));
+        // The turn to open is taken on the home runtime too: a caller on a runtime that stops
+        // being driven halfway holds up nobody.
+        lockkit_core::home::run(async move {
+            let mut link = link.lock().await;
+            if link.as_ref().is_some_and(|link| !link.task.is_finished()) {
+                return Ok(());
+            }
+            *link = None;
+            *link = Some(listen(store, slots, own).await?);
+            Ok(())
+        })
+        .await
     }
 }
 

@@ -1,14 +1,16 @@
-//! The commands lockkit sends to Redis, one method per script, over one auto-reconnecting
-//! connection per provider; and the mapping of Redis errors into lockkit's error type.
+//! The commands lockkit sends to Redis, one method per script, over an auto-reconnecting
+//! connection per provider and runtime; and the mapping of Redis errors into lockkit's error
+//! type.
 //!
 //! Every call is bounded by the response timeout. A call that times out or loses its
 //! connection fails with a retryable [`Error::Connection`] whose outcome is **unknown**:
 //! the script may have run. Callers resolve that by owner id, never by a blind retry of a
 //! write (see `lock.rs`).
 //!
-//! The connection's driver task runs on the runtime that made it. When that runtime shuts
-//! down, the connection goes with it, and the next command makes a new one on the runtime it
-//! runs on (lockkit's release thread included): a provider works from any runtime.
+//! A connection's driver task (and its reconnections) run on the runtime that made it, so
+//! each runtime the provider is used on gets one of its own ([`PerRuntime`]): a command never
+//! waits on a runtime that shut down or is not being driven, and takes no thread hop. The
+//! background work, on lockkit's home runtime, uses the home runtime's.
 
 use std::future::Future;
 use std::num::NonZeroU32;

@@ -265,7 +265,7 @@ impl Subscriber {
     /// Registers interest in `channel` (a lock's channel, or a record's keyspace channel) and
     /// subscribes to it unless this provider already is. When subscribing fails the interest
     /// is still returned, not live, and the waiter polls instead.
-    pub(crate) async fn watch(&self, channel: &str) -> Interest {
+    pub(crate) async fn watch(self: &Arc<Self>, channel: &str) -> Interest {
         let entry = {
             let mut channels = lock(&self.shared.channels);
             let repositions = self.shared.keyspace.key_of(channel).is_none();
@@ -296,7 +296,7 @@ impl Subscriber {
     /// Registers the queued waiter `member` for wake-ups addressed to it, subscribing the
     /// wake channel unless it is already. `None` when `only_if_subscribed` and it is not:
     /// registering then costs nothing, which suits a waiter's first try.
-    pub(crate) async fn watch_queued(&self, member: &str, only_if_subscribed: bool) -> Option<Interest> {
+    pub(crate) async fn watch_queued(self: &Arc<Self>, member: &str, only_if_subscribed: bool) -> Option<Interest> {
         let channel = Arc::clone(&self.shared.wake_channel);
         // Known subscribed on a live link, the registration is local: no lock is awaited, so
         // that thousands of acquisitions at once do not queue on the channel's subscription
@@ -329,7 +329,7 @@ impl Subscriber {
     }
 
     /// Subscribes the interest's channel on the current link unless it already is.
-    async fn confirm(&self, interest: &mut Interest) {
+    async fn confirm(self: &Arc<Self>, interest: &mut Interest) {
         let link = match self.link().await {
             Ok(link) => link,
             Err(error) => {
@@ -355,11 +355,18 @@ impl Subscriber {
     }
 
     /// The pub/sub link: made on first use, on the home runtime, and made again when it went
-    /// stale. Its pushes are routed by a `PushRouter`.
-    async fn link(&self) -> redis::RedisResult<Arc<Link>> {
+    /// stale. Its pushes are routed by a `PushRouter`. The turn to make it is taken on the
+    /// home runtime too: a caller on a runtime that stops being driven holds up nobody.
+    async fn link(self: &Arc<Self>) -> redis::RedisResult<Arc<Link>> {
         if let Some(link) = self.shared.live_link() {
             return Ok(link);
         }
+        let me = Arc::clone(self);
+        lockkit_core::home::run(async move { me.make_link().await }).await
+    }
+
+    /// Makes the pub/sub link unless another call made one meanwhile (on the home runtime).
+    async fn make_link(&self) -> redis::RedisResult<Arc<Link>> {
         let _building = self.building.lock().await;
         if let Some(link) = self.shared.live_link() {
             return Ok(link);
@@ -396,7 +403,7 @@ impl Subscriber {
         };
         let connection = match &self.cluster {
             Some((nodes, next)) => self.cluster_link(nodes, next, config).await?,
-            None => lockkit_core::home::run(connect(client, config, response_timeout)).await?,
+            None => connect(client, config, response_timeout).await?,
         };
         let link = Arc::new(Link { connection, state });
         let previous = lock(&self.shared.link).replace(Arc::clone(&link));
@@ -433,7 +440,7 @@ impl Subscriber {
             let at = usize::try_from((first + offset) % count).unwrap_or(0);
             let Some(client) = nodes.get(at) else { continue };
             let response_timeout = self.shared.response_timeout;
-            match lockkit_core::home::run(connect(client.clone(), config.clone(), response_timeout)).await {
+            match connect(client.clone(), config.clone(), response_timeout).await {
                 Ok(connection) => {
                     // The next link, if this one goes stale, starts at the node after it.
                     next.store(first + offset, Ordering::Release);
@@ -446,7 +453,7 @@ impl Subscriber {
     }
 
     /// Retries the subscription of an interest that is not live.
-    pub(crate) async fn revive(&self, interest: &mut Interest) {
+    pub(crate) async fn revive(self: &Arc<Self>, interest: &mut Interest) {
         if !interest.is_live() {
             self.confirm(interest).await;
         }
@@ -467,8 +474,8 @@ impl Channel {
     }
 }
 
-/// Makes a pub/sub connection with `client`, within `timeout`; run on the home runtime, where
-/// its driver task and its push routing then live.
+/// Makes a pub/sub connection with `client`, within `timeout`; called on the home runtime,
+/// where its driver task and its push routing then live.
 async fn connect(
     client: redis::Client,
     config: ConnectionManagerConfig,

@@ -78,12 +78,25 @@ impl ZkBackend {
         self.current().as_ref().map(|session| session.timeout)
     }
 
-    /// The live session, or a new one on the current runtime when there is none yet, the last
-    /// one ended (expired or closed), or the runtime it ran on shut down.
+    /// The live session, or a new one on the home runtime when there is none yet or the last
+    /// one ended (expired or closed). The opening runs on the home runtime, its turn taken
+    /// there too: a caller on a runtime that stops being driven halfway holds up nobody.
     pub(crate) async fn session(&self, lock: Option<&LockName>) -> Result<Arc<Session>> {
         if let Some(live) = self.live() {
             return Ok(live);
         }
+        let Some(me) = self.me.upgrade() else {
+            // Only while the provider is being dropped.
+            return Err(
+                Error::connection(BACKEND, lock, "the provider is being dropped").with_context("open a session")
+            );
+        };
+        let lock = lock.cloned();
+        lockkit_core::home::run(async move { me.open_session(lock.as_ref()).await }).await
+    }
+
+    /// Opens a new session unless another opening made one meanwhile (on the home runtime).
+    async fn open_session(&self, lock: Option<&LockName>) -> Result<Arc<Session>> {
         let _turn = self.opening.lock().await;
         if let Some(live) = self.live() {
             return Ok(live);
