@@ -142,7 +142,7 @@ impl Hold {
 /// Dropping a guard frees the lock **promptly but not immediately**: the release runs in the
 /// background on lockkit's home runtime ([`crate::home`]), so it reaches the store wherever
 /// the guard is dropped (in async code, on a plain thread, after the runtime that granted the
-/// hold and the provider are gone). Dropping never panics and never blocks. The handle's next
+/// hold and the provider are gone); an in-process store frees it before `drop` returns. Dropping never panics and never blocks. The handle's next
 /// acquisition waits for the releases of its guards that began before it. Call
 /// [`release`](Self::release) to free the lock at once and learn the outcome.
 #[must_use = "dropping the guard releases the lock"]
