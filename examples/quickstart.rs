@@ -2,7 +2,8 @@
 //!
 //! Runs on the store named by `LOCKKIT_URL`, or the in-process memory backend when it is
 //! unset: `cargo run -p lockkit-examples --example quickstart`, or
-//! `LOCKKIT_URL=redis://127.0.0.1:6379 cargo run -p lockkit-examples --example quickstart`.
+//! `LOCKKIT_URL=redis://127.0.0.1:6379 cargo run -p lockkit-examples --features full --example quickstart`
+//! (`full` builds every network backend in).
 
 use std::time::Duration;
 

@@ -1,13 +1,14 @@
-//! lockkit: distributed locks with fencing tokens and loss signals, on ZooKeeper, Redis, local
-//! files, in process, or a third-party backend, behind one [`LockProvider`].
+//! lockkit: distributed locks with fencing tokens and loss signals, on Redis, ZooKeeper,
+//! PostgreSQL, etcd, local files, in process, or a third-party backend, behind one
+//! [`LockProvider`].
 //!
 //! This is the facade crate: application code depends on `lockkit` alone. It re-exports
-//! [`lockkit_core`] and holds no lock logic. The Redis and ZooKeeper backends are behind the
-//! `redis` and `zk` features (as the modules `lockkit::redis` and `lockkit::zk`); the
+//! [`lockkit_core`] and holds no lock logic. The network backends are behind features (as the
+//! modules `lockkit::redis`, `lockkit::zk`, `lockkit::postgres` and `lockkit::etcd`); the
 //! in-process [`memory`] backend and, on Unix, the local-file backend (`lockkit::file`) are
 //! always present. [`connect`] picks the backend from a URL (`mem://`, `file:///dir`,
-//! `redis://…`, `rediss://…`, `zk://…`), so the store is a deployment setting; its docs list
-//! the options each scheme takes.
+//! `redis://…`, `zk://…`, `postgres://…`, `etcd://…`), so the store is a deployment setting;
+//! its docs list the URLs and the options each backend takes.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -54,10 +55,13 @@
 //! ```
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+/// The guide: how to use lockkit, from a first lock to production; every example in it is a
+/// doc test.
+pub mod guide;
 mod url;
 
 pub use lockkit_core::*;
-pub use url::{DEFAULT_URL, URL_ENV, connect, connect_from_env, register_builtin_schemes, url_from_env};
+pub use url::{DEFAULT_URL, URL_ENV, connect, connect_from_env, register_builtin_schemes, schemes, url_from_env};
 
 /// The Redis backend (feature `redis`): [`RedisLockProvider`](lockkit_redis::RedisLockProvider).
 #[cfg(feature = "redis")]

@@ -7,7 +7,7 @@
 
 use std::sync::Once;
 
-use lockkit_core::config::{self, StoreUrl};
+use lockkit_core::config::{self, Scheme, StoreUrl};
 use lockkit_core::{Error, LockProvider, Result};
 
 /// The environment variable that names the store, read by the examples and the CLI.
@@ -18,61 +18,68 @@ pub const URL_ENV: &str = "LOCKKIT_URL";
 /// which works across the processes of one machine with no server.
 pub const DEFAULT_URL: &str = "file://";
 
-/// Schemes this crate knows, with the feature that builds each in.
-const FEATURES: &[(&str, &str)] = &[
-    ("redis", "redis"),
-    ("rediss", "redis-tls"),
-    ("redis+sentinel", "redis"),
-    ("rediss+sentinel", "redis-tls"),
-    ("redis+cluster", "redis"),
-    ("rediss+cluster", "redis-tls"),
-    ("zk", "zk"),
-    ("postgres", "postgres"),
-    ("postgresql", "postgres"),
-    ("etcd", "etcd"),
-    ("etcds", "etcd-tls"),
+/// The backends this crate builds in by cargo feature, each feature named as its backend:
+/// `Some` with the backend's [`Scheme`] when the feature is on. Every URL scheme of such a
+/// backend starts with the feature's name (`rediss+cluster`, `postgresql`, `etcds`), which a
+/// test checks, so a URL whose backend is not built in is told its feature without any
+/// scheme being named here.
+const OPTIONAL: [(&str, Option<Scheme>); 4] = [
+    #[cfg(feature = "redis")]
+    ("redis", Some(lockkit_redis::SCHEME)),
+    #[cfg(not(feature = "redis"))]
+    ("redis", None),
+    #[cfg(feature = "zk")]
+    ("zk", Some(lockkit_zk::SCHEME)),
+    #[cfg(not(feature = "zk"))]
+    ("zk", None),
+    #[cfg(feature = "postgres")]
+    ("postgres", Some(lockkit_postgres::SCHEME)),
+    #[cfg(not(feature = "postgres"))]
+    ("postgres", None),
+    #[cfg(feature = "etcd")]
+    ("etcd", Some(lockkit_etcd::SCHEME)),
+    #[cfg(not(feature = "etcd"))]
+    ("etcd", None),
 ];
 
-/// Registers the backends this crate's features build in (`file` on Unix, `redis`,
-/// `rediss`, `redis+sentinel`, `rediss+sentinel`, `redis+cluster` and `rediss+cluster` with
-/// feature `redis`, `zk` with feature `zk`, `postgres` and `postgresql` with feature
-/// `postgres`, `etcd` with feature `etcd`) in the scheme table. [`connect`]
-/// does it on first use; call it yourself only to list or look up schemes before that.
+/// The schemes of every backend this build has: memory, files (on Unix) and those of the
+/// features that are on, in that order. What [`connect`] serves (with any a third party
+/// registered), and what the URL docs and the `lockkit` CLI are made from.
+pub fn schemes() -> Vec<Scheme> {
+    let mut schemes = vec![lockkit_core::memory::SCHEME];
+    #[cfg(unix)]
+    schemes.push(lockkit_file::SCHEME);
+    schemes.extend(OPTIONAL.iter().filter_map(|(_, scheme)| *scheme));
+    schemes
+}
+
+/// The feature that builds in the backend of URL scheme `name`, when that feature is off.
+fn missing_feature(name: &str) -> Option<&'static str> {
+    OPTIONAL.iter().find(|(feature, scheme)| scheme.is_none() && name.starts_with(feature)).map(|(feature, _)| *feature)
+}
+
+/// Registers the backends this crate's features build in ([`schemes`]) in the scheme table.
+/// [`connect`] does it on first use; call it yourself only to list or look up schemes before
+/// that.
 pub fn register_builtin_schemes() {
     static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        #[cfg(unix)]
-        config::register(lockkit_file::SCHEME);
-        #[cfg(feature = "redis")]
-        config::register(lockkit_redis::SCHEME);
-        #[cfg(feature = "zk")]
-        config::register(lockkit_zk::SCHEME);
-        #[cfg(feature = "postgres")]
-        config::register(lockkit_postgres::SCHEME);
-        #[cfg(feature = "etcd")]
-        config::register(lockkit_etcd::SCHEME);
-    });
+    ONCE.call_once(|| schemes().into_iter().for_each(config::register));
 }
 
 /// Connects to the store named by `url`: checks every setting, reaches the store once, and
 /// returns the provider.
 ///
-/// | URL | backend | query options |
-/// | --- | --- | --- |
-/// | `mem://` or `mem://NAME` | in-process memory; one store per NAME per process | `lease`, `renew_every`, `drift` |
-/// | `file:///path/to/dir`, `file://` | local files; `file://` alone is the default directory | `poll_min`, `poll_max`, `check_every`, `observe_every` |
-/// | `redis://[user:password@]host[:port][/db]` | Redis (feature `redis`) | `lease`, `renew_every`, `response_timeout`, `drift`, `key_prefix`, `fair`, `claim_window`, `replicas`, `replicas_timeout` |
-/// | `rediss://…` | Redis over TLS (feature `redis-tls`) | as `redis://` |
-/// | `redis+sentinel://[user:password@]host:port[,host:port…]/MASTER_NAME` | the primary a Redis Sentinel names, followed across failovers (feature `redis`; `rediss+sentinel://` with `redis-tls`) | as `redis://` |
-/// | `redis+cluster://[user:password@]host:port[,host:port…]` | a Redis Cluster, any of its nodes (feature `redis`; `rediss+cluster://` with `redis-tls`) | as `redis://` |
-/// | `zk://[user:password@]host:port[,host:port…][/chroot]` | ZooKeeper (feature `zk`) | `session_timeout`, `connect_timeout`, `base_path`, `drift`, `acl`, `disconnect_policy` |
-/// | `postgres://[user[:password]@]host[:port]/database` (or `postgresql://`) | PostgreSQL (feature `postgres`) | `lease`, `renew_every`, `response_timeout`, `drift`, `schema`, `migrate`, `max_hold` |
-/// | `etcd://[user:password@]host:port[,host:port…][/prefix]` | etcd (feature `etcd`; `etcds://` for TLS with `etcd-tls`) | `ttl`, `drift`, `connect_timeout`, `prefix`, `max_hold`; with `etcds://`, `tls_root_certificate`, `tls_client_certificate`, `tls_client_key` (paths of PEM files) |
+/// The stores, and the options each takes (the table is made from the backends' [`Scheme`]s,
+/// and a test checks it):
 ///
-/// An option has the name of the backend builder's method that sets it. Durations are
-/// written `500ms`, `10s`, `1.5s`, `2m` or `1h`; flags are `true` or `false`; credentials and
-/// values are percent-decoded. An unknown option, a bad value, a value out of range or a
-/// scheme whose feature is off is an [`Error::InvalidConfig`] that says what to change.
+#[doc = include_str!("url_docs.md")]
+///
+/// An option has the name of the backend builder's method that sets it, and a setting
+/// takes the last value given, by URL or by method (see [`lockkit_core::config`]).
+/// Durations are written `500ms`, `10s`, `1.5s`, `2m` or `1h`; flags are `true` or `false`;
+/// credentials and values are percent-decoded. An unknown option, a bad value, a value out of
+/// range or a scheme whose feature is off is an [`Error::InvalidConfig`] that says what to
+/// change.
 ///
 /// A third-party backend joins the table with
 /// [`lockkit::config::register`](lockkit_core::config::register).
@@ -100,12 +107,12 @@ pub async fn connect(url: &str) -> Result<LockProvider> {
     register_builtin_schemes();
     let parsed = StoreUrl::parse(url)?;
     if config::lookup(parsed.scheme()).is_none()
-        && let Some((scheme, feature)) = FEATURES.iter().find(|(scheme, _)| *scheme == parsed.scheme())
+        && let Some(feature) = missing_feature(parsed.scheme())
     {
         return Err(Error::invalid_config(
             "lockkit",
             format!(
-                "{} needs the {scheme}:// backend, which is not built in: enable the `{feature}` feature of lockkit",
+                "{} needs the {feature} backend, which is not built in: enable the `{feature}` feature of lockkit",
                 parsed.redacted()
             ),
         ));
@@ -183,6 +190,37 @@ mod tests {
         guard.release().await.unwrap();
         assert!(message(connect(&format!("{url}?lease=1s")).await).contains("takes: poll_min"));
         let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// Every scheme of a backend a feature builds in starts with the feature's name, which is
+    /// how a URL of a backend that is not built in is told its feature.
+    #[test]
+    fn the_schemes_of_each_feature_start_with_its_name() {
+        for (feature, scheme) in OPTIONAL {
+            let Some(scheme) = scheme else { continue };
+            assert_eq!(scheme.feature, Some(feature), "{scheme:?}");
+            assert!(scheme.names.iter().all(|name| name.starts_with(feature)), "{scheme:?}");
+        }
+        let names: Vec<&str> = schemes().iter().flat_map(|scheme| scheme.names.iter().copied()).collect();
+        let unique: std::collections::HashSet<&&str> = names.iter().collect();
+        assert_eq!(unique.len(), names.len(), "no scheme is served twice: {names:?}");
+    }
+
+    /// The URL docs of `connect` (src/url_docs.md) are made from the schemes of every backend;
+    /// `LOCKKIT_UPDATE_DOCS=1` writes them again.
+    #[cfg(all(unix, feature = "redis", feature = "zk", feature = "postgres", feature = "etcd"))]
+    #[test]
+    fn the_url_docs_are_the_schemes_docs() {
+        let made = config::url_docs(&schemes());
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/src/url_docs.md");
+        if std::env::var_os("LOCKKIT_UPDATE_DOCS").is_some() {
+            std::fs::write(path, &made).unwrap();
+        }
+        let written = std::fs::read_to_string(path).unwrap();
+        assert!(
+            written == made,
+            "src/url_docs.md differs from the backends' schemes and options: run `LOCKKIT_UPDATE_DOCS=1 cargo test -p lockkit --all-features --lib url_docs` and commit it"
+        );
     }
 
     #[tokio::test]

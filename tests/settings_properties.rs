@@ -40,8 +40,9 @@ fn percent_encode(text: &str) -> String {
 }
 
 /// A query of up to four options, drawn from `known` and from made-up names.
-fn query(known: &'static [&'static str]) -> impl Strategy<Value = String> {
-    let key = prop_oneof![4 => proptest::sample::select(known), 1 => Just("bogus")];
+fn query(known: &'static [&'static dyn lockkit::config::OptionKey]) -> impl Strategy<Value = String> {
+    let names: Vec<&'static str> = known.iter().map(|key| key.name()).collect();
+    let key = prop_oneof![4 => proptest::sample::select(names), 1 => Just("bogus")];
     proptest::collection::vec((key, value()), 0..4).prop_map(|pairs| {
         let mut seen = std::collections::HashSet::new();
         pairs

@@ -4,10 +4,11 @@
 //! signals). Users hold a plain `LockProvider` around it: no provider type to write.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use lockkit::backend::{AcquireRequest, Deadline, Grant, HeldLock, HoldSignal, HolderInfo, LockBackend, LockInfo};
+use lockkit::sync::lock_or_recover;
 use lockkit::{Capabilities, Error, FencingToken, LockName, LockProvider, LossReason, Result};
 use tokio::sync::Notify;
 use uuid::Uuid;
@@ -31,7 +32,7 @@ struct TableState {
 
 impl Table {
     fn state(&self) -> std::sync::MutexGuard<'_, TableState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        lock_or_recover(&self.state)
     }
 
     /// Grants `lock` to `attempt` if it is free: the store's one atomic step. Refused, the

@@ -2,14 +2,13 @@
 //! grace period) and turning its exit status into ours.
 
 use std::ffi::OsString;
-use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
 use rustix::process::{Pid, Signal, kill_process, kill_process_group};
 use tokio::process::Child;
 
-use crate::exit::{self, Code, Failure, OS_ERROR};
+use crate::exit::{self, Failure, OS_ERROR};
 use crate::signals::Signals;
 use crate::supervise;
 
@@ -45,15 +44,6 @@ pub(crate) fn spawn(
         .kill_on_drop(true)
         .spawn()
         .map_err(|error| Failure::new(OS_ERROR, format!("cannot start lockkit's supervisor of the command: {error}")))
-}
-
-/// The exit code that passes `status` on: its code, or 128 + the signal that ended it.
-pub(crate) fn code_of(status: ExitStatus) -> Code {
-    match (status.code(), status.signal()) {
-        (Some(code), _) => Code::try_from(code & 0xff).unwrap_or(Code::MAX),
-        (None, Some(signal)) => exit::signalled(signal),
-        (None, None) => Code::MAX,
-    }
 }
 
 /// Sends SIGTERM to the child (to its whole process group when `group` is set), waits up to

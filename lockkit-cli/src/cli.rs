@@ -7,10 +7,16 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::exit;
 
-const URL_HELP: &str = "The lock store: mem://, file:///dir, redis://[user:password@]host:port[/db], \
-rediss://…, redis+sentinel://host:port[,…]/MASTER, redis+cluster://host:port[,…], zk://host:port[,host:port…][/chroot], \
-postgres://[user[:password]@]host[:port]/database, etcd://host:port[,host:port…][/prefix] (etcds:// for TLS), with options \
-in the query string (e.g. ?lease=10s). Default: $LOCKKIT_URL, else file:// (a per-user directory on this machine)";
+/// The help of `--url`: the URL forms of every backend this build has, from their schemes.
+fn url_help() -> String {
+    let forms: Vec<&str> =
+        lockkit::schemes().iter().flat_map(|scheme| scheme.urls.iter().map(|(form, _)| *form)).collect();
+    format!(
+        "The lock store: {}, with options in the query string (e.g. ?lease=10s). Default: $LOCKKIT_URL, else file:// \
+         (a per-user directory on this machine)",
+        forms.join(", ")
+    )
+}
 
 /// Run commands under distributed locks (Redis, ZooKeeper, PostgreSQL, etcd, local files) and inspect locks.
 #[derive(Debug, Parser)]
@@ -76,7 +82,7 @@ pub(crate) enum Command {
     /// and memory per held lock) and --locks distinct locks one after another and at once.
     /// Every figure comes with its ratio to the floor's p50 of the same run. Lock names start
     /// with lockkit-bench/; a run takes about 2 × --duration plus the many-locks phases.
-    #[command(after_help = crate::bench::EXIT_TABLE)]
+    #[command(after_help = exit::BENCH_TABLE)]
     Bench(BenchArgs),
     /// Internal: how `run` and `elect` start the command, so that it dies with lockkit.
     #[command(name = "__child", hide = true)]
@@ -143,7 +149,7 @@ pub(crate) struct ElectArgs {
 /// What `run` and `elect` share: the store, how long to wait, the lease, and the command.
 #[derive(Debug, Args)]
 pub(crate) struct HoldArgs {
-    #[arg(long, value_name = "URL", help = URL_HELP)]
+    #[arg(long, value_name = "URL", help = url_help())]
     pub(crate) url: Option<String>,
 
     /// Wait at most this long for the lock (500ms, 10s, 1.5s, 2m, 1h); exit 75 on timeout.
@@ -189,7 +195,7 @@ pub(crate) struct LeaderArgs {
     /// The election's name.
     pub(crate) name: String,
 
-    #[arg(long, value_name = "URL", help = URL_HELP)]
+    #[arg(long, value_name = "URL", help = url_help())]
     pub(crate) url: Option<String>,
 
     /// Print each change of leader as it happens (a vacancy included), until interrupted.
@@ -208,7 +214,7 @@ pub(crate) struct StatusArgs {
     /// The lock's name.
     pub(crate) name: String,
 
-    #[arg(long, value_name = "URL", help = URL_HELP)]
+    #[arg(long, value_name = "URL", help = url_help())]
     pub(crate) url: Option<String>,
 
     /// Print one JSON object: held, lock, url, token, owner, since_unix_ms, lease_left_ms,
@@ -223,7 +229,7 @@ pub(crate) struct BreakArgs {
     /// The lock's name.
     pub(crate) name: String,
 
-    #[arg(long, value_name = "URL", help = URL_HELP)]
+    #[arg(long, value_name = "URL", help = url_help())]
     pub(crate) url: Option<String>,
 
     /// Break it without asking (required when stdin is not a terminal).
@@ -234,7 +240,7 @@ pub(crate) struct BreakArgs {
 /// `lockkit bench`.
 #[derive(Debug, Clone, Args)]
 pub(crate) struct BenchArgs {
-    #[arg(long, value_name = "URL", help = URL_HELP)]
+    #[arg(long, value_name = "URL", help = url_help())]
     pub(crate) url: Option<String>,
 
     /// Clients contending for one lock, each with its own connection or session.
@@ -280,6 +286,15 @@ mod tests {
     #[test]
     fn the_command_line_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn the_url_help_names_every_backend_of_the_build() {
+        let help = url_help();
+        for form in ["mem://NAME", "file:///path/to/dir", "redis://", "zk://", "postgres://"] {
+            assert!(help.contains(form), "{form} in {help}");
+        }
+        assert_eq!(help.contains("etcd://"), cfg!(feature = "etcd"), "{help}");
     }
 
     #[test]

@@ -36,6 +36,25 @@ pub(crate) fn signalled(signal: i32) -> Code {
     Code::try_from(128 + signal.clamp(0, 127)).unwrap_or(Code::MAX)
 }
 
+/// The exit code that passes a child's `status` on: its code, or 128 + the signal that
+/// ended it.
+pub(crate) fn passed_on(status: std::process::ExitStatus) -> Code {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => Code::try_from(code & 0xff).unwrap_or(Code::MAX),
+        (None, Some(signal)) => signalled(signal),
+        (None, None) => Code::MAX,
+    }
+}
+
+/// The table shown by `lockkit bench --help`.
+pub(crate) const BENCH_TABLE: &str = "\
+Exit status:
+  0    the run finished and the figures were printed
+  64   usage error: bad arguments, bad URL, bad duration
+  69   the store could not be reached
+  76   the store answered with an error (for example: permission denied)";
+
 /// The table shown by `lockkit run --help`.
 pub(crate) const RUN_TABLE: &str = "\
 Exit status:

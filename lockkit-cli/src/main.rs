@@ -1,5 +1,5 @@
 //! `lockkit`: run a command while holding a distributed lock, and inspect locks, on any
-//! lockkit store (Redis, ZooKeeper, local files, memory) named by a URL.
+//! lockkit store (Redis, ZooKeeper, PostgreSQL, etcd, local files, memory) named by a URL.
 //!
 //! ```text
 //! lockkit run NAME [--url URL] [--wait DURATION | --no-wait] [--shared | --permits N] [--lease DURATION] [--grace DURATION] -- COMMAND...

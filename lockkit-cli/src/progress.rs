@@ -6,11 +6,12 @@
 //! acquisition itself.
 
 use std::io::{IsTerminal, Write};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lockkit::LockProvider;
 use lockkit::backend::LockInfo;
+use lockkit::sync::lock_or_recover;
 use tokio::task::JoinHandle;
 
 /// How long a wait lasts before the line first appears: short waits show nothing.
@@ -81,7 +82,7 @@ impl Progress {
     /// Redraws the line.
     pub(crate) fn draw(&mut self) {
         let Some(active) = &mut self.active else { return };
-        let held_by = match &*active.holder.lock().unwrap_or_else(PoisonError::into_inner) {
+        let held_by = match &*lock_or_recover(&active.holder) {
             Some(info) => match info.holder() {
                 Some(holder) => {
                     let queue = match info.waiters {
@@ -128,7 +129,7 @@ impl Drop for Progress {
 async fn inspect_loop(provider: LockProvider, lock: String, holder: Arc<Mutex<Option<LockInfo>>>) {
     loop {
         if let Ok(Ok(info)) = tokio::time::timeout(REFRESH, provider.inspect(&lock)).await {
-            *holder.lock().unwrap_or_else(PoisonError::into_inner) = Some(info);
+            *lock_or_recover(&holder) = Some(info);
         }
         tokio::time::sleep(REFRESH).await;
     }

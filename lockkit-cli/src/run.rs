@@ -205,7 +205,7 @@ impl Session {
                     return Ok(LOST);
                 }
                 release(guard, &what).await;
-                Ok(child::code_of(status))
+                Ok(exit::passed_on(status))
             }
             Outcome::Exited(Err(error)) => {
                 release(guard, &what).await;

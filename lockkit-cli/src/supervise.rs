@@ -34,7 +34,6 @@ use std::io;
 
 use rustix::process::{Pid, Signal};
 
-use crate::child::code_of;
 use crate::cli::ChildArgs;
 use crate::exit::{self, CANNOT_EXECUTE, Code, Failure, NOT_FOUND, OS_ERROR};
 
@@ -113,7 +112,7 @@ fn supervise(args: &ChildArgs) -> Code {
             tokio::select! {
                 status = child.wait() => {
                     return status
-                        .map(code_of)
+                        .map(exit::passed_on)
                         .map_err(|error| Failure::new(OS_ERROR, format!("cannot wait for the command: {error}")));
                 }
                 _ = signals.recv() => {

@@ -6,6 +6,12 @@ use lockkit::LockProvider;
 
 use crate::exit::{self, Failure, UNAVAILABLE, USAGE};
 
+/// What a `lockkit` built without etcd says about an `etcd://` URL: the CLI's feature, and the
+/// tool that feature needs at build time.
+const ETCD_HINT: &str = "; this lockkit was built without etcd: install it with \
+    `cargo install --path lockkit-cli --features etcd` (etcd's client needs protoc to build: \
+    apt-get install protobuf-compiler)";
+
 /// A store URL and where it came from.
 #[derive(Debug, Clone)]
 pub(crate) struct Target {
@@ -61,6 +67,9 @@ impl Target {
             let mut failure = Failure::from_lock_error(&error, &context);
             if lease_given && failure.code == USAGE && failure.message.contains("\"lease\"") {
                 failure.message.push_str(" (--lease sets the URL's lease option; this backend has no lease to set)");
+            }
+            if failure.code == USAGE && failure.message.contains("`etcd") {
+                failure.message.push_str(ETCD_HINT);
             }
             failure
         })

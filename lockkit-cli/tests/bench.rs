@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use lockkit_testkit::fixture::{EtcdServer, PostgresServer, RedisServer, ZkServer};
+use lockkit_testkit::fixture::{PostgresServer, RedisServer, ZkServer};
 use serde_json::Value;
 
 use common::run;
@@ -110,9 +110,10 @@ async fn bench_on_zookeeper_reports_both_floors() {
     assert!(json["targets"].as_array().unwrap().iter().any(|t| t["figure"] == "many_locks.speedup"));
 }
 
+#[cfg(feature = "etcd")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bench_on_etcd_reports_its_floors_and_the_lock_service_beside() {
-    let url = EtcdServer::shared().await.expect("etcd starts").url();
+    let url = lockkit_testkit::fixture::EtcdServer::shared().await.expect("etcd starts").url();
     let json = bench_json(&url).await;
     assert_eq!(json["backend"], "etcd");
     assert!(json["floor_kind"].as_str().is_some_and(|floor| floor.contains("put+delete")), "{json:#}");

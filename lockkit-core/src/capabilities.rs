@@ -2,8 +2,10 @@
 
 /// The optional guarantees of a backend, as plain flags.
 ///
-/// Build one with struct update syntax: `Capabilities { fair: true, ..Capabilities::NONE }`.
-/// Fencing is not a flag: every backend issues fencing tokens.
+/// Build one with struct update syntax: `Capabilities { fair: true, ..Capabilities::NONE }`,
+/// or start from [`Capabilities::ALL`] for a backend that claims every guarantee (a flag added
+/// to lockkit later is then claimed too, and the conformance kit checks it). Fencing is not a
+/// flag: every backend issues fencing tokens.
 ///
 /// The core reads the kind flags ([`rw_lock`](Self::rw_lock), [`semaphore`](Self::semaphore),
 /// [`election`](Self::election)) and refuses a kind of hold the backend does not declare with
@@ -60,4 +62,61 @@ impl Capabilities {
         election: false,
         break_lock: false,
     };
+
+    /// A capability set with every flag on: a backend that keeps every guarantee lockkit
+    /// names, now and as flags are added (`..Capabilities::ALL` to turn some off).
+    pub const ALL: Self = Self {
+        fair: true,
+        fencing_survives_restart: true,
+        lease: true,
+        lease_renewal: true,
+        loss_notification: true,
+        inspect: true,
+        waiter_count: true,
+        cross_process: true,
+        rw_lock: true,
+        semaphore: true,
+        election: true,
+        break_lock: true,
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Capabilities;
+
+    #[test]
+    fn all_and_none_are_the_two_ends() {
+        // Written without `..`: a flag added to the struct must be added to both ends.
+        let Capabilities {
+            fair,
+            fencing_survives_restart,
+            lease,
+            lease_renewal,
+            loss_notification,
+            inspect,
+            waiter_count,
+            cross_process,
+            rw_lock,
+            semaphore,
+            election,
+            break_lock,
+        } = Capabilities::ALL;
+        let all = [
+            fair,
+            fencing_survives_restart,
+            lease,
+            lease_renewal,
+            loss_notification,
+            inspect,
+            waiter_count,
+            cross_process,
+            rw_lock,
+            semaphore,
+            election,
+            break_lock,
+        ];
+        assert!(all.iter().all(|flag| *flag));
+        assert_eq!(Capabilities::NONE, Capabilities::default());
+    }
 }

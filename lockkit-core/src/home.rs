@@ -326,6 +326,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::async_yields_async)] // the point: a timer future made on the home runtime
     fn run_hops_to_home_and_back_and_outlives_the_callers_idle_runtime() {
         let first = runtime();
         // A timer made on the home runtime keeps working though the caller's runtime is idle.

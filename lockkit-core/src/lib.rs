@@ -26,6 +26,11 @@
 //! store's protocol and nothing more. The conformance kit in `lockkit-testkit` checks that a
 //! backend keeps the contract.
 //!
+//! Applications usually depend on the `lockkit` facade, which re-exports this crate, picks a
+//! backend by URL and carries the guide (choosing a backend, fencing end to end, the
+//! primitives, running in production, writing a backend):
+//! <https://docs.rs/lockkit/latest/lockkit/guide/index.html>.
+//!
 //! ```
 //! use std::time::Duration;
 //! use lockkit_core::memory::MemoryLockProvider;
@@ -110,7 +115,9 @@ mod provider;
 mod release;
 mod rw_lock;
 mod signal;
+pub mod sync;
 mod token;
+mod typed_provider;
 
 pub use backend::{HolderInfo, LockInfo};
 pub use capabilities::Capabilities;
@@ -127,5 +134,6 @@ pub use provider::{LockProvider, MAX_PERMITS};
 pub use rw_lock::RwLock;
 pub use signal::{HoldEnd, HoldWatcher};
 pub use token::FencingToken;
+pub use typed_provider::TypedProvider;
 
 pub(crate) use signal::HoldSignal;

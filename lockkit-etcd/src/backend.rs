@@ -409,7 +409,7 @@ impl EtcdBackend {
                     TxnOpResponse::Get(get) => Some(get.kvs().iter().map(Entry::of).collect()),
                     _ => None,
                 })
-                .last()
+                .next_back()
                 .unwrap_or_default();
             tracing::trace!(%key, ahead = ahead.len(), "read the keys ahead");
         }
@@ -670,20 +670,8 @@ impl LockBackend for EtcdBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            fair: true,
-            fencing_survives_restart: true,
-            lease: true,
-            lease_renewal: true,
-            loss_notification: true,
-            inspect: true,
-            waiter_count: true,
-            cross_process: true,
-            rw_lock: true,
-            semaphore: true,
-            election: true,
-            break_lock: true,
-        }
+        // Every guarantee lockkit names; a flag added later is claimed too, and checked by the kit.
+        Capabilities::ALL
     }
 
     fn renewal_interval(&self) -> Option<Duration> {

@@ -2,25 +2,31 @@
 
 use std::time::Duration;
 
-use lockkit_core::config::{ProviderSettings, Settings, StoreUrl};
+use lockkit_core::config::{
+    self, ClientTls, Key, MAX_DURATION, MAX_HOLD, OptionKey, Options, ProviderBuilder, StoreUrl, TLS_KEYS,
+};
 use lockkit_core::{LockName, Result};
 
 use crate::BACKEND;
-use crate::provider::EtcdLockProvider;
 
-const SETTINGS: Settings = Settings::of(BACKEND);
+const TTL: Key<Duration> = Key::new("ttl", "the TTL of the provider's lease, which every hold is bound to")
+    .default(DEFAULT_TTL)
+    .range_said("whole seconds, 2s to 1d");
+const DRIFT: Key<Duration> = Key::new("drift", "how much earlier than the lease the guard's deadline falls")
+    .default_said("a tenth of the ttl")
+    .range_said("below half the ttl");
+const CONNECT_TIMEOUT: Key<Duration> =
+    Key::new("connect_timeout", "how long connecting to a member and each request may take")
+        .default(Duration::from_secs(5))
+        .at_least(Duration::from_millis(1));
+const PREFIX: Key<String> =
+    Key::new("prefix", "the key prefix under which every lock's keys live (also the URL's path)")
+        .default(DEFAULT_PREFIX);
 
-/// The URL options [`EtcdLockProviderBuilder::option`] takes.
-pub const OPTIONS: &[&str] = &[
-    "ttl",
-    "drift",
-    "connect_timeout",
-    "prefix",
-    "max_hold",
-    "tls_root_certificate",
-    "tls_client_certificate",
-    "tls_client_key",
-];
+/// The URL options [`EtcdLockProviderBuilder::option`] takes; the TLS ones (paths of PEM
+/// files) with `etcds://` only.
+pub const OPTIONS: &[&dyn OptionKey] =
+    &[&TTL, &DRIFT, &CONNECT_TIMEOUT, &PREFIX, &MAX_HOLD, &TLS_KEYS.root, &TLS_KEYS.certificate, &TLS_KEYS.key];
 
 /// What an `etcds://` URL says when the `tls` feature is not built in.
 #[cfg(not(feature = "tls"))]
@@ -54,25 +60,7 @@ pub(crate) struct EtcdConfig {
     pub(crate) connect_timeout: Duration,
     pub(crate) credentials: Option<(String, String)>,
     /// The certificates of an `etcds://` provider; `None` for plain `etcd://`.
-    pub(crate) tls: Option<TlsSettings>,
-}
-
-/// The certificates of TLS connections (PEM); printed without their contents.
-#[derive(Clone, Default)]
-pub(crate) struct TlsSettings {
-    /// The CA the members' certificates must chain to; the system's trust store when `None`.
-    pub(crate) root: Option<Vec<u8>>,
-    /// The client certificate and its key, for members that authenticate clients.
-    pub(crate) client: Option<(Vec<u8>, Vec<u8>)>,
-}
-
-impl std::fmt::Debug for TlsSettings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TlsSettings")
-            .field("root", &self.root.as_ref().map(|_| "<certificate>"))
-            .field("client", &self.client.as_ref().map(|_| "<certificate and key>"))
-            .finish()
-    }
+    pub(crate) tls: Option<ClientTls>,
 }
 
 impl EtcdConfig {
@@ -96,39 +84,35 @@ pub(crate) fn escape(name: &str) -> String {
     out
 }
 
-/// Every setting of an [`EtcdLockProvider`]; [`build`](Self::build) checks them and does no
+/// Every setting of an [`EtcdLockProvider`](crate::EtcdLockProvider); [`build`](Self::build) checks them and does no
 /// I/O.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct EtcdLockProviderBuilder {
     endpoints: Option<String>,
-    prefix: Option<String>,
-    ttl: Option<Duration>,
-    drift: Option<Duration>,
-    connect_timeout: Option<Duration>,
     credentials: Option<(String, String)>,
     tls: bool,
-    tls_root: Option<Vec<u8>>,
-    tls_client_certificate: Option<Vec<u8>>,
-    tls_client_key: Option<Vec<u8>>,
-    common: ProviderSettings,
+    options: Options,
 }
 
-impl EtcdLockProviderBuilder {
-    /// The settings an `etcd://` URL gives:
-    /// `etcd://[user:password@]host:port[,host:port…][/prefix][?option=value&…]`, or
-    /// `etcds://…` for TLS (feature `tls`).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) for another scheme,
-    /// members that mix schemes, half credentials, an unknown or bad option, or a certificate
-    /// file that cannot be read.
-    pub fn from_url(url: &StoreUrl) -> Result<Self> {
-        let tls = match url.scheme() {
+impl Default for EtcdLockProviderBuilder {
+    fn default() -> Self {
+        Self { endpoints: None, credentials: None, tls: false, options: Options::new(BACKEND, OPTIONS) }
+    }
+}
+
+impl ProviderBuilder for EtcdLockProviderBuilder {
+    fn options_mut(&mut self) -> &mut Options {
+        &mut self.options
+    }
+
+    /// The members, TLS (`etcds://`), the prefix (the path) and the credentials of an
+    /// `etcd://` URL.
+    fn address(&mut self, url: &StoreUrl) -> Result<()> {
+        self.tls = match url.scheme() {
             "etcd" => false,
             "etcds" => true,
             _ => {
-                return Err(SETTINGS.invalid(format!(
+                return Err(self.options.invalid(format!(
                     "{} is not an etcd:// URL; write etcd://[user:password@]host:2379[,host:2379…][/prefix]",
                     url.redacted()
                 )));
@@ -137,30 +121,46 @@ impl EtcdLockProviderBuilder {
         let shown = url.redacted();
         let members = shown.split_once("://").map_or("", |(_, rest)| rest);
         if members.contains("etcd://") || members.contains("etcds://") {
-            return Err(SETTINGS.invalid(format!(
+            return Err(self.options.invalid(format!(
                 "{shown} mixes schemes among its members: write one scheme for all of them, \
                  etcd://host:2379,host:2379 (or etcds://… for TLS, all members alike)"
             )));
         }
-        let mut builder = Self::default().endpoints(url.hosts()).tls(tls);
-        let path = url.path().trim_start_matches('/');
-        if !path.is_empty() {
-            builder = builder.prefix(path);
-        }
-        match (url.user(), url.password()) {
-            (None, None) => {}
-            (Some(user), Some(password)) => builder = builder.credentials(user, password),
+        self.credentials = match (url.user(), url.password()) {
+            (None, None) => None,
+            (Some(user), Some(password)) => Some((user.to_owned(), password.to_owned())),
             _ => {
-                return Err(SETTINGS.invalid(format!(
+                return Err(self.options.invalid(format!(
                     "the credentials in {} need both a user and a password: write etcd://user:password@host:2379",
                     url.redacted()
                 )));
             }
+        };
+        self.endpoints = Some(url.hosts().to_owned());
+        let path = url.path().trim_start_matches('/');
+        if !path.is_empty() {
+            self.options.set(&PREFIX, path.to_owned());
         }
-        for (key, value) in url.options() {
-            builder = builder.option(key, value)?;
-        }
-        Ok(builder)
+        Ok(())
+    }
+}
+
+impl EtcdLockProviderBuilder {
+    /// The settings given so far.
+    pub(crate) fn options(&self) -> &Options {
+        &self.options
+    }
+
+    /// The settings an `etcd://` URL gives:
+    /// `etcd://[user:password@]host:port[,host:port…][/prefix][?option=value&…]`, or
+    /// `etcds://…` for TLS (feature `tls`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) for another scheme,
+    /// members that mix schemes, half credentials, or an unknown or bad option.
+    pub fn from_url(url: &StoreUrl) -> Result<Self> {
+        config::from_url(url)
     }
 
     /// The members, `host:port[,host:port…]` (port 2379 when left out).
@@ -173,7 +173,7 @@ impl EtcdLockProviderBuilder {
     /// ASCII letters, digits, `.`, `_` and `-` separated by single `/`, at most 512 bytes.
     /// The path of an `etcd://` URL, or URL option `prefix`.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = Some(prefix.into());
+        self.options.set(&PREFIX, prefix.into());
         self
     }
 
@@ -182,7 +182,7 @@ impl EtcdLockProviderBuilder {
     /// leases in seconds), at least 2 s (etcd's shortest lease) and at most a day. Renewed
     /// every third of it. URL option `ttl`.
     pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = Some(ttl);
+        self.options.set(&TTL, ttl);
         self
     }
 
@@ -190,14 +190,14 @@ impl EtcdLockProviderBuilder {
     /// this host and the server: a tenth of the TTL by default, below half the TTL. URL
     /// option `drift`.
     pub fn drift(mut self, drift: Duration) -> Self {
-        self.drift = Some(drift);
+        self.options.set(&DRIFT, drift);
         self
     }
 
     /// How long connecting to a member and each request may take; 5 s by default, at least
     /// 1 ms. URL option `connect_timeout`.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = Some(timeout);
+        self.options.set(&CONNECT_TIMEOUT, timeout);
         self
     }
 
@@ -220,7 +220,7 @@ impl EtcdLockProviderBuilder {
     #[cfg(feature = "tls")]
     #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
-        self.tls_root = Some(pem.into());
+        TLS_KEYS.set_root(&mut self.options, pem.into());
         self
     }
 
@@ -230,53 +230,20 @@ impl EtcdLockProviderBuilder {
     #[cfg(feature = "tls")]
     #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_client_certificate(mut self, certificate: impl Into<Vec<u8>>, key: impl Into<Vec<u8>>) -> Self {
-        self.tls_client_certificate = Some(certificate.into());
-        self.tls_client_key = Some(key.into());
+        TLS_KEYS.set_client(&mut self.options, certificate.into(), key.into());
         self
     }
 
     /// Sets one option by its URL name ([`OPTIONS`]). The TLS options take the path of a PEM
-    /// file, read here.
+    /// file, read by [`build`](Self::build).
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) for an unknown option, a
-    /// value that does not parse, or a file that cannot be read.
+    /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) for an unknown option or a
+    /// value that does not parse.
     pub fn option(mut self, key: &str, value: &str) -> Result<Self> {
-        if self.common.option(SETTINGS, key, value)? {
-            return Ok(self);
-        }
-        Ok(match key {
-            "ttl" => self.ttl(SETTINGS.duration(key, value)?),
-            "drift" => self.drift(SETTINGS.duration(key, value)?),
-            "connect_timeout" => self.connect_timeout(SETTINGS.duration(key, value)?),
-            "prefix" => self.prefix(value),
-            "tls_root_certificate" => {
-                self.tls_root = Some(read_pem(key, value)?);
-                self
-            }
-            "tls_client_certificate" => {
-                self.tls_client_certificate = Some(read_pem(key, value)?);
-                self
-            }
-            "tls_client_key" => {
-                self.tls_client_key = Some(read_pem(key, value)?);
-                self
-            }
-            _ => return Err(SETTINGS.unknown(key, OPTIONS)),
-        })
-    }
-
-    /// Checks every setting and makes the provider, without I/O: it connects on first use.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) naming what to change.
-    pub fn build(self) -> Result<EtcdLockProvider> {
-        let common = self.common;
-        let mut provider = EtcdLockProvider::new(self.config()?);
-        provider.provider = common.apply(provider.provider)?;
-        Ok(provider)
+        self.options.parse(key, value)?;
+        Ok(self)
     }
 
     /// The default maximum hold of the provider's acquisitions
@@ -286,45 +253,39 @@ impl EtcdLockProviderBuilder {
     /// is deleted (the provider's lease, which its other holds keep alive, would keep it).
     /// None by default; at least a third of the TTL. URL option `max_hold`.
     pub fn max_hold(mut self, max_hold: Duration) -> Self {
-        self.common.max_hold = Some(max_hold);
+        self.options.set(&MAX_HOLD, max_hold);
         self
     }
 
-    pub(crate) fn config(self) -> Result<EtcdConfig> {
-        let Some(written) = self.endpoints.filter(|e| !e.trim().is_empty()) else {
-            return Err(
-                SETTINGS.invalid("no members: call endpoints(\"host:2379[,host:2379…]\") or use an etcd:// URL")
-            );
+    pub(crate) fn config(&self) -> Result<EtcdConfig> {
+        let options = &self.options;
+        options.check()?;
+        let Some(written) = self.endpoints.clone().filter(|e| !e.trim().is_empty()) else {
+            return Err(invalid("no members: call endpoints(\"host:2379[,host:2379…]\") or use an etcd:// URL"));
         };
-        let tls = tls_settings(self.tls, self.tls_root, self.tls_client_certificate, self.tls_client_key)?;
+        let tls = tls_settings(self.tls, options)?;
         let (scheme, http) = if tls.is_some() { ("etcds", "https") } else { ("etcd", "http") };
         let mut endpoints = Vec::new();
         for member in written.split(',').map(str::trim) {
             endpoints.push(endpoint(member, http)?);
         }
-        let prefix = self.prefix.unwrap_or_else(|| DEFAULT_PREFIX.to_owned());
+        let prefix = options.value(&PREFIX)?;
         check_prefix(&prefix)?;
-        let ttl =
-            SETTINGS.within("ttl", self.ttl.unwrap_or(DEFAULT_TTL), MIN_TTL, lockkit_core::config::MAX_DURATION)?;
+        let ttl = options.within(&TTL, DEFAULT_TTL, MIN_TTL, MAX_DURATION)?;
         if ttl.subsec_nanos() != 0 {
-            return Err(SETTINGS.invalid(format!(
+            return Err(invalid(format!(
                 "ttl is {ttl:?}; etcd counts leases in whole seconds: give a whole number of seconds"
             )));
         }
-        let drift = self.drift.unwrap_or(ttl / 10);
+        let drift = options.get(&DRIFT).unwrap_or(ttl / 10);
         if drift >= ttl / 2 {
-            return Err(SETTINGS.invalid(format!("drift is {drift:?}; it must be below half the ttl ({:?})", ttl / 2)));
+            return Err(invalid(format!("drift is {drift:?}; it must be below half the ttl ({:?})", ttl / 2)));
         }
-        let connect_timeout = SETTINGS.within(
-            "connect_timeout",
-            self.connect_timeout.unwrap_or(Duration::from_secs(5)),
-            Duration::from_millis(1),
-            lockkit_core::config::MAX_DURATION,
-        )?;
+        let connect_timeout = options.value(&CONNECT_TIMEOUT)?;
         if let Some((user, _)) = &self.credentials
             && user.is_empty()
         {
-            return Err(SETTINGS.invalid("the user name of the credentials is empty"));
+            return Err(invalid("the user name of the credentials is empty"));
         }
         Ok(EtcdConfig {
             endpoints,
@@ -333,30 +294,18 @@ impl EtcdLockProviderBuilder {
             ttl,
             drift,
             connect_timeout,
-            credentials: self.credentials,
+            credentials: self.credentials.clone(),
             tls,
         })
     }
 }
 
-/// The contents of the PEM file at `path`, for URL option `key`.
-fn read_pem(key: &str, path: &str) -> Result<Vec<u8>> {
-    std::fs::read(path).map_err(|e| {
-        SETTINGS.invalid(format!("{key}: cannot read {path:?} ({e}); give the path of a readable PEM file"))
-    })
-}
-
 /// Checks the TLS settings: certificates only with TLS, a client certificate with its key,
 /// PEM contents.
-fn tls_settings(
-    enabled: bool,
-    root: Option<Vec<u8>>,
-    certificate: Option<Vec<u8>>,
-    key: Option<Vec<u8>>,
-) -> Result<Option<TlsSettings>> {
+fn tls_settings(enabled: bool, options: &Options) -> Result<Option<ClientTls>> {
     if !enabled {
-        if root.is_some() || certificate.is_some() || key.is_some() {
-            return Err(SETTINGS.invalid(
+        if TLS_KEYS.any_given(options) {
+            return Err(invalid(
                 "TLS certificates were given but the members use etcd:// (plain TCP): \
                  write the URL as etcds://host:2379 (or call tls(true))",
             ));
@@ -364,57 +313,54 @@ fn tls_settings(
         return Ok(None);
     }
     #[cfg(not(feature = "tls"))]
-    return Err(SETTINGS.invalid(TLS_FEATURE));
+    return Err(invalid(TLS_FEATURE));
     #[cfg(feature = "tls")]
     {
+        let tls = TLS_KEYS.load(options)?;
         let is_pem = |pem: &[u8], what: &str| {
             let text = String::from_utf8_lossy(pem);
             text.contains("-----BEGIN ") && text.contains(what)
         };
-        if let Some(root) = &root
+        if let Some(root) = &tls.root
             && !is_pem(root, "CERTIFICATE-----")
         {
-            return Err(SETTINGS.invalid(
+            return Err(invalid(
                 "tls_root_certificate is not a PEM certificate: give the CA's certificate \
                  (a file starting with -----BEGIN CERTIFICATE-----)",
             ));
         }
-        let client = match (certificate, key) {
-            (None, None) => None,
-            (Some(certificate), Some(key)) => {
-                if !is_pem(&certificate, "CERTIFICATE-----") {
-                    return Err(SETTINGS.invalid(
-                        "tls_client_certificate is not a PEM certificate \
-                         (a file starting with -----BEGIN CERTIFICATE-----)",
-                    ));
-                }
-                if !is_pem(&key, "PRIVATE KEY-----") {
-                    return Err(SETTINGS.invalid(
-                        "tls_client_key is not a PEM private key (a file starting with -----BEGIN PRIVATE KEY-----)",
-                    ));
-                }
-                Some((certificate, key))
-            }
-            _ => {
-                return Err(SETTINGS.invalid(
-                    "a client certificate needs its key: give both tls_client_certificate and tls_client_key",
+        if let Some((certificate, key)) = &tls.client {
+            if !is_pem(certificate, "CERTIFICATE-----") {
+                return Err(invalid(
+                    "tls_client_certificate is not a PEM certificate \
+                     (a file starting with -----BEGIN CERTIFICATE-----)",
                 ));
             }
-        };
-        Ok(Some(TlsSettings { root, client }))
+            if !is_pem(key, "PRIVATE KEY-----") {
+                return Err(invalid(
+                    "tls_client_key is not a PEM private key (a file starting with -----BEGIN PRIVATE KEY-----)",
+                ));
+            }
+        }
+        Ok(Some(tls))
     }
+}
+
+/// An `InvalidConfig` error of this backend.
+fn invalid(message: impl Into<String>) -> lockkit_core::Error {
+    lockkit_core::Error::invalid_config(BACKEND, message)
 }
 
 /// `http://host:port` (or `https://`, as `http` says) for one member as written (`host`,
 /// `host:port`, `[::1]:port`).
 fn endpoint(member: &str, http: &str) -> Result<String> {
     if member.contains("://") {
-        return Err(SETTINGS.invalid(format!(
+        return Err(invalid(format!(
             "member {member:?} carries its own scheme: every member of an etcd:// URL uses the URL's scheme, \
              so write host:port only (and do not mix etcd:// and etcds:// members)"
         )));
     }
-    let bad = || SETTINGS.invalid(format!("member {member:?} is not host:port"));
+    let bad = || invalid(format!("member {member:?} is not host:port"));
     if member.is_empty() || member.contains(['/', '?', '@', ' ']) {
         return Err(bad());
     }
@@ -433,7 +379,7 @@ fn endpoint(member: &str, http: &str) -> Result<String> {
     let port: u16 = match port {
         None => 2379,
         Some(port) => port.parse().ok().filter(|p| *p != 0).ok_or_else(|| {
-            SETTINGS.invalid(format!("member {member:?} has port {port:?}; a port is a number from 1 to 65535"))
+            invalid(format!("member {member:?} has port {port:?}; a port is a number from 1 to 65535"))
         })?,
     };
     Ok(format!("{http}://{host}:{port}"))
@@ -443,7 +389,7 @@ fn check_prefix(prefix: &str) -> Result<()> {
     let ok_segment =
         |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
     if prefix.len() > MAX_PREFIX || !prefix.split('/').all(ok_segment) {
-        return Err(SETTINGS.invalid(format!(
+        return Err(invalid(format!(
             "prefix {prefix:?} is not a valid key prefix: write segments of ASCII letters, digits, '.', '_' and '-' \
              separated by single '/', without a leading or trailing '/', at most {MAX_PREFIX} bytes"
         )));
@@ -476,7 +422,7 @@ mod tests {
             #[cfg(not(feature = "tls"))]
             ("etcds://h:2379", "`tls` feature of lockkit-etcd"),
             #[cfg(feature = "tls")]
-            ("etcds://h:2379?tls_root_certificate=/nonexistent/ca.pem", "cannot read"),
+            ("etcds://h:2379?tls_root_certificate=/nonexistent/ca.pem", "cannot be read"),
             ("etcd://h:2379?tls_root_certificate=/etc/hostname", "etcds://"),
             ("etcds://h:2379,etcd://g:2379", "mix"),
             ("etcd://h:2379,etcds://g:2379", "mix"),

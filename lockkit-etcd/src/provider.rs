@@ -1,20 +1,23 @@
 //! The provider users hold: an etcd client handing out lock handles, and the `etcd` scheme.
 
-use std::ops::Deref;
-use std::sync::Arc;
-
 use lockkit_core::config::{ConnectFuture, Scheme, StoreUrl};
-use lockkit_core::{LockName, LockProvider, Result};
+use lockkit_core::{LockName, LockProvider, Result, TypedProvider};
 
 use crate::BACKEND;
 use crate::backend::EtcdBackend;
-use crate::config::{EtcdConfig, EtcdLockProviderBuilder};
+use crate::config::EtcdLockProviderBuilder;
 
 /// The `etcd` scheme: `etcd://[user:password@]host:port[,host:port…][/prefix][?option=value&…]`,
 /// for the scheme table of `lockkit_core::config` (the `lockkit` facade registers it). Its
 /// `connect` is [`EtcdLockProvider::connect`]'s: eager and health-checked. `etcds://` (TLS)
 /// needs the `tls` feature; without it, it is refused with an error naming the feature.
-pub const SCHEME: Scheme = Scheme { names: &["etcd", "etcds"], backend: BACKEND, connect: connect_url };
+pub const SCHEME: Scheme = Scheme::new(&["etcd", "etcds"], BACKEND, connect_url)
+    .with_feature("etcd")
+    .with_urls(&[
+        ("etcd://[user:password@]host:port[,host:port…][/prefix]", "an etcd cluster"),
+        ("etcds://…", "an etcd cluster over TLS (feature `etcd-tls`)"),
+    ])
+    .with_options(crate::OPTIONS);
 
 fn connect_url(url: StoreUrl) -> ConnectFuture {
     Box::pin(async move { EtcdLockProvider::connect_to(&url).await.map(LockProvider::from) })
@@ -40,9 +43,21 @@ fn connect_url(url: StoreUrl) -> ConnectFuture {
 /// # }
 /// ```
 #[derive(Clone, Debug)]
-pub struct EtcdLockProvider {
-    pub(crate) provider: LockProvider,
-    backend: Arc<EtcdBackend>,
+pub struct EtcdLockProvider(TypedProvider<EtcdBackend>);
+lockkit_core::typed_provider!(EtcdLockProvider);
+
+impl EtcdLockProviderBuilder {
+    /// Checks every setting and makes the provider, without I/O: it connects on first use.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) naming what to change.
+    pub fn build(self) -> Result<EtcdLockProvider> {
+        let config = self.config()?;
+        TypedProvider::new(EtcdBackend::new(config))
+            .map(|provider| self.options().apply(provider))
+            .map(EtcdLockProvider)
+    }
 }
 
 impl EtcdLockProvider {
@@ -74,13 +89,12 @@ impl EtcdLockProvider {
 
     async fn connect_to(url: &StoreUrl) -> Result<EtcdLockProvider> {
         let provider = EtcdLockProviderBuilder::from_url(url)?.build()?;
-        provider.backend.session().await?;
+        provider.backend().session().await?;
         Ok(provider)
     }
 
-    pub(crate) fn new(config: EtcdConfig) -> EtcdLockProvider {
-        let backend = EtcdBackend::new(config);
-        EtcdLockProvider { provider: LockProvider::new(backend.clone()), backend }
+    fn backend(&self) -> &EtcdBackend {
+        self.0.backend()
     }
 
     /// The etcd client of the provider's current lease (a new client and lease if there is
@@ -94,7 +108,7 @@ impl EtcdLockProvider {
     ///
     /// As for [`connect`](Self::connect).
     pub async fn etcd_client(&self) -> Result<etcd_client::Client> {
-        self.backend.client().await
+        self.backend().client().await
     }
 
     /// The id of the provider's current lease, which every hold's key is bound to (a new
@@ -104,7 +118,7 @@ impl EtcdLockProvider {
     ///
     /// As for [`connect`](Self::connect).
     pub async fn lease_id(&self) -> Result<i64> {
-        Ok(self.backend.session().await?.lease)
+        Ok(self.backend().session().await?.lease)
     }
 
     /// The key prefix of the lock called `name`: its contender keys are
@@ -114,34 +128,6 @@ impl EtcdLockProvider {
     ///
     /// [`Error::InvalidName`](lockkit_core::Error::InvalidName) for a bad name.
     pub fn lock_prefix(&self, name: &str) -> Result<String> {
-        Ok(self.backend.config.lock_prefix(&LockName::new(name)?))
-    }
-}
-
-impl Deref for EtcdLockProvider {
-    type Target = LockProvider;
-
-    fn deref(&self) -> &LockProvider {
-        &self.provider
-    }
-}
-
-impl From<EtcdLockProvider> for LockProvider {
-    fn from(provider: EtcdLockProvider) -> LockProvider {
-        provider.provider
-    }
-}
-
-/// A provider of the etcd backend, as its own type again: how to reach its extras
-/// (`etcd_client`, `lease_id`, `lock_prefix`) from the [`LockProvider`] that `lockkit::connect` (or a conversion) gave.
-/// Any other provider comes back unchanged as the error.
-impl TryFrom<LockProvider> for EtcdLockProvider {
-    type Error = LockProvider;
-
-    fn try_from(provider: LockProvider) -> Result<Self, LockProvider> {
-        match provider.backend_as::<EtcdBackend>() {
-            Some(backend) => Ok(Self { provider, backend }),
-            None => Err(provider),
-        }
+        Ok(self.backend().config.lock_prefix(&LockName::new(name)?))
     }
 }

@@ -2,11 +2,11 @@
 
 use etcd_client::{Certificate, Identity, TlsOptions};
 
-use crate::config::TlsSettings;
+use lockkit_core::config::ClientTls;
 
 /// The TLS options of the client: the given CA (or the system's trust store) and the client
 /// certificate, if any.
-pub(crate) fn options(settings: &TlsSettings) -> TlsOptions {
+pub(crate) fn options(settings: &ClientTls) -> TlsOptions {
     let tls = TlsOptions::new();
     let tls = match &settings.root {
         Some(pem) => tls.ca_certificate(Certificate::from_pem(pem)),

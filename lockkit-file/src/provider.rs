@@ -1,13 +1,11 @@
 //! [`FileLockProvider`] and its builder.
 
 use std::io;
-use std::ops::Deref;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
-use lockkit_core::config::{ConnectFuture, ProviderSettings, Scheme, Settings as Checks, StoreUrl};
-use lockkit_core::{Error, LockName, LockProvider, Result};
+use lockkit_core::config::{self, ConnectFuture, Key, MAX_HOLD, OptionKey, Options, ProviderBuilder, Scheme, StoreUrl};
+use lockkit_core::{Error, LockName, LockProvider, Result, TypedProvider};
 
 use crate::BACKEND;
 use crate::backend::{FileBackend, Settings};
@@ -27,14 +25,32 @@ pub const DEFAULT_OBSERVE_EVERY: Duration = Duration::from_secs(5);
 /// a `.` and no `.lock` suffix, so it can never be a lock file.
 pub const MARKER_FILE: &str = "lockkit.dir";
 
+const MILLI: Duration = Duration::from_millis(1);
+const POLL_MIN: Key<Duration> = Key::new("poll_min", "the first pause of a waiter between two tries")
+    .default(DEFAULT_POLL_MIN)
+    .range_said("1ms to poll_max");
+const POLL_MAX: Key<Duration> = Key::new("poll_max", "the longest pause of a waiter between two tries")
+    .default(DEFAULT_POLL_MAX)
+    .range(MILLI, Duration::from_secs(60));
+const CHECK_EVERY: Key<Duration> = Key::new("check_every", "how often held lock files are checked for deletion")
+    .default(DEFAULT_CHECK_EVERY)
+    .range(MILLI, Duration::from_secs(3600));
+const OBSERVE_EVERY: Key<Duration> =
+    Key::new("observe_every", "how often an election observer reads the election without a notification")
+        .default(DEFAULT_OBSERVE_EVERY)
+        .range(Duration::from_millis(100), Duration::from_secs(3600));
+
 /// The options a `file://` URL and [`FileLockProviderBuilder::option`] take: the names of
 /// the builder's methods.
-pub const OPTIONS: &[&str] = &["poll_min", "poll_max", "check_every", "observe_every", "max_hold"];
+pub const OPTIONS: &[&dyn OptionKey] = &[&POLL_MIN, &POLL_MAX, &CHECK_EVERY, &OBSERVE_EVERY, &MAX_HOLD];
 
 /// The `file` scheme: `file:///path/to/dir`, or `file://` for [`FileLockProvider::default_dir`].
-pub const SCHEME: Scheme = Scheme { names: &["file"], backend: BACKEND, connect: connect_url };
-
-const CHECKS: Checks = Checks::of(BACKEND);
+pub const SCHEME: Scheme = Scheme::new(&["file"], BACKEND, connect_url)
+    .with_urls(&[(
+        "file:///path/to/dir",
+        "local files, across the processes of one machine (`file://` alone: the default directory)",
+    )])
+    .with_options(OPTIONS);
 
 const MARKER_TEXT: &str = "This directory holds the lock files of lockkit-file.\n\
 Do not delete files here while processes may use the locks: a deleted lock file excludes nobody.\n";
@@ -49,10 +65,8 @@ fn connect_url(url: StoreUrl) -> ConnectFuture {
 /// Cheap to clone; clones are the same provider. It dereferences to [`LockProvider`], so
 /// `provider.lock(name)` works directly, and converts into one with `LockProvider::from`.
 #[derive(Clone, Debug)]
-pub struct FileLockProvider {
-    provider: LockProvider,
-    backend: Arc<FileBackend>,
-}
+pub struct FileLockProvider(TypedProvider<FileBackend>);
+lockkit_core::typed_provider!(FileLockProvider);
 
 impl FileLockProvider {
     /// Opens the lock directory `dir`, creating it (and its parents) when missing, with
@@ -81,14 +95,7 @@ impl FileLockProvider {
     /// A builder, to choose the directory and change how waiters poll or how often held
     /// lock files are checked.
     pub fn builder() -> FileLockProviderBuilder {
-        FileLockProviderBuilder {
-            dir: None,
-            poll_min: DEFAULT_POLL_MIN,
-            poll_max: DEFAULT_POLL_MAX,
-            check_every: DEFAULT_CHECK_EVERY,
-            observe_every: DEFAULT_OBSERVE_EVERY,
-            common: ProviderSettings::default(),
-        }
+        FileLockProviderBuilder::default()
     }
 
     /// The default lock directory, per user so that users do not share locks:
@@ -104,9 +111,13 @@ impl FileLockProvider {
         }
     }
 
+    fn backend(&self) -> &FileBackend {
+        self.0.backend()
+    }
+
     /// The lock directory (canonical: symbolic links resolved).
     pub fn dir(&self) -> &Path {
-        &self.backend.settings().dir
+        &self.backend().settings().dir
     }
 
     /// Fault hook: the provider dies as its process would. Every flock it holds is let go
@@ -116,7 +127,7 @@ impl FileLockProvider {
     #[cfg(feature = "test-util")]
     #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
     pub fn kill(&self) {
-        self.backend.kill();
+        self.backend().kill();
     }
 
     /// Fault hook: emulates a kernel whose conversion of a flock from `LOCK_EX` to
@@ -129,7 +140,7 @@ impl FileLockProvider {
     #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
     pub fn split_downgrades(&self, split: Option<(Duration, bool)>) {
         let split = split.map(|(pause, gate)| crate::backend::SplitDowngrade { pause, gate });
-        self.backend.split_downgrades(split);
+        self.backend().split_downgrades(split);
     }
 
     /// Fault hook: removes the inotify watch of every election observer of this provider,
@@ -141,7 +152,7 @@ impl FileLockProvider {
     #[cfg(feature = "test-util")]
     #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
     pub fn drop_observer_watches(&self) -> usize {
-        self.backend.drop_observer_watches()
+        self.backend().drop_observer_watches()
     }
 
     /// The lock file of the lock called `name`, for administrators and tests.
@@ -160,35 +171,7 @@ impl FileLockProvider {
     ///
     /// [`Error::InvalidName`] for an empty name or one longer than 1024 bytes.
     pub fn lock_files(&self, name: &str) -> Result<LockFiles> {
-        Ok(self.backend.lock_files(&LockName::new(name)?))
-    }
-}
-
-impl Deref for FileLockProvider {
-    type Target = LockProvider;
-
-    fn deref(&self) -> &LockProvider {
-        &self.provider
-    }
-}
-
-impl From<FileLockProvider> for LockProvider {
-    fn from(provider: FileLockProvider) -> LockProvider {
-        provider.provider
-    }
-}
-
-/// A provider of the file backend, as its own type again: how to reach its extras
-/// (the lock directory) from the [`LockProvider`] that `lockkit::connect` (or a conversion) gave.
-/// Any other provider comes back unchanged as the error.
-impl TryFrom<LockProvider> for FileLockProvider {
-    type Error = LockProvider;
-
-    fn try_from(provider: LockProvider) -> Result<Self, LockProvider> {
-        match provider.backend_as::<FileBackend>() {
-            Some(backend) => Ok(Self { provider, backend }),
-            None => Err(provider),
-        }
+        Ok(self.backend().lock_files(&LockName::new(name)?))
     }
 }
 
@@ -197,11 +180,37 @@ impl TryFrom<LockProvider> for FileLockProvider {
 #[must_use = "a builder does nothing until `build` is called"]
 pub struct FileLockProviderBuilder {
     dir: Option<PathBuf>,
-    poll_min: Duration,
-    poll_max: Duration,
-    check_every: Duration,
-    observe_every: Duration,
-    common: ProviderSettings,
+    options: Options,
+}
+
+impl Default for FileLockProviderBuilder {
+    fn default() -> Self {
+        Self { dir: None, options: Options::new(BACKEND, OPTIONS) }
+    }
+}
+
+impl ProviderBuilder for FileLockProviderBuilder {
+    fn options_mut(&mut self) -> &mut Options {
+        &mut self.options
+    }
+
+    /// `file:///path/to/dir`, or `file://` for the default directory.
+    fn address(&mut self, url: &StoreUrl) -> Result<()> {
+        if url.scheme() != "file" {
+            return Err(self.options.invalid(format!("{} is not a file:// URL", url.redacted())));
+        }
+        self.dir = Some(match (url.hosts(), url.path()) {
+            ("", "") => FileLockProvider::default_dir(),
+            ("", path) => PathBuf::from(path),
+            _ => {
+                return Err(self.options.invalid(format!(
+                    "{} names no absolute directory; write file:///path/to/dir (three slashes), or file:// for the default",
+                    url.redacted()
+                )));
+            }
+        });
+        Ok(())
+    }
 }
 
 impl FileLockProviderBuilder {
@@ -212,24 +221,7 @@ impl FileLockProviderBuilder {
     /// [`Error::InvalidConfig`] for another scheme, a URL that names no absolute directory,
     /// an unknown option or a bad value.
     pub fn from_url(url: &StoreUrl) -> Result<Self> {
-        if url.scheme() != "file" {
-            return Err(CHECKS.invalid(format!("{} is not a file:// URL", url.redacted())));
-        }
-        let dir = match (url.hosts(), url.path()) {
-            ("", "") => FileLockProvider::default_dir(),
-            ("", path) => PathBuf::from(path),
-            _ => {
-                return Err(CHECKS.invalid(format!(
-                    "{} names no absolute directory; write file:///path/to/dir (three slashes), or file:// for the default",
-                    url.redacted()
-                )));
-            }
-        };
-        let mut builder = FileLockProvider::builder().dir(dir);
-        for (key, value) in url.options() {
-            builder = builder.option(key, value)?;
-        }
-        Ok(builder)
+        config::from_url(url)
     }
 
     /// The lock directory; created (with its parents) when missing. Required.
@@ -242,7 +234,7 @@ impl FileLockProviderBuilder {
     /// (releases in this process wake waiters at once). Default 10 ms; from 1 ms to
     /// [`poll_max`](Self::poll_max). URL option `poll_min`.
     pub fn poll_min(mut self, pause: Duration) -> Self {
-        self.poll_min = pause;
+        self.options.set(&POLL_MIN, pause);
         self
     }
 
@@ -250,7 +242,7 @@ impl FileLockProviderBuilder {
     /// [`poll_min`](Self::poll_min) up to this. Default 50 ms; at most a minute. URL option
     /// `poll_max`.
     pub fn poll_max(mut self, pause: Duration) -> Self {
-        self.poll_max = pause;
+        self.options.set(&POLL_MAX, pause);
         self
     }
 
@@ -258,7 +250,7 @@ impl FileLockProviderBuilder {
     /// (a deleted lock file is reported as [`LossReason::RecordGone`](lockkit_core::LossReason)).
     /// Default one second; from 1 ms to an hour. URL option `check_every`.
     pub fn check_every(mut self, every: Duration) -> Self {
-        self.check_every = every;
+        self.options.set(&CHECK_EVERY, every);
         self
     }
 
@@ -268,7 +260,7 @@ impl FileLockProviderBuilder {
     /// this re-read is how they learn of changes made by other processes. Default five
     /// seconds; from 100 ms to an hour. URL option `observe_every`.
     pub fn observe_every(mut self, every: Duration) -> Self {
-        self.observe_every = every;
+        self.options.set(&OBSERVE_EVERY, every);
         self
     }
 
@@ -279,16 +271,8 @@ impl FileLockProviderBuilder {
     ///
     /// [`Error::InvalidConfig`] for an unknown option or a value that is not a duration.
     pub fn option(mut self, key: &str, value: &str) -> Result<Self> {
-        if self.common.option(CHECKS, key, value)? {
-            return Ok(self);
-        }
-        Ok(match key {
-            "poll_min" => self.poll_min(CHECKS.duration(key, value)?),
-            "poll_max" => self.poll_max(CHECKS.duration(key, value)?),
-            "check_every" => self.check_every(CHECKS.duration(key, value)?),
-            "observe_every" => self.observe_every(CHECKS.duration(key, value)?),
-            _ => return Err(CHECKS.unknown(key, OPTIONS)),
-        })
+        self.options.parse(key, value)?;
+        Ok(self)
     }
 
     /// The default maximum hold of the provider's acquisitions
@@ -297,7 +281,7 @@ impl FileLockProviderBuilder {
     /// [`LossReason::MaxHoldReached`](lockkit_core::LossReason::MaxHoldReached) and the checker frees it (a file hold has no lease to run out). None
     /// by default; at least `check_every`. URL option `max_hold`.
     pub fn max_hold(mut self, max_hold: Duration) -> Self {
-        self.common.max_hold = Some(max_hold);
+        self.options.set(&MAX_HOLD, max_hold);
         self
     }
 
@@ -310,23 +294,18 @@ impl FileLockProviderBuilder {
     /// inverted, a check or observe interval out of range, or a directory that cannot be
     /// created, is not a directory or is not writable.
     pub fn build(self) -> Result<FileLockProvider> {
-        let Some(dir) = self.dir else {
-            return Err(CHECKS.invalid("no lock directory: name one with dir(…), such as /var/lock/app"));
+        let options = &self.options;
+        options.check()?;
+        let Some(dir) = &self.dir else {
+            return Err(options.invalid("no lock directory: name one with dir(…), such as /var/lock/app"));
         };
-        const MILLI: Duration = Duration::from_millis(1);
-        let poll_max = CHECKS.within("poll_max", self.poll_max, MILLI, Duration::from_secs(60))?;
-        let poll_min = CHECKS.within("poll_min", self.poll_min, MILLI, poll_max)?;
-        let check_every = CHECKS.within("check_every", self.check_every, MILLI, Duration::from_secs(3600))?;
-        let observe_every = CHECKS.within(
-            "observe_every",
-            self.observe_every,
-            Duration::from_millis(100),
-            Duration::from_secs(3600),
-        )?;
-        let dir = open_dir(&dir)?;
+        let poll_max = options.value(&POLL_MAX)?;
+        let poll_min = options.within(&POLL_MIN, DEFAULT_POLL_MIN, MILLI, poll_max)?;
+        let check_every = options.value(&CHECK_EVERY)?;
+        let observe_every = options.value(&OBSERVE_EVERY)?;
+        let dir = open_dir(dir)?;
         let backend = FileBackend::new(Settings { dir, poll_min, poll_max, check_every, observe_every });
-        let provider = self.common.apply(LockProvider::new(backend.clone()))?;
-        Ok(FileLockProvider { provider, backend })
+        Ok(FileLockProvider(TypedProvider::new(backend).map(|provider| options.apply(provider))?))
     }
 }
 

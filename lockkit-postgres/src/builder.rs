@@ -3,31 +3,11 @@
 
 use std::time::Duration;
 
-use lockkit_core::config::{MAX_DURATION, ProviderSettings, StoreUrl};
+use lockkit_core::config::{self, Key, MAX_DURATION, MAX_HOLD, OptionKey, Options, ProviderBuilder, StoreUrl, TlsKeys};
 use lockkit_core::{Error, Result};
 
 use crate::BACKEND;
-use crate::provider::PostgresLockProvider;
-use crate::tls::{SslMode, Tls, TlsOptions};
-
-/// The settings checker of this backend, for messages.
-const CHECKS: lockkit_core::config::Settings = lockkit_core::config::Settings::of(BACKEND);
-
-/// The options a URL's query may carry, each the name of the builder method that sets it.
-pub const OPTIONS: &[&str] = &[
-    "lease",
-    "renew_every",
-    "response_timeout",
-    "drift",
-    "schema",
-    "migrate",
-    "durable_grants",
-    "max_hold",
-    "sslmode",
-    "sslrootcert",
-    "sslcert",
-    "sslkey",
-];
+use crate::tls::{SslMode, Tls};
 
 /// The default lease: a dead holder frees the lock after it.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
@@ -41,32 +21,70 @@ const MIN_LEASE: Duration = Duration::from_millis(100);
 /// PostgreSQL's 63-byte identifiers.
 const MAX_SCHEMA_LEN: usize = 50;
 
-/// Builds a [`PostgresLockProvider`]. `build()` checks every setting (reading the certificate
-/// files a URL names) and does no network I/O; the
-/// provider connects on first use.
-#[derive(Clone, Debug, Default)]
+const LEASE: Key<Duration> =
+    Key::new("lease", "how long a hold outlives its last renewal: a dead holder frees the lock after it")
+        .default(DEFAULT_LEASE)
+        .range(MIN_LEASE, MAX_DURATION);
+const RENEW_EVERY: Key<Duration> = Key::new("renew_every", "how often held locks are renewed")
+    .default_said("a third of the lease")
+    .range_said("above zero, below the lease");
+const RESPONSE_TIMEOUT: Key<Duration> =
+    Key::new("response_timeout", "how long one statement may go unanswered (also the server's statement_timeout)")
+        .default_said("5s, at most half the lease")
+        .range(Duration::from_millis(10), MAX_DURATION);
+const DRIFT: Key<Duration> = Key::new("drift", "the margin for clock-rate drift, taken off every hold's deadline")
+    .default_said("a sixtieth of the lease")
+    .range_said("below a third of the lease");
+const SCHEMA: Key<String> =
+    Key::new("schema", "the schema of the lock table (a lower-case identifier of at most 50 bytes)")
+        .default(DEFAULT_SCHEMA);
+const MIGRATE: Key<bool> = Key::new("migrate", "whether the provider creates its schema on first use").default(true);
+const DURABLE_GRANTS: Key<bool> = Key::new(
+    "durable_grants",
+    "whether grants and renewals wait for the WAL flush (else the restart fence keeps them safe)",
+)
+.default(false);
+const SSLMODE: Key<SslMode> =
+    Key::new("sslmode", "how connections use TLS, as libpq names it").default(SslMode::Prefer);
+/// The certificates, under libpq's names.
+const SSL: TlsKeys = TlsKeys {
+    root: Key::new("sslrootcert", "the root certificate to check the server's with, instead of the system's"),
+    certificate: Key::new("sslcert", "a client certificate, for servers that authenticate clients")
+        .range_said("with sslkey"),
+    key: Key::new("sslkey", "the client certificate's private key").range_said("with sslcert"),
+};
+
+/// The options a URL's query may carry, each the name of the builder method that sets it
+/// (TLS as libpq names it: `sslmode`, and the files `sslrootcert`, `sslcert`, `sslkey`).
+pub const OPTIONS: &[&dyn OptionKey] = &[
+    &LEASE,
+    &RENEW_EVERY,
+    &RESPONSE_TIMEOUT,
+    &DRIFT,
+    &SCHEMA,
+    &MIGRATE,
+    &DURABLE_GRANTS,
+    &MAX_HOLD,
+    &SSLMODE,
+    &SSL.root,
+    &SSL.certificate,
+    &SSL.key,
+];
+
+/// Builds a [`PostgresLockProvider`](crate::PostgresLockProvider). `build()` checks every setting (reading the certificate
+/// files a URL names) and does no network I/O; the provider connects on first use.
+#[derive(Clone, Debug)]
 #[must_use]
 pub struct PostgresLockProviderBuilder {
-    url: Option<String>,
-    lease: Option<Duration>,
-    renew_every: Option<Duration>,
-    response_timeout: Option<Duration>,
-    drift: Option<Duration>,
-    schema: Option<String>,
-    migrate: Option<bool>,
-    durable_grants: Option<bool>,
-    tls: TlsOptions,
-    /// The files named by `sslrootcert`, `sslcert` and `sslkey`, read by `build()`.
-    tls_files: TlsFiles,
-    common: ProviderSettings,
+    /// The server's address, without the query.
+    address: Option<StoreUrl>,
+    options: Options,
 }
 
-/// The certificate files a URL names.
-#[derive(Clone, Debug, Default)]
-struct TlsFiles {
-    root: Option<String>,
-    certificate: Option<String>,
-    key: Option<String>,
+impl Default for PostgresLockProviderBuilder {
+    fn default() -> Self {
+        Self { address: None, options: Options::new(BACKEND, OPTIONS) }
+    }
 }
 
 /// The checked settings of a provider.
@@ -87,18 +105,38 @@ pub(crate) struct Settings {
     pub(crate) tls: Tls,
 }
 
+impl ProviderBuilder for PostgresLockProviderBuilder {
+    fn options_mut(&mut self) -> &mut Options {
+        &mut self.options
+    }
+
+    /// The server of a `postgres://` URL: its hosts, user, password and database, read by
+    /// `build`.
+    fn address(&mut self, url: &StoreUrl) -> Result<()> {
+        if !crate::SCHEME.serves(url.scheme()) {
+            return Err(self.options.invalid(format!(
+                "{} is not a PostgreSQL URL; write postgres://user@host:5432/database",
+                url.redacted()
+            )));
+        }
+        self.address = Some(url.clone());
+        Ok(())
+    }
+}
+
 impl PostgresLockProviderBuilder {
+    /// The settings given so far.
+    pub(crate) fn options(&self) -> &Options {
+        &self.options
+    }
+
     /// A builder with the URL's address and every option of its query.
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidConfig`] for an unknown option or a bad value.
+    /// [`Error::InvalidConfig`] for another scheme, an unknown option or a bad value.
     pub fn from_url(url: &StoreUrl) -> Result<Self> {
-        let mut builder = Self::default().url(url.address());
-        for (key, value) in url.options() {
-            builder = builder.option(key, value)?;
-        }
-        Ok(builder)
+        config::from_url(url)
     }
 
     /// Sets the option called `key` from its text, as a URL's query gives it ([`OPTIONS`]).
@@ -107,57 +145,29 @@ impl PostgresLockProviderBuilder {
     ///
     /// [`Error::InvalidConfig`] for an unknown option or a value that does not parse.
     pub fn option(mut self, key: &str, value: &str) -> Result<Self> {
-        if self.common.option(CHECKS, key, value)? {
-            return Ok(self);
-        }
-        Ok(match key {
-            "lease" => self.lease(CHECKS.duration(key, value)?),
-            "renew_every" => self.renew_every(CHECKS.duration(key, value)?),
-            "response_timeout" => self.response_timeout(CHECKS.duration(key, value)?),
-            "drift" => self.drift(CHECKS.duration(key, value)?),
-            "schema" => self.schema(value),
-            "migrate" => self.migrate(CHECKS.flag(key, value)?),
-            "durable_grants" => self.durable_grants(CHECKS.flag(key, value)?),
-            "sslmode" => self.ssl_mode(SslMode::parse(value).ok_or_else(|| {
-                CHECKS.invalid(format!(
-                    "sslmode={value:?} is not a mode; use disable, prefer, require, verify-ca or verify-full"
-                ))
-            })?),
-            "sslrootcert" => {
-                self.tls_files.root = Some(value.to_owned());
-                self
-            }
-            "sslcert" => {
-                self.tls_files.certificate = Some(value.to_owned());
-                self
-            }
-            "sslkey" => {
-                self.tls_files.key = Some(value.to_owned());
-                self
-            }
-            _ => return Err(CHECKS.unknown(key, OPTIONS)),
-        })
+        self.options.parse(key, value)?;
+        Ok(self)
     }
 
     /// The server: `postgres://[user[:password]@]host[:port]/database` (or `postgresql://`).
-    /// The database is required. Options in its query string ([`OPTIONS`]) are taken as
-    /// [`from_url`](Self::from_url) takes them; a builder method called as well wins over the
-    /// URL's option, and an unknown option is an error at `build()`.
-    pub fn url(mut self, url: impl Into<String>) -> Self {
-        self.url = Some(url.into());
-        self
+    /// The database is required. The options of its query string ([`OPTIONS`]) are taken
+    /// here, in order with the builder's other settings: a setting given later replaces
+    /// the URL's (see `lockkit_core::config`); a URL that cannot be used, or an unknown
+    /// option, is an error at `build()`.
+    pub fn url(self, url: impl AsRef<str>) -> Self {
+        config::with_url(self, url.as_ref())
     }
 
     /// How long a hold outlives its last renewal (30 s by default, at least 100 ms): a holder
     /// that dies frees the lock after it.
     pub fn lease(mut self, lease: Duration) -> Self {
-        self.lease = Some(lease);
+        self.options.set(&LEASE, lease);
         self
     }
 
     /// How often held locks are renewed (a third of the lease by default; less than the lease).
     pub fn renew_every(mut self, every: Duration) -> Self {
-        self.renew_every = Some(every);
+        self.options.set(&RENEW_EVERY, every);
         self
     }
 
@@ -166,29 +176,29 @@ impl PostgresLockProviderBuilder {
     /// `statement_timeout` for this provider's connections, which bounds how late a statement
     /// whose reply was lost can still take effect.
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
-        self.response_timeout = Some(timeout);
+        self.options.set(&RESPONSE_TIMEOUT, timeout);
         self
     }
 
     /// The margin for clock-rate drift between this host and the server, taken off every
     /// hold's local deadline (a sixtieth of the lease by default, less than a third of it).
     pub fn drift(mut self, drift: Duration) -> Self {
-        self.drift = Some(drift);
+        self.options.set(&DRIFT, drift);
         self
     }
 
     /// The schema of the lock table, sequence and functions (`lockkit` by default): a lower
     /// case identifier (`a`-`z`, `0`-`9`, `_`, not starting with a digit) of at most 50 bytes.
     pub fn schema(mut self, schema: impl Into<String>) -> Self {
-        self.schema = Some(schema.into());
+        self.options.set(&SCHEMA, schema.into());
         self
     }
 
     /// Whether the provider creates its schema on first use when it is missing (`true` by
-    /// default). With `false`, run [`PostgresLockProvider::migrate`] once as a role that may
+    /// default). With `false`, run [`PostgresLockProvider::migrate`](crate::PostgresLockProvider::migrate) once as a role that may
     /// create it, and use a role that can only take locks (see the crate docs).
     pub fn migrate(mut self, migrate: bool) -> Self {
-        self.migrate = Some(migrate);
+        self.options.set(&MIGRATE, migrate);
         self
     }
 
@@ -204,7 +214,7 @@ impl PostgresLockProviderBuilder {
     /// reaching the standby) only `true` keeps holds across a promotion; either way, the fence
     /// starts on a promoted standby, whose copy of the unlogged fence table is empty.
     pub fn durable_grants(mut self, durable: bool) -> Self {
-        self.durable_grants = Some(durable);
+        self.options.set(&DURABLE_GRANTS, durable);
         self
     }
 
@@ -214,14 +224,14 @@ impl PostgresLockProviderBuilder {
     /// [`LossReason::MaxHoldReached`](lockkit_core::LossReason::MaxHoldReached) and the row
     /// expires with its lease. None by default; at least `renew_every`. URL option `max_hold`.
     pub fn max_hold(mut self, max_hold: Duration) -> Self {
-        self.common.max_hold = Some(max_hold);
+        self.options.set(&MAX_HOLD, max_hold);
         self
     }
 
     /// How the provider's connections use TLS ([`SslMode::Prefer`] by default, as libpq):
     /// the `sslmode` option. Every mode but `disable` and `prefer` needs the `tls` feature.
     pub fn ssl_mode(mut self, mode: SslMode) -> Self {
-        self.tls.mode = Some(mode);
+        self.options.set(&SSLMODE, mode);
         self
     }
 
@@ -230,7 +240,7 @@ impl PostgresLockProviderBuilder {
     /// the provider check the certificate as `verify-ca` does, as libpq does. Needs the `tls`
     /// feature.
     pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
-        self.tls.root = Some(pem.into());
+        SSL.set_root(&mut self.options, pem.into());
         self
     }
 
@@ -238,102 +248,39 @@ impl PostgresLockProviderBuilder {
     /// authenticate clients by certificate (the `sslcert` and `sslkey` options name files).
     /// Needs the `tls` feature.
     pub fn tls_client_certificate(mut self, certificate: impl Into<Vec<u8>>, key: impl Into<Vec<u8>>) -> Self {
-        self.tls.client = Some((certificate.into(), key.into()));
+        SSL.set_client(&mut self.options, certificate.into(), key.into());
         self
     }
 
-    /// Checks every setting and builds the provider; connects on first use.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidConfig`] naming what to change.
-    pub fn build(self) -> Result<PostgresLockProvider> {
-        let builder = self.with_url_options()?;
-        let common = builder.common;
-        let mut provider = PostgresLockProvider::from_settings(builder.settings()?)?;
-        provider.provider = common.apply(provider.provider)?;
-        Ok(provider)
-    }
-
-    /// The builder with the options of its URL's query string taken in (none set twice: a
-    /// value set by a builder method wins), and the URL without them.
-    fn with_url_options(self) -> Result<Self> {
-        let Some(url) = self.url.as_deref() else { return Ok(self) };
-        let parsed = StoreUrl::parse(url)?;
-        if parsed.options().next().is_none() {
-            return Ok(self);
-        }
-        let from_url = Self::from_url(&parsed)?;
-        let mut common = from_url.common;
-        if self.common.max_hold.is_some() {
-            common.max_hold = self.common.max_hold;
-        }
-        Ok(Self {
-            url: from_url.url,
-            lease: self.lease.or(from_url.lease),
-            renew_every: self.renew_every.or(from_url.renew_every),
-            response_timeout: self.response_timeout.or(from_url.response_timeout),
-            drift: self.drift.or(from_url.drift),
-            schema: self.schema.or(from_url.schema),
-            migrate: self.migrate.or(from_url.migrate),
-            durable_grants: self.durable_grants.or(from_url.durable_grants),
-            tls: TlsOptions {
-                mode: self.tls.mode.or(from_url.tls.mode),
-                root: self.tls.root.or(from_url.tls.root),
-                client: self.tls.client.or(from_url.tls.client),
-            },
-            tls_files: TlsFiles {
-                root: self.tls_files.root.or(from_url.tls_files.root),
-                certificate: self.tls_files.certificate.or(from_url.tls_files.certificate),
-                key: self.tls_files.key.or(from_url.tls_files.key),
-            },
-            common,
-        })
-    }
-
-    pub(crate) fn settings(self) -> Result<Settings> {
-        let this = self.with_url_options()?;
-        this.settings_of_address()
-    }
-
-    fn settings_of_address(self) -> Result<Settings> {
-        let Some(url) = self.url.as_deref() else {
-            return Err(CHECKS.invalid("no server URL; set one, like postgres://app@127.0.0.1:5432/appdb"));
+    pub(crate) fn settings(&self) -> Result<Settings> {
+        let options = &self.options;
+        options.check()?;
+        let Some(parsed) = &self.address else {
+            return Err(options.invalid("no server URL; set one, like postgres://app@127.0.0.1:5432/appdb"));
         };
-        let parsed = StoreUrl::parse(url)?;
-        if !crate::SCHEME.names.contains(&parsed.scheme()) {
-            return Err(CHECKS.invalid(format!(
-                "{} is not a PostgreSQL URL; write postgres://user@host:5432/database",
-                parsed.redacted()
-            )));
-        }
         let database = parsed.path().trim_start_matches('/');
         if database.is_empty() || database.contains('/') {
-            return Err(CHECKS.invalid(format!(
+            return Err(options.invalid(format!(
                 "{} names no database; add it to the path: postgres://user@host:5432/DATABASE",
                 parsed.redacted()
             )));
         }
         let mut config = tokio_postgres::Config::new();
         config.dbname(database).application_name("lockkit");
-        if let Some(user) = parsed.user() {
-            config.user(user);
-        } else {
-            config.user("postgres");
-        }
+        config.user(parsed.user().unwrap_or("postgres"));
         if let Some(password) = parsed.password() {
             config.password(password);
         }
         if parsed.hosts().is_empty() {
             return Err(
-                CHECKS.invalid(format!("{} names no host; write postgres://user@host:5432/db", parsed.redacted()))
+                options.invalid(format!("{} names no host; write postgres://user@host:5432/db", parsed.redacted()))
             );
         }
         for host in parsed.hosts().split(',') {
             let (name, port) = match host.rsplit_once(':') {
                 Some((name, port)) => {
                     let port = port.parse::<u16>().map_err(|_| {
-                        CHECKS.invalid(format!("the port of {host:?} in {} is not a port number", parsed.redacted()))
+                        options.invalid(format!("the port of {host:?} in {} is not a port number", parsed.redacted()))
                     })?;
                     (name, port)
                 }
@@ -341,33 +288,33 @@ impl PostgresLockProviderBuilder {
             };
             let name = name.trim_start_matches('[').trim_end_matches(']');
             if name.is_empty() {
-                return Err(CHECKS.invalid(format!("an empty host in {}", parsed.redacted())));
+                return Err(options.invalid(format!("an empty host in {}", parsed.redacted())));
             }
             config.host(name).port(port);
         }
-        let lease = CHECKS.within("lease", self.lease.unwrap_or(DEFAULT_LEASE), MIN_LEASE, MAX_DURATION)?;
-        let renew_every = self.renew_every.unwrap_or(lease / 3);
+        let lease = options.value(&LEASE)?;
+        let renew_every = options.get(&RENEW_EVERY).unwrap_or(lease / 3);
         if renew_every.is_zero() || renew_every >= lease {
-            return Err(CHECKS.invalid(format!(
+            return Err(options.invalid(format!(
                 "renew_every is {renew_every:?}; it must be above zero and below the lease ({lease:?}), a third of it by default"
             )));
         }
-        let response_timeout = self.response_timeout.unwrap_or_else(|| DEFAULT_RESPONSE_TIMEOUT.min(lease / 2));
-        if response_timeout < Duration::from_millis(10) || response_timeout > MAX_DURATION {
-            return Err(CHECKS.invalid(format!(
-                "response_timeout is {response_timeout:?}; it must be at least 10ms and at most a day"
-            )));
-        }
-        let drift = self.drift.unwrap_or(lease / 60);
+        let response_timeout = options.within(
+            &RESPONSE_TIMEOUT,
+            DEFAULT_RESPONSE_TIMEOUT.min(lease / 2),
+            Duration::from_millis(10),
+            MAX_DURATION,
+        )?;
+        let drift = options.get(&DRIFT).unwrap_or(lease / 60);
         if drift >= lease / 3 {
             return Err(
-                CHECKS.invalid(format!("drift is {drift:?}; it must be below a third of the lease ({lease:?})"))
+                options.invalid(format!("drift is {drift:?}; it must be below a third of the lease ({lease:?})"))
             );
         }
-        let schema = self.schema.unwrap_or_else(|| DEFAULT_SCHEMA.to_owned());
+        let schema = options.value(&SCHEMA)?;
         check_schema(&schema)?;
-        let tls = Tls::new(self.tls_files.read(self.tls)?, &mut config)?;
-        let durable_grants = self.durable_grants.unwrap_or(false);
+        let tls = Tls::new(options.value(&SSLMODE)?, SSL.load(options)?, &mut config)?;
+        let durable_grants = options.value(&DURABLE_GRANTS)?;
         // Every statement of this provider is bounded on the server too: a statement whose
         // reply was lost cannot take effect later than this after it was sent. Without durable
         // grants, the connection's commits do not wait for the WAL flush (the schema's
@@ -384,30 +331,10 @@ impl PostgresLockProviderBuilder {
             response_timeout,
             drift,
             schema,
-            migrate: self.migrate.unwrap_or(true),
+            migrate: options.value(&MIGRATE)?,
             durable_grants,
             tls,
         })
-    }
-}
-
-impl TlsFiles {
-    /// Reads the files into `options` (a file overrides what a builder method gave).
-    fn read(self, mut options: TlsOptions) -> Result<TlsOptions> {
-        let read = |option: &str, path: &str| {
-            std::fs::read(path).map_err(|e| CHECKS.invalid(format!("{option}={path:?} cannot be read: {e}")))
-        };
-        if let Some(path) = &self.root {
-            options.root = Some(read("sslrootcert", path)?);
-        }
-        match (&self.certificate, &self.key) {
-            (Some(certificate), Some(key)) => {
-                options.client = Some((read("sslcert", certificate)?, read("sslkey", key)?));
-            }
-            (None, None) => {}
-            _ => return Err(CHECKS.invalid("sslcert and sslkey go together: give both files, or neither")),
-        }
-        Ok(options)
     }
 }
 
@@ -468,9 +395,11 @@ mod tests {
             || PostgresLockProviderBuilder::default().url("postgres://h/db?lease=9s&schema=app&durable_grants=true");
         let s = builder().settings().unwrap();
         assert_eq!((s.lease, s.schema.as_str(), s.durable_grants), (Duration::from_secs(9), "app", true));
-        // A builder method wins over the URL's option.
+        // The last value given wins: a method after the URL, or the URL after a method.
         let s = builder().lease(Duration::from_secs(12)).schema("other").settings().unwrap();
         assert_eq!((s.lease, s.schema.as_str()), (Duration::from_secs(12), "other"));
+        let s = PostgresLockProviderBuilder::default().lease(Duration::from_secs(12)).url("postgres://h/db?lease=9s");
+        assert_eq!(s.settings().unwrap().lease, Duration::from_secs(9));
         let wrong = PostgresLockProviderBuilder::default().url("postgres://h/db?leese=9s").settings();
         assert!(message(wrong).contains("lease"));
         assert!(PostgresLockProviderBuilder::default().url("postgres://h/db?max_hold=1m").build().is_ok());
@@ -520,7 +449,7 @@ mod tests {
     #[test]
     fn ssl_modes_parse_by_libpq_names() {
         for mode in [SslMode::Disable, SslMode::Prefer, SslMode::Require, SslMode::VerifyCa, SslMode::VerifyFull] {
-            assert_eq!(SslMode::parse(mode.as_str()), Some(mode));
+            assert_eq!(<SslMode as lockkit_core::config::OptionValue>::parse(mode.as_str()), Ok(mode));
         }
         assert!(message(from_url("postgres://h/db?sslmode=allow")).contains("verify-full"));
         assert!(message(from_url("postgres://h/db?sslkey=/k")).contains("sslcert and sslkey"));

@@ -1,21 +1,32 @@
 //! The provider: a client of one PostgreSQL database that hands out lock handles.
 
-use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
 use lockkit_core::config::{ConnectFuture, StoreUrl};
-use lockkit_core::{LockProvider, Result};
+use lockkit_core::{LockProvider, Result, TypedProvider};
 
 use crate::backend::PostgresBackend;
-use crate::builder::{PostgresLockProviderBuilder, Settings};
+use crate::builder::PostgresLockProviderBuilder;
 
 /// A client of one PostgreSQL database. It dereferences to [`LockProvider`], so `lock`,
 /// `inspect` and the rest are its methods; see the crate docs.
 #[derive(Clone, Debug)]
-pub struct PostgresLockProvider {
-    pub(crate) provider: LockProvider,
-    backend: Arc<PostgresBackend>,
+pub struct PostgresLockProvider(TypedProvider<PostgresBackend>);
+lockkit_core::typed_provider!(PostgresLockProvider);
+
+impl PostgresLockProviderBuilder {
+    /// Checks every setting and builds the provider; connects on first use.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) naming what to change.
+    pub fn build(self) -> Result<PostgresLockProvider> {
+        let settings = self.settings()?;
+        TypedProvider::new(Arc::new(PostgresBackend::new(settings)))
+            .map(|provider| self.options().apply(provider))
+            .map(PostgresLockProvider)
+    }
 }
 
 impl PostgresLockProvider {
@@ -33,14 +44,18 @@ impl PostgresLockProvider {
     /// URL, the schema, the role's privileges); a retryable connection error when the server
     /// does not answer.
     pub async fn connect(url: &str) -> Result<Self> {
-        let provider = PostgresLockProviderBuilder::from_url(&StoreUrl::parse(url)?)?.build()?;
+        Self::connect_to(&StoreUrl::parse(url)?).await
+    }
+
+    /// [`connect`](Self::connect) to a parsed URL: the scheme table's `connect` too.
+    async fn connect_to(url: &StoreUrl) -> Result<Self> {
+        let provider = PostgresLockProviderBuilder::from_url(url)?.build()?;
         provider.ping().await?;
         Ok(provider)
     }
 
-    pub(crate) fn from_settings(settings: Settings) -> Result<Self> {
-        let backend = Arc::new(PostgresBackend::new(settings));
-        Ok(Self { provider: LockProvider::new(backend.clone()), backend })
+    fn backend(&self) -> &PostgresBackend {
+        self.0.backend()
     }
 
     /// One `SELECT 1` round trip (connecting first, with the schema checked, if need be).
@@ -49,7 +64,7 @@ impl PostgresLockProvider {
     ///
     /// As for [`connect`](Self::connect).
     pub async fn ping(&self) -> Result<()> {
-        self.backend.inner.store.ping().await
+        self.backend().inner.store.ping().await
     }
 
     /// Creates the schema, its table, sequence and functions if they are missing (every
@@ -61,7 +76,7 @@ impl PostgresLockProvider {
     /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) when the role may not
     /// create the schema; connection and store errors.
     pub async fn migrate(&self) -> Result<()> {
-        self.backend.inner.store.migrate().await
+        self.backend().inner.store.migrate().await
     }
 
     /// A plain connection of tokio-postgres to the provider's server, with its settings
@@ -72,29 +87,29 @@ impl PostgresLockProvider {
     ///
     /// As for [`connect`](Self::connect).
     pub async fn open_client(&self) -> Result<tokio_postgres::Client> {
-        self.backend.inner.store.open().await
+        self.backend().inner.store.open().await
     }
 
     /// The lease of this provider's holds.
     pub fn lease(&self) -> Duration {
-        self.backend.settings().lease
+        self.backend().settings().lease
     }
 
     /// The schema of the lock table.
     pub fn schema(&self) -> &str {
-        &self.backend.settings().schema
+        &self.backend().settings().schema
     }
 
     /// How many holds the renewal task renews now.
     pub fn renewing(&self) -> usize {
-        self.backend.renewing()
+        self.backend().renewing()
     }
 
     /// What the renewal task has done since the provider was built (for `lockkit bench`'s
     /// round trips per renewal tick).
     pub fn renewal_stats(&self) -> RenewalStats {
         use std::sync::atomic::Ordering::Relaxed;
-        let counters = &self.backend.inner.store.renewals;
+        let counters = &self.backend().inner.store.renewals;
         RenewalStats {
             ticks: counters.ticks.load(Relaxed),
             round_trips: counters.round_trips.load(Relaxed),
@@ -116,39 +131,7 @@ pub struct RenewalStats {
     pub renewed: u64,
 }
 
-impl Deref for PostgresLockProvider {
-    type Target = LockProvider;
-
-    fn deref(&self) -> &LockProvider {
-        &self.provider
-    }
-}
-
-impl From<PostgresLockProvider> for LockProvider {
-    fn from(provider: PostgresLockProvider) -> LockProvider {
-        provider.provider
-    }
-}
-
-/// A provider of the PostgreSQL backend, as its own type again: how to reach its extras
-/// (`ping`, `migrate`, `open_client`) from the [`LockProvider`] that `lockkit::connect` (or a conversion) gave.
-/// Any other provider comes back unchanged as the error.
-impl TryFrom<LockProvider> for PostgresLockProvider {
-    type Error = LockProvider;
-
-    fn try_from(provider: LockProvider) -> Result<Self, LockProvider> {
-        match provider.backend_as::<PostgresBackend>() {
-            Some(backend) => Ok(Self { provider, backend }),
-            None => Err(provider),
-        }
-    }
-}
-
 /// The scheme table's `connect`: eager.
 pub(crate) fn connect_url(url: StoreUrl) -> ConnectFuture {
-    Box::pin(async move {
-        let provider = PostgresLockProviderBuilder::from_url(&url)?.build()?;
-        provider.ping().await?;
-        Ok(LockProvider::from(provider))
-    })
+    Box::pin(async move { PostgresLockProvider::connect_to(&url).await.map(LockProvider::from) })
 }

@@ -10,6 +10,7 @@
 use std::fmt;
 
 use lockkit_core::Result;
+use lockkit_core::config::{ClientTls, OptionValue};
 use tokio_postgres::Socket;
 use tokio_postgres::tls::MakeTlsConnect;
 
@@ -38,19 +39,28 @@ pub enum SslMode {
     VerifyFull,
 }
 
-impl SslMode {
-    /// The mode called `text` (`disable`, `prefer`, `require`, `verify-ca`, `verify-full`).
-    pub(crate) fn parse(text: &str) -> Option<Self> {
-        Some(match text {
-            "disable" => Self::Disable,
-            "prefer" => Self::Prefer,
-            "require" => Self::Require,
-            "verify-ca" => Self::VerifyCa,
-            "verify-full" => Self::VerifyFull,
-            _ => return None,
-        })
+impl OptionValue for SslMode {
+    const FORM: &'static str = "disable, prefer, require, verify-ca or verify-full";
+    type Const = Self;
+
+    fn parse(text: &str) -> std::result::Result<Self, String> {
+        let modes = [Self::Disable, Self::Prefer, Self::Require, Self::VerifyCa, Self::VerifyFull];
+        modes
+            .into_iter()
+            .find(|mode| mode.as_str() == text)
+            .ok_or_else(|| format!("{text:?} is not a mode; use {}", Self::FORM))
     }
 
+    fn from_const(value: Self) -> Self {
+        value
+    }
+
+    fn show(&self) -> String {
+        self.as_str().to_owned()
+    }
+}
+
+impl SslMode {
     /// libpq's name of the mode.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -74,26 +84,6 @@ impl SslMode {
 impl fmt::Display for SslMode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
-    }
-}
-
-/// The TLS settings as the builder collects them.
-#[derive(Clone, Default)]
-pub(crate) struct TlsOptions {
-    pub(crate) mode: Option<SslMode>,
-    /// Root certificates, PEM.
-    pub(crate) root: Option<Vec<u8>>,
-    /// A client certificate chain and its private key, PEM.
-    pub(crate) client: Option<(Vec<u8>, Vec<u8>)>,
-}
-
-impl fmt::Debug for TlsOptions {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TlsOptions")
-            .field("mode", &self.mode)
-            .field("root", &self.root.as_ref().map(|_| "PEM"))
-            .field("client", &self.client.as_ref().map(|_| "PEM, key redacted"))
-            .finish()
     }
 }
 
@@ -122,11 +112,11 @@ pub(crate) type Stream = <Connector as MakeTlsConnect<Socket>>::Stream;
 pub(crate) type Connection = tokio_postgres::Connection<Socket, Stream>;
 
 impl Tls {
-    /// Checks `options` and builds the connector; sets the driver's `sslmode` in `config`.
-    pub(crate) fn new(options: TlsOptions, config: &mut tokio_postgres::Config) -> Result<Self> {
-        let mode = options.mode.unwrap_or_default();
+    /// Checks `mode` and `certificates` and builds the connector; sets the driver's
+    /// `sslmode` in `config`.
+    pub(crate) fn new(mode: SslMode, certificates: ClientTls, config: &mut tokio_postgres::Config) -> Result<Self> {
         config.ssl_mode(mode.driver_mode());
-        let connector = connector(mode, options)?;
+        let connector = connector(mode, certificates)?;
         Ok(Self { mode, connector })
     }
 
@@ -142,7 +132,7 @@ impl Tls {
 }
 
 #[cfg(not(feature = "tls"))]
-fn connector(mode: SslMode, options: TlsOptions) -> Result<Connector> {
+fn connector(mode: SslMode, options: ClientTls) -> Result<Connector> {
     let what = if options.root.is_some() {
         Some("a root certificate (sslrootcert)".to_owned())
     } else if options.client.is_some() {
@@ -161,7 +151,7 @@ fn connector(mode: SslMode, options: TlsOptions) -> Result<Connector> {
 }
 
 #[cfg(feature = "tls")]
-fn connector(mode: SslMode, options: TlsOptions) -> Result<Connector> {
+fn connector(mode: SslMode, options: ClientTls) -> Result<Connector> {
     rustls_config::client_config(mode, options).map(tokio_postgres_rustls::MakeRustlsConnect::new)
 }
 
@@ -202,7 +192,9 @@ mod rustls_config {
     use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
     use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 
-    use super::{SslMode, TlsOptions};
+    use lockkit_core::config::ClientTls;
+
+    use super::SslMode;
     use crate::BACKEND;
 
     fn invalid(message: String) -> Error {
@@ -210,7 +202,7 @@ mod rustls_config {
     }
 
     /// The rustls configuration of `mode`.
-    pub(super) fn client_config(mode: SslMode, options: TlsOptions) -> Result<ClientConfig> {
+    pub(super) fn client_config(mode: SslMode, options: ClientTls) -> Result<ClientConfig> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = ClientConfig::builder_with_provider(Arc::clone(&provider))
             .with_safe_default_protocol_versions()

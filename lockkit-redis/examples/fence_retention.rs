@@ -43,7 +43,7 @@ async fn keys_under(admin: &mut redis::aio::MultiplexedConnection, prefix: &str)
 async fn main() {
     let locks: usize = arg("--locks").and_then(|n| n.parse().ok()).unwrap_or(100_000);
     let retention = arg("--retention")
-        .and_then(|d| lockkit_core::config::Settings::of("redis").duration("retention", &d).ok())
+        .and_then(|d| lockkit_core::config::parse_duration(&d).ok())
         .unwrap_or(Duration::from_secs(5));
     let (_server, url) = match std::env::var("LOCKKIT_REDIS_URL") {
         Ok(url) if !url.is_empty() => (None, url),

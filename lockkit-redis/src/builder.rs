@@ -4,33 +4,15 @@
 
 use std::time::Duration;
 
-use lockkit_core::config::{self, ProviderSettings, StoreUrl};
+use lockkit_core::config::{
+    self, ClientTls, Key, MAX_DURATION, MAX_HOLD, OptionKey, Options, ProviderBuilder, StoreUrl, TLS_KEYS,
+};
 use lockkit_core::{Error, Result};
 use redis::IntoConnectionInfo;
 
 use crate::BACKEND;
 use crate::cluster::ClusterSettings;
-use crate::provider::RedisLockProvider;
 use crate::sentinel::SentinelSettings;
-
-/// The checks every setting goes through, shared with the other backends.
-const CHECKS: config::Settings = config::Settings::of(BACKEND);
-
-/// The options a `redis://` URL and [`RedisLockProviderBuilder::option`] take: each is the
-/// name of the builder method that sets it.
-pub const OPTIONS: &[&str] = &[
-    "lease",
-    "renew_every",
-    "response_timeout",
-    "drift",
-    "key_prefix",
-    "fair",
-    "claim_window",
-    "replicas",
-    "replicas_timeout",
-    "fence_retention",
-    "max_hold",
-];
 
 /// The default lease: how long a hold outlives its holder when the holder dies.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
@@ -67,12 +49,71 @@ pub const MIN_LEASE: Duration = Duration::from_millis(100);
 /// The shortest renewal interval and response timeout accepted.
 const MIN_INTERVAL: Duration = Duration::from_millis(1);
 
+const LEASE: Key<Duration> =
+    Key::new("lease", "how long a hold survives without renewal: the time a dead holder keeps the lock")
+        .default(DEFAULT_LEASE)
+        .range(MIN_LEASE, MAX_DURATION);
+const RENEW_EVERY: Key<Duration> = Key::new("renew_every", "how often the watchdog renews held locks")
+    .default_said("a third of the lease")
+    .range_said("1ms to the lease, with response_timeout below the lease minus drift");
+const RESPONSE_TIMEOUT: Key<Duration> =
+    Key::new("response_timeout", "how long one command may take before its outcome counts as unknown")
+        .default_said("2s, at most a fifth of the lease")
+        .range_said("1ms to the lease");
+const DRIFT: Key<Duration> =
+    Key::new("drift", "the margin for clock rate differences, taken off every hold's deadline")
+        .default_said("1 % of the lease plus 2ms")
+        .range_said("below half the lease");
+const KEY_PREFIX: Key<String> =
+    Key::new("key_prefix", "the prefix of every key and channel (no braces or control characters)")
+        .default(DEFAULT_PREFIX);
+const FAIR: Key<bool> = Key::new("fair", "whether waiters are granted the lock in arrival order").default(true);
+const CLAIM_WINDOW: Key<Duration> =
+    Key::new("claim_window", "how long a lock handed over to the head of a fair queue waits for the head to take it")
+        .default_said("200ms, at most the lease")
+        .range_said("20ms to the lease");
+const REPLICAS: Key<u32> = Key::new("replicas", "how many replicas must acknowledge each grant and renewal (WAIT)")
+    .default(0)
+    .range(0, MAX_REPLICAS);
+const REPLICAS_TIMEOUT: Key<Duration> =
+    Key::new("replicas_timeout", "how long a grant or a renewal waits for the replicas' acknowledgements")
+        .default_said("500ms, at most a fifth of the lease")
+        .range_said("1ms to the lease");
+const FENCE_RETENTION: Key<Duration> =
+    Key::new("fence_retention", "how long a lock's fence counter outlives the lock's last use")
+        .default_said("ten leases, at least 1m")
+        .range_said("the lease plus the claim window, to 1d");
+const DB: Key<u32> = Key::new("db", "the database of a redis+unix:// socket (a redis:// URL gives it as its path)")
+    .default(0)
+    .range_said("redis+unix:// only");
+
+/// The options a `redis://` URL and [`RedisLockProviderBuilder::option`] take: each is the
+/// name of the builder method that sets it. The TLS certificates (paths of PEM files) need
+/// `rediss://` and the `tls` feature.
+pub const OPTIONS: &[&dyn OptionKey] = &[
+    &LEASE,
+    &RENEW_EVERY,
+    &RESPONSE_TIMEOUT,
+    &DRIFT,
+    &KEY_PREFIX,
+    &FAIR,
+    &CLAIM_WINDOW,
+    &REPLICAS,
+    &REPLICAS_TIMEOUT,
+    &FENCE_RETENTION,
+    &MAX_HOLD,
+    &TLS_KEYS.root,
+    &TLS_KEYS.certificate,
+    &TLS_KEYS.key,
+    &DB,
+];
+
 /// What `rediss://` needs when it is not built in.
 #[cfg(not(feature = "tls"))]
 const TLS_FEATURE: &str = "rediss:// (TLS) is not built in: enable the `tls` feature of lockkit-redis \
     (the `redis-tls` feature of the lockkit crate) in your Cargo.toml";
 
-/// Builds a [`RedisLockProvider`]; every setting is checked by [`build`](Self::build), which
+/// Builds a [`RedisLockProvider`](crate::RedisLockProvider); every setting is checked by [`build`](Self::build), which
 /// makes no connection.
 ///
 /// Each setting has one name: the builder method, and the URL option of
@@ -92,29 +133,43 @@ const TLS_FEATURE: &str = "rediss:// (TLS) is not built in: enable the `tls` fea
 ///
 /// let url = lockkit_core::config::StoreUrl::parse("redis://127.0.0.1:6379/2?lease=10s&fair=false")?;
 /// let same_settings = lockkit_redis::RedisLockProviderBuilder::from_url(&url)?.key_prefix("billing").build()?;
-/// # let _ = (provider, same_settings);
+/// // The options of a URL given to `url` count too; a setting given later wins.
+/// let also = RedisLockProvider::builder().url("redis://127.0.0.1:6379/2?lease=10s").key_prefix("billing").build()?;
+/// # let _ = (provider, same_settings, also);
 /// # Ok::<(), lockkit_core::Error>(())
 /// ```
-#[derive(Clone, Default)]
+#[derive(Clone)]
 #[must_use = "a builder does nothing until `build` is called"]
 pub struct RedisLockProviderBuilder {
-    url: Option<String>,
-    prefix: Option<String>,
-    lease: Option<Duration>,
-    renew_every: Option<Duration>,
-    response_timeout: Option<Duration>,
-    drift: Option<Duration>,
-    fair: Option<bool>,
-    claim_window: Option<Duration>,
-    replicas: Option<u32>,
-    replicas_timeout: Option<Duration>,
-    fence_retention: Option<Duration>,
-    common: ProviderSettings,
-    #[cfg(feature = "tls")]
-    tls: TlsSettings,
+    /// The server's URL without its query.
+    address: Option<String>,
+    options: Options,
+}
+
+impl Default for RedisLockProviderBuilder {
+    fn default() -> Self {
+        Self { address: None, options: Options::new(BACKEND, OPTIONS) }
+    }
+}
+
+impl ProviderBuilder for RedisLockProviderBuilder {
+    fn options_mut(&mut self) -> &mut Options {
+        &mut self.options
+    }
+
+    /// The server (or the sentinels, or the cluster nodes) of a URL, read by `build`.
+    fn address(&mut self, url: &StoreUrl) -> Result<()> {
+        self.address = Some(url.address());
+        Ok(())
+    }
 }
 
 impl RedisLockProviderBuilder {
+    /// The settings given so far.
+    pub(crate) fn options(&self) -> &Options {
+        &self.options
+    }
+
     /// A builder with the address, credentials and options of `url`
     /// (`redis://[user[:password]@]host[:port][/db][?option=value&…]`, or `rediss://` for
     /// TLS); the options are those of [`OPTIONS`], named as the methods that set them.
@@ -124,11 +179,7 @@ impl RedisLockProviderBuilder {
     /// [`Error::InvalidConfig`] for an unknown option or a value that does not parse; the
     /// address and the values' ranges are checked by [`build`](Self::build).
     pub fn from_url(url: &StoreUrl) -> Result<Self> {
-        let mut builder = Self::default().url(url.address());
-        for (key, value) in url.options() {
-            builder = builder.option(key, value)?;
-        }
-        Ok(builder)
+        config::from_url(url)
     }
 
     /// Sets the option called `key` from its text, as a URL's query gives it: the names are
@@ -139,26 +190,8 @@ impl RedisLockProviderBuilder {
     ///
     /// [`Error::InvalidConfig`] for an unknown option or a value that does not parse.
     pub fn option(mut self, key: &str, value: &str) -> Result<Self> {
-        if self.common.option(CHECKS, key, value)? {
-            return Ok(self);
-        }
-        Ok(match key {
-            "lease" => self.lease(CHECKS.duration(key, value)?),
-            "renew_every" => self.renew_every(CHECKS.duration(key, value)?),
-            "response_timeout" => self.response_timeout(CHECKS.duration(key, value)?),
-            "drift" => self.drift(CHECKS.duration(key, value)?),
-            "key_prefix" => self.key_prefix(value),
-            "fair" => self.fair(CHECKS.flag(key, value)?),
-            "claim_window" => self.claim_window(CHECKS.duration(key, value)?),
-            "replicas" => self.replicas(value.trim().parse().map_err(|_| {
-                CHECKS.invalid(format!(
-                    "replicas={value:?} is not a number of replicas; write a whole number from 0 to {MAX_REPLICAS}"
-                ))
-            })?),
-            "replicas_timeout" => self.replicas_timeout(CHECKS.duration(key, value)?),
-            "fence_retention" => self.fence_retention(CHECKS.duration(key, value)?),
-            _ => return Err(CHECKS.unknown(key, OPTIONS)),
-        })
+        self.options.parse(key, value)?;
+        Ok(self)
     }
 
     /// The server: `redis://[user[:password]@]host[:port][/db]`, `rediss://` for TLS (feature
@@ -178,11 +211,12 @@ impl RedisLockProviderBuilder {
     /// the slot map are learnt from them). See the crate docs, "Redis Cluster", and
     /// [`cluster`](Self::cluster).
     ///
-    /// The lockkit options belong to [`from_url`](Self::from_url) or to this builder's
-    /// methods, not to this URL.
-    pub fn url(mut self, url: impl Into<String>) -> Self {
-        self.url = Some(url.into());
-        self
+    /// The options in the URL's query ([`OPTIONS`]) are taken here, in order with the
+    /// builder's other settings: a setting given later replaces the URL's (see
+    /// `lockkit_core::config`). A URL that cannot be used, or an unknown option, is an error
+    /// at [`build`](Self::build).
+    pub fn url(self, url: impl AsRef<str>) -> Self {
+        config::with_url(self, url.as_ref())
     }
 
     /// The nodes of a Redis Cluster, each `host[:port]` (port 6379 by default), without
@@ -211,7 +245,7 @@ impl RedisLockProviderBuilder {
     /// braces would change the hash slot of the keys on Redis Cluster. URL option
     /// `key_prefix`.
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = Some(prefix.into());
+        self.options.set(&KEY_PREFIX, prefix.into());
         self
     }
 
@@ -219,7 +253,7 @@ impl RedisLockProviderBuilder {
     /// day): the time a dead holder keeps the lock, and the budget a live holder has to renew
     /// it. URL option `lease`.
     pub fn lease(mut self, lease: Duration) -> Self {
-        self.lease = Some(lease);
+        self.options.set(&LEASE, lease);
         self
     }
 
@@ -227,7 +261,7 @@ impl RedisLockProviderBuilder {
     /// 1 ms, and with the response timeout below the lease minus the drift margin). URL
     /// option `renew_every`.
     pub fn renew_every(mut self, every: Duration) -> Self {
-        self.renew_every = Some(every);
+        self.options.set(&RENEW_EVERY, every);
         self
     }
 
@@ -236,7 +270,7 @@ impl RedisLockProviderBuilder {
     /// with the renewal interval below the lease minus the drift margin). URL option
     /// `response_timeout`.
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
-        self.response_timeout = Some(timeout);
+        self.options.set(&RESPONSE_TIMEOUT, timeout);
         self
     }
 
@@ -245,7 +279,7 @@ impl RedisLockProviderBuilder {
     /// this margin (default 1% of the lease plus 2 ms, as the Redlock analysis suggests; at
     /// most just under half the lease). URL option `drift`.
     pub fn drift(mut self, drift: Duration) -> Self {
-        self.drift = Some(drift);
+        self.options.set(&DRIFT, drift);
         self
     }
 
@@ -268,7 +302,7 @@ impl RedisLockProviderBuilder {
     /// order; unfair, readers may overtake a waiting writer for as long as readers keep
     /// coming.
     pub fn fair(mut self, fair: bool) -> Self {
-        self.fair = Some(fair);
+        self.options.set(&FAIR, fair);
         self
     }
 
@@ -283,7 +317,7 @@ impl RedisLockProviderBuilder {
     /// for servers far away, or for clients that stall. A head that misses its window loses
     /// its place and queues again at the back.
     pub fn claim_window(mut self, window: Duration) -> Self {
-        self.claim_window = Some(window);
+        self.options.set(&CLAIM_WINDOW, window);
         self
     }
 
@@ -315,7 +349,7 @@ impl RedisLockProviderBuilder {
     /// `WAIT` blocks the provider's shared command connection while it waits, so commands of
     /// other holds queue behind it for up to `replicas_timeout` when a replica is slow.
     pub fn replicas(mut self, n: u32) -> Self {
-        self.replicas = Some(n);
+        self.options.set(&REPLICAS, n);
         self
     }
 
@@ -324,7 +358,7 @@ impl RedisLockProviderBuilder {
     /// least 1 ms, and with `replicas` set, the renewal interval plus the response timeout
     /// plus this below the lease minus the drift margin). URL option `replicas_timeout`.
     pub fn replicas_timeout(mut self, timeout: Duration) -> Self {
-        self.replicas_timeout = Some(timeout);
+        self.options.set(&REPLICAS_TIMEOUT, timeout);
         self
     }
 
@@ -342,7 +376,7 @@ impl RedisLockProviderBuilder {
     /// claim window is the least, because a grant whose reply was lost, or a hand-over, is
     /// confirmed within that time with the token the counter holds.
     pub fn fence_retention(mut self, retention: Duration) -> Self {
-        self.fence_retention = Some(retention);
+        self.options.set(&FENCE_RETENTION, retention);
         self
     }
 
@@ -351,7 +385,7 @@ impl RedisLockProviderBuilder {
     #[cfg(feature = "tls")]
     #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
-        self.tls.root = Some(pem.into());
+        TLS_KEYS.set_root(&mut self.options, pem.into());
         self
     }
 
@@ -360,7 +394,7 @@ impl RedisLockProviderBuilder {
     #[cfg(feature = "tls")]
     #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_client_certificate(mut self, certificate: impl Into<Vec<u8>>, key: impl Into<Vec<u8>>) -> Self {
-        self.tls.client = Some((certificate.into(), key.into()));
+        TLS_KEYS.set_client(&mut self.options, certificate.into(), key.into());
         self
     }
 
@@ -370,99 +404,84 @@ impl RedisLockProviderBuilder {
     /// [`LossReason::MaxHoldReached`](lockkit_core::LossReason::MaxHoldReached) and the record expires with its lease. None
     /// by default; at least `renew_every`. URL option `max_hold`.
     pub fn max_hold(mut self, max_hold: Duration) -> Self {
-        self.common.max_hold = Some(max_hold);
+        self.options.set(&MAX_HOLD, max_hold);
         self
     }
 
-    /// Checks the settings and builds the provider. No connection is made here: the first
-    /// operation connects, and a server that cannot be reached then gives a retryable
-    /// [`Error::Connection`]. [`RedisLockProvider::connect`] connects at once.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidConfig`] naming the setting to change and its range: no URL, a URL
-    /// that cannot be used (or `rediss://` without the `tls` feature), a duration outside its
-    /// range, settings that do not fit together (a renewal interval plus response timeout
-    /// that does not leave time to renew within the lease), a bad key prefix.
-    pub fn build(self) -> Result<RedisLockProvider> {
-        let common = self.common;
-        let mut provider = RedisLockProvider::from_settings(self.settings()?)?;
-        provider.provider = common.apply(provider.provider)?;
-        Ok(provider)
-    }
-
-    pub(crate) fn settings(self) -> Result<Settings> {
-        let url = self.url.ok_or_else(|| {
-            CHECKS.invalid("no server URL was given: call .url(\"redis://host:port\") or use from_url")
-        })?;
-        let (connection, sentinel, cluster) = parse_target(&url)?;
-        let prefix = self.prefix.unwrap_or_else(|| DEFAULT_PREFIX.to_owned());
+    pub(crate) fn settings(&self) -> Result<Settings> {
+        let options = &self.options;
+        options.check()?;
+        let url = self
+            .address
+            .as_deref()
+            .ok_or_else(|| invalid("no server URL was given: call .url(\"redis://host:port\") or use from_url"))?;
+        let (mut connection, sentinel, cluster) = parse_target(url)?;
+        if let Some(db) = options.get(&DB) {
+            let redis::ConnectionAddr::Unix(_) = connection.addr() else {
+                return Err(invalid(format!(
+                    "db={db} is for redis+unix:// sockets; a redis:// URL gives its database as its path, as in redis://host:6379/{db}"
+                )));
+            };
+            let database = connection.redis_settings().clone().set_db(i64::from(db));
+            connection = connection.set_redis_settings(database);
+        }
+        let prefix = options.value(&KEY_PREFIX)?;
         check_prefix(&prefix)?;
-        let lease =
-            whole_millis(CHECKS.within("lease", self.lease.unwrap_or(DEFAULT_LEASE), MIN_LEASE, Duration::MAX)?);
-        let renew_every =
-            whole_millis(CHECKS.within("renew_every", self.renew_every.unwrap_or(lease / 3), MIN_INTERVAL, lease)?);
-        let response_timeout = CHECKS.within(
-            "response_timeout",
-            self.response_timeout.unwrap_or_else(|| DEFAULT_RESPONSE_TIMEOUT.min(lease / 5)),
-            MIN_INTERVAL,
-            lease,
-        )?;
-        let drift = CHECKS.within(
-            "drift",
-            self.drift.unwrap_or(lease / 100 + Duration::from_millis(2)),
+        let lease = whole_millis(options.value(&LEASE)?);
+        let renew_every = whole_millis(options.within(&RENEW_EVERY, lease / 3, MIN_INTERVAL, lease)?);
+        let response_timeout =
+            options.within(&RESPONSE_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT.min(lease / 5), MIN_INTERVAL, lease)?;
+        let drift = options.within(
+            &DRIFT,
+            lease / 100 + Duration::from_millis(2),
             Duration::ZERO,
             (lease / 2).saturating_sub(MIN_INTERVAL),
         )?;
         let budget = lease.saturating_sub(drift);
         if renew_every.saturating_add(response_timeout) >= budget {
-            return Err(CHECKS.invalid(format!(
+            return Err(invalid(format!(
                 "renew_every ({renew_every:?}) plus response_timeout ({response_timeout:?}) must stay below the lease minus the drift margin ({budget:?}), or a hold expires before its renewal is confirmed; renew every third of the lease"
             )));
         }
-        let replicas = self.replicas.unwrap_or(0);
+        let replicas = options.get(&REPLICAS).unwrap_or(0);
         if replicas > MAX_REPLICAS {
-            return Err(CHECKS.invalid(format!(
+            return Err(invalid(format!(
                 "replicas is {replicas}, more than {MAX_REPLICAS}: it is the number of replicas that must acknowledge each grant, which the primary must have; write the number your primary has (or fewer)"
             )));
         }
-        let replicas_timeout = whole_millis(CHECKS.within(
-            "replicas_timeout",
-            self.replicas_timeout.unwrap_or(DEFAULT_REPLICAS_TIMEOUT.min(lease / 5)),
+        let replicas_timeout = whole_millis(options.within(
+            &REPLICAS_TIMEOUT,
+            DEFAULT_REPLICAS_TIMEOUT.min(lease / 5),
             MIN_INTERVAL,
             lease,
         )?);
         if replicas > 0 && renew_every + response_timeout + replicas_timeout >= budget {
-            return Err(CHECKS.invalid(format!(
+            return Err(invalid(format!(
                 "renew_every ({renew_every:?}) plus response_timeout ({response_timeout:?}) plus replicas_timeout ({replicas_timeout:?}) must stay below the lease minus the drift margin ({budget:?}), or a hold expires before its renewal is acknowledged; lower replicas_timeout or raise the lease"
             )));
         }
-        let claim_window = whole_millis(CHECKS.within(
-            "claim_window",
-            self.claim_window.unwrap_or(DEFAULT_CLAIM_WINDOW.min(lease)),
-            MIN_CLAIM_WINDOW,
-            lease,
-        )?);
-        let least = lease.saturating_add(claim_window).min(config::MAX_DURATION);
-        let fence_retention = whole_millis(CHECKS.within(
-            "fence_retention",
-            self.fence_retention.unwrap_or_else(|| {
-                lease.saturating_mul(10).max(MIN_DEFAULT_FENCE_RETENTION).min(config::MAX_DURATION).max(least)
-            }),
+        let claim_window =
+            whole_millis(options.within(&CLAIM_WINDOW, DEFAULT_CLAIM_WINDOW.min(lease), MIN_CLAIM_WINDOW, lease)?);
+        let least = lease.saturating_add(claim_window).min(MAX_DURATION);
+        let fence_retention = whole_millis(options.within(
+            &FENCE_RETENTION,
+            lease.saturating_mul(10).max(MIN_DEFAULT_FENCE_RETENTION).min(MAX_DURATION).max(least),
             least,
-            Duration::MAX,
+            MAX_DURATION,
         )?);
-        #[cfg(feature = "tls")]
-        if !self.tls.is_empty() && !matches!(connection.addr(), redis::ConnectionAddr::TcpTls { .. }) {
-            return Err(CHECKS.invalid(format!(
+        let tls = TLS_KEYS.load(options)?;
+        // Without the `tls` feature a rediss:// URL is refused above, so certificates come
+        // with a URL that does not use TLS, and are refused here.
+        if !tls.is_empty() && !matches!(connection.addr(), redis::ConnectionAddr::TcpTls { .. }) {
+            return Err(invalid(format!(
                 "TLS certificates were given but the URL {} does not use TLS; write it as rediss://",
-                config::redact(&url)
+                config::redact(url)
             )));
         }
         Ok(Settings {
             address: match (&sentinel, &cluster) {
-                (Some(sentinel), _) => format!("{}://{}", config::StoreUrl::parse(&url)?.scheme(), sentinel.shown()),
-                (None, Some(cluster)) => format!("{}://{}", config::StoreUrl::parse(&url)?.scheme(), cluster.shown()),
+                (Some(sentinel), _) => format!("{}://{}", StoreUrl::parse(url)?.scheme(), sentinel.shown()),
+                (None, Some(cluster)) => format!("{}://{}", StoreUrl::parse(url)?.scheme(), cluster.shown()),
                 (None, None) => shown_address(&connection),
             },
             connection,
@@ -473,36 +492,22 @@ impl RedisLockProviderBuilder {
             renew_every,
             response_timeout,
             drift,
-            fair: self.fair.unwrap_or(true),
+            fair: options.value(&FAIR)?,
             claim_window,
             replicas,
             replicas_timeout,
             fence_retention,
-            #[cfg(feature = "tls")]
-            tls: self.tls,
+            tls,
         })
     }
 }
 
 impl std::fmt::Debug for RedisLockProviderBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut debug = f.debug_struct("RedisLockProviderBuilder");
-        debug
-            .field("url", &self.url.as_deref().map(config::redact))
-            .field("prefix", &self.prefix)
-            .field("lease", &self.lease)
-            .field("renew_every", &self.renew_every)
-            .field("response_timeout", &self.response_timeout)
-            .field("drift", &self.drift)
-            .field("fair", &self.fair)
-            .field("claim_window", &self.claim_window)
-            .field("replicas", &self.replicas)
-            .field("replicas_timeout", &self.replicas_timeout)
-            .field("fence_retention", &self.fence_retention)
-            .field("max_hold", &self.common.max_hold);
-        #[cfg(feature = "tls")]
-        debug.field("tls", &self.tls);
-        debug.finish()
+        f.debug_struct("RedisLockProviderBuilder")
+            .field("url", &self.address.as_deref().map(config::redact))
+            .field("options", &self.options)
+            .finish()
     }
 }
 
@@ -538,47 +543,9 @@ pub(crate) struct Settings {
     pub(crate) replicas_timeout: Duration,
     /// How long a fence counter outlives the last grant or renewal of its lock.
     pub(crate) fence_retention: Duration,
-    #[cfg(feature = "tls")]
-    pub(crate) tls: TlsSettings,
-}
-
-/// Certificates for TLS connections; printed without their contents.
-#[cfg(feature = "tls")]
-#[derive(Clone, Default)]
-pub(crate) struct TlsSettings {
-    root: Option<Vec<u8>>,
-    client: Option<(Vec<u8>, Vec<u8>)>,
-}
-
-#[cfg(feature = "tls")]
-impl TlsSettings {
-    fn is_empty(&self) -> bool {
-        self.root.is_none() && self.client.is_none()
-    }
-
-    /// The certificates in the redis crate's form, when any were given.
-    pub(crate) fn certificates(&self) -> Option<redis::TlsCertificates> {
-        if self.is_empty() {
-            return None;
-        }
-        Some(redis::TlsCertificates {
-            client_tls: self.client.as_ref().map(|(certificate, key)| redis::ClientTlsConfig {
-                client_cert: certificate.clone(),
-                client_key: key.clone(),
-            }),
-            root_cert: self.root.clone(),
-        })
-    }
-}
-
-#[cfg(feature = "tls")]
-impl std::fmt::Debug for TlsSettings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TlsSettings")
-            .field("root", &self.root.as_ref().map(|_| "<certificate>"))
-            .field("client", &self.client.as_ref().map(|_| "<certificate and key>"))
-            .finish()
-    }
+    /// The certificates of `rediss://` connections (none: the system's trust store).
+    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
+    pub(crate) tls: ClientTls,
 }
 
 impl Settings {
@@ -613,7 +580,7 @@ type Target = (redis::ConnectionInfo, Option<SentinelSettings>, Option<ClusterSe
 fn parse_target(url: &str) -> Result<Target> {
     let shown = config::redact(url);
     let parsed = StoreUrl::parse(url).map_err(|error| match error {
-        Error::InvalidConfig { message, .. } => CHECKS.invalid(message),
+        Error::InvalidConfig { message, .. } => invalid(message),
         other => other,
     })?;
     let (tls, cluster) = match parsed.scheme() {
@@ -624,23 +591,21 @@ fn parse_target(url: &str) -> Result<Target> {
         #[cfg(feature = "tls")]
         "rediss+cluster" => (true, true),
         #[cfg(not(feature = "tls"))]
-        "rediss+sentinel" | "rediss+cluster" => return Err(CHECKS.invalid(TLS_FEATURE)),
+        "rediss+sentinel" | "rediss+cluster" => return Err(invalid(TLS_FEATURE)),
         _ => return Ok((parse_url(url)?, None, None)),
     };
-    check_misplaced(&parsed, &shown)?;
     if cluster {
         let cluster =
             ClusterSettings::parse(parsed.hosts(), parsed.path(), tls, parsed.user(), parsed.password(), &shown)
-                .map_err(|m| CHECKS.invalid(m))?;
+                .map_err(invalid)?;
         let Some((_, first)) = cluster.nodes.first() else {
-            return Err(CHECKS.invalid(format!("the URL {shown} names no cluster node")));
+            return Err(invalid(format!("the URL {shown} names no cluster node")));
         };
         return Ok((first.clone(), None, Some(cluster)));
     }
-    let sentinel =
-        SentinelSettings::parse(parsed.hosts(), parsed.path(), tls, &shown).map_err(|m| CHECKS.invalid(m))?;
+    let sentinel = SentinelSettings::parse(parsed.hosts(), parsed.path(), tls, &shown).map_err(invalid)?;
     let Some((_, first)) = sentinel.sentinels.first() else {
-        return Err(CHECKS.invalid(format!("the URL {shown} names no sentinel")));
+        return Err(invalid(format!("the URL {shown} names no sentinel")));
     };
     let mut redis_settings = first.redis_settings().clone();
     if let Some(user) = parsed.user() {
@@ -652,23 +617,11 @@ fn parse_target(url: &str) -> Result<Target> {
     Ok((first.clone().set_redis_settings(redis_settings), Some(sentinel), None))
 }
 
-/// Refuses a server URL that carries lockkit options.
-fn check_misplaced(parsed: &StoreUrl, shown: &str) -> Result<()> {
-    let misplaced: Vec<&str> = parsed.options().map(|(key, _)| key).filter(|key| OPTIONS.contains(key)).collect();
-    if !misplaced.is_empty() {
-        return Err(CHECKS.invalid(format!(
-            "the URL {shown} carries lockkit options ({}): give such a URL to RedisLockProviderBuilder::from_url (or RedisLockProvider::connect), or set them with the builder's methods",
-            misplaced.join(", ")
-        )));
-    }
-    Ok(())
-}
-
 /// Reads the URL of one server.
 fn parse_url(url: &str) -> Result<redis::ConnectionInfo> {
     let shown = config::redact(url);
     let parsed = StoreUrl::parse(url).map_err(|error| match error {
-        Error::InvalidConfig { message, .. } => CHECKS.invalid(message),
+        Error::InvalidConfig { message, .. } => invalid(message),
         other => other,
     })?;
     match parsed.scheme() {
@@ -676,25 +629,29 @@ fn parse_url(url: &str) -> Result<redis::ConnectionInfo> {
         #[cfg(feature = "tls")]
         "rediss" => {}
         #[cfg(not(feature = "tls"))]
-        "rediss" => return Err(CHECKS.invalid(TLS_FEATURE)),
+        "rediss" => return Err(invalid(TLS_FEATURE)),
         other => {
-            return Err(CHECKS.invalid(format!(
+            return Err(invalid(format!(
                 "the URL {shown} has the scheme {other:?}; use redis:// (or rediss:// for TLS), redis+sentinel://sentinel:26379,…/MASTER_NAME for a Sentinel-managed primary, or redis+cluster://node:6379,node:6379 for a Redis Cluster"
             )));
         }
     }
-    check_misplaced(&parsed, &shown)?;
     let info = url.into_connection_info().map_err(|error| {
         // The client's message is all there is to say; an InvalidConfig has no source.
-        CHECKS.invalid(format!("the URL {shown} cannot be used: {error}"))
+        invalid(format!("the URL {shown} cannot be used: {error}"))
     })?;
     let db = info.redis_settings().db();
     if !(0..i64::from(i32::MAX)).contains(&db) {
-        return Err(CHECKS.invalid(format!(
+        return Err(invalid(format!(
             "the database number {db} in {shown} is out of range: Redis numbers its databases from 0 (0 to 15 by default)"
         )));
     }
     Ok(info)
+}
+
+/// An `InvalidConfig` error of this backend.
+fn invalid(message: impl Into<String>) -> Error {
+    Error::invalid_config(BACKEND, message)
 }
 
 /// The server's address without credentials: `redis://host:port/db`.
@@ -711,15 +668,15 @@ fn shown_address(info: &redis::ConnectionInfo) -> String {
 
 fn check_prefix(prefix: &str) -> Result<()> {
     if prefix.is_empty() {
-        return Err(CHECKS.invalid("key_prefix is empty; leave it unset for `lockkit`, or name your application"));
+        return Err(invalid("key_prefix is empty; leave it unset for `lockkit`, or name your application"));
     }
     if prefix.contains(['{', '}']) {
-        return Err(CHECKS.invalid(format!(
+        return Err(invalid(format!(
             "key_prefix {prefix:?} contains a brace, which would move lockkit's keys to another Redis Cluster hash slot; remove it"
         )));
     }
     if prefix.chars().any(char::is_control) {
-        return Err(CHECKS.invalid(format!("key_prefix {prefix:?} contains control characters; remove them")));
+        return Err(invalid(format!("key_prefix {prefix:?} contains control characters; remove them")));
     }
     Ok(())
 }
@@ -796,6 +753,8 @@ mod tests {
         assert_eq!(decoded.address, "redis://[::1]:7000/1");
         assert_eq!(decoded.prefix, "a&b");
         assert_eq!(base().settings().unwrap().address, "redis://127.0.0.1:6379/0");
+        let unix = base().url("redis+unix:///tmp/redis.sock?db=2").settings().unwrap();
+        assert_eq!(unix.connection.redis_settings().db(), 2, "a socket's database is an option");
     }
 
     #[test]
@@ -817,8 +776,16 @@ mod tests {
         }
         assert!(url_message("redis://h/?lease=10").contains("option lease"));
         assert!(url_message("redis://h/?fair=yes").contains("option fair"));
-        let misplaced = message(base().url("redis://h/?lease=10s"));
-        assert!(misplaced.contains("from_url") && misplaced.contains("lease"), "{misplaced}");
+        // The one rule of every backend: a URL's options are settings like the methods', and
+        // the last value given wins.
+        assert_eq!(base().url("redis://h/?lease=10s").settings().unwrap().lease, Duration::from_secs(10));
+        let later = base().url("redis://h/?lease=10s").lease(Duration::from_secs(5)).settings().unwrap();
+        assert_eq!(later.lease, Duration::from_secs(5));
+        let earlier = base().lease(Duration::from_secs(5)).url("redis://h/?lease=10s").settings().unwrap();
+        assert_eq!(earlier.lease, Duration::from_secs(10));
+        let unknown = message(base().url("redis://h/?leese=10s"));
+        assert!(unknown.contains("unknown option \"leese\"") && unknown.contains("lease"), "{unknown}");
+        assert!(message(base().url("redis://h/?db=2")).contains("redis+unix://"));
     }
 
     #[test]
@@ -888,11 +855,12 @@ mod tests {
         assert!(sentinel.sentinels.iter().all(|(_, info)| info.redis_settings().password().is_none()));
         let from_url = from_url("redis+sentinel://s1/mymaster?lease=10s&replicas=1").unwrap();
         assert_eq!((from_url.lease, from_url.replicas), (Duration::from_secs(10), 1));
+        let url = base().url("redis+sentinel://s1:26379/m?lease=1s").settings().unwrap();
+        assert_eq!(url.lease, Duration::from_secs(1), "the URL's options count, given to url() too");
         for (url, says) in [
             ("redis+sentinel://s1:26379", "names no master"),
             ("redis+sentinel://s1:26379/", "names no master"),
             ("redis+sentinel://s1:26379,/m", "empty sentinel address"),
-            ("redis+sentinel://s1:26379/m?lease=1s", "from_url"),
             ("redis+cluster+sentinel://s1/m", "redis+sentinel://"),
         ] {
             let message = message(base().url(url));
@@ -912,10 +880,11 @@ mod tests {
         assert_eq!(same.address, "redis+cluster://n1:7000,n2:6379");
         let from_url = from_url("redis+cluster://n1:7000?lease=10s&replicas=1").unwrap();
         assert_eq!((from_url.lease, from_url.replicas), (Duration::from_secs(10), 1));
+        let url = base().url("redis+cluster://n1:7000?lease=1s").settings().unwrap();
+        assert_eq!(url.lease, Duration::from_secs(1), "the URL's options count, given to url() too");
         for (url, says) in [
             ("redis+cluster://n1:7000/3", "only database 0"),
             ("redis+cluster://n1:7000,", "empty node address"),
-            ("redis+cluster://n1:7000?lease=1s", "from_url"),
             ("redis+cluster://n1:7000,redis://n2:7000", "mixes schemes"),
             ("redis+sentinel+cluster://n1/m", "redis+cluster://"),
         ] {

@@ -11,13 +11,28 @@ pub(crate) fn open(settings: &Settings, info: redis::ConnectionInfo) -> redis::R
         if matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
             install_crypto_provider();
         }
-        if let Some(certificates) = settings.tls.certificates() {
+        if let Some(certificates) = certificates(&settings.tls) {
             return redis::Client::build_with_tls(info, certificates);
         }
     }
     #[cfg(not(feature = "tls"))]
     let _ = settings;
     redis::Client::open(info)
+}
+
+/// The certificates in the redis crate's form, when any were given.
+#[cfg(feature = "tls")]
+pub(crate) fn certificates(tls: &lockkit_core::config::ClientTls) -> Option<redis::TlsCertificates> {
+    if tls.is_empty() {
+        return None;
+    }
+    Some(redis::TlsCertificates {
+        client_tls: tls.client.as_ref().map(|(certificate, key)| redis::ClientTlsConfig {
+            client_cert: certificate.clone(),
+            client_key: key.clone(),
+        }),
+        root_cert: tls.root.clone(),
+    })
 }
 
 /// rustls needs a process-wide crypto provider. Installs ring's as the default only when none

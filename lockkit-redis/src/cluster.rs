@@ -119,7 +119,7 @@ pub(crate) fn client(
             crate::client::install_crypto_provider();
             builder = builder.tls(redis::TlsMode::Secure);
         }
-        if let Some(certificates) = settings.tls.certificates() {
+        if let Some(certificates) = crate::client::certificates(&settings.tls) {
             builder = builder.certs(certificates);
         }
     }

@@ -1,13 +1,12 @@
 //! The provider: a client of one Redis server that hands out lock handles.
 
-use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
 use lockkit_core::config::{ConnectFuture, StoreUrl};
-use lockkit_core::{LockName, LockProvider, Result};
+use lockkit_core::{LockName, LockProvider, Result, TypedProvider};
 
-use crate::builder::{RedisLockProviderBuilder, Settings};
+use crate::builder::RedisLockProviderBuilder;
 use crate::keys::LockKeys;
 use crate::lock::RedisBackend;
 
@@ -34,9 +33,26 @@ use crate::lock::RedisBackend;
 /// # Ok(()) }
 /// ```
 #[derive(Clone, Debug)]
-pub struct RedisLockProvider {
-    pub(crate) provider: LockProvider,
-    backend: Arc<RedisBackend>,
+pub struct RedisLockProvider(TypedProvider<RedisBackend>);
+lockkit_core::typed_provider!(RedisLockProvider);
+
+impl RedisLockProviderBuilder {
+    /// Checks the settings and builds the provider. No connection is made here: the first
+    /// operation connects, and a server that cannot be reached then gives a retryable
+    /// [`Error::Connection`](lockkit_core::Error::Connection). [`RedisLockProvider::connect`] connects at once.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) naming the setting to change and its range: no URL, a URL
+    /// that cannot be used (or `rediss://` without the `tls` feature), a duration outside its
+    /// range, settings that do not fit together (a renewal interval plus response timeout
+    /// that does not leave time to renew within the lease), a bad key prefix.
+    pub fn build(self) -> Result<RedisLockProvider> {
+        let settings = self.settings()?;
+        TypedProvider::new(Arc::new(RedisBackend::new(settings)?))
+            .map(|provider| self.options().apply(provider))
+            .map(RedisLockProvider)
+    }
 }
 
 impl RedisLockProvider {
@@ -61,7 +77,12 @@ impl RedisLockProvider {
     /// Cancel safe: dropping the future leaves nothing behind but a connection, closed with
     /// the provider.
     pub async fn connect(url: &str) -> Result<Self> {
-        let provider = RedisLockProviderBuilder::from_url(&StoreUrl::parse(url)?)?.build()?;
+        Self::connect_to(&StoreUrl::parse(url)?).await
+    }
+
+    /// [`connect`](Self::connect) to a parsed URL: the scheme table's `connect` too.
+    async fn connect_to(url: &StoreUrl) -> Result<Self> {
+        let provider = RedisLockProviderBuilder::from_url(url)?.build()?;
         provider.ping().await?;
         provider.warn_if_evicting().await;
         Ok(provider)
@@ -73,9 +94,9 @@ impl RedisLockProvider {
     /// error, since managed services often set such a policy and the operator may have
     /// memory to spare; the crate docs (Fencing, Eviction) say why `noeviction` is needed.
     async fn warn_if_evicting(&self) {
-        if let Some(eviction) = self.backend.store().eviction().await.filter(|eviction| eviction.may_evict_locks()) {
+        if let Some(eviction) = self.backend().store().eviction().await.filter(|eviction| eviction.may_evict_locks()) {
             tracing::warn!(
-                server = %self.backend.settings().address,
+                server = %self.backend().settings().address,
                 maxmemory = eviction.max_memory,
                 policy = %eviction.policy,
                 "this Redis server may evict lock records when it runs out of memory, which breaks exclusion: \
@@ -84,31 +105,30 @@ impl RedisLockProvider {
         }
     }
 
-    pub(crate) fn from_settings(settings: Settings) -> Result<Self> {
-        let backend = Arc::new(RedisBackend::new(settings)?);
-        Ok(Self { provider: LockProvider::new(backend.clone()), backend })
+    fn backend(&self) -> &RedisBackend {
+        self.0.backend()
     }
 
     /// The lease of this provider's holds.
     pub fn lease(&self) -> Duration {
-        self.backend.settings().lease
+        self.backend().settings().lease
     }
 
     /// The prefix of this provider's keys.
     pub fn key_prefix(&self) -> &str {
-        &self.backend.settings().prefix
+        &self.backend().settings().prefix
     }
 
     /// The key of a lock's record, for operators looking at the server (`redis-cli GET`):
     /// it holds the current hold's owner line (`lockkit1`, attempt id, host, pid, start time
     /// in Unix milliseconds), with the remaining lease as its TTL.
     pub fn record_key(&self, lock: &LockName) -> String {
-        LockKeys::new(&self.backend.settings().prefix, lock).record().to_owned()
+        LockKeys::new(&self.backend().settings().prefix, lock).record().to_owned()
     }
 
     /// How many holds the watchdog currently renews.
     pub fn renewing(&self) -> usize {
-        self.backend.watchdog().len()
+        self.backend().watchdog().len()
     }
 
     /// Sends one PING over the provider's command connection, connecting first if needed:
@@ -125,47 +145,19 @@ impl RedisLockProvider {
     ///
     /// Cancel safe: a PING changes nothing.
     pub async fn ping(&self) -> Result<()> {
-        self.backend.ensure_background();
-        let address = &self.backend.settings().address;
-        self.backend.store().ping().await.map_err(|error| error.with_server(Some(address)))
+        self.backend().ensure_background();
+        let address = &self.backend().settings().address;
+        self.backend().store().ping().await.map_err(|error| error.with_server(Some(address)))
     }
 
     /// Renewal counters of the watchdog: ticks run, pipelines sent, holds renewed.
     pub fn renewal_stats(&self) -> RenewalStats {
         use std::sync::atomic::Ordering::Relaxed;
-        let stats = self.backend.watchdog().stats();
+        let stats = self.backend().watchdog().stats();
         RenewalStats {
             ticks: stats.ticks.load(Relaxed),
             round_trips: stats.round_trips.load(Relaxed),
             renewed: stats.renewed.load(Relaxed),
-        }
-    }
-}
-
-impl Deref for RedisLockProvider {
-    type Target = LockProvider;
-
-    fn deref(&self) -> &LockProvider {
-        &self.provider
-    }
-}
-
-impl From<RedisLockProvider> for LockProvider {
-    fn from(provider: RedisLockProvider) -> LockProvider {
-        provider.provider
-    }
-}
-
-/// A provider of the Redis backend, as its own type again: how to reach its extras
-/// (`record_key`, `ping`, the renewal statistics) from the [`LockProvider`] that `lockkit::connect` (or a conversion) gave.
-/// Any other provider comes back unchanged as the error.
-impl TryFrom<LockProvider> for RedisLockProvider {
-    type Error = LockProvider;
-
-    fn try_from(provider: LockProvider) -> Result<Self, LockProvider> {
-        match provider.backend_as::<RedisBackend>() {
-            Some(backend) => Ok(Self { provider, backend }),
-            None => Err(provider),
         }
     }
 }
@@ -187,10 +179,5 @@ pub struct RenewalStats {
 /// The `connect` of [`SCHEME`](crate::SCHEME): options from the URL, every setting checked,
 /// one PING.
 pub(crate) fn connect_url(url: StoreUrl) -> ConnectFuture {
-    Box::pin(async move {
-        let provider = RedisLockProviderBuilder::from_url(&url)?.build()?;
-        provider.ping().await?;
-        provider.warn_if_evicting().await;
-        Ok(LockProvider::from(provider))
-    })
+    Box::pin(async move { RedisLockProvider::connect_to(&url).await.map(LockProvider::from) })
 }

@@ -33,6 +33,9 @@ pub mod observer_chaos;
 pub mod panics;
 pub mod process_chaos;
 pub mod proxy;
+mod rng;
+mod sync;
+pub mod wait;
 
 use std::future::Future;
 use std::sync::{Arc, OnceLock};

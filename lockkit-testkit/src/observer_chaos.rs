@@ -22,13 +22,15 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lockkit_core::backend::LeaderEvents;
 use lockkit_core::{LeaderEvent, LockName};
 
 use crate::harness::{ClientFaults, Harness};
+use crate::rng::Rng;
+use crate::sync::locked;
 
 /// The settings of one run.
 #[derive(Clone, Debug)]
@@ -83,7 +85,7 @@ pub async fn run(harness: &dyn Harness, config: ObserverChaos) -> String {
         faults.push(client.faults);
         let election = ok(client.provider.election(&name), "an election handle is made");
         let (provider, stop, granted) = (client.provider, stop.clone(), granted.clone());
-        let mut rng = Lcg(config.seed.wrapping_add(i + 1));
+        let mut rng = Rng::new(config.seed.wrapping_add(i + 1));
         candidates.push(tokio::spawn(async move {
             let _provider = provider;
             let identity = format!("candidate-{i}");
@@ -180,13 +182,13 @@ async fn apply_faults(
     config: &ObserverChaos,
     lease: Duration,
 ) -> BTreeMap<&'static str, u32> {
-    let mut rng = Lcg(config.seed);
+    let mut rng = Rng::new(config.seed);
     let mut applied = BTreeMap::new();
     let started = Instant::now();
     let mut restarted = false;
     while started.elapsed() < config.duration {
         tokio::time::sleep(Duration::from_millis(300 + rng.below(700))).await;
-        let client = &faults[rng.below(faults.len() as u64) as usize];
+        let client = &faults[rng.index(faults.len())];
         let kind = match rng.below(12) {
             0..=2 => {
                 let _ = client.cut_connection().await;
@@ -305,20 +307,5 @@ fn ok<T, E: std::fmt::Display>(result: Result<T, E>, step: &str) -> T {
     match result {
         Ok(value) => value,
         Err(error) => panic!("observers' chaos run: {step} failed: {error}"),
-    }
-}
-
-/// Locks a journal; a task that panicked holding it leaves it usable.
-fn locked<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// A small deterministic generator for the schedule.
-struct Lcg(u64);
-
-impl Lcg {
-    fn below(&mut self, bound: u64) -> u64 {
-        self.0 = self.0.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
-        (self.0 >> 33) % bound.max(1)
     }
 }

@@ -4,12 +4,11 @@
 use std::fmt;
 use std::time::Duration;
 
-use lockkit_core::config::{MAX_DURATION, ProviderSettings, Settings, StoreUrl};
+use lockkit_core::config::{self, Key, MAX_DURATION, MAX_HOLD, OptionKey, Options, ProviderBuilder, StoreUrl};
 use lockkit_core::{LockName, Result};
 use zookeeper_client as zk;
 
 use crate::error::BACKEND;
-use crate::provider::ZkLockProvider;
 
 /// The default session timeout asked of the server (which may clamp it).
 pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
@@ -17,15 +16,35 @@ pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 /// The default znode under which lock nodes live (below the chroot, if any).
 pub const DEFAULT_BASE_PATH: &str = "/lockkit";
 
+const SESSION_TIMEOUT: Key<Duration> =
+    Key::new("session_timeout", "the session timeout asked of the server: the lease of every hold")
+        .default(DEFAULT_SESSION_TIMEOUT)
+        .range(MIN_SESSION_TIMEOUT, MAX_SESSION_TIMEOUT);
+const CONNECT_TIMEOUT: Key<Duration> = Key::new("connect_timeout", "how long one connection attempt may take")
+    .default_said("2/5 of the session timeout")
+    .range_said("1ms to the session timeout");
+const BASE_PATH: Key<String> =
+    Key::new("base_path", "the znode under which each lock gets its znode").default(DEFAULT_BASE_PATH);
+const DRIFT: Key<Duration> =
+    Key::new("drift", "how much earlier than the server a holder considers its session possibly gone")
+        .default_said("5 % of the negotiated session timeout")
+        .range_said("below a third of the session timeout");
+const ACL: Key<LockAcl> =
+    Key::new("acl", "who may touch the znodes lockkit creates (creator_only needs credentials)").default(LockAcl::Auto);
+const DISCONNECT_POLICY: Key<DisconnectPolicy> =
+    Key::new("disconnect_policy", "what a dropped connection does to the holds").default(DisconnectPolicy::Suspend);
+
 /// The options a `zk://` URL and [`ZkLockProviderBuilder::option`] take: the names of the
 /// builder's methods.
-pub const OPTIONS: &[&str] =
-    &["session_timeout", "connect_timeout", "base_path", "drift", "acl", "disconnect_policy", "max_hold"];
-
-/// The checks of this backend's settings.
-const SETTINGS: Settings = Settings::of(BACKEND);
+pub const OPTIONS: &[&dyn OptionKey] =
+    &[&SESSION_TIMEOUT, &CONNECT_TIMEOUT, &BASE_PATH, &DRIFT, &ACL, &DISCONNECT_POLICY, &MAX_HOLD];
 
 const DEFAULT_PORT: u16 = 2181;
+
+/// An `InvalidConfig` error of this backend.
+fn invalid(message: impl Into<String>) -> lockkit_core::Error {
+    lockkit_core::Error::invalid_config(BACKEND, message)
+}
 
 /// The shortest session timeout the builder accepts. Servers refuse far less anyway (they
 /// grant at least two ticks, 4 s with the default `tickTime`).
@@ -77,9 +96,18 @@ pub enum DisconnectPolicy {
     LoseOnDisconnect,
 }
 
-/// Builds a [`ZkLockProvider`]: every setting is checked by [`build`](Self::build), which
+lockkit_core::option_choices!(LockAcl {
+    Auto => "auto",
+    Open => "open",
+    CreatorOnly => "creator_only",
+    CreatorOnlyWorldRead => "creator_only_world_read",
+});
+
+lockkit_core::option_choices!(DisconnectPolicy { Suspend => "suspend", LoseOnDisconnect => "lose_on_disconnect" });
+
+/// Builds a [`ZkLockProvider`](crate::ZkLockProvider): every setting is checked by [`build`](Self::build), which
 /// does no I/O. The first session is opened when the provider is first used (or at once by
-/// [`ZkLockProvider::connect`]).
+/// [`ZkLockProvider::connect`](crate::ZkLockProvider::connect)).
 ///
 /// Each setting has one name: the builder method and the `zk://` URL option are spelled the
 /// same ([`OPTIONS`](crate::OPTIONS)).
@@ -99,19 +127,19 @@ pub enum DisconnectPolicy {
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Clone, Default)]
+#[derive(Clone)]
 #[must_use = "a builder does nothing until `build` is called"]
 pub struct ZkLockProviderBuilder {
     servers: Option<String>,
     chroot: Option<String>,
-    session_timeout: Option<Duration>,
-    connect_timeout: Option<Duration>,
     credentials: Option<(String, String)>,
-    base_path: Option<String>,
-    acl: LockAcl,
-    drift: Option<Duration>,
-    disconnect_policy: DisconnectPolicy,
-    common: ProviderSettings,
+    options: Options,
+}
+
+impl Default for ZkLockProviderBuilder {
+    fn default() -> Self {
+        Self { servers: None, chroot: None, credentials: None, options: Options::new(BACKEND, OPTIONS) }
+    }
 }
 
 impl fmt::Debug for ZkLockProviderBuilder {
@@ -119,19 +147,47 @@ impl fmt::Debug for ZkLockProviderBuilder {
         f.debug_struct("ZkLockProviderBuilder")
             .field("servers", &self.servers)
             .field("chroot", &self.chroot)
-            .field("session_timeout", &self.session_timeout)
-            .field("connect_timeout", &self.connect_timeout)
             .field("user", &self.credentials.as_ref().map(|(user, _)| user))
-            .field("base_path", &self.base_path)
-            .field("acl", &self.acl)
-            .field("drift", &self.drift)
-            .field("disconnect_policy", &self.disconnect_policy)
-            .field("max_hold", &self.common.max_hold)
+            .field("options", &self.options)
             .finish()
     }
 }
 
+impl ProviderBuilder for ZkLockProviderBuilder {
+    fn options_mut(&mut self) -> &mut Options {
+        &mut self.options
+    }
+
+    /// The servers, the chroot (the path) and the credentials of a `zk://` URL.
+    fn address(&mut self, url: &StoreUrl) -> Result<()> {
+        if url.scheme() != "zk" {
+            return Err(self.options.invalid(format!(
+                "{} is not a zk:// URL; write zk://[user:password@]host:2181[,host:2181…][/chroot]",
+                url.redacted()
+            )));
+        }
+        self.credentials = match (url.user(), url.password()) {
+            (None, None) => None,
+            (Some(user), Some(password)) => Some((user.to_owned(), password.to_owned())),
+            _ => {
+                return Err(self.options.invalid(format!(
+                    "the credentials in {} need both a user and a password: write zk://user:password@host:2181",
+                    url.redacted()
+                )));
+            }
+        };
+        self.servers = Some(url.hosts().to_owned());
+        self.chroot = Some(url.path()).filter(|path| !path.is_empty() && *path != "/").map(str::to_owned);
+        Ok(())
+    }
+}
+
 impl ZkLockProviderBuilder {
+    /// The settings given so far.
+    pub(crate) fn options(&self) -> &Options {
+        &self.options
+    }
+
     /// A builder with the servers, chroot, credentials and options of a `zk://` URL:
     /// `zk://[user:password@]host[:port][,host[:port]…][/chroot][?option=value&…]`, the
     /// options being those of [`option`](Self::option). The port defaults to 2181.
@@ -142,30 +198,7 @@ impl ZkLockProviderBuilder {
     /// user without a password, an unknown option or a bad value. The servers and the chroot
     /// are checked by [`build`](Self::build).
     pub fn from_url(url: &StoreUrl) -> Result<Self> {
-        if url.scheme() != "zk" {
-            return Err(SETTINGS.invalid(format!(
-                "{} is not a zk:// URL; write zk://[user:password@]host:2181[,host:2181…][/chroot]",
-                url.redacted()
-            )));
-        }
-        let mut builder = Self::default().connect_string(url.hosts());
-        if !url.path().is_empty() && url.path() != "/" {
-            builder = builder.chroot(url.path());
-        }
-        match (url.user(), url.password()) {
-            (None, None) => {}
-            (Some(user), Some(password)) => builder = builder.credentials(user, password),
-            _ => {
-                return Err(SETTINGS.invalid(format!(
-                    "the credentials in {} need both a user and a password: write zk://user:password@host:2181",
-                    url.redacted()
-                )));
-            }
-        }
-        for (key, value) in url.options() {
-            builder = builder.option(key, value)?;
-        }
-        Ok(builder)
+        config::from_url(url)
     }
 
     /// The servers, in ZooKeeper's own form, with an optional chroot:
@@ -191,10 +224,10 @@ impl ZkLockProviderBuilder {
     /// expires. The server clamps the timeout to its own `[minSessionTimeout,
     /// maxSessionTimeout]`, by default `[2 × tickTime, 20 × tickTime]` (4 s to 40 s with the
     /// default `tickTime` of 2 s); holds then use the timeout the server granted, which
-    /// [`ZkLockProvider::negotiated_session_timeout`] reports (and a warning is logged when
+    /// [`ZkLockProvider::negotiated_session_timeout`](crate::ZkLockProvider::negotiated_session_timeout) reports (and a warning is logged when
     /// it differs from the one asked).
     pub fn session_timeout(mut self, timeout: Duration) -> Self {
-        self.session_timeout = Some(timeout);
+        self.options.set(&SESSION_TIMEOUT, timeout);
         self
     }
 
@@ -202,7 +235,7 @@ impl ZkLockProviderBuilder {
     /// least 1 ms and at most the session timeout. Above 3/5 of the session timeout the
     /// client uses 2/5 of it. URL option `connect_timeout`.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = Some(timeout);
+        self.options.set(&CONNECT_TIMEOUT, timeout);
         self
     }
 
@@ -218,14 +251,14 @@ impl ZkLockProviderBuilder {
     /// znode path other than `/`, created (with its missing ancestors) when the first session
     /// opens. URL option `base_path`.
     pub fn base_path(mut self, path: impl Into<String>) -> Self {
-        self.base_path = Some(path.into());
+        self.options.set(&BASE_PATH, path.into());
         self
     }
 
     /// Who may touch the nodes lockkit creates; see [`LockAcl`]. URL option `acl`
     /// (`auto`, `open`, `creator_only`, `creator_only_world_read`).
     pub fn acl(mut self, acl: LockAcl) -> Self {
-        self.acl = acl;
+        self.options.set(&ACL, acl);
         self
     }
 
@@ -235,14 +268,14 @@ impl ZkLockProviderBuilder {
     /// the timeout asked when building and the one granted when a session opens. URL option
     /// `drift`.
     pub fn drift(mut self, drift: Duration) -> Self {
-        self.drift = Some(drift);
+        self.options.set(&DRIFT, drift);
         self
     }
 
     /// What a dropped connection does to the holds; see [`DisconnectPolicy`]. URL option
     /// `disconnect_policy` (`suspend`, `lose_on_disconnect`).
     pub fn disconnect_policy(mut self, policy: DisconnectPolicy) -> Self {
-        self.disconnect_policy = policy;
+        self.options.set(&DISCONNECT_POLICY, policy);
         self
     }
 
@@ -255,36 +288,8 @@ impl ZkLockProviderBuilder {
     /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) for an unknown option or
     /// a value that does not parse; ranges are checked by [`build`](Self::build).
     pub fn option(mut self, key: &str, value: &str) -> Result<Self> {
-        if self.common.option(SETTINGS, key, value)? {
-            return Ok(self);
-        }
-        Ok(match key {
-            "session_timeout" => self.session_timeout(SETTINGS.duration(key, value)?),
-            "connect_timeout" => self.connect_timeout(SETTINGS.duration(key, value)?),
-            "drift" => self.drift(SETTINGS.duration(key, value)?),
-            "base_path" => self.base_path(value),
-            "acl" => self.acl(match value {
-                "auto" => LockAcl::Auto,
-                "open" => LockAcl::Open,
-                "creator_only" => LockAcl::CreatorOnly,
-                "creator_only_world_read" => LockAcl::CreatorOnlyWorldRead,
-                other => {
-                    return Err(SETTINGS.invalid(format!(
-                        "option acl: {other:?} is not one of auto, open, creator_only, creator_only_world_read"
-                    )));
-                }
-            }),
-            "disconnect_policy" => self.disconnect_policy(match value {
-                "suspend" => DisconnectPolicy::Suspend,
-                "lose_on_disconnect" => DisconnectPolicy::LoseOnDisconnect,
-                other => {
-                    return Err(SETTINGS.invalid(format!(
-                        "option disconnect_policy: {other:?} is not one of suspend, lose_on_disconnect"
-                    )));
-                }
-            }),
-            _ => return Err(SETTINGS.unknown(key, OPTIONS)),
-        })
+        self.options.parse(key, value)?;
+        Ok(self)
     }
 
     /// The default maximum hold of the provider's acquisitions
@@ -293,41 +298,25 @@ impl ZkLockProviderBuilder {
     /// [`LossReason::MaxHoldReached`](lockkit_core::LossReason::MaxHoldReached) and its node is deleted then (holds live with the session, which goes on for the provider's other holds, so there is no lease of its own to run out). None
     /// by default; at least a third of the session timeout. URL option `max_hold`.
     pub fn max_hold(mut self, max_hold: Duration) -> Self {
-        self.common.max_hold = Some(max_hold);
+        self.options.set(&MAX_HOLD, max_hold);
         self
-    }
-
-    /// Checks every setting and makes the provider, without any I/O: the first session is
-    /// opened (and the base path created) when the provider is first used. Use
-    /// [`ZkLockProvider::connect`] to connect at once.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) naming the setting and
-    /// what to change: no or empty connect string, a URL or credentials in the connect string,
-    /// an empty host, a bad port, a chroot or base path that is not an absolute znode path, a
-    /// session timeout, connect timeout or drift margin out of its range (see each method), an
-    /// ACL that needs credentials without them, credentials with an empty user or a `:` in
-    /// the user.
-    pub fn build(self) -> Result<ZkLockProvider> {
-        let common = self.common;
-        let mut provider = ZkLockProvider::new(self.check()?);
-        provider.provider = common.apply(provider.provider)?;
-        Ok(provider)
     }
 
     /// Every check of [`build`](Self::build), and the checked configuration.
     pub(crate) fn check(&self) -> Result<ZkConfig> {
+        let options = &self.options;
+        options.check()?;
         let Some(servers) = &self.servers else {
-            return Err(SETTINGS.invalid(
+            return Err(invalid(
                 "no servers: call connect_string(\"host:2181[,host:2181…][/chroot]\"), or use from_url / ZkLockProvider::connect with a zk:// URL",
             ));
         };
         let parsed = parse_servers(servers)?;
         let chroot = match (&parsed.chroot, &self.chroot) {
             (Some(_), Some(_)) => {
-                return Err(SETTINGS
-                    .invalid("a chroot is given both in the connect string and with chroot(): keep only one of them"));
+                return Err(invalid(
+                    "a chroot is given both in the connect string and with chroot(): keep only one of them",
+                ));
             }
             (Some(chroot), None) => Some(chroot.clone()),
             (None, Some(chroot)) => check_path(chroot, "the chroot")?,
@@ -335,35 +324,30 @@ impl ZkLockProviderBuilder {
         };
         if let Some((user, _)) = &self.credentials {
             if user.is_empty() {
-                return Err(SETTINGS.invalid("the digest user name is empty: give credentials as user and password"));
+                return Err(invalid("the digest user name is empty: give credentials as user and password"));
             }
             if user.contains(':') {
-                return Err(SETTINGS.invalid(format!(
+                return Err(invalid(format!(
                     "the digest user name {user:?} contains ':', which a ZooKeeper digest user name cannot contain"
                 )));
             }
         }
-        let session_timeout = SETTINGS.within(
-            "session_timeout",
-            self.session_timeout.unwrap_or(DEFAULT_SESSION_TIMEOUT),
-            MIN_SESSION_TIMEOUT,
-            MAX_SESSION_TIMEOUT,
-        )?;
-        let connect_timeout = match self.connect_timeout {
-            Some(timeout) => Some(SETTINGS.within("connect_timeout", timeout, MIN_CONNECT_TIMEOUT, session_timeout)?),
+        let session_timeout = options.value(&SESSION_TIMEOUT)?;
+        let connect_timeout = match options.get(&CONNECT_TIMEOUT) {
+            Some(timeout) => Some(options.within(&CONNECT_TIMEOUT, timeout, MIN_CONNECT_TIMEOUT, session_timeout)?),
             None => None,
         };
-        let drift = match self.drift {
+        let drift = match options.get(&DRIFT) {
             Some(drift) => Some(check_drift(drift, session_timeout, "asked")?),
             None => None,
         };
-        let base = check_path(self.base_path.as_deref().unwrap_or(DEFAULT_BASE_PATH), "the base path")?
-            .ok_or_else(|| SETTINGS.invalid("the base path is \"/\": give a dedicated znode such as /lockkit"))?;
-        let acl = match (self.acl, self.credentials.is_some()) {
+        let base = check_path(&options.value(&BASE_PATH)?, "the base path")?
+            .ok_or_else(|| invalid("the base path is \"/\": give a dedicated znode such as /lockkit"))?;
+        let acl = match (options.value(&ACL)?, self.credentials.is_some()) {
             (LockAcl::Auto, true) => LockAcl::CreatorOnly,
             (LockAcl::Auto, false) => LockAcl::Open,
             (LockAcl::CreatorOnly | LockAcl::CreatorOnlyWorldRead, false) => {
-                return Err(SETTINGS.invalid(
+                return Err(invalid(
                     "a creator-only ACL needs credentials: call credentials(user, password), or use LockAcl::Open",
                 ));
             }
@@ -379,16 +363,18 @@ impl ZkLockProviderBuilder {
             credentials: self.credentials.clone(),
             acl,
             drift,
-            disconnect_policy: self.disconnect_policy,
+            disconnect_policy: options.value(&DISCONNECT_POLICY)?,
         })
     }
 }
 
 /// Checks a drift margin against a session timeout (`which`: "asked" or "granted").
 pub(crate) fn check_drift(drift: Duration, session_timeout: Duration, which: &str) -> Result<Duration> {
-    let drift = SETTINGS.within("drift", drift, Duration::ZERO, MAX_DURATION)?;
+    if drift > MAX_DURATION {
+        return Err(invalid(format!("drift is {drift:?}; it must be at least 0ns and at most {MAX_DURATION:?}")));
+    }
     if drift.saturating_mul(3) >= session_timeout {
-        return Err(SETTINGS.invalid(format!(
+        return Err(invalid(format!(
             "drift is {drift:?}; it must be below a third of the session timeout ({session_timeout:?} {which}), \
              as holds are renewed every third of it: a few percent of the session timeout is typical"
         )));
@@ -462,31 +448,33 @@ struct Servers {
 fn parse_servers(servers: &str) -> Result<Servers> {
     let servers = servers.trim();
     if servers.is_empty() {
-        return Err(SETTINGS.invalid("the connect string is empty: give host:2181[,host:2181…][/chroot]"));
+        return Err(invalid("the connect string is empty: give host:2181[,host:2181…][/chroot]"));
     }
     if servers.contains("://") {
-        return Err(SETTINGS.invalid(format!(
+        return Err(invalid(format!(
             "{:?} is a URL, not a connect string: pass a zk:// URL to ZkLockProvider::connect or ZkLockProviderBuilder::from_url, \
              or give connect_string the servers alone (host:2181[,host:2181…][/chroot])",
             lockkit_core::config::redact(servers)
         )));
     }
     if servers.contains('?') || servers.contains('#') {
-        return Err(SETTINGS
-            .invalid(format!("{servers:?} has a query or fragment: set options with the builder's methods instead")));
+        return Err(invalid(format!(
+            "{servers:?} has a query or fragment: set options with the builder's methods instead"
+        )));
     }
     let (authority, chroot) = match servers.find('/') {
         Some(at) => servers.split_at(at),
         None => (servers, ""),
     };
     if authority.contains('@') {
-        return Err(SETTINGS.invalid(
+        return Err(invalid(
             "the connect string carries credentials: give them with credentials(user, password), or use a zk://user:password@host URL",
         ));
     }
     if authority.trim().is_empty() {
-        return Err(SETTINGS
-            .invalid(format!("{servers:?} names no server: give at least one host, as in zk1:2181,zk2:2181/app")));
+        return Err(invalid(format!(
+            "{servers:?} names no server: give at least one host, as in zk1:2181,zk2:2181/app"
+        )));
     }
     let hosts = authority.split(',').map(|host| parse_host(host, servers)).collect::<Result<Vec<_>>>()?;
     let chroot = if chroot.is_empty() { None } else { check_path(chroot, "the chroot")? };
@@ -496,17 +484,17 @@ fn parse_servers(servers: &str) -> Result<Servers> {
 fn parse_host(host: &str, servers: &str) -> Result<String> {
     let host = host.trim();
     if host.is_empty() {
-        return Err(SETTINGS.invalid(format!("{servers:?} has an empty host between commas: remove the extra comma")));
+        return Err(invalid(format!("{servers:?} has an empty host between commas: remove the extra comma")));
     }
     let (name, port) = if let Some(v6) = host.strip_prefix('[') {
         let Some((name, after)) = v6.split_once(']') else {
-            return Err(SETTINGS.invalid(format!("the IPv6 host {host:?} in {servers:?} lacks its closing ']'")));
+            return Err(invalid(format!("the IPv6 host {host:?} in {servers:?} lacks its closing ']'")));
         };
         match after {
             "" => (format!("[{name}]"), None),
             _ => match after.strip_prefix(':') {
                 Some(port) => (format!("[{name}]"), Some(port)),
-                None => return Err(SETTINGS.invalid(format!("unexpected {after:?} after the IPv6 host in {host:?}"))),
+                None => return Err(invalid(format!("unexpected {after:?} after the IPv6 host in {host:?}"))),
             },
         }
     } else {
@@ -516,17 +504,17 @@ fn parse_host(host: &str, servers: &str) -> Result<String> {
         }
     };
     if name.is_empty() || name == "[]" {
-        return Err(SETTINGS.invalid(format!("the server {host:?} in {servers:?} has no host name")));
+        return Err(invalid(format!("the server {host:?} in {servers:?} has no host name")));
     }
     if name.contains(char::is_whitespace) || name.contains('/') {
-        return Err(SETTINGS.invalid(format!("the host name {name:?} in {servers:?} is not valid")));
+        return Err(invalid(format!("the host name {name:?} in {servers:?} is not valid")));
     }
     let port = match port {
         None => DEFAULT_PORT,
         Some(port) => match port.parse::<u16>() {
             Ok(port) if port > 0 => port,
             _ => {
-                return Err(SETTINGS.invalid(format!(
+                return Err(invalid(format!(
                     "the port {port:?} of {name} in {servers:?} is not a number between 1 and 65535"
                 )));
             }
@@ -538,25 +526,23 @@ fn parse_host(host: &str, servers: &str) -> Result<String> {
 /// Checks an absolute znode path; `None` for `/`.
 fn check_path(path: &str, what: &str) -> Result<Option<String>> {
     let Some(relative) = path.strip_prefix('/') else {
-        return Err(SETTINGS.invalid(format!("{what} {path:?} is not absolute: start it with '/', as in /{path}")));
+        return Err(invalid(format!("{what} {path:?} is not absolute: start it with '/', as in /{path}")));
     };
     if relative.is_empty() {
         return Ok(None);
     }
     if path.ends_with('/') {
-        return Err(SETTINGS.invalid(format!("{what} {path:?} ends with '/': remove the trailing slash")));
+        return Err(invalid(format!("{what} {path:?} ends with '/': remove the trailing slash")));
     }
     for segment in relative.split('/') {
         if segment.is_empty() {
-            return Err(
-                SETTINGS.invalid(format!("{what} {path:?} has an empty segment (\"//\"): remove the extra slash"))
-            );
+            return Err(invalid(format!("{what} {path:?} has an empty segment (\"//\"): remove the extra slash")));
         }
         if segment == "." || segment == ".." {
-            return Err(SETTINGS.invalid(format!("{what} {path:?} has a {segment:?} segment, which ZooKeeper refuses")));
+            return Err(invalid(format!("{what} {path:?} has a {segment:?} segment, which ZooKeeper refuses")));
         }
         if segment.chars().any(|c| c.is_control() || ('\u{e000}'..='\u{f8ff}').contains(&c) || c >= '\u{fff0}') {
-            return Err(SETTINGS.invalid(format!("{what} {path:?} has characters ZooKeeper refuses in a path")));
+            return Err(invalid(format!("{what} {path:?} has characters ZooKeeper refuses in a path")));
         }
     }
     Ok(Some(path.to_owned()))
@@ -622,8 +608,8 @@ mod tests {
 
     #[test]
     fn the_builder_and_the_url_take_the_same_names() {
-        for option in OPTIONS {
-            let value = match *option {
+        for option in OPTIONS.iter().map(|key| key.name()) {
+            let value = match option {
                 "base_path" => "/x",
                 "acl" => "open",
                 "disconnect_policy" => "suspend",

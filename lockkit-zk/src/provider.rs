@@ -1,20 +1,21 @@
 //! The provider users hold: a ZooKeeper client handing out lock handles, and the `zk` scheme.
 
-use std::ops::Deref;
-use std::sync::Arc;
 use std::time::Duration;
 
 use lockkit_core::config::{ConnectFuture, Scheme, StoreUrl};
-use lockkit_core::{LockName, LockProvider, Result};
+use lockkit_core::{LockName, LockProvider, Result, TypedProvider};
 
 use crate::backend::ZkBackend;
-use crate::config::{ZkConfig, ZkLockProviderBuilder};
+use crate::config::ZkLockProviderBuilder;
 use crate::error::BACKEND;
 
 /// The `zk` scheme: `zk://[user:password@]host:port[,host:port…][/chroot][?option=value&…]`,
 /// for the scheme table of `lockkit_core::config` (the `lockkit` facade registers it). Its
 /// `connect` is [`ZkLockProvider::connect`]'s: eager and health-checked.
-pub const SCHEME: Scheme = Scheme { names: &["zk"], backend: BACKEND, connect: connect_url };
+pub const SCHEME: Scheme = Scheme::new(&["zk"], BACKEND, connect_url)
+    .with_feature("zk")
+    .with_urls(&[("zk://[user:password@]host:port[,host:port…][/chroot]", "a ZooKeeper ensemble")])
+    .with_options(crate::OPTIONS);
 
 fn connect_url(url: StoreUrl) -> ConnectFuture {
     Box::pin(async move { ZkLockProvider::connect_to(&url).await.map(LockProvider::from) })
@@ -40,9 +41,26 @@ fn connect_url(url: StoreUrl) -> ConnectFuture {
 /// # }
 /// ```
 #[derive(Clone, Debug)]
-pub struct ZkLockProvider {
-    pub(crate) provider: LockProvider,
-    backend: Arc<ZkBackend>,
+pub struct ZkLockProvider(TypedProvider<ZkBackend>);
+lockkit_core::typed_provider!(ZkLockProvider);
+
+impl ZkLockProviderBuilder {
+    /// Checks every setting and makes the provider, without any I/O: the first session is
+    /// opened (and the base path created) when the provider is first used. Use
+    /// [`ZkLockProvider::connect`] to connect at once.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) naming the setting and
+    /// what to change: no or empty connect string, a URL or credentials in the connect string,
+    /// an empty host, a bad port, a chroot or base path that is not an absolute znode path, a
+    /// session timeout, connect timeout or drift margin out of its range (see each method), an
+    /// ACL that needs credentials without them, credentials with an empty user or a `:` in
+    /// the user.
+    pub fn build(self) -> Result<ZkLockProvider> {
+        let config = self.check()?;
+        TypedProvider::new(ZkBackend::new(config)).map(|provider| self.options().apply(provider)).map(ZkLockProvider)
+    }
 }
 
 impl ZkLockProvider {
@@ -76,13 +94,12 @@ impl ZkLockProvider {
 
     async fn connect_to(url: &StoreUrl) -> Result<ZkLockProvider> {
         let provider = ZkLockProviderBuilder::from_url(url)?.build()?;
-        provider.backend.session(None).await?;
+        provider.backend().session(None).await?;
         Ok(provider)
     }
 
-    pub(crate) fn new(config: ZkConfig) -> ZkLockProvider {
-        let backend = ZkBackend::new(config);
-        ZkLockProvider { provider: LockProvider::new(backend.clone()), backend }
+    fn backend(&self) -> &ZkBackend {
+        self.0.backend()
     }
 
     /// The ZooKeeper client of the provider's current session (a new session if there is
@@ -101,7 +118,7 @@ impl ZkLockProvider {
     ///
     /// Cancel safe: dropping the future while a session is being opened drops that session.
     pub async fn zk_client(&self) -> Result<zookeeper_client::Client> {
-        self.backend.zk_client().await
+        self.backend().zk_client().await
     }
 
     /// The session timeout the server granted to the provider's current (or last) session,
@@ -109,7 +126,7 @@ impl ZkLockProvider {
     /// ([`ZkLockProviderBuilder::session_timeout`]) clamped to the server's range. `None`
     /// before the first session opened.
     pub fn negotiated_session_timeout(&self) -> Option<Duration> {
-        self.backend.negotiated_session_timeout()
+        self.backend().negotiated_session_timeout()
     }
 
     /// The znode of the lock called `name`: its contender nodes are its children. For
@@ -119,34 +136,6 @@ impl ZkLockProvider {
     ///
     /// [`Error::InvalidName`](lockkit_core::Error::InvalidName) for a bad name.
     pub fn lock_path(&self, name: &str) -> Result<String> {
-        Ok(self.backend.config.lock_path(&LockName::new(name)?))
-    }
-}
-
-impl Deref for ZkLockProvider {
-    type Target = LockProvider;
-
-    fn deref(&self) -> &LockProvider {
-        &self.provider
-    }
-}
-
-impl From<ZkLockProvider> for LockProvider {
-    fn from(provider: ZkLockProvider) -> LockProvider {
-        provider.provider
-    }
-}
-
-/// A provider of the ZooKeeper backend, as its own type again: how to reach its extras
-/// (`zk_client`, `lock_path`, the negotiated session timeout) from the [`LockProvider`] that `lockkit::connect` (or a conversion) gave.
-/// Any other provider comes back unchanged as the error.
-impl TryFrom<LockProvider> for ZkLockProvider {
-    type Error = LockProvider;
-
-    fn try_from(provider: LockProvider) -> Result<Self, LockProvider> {
-        match provider.backend_as::<ZkBackend>() {
-            Some(backend) => Ok(Self { provider, backend }),
-            None => Err(provider),
-        }
+        Ok(self.backend().config.lock_path(&LockName::new(name)?))
     }
 }

@@ -8,8 +8,8 @@ use std::time::Instant;
 
 use lockkit::LeaderEvent;
 
-use super::Bench;
 use super::report::{Latency, Unit};
+use super::state::Bench;
 use crate::exit::{BACKEND, Failure};
 
 /// Failovers measured (after ten of warm-up).

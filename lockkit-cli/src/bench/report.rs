@@ -102,7 +102,7 @@ impl Unit {
 #[derive(Debug, Clone)]
 pub(crate) struct Target {
     /// What the figure must be, for people: `≤ 2.2× PING p50`.
-    pub(crate) text: &'static str,
+    pub(crate) text: String,
     /// Whether this run met it.
     pub(crate) met: bool,
 }
@@ -113,7 +113,7 @@ pub(crate) struct Figure {
     /// The section (the JSON object it goes in): `floor`, `uncontended`, ….
     pub(crate) section: &'static str,
     /// The JSON key, without the unit suffix.
-    pub(crate) key: &'static str,
+    pub(crate) key: String,
     /// The label in the table.
     pub(crate) label: String,
     /// The value, in `unit`.
@@ -133,7 +133,7 @@ pub(crate) struct Figure {
 pub(crate) struct Report {
     /// The store, password redacted.
     pub(crate) url: String,
-    /// `redis`, `zk`, `file` or `mem`.
+    /// The backend, as its scheme names it: `redis`, `zk`, `file`, `memory`, ….
     pub(crate) backend: &'static str,
     /// The settings of the run.
     pub(crate) settings: Vec<(&'static str, Value)>,
@@ -151,31 +151,33 @@ impl Report {
     pub(crate) fn add(
         &mut self,
         section: &'static str,
-        key: &'static str,
+        key: impl Into<String>,
         label: impl Into<String>,
         value: f64,
         unit: Unit,
     ) {
-        self.figures.push(Figure { section, key, label: label.into(), value, unit, ratio: None, target: None });
+        let (key, label) = (key.into(), label.into());
+        self.figures.push(Figure { section, key, label, value, unit, ratio: None, target: None });
     }
 
     /// Adds a figure with its ratio to the floor.
     pub(crate) fn add_ratio(
         &mut self,
         section: &'static str,
-        key: &'static str,
+        key: impl Into<String>,
         label: impl Into<String>,
         value: f64,
         unit: Unit,
         ratio: Option<f64>,
     ) {
-        self.figures.push(Figure { section, key, label: label.into(), value, unit, ratio, target: None });
+        let (key, label) = (key.into(), label.into());
+        self.figures.push(Figure { section, key, label, value, unit, ratio, target: None });
     }
 
     /// Checks the last figure added against `text` with `met(value, ratio)`.
-    pub(crate) fn target(&mut self, text: &'static str, met: impl FnOnce(f64, Option<f64>) -> bool) {
+    pub(crate) fn target(&mut self, text: impl Into<String>, met: impl FnOnce(f64, Option<f64>) -> bool) {
         if let Some(figure) = self.figures.last_mut() {
-            figure.target = Some(Target { text, met: met(figure.value, figure.ratio) });
+            figure.target = Some(Target { text: text.into(), met: met(figure.value, figure.ratio) });
         }
     }
 
@@ -241,7 +243,7 @@ impl Report {
             if let Some(target) = &figure.target {
                 targets.push(serde_json::json!({
                     "figure": format!("{}.{key}", figure.section),
-                    "target": target.text,
+                    "target": target.text.clone(),
                     "value": number(figure.value),
                     "ratio": figure.ratio.map_or(Value::Null, number),
                     "met": target.met,
@@ -265,7 +267,7 @@ mod tests {
 
     #[test]
     fn table_and_json_carry_the_same_figures() {
-        let mut report = Report { url: "mem://x".into(), backend: "mem", ..Report::default() };
+        let mut report = Report { url: "mem://x".into(), backend: "memory", ..Report::default() };
         report.add_ratio("uncontended", "p50", "cycle p50", 120.0, Unit::Micros, Some(1.5));
         report.target("≤ 2.2× floor p50", |_, ratio| ratio.is_some_and(|r| r <= 2.2));
         report.add("contended", "handoff_share", "hand-off share", 0.5, Unit::Share);

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use lockkit::{LockHandle, LockProvider};
 
-use super::Bench;
 use super::report::{Latency, Unit};
+use super::state::Bench;
 use crate::exit::{BACKEND, Failure};
 
 /// Readers of the "readers at once" and "read-heavy" phases.
@@ -111,8 +111,8 @@ impl Bench {
         );
         let scaling = if one > 0.0 { eight / one } else { 0.0 };
         self.report.add(section, "readers_scaling", "readers at once ÷ one reader", scaling, Unit::Times);
-        if self.url.backend() == "redis" {
-            self.report.target("≥ 4×", |v, _| v >= 4.0);
+        if let Some(least) = self.targets.readers_scaling {
+            self.report.target(format!("≥ {least}×"), |v, _| v >= least);
         }
         Ok(())
     }

@@ -33,22 +33,18 @@ mod provider;
 mod store;
 
 use crate::LockProvider;
-use crate::config::{ConnectFuture, Scheme, Settings, StoreUrl};
+use crate::config::{ConnectFuture, Scheme, StoreUrl};
 
-pub use provider::{MemoryLockProvider, MemoryLockProviderBuilder};
+pub use provider::{MemoryLockProvider, MemoryLockProviderBuilder, OPTIONS};
 pub use store::MemoryStore;
 
 pub(crate) const BACKEND: &str = "memory";
 
-/// The checks of this backend's settings.
-pub(crate) const SETTINGS: Settings = Settings::of(BACKEND);
-
-/// The options a `mem://` URL and [`MemoryLockProviderBuilder::option`] take.
-pub const OPTIONS: &[&str] = &["lease", "renew_every", "drift", "max_hold"];
-
 /// The `mem` scheme: `mem://NAME` is one store per NAME per process, shared by every connect
 /// with that name (each as a client of its own); `mem://` is the store named "".
-pub const SCHEME: Scheme = Scheme { names: &["mem"], backend: BACKEND, connect: connect_url };
+pub const SCHEME: Scheme = Scheme::new(&["mem"], BACKEND, connect_url)
+    .with_urls(&[("mem://NAME", "in-process memory: one store per NAME per process (`mem://` is the one named \"\")")])
+    .with_options(OPTIONS);
 
 fn connect_url(url: StoreUrl) -> ConnectFuture {
     Box::pin(async move { MemoryLockProvider::from_url(&url).map(LockProvider::from) })
@@ -61,6 +57,7 @@ mod tests {
 
     use super::*;
     use crate::LockName;
+    use crate::config::StoreUrl;
 
     #[tokio::test]
     async fn cancelled_waiter_is_removed_and_next_is_granted() {
@@ -77,6 +74,19 @@ mod tests {
         }
         held.release().await.unwrap();
         assert!(c_task.await.unwrap().is_ok());
+    }
+
+    #[test]
+    fn max_hold_is_one_setting_read_by_the_shared_code() {
+        let built = |url: &str| MemoryLockProvider::from_url(&StoreUrl::parse(url).unwrap());
+        let provider = built("mem://max-hold?lease=3s&max_hold=2s").unwrap();
+        assert_eq!(provider.max_hold(), Some(Duration::from_secs(2)));
+        assert_eq!(provider.min_max_hold(), Duration::from_secs(1));
+        let message = built("mem://max-hold?lease=3s&max_hold=500ms").unwrap_err().to_string();
+        assert!(message.contains("max_hold is 500ms") && message.contains("at least 1s"), "{message}");
+        assert!(built("mem://max-hold?max_hold=soon").unwrap_err().to_string().contains("option max_hold"));
+        assert!(built("mem://max-hold?max_hold=2d").unwrap_err().to_string().contains("at most"));
+        assert!(built("mem://max-hold?bogus=1").unwrap_err().to_string().contains("max_hold"), "the options listed");
     }
 
     #[test]

@@ -1,19 +1,18 @@
 //! The provider users hold and its builder.
 
-use std::ops::Deref;
 use std::sync::atomic::AtomicBool;
 #[cfg(any(test, feature = "test-util"))]
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::BACKEND;
 use super::client::MemoryClient;
 use super::store::{Lease, MemoryStore};
-use super::{OPTIONS, SETTINGS};
-use crate::config::{ProviderSettings, StoreUrl};
+use crate::config::{self, Key, MAX_HOLD, OptionKey, Options, ProviderBuilder, StoreUrl};
 #[cfg(any(test, feature = "test-util"))]
 use crate::{LockName, LossReason};
-use crate::{LockProvider, Result};
+use crate::{Result, TypedProvider};
 
 /// A client of a [`MemoryStore`]: the in-process lock provider.
 ///
@@ -21,23 +20,60 @@ use crate::{LockProvider, Result};
 /// For several independent clients of one store (as the conformance kit uses), make a
 /// [`MemoryStore`] and call [`MemoryStore::client`] once per client.
 ///
-/// It dereferences to [`LockProvider`], so `provider.lock(name)` works directly, and
+/// It dereferences to [`LockProvider`](crate::LockProvider), so `provider.lock(name)` works directly, and
 /// converts into one with `LockProvider::from`.
 #[derive(Clone, Debug)]
-pub struct MemoryLockProvider {
-    pub(super) provider: LockProvider,
-    pub(super) client: Arc<MemoryClient>,
-}
+pub struct MemoryLockProvider(TypedProvider<MemoryClient>);
+crate::typed_provider!(MemoryLockProvider);
+
+/// `lease`: holds expire unless renewed.
+const LEASE: Key<Duration> = Key::new("lease", "holds expire unless renewed: a client that stops renewing loses them")
+    .default_said("none: a hold lasts until released")
+    .at_least(Duration::from_millis(1));
+/// `renew_every`: how often the watchdog renews the lease.
+const RENEW_EVERY: Key<Duration> = Key::new("renew_every", "how often the client renews its lease")
+    .default_said("a third of the lease")
+    .range_said("above zero, below the lease");
+/// `drift`: the client's margin for clock drift.
+const DRIFT: Key<Duration> = Key::new("drift", "how much earlier than the store the client considers its lease ended")
+    .default_said("2 % of the lease")
+    .range_said("plus renew_every, below the lease");
+
+/// The options a `mem://` URL and [`MemoryLockProviderBuilder::option`] take.
+pub const OPTIONS: &[&dyn OptionKey] = &[&LEASE, &RENEW_EVERY, &DRIFT, &MAX_HOLD];
 
 /// Builds a [`MemoryLockProvider`]; every setting is checked by [`build`](Self::build).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 #[must_use = "a builder does nothing until `build` is called"]
 pub struct MemoryLockProviderBuilder {
-    pub(super) store: Option<MemoryStore>,
-    pub(super) lease: Option<Duration>,
-    pub(super) renew_every: Option<Duration>,
-    pub(super) drift: Option<Duration>,
-    pub(super) common: ProviderSettings,
+    store: Option<MemoryStore>,
+    options: Options,
+}
+
+impl Default for MemoryLockProviderBuilder {
+    fn default() -> Self {
+        Self { store: None, options: Options::new(BACKEND, OPTIONS) }
+    }
+}
+
+impl ProviderBuilder for MemoryLockProviderBuilder {
+    fn options_mut(&mut self) -> &mut Options {
+        &mut self.options
+    }
+
+    /// `mem://NAME` is the process-wide store called NAME, and `mem://` the one called "".
+    fn address(&mut self, url: &StoreUrl) -> Result<()> {
+        if url.scheme() != "mem" {
+            return Err(self.options.invalid(format!("{} is not a mem:// URL", url.redacted())));
+        }
+        if url.user().is_some() {
+            return Err(self.options.invalid(format!("{} carries credentials; mem:// takes none", url.redacted())));
+        }
+        // `mem://` is the store named "": every connect of the process shares it, as every
+        // `mem://NAME` shares the store called NAME.
+        self.store = Some(MemoryStore::named(&format!("{}{}", url.hosts(), url.path().trim_end_matches('/'))));
+        Ok(())
+    }
 }
 
 impl MemoryLockProviderBuilder {
@@ -51,30 +87,30 @@ impl MemoryLockProviderBuilder {
     /// partitioned) loses its holds when the lease runs out. No lease by default; at most
     /// [`MAX_DURATION`](crate::config::MAX_DURATION). URL option `lease`.
     pub fn lease(mut self, lease: Duration) -> Self {
-        self.lease = Some(lease);
+        self.options.set(&LEASE, lease);
         self
     }
 
     /// How often the watchdog renews the lease; a third of the lease by default. URL option
     /// `renew_every`.
     pub fn renew_every(mut self, every: Duration) -> Self {
-        self.renew_every = Some(every);
+        self.options.set(&RENEW_EVERY, every);
         self
     }
 
     /// How much earlier than the store the client considers its lease ended; 2 % of the
     /// lease by default. URL option `drift`.
     pub fn drift(mut self, drift: Duration) -> Self {
-        self.drift = Some(drift);
+        self.options.set(&DRIFT, drift);
         self
     }
 
     /// The default maximum hold of the client's acquisitions
-    /// ([`LockProvider::with_max_hold`]): without a lease the store frees a hold at its
-    /// maximum; with one, renewal stops there and the hold expires with its lease. None by
-    /// default. URL option `max_hold`.
+    /// ([`LockProvider::with_max_hold`](crate::LockProvider::with_max_hold)): without a lease
+    /// the store frees a hold at its maximum; with one, renewal stops there and the hold
+    /// expires with its lease. None by default. URL option `max_hold`.
     pub fn max_hold(mut self, max_hold: Duration) -> Self {
-        self.common.max_hold = Some(max_hold);
+        self.options.set(&MAX_HOLD, max_hold);
         self
     }
 
@@ -83,61 +119,52 @@ impl MemoryLockProviderBuilder {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) for an unknown option or a value that is not a duration.
+    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) for an unknown option or a value
+    /// that is not a duration.
     pub fn option(mut self, key: &str, value: &str) -> Result<Self> {
-        if self.common.option(SETTINGS, key, value)? {
-            return Ok(self);
-        }
-        Ok(match key {
-            "lease" => self.lease(SETTINGS.duration(key, value)?),
-            "renew_every" => self.renew_every(SETTINGS.duration(key, value)?),
-            "drift" => self.drift(SETTINGS.duration(key, value)?),
-            _ => return Err(SETTINGS.unknown(key, OPTIONS)),
-        })
+        self.options.parse(key, value)?;
+        Ok(self)
     }
 
     /// Checks the settings and connects the client.
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) for a lease that is zero or longer than a day, a renewal
-    /// interval that is zero or not shorter than the lease, a drift margin that leaves no
-    /// time between renewals, renewal settings without a lease, or a maximum hold shorter
-    /// than the renewal interval.
+    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) for a lease that is zero or longer
+    /// than a day, a renewal interval that is zero or not shorter than the lease, a drift
+    /// margin that leaves no time between renewals, renewal settings without a lease, or a
+    /// maximum hold shorter than the renewal interval.
     pub fn build(self) -> Result<MemoryLockProvider> {
-        match self.lease {
-            None if self.renew_every.is_some() || self.drift.is_some() => {
-                return Err(SETTINGS
+        let options = &self.options;
+        if options.get(&LEASE).is_none() {
+            if options.get(&RENEW_EVERY).is_some() || options.get(&DRIFT).is_some() {
+                return Err(options
                     .invalid("renew_every and drift only apply to leased holds: set a lease too, or remove them"));
             }
-            None => {}
-            Some(lease) => {
-                SETTINGS.within("the lease", lease, Duration::from_millis(1), Duration::MAX)?;
-                let renew = self.renew_every.unwrap_or(lease / 3);
-                if renew.is_zero() || renew >= lease {
-                    return Err(SETTINGS.invalid(format!(
-                        "renew_every ({renew:?}) must be above zero and below the lease ({lease:?}); a third of the lease is a good choice"
-                    )));
-                }
-                let drift = self.drift.unwrap_or(lease / 50);
-                if drift.saturating_add(renew) >= lease {
-                    return Err(SETTINGS.invalid(format!(
-                        "drift ({drift:?}) plus renew_every ({renew:?}) must stay below the lease ({lease:?}), or holds expire between renewals"
-                    )));
-                }
+        } else {
+            let lease = options.value(&LEASE)?;
+            let renew = options.get(&RENEW_EVERY).unwrap_or(lease / 3);
+            if renew.is_zero() || renew >= lease {
+                return Err(options.invalid(format!(
+                    "renew_every ({renew:?}) must be above zero and below the lease ({lease:?}); a third of the lease is a good choice"
+                )));
+            }
+            let drift = options.get(&DRIFT).unwrap_or(lease / 50);
+            if drift.saturating_add(renew) >= lease {
+                return Err(options.invalid(format!(
+                    "drift ({drift:?}) plus renew_every ({renew:?}) must stay below the lease ({lease:?}), or holds expire between renewals"
+                )));
             }
         }
-        let common = self.common;
-        let mut built = self.build_unchecked();
-        built.provider = common.apply(built.provider)?;
-        Ok(built)
+        let options = self.options.clone();
+        Ok(MemoryLockProvider(self.build_unchecked().0.map(|provider| options.apply(provider))?))
     }
 
     pub(super) fn build_unchecked(self) -> MemoryLockProvider {
-        let lease = self.lease.map(|ttl| Lease {
+        let lease = self.options.get(&LEASE).map(|ttl| Lease {
             ttl,
-            renew_every: self.renew_every.unwrap_or(ttl / 3),
-            drift: self.drift.unwrap_or(ttl / 50),
+            renew_every: self.options.get(&RENEW_EVERY).unwrap_or(ttl / 3),
+            drift: self.options.get(&DRIFT).unwrap_or(ttl / 50),
         });
         let store = self.store.unwrap_or_default();
         let session = store.open_session(lease);
@@ -150,7 +177,7 @@ impl MemoryLockProviderBuilder {
             partitioned: AtomicBool::new(false),
             watchdog: Mutex::new(None),
         });
-        MemoryLockProvider { provider: LockProvider::new(client.clone()), client }
+        MemoryLockProvider(TypedProvider::new(client))
     }
 }
 
@@ -171,28 +198,19 @@ impl MemoryLockProvider {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) for another scheme, an unknown option or a bad value.
+    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) for another scheme, an unknown
+    /// option or a bad value.
     pub fn from_url(url: &StoreUrl) -> Result<Self> {
-        if url.scheme() != "mem" {
-            return Err(SETTINGS.invalid(format!("{} is not a mem:// URL", url.redacted())));
-        }
-        if url.user().is_some() {
-            return Err(SETTINGS.invalid(format!("{} carries credentials; mem:// takes none", url.redacted())));
-        }
-        // `mem://` is the store named "": every connect of the process shares it, as every
-        // `mem://NAME` shares the store called NAME.
-        let name = format!("{}{}", url.hosts(), url.path().trim_end_matches('/'));
-        let store = MemoryStore::named(&name);
-        let mut builder = Self::builder().store(store);
-        for (key, value) in url.options() {
-            builder = builder.option(key, value)?;
-        }
-        builder.build()
+        config::from_url::<MemoryLockProviderBuilder>(url)?.build()
+    }
+
+    fn client(&self) -> &MemoryClient {
+        self.0.backend()
     }
 
     /// The store this client talks to.
     pub fn store(&self) -> &MemoryStore {
-        &self.client.store
+        &self.client().store
     }
 
     /// Fault hook: the client dies, as a killed process would. Its guards report
@@ -201,12 +219,12 @@ impl MemoryLockProvider {
     #[cfg(any(test, feature = "test-util"))]
     #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
     pub fn kill(&self) {
-        if self.client.killed.swap(true, Ordering::SeqCst) {
+        if self.client().killed.swap(true, Ordering::SeqCst) {
             return;
         }
-        let state = self.client.store.state();
+        let state = self.client().store.state();
         let holds: Vec<(LockName, uuid::Uuid)> =
-            state.sessions.get(&self.client.session).map(|s| s.holds.iter().cloned().collect()).unwrap_or_default();
+            state.sessions.get(&self.client().session).map(|s| s.holds.iter().cloned().collect()).unwrap_or_default();
         for (name, attempt) in &holds {
             let holders = state.locks.get(name).map(|entry| entry.holders.as_slice()).unwrap_or_default();
             if let Some(holder) = holders.iter().find(|holder| holder.attempt == *attempt) {
@@ -214,8 +232,8 @@ impl MemoryLockProvider {
             }
         }
         drop(state);
-        if self.client.lease.is_none() {
-            self.client.store.close_session(self.client.session, LossReason::ClientClosed);
+        if self.client().lease.is_none() {
+            self.client().store.close_session(self.client().session, LossReason::ClientClosed);
         }
     }
 
@@ -225,40 +243,25 @@ impl MemoryLockProvider {
     #[cfg(any(test, feature = "test-util"))]
     #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
     pub fn partition(&self, cut_off: bool) {
-        self.client.partitioned.store(cut_off, Ordering::SeqCst);
+        self.client().partitioned.store(cut_off, Ordering::SeqCst);
+    }
+}
+
+/// The clients of a store (here rather than in `store.rs`, which knows nothing of clients).
+impl MemoryStore {
+    /// A new client of this store with default options (no lease).
+    pub fn client(&self) -> MemoryLockProvider {
+        MemoryLockProviderBuilder::default().store(self.clone()).build_unchecked()
+    }
+
+    /// A builder for a client of this store.
+    pub fn client_builder(&self) -> MemoryLockProviderBuilder {
+        MemoryLockProviderBuilder::default().store(self.clone())
     }
 }
 
 impl Default for MemoryLockProvider {
     fn default() -> Self {
         Self::new()
-    }
-}
-
-impl Deref for MemoryLockProvider {
-    type Target = LockProvider;
-
-    fn deref(&self) -> &LockProvider {
-        &self.provider
-    }
-}
-
-impl From<MemoryLockProvider> for LockProvider {
-    fn from(provider: MemoryLockProvider) -> LockProvider {
-        provider.provider
-    }
-}
-
-/// A provider of the memory backend, as its own type again: how to reach its extras
-/// (its store and, with `test-util`, the fault hooks) from the [`LockProvider`] that `lockkit::connect` (or a conversion) gave.
-/// Any other provider comes back unchanged as the error.
-impl TryFrom<LockProvider> for MemoryLockProvider {
-    type Error = LockProvider;
-
-    fn try_from(provider: LockProvider) -> Result<Self, LockProvider> {
-        match provider.backend_as::<MemoryClient>() {
-            Some(client) => Ok(Self { provider, client }),
-            None => Err(provider),
-        }
     }
 }

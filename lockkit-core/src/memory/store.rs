@@ -10,11 +10,10 @@ use tokio::sync::{broadcast, oneshot};
 use uuid::Uuid;
 
 use super::BACKEND;
-use super::provider::{MemoryLockProvider, MemoryLockProviderBuilder};
 use crate::backend::{AcquireRequest, HoldSignal, OwnerMeta, deadline_after, lease_deadline};
 use crate::{FencingToken, HoldKind, Leader, LeaderEvent, LockName, LossReason};
 
-/// The in-process store: the "server" that [`MemoryLockProvider`] clients share.
+/// The in-process store: the "server" that [`MemoryLockProvider`](super::MemoryLockProvider) clients share.
 ///
 /// Cheap to clone; clones are the same store. Fencing tokens come from one counter for the
 /// whole store, so they are strictly increasing per name, and survive
@@ -445,16 +444,6 @@ impl MemoryStore {
         let mut state = self.state();
         state.expire(Instant::now());
         state
-    }
-
-    /// A new client of this store with default options (no lease).
-    pub fn client(&self) -> MemoryLockProvider {
-        MemoryLockProviderBuilder::default().store(self.clone()).build_unchecked()
-    }
-
-    /// A builder for a client of this store.
-    pub fn client_builder(&self) -> MemoryLockProviderBuilder {
-        MemoryLockProviderBuilder::default().store(self.clone())
     }
 
     /// The store called `name` in this process: every call with the same name returns the

@@ -47,10 +47,13 @@ use lockkit_core::LockProvider;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 
-use super::{
-    Draw, ProcessChaosConfig, ProcessChaosReport, ProcessFault, Rng, State, StoreFaults, finish, lock, now_ns, signal,
-    worker::PREFIX,
-};
+use super::analysis::{State, finish, lock, now_ns};
+use super::config::{ProcessChaosConfig, ProcessFault};
+use super::report::ProcessChaosReport;
+use super::schedule::Schedule;
+use super::spawn::{held_names, signal};
+use super::worker::PREFIX;
+use crate::rng::Rng;
 
 /// Set in the environment of `lockkit run` (and so of its command): the index of the name.
 const INDEX_ENV: &str = "LOCKKIT_CLI_CHAOS_INDEX";
@@ -273,13 +276,7 @@ where
     let began = Instant::now();
     let run_id = format!("{:x}-{}", now_ns(), std::process::id());
     let names: Vec<String> = (0..config.names).map(|i| format!("cli-chaos/{run_id}/{i}")).collect();
-    let state = Arc::new(Mutex::new(State {
-        // lockkit renews every third of a lease: its last renewal started at most a third of a
-        // lease (and some lateness) before a pause, so the store keeps the hold until at least
-        // half a lease after the pause's start.
-        half_lease: config.lease.map(|lease| u64::try_from((lease / 2).as_nanos()).unwrap_or(u64::MAX)),
-        ..State::new(&config)
-    }));
+    let state = Arc::new(Mutex::new(State::new_cli(&config)));
     let writer = match std::env::current_exe() {
         Ok(writer) => writer,
         Err(error) => {
@@ -300,19 +297,9 @@ where
     let tasks: Vec<_> = (0..config.workers).map(|index| tokio::spawn(slot(Arc::clone(&shared), index))).collect();
     let fail = |error: String| lock(&state).report.errors.push(error);
 
-    let mut rng = Rng::new(config.seed);
-    let faults_end = Instant::now() + config.duration;
-    let mut store_faults = StoreFaults::default();
-    while Instant::now() < faults_end {
-        let Some(draw) = Draw::new(&mut rng, &config) else { break };
-        let outlived = lock(&state).report.pauses_outliving_lease;
-        let draw = draw.closing(&config, faults_end.saturating_duration_since(Instant::now()), outlived);
-        tokio::time::sleep(draw.gap).await;
+    let mut schedule = Schedule::new(&config);
+    while let Some(draw) = schedule.next(&config, &state).await {
         let kind = draw.kind;
-        if matches!(kind, ProcessFault::PauseStore | ProcessFault::RestartStore) {
-            store_faults.start(&config, &draw, &state);
-            continue;
-        }
         let running: Vec<Current> = slots_now(&shared.slots).into_iter().flatten().collect();
         // Half the time one that holds a lock now, if one does.
         let holders: Vec<Current> = running.iter().copied().filter(|c| lock(&state).holds_now(c.id)).collect();
@@ -406,7 +393,7 @@ where
         }
     }
 
-    store_faults.wait(&state).await;
+    schedule.finish(&state).await;
     // Stop: every slot lets its current lockkit run finish (bounded by its own bounds).
     shared.stop.store(true, Ordering::SeqCst);
     for task in tasks {
@@ -415,7 +402,7 @@ where
         }
     }
 
-    let orphans = super::held_names(connect, &config, &names).await;
+    let orphans = held_names(connect, &config, &names).await;
     let mut state = lock(&state);
     match orphans {
         Ok(held) => state.report.orphans.extend(held),

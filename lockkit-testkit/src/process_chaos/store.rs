@@ -14,7 +14,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::{ProcessFault, State, lock, now_ns, signal};
+use super::analysis::{State, lock, now_ns};
+use super::config::ProcessFault;
+use super::spawn::signal;
 use crate::fixture::{RedisServer, ZkEnsemble, ZkServer};
 
 /// The store's control, for the store faults of a run. `pick` is a number drawn from the

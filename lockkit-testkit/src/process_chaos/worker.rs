@@ -20,7 +20,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use lockkit_core::{AcquireOptions, LockGuard, LockProvider, Wait};
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
-use super::Rng;
+use crate::rng::Rng;
 
 /// The prefix of every protocol line a worker prints.
 pub(crate) const PREFIX: &str = "@pchaos ";

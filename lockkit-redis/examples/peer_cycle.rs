@@ -1,0 +1,268 @@
+//! lockkit's Redis mutex beside the fastest Rust peer, rslock, on one redis-server in one run:
+//! `cargo run --release -p lockkit-redis --example peer_cycle [-- --rounds 3 --cycles 3000 --locks 10000]`.
+//!
+//! Each round runs every contender once, in a shuffled order, each on its own connection (the
+//! peers' harness): a `PING` on a plain connection of the redis crate (the floor), lockkit's
+//! uncontended cycle (acquire, then release, of one name), rslock's (lock, then unlock), and
+//! `--locks` distinct names taken and released one after another by each. It prints p50 and
+//! p99 per contender and round, and for the `--locks` loop its wall time, this process's CPU
+//! time per name (the client's work: run the server elsewhere, as the fixture does) and the
+//! server's time per name (`INFO commandstats`); then the ratios lockkit ÷ rslock and ÷ PING,
+//! medians over the rounds. rslock gives no fencing token, no fairness, no loss signal and no renewal; the
+//! comparison prices what those cost on the uncontended path. On a private redis-server (or
+//! `LOCKKIT_REDIS_URL`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs, clippy::print_stdout)]
+
+use std::time::{Duration, Instant};
+
+use lockkit_redis::RedisLockProvider;
+use lockkit_testkit::fixture::RedisServer;
+
+const LEASE: Duration = Duration::from_secs(30);
+
+/// One contender's samples of one round.
+struct Figures {
+    p50: Duration,
+    p99: Duration,
+    /// The `--locks` names one after another, in all.
+    many: Duration,
+    /// This process's CPU time (user + system, every thread) per name of the `--locks` loop.
+    client_cpu: Duration,
+    /// The server's time per name of the `--locks` loop (`INFO commandstats`, every command).
+    server: Duration,
+}
+
+/// This process's CPU time so far, user and system, every thread (`/proc/self/stat`, in clock
+/// ticks of 10 ms: good to 1 % over the second or two of a `--locks` loop).
+fn process_cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The fields after the command name (which is in parentheses and may hold spaces).
+    let rest = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
+    let fields: Vec<u64> = rest.split_whitespace().map(|f| f.parse().unwrap_or(0)).collect();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    let ticks = fields.get(11).copied().unwrap_or(0) + fields.get(12).copied().unwrap_or(0);
+    Duration::from_millis(ticks * 10)
+}
+
+/// The server's microseconds spent in commands so far, `INFO` itself left out.
+async fn server_micros(connection: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query_async(connection).await.unwrap();
+    info.lines()
+        .filter(|line| line.starts_with("cmdstat_") && !line.starts_with("cmdstat_info:"))
+        .filter_map(|line| line.split(',').find_map(|field| field.strip_prefix("usec=")))
+        .filter_map(|usec| usec.parse::<u64>().ok())
+        .sum()
+}
+
+/// Runs the `--locks` loop `body` and measures its wall time, client CPU and server time.
+async fn measured<F: std::future::Future<Output = ()>>(
+    url: &str,
+    locks: usize,
+    body: F,
+) -> (Duration, Duration, Duration) {
+    let client = redis::Client::open(url).unwrap();
+    let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+    let server_before = server_micros(&mut admin).await;
+    let cpu_before = process_cpu();
+    let start = Instant::now();
+    body.await;
+    let many = start.elapsed();
+    let cpu = process_cpu().saturating_sub(cpu_before);
+    let server = server_micros(&mut admin).await.saturating_sub(server_before);
+    let per = |total: Duration| total / u32::try_from(locks.max(1)).unwrap_or(u32::MAX);
+    (many, per(cpu), per(Duration::from_micros(server)))
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Contender {
+    Ping,
+    Lockkit,
+    Rslock,
+}
+
+struct Options {
+    rounds: usize,
+    cycles: usize,
+    locks: usize,
+    /// `--only lockkit|rslock|ping`: one contender alone (to profile it).
+    only: Option<Contender>,
+}
+
+fn options() -> Options {
+    let mut options = Options { rounds: 3, cycles: 3_000, locks: 10_000, only: None };
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    for pair in args.chunks(2) {
+        if pair[0] == "--only" {
+            options.only = Some(match pair.get(1).map(String::as_str) {
+                Some("lockkit") => Contender::Lockkit,
+                Some("rslock") => Contender::Rslock,
+                Some("ping") => Contender::Ping,
+                other => panic!("--only takes lockkit, rslock or ping, not {other:?}"),
+            });
+            continue;
+        }
+        let value = pair.get(1).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{} needs a number", pair[0]));
+        match pair[0].as_str() {
+            "--rounds" => options.rounds = value,
+            "--cycles" => options.cycles = value,
+            "--locks" => options.locks = value,
+            other => panic!("unknown option {other}: use --rounds N, --cycles N, --locks N"),
+        }
+    }
+    options
+}
+
+fn percentile(samples: &mut [Duration], q: f64) -> Duration {
+    samples.sort_unstable();
+    let index = ((samples.len() as f64 - 1.0) * q).round() as usize;
+    samples[index.min(samples.len() - 1)]
+}
+
+fn micros(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+/// A cheap shuffle for the order of the contenders in a round (xorshift on the clock).
+fn shuffled(round: usize) -> Vec<Contender> {
+    let mut order = vec![Contender::Ping, Contender::Lockkit, Contender::Rslock];
+    let mut state = (Instant::now().elapsed().as_nanos() as u64) ^ (0x9e37_79b9_7f4a_7c15 ^ round as u64);
+    for i in (1..order.len()).rev() {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        order.swap(i, (state % (i as u64 + 1)) as usize);
+    }
+    order
+}
+
+async fn run_ping(url: &str, options: &Options) -> Figures {
+    let client = redis::Client::open(url).unwrap();
+    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+    let mut samples = Vec::with_capacity(options.cycles);
+    for _ in 0..options.cycles {
+        let start = Instant::now();
+        let _: String = redis::cmd("PING").query_async(&mut connection).await.unwrap();
+        samples.push(start.elapsed());
+    }
+    let (many, client_cpu, server) = measured(url, options.locks, async {
+        for _ in 0..options.locks {
+            // Two round trips, as a cycle has.
+            let _: String = redis::cmd("PING").query_async(&mut connection).await.unwrap();
+            let _: String = redis::cmd("PING").query_async(&mut connection).await.unwrap();
+        }
+    })
+    .await;
+    Figures { p50: percentile(&mut samples, 0.5), p99: percentile(&mut samples, 0.99), many, client_cpu, server }
+}
+
+async fn run_lockkit(url: &str, options: &Options, round: usize) -> Figures {
+    let provider = RedisLockProvider::builder().url(url).lease(LEASE).build().unwrap();
+    provider.ping().await.unwrap();
+    let lock = provider.lock(&format!("peer-cycle/lockkit/{round}")).unwrap();
+    let mut samples = Vec::with_capacity(options.cycles);
+    for _ in 0..options.cycles {
+        let start = Instant::now();
+        let guard = lock.acquire().await.unwrap();
+        guard.release().await.unwrap();
+        samples.push(start.elapsed());
+    }
+    let handles: Vec<_> =
+        (0..options.locks).map(|i| provider.lock(&format!("peer-cycle/lockkit/{round}/{i}")).unwrap()).collect();
+    let (many, client_cpu, server) = measured(url, options.locks, async {
+        for handle in &handles {
+            let guard = handle.acquire().await.unwrap();
+            guard.release().await.unwrap();
+        }
+    })
+    .await;
+    Figures { p50: percentile(&mut samples, 0.5), p99: percentile(&mut samples, 0.99), many, client_cpu, server }
+}
+
+async fn run_rslock(url: &str, options: &Options, round: usize) -> Figures {
+    let manager = rslock::LockManager::new(vec![url.to_owned()]);
+    let name = format!("peer-cycle/rslock/{round}");
+    let mut samples = Vec::with_capacity(options.cycles);
+    for _ in 0..options.cycles {
+        let start = Instant::now();
+        let lock = manager.lock(name.as_str(), LEASE).await.unwrap();
+        manager.unlock(&lock).await;
+        samples.push(start.elapsed());
+    }
+    let names: Vec<String> = (0..options.locks).map(|i| format!("peer-cycle/rslock/{round}/{i}")).collect();
+    let (many, client_cpu, server) = measured(url, options.locks, async {
+        for name in &names {
+            let lock = manager.lock(name.as_str(), LEASE).await.unwrap();
+            manager.unlock(&lock).await;
+        }
+    })
+    .await;
+    Figures { p50: percentile(&mut samples, 0.5), p99: percentile(&mut samples, 0.99), many, client_cpu, server }
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+#[tokio::main]
+async fn main() {
+    let options = options();
+    let _server;
+    let url = match std::env::var("LOCKKIT_REDIS_URL") {
+        Ok(url) if !url.is_empty() => url,
+        _ => {
+            let server = RedisServer::start().await.unwrap_or_else(|e| panic!("{e}"));
+            let url = server.url();
+            _server = server;
+            url
+        }
+    };
+    println!(
+        "peer_cycle on {url}: {} rounds of {} cycles and {} locks one by one",
+        options.rounds, options.cycles, options.locks
+    );
+    println!(
+        "{:<6} {:<8} {:>9} {:>9} {:>9} {:>14} {:>14}",
+        "round", "who", "p50 µs", "p99 µs", "locks s", "client CPU µs", "server µs"
+    );
+    let (mut ratio_rslock, mut ratio_ping, mut ratio_many) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..options.rounds {
+        let mut figures = Vec::new();
+        for contender in shuffled(round) {
+            if options.only.is_some_and(|only| only != contender) {
+                continue;
+            }
+            let result = match contender {
+                Contender::Ping => run_ping(&url, &options).await,
+                Contender::Lockkit => run_lockkit(&url, &options, round).await,
+                Contender::Rslock => run_rslock(&url, &options, round).await,
+            };
+            println!(
+                "{round:<6} {:<8} {:>9.1} {:>9.1} {:>9.3} {:>14.1} {:>14.1}",
+                format!("{contender:?}").to_lowercase(),
+                micros(result.p50),
+                micros(result.p99),
+                result.many.as_secs_f64(),
+                micros(result.client_cpu),
+                micros(result.server),
+            );
+            figures.push((contender, result));
+        }
+        if options.only.is_some() {
+            continue;
+        }
+        let of = |who: Contender| &figures.iter().find(|(c, _)| *c == who).expect("every contender ran").1;
+        let (ping, lockkit, rslock) = (of(Contender::Ping), of(Contender::Lockkit), of(Contender::Rslock));
+        ratio_rslock.push(micros(lockkit.p50) / micros(rslock.p50));
+        ratio_ping.push(micros(lockkit.p50) / micros(ping.p50));
+        ratio_many.push(lockkit.many.as_secs_f64() / rslock.many.as_secs_f64());
+    }
+    if options.only.is_some() {
+        return;
+    }
+    println!("medians over the rounds:");
+    println!("  lockkit cycle p50 ÷ rslock's: {:.2}x (ratios {:?})", median(ratio_rslock.clone()), ratio_rslock);
+    println!("  lockkit cycle p50 ÷ PING p50: {:.2}x", median(ratio_ping));
+    println!("  lockkit {} locks one by one ÷ rslock's: {:.2}x", options.locks, median(ratio_many));
+}
