@@ -105,9 +105,9 @@ impl HandleInner {
     /// Starts freeing a hold of this handle: the returned [`Release`] runs it inline when
     /// awaited and finishes it in the background when dropped unfinished. The handle's next
     /// acquisition waits for it.
-    pub(crate) fn start_release(&self, held: Box<dyn HeldLock>, granted_on: Option<tokio::runtime::Handle>) -> Release {
+    pub(crate) fn start_release(&self, held: Box<dyn HeldLock>) -> Release {
         let span = tracing::info_span!("lockkit.release", backend = self.backend_name, lock = %self.lock);
-        Release::new(held, granted_on, self.releases.begin(), span)
+        Release::new(held, Arc::clone(&self.backend), self.releases.begin(), span)
     }
 }
 
@@ -197,6 +197,13 @@ impl LockHandle {
 
     /// Takes the lock if no other owner holds it (or is queued for it); never waits on
     /// another owner.
+    ///
+    /// It does wait for this handle's own releases that began before it (a guard of this
+    /// handle dropped just before, whose release is on its way to the store): that hold is
+    /// this handle's own going away, not another owner's, and without the wait a drop followed
+    /// by `try_acquire` would fail against itself. The wait is at most the rest of a release
+    /// already under way (a round trip; none for an in-process store, whose dropped guards are
+    /// freed before `drop` returns); releases that begin later are not waited for.
     ///
     /// # Errors
     ///
@@ -302,7 +309,7 @@ impl LockHandle {
                 // promise anything with it. Free it, and ask again while the deadline allows.
                 tracing::warn!(token = grant.token.get(), "a grant arrived already expired; asking again");
                 grant.signal.release();
-                inner.start_release(grant.held, None).finish_in_background();
+                inner.start_release(grant.held).finish_in_background();
                 if deadline == Deadline::Now || deadline.has_passed(Instant::now()) {
                     return Ok(None);
                 }
@@ -372,11 +379,17 @@ mod tests {
 
     struct Held(Arc<AtomicUsize>);
 
+    /// An in-process hold: freed at once, even when its guard is dropped.
     #[async_trait]
     impl HeldLock for Held {
         async fn release(self: Box<Self>) -> Result<()> {
             self.0.fetch_add(1, Ordering::SeqCst);
             Ok(())
+        }
+
+        fn release_at_once(&mut self) -> Option<Result<()>> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            Some(Ok(()))
         }
     }
 

@@ -185,6 +185,12 @@ impl LockProvider {
     /// the semaphore: every user of the name must give the same (a store that sees another
     /// count in use refuses with [`Error::Conflict`]).
     ///
+    /// That check is made by each acquisition, not here, on purpose: this call does no I/O (a
+    /// handle is a cheap factory), and the count in use is the store's at the moment of an
+    /// acquisition, which the store checks in the same step as it grants (a semaphore whose
+    /// holders and waiters are all gone may be taken again with another count). A check here
+    /// would answer for a moment that has passed by the time the handle is used.
+    ///
     /// # Errors
     ///
     /// [`Error::InvalidConfig`] for a count of 0 or above [`MAX_PERMITS`];
@@ -273,6 +279,15 @@ impl LockProvider {
     /// it: a grant taken from the backend directly skips the guard and its release.
     pub fn backend(&self) -> &Arc<dyn LockBackend> {
         &self.backend
+    }
+
+    /// The backend behind this provider as its own type `B`, when it is one: how a backend
+    /// crate turns any provider of its backend (one from `lockkit::connect`, say) back into its
+    /// own provider type with its extras (every built-in backend's provider implements
+    /// `TryFrom<LockProvider>` with it).
+    pub fn backend_as<B: LockBackend>(&self) -> Option<Arc<B>> {
+        let any: Arc<dyn std::any::Any + Send + Sync> = Arc::clone(&self.backend) as _;
+        any.downcast::<B>().ok()
     }
 }
 

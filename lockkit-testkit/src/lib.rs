@@ -168,6 +168,7 @@ macro_rules! conformance {
                     observers_see_every_change_in_term_order,
                     observing_starts_with_the_current_state,
                     bad_identities_are_refused,
+                    a_new_terms_since_is_not_before_the_previous_term_ended,
                 }
                 semaphore {
                     at_most_n_permits_are_held,
@@ -240,6 +241,11 @@ macro_rules! conformance {
                     guard_dropped_after_its_runtime_shut_down_is_released_promptly,
                     provider_used_from_two_runtimes_keeps_its_holds,
                     dead_holder_frees_the_lock_after_the_lease_not_before,
+                }
+                runtime {
+                    a_hold_outlives_the_shutdown_of_its_runtime,
+                    a_hold_outlives_its_runtime_left_idle,
+                    a_guard_dropped_after_its_runtime_and_provider_frees_the_lock_promptly,
                 }
                 loss {
                     loss_is_signalled_when_the_record_is_deleted,

@@ -46,15 +46,17 @@ impl MemoryClient {
         Ok(())
     }
 
-    /// Starts the client's one renewal task if it has a lease and the task is not running
-    /// (it may have ended with the runtime that ran it).
+    /// Starts the client's one renewal task, on lockkit's home runtime, if it has a lease and
+    /// the task is not running: renewal never depends on the runtime the client is used from.
     pub(super) fn ensure_watchdog(&self) {
         let Some(lease) = self.lease else { return };
         let mut watchdog = self.watchdog.lock().unwrap_or_else(PoisonError::into_inner);
         if watchdog.as_ref().is_some_and(|task| !task.is_finished()) {
             return;
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let Some(runtime) = crate::home::runtime() else {
+            return;
+        };
         *watchdog = Some(runtime.spawn(renew_forever(self.me.clone(), lease.renew_every)));
     }
 
@@ -284,9 +286,9 @@ pub(super) struct MemoryHeld {
     pub(super) attempt: Uuid,
 }
 
-#[async_trait]
-impl HeldLock for MemoryHeld {
-    async fn release(self: Box<Self>) -> Result<()> {
+impl MemoryHeld {
+    /// Frees the hold in the store: an in-process call that never waits.
+    fn free(&self) -> Result<()> {
         if let Some(client) = self.client.upgrade() {
             client.reachable(&self.lock)?;
         }
@@ -294,6 +296,17 @@ impl HeldLock for MemoryHeld {
         let removed =
             self.store.current().remove_holders(&self.lock, |holder| holder.attempt == attempt, LossReason::RecordGone);
         if removed { Ok(()) } else { Err(Error::lost(BACKEND, &self.lock, LossReason::RecordGone)) }
+    }
+}
+
+#[async_trait]
+impl HeldLock for MemoryHeld {
+    async fn release(self: Box<Self>) -> Result<()> {
+        self.free()
+    }
+
+    fn release_at_once(&mut self) -> Option<Result<()>> {
+        Some(self.free())
     }
 
     fn downgrade(&self) -> Option<Pin<Box<dyn Future<Output = Result<()>> + Send + 'static>>> {
