@@ -31,7 +31,31 @@
 //! - `postgres`: the PostgreSQL backend, `lockkit::postgres`, and `postgres://` URLs.
 //! - `postgres-tls`: TLS for the PostgreSQL backend (`sslmode=require`, `verify-full`, …).
 //! - `etcd`: the etcd backend, `lockkit::etcd`, and `etcd://` URLs.
+//! - `fence-postgres`, `fence-sqlx`, `fence-redis`: fenced writes that PostgreSQL (on
+//!   tokio-postgres or sqlx) or Redis refuse with a stale token, in [`fence`]; fenced files
+//!   are always there on Unix.
 //! - `full`: all of them.
+//! - `metrics`: metrics through the `metrics` facade, recorded for every backend.
+//! - `test-util`: the fault hooks of the memory and file backends (kill a client, cut it off,
+//!   delete a record, restart the store), for tests of your own.
+//!
+//! # A backend's own provider
+//!
+//! [`connect`] gives a [`LockProvider`], the same type for every backend. A backend's own
+//! provider type, with its extras (the Redis record key of a lock, the ZooKeeper client, …),
+//! comes back from it with `TryFrom`, which hands the provider back unchanged when it is of
+//! another backend:
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> lockkit::Result<()> {
+//! let provider = lockkit::connect("mem://").await?;
+//! let memory = lockkit::memory::MemoryLockProvider::try_from(provider).expect("a mem:// URL");
+//! let guard = memory.lock("reports")?.acquire().await?;
+//! guard.release().await?;
+//! # Ok(())
+//! # }
+//! ```
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 /// The guide: how to use lockkit, from a first lock to production; every example in it is a
@@ -65,3 +89,8 @@ pub use lockkit_postgres as postgres;
 #[cfg(unix)]
 #[cfg_attr(docsrs, doc(cfg(unix)))]
 pub use lockkit_file as file;
+
+/// Fencing at the resource ([`lockkit_fence`]): writes that the store holding the data refuses
+/// when their token is stale. Files on Unix always; PostgreSQL with `fence-postgres` or
+/// `fence-sqlx`, Redis with `fence-redis`.
+pub use lockkit_fence as fence;

@@ -8,6 +8,8 @@ use std::time::Duration;
 use lockkit::{Error, connect};
 use lockkit_testkit::fixture::{RedisSentinels, RedisServer, ZkServer};
 
+mod refused;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_urls_carry_their_options() {
     let server = RedisServer::shared().await.unwrap_or_else(|e| panic!("{e}"));
@@ -43,7 +45,7 @@ async fn redis_sentinel_urls_reach_the_primary_the_sentinels_name() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_redis_is_a_retryable_error_that_names_the_backend() {
-    let port = lockkit_testkit::fixture::free_port().unwrap();
+    let (_bound, port) = refused::refused_port();
     let error = tokio::time::timeout(Duration::from_secs(10), connect(&format!("redis://127.0.0.1:{port}/")))
         .await
         .expect("fails fast")
@@ -70,9 +72,33 @@ async fn zk_urls_carry_their_options() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_zk_url_where_nothing_listens_fails_fast() {
-    let port = lockkit_testkit::fixture::free_port().unwrap();
+    // A port nothing can take while the test runs: a free port picked and let go could be
+    // taken by a server another test starts meanwhile, which then accepts the connection.
+    let (_bound, port) = refused::refused_port();
     let started = std::time::Instant::now();
     let error = connect(&format!("zk://127.0.0.1:{port}?session_timeout=10s")).await.err().unwrap();
     assert!(error.is_retryable() && error.to_string().contains("accepts connections"), "{error}");
     assert!(started.elapsed() < Duration::from_secs(3), "failed after {:?}, not the 10 s session", started.elapsed());
+}
+
+/// A provider from `connect` turns back into its backend's own provider, extras included;
+/// one of another backend is handed back unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connected_provider_reaches_its_backends_extras() {
+    let redis = RedisServer::shared().await.unwrap_or_else(|e| panic!("{e}"));
+    let zk = ZkServer::shared().await.unwrap_or_else(|e| panic!("{e}"));
+    let provider = connect(&format!("{}?key_prefix=extras", redis.url().trim_end_matches('/'))).await.unwrap();
+    let guard = provider.lock("connect/extras").unwrap().acquire().await.unwrap();
+    let provider = match lockkit::zk::ZkLockProvider::try_from(provider) {
+        Ok(_) => panic!("a Redis provider is not a ZooKeeper one"),
+        Err(provider) => provider,
+    };
+    let own = lockkit::redis::RedisLockProvider::try_from(provider).unwrap();
+    let key = own.record_key(guard.name());
+    assert!(key.starts_with("extras") && key.contains("connect/extras"), "the held record is {key}");
+    own.ping().await.unwrap();
+    guard.release().await.unwrap();
+    let zk = connect(&format!("zk://{}?base_path=/extras", zk.connect_string())).await.unwrap();
+    let own = lockkit::zk::ZkLockProvider::try_from(zk).unwrap();
+    assert!(own.lock_path("a").unwrap().starts_with("/extras/"), "{}", own.lock_path("a").unwrap());
 }

@@ -9,6 +9,8 @@ use std::time::Duration;
 use lockkit::{Error, connect};
 use lockkit_testkit::fixture::PostgresServer;
 
+mod refused;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_urls_carry_their_options() {
     let server = PostgresServer::shared().await.unwrap_or_else(|e| panic!("{e}"));
@@ -28,7 +30,7 @@ async fn postgres_urls_carry_their_options() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_postgres_urls_say_what_to_change() {
-    let port = lockkit_testkit::fixture::free_port().unwrap();
+    let (_bound, port) = refused::refused_port();
     let error = tokio::time::timeout(Duration::from_secs(10), connect(&format!("postgres://app@127.0.0.1:{port}/db")))
         .await
         .expect("fails fast")

@@ -5,6 +5,7 @@ use std::ffi::OsString;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
+use lockkit::Fence;
 use rustix::process::{Pid, Signal, kill_process, kill_process_group};
 use tokio::process::Child;
 
@@ -12,7 +13,8 @@ use crate::exit::{self, Failure, OS_ERROR};
 use crate::signals::Signals;
 use crate::supervise;
 
-/// Starts `command` with the lock's name, fencing token and deadline file in its environment and the
+/// Starts `command` with the hold's fence (the lock's name, fencing token, identity and mode:
+/// [`Fence::env`]) and deadline file in its environment and the
 /// standard streams inherited, in a process group of its own when `group` is set. The command
 /// is started through `lockkit __child` (see [`crate::supervise`]) so that it dies with
 /// `lockkit`, whatever kills `lockkit`; a command that cannot be run is reported by that
@@ -20,8 +22,7 @@ use crate::supervise;
 /// without waiting for it.
 pub(crate) fn spawn(
     command: &[OsString],
-    lock: &str,
-    token: u64,
+    fence: &Fence,
     deadline_file: &std::path::Path,
     group: bool,
 ) -> Result<Child, Failure> {
@@ -35,8 +36,7 @@ pub(crate) fn spawn(
         command.process_group(0);
     }
     command
-        .env("LOCKKIT_LOCK", lock)
-        .env("LOCKKIT_FENCING_TOKEN", token.to_string())
+        .envs(fence.env())
         .env(crate::deadline_file::ENV, deadline_file)
         .stdin(Stdio::inherit())
         .stdout(Stdio::inherit())

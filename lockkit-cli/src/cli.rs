@@ -34,7 +34,9 @@ pub(crate) enum Command {
     ///
     /// Waits for the lock NAME (forever, unless --wait or --no-wait), then runs COMMAND with
     /// LOCKKIT_LOCK (the lock's name) and LOCKKIT_FENCING_TOKEN (the hold's fencing token) in
-    /// its environment and passes its exit code on. Send the fencing token with every write the lock protects.
+    /// its environment and passes its exit code on. Send the fencing token with every write the lock protects;
+    /// LOCKKIT_LOCK_ID (the lock's store and name) and LOCKKIT_FENCE_MODE (write, or read with --shared)
+    /// are what a fenced store needs with it (lockkit_fence.fence in PostgreSQL).
     /// LOCKKIT_VALID_UNTIL_FILE names a file that lockkit rewrites at every renewal: the hold's
     /// deadline in Unix milliseconds, 0 once it is no longer guaranteed, none without a deadline;
     /// read it before a step that must not outlive the hold. When the hold

@@ -20,6 +20,9 @@
 //! `LOCKKIT_LOCK=<name>` and `LOCKKIT_FENCING_TOKEN=<token>` in its environment. The fencing
 //! token is strictly greater for every new holder: send it with every write the lock
 //! protects, and have the resource refuse writes with a lower token than it has seen.
+//! `LOCKKIT_LOCK_ID=<store>#<name>` (the lock's identity, without credentials) and
+//! `LOCKKIT_FENCE_MODE=write` (`read` with `--shared`) are what a fenced store needs beside
+//! it, such as the SQL function `lockkit_fence.fence` of `lockkit::fence::postgres`.
 //!
 //! - The command's exit code is passed on; a command killed by a signal gives 128 + its
 //!   number, as in shells.

@@ -167,7 +167,6 @@ impl Session {
     /// to stop.
     async fn run_command(&mut self, guard: LockGuard, hold: &HoldArgs) -> Result<Code, Failure> {
         let what = self.what.clone();
-        let token = guard.token().get();
         // A hold that ran out between the grant and here (lockkit stopped or starved meanwhile):
         // never start the command with a token a newer holder may already have superseded.
         if !guard.is_held() {
@@ -182,7 +181,7 @@ impl Session {
                 return Err(failure);
             }
         };
-        let mut child = match child::spawn(&hold.command, &self.name, token, deadline_file.path(), hold.kill_group) {
+        let mut child = match child::spawn(&hold.command, &guard.fence(), deadline_file.path(), hold.kill_group) {
             Ok(child) => child,
             Err(failure) => {
                 release(guard, &what).await;

@@ -93,6 +93,29 @@ async fn the_command_sees_the_lock_and_its_token_and_its_exit_code_is_passed_on(
     assert_eq!(out.stderr, "", "nothing to say on success");
 }
 
+/// The command gets what a fenced store needs (the SQL function `lockkit_fence.fence`, or
+/// `Fence::from_env`): the lock's identity (its store, without credentials, and its name) and
+/// the mode, a write for a lock and a read for `--shared`; `store_id` names the store.
+#[tokio::test]
+async fn the_command_gets_the_fence_of_its_hold() {
+    let dir = tempfile::tempdir().unwrap();
+    let name = unique("fence");
+    let script = "echo \"$LOCKKIT_LOCK_ID|$LOCKKIT_FENCE_MODE|$LOCKKIT_FENCING_TOKEN\"";
+    let url = file_url(dir.path());
+    let out = run(&["run", &name, "--url", &url, "--", "sh", "-c", script], LONG).await;
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let fields: Vec<&str> = out.stdout.trim().split('|').collect();
+    let [lock_id, mode, token] = fields.as_slice() else { panic!("three fields: {out:?}") };
+    assert!(lock_id.starts_with("file:///") && lock_id.ends_with(&format!("#{name}")), "{lock_id}");
+    assert_eq!(*mode, "write");
+    assert!(token.parse::<u64>().expect("a number") > 0);
+    let out = run(&["run", &name, "--url", &url, "--shared", "--", "sh", "-c", script], LONG).await;
+    assert!(out.stdout.contains("|read|"), "a reader fences as a read: {out:?}");
+    let named = format!("{url}?store_id=ledger-files");
+    let out = run(&["run", &name, "--url", &named, "--", "sh", "-c", script], LONG).await;
+    assert!(out.stdout.starts_with(&format!("ledger-files#{name}|write|")), "{out:?}");
+}
+
 #[tokio::test]
 async fn a_command_killed_by_a_signal_exits_128_plus_the_signal() {
     let out = run(&["run", "x", "--url", "mem://", "--", "sh", "-c", "kill -KILL $$"], LONG).await;

@@ -41,7 +41,6 @@ use uuid::Uuid;
 pub use futures_core::Stream;
 
 pub use crate::options::Deadline;
-pub use crate::release::spawn_detached;
 pub use crate::signal::{HoldSignal, deadline_after, lease_deadline};
 use crate::{Capabilities, Error, FencingToken, HoldKind, LeaderEvent, LockName, Result};
 
@@ -132,16 +131,27 @@ impl fmt::Debug for Grant {
 pub trait HeldLock: Send + Sync + 'static {
     /// Frees the hold in the store, stops renewing it, and never frees another owner's hold.
     ///
-    /// Called exactly once, when the last guard of the hold is released or dropped, whether
+    /// Called at most once, when the last guard of the hold is released or dropped, whether
     /// or not the hold was lost meanwhile (a lost hold may still have local state or a
-    /// record to clean up). The future may run on any runtime, or on lockkit's own release
-    /// thread when the guard was dropped outside every runtime.
+    /// record to clean up); not at all when [`release_at_once`](Self::release_at_once) freed
+    /// the hold. The future runs on the runtime of the caller of `LockGuard::release`, or, for
+    /// a dropped guard, on lockkit's home runtime ([`crate::home`]).
     ///
     /// # Errors
     ///
     /// [`Error::LockLost`] when the store shows the hold was no longer ours; a connection
     /// error when the outcome is unknown.
     async fn release(self: Box<Self>) -> Result<()>;
+
+    /// Frees the hold at once, without awaiting anything, when the backend can (an in-process
+    /// store can; a network store cannot): the core tries it first when the last guard of a
+    /// hold is dropped, so that the lock is free when `drop` returns, and sends
+    /// [`release`](Self::release) to the home runtime only when this returns `None` (the
+    /// default). `Some` is the outcome of the release, which is then over: `release` is not
+    /// called.
+    fn release_at_once(&mut self) -> Option<Result<()>> {
+        None
+    }
 
     /// Turns this write hold into a read hold in place, for backends that declare
     /// [`Capabilities::rw_lock`]: the core calls it (at most once, only for a
@@ -329,7 +339,7 @@ fn host_name() -> String {
 /// New operations (election's `observe`) come as provided methods that default to
 /// [`Error::Unsupported`], so a backend built against an older version keeps compiling.
 #[async_trait]
-pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
+pub trait LockBackend: Send + Sync + fmt::Debug + std::any::Any {
     /// A short name of the backend for messages and spans: `"memory"`, `"redis"`, `"zk"`.
     fn name(&self) -> &'static str;
 
@@ -342,6 +352,19 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
     /// and store errors that come out of this backend. `None` by default.
     fn address(&self) -> Option<String> {
         None
+    }
+
+    /// The store's identity for fences ([`LockId`](crate::LockId)) and for the order of
+    /// [`MultiLock`](crate::MultiLock): the same text in every process and provider that
+    /// reaches this store, without credentials. By default, [`address`](Self::address)
+    /// through [`StoreUrl::identity`](crate::config::StoreUrl::identity) with no key-space
+    /// settings; a backend whose key space depends on settings the address does not show (a
+    /// key prefix, a schema) adds them. `None` for a backend without an address: its stores are
+    /// then told apart by client, in this process only. The provider's `store_id` option
+    /// takes precedence over it.
+    fn store_identity(&self) -> Option<String> {
+        let address = self.address()?;
+        crate::config::StoreUrl::parse(&address).ok().map(|url| url.identity(&[]))
     }
 
     /// How often this backend renews (or checks) a hold: the shortest maximum hold it
@@ -405,6 +428,18 @@ pub trait LockBackend: Send + Sync + fmt::Debug + 'static {
 
 /// The stream [`LockBackend::observe`] returns.
 pub type LeaderEvents = std::pin::Pin<Box<dyn futures_core::Stream<Item = Result<LeaderEvent>> + Send + 'static>>;
+
+/// For an observer that saw the previous state of an election end and now hands out a new
+/// leader: the term began after that end, so its `since` is made no earlier than now. A store
+/// that dates a term by something written before the term began (a candidate's creation,
+/// until the new leader marks its start) would otherwise report a `since` before the previous
+/// term ended. A `since` the store does not know stays unknown.
+pub fn not_before_now(event: &mut LeaderEvent) {
+    if let LeaderEvent::Elected(leader) = event {
+        let now = SystemTime::now();
+        leader.since = leader.since.map(|since| since.max(now));
+    }
+}
 
 #[cfg(test)]
 mod tests {

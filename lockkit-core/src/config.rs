@@ -34,7 +34,7 @@ mod url;
 mod value;
 
 pub use duration::{MAX_DURATION, parse_duration, show_duration};
-pub use key::{GivenValue, Key, MAX_HOLD, OptionKey, options_table};
+pub use key::{GivenValue, Key, MAX_HOLD, OptionKey, STORE_ID, options_table};
 pub use options::{Options, ProviderBuilder, from_url, with_url};
 pub use scheme::{ConnectFuture, Scheme, url_docs};
 pub use table::{connect, lookup, register, registered};

@@ -5,7 +5,6 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
-use tokio::runtime::Handle;
 use tracing::Instrument;
 
 use crate::backend::HeldLock;
@@ -33,9 +32,6 @@ struct Guards {
     writes: usize,
     /// The backend's means to free the hold; taken by the last guard.
     held: Option<Box<dyn HeldLock>>,
-    /// The runtime that granted the hold, where a guard dropped outside every runtime sends
-    /// its release.
-    granted_on: Option<Handle>,
 }
 
 impl Hold {
@@ -46,10 +42,9 @@ impl Hold {
         signal: HoldSignal,
         held: Box<dyn HeldLock>,
     ) -> LockGuard {
-        let granted_on = Handle::try_current().ok();
         let kind = handle.kind().clone();
         let writes = usize::from(kind == HoldKind::Write);
-        let state = Mutex::new(Guards { count: 1, writes, held: Some(held), granted_on });
+        let state = Mutex::new(Guards { count: 1, writes, held: Some(held) });
         let clock = HoldClock::start();
         LockGuard { hold: Arc::new(Self { handle, token, signal, state, clock }), kind, finished: false }
     }
@@ -80,7 +75,7 @@ impl Hold {
     /// one, ends the signal and returns the release to run. The last write guard of a hold
     /// that read guards still share turns it into a read hold in the store, in the background.
     fn detach(&self, kind: &HoldKind, released: bool) -> Option<(Release, Option<LossReason>)> {
-        let (held, granted_on) = {
+        let held = {
             let mut guards = self.guards();
             guards.count = guards.count.saturating_sub(1);
             if *kind == HoldKind::Write {
@@ -92,14 +87,15 @@ impl Hold {
             if guards.count > 0 {
                 return None;
             }
-            (guards.held.take()?, guards.granted_on.take())
+            guards.held.take()?
         };
         let lost_before = self.signal.release();
         self.clock.ended(self.handle.labels(), released, lost_before.is_some());
-        Some((self.handle.start_release(held, granted_on), lost_before))
+        Some((self.handle.start_release(held), lost_before))
     }
 
-    /// Sends the backend's downgrade of this write hold to the store, in the background. The
+    /// Sends the backend's downgrade of this write hold to the store, in the background (on the
+    /// home runtime, like every background work of lockkit). The
     /// hold stays a write hold in the store until it lands, which excludes more, never less.
     fn downgrade(&self, guards: &mut Guards) {
         let Some(held) = guards.held.as_ref() else { return };
@@ -114,7 +110,7 @@ impl Hold {
                 tracing::warn!(%error, "the write hold could not become a read hold; it stays a write hold");
             }
         };
-        crate::release::spawn_detached(task.instrument(span), guards.granted_on.clone());
+        crate::home::spawn(task.instrument(span));
     }
 }
 
@@ -143,11 +139,11 @@ impl Hold {
 ///
 /// # Dropping
 ///
-/// Dropping a guard frees the lock **promptly but not immediately**: the release is polled
-/// once where the guard is dropped and finishes as a task, on the current runtime, else on
-/// the runtime that granted the hold, else (when that runtime has shut down) on lockkit's
-/// own release thread. Dropping never panics and never blocks. The handle's next acquisition
-/// waits for the releases of its guards that began before it. Call
+/// Dropping a guard frees the lock **promptly but not immediately**: the release runs in the
+/// background on lockkit's home runtime ([`crate::home`]), so it reaches the store wherever
+/// the guard is dropped (in async code, on a plain thread, after the runtime that granted the
+/// hold and the provider are gone); an in-process store frees it before `drop` returns. Dropping never panics and never blocks. The handle's next
+/// acquisition waits for the releases of its guards that began before it. Call
 /// [`release`](Self::release) to free the lock at once and learn the outcome.
 #[must_use = "dropping the guard releases the lock"]
 pub struct LockGuard {
@@ -166,6 +162,13 @@ impl LockGuard {
     /// The lock's name.
     pub fn name(&self) -> &LockName {
         self.hold.handle.name()
+    }
+
+    /// What a fenced resource needs with each write or read under this guard: the lock's
+    /// identity, the token, and the mode (a read for a read guard, a write for every other
+    /// kind). See [`Fence`](crate::Fence).
+    pub fn fence(&self) -> crate::Fence {
+        crate::Fence::new(self.hold.handle.lock_id(), self.token(), crate::FenceMode::of(&self.kind))
     }
 
     /// The kind of this guard: [`HoldKind::Exclusive`] for a mutex, [`HoldKind::Read`] for a

@@ -16,7 +16,7 @@ use crate::guard::Hold;
 use crate::metrics::{AcquireTimer, Labels, Outcome};
 use crate::provider::{Policy, check_max_hold};
 use crate::release::{Release, Releases};
-use crate::{AcquireOptions, Error, HoldKind, LockGuard, LockName, Result, StoreId, Wait};
+use crate::{AcquireOptions, Error, HoldKind, LockGuard, LockId, LockName, Result, StoreId, Wait};
 
 /// A handle on one named lock: a cheap, cloneable factory of acquisitions.
 ///
@@ -80,6 +80,23 @@ impl HandleInner {
         &self.labels
     }
 
+    /// The identity of this handle's lock: the store's identity (the provider's `store_id`,
+    /// else the backend's) and the name. A backend with neither gets one made of its name and
+    /// the client's identity in this process.
+    pub(crate) fn lock_id(&self) -> LockId {
+        let store = self.store_identity().unwrap_or_else(|| format!("{}://@{:x}", self.backend_name, self.instance()));
+        LockId::lossy(&store, self.lock.clone())
+    }
+
+    fn store_identity(&self) -> Option<String> {
+        self.policy.store_identity(&*self.backend)
+    }
+
+    /// The client's identity in this process (never its content).
+    fn instance(&self) -> usize {
+        Arc::as_ptr(&self.backend).cast::<()>() as usize
+    }
+
     /// Names the store in a connection or store error of this backend.
     pub(crate) fn describe(&self, error: Error) -> Error {
         error.with_server(self.backend.address().as_deref())
@@ -88,9 +105,9 @@ impl HandleInner {
     /// Starts freeing a hold of this handle: the returned [`Release`] runs it inline when
     /// awaited and finishes it in the background when dropped unfinished. The handle's next
     /// acquisition waits for it.
-    pub(crate) fn start_release(&self, held: Box<dyn HeldLock>, granted_on: Option<tokio::runtime::Handle>) -> Release {
+    pub(crate) fn start_release(&self, held: Box<dyn HeldLock>) -> Release {
         let span = tracing::info_span!("lockkit.release", backend = self.backend_name, lock = %self.lock);
-        Release::new(held, granted_on, self.releases.begin(), span)
+        Release::new(held, Arc::clone(&self.backend), self.releases.begin(), span)
     }
 }
 
@@ -122,10 +139,14 @@ impl LockHandle {
     /// without an address (the memory backend) the client itself.
     /// [`MultiLock`](crate::MultiLock) orders locks by it.
     pub fn store(&self) -> StoreId {
-        let address = self.inner.backend.address();
-        // Only the identity of the client is wanted, never its content.
-        let instance = Arc::as_ptr(&self.inner.backend).cast::<()>() as usize;
-        StoreId::new(self.inner.backend_name, address, instance)
+        StoreId::new(self.inner.backend_name, self.inner.store_identity(), self.inner.instance())
+    }
+
+    /// The lock's identity, as a fenced resource is bound to it: the store's identity
+    /// ([`LockProvider::store_identity`](crate::LockProvider::store_identity)) and the name.
+    /// [`LockGuard::fence`] carries it with the token.
+    pub fn lock_id(&self) -> LockId {
+        self.inner.lock_id()
     }
 
     /// Waits as long as it takes for the lock.
@@ -176,6 +197,13 @@ impl LockHandle {
 
     /// Takes the lock if no other owner holds it (or is queued for it); never waits on
     /// another owner.
+    ///
+    /// It does wait for this handle's own releases that began before it (a guard of this
+    /// handle dropped just before, whose release is on its way to the store): that hold is
+    /// this handle's own going away, not another owner's, and without the wait a drop followed
+    /// by `try_acquire` would fail against itself. The wait is at most the rest of a release
+    /// already under way (a round trip; none for an in-process store, whose dropped guards are
+    /// freed before `drop` returns); releases that begin later are not waited for.
     ///
     /// # Errors
     ///
@@ -281,7 +309,7 @@ impl LockHandle {
                 // promise anything with it. Free it, and ask again while the deadline allows.
                 tracing::warn!(token = grant.token.get(), "a grant arrived already expired; asking again");
                 grant.signal.release();
-                inner.start_release(grant.held, None).finish_in_background();
+                inner.start_release(grant.held).finish_in_background();
                 if deadline == Deadline::Now || deadline.has_passed(Instant::now()) {
                     return Ok(None);
                 }
@@ -351,11 +379,17 @@ mod tests {
 
     struct Held(Arc<AtomicUsize>);
 
+    /// An in-process hold: freed at once, even when its guard is dropped.
     #[async_trait]
     impl HeldLock for Held {
         async fn release(self: Box<Self>) -> Result<()> {
             self.0.fetch_add(1, Ordering::SeqCst);
             Ok(())
+        }
+
+        fn release_at_once(&mut self) -> Option<Result<()>> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            Some(Ok(()))
         }
     }
 

@@ -74,13 +74,18 @@
 //! # Runtime
 //!
 //! lockkit runs on Tokio 1.x with the time driver (and the I/O driver for network backends)
-//! enabled: `#[tokio::main]` and `#[tokio::test]` do both. A provider works from any runtime
-//! it is used on; what a backend keeps in the background (its renewal task, its connections)
-//! is restarted on the current runtime when the runtime it ran on has shut down. A guard may
-//! be dropped anywhere, on or off a runtime: its release is sent from the current runtime,
-//! else from the one that granted the hold, else from lockkit's own release thread; it
-//! never panics. Timer methods ([`LockHandle::acquire_timeout`], [`LockGuard::lost`]) panic,
-//! as every Tokio timer does, when polled outside a runtime with the time driver.
+//! enabled: `#[tokio::main]` and `#[tokio::test]` do both. A hold lives as long as its guard,
+//! whatever happens to the runtime that granted it: renewal, loss detection and the release of
+//! dropped guards run on lockkit's [`home`] runtime, a thread of lockkit's own started at the
+//! first need, which nothing else drives and which never shuts down. So a provider works from
+//! any runtime, also after the runtime that first used it shut down, or while that runtime is
+//! alive but not driven (a current-thread runtime whose thread is parked elsewhere). Calls run
+//! on the caller's runtime, each runtime with a connection of its own where the store allows
+//! (no thread hop on the hot path). A guard may be dropped anywhere (in async code, on a plain
+//! thread, after its runtime and its provider are gone): an in-process store frees it before
+//! `drop` returns, a network store within a round trip or two; dropping never panics. Timer
+//! methods ([`LockHandle::acquire_timeout`], [`LockGuard::lost`]) panic, as every Tokio timer
+//! does, when polled outside a runtime with the time driver.
 //!
 //! # Features
 //!
@@ -96,8 +101,10 @@ mod capabilities;
 pub mod config;
 mod election;
 mod error;
+pub mod fence;
 mod guard;
 mod handle;
+pub mod home;
 mod kind;
 mod lock;
 pub mod memory;
@@ -117,6 +124,7 @@ pub use backend::{HolderInfo, LockInfo};
 pub use capabilities::Capabilities;
 pub use election::{Election, Leader, LeaderEvent, MAX_IDENTITY_LEN, Observer};
 pub use error::{BoxError, Error, LossReason, Result};
+pub use fence::{Fence, FenceMode, LockId};
 pub use guard::LockGuard;
 pub use handle::LockHandle;
 pub use kind::HoldKind;

@@ -13,6 +13,36 @@ use crate::{AcquireOptions, LockGuard, LockHandle, LockName, Result, StoreId};
 /// [`LockProvider`](crate::LockProvider)), so code generic over *backends* needs no trait
 /// at all; this one is for code generic over *primitives*, and for wrappers of your own.
 /// The methods return `Send` futures, so generic code can spawn them.
+///
+/// # Several kinds together
+///
+/// The trait is not object-safe (its methods return `impl Future`), so there is no
+/// `Box<dyn DistributedLock>`, and none is needed for lockkit's own kinds: a mutex, either
+/// side of a read-write lock, a semaphore and an election candidate are all a [`LockHandle`]
+/// (its [`kind`](LockHandle::kind) tells which), and all give a [`LockGuard`]. Hold a mix in a
+/// `Vec<LockHandle>`, or take them all or nothing with a [`MultiLock`](crate::MultiLock):
+///
+/// ```
+/// use lockkit_core::memory::MemoryLockProvider;
+/// use lockkit_core::{LockHandle, MultiLock};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> lockkit_core::Result<()> {
+/// let provider = MemoryLockProvider::new();
+/// let locks: Vec<LockHandle> = vec![
+///     provider.lock("orders/42")?,
+///     provider.rw_lock("catalog")?.reader().clone(),
+///     provider.semaphore("exports", 3)?,
+/// ];
+/// let guards = MultiLock::new(locks)?.acquire().await?;
+/// assert_eq!(guards.tokens().count(), 3);
+/// # Ok(())
+/// # }
+/// ```
+///
+/// A wrapper type of your own that should sit in one collection with others of other types
+/// wraps a `LockHandle` (and implements this trait by forwarding to it), or is stored as the
+/// `LockHandle` it wraps.
 pub trait DistributedLock: Send + Sync {
     /// The lock's name.
     fn name(&self) -> &LockName;

@@ -49,6 +49,8 @@ pub(crate) struct Policy {
     pub(crate) max_hold: Option<Duration>,
     /// The `prefix` label of lock-level metrics, when the provider asks for one.
     pub(crate) metrics_prefix: Option<NamePrefix>,
+    /// The store's identity given by hand (option `store_id`), over the backend's own.
+    pub(crate) store_id: Option<Arc<str>>,
 }
 
 impl fmt::Debug for Policy {
@@ -56,6 +58,7 @@ impl fmt::Debug for Policy {
         f.debug_struct("Policy")
             .field("max_hold", &self.max_hold)
             .field("metrics_prefix", &self.metrics_prefix.is_some())
+            .field("store_id", &self.store_id)
             .finish()
     }
 }
@@ -102,6 +105,32 @@ impl LockProvider {
     pub fn with_metrics_prefix(mut self, prefix: impl Fn(&str) -> Option<String> + Send + Sync + 'static) -> Self {
         Arc::make_mut(&mut self.policy).metrics_prefix = Some(Arc::new(prefix));
         self
+    }
+
+    /// Names the store for fences and for [`MultiLock`](crate::MultiLock)'s order, over the
+    /// identity the backend derives from its URL ([`LockId::store`](crate::LockId::store)):
+    /// for processes that reach one store by different addresses (behind a load balancer,
+    /// through a DNS alias, a Redis Cluster seeded with different nodes). Give every provider
+    /// of that store the same name. Every backend's builder sets it from its `store_id`
+    /// setting (URL option `store_id=`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] for an empty name, one over
+    /// [`MAX_STORE_ID_LEN`](crate::fence::MAX_STORE_ID_LEN) bytes, or one with `#` or a
+    /// control character.
+    pub fn with_store_id(mut self, store_id: &str) -> Result<Self> {
+        if let Some(problem) = crate::fence::store_id_problem(store_id) {
+            return Err(Error::invalid_config(self.backend.name(), format!("store_id: {problem}")));
+        }
+        Arc::make_mut(&mut self.policy).store_id = Some(Arc::from(store_id));
+        Ok(self)
+    }
+
+    /// The store's identity: the `store_id` given, else the backend's
+    /// ([`LockBackend::store_identity`]), else `None` for a backend without an address.
+    pub fn store_identity(&self) -> Option<String> {
+        self.policy.store_identity(&*self.backend)
     }
 
     /// The provider's default maximum hold, if it has one.
@@ -155,6 +184,12 @@ impl LockProvider {
     /// the handle takes one, and at most `permits` are held at once. The count belongs to
     /// the semaphore: every user of the name must give the same (a store that sees another
     /// count in use refuses with [`Error::Conflict`]).
+    ///
+    /// That check is made by each acquisition, not here, on purpose: this call does no I/O (a
+    /// handle is a cheap factory), and the count in use is the store's at the moment of an
+    /// acquisition, which the store checks in the same step as it grants (a semaphore whose
+    /// holders and waiters are all gone may be taken again with another count). A check here
+    /// would answer for a moment that has passed by the time the handle is used.
     ///
     /// # Errors
     ///
@@ -244,6 +279,25 @@ impl LockProvider {
     /// it: a grant taken from the backend directly skips the guard and its release.
     pub fn backend(&self) -> &Arc<dyn LockBackend> {
         &self.backend
+    }
+
+    /// The backend behind this provider as its own type `B`, when it is one: how a backend
+    /// crate turns any provider of its backend (one from `lockkit::connect`, say) back into its
+    /// own provider type with its extras (every built-in backend's provider implements
+    /// `TryFrom<LockProvider>` with it).
+    pub fn backend_as<B: LockBackend>(&self) -> Option<Arc<B>> {
+        let any: Arc<dyn std::any::Any + Send + Sync> = Arc::clone(&self.backend) as _;
+        any.downcast::<B>().ok()
+    }
+}
+
+impl Policy {
+    /// The store's identity for `backend`: the `store_id` given, else the backend's.
+    pub(crate) fn store_identity(&self, backend: &dyn LockBackend) -> Option<String> {
+        match &self.store_id {
+            Some(given) => Some(given.to_string()),
+            None => backend.store_identity(),
+        }
     }
 }
 

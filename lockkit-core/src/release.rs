@@ -1,33 +1,34 @@
-//! Releases that always reach the store: inline when awaited, in the background when a
-//! guard is dropped, on or off a runtime, never panicking.
+//! Releases that always reach the store: inline when awaited, on lockkit's home runtime when a
+//! guard is dropped, never panicking.
 //!
 //! A [`Release`] owns a backend's [`HeldLock`] until it runs. Where it runs:
 //!
 //! 1. Awaited (`LockGuard::release`): inline, on the caller's task, with no task hop.
-//! 2. Dropped on a runtime (a guard dropped in async code): polled once inline, so an
-//!    in-process backend completes at once and a network backend has sent its request; the
-//!    rest runs as a task on that runtime.
-//! 3. Dropped outside every runtime (a plain thread, after `block_on` returned): spawned,
-//!    unstarted, on the runtime that granted the hold. If that runtime has shut down, tokio
-//!    drops the task unpolled, the [`HeldLock`] comes back here, and the release runs on
-//!    lockkit's own release thread (one per process, started on first need).
+//! 2. Dropped (a guard dropped in async code, on a plain thread, after its runtime shut
+//!    down): at once where the backend can free a hold without awaiting (an in-process store,
+//!    [`HeldLock::release_at_once`]); otherwise sent, unstarted, to the home runtime
+//!    ([`crate::home`]), which nothing but lockkit drives and which never shuts down. So the
+//!    release reaches the store whatever happens to the runtime the guard was dropped on, or
+//!    the one that granted it.
 //!
-//! A release future is only ever polled on one runtime: a release that started and was then
-//! dropped finishes on the runtime it started on, or not at all (the store's lease or session
-//! expiry then frees the hold). Nothing here polls a future outside a runtime, so nothing
-//! here can panic for want of one.
+//! A release keeps the backend alive until it has run: a guard dropped after every handle and
+//! the provider were dropped still frees its lock. A release future is only ever polled on
+//! one runtime: an awaited release whose future is dropped unfinished finishes on the runtime
+//! it started on (and the handle's later acquisitions no longer wait for it, as that runtime
+//! may never be driven again). Nothing here polls a future outside a runtime, so nothing here
+//! can panic for want of one.
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 
 use tokio::runtime::Handle;
 use tracing::Instrument;
 
 use crate::Result;
-use crate::backend::HeldLock;
+use crate::backend::{HeldLock, LockBackend};
 
 type ReleaseFuture = Pin<Box<dyn Future<Output = Result<()>> + Send>>;
 
@@ -36,132 +37,55 @@ type ReleaseFuture = Pin<Box<dyn Future<Output = Result<()>> + Send>>;
 pub(crate) struct Release {
     state: State,
     span: tracing::Span,
-    /// The runtime that granted the hold: where an unstarted release dropped outside every
-    /// runtime is sent first.
-    granted_on: Option<Handle>,
+    /// The backend, kept alive until the release has run.
+    backend: Option<Arc<dyn LockBackend>>,
     /// Keeps the handle's next acquisition waiting until this release is over.
     ticket: Option<Ticket>,
-    /// How many places this release was sent to, unstarted (bounds the fallbacks).
-    sent: u8,
+    /// Whether this release was sent to run in the background already (it is not sent twice).
+    sent: bool,
 }
 
 enum State {
     Unstarted(Box<dyn HeldLock>),
-    Running { future: ReleaseFuture, home: Option<Handle> },
+    Running { future: ReleaseFuture, started_on: Option<Handle> },
     Done,
 }
 
 impl Release {
     pub(crate) fn new(
         held: Box<dyn HeldLock>,
-        granted_on: Option<Handle>,
+        backend: Arc<dyn LockBackend>,
         ticket: Ticket,
         span: tracing::Span,
     ) -> Self {
-        Self { state: State::Unstarted(held), span, granted_on, ticket: Some(ticket), sent: 0 }
+        Self { state: State::Unstarted(held), span, backend: Some(backend), ticket: Some(ticket), sent: false }
     }
 
-    /// Finishes the release in the background: one poll inline when on a runtime, the rest
-    /// as described in the module docs.
+    /// Finishes the release: at once when the backend can ([`HeldLock::release_at_once`]),
+    /// else in the background, on the home runtime.
     pub(crate) fn finish_in_background(mut self) {
-        if Handle::try_current().is_ok() && Pin::new(&mut self).poll(&mut Context::from_waker(Waker::noop())).is_ready()
+        if let State::Unstarted(held) = &mut self.state
+            && let Some(outcome) = held.release_at_once()
         {
+            let _entered = self.span.enter();
+            if let Err(error) = &outcome {
+                tracing::debug!(%error, "the release did not complete cleanly");
+            }
+            self.state = State::Done;
             return;
         }
-        drop(self);
-    }
-
-    /// Sends an unstarted release to run elsewhere (see [`next_place`]). A runtime that has
-    /// shut down drops the task unpolled, which brings the release back here for the next
-    /// place.
-    fn send_unstarted(mut self) {
-        match next_place(&mut self.sent, &mut self.granted_on) {
-            Some(runtime) => drop(runtime.spawn(self)),
-            None => {
-                self.state = State::Done;
-                tracing::warn!(
-                    "a release found no runtime to run on; the store frees the hold when its lease or session ends"
-                );
-            }
-        }
-    }
-}
-
-/// Where a task that has not started yet goes next, after `sent` earlier places: first the
-/// current runtime, else `home` (the runtime the work belongs to); then lockkit's release
-/// thread; then nowhere. A runtime that has shut down drops a task spawned on it unpolled,
-/// which is how a task comes back for the next place.
-fn next_place(sent: &mut u8, home: &mut Option<Handle>) -> Option<Handle> {
-    *sent += 1;
-    if *sent == 1
-        && let Some(runtime) = Handle::try_current().ok().or_else(|| home.take())
-    {
-        return Some(runtime);
-    }
-    if *sent <= 2 {
-        *sent = 2;
-        return release_thread();
-    }
-    None
-}
-
-/// Runs `task` in the background, from anywhere, never panicking: on the current runtime,
-/// else on `home` (the runtime the work belongs to, when known), else, when `home` has shut
-/// down or there is none, on lockkit's own release thread. For a backend's clean-up work
-/// that must reach the store even when it is started outside every runtime (the abandon of a
-/// cancelled acquisition, say), as lockkit-core does for releases.
-///
-/// The task must not have been polled yet (an `async` block that has not run), so that no
-/// part of it belongs to a runtime; it is polled on one runtime only.
-pub fn spawn_detached<F>(task: F, home: Option<Handle>)
-where
-    F: Future<Output = ()> + Send + 'static,
-{
-    Detached { task: Some(Box::pin(task)), home, sent: 0, started: false }.send();
-}
-
-/// A task on its way to a runtime: it moves on to the next place when a runtime drops it
-/// unpolled.
-struct Detached<F: Future<Output = ()> + Send + 'static> {
-    task: Option<Pin<Box<F>>>,
-    home: Option<Handle>,
-    sent: u8,
-    started: bool,
-}
-
-impl<F: Future<Output = ()> + Send + 'static> Detached<F> {
-    fn send(mut self) {
-        match next_place(&mut self.sent, &mut self.home) {
-            Some(runtime) => drop(runtime.spawn(self)),
-            None => {
-                self.task = None;
-                tracing::warn!("a background task of lockkit found no runtime to run on and was dropped");
-            }
-        }
-    }
-}
-
-impl<F: Future<Output = ()> + Send + 'static> Future for Detached<F> {
-    type Output = ();
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        self.started = true;
-        let Some(task) = self.task.as_mut() else { return Poll::Ready(()) };
-        std::task::ready!(task.as_mut().poll(cx));
-        self.task = None;
-        Poll::Ready(())
-    }
-}
-
-impl<F: Future<Output = ()> + Send + 'static> Drop for Detached<F> {
-    fn drop(&mut self) {
-        if self.started {
+        let Some(runtime) = crate::home::runtime() else {
+            self.state = State::Done;
+            tracing::warn!(
+                "a release found no runtime to run on; the store frees the hold when its lease or session ends"
+            );
             return;
-        }
-        if let Some(task) = self.task.take() {
-            // The task was never polled, so nothing of it belongs to a runtime: it may move on.
-            Detached { task: Some(task), home: self.home.take(), sent: self.sent, started: false }.send();
-        }
+        };
+        self.sent = true;
+        drop(runtime.spawn(async move {
+            // The outcome is logged by the release itself.
+            let _ = self.await;
+        }));
     }
 }
 
@@ -174,14 +98,15 @@ impl Future for Release {
         loop {
             match std::mem::replace(&mut this.state, State::Done) {
                 State::Unstarted(held) => {
-                    this.state = State::Running { future: held.release(), home: Handle::try_current().ok() };
+                    this.state = State::Running { future: held.release(), started_on: Handle::try_current().ok() };
                 }
-                State::Running { mut future, home } => {
+                State::Running { mut future, started_on } => {
                     let Poll::Ready(outcome) = future.as_mut().poll(cx) else {
-                        this.state = State::Running { future, home };
+                        this.state = State::Running { future, started_on };
                         return Poll::Pending;
                     };
                     this.ticket.take();
+                    this.backend.take();
                     if let Err(error) = &outcome {
                         tracing::debug!(%error, "the release did not complete cleanly");
                     }
@@ -198,28 +123,39 @@ impl Drop for Release {
         match std::mem::replace(&mut self.state, State::Done) {
             State::Done => {}
             State::Unstarted(held) => {
+                if self.sent {
+                    // Dropped unpolled by the runtime it was sent to (the fallback runtime of a
+                    // process without a home thread, shutting down): nowhere else to go.
+                    tracing::warn!(
+                        "a release was dropped before it ran; the store frees the hold when its lease or session ends"
+                    );
+                    return;
+                }
                 let moved = Release {
                     state: State::Unstarted(held),
                     span: self.span.clone(),
-                    granted_on: self.granted_on.take(),
+                    backend: self.backend.take(),
                     ticket: self.ticket.take(),
-                    sent: self.sent,
+                    sent: false,
                 };
-                moved.send_unstarted();
+                moved.finish_in_background();
             }
-            State::Running { future, home } => {
-                // Finish where it started; a runtime that has gone drops it, and the store's
-                // lease or session expiry frees the hold.
-                let ticket = self.ticket.take();
-                if let Some(home) = home.or_else(|| Handle::try_current().ok()) {
+            State::Running { future, started_on } => {
+                // Finish where it started (what it made belongs to that runtime); a runtime that
+                // has gone drops it, and the store's lease or session expiry frees the hold. The
+                // handle's later acquisitions do not wait for it: that runtime may never be
+                // driven again (they wait for the hold as for any other owner's instead).
+                drop(self.ticket.take());
+                let backend = self.backend.take();
+                if let Some(runtime) = started_on.or_else(|| Handle::try_current().ok()) {
                     let span = self.span.clone();
                     drop(
-                        home.spawn(
+                        runtime.spawn(
                             async move {
                                 if let Err(error) = future.await {
                                     tracing::debug!(%error, "the release did not complete cleanly");
                                 }
-                                drop(ticket);
+                                drop(backend);
                             }
                             .instrument(span),
                         ),
@@ -228,24 +164,6 @@ impl Drop for Release {
             }
         }
     }
-}
-
-/// lockkit's own release thread: a current-thread runtime that runs the releases of guards
-/// dropped after every runtime that could run them had shut down. Started on first need and
-/// kept for the life of the process; `None` when the system refuses a thread.
-fn release_thread() -> Option<Handle> {
-    static THREAD: OnceLock<Option<Handle>> = OnceLock::new();
-    THREAD
-        .get_or_init(|| {
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
-            let handle = runtime.handle().clone();
-            std::thread::Builder::new()
-                .name("lockkit-release".to_owned())
-                .spawn(move || runtime.block_on(std::future::pending::<()>()))
-                .ok()?;
-            Some(handle)
-        })
-        .clone()
 }
 
 /// The releases in flight of one lock handle, so that an acquisition through the handle
@@ -324,6 +242,7 @@ mod tests {
     use async_trait::async_trait;
 
     use super::*;
+    use crate::backend::{AcquireRequest, Grant};
 
     /// A release that needs a Tokio timer, as a network backend's does.
     struct NeedsRuntime {
@@ -338,6 +257,25 @@ mod tests {
             *self.on.lock().unwrap() = std::thread::current().name().map(str::to_owned);
             self.released.fetch_add(1, Ordering::SeqCst);
             Ok(())
+        }
+    }
+
+    /// A backend that grants nothing; releases keep it alive.
+    #[derive(Debug)]
+    struct Nothing;
+
+    #[async_trait]
+    impl LockBackend for Nothing {
+        fn name(&self) -> &'static str {
+            "nothing"
+        }
+
+        fn capabilities(&self) -> crate::Capabilities {
+            crate::Capabilities::NONE
+        }
+
+        async fn acquire(&self, _: AcquireRequest) -> Result<Option<Grant>> {
+            Ok(None)
         }
     }
 
@@ -356,59 +294,38 @@ mod tests {
     }
 
     #[test]
-    fn dropped_off_runtime_runs_on_the_granting_runtime() {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("granting")
-            .enable_all()
-            .build()
-            .unwrap();
+    fn dropped_off_runtime_runs_on_the_home_runtime_and_keeps_the_backend_alive() {
+        let backend: Arc<dyn LockBackend> = Arc::new(Nothing);
+        let weak = Arc::downgrade(&backend);
         let releases = Arc::new(Releases::default());
         let (held, released, on) = held();
-        let release = Release::new(held, Some(runtime.handle().clone()), releases.begin(), tracing::Span::none());
+        let release = Release::new(held, backend, releases.begin(), tracing::Span::none());
         release.finish_in_background();
         wait_until("the release ran", || released.load(Ordering::SeqCst) == 1);
-        assert_eq!(on.lock().unwrap().as_deref(), Some("granting"));
+        assert_eq!(on.lock().unwrap().as_deref(), Some(crate::home::THREAD_NAME));
         wait_until("the ticket is returned", || releases.settled(releases.mark()));
+        wait_until("the backend is let go", || weak.upgrade().is_none());
     }
 
     #[test]
-    fn dropped_after_its_runtime_shut_down_runs_on_the_release_thread() {
+    fn dropped_on_a_runtime_that_then_shuts_down_still_runs() {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let granted_on = runtime.handle().clone();
-        drop(runtime);
         let releases = Arc::new(Releases::default());
         let (held, released, on) = held();
-        Release::new(held, Some(granted_on), releases.begin(), tracing::Span::none()).finish_in_background();
-        wait_until("the release ran", || released.load(Ordering::SeqCst) == 1);
-        assert_eq!(on.lock().unwrap().as_deref(), Some("lockkit-release"));
-        wait_until("the ticket is returned", || releases.settled(releases.mark()));
-    }
-
-    #[test]
-    fn a_detached_task_whose_home_shut_down_runs_on_the_release_thread() {
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let home = runtime.handle().clone();
+        runtime.block_on(async {
+            Release::new(held, Arc::new(Nothing), releases.begin(), tracing::Span::none()).finish_in_background();
+        });
         drop(runtime);
-        let (done_tx, done_rx) = std::sync::mpsc::channel();
-        spawn_detached(
-            async move {
-                tokio::time::sleep(Duration::from_millis(1)).await;
-                let _ = done_tx.send(std::thread::current().name().map(str::to_owned));
-            },
-            Some(home),
-        );
-        let ran_on = done_rx.recv_timeout(Duration::from_secs(5)).unwrap();
-        assert_eq!(ran_on.as_deref(), Some("lockkit-release"));
+        wait_until("the release ran", || released.load(Ordering::SeqCst) == 1);
+        assert_eq!(on.lock().unwrap().as_deref(), Some(crate::home::THREAD_NAME));
     }
 
     #[tokio::test]
-    async fn dropped_on_a_runtime_is_polled_inline_then_finished_as_a_task() {
+    async fn dropped_unpolled_is_finished_in_the_background() {
         let releases = Arc::new(Releases::default());
         let mark_before = releases.mark();
         let (held, released, _) = held();
-        Release::new(held, None, releases.begin(), tracing::Span::none()).finish_in_background();
-        assert!(!releases.settled(releases.mark()), "in flight until it finishes");
+        drop(Release::new(held, Arc::new(Nothing), releases.begin(), tracing::Span::none()));
         assert!(releases.settled(mark_before), "releases registered later are not waited for");
         tokio::time::timeout(Duration::from_secs(5), releases.wait_settled(releases.mark())).await.unwrap();
         assert_eq!(released.load(Ordering::SeqCst), 1);

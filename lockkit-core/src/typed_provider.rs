@@ -60,6 +60,23 @@ impl<B: LockBackend + 'static> TypedProvider<B> {
     }
 }
 
+impl<B: LockBackend + 'static> TypedProvider<B> {
+    /// The provider again with its backend's type, when `provider`'s backend is a `B` (one
+    /// that `lockkit::connect` or a conversion gave): how a backend's own provider type comes
+    /// back from a [`LockProvider`], with its extras. Any other provider comes back unchanged
+    /// as the error.
+    ///
+    /// # Errors
+    ///
+    /// `provider` itself, when its backend is not a `B`.
+    pub fn downcast(provider: LockProvider) -> std::result::Result<Self, LockProvider> {
+        match provider.backend_as::<B>() {
+            Some(backend) => Ok(Self { provider, backend }),
+            None => Err(provider),
+        }
+    }
+}
+
 impl<B: ?Sized> TypedProvider<B> {
     /// The backend, with its type: for the backend's extras.
     pub fn backend(&self) -> &Arc<B> {
@@ -110,7 +127,8 @@ impl<B: ?Sized> From<TypedProvider<B>> for LockProvider {
 
 /// Makes a one-field wrapper of [`TypedProvider`] a provider: `Deref<Target = LockProvider>`
 /// (so `provider.lock(name)` and every other [`LockProvider`] method work on it),
-/// `From<…> for LockProvider` and `AsRef<LockProvider>`. See [`TypedProvider`].
+/// `From<…> for LockProvider`, `AsRef<LockProvider>` and `TryFrom<LockProvider>` (the way
+/// back from a plain provider, [`TypedProvider::downcast`]). See [`TypedProvider`].
 #[macro_export]
 macro_rules! typed_provider {
     ($provider:ty) => {
@@ -131,6 +149,17 @@ macro_rules! typed_provider {
         impl ::std::convert::AsRef<$crate::LockProvider> for $provider {
             fn as_ref(&self) -> &$crate::LockProvider {
                 $crate::TypedProvider::provider(&self.0)
+            }
+        }
+
+        /// A provider of this backend, as its own type again (with its extras), from the
+        /// `LockProvider` that `lockkit::connect` or a conversion
+        /// gave; any other provider comes back unchanged as the error.
+        impl ::std::convert::TryFrom<$crate::LockProvider> for $provider {
+            type Error = $crate::LockProvider;
+
+            fn try_from(provider: $crate::LockProvider) -> ::std::result::Result<Self, $crate::LockProvider> {
+                $crate::TypedProvider::downcast(provider).map(Self)
             }
         }
     };

@@ -14,7 +14,6 @@ use etcd_client::{
 };
 use lockkit_core::backend::{
     AcquireRequest, Deadline, Grant, HeldLock, HoldSignal, HolderInfo, LeaderEvents, LockBackend, LockInfo, OwnerMeta,
-    spawn_detached,
 };
 use lockkit_core::{Capabilities, Error, FencingToken, HoldKind, LockName, LossReason, Result};
 
@@ -147,11 +146,24 @@ impl EtcdBackend {
         self.current.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The live session, or a new one (client and lease) on the current runtime.
+    /// The live session, or a new one (client and lease) on lockkit's home runtime, where its
+    /// connections, its watchdog and its watches live whatever runtime the provider is used
+    /// from.
     pub(crate) async fn session(&self) -> Result<Arc<Session>> {
         if let Some(session) = self.current().as_ref().filter(|s| s.is_alive()) {
             return Ok(Arc::clone(session));
         }
+        let Some(me) = self.me.upgrade() else {
+            // Only while the provider is being dropped.
+            return Err(Error::connection(BACKEND, None, "the provider is being dropped"));
+        };
+        // The turn to open is taken on the home runtime too: a caller on a runtime that stops
+        // being driven halfway holds up nobody.
+        lockkit_core::home::run(async move { me.open_session().await }).await
+    }
+
+    /// Opens a new session unless another opening made one meanwhile (on the home runtime).
+    async fn open_session(&self) -> Result<Arc<Session>> {
         let _opening = self.opening.lock().await;
         if let Some(session) = self.current().as_ref().filter(|s| s.is_alive()) {
             return Ok(Arc::clone(session));
@@ -298,7 +310,10 @@ impl EtcdBackend {
         let mut registration: Option<Registration> = None;
         loop {
             let wait = match may_be_granted(&kind, &ahead) {
-                Verdict::Holds => return Ok(Try::Granted(self.grant(request, &session, pending, rev, kind))),
+                Verdict::Holds => {
+                    let voided = self.void_late_puts(&session, pending).await;
+                    return Ok(Try::Granted(self.grant(request, &session, pending, rev, kind, voided)));
+                }
                 Verdict::Conflict(what) => {
                     tracing::debug!(backend = BACKEND, %lock, %what, "the name is in use otherwise");
                     pending.give_up(&self.config).await;
@@ -355,21 +370,46 @@ impl EtcdBackend {
             // Look again, in a transaction that checks the own key is still ours: a grant is
             // confirmed against the own key after every wait.
             let read_ahead = TxnOp::get(prefix.clone(), Some(in_queue_order().with_max_create_revision(rev - 1)));
-            let txn =
-                Txn::new().when([Compare::create_revision(key.clone(), CompareOp::Equal, rev)]).and_then([read_ahead]);
-            let reply = self.txn(&session, txn, lock).await?;
-            if !reply.succeeded() {
-                pending.sent = false;
-                return Ok(Try::Vanished);
-            }
+            let ours = Compare::create_revision(key.clone(), CompareOp::Equal, rev);
+            let reply = if kind == KeyKind::Candidate {
+                // A candidate that comes to lead now (no key ahead) writes when in the same
+                // step: its value's `since` is then the start of its term, not of its campaign.
+                let first = Compare::create_revision(prefix.clone(), CompareOp::Greater, rev - 1).with_prefix();
+                let value = crate::election::with_identity(
+                    kind.value(&crate::election::leading_now(&pending.owner)),
+                    &request.kind,
+                );
+                let lead = TxnOp::put(key.clone(), value, Some(PutOptions::new().with_lease(session.lease)));
+                let own = TxnOp::get(key.clone(), None);
+                let txn =
+                    Txn::new().when([ours, first]).and_then([lead, read_ahead.clone()]).or_else([own, read_ahead]);
+                let reply = self.txn(&session, txn, lock).await?;
+                let own_gone = !reply.succeeded()
+                    && reply.op_responses().first().is_none_or(|op| {
+                        !matches!(op, TxnOpResponse::Get(get) if get.kvs().first().is_some_and(|kv| kv.create_revision() == rev))
+                    });
+                if own_gone {
+                    pending.sent = false;
+                    return Ok(Try::Vanished);
+                }
+                reply
+            } else {
+                let reply = self.txn(&session, Txn::new().when([ours]).and_then([read_ahead]), lock).await?;
+                if !reply.succeeded() {
+                    pending.sent = false;
+                    return Ok(Try::Vanished);
+                }
+                reply
+            };
             read_revision = reply.header().map_or(read_revision, etcd_client::ResponseHeader::revision);
             ahead = reply
                 .op_responses()
                 .into_iter()
-                .find_map(|op| match op {
+                .filter_map(|op| match op {
                     TxnOpResponse::Get(get) => Some(get.kvs().iter().map(Entry::of).collect()),
                     _ => None,
                 })
+                .next_back()
                 .unwrap_or_default();
             tracing::trace!(%key, ahead = ahead.len(), "read the keys ahead");
         }
@@ -417,6 +457,30 @@ impl EtcdBackend {
         }
     }
 
+    /// Voids the attempt of `pending` when one of its tries had its reply lost (`doubt`): that
+    /// try's put may still be on its way (held by the network, its cancellation not yet
+    /// seen) and land after this hold's key is gone (released, broken, expired), creating a
+    /// key nobody holds, bound to the provider's lease, which its other holds keep alive: an
+    /// orphan that blocks the lock for as long as the provider lives. Every put of the attempt
+    /// is conditioned on the void key's absence, so the late put is refused. True when there
+    /// was nothing to void or the void key is written; false when it could not be, and the
+    /// release writes it instead.
+    async fn void_late_puts(&self, session: &Arc<Session>, pending: &Pending) -> bool {
+        if !pending.doubt {
+            return true;
+        }
+        let mut client = session.kv.clone();
+        let put = TxnOp::put(pending.void_key.clone(), "", Some(PutOptions::new().with_lease(session.lease)));
+        match send_txn(session, &mut client, Txn::new().and_then([put]), self.config.connect_timeout).await {
+            Some(Ok(_)) => {
+                tracing::debug!(backend = BACKEND, key = %pending.key, "voided the attempt's tries in doubt");
+                lockkit_core::home::spawn(forget_void(Arc::clone(session), client, pending.void_key.clone()));
+                true
+            }
+            _ => false,
+        }
+    }
+
     fn grant(
         &self,
         request: &AcquireRequest,
@@ -424,6 +488,7 @@ impl EtcdBackend {
         pending: &mut Pending,
         rev: i64,
         kind: KeyKind,
+        voided: bool,
     ) -> Grant {
         tracing::trace!(key = %pending.key, rev, "granted");
         pending.armed = false;
@@ -440,6 +505,7 @@ impl EtcdBackend {
             key: pending.key.clone(),
             revision: rev,
             read_value: (kind == KeyKind::Write).then(|| KeyKind::Read.value(&pending.owner)),
+            void_key: (!voided).then(|| pending.void_key.clone()),
             id,
             slot: Mutex::new(pending.slot.take()),
         };
@@ -546,7 +612,7 @@ impl Pending {
         let txn = self.give_up_txn(session.lease);
         if let Ok(Ok(_)) = tokio::time::timeout(config.connect_timeout, client.txn(txn)).await {
             if self.doubt {
-                tokio::spawn(forget_void(session, client, self.void_key.clone()));
+                lockkit_core::home::spawn(forget_void(session, client, self.void_key.clone()));
             }
             self.sent = false;
             self.revision = None;
@@ -577,23 +643,19 @@ impl Drop for Pending {
             let give_up = self.give_up_txn(session.lease);
             let (doubt, void_key) = (self.doubt, std::mem::take(&mut self.void_key));
             let backend = self.backend.clone();
-            let home = session.runtime_alive().then(|| session.runtime.clone());
-            spawn_detached(
-                async move {
-                    let Ok(client) = live_client(&backend, &session).await else { return };
-                    // The key is bound to the provider's lease: delete it while that lives.
-                    delete_while_alive(Arc::clone(&session), client.clone(), give_up, Duration::from_secs(10)).await;
-                    // Deleted, or bound to a lease that ended: the slot may be reused.
-                    if let Some(slot) = slot.as_mut() {
-                        slot.free = true;
-                    }
-                    drop(slot);
-                    if doubt {
-                        forget_void(session, client, void_key).await;
-                    }
-                },
-                home,
-            );
+            lockkit_core::home::spawn(async move {
+                let Ok(client) = live_client(&backend, &session).await else { return };
+                // The key is bound to the provider's lease: delete it while that lives.
+                delete_while_alive(Arc::clone(&session), client.clone(), give_up, Duration::from_secs(10)).await;
+                // Deleted, or bound to a lease that ended: the slot may be reused.
+                if let Some(slot) = slot.as_mut() {
+                    slot.free = true;
+                }
+                drop(slot);
+                if doubt {
+                    forget_void(session, client, void_key).await;
+                }
+            });
         } else if let Some(slot) = slot.as_mut() {
             // Never put, or known gone, or handed to the hold (then `slot` is `None`).
             slot.free = !self.sent;
@@ -776,6 +838,9 @@ struct EtcdHeld {
     revision: i64,
     /// For a write hold, the value that turns its key into a read in place.
     read_value: Option<String>,
+    /// The void key of the acquisition's attempt, when a try of it was in doubt and the grant
+    /// could not write it ([`EtcdBackend::void_late_puts`]): the release writes it.
+    void_key: Option<String>,
     id: Option<u64>,
     /// The slot the key's name is: reusable once the release deleted the key.
     slot: Mutex<Option<Slot>>,
@@ -796,10 +861,16 @@ impl HeldLock for EtcdHeld {
         tracing::trace!(key = %self.key, "release");
         self.session.unregister(self.id);
         let mut client = live_client(&self.backend, &self.session).await?;
-        // Deletes the own key only, and only the incarnation this hold created.
+        // Deletes the own key only, and only the incarnation this hold created; voids the
+        // attempt too when the grant could not (a late put of it is then refused).
+        let void = self
+            .void_key
+            .as_ref()
+            .map(|void_key| TxnOp::put(void_key.clone(), "", Some(PutOptions::new().with_lease(self.session.lease))));
         let txn = Txn::new()
             .when([Compare::create_revision(self.key.clone(), CompareOp::Equal, self.revision)])
-            .and_then([TxnOp::delete(self.key.clone(), None)]);
+            .and_then(void.iter().cloned().chain([TxnOp::delete(self.key.clone(), None)]).collect::<Vec<_>>())
+            .or_else(void.into_iter().collect::<Vec<_>>());
         let mut last = None;
         let mut backoff = FIRST_BACKOFF;
         let started = Instant::now();
@@ -855,7 +926,7 @@ impl HeldLock for EtcdHeld {
         // alive; once it is not, the key ends with it.
         let slot = self.slot.lock().unwrap_or_else(PoisonError::into_inner).take();
         let (session, timeout) = (Arc::clone(&self.session), self.backend_config.connect_timeout);
-        tokio::spawn(async move {
+        lockkit_core::home::spawn(async move {
             delete_while_alive(session, client, txn, timeout).await;
             // Deleted, or bound to a lease that ended: the slot may be reused.
             if let Some(mut slot) = slot {

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use lockkit_core::config::{
-    self, ClientTls, Key, MAX_DURATION, MAX_HOLD, OptionKey, Options, ProviderBuilder, StoreUrl, TLS_KEYS,
+    self, ClientTls, Key, MAX_DURATION, MAX_HOLD, OptionKey, Options, ProviderBuilder, STORE_ID, StoreUrl, TLS_KEYS,
 };
 use lockkit_core::{LockName, Result};
 
@@ -25,8 +25,17 @@ const PREFIX: Key<String> =
 
 /// The URL options [`EtcdLockProviderBuilder::option`] takes; the TLS ones (paths of PEM
 /// files) with `etcds://` only.
-pub const OPTIONS: &[&dyn OptionKey] =
-    &[&TTL, &DRIFT, &CONNECT_TIMEOUT, &PREFIX, &MAX_HOLD, &TLS_KEYS.root, &TLS_KEYS.certificate, &TLS_KEYS.key];
+pub const OPTIONS: &[&dyn OptionKey] = &[
+    &TTL,
+    &DRIFT,
+    &CONNECT_TIMEOUT,
+    &PREFIX,
+    &MAX_HOLD,
+    &STORE_ID,
+    &TLS_KEYS.root,
+    &TLS_KEYS.certificate,
+    &TLS_KEYS.key,
+];
 
 /// What an `etcds://` URL says when the `tls` feature is not built in.
 #[cfg(not(feature = "tls"))]

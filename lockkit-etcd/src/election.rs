@@ -8,7 +8,9 @@
 //! every `%`, `=` and space, is written `%XX` (uppercase hex): the line stays one line of
 //! space-separated fields that [`OwnerMeta::decode`] still reads (it ignores added fields), and
 //! `host:port` stays readable as it is. This is the same line lockkit-zk writes into a
-//! candidate's node.
+//! candidate's node. A candidate that comes to lead after a wait rewrites its value, with the
+//! `since` of the owner line set to that moment, in the transaction that confirms its grant:
+//! `since` is the start of the term, never of the campaign.
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -46,7 +48,20 @@ pub(crate) fn identity(value: &[u8]) -> Option<Arc<[u8]>> {
     unescape(escaped).map(Arc::from)
 }
 
-/// When the candidacy of `value` began, as its owner line says (the candidate's clock).
+/// The owner line `owner` with its `since` set to now: what a candidate writes when it comes to
+/// lead after a wait, so that its `since` is the start of its term.
+pub(crate) fn leading_now(owner: &str) -> String {
+    match OwnerMeta::decode(owner) {
+        Some(mut meta) => {
+            meta.since = SystemTime::now();
+            meta.encode()
+        }
+        None => owner.to_owned(),
+    }
+}
+
+/// When the term of `value`'s candidate began, as its owner line says (the candidate's clock):
+/// when it came to lead, or, for a candidate that led at once, when its campaign began.
 fn since(value: &[u8]) -> Option<SystemTime> {
     std::str::from_utf8(value).ok().and_then(OwnerMeta::decode).map(|meta| meta.since)
 }

@@ -97,9 +97,9 @@ fn lock_progress(progress: &Mutex<Progress>) -> MutexGuard<'_, Progress> {
 }
 
 impl Observation {
-    /// Starts the task on the current runtime.
+    /// Starts the task on lockkit's home runtime, which never depends on the caller's.
     fn start(&mut self) -> Result<Arc<Outbox>> {
-        let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+        let runtime = lockkit_core::home::runtime().ok_or_else(|| {
             Error::connection(BACKEND, Some(&self.lock), "no Tokio runtime is running")
                 .with_context("observe the election")
         })?;
@@ -301,8 +301,14 @@ impl View {
     /// Hands out the current state if it is not what was handed out last (or always, when
     /// `restate`).
     fn settle(&mut self, restate: bool, outbox: &Outbox) {
-        let (shown, event) = self.now();
+        let (shown, mut event) = self.now();
         if restate || self.shown != Some(shown) {
+            if !restate && self.shown.is_some() {
+                // A change this observer saw happen: the term began after the state shown
+                // last ended, so not before now, whatever the value says yet (a leader that
+                // waited rewrites its `since` as it comes to lead, which may come after).
+                lockkit_core::backend::not_before_now(&mut event);
+            }
             self.shown = Some(shown);
             outbox.push(Ok(event));
         }

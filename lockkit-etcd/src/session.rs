@@ -186,7 +186,7 @@ impl Session {
                 token_renewal: tokio::sync::Mutex::new(TokenRenewal::default()),
             }
         });
-        tokio::spawn(watchdog(Arc::downgrade(&session), keeper, stream, AliveFlag(alive)));
+        lockkit_core::home::spawn(watchdog(Arc::downgrade(&session), keeper, stream, AliveFlag(alive)));
         Ok(session)
     }
 
@@ -330,7 +330,7 @@ impl Session {
         let any = !self.state().holds.is_empty();
         if any && !self.checking.swap(true, Ordering::SeqCst) {
             let session = Arc::clone(self);
-            tokio::spawn(async move {
+            lockkit_core::home::spawn(async move {
                 check_holds(&session).await;
                 session.checking.store(false, Ordering::SeqCst);
             });

@@ -135,7 +135,7 @@ impl Watches {
                 .map_err(WatchError::Open)?;
         let (commands, receiver) = mpsc::unbounded_channel();
         lock(&self.state).stream = Some(commands.clone());
-        tokio::spawn(run(Arc::clone(&self.state), watcher, stream, receiver));
+        lockkit_core::home::spawn(run(Arc::clone(&self.state), watcher, stream, receiver));
         Ok(commands)
     }
 
@@ -463,7 +463,7 @@ impl LockWatches {
             WatchOptions::new().with_prefix().with_filters([etcd_client::WatchFilterType::NoPut])
         };
         let deleted = Arc::clone(&self.deleted);
-        tokio::spawn(follow(
+        lockkit_core::home::spawn(follow(
             Arc::clone(&self.hub),
             prefix,
             options,

@@ -219,8 +219,9 @@ impl FileBackend {
             inert: Arc::clone(&open.inert),
         };
         watched.holds.insert(id, hold);
+        // On lockkit's home runtime: the checks never depend on the runtime the hold came from.
         if watched.checker.as_ref().is_none_or(tokio::task::JoinHandle::is_finished)
-            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+            && let Some(runtime) = lockkit_core::home::runtime()
         {
             let task = check_forever(self.me.clone(), self.settings.check_every);
             let span = tracing::debug_span!("lockkit.file.checker", dir = %self.settings.dir.display());
@@ -884,6 +885,20 @@ impl HeldLock for FileHeld {
             span.in_scope(|| self.hold.lock().unwrap_or_else(PoisonError::into_inner).free())
         };
         freed.map_err(|reason| Error::lost(BACKEND, &self.lock, reason))
+    }
+
+    /// Every hold but a candidate's is freed without waiting (a candidate resigns under the
+    /// fence): a dropped guard frees its lock before `drop` returns.
+    fn release_at_once(&mut self) -> Option<Result<()>> {
+        if matches!(self.kind, HoldKind::Candidate { .. }) {
+            return None;
+        }
+        if let (Some(id), Some(backend)) = (self.watch_id.take(), self.backend.upgrade()) {
+            backend.unwatch(id);
+        }
+        let _entered = tracing::debug_span!("lockkit.file.release", lock = %self.lock, kind = ?self.kind).entered();
+        let freed = self.hold.lock().unwrap_or_else(PoisonError::into_inner).free();
+        Some(freed.map_err(|reason| Error::lost(BACKEND, &self.lock, reason)))
     }
 
     fn downgrade(&self) -> Option<Pin<Box<dyn Future<Output = Result<()>> + Send + 'static>>> {

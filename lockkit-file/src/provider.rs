@@ -4,7 +4,9 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use lockkit_core::config::{self, ConnectFuture, Key, MAX_HOLD, OptionKey, Options, ProviderBuilder, Scheme, StoreUrl};
+use lockkit_core::config::{
+    self, ConnectFuture, Key, MAX_HOLD, OptionKey, Options, ProviderBuilder, STORE_ID, Scheme, StoreUrl,
+};
 use lockkit_core::{Error, LockName, LockProvider, Result, TypedProvider};
 
 use crate::BACKEND;
@@ -42,7 +44,7 @@ const OBSERVE_EVERY: Key<Duration> =
 
 /// The options a `file://` URL and [`FileLockProviderBuilder::option`] take: the names of
 /// the builder's methods.
-pub const OPTIONS: &[&dyn OptionKey] = &[&POLL_MIN, &POLL_MAX, &CHECK_EVERY, &OBSERVE_EVERY, &MAX_HOLD];
+pub const OPTIONS: &[&dyn OptionKey] = &[&POLL_MIN, &POLL_MAX, &CHECK_EVERY, &OBSERVE_EVERY, &MAX_HOLD, &STORE_ID];
 
 /// The `file` scheme: `file:///path/to/dir`, or `file://` for [`FileLockProvider::default_dir`].
 pub const SCHEME: Scheme = Scheme::new(&["file"], BACKEND, connect_url)

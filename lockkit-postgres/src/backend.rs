@@ -7,7 +7,6 @@ use std::time::{Duration, Instant, SystemTime};
 use async_trait::async_trait;
 use lockkit_core::backend::{
     AcquireRequest, Deadline, Grant, HeldLock, HoldSignal, LockBackend, LockInfo, OwnerMeta, lease_deadline,
-    spawn_detached,
 };
 use lockkit_core::{Capabilities, Error, FencingToken, HoldKind, LockName, LossReason, Result};
 use tokio::sync::Notify;
@@ -27,7 +26,7 @@ pub(crate) const RETRY: Duration = Duration::from_millis(100);
 /// The shared state of one provider.
 #[derive(Debug)]
 pub(crate) struct Inner {
-    pub(crate) store: Store,
+    pub(crate) store: Arc<Store>,
     pub(crate) wakeups: Wakeups,
     holds: Mutex<Holds>,
     /// Wakes the renewal task when the first hold arrives.
@@ -51,7 +50,7 @@ impl PostgresBackend {
     pub(crate) fn new(settings: Settings) -> Self {
         Self {
             inner: Arc::new(Inner {
-                store: Store::new(settings),
+                store: Arc::new(Store::new(settings)),
                 wakeups: Wakeups::default(),
                 holds: Mutex::new(Holds::default()),
                 renew_wake: Arc::new(Notify::new()),
@@ -81,7 +80,9 @@ impl Inner {
         let id = holds.next_id;
         holds.live.insert(id, (lock, owner, signal));
         if holds.task.as_ref().is_none_or(JoinHandle::is_finished) {
-            holds.task = Some(tokio::spawn(renewals(Arc::downgrade(self))));
+            // On the home runtime: renewal never depends on the runtime the holds came from.
+            let runtime = lockkit_core::home::runtime();
+            holds.task = runtime.map(|runtime| runtime.spawn(renewals(Arc::downgrade(self))));
         }
         drop(holds);
         self.renew_wake.notify_one();
@@ -265,17 +266,14 @@ impl Drop for Attempt {
         let (inner, lock, owner) = (Arc::clone(&self.inner), self.lock.clone(), self.owner.clone());
         // `abandon` voids the owner id (a try of it still on its way is refused) and deletes
         // its row if a try whose reply was lost made one; retried while the server is away.
-        spawn_detached(
-            async move {
-                for _ in 0..40 {
-                    match inner.abandon(&lock, &owner).await {
-                        Ok(_) | Err(Failure::Refused(_)) => return,
-                        Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
-                    }
+        lockkit_core::home::spawn(async move {
+            for _ in 0..40 {
+                match inner.abandon(&lock, &owner).await {
+                    Ok(_) | Err(Failure::Refused(_)) => return,
+                    Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
                 }
-            },
-            tokio::runtime::Handle::try_current().ok(),
-        );
+            }
+        });
     }
 }
 
@@ -296,6 +294,10 @@ impl LockBackend for PostgresBackend {
 
     fn address(&self) -> Option<String> {
         Some(self.settings().address.clone())
+    }
+
+    fn store_identity(&self) -> Option<String> {
+        Some(self.settings().store_identity())
     }
 
     async fn acquire(&self, request: AcquireRequest) -> Result<Option<Grant>> {

@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use lockkit_core::config::{self, Key, MAX_DURATION, MAX_HOLD, OptionKey, Options, ProviderBuilder, StoreUrl, TlsKeys};
+use lockkit_core::config::{
+    self, Key, MAX_DURATION, MAX_HOLD, OptionKey, Options, ProviderBuilder, STORE_ID, StoreUrl, TlsKeys,
+};
 use lockkit_core::{Error, Result};
 
 use crate::BACKEND;
@@ -65,6 +67,7 @@ pub const OPTIONS: &[&dyn OptionKey] = &[
     &MIGRATE,
     &DURABLE_GRANTS,
     &MAX_HOLD,
+    &STORE_ID,
     &SSLMODE,
     &SSL.root,
     &SSL.certificate,
@@ -103,6 +106,37 @@ pub(crate) struct Settings {
     /// crash. Off by default: the restart fence keeps grants lost in a crash safe.
     pub(crate) durable_grants: bool,
     pub(crate) tls: Tls,
+}
+
+impl Settings {
+    /// The store's identity (fences, the order of multi-locks), through
+    /// [`StoreUrl::identity`]: `postgres://host:port,…/database?schema=…`, every host with
+    /// its port (5432 when none is given; a socket directory percent-escaped), never the user.
+    pub(crate) fn store_identity(&self) -> String {
+        let ports = self.config.get_ports();
+        let hosts: Vec<String> = self
+            .config
+            .get_hosts()
+            .iter()
+            .enumerate()
+            .map(|(at, host)| {
+                let port = ports.get(at).or(ports.first()).copied().unwrap_or(5432);
+                match host {
+                    tokio_postgres::config::Host::Tcp(name) if name.contains(':') => format!("[{name}]:{port}"),
+                    tokio_postgres::config::Host::Tcp(name) => format!("{name}:{port}"),
+                    #[cfg(unix)]
+                    tokio_postgres::config::Host::Unix(dir) => {
+                        format!("{}:{port}", dir.display().to_string().replace('%', "%25").replace('/', "%2F"))
+                    }
+                }
+            })
+            .collect();
+        let address = format!("postgres://{}/{}", hosts.join(","), self.config.get_dbname().unwrap_or_default());
+        match StoreUrl::parse(&address) {
+            Ok(url) => url.identity(&[("schema", &self.schema)]),
+            Err(_) => address,
+        }
+    }
 }
 
 impl ProviderBuilder for PostgresLockProviderBuilder {
@@ -387,6 +421,17 @@ mod tests {
         assert!(s.durable_grants);
         assert!(s.config.get_options().is_some_and(|o| !o.contains("synchronous_commit")));
         assert!(message(from_url("postgres://h/db?durable_grants=maybe")).contains("durable_grants"));
+    }
+
+    #[test]
+    fn the_store_identity_has_no_credentials_and_names_the_schema() {
+        let identity = |url: &str| from_url(url).unwrap().store_identity();
+        assert_eq!(
+            identity("postgresql://app:pw@DB.local:6543/locks"),
+            "postgres://db.local:6543/locks?schema=lockkit"
+        );
+        assert_eq!(identity("postgres://db.local/locks?schema=app"), "postgres://db.local:5432/locks?schema=app");
+        assert_eq!(identity("postgres://b:1,a:2/x"), "postgres://a:2,b:1/x?schema=lockkit");
     }
 
     #[test]

@@ -23,7 +23,6 @@ use std::time::{Duration, Instant, SystemTime};
 use async_trait::async_trait;
 use lockkit_core::backend::{
     AcquireRequest, Deadline, Grant, HeldLock, HoldSignal, HolderInfo, LockInfo, OwnerMeta, lease_deadline,
-    spawn_detached,
 };
 use lockkit_core::{Error, FencingToken, HoldKind, LockName, LossReason, Result};
 use tokio_postgres::types::Type;
@@ -122,17 +121,14 @@ impl Drop for Campaign {
             return;
         }
         let (inner, lock, owner) = (Arc::clone(&self.inner), self.lock.clone(), self.owner.clone());
-        spawn_detached(
-            async move {
-                for _ in 0..40 {
-                    match call(&inner, &inner.store.sql.election.abandon, &lock, &owner).await {
-                        Ok(_) | Err(Failure::Refused(_)) => return,
-                        Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
-                    }
+        lockkit_core::home::spawn(async move {
+            for _ in 0..40 {
+                match call(&inner, &inner.store.sql.election.abandon, &lock, &owner).await {
+                    Ok(_) | Err(Failure::Refused(_)) => return,
+                    Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
                 }
-            },
-            tokio::runtime::Handle::try_current().ok(),
-        );
+            }
+        });
     }
 }
 

@@ -10,7 +10,8 @@
 //! `<schema>_released` with the lock's name, and every waiter of that name wakes. The elections' channel carries payloads
 //! (`%e/<name>`, see `election_sql.rs`) that wake the waiting candidates and the observers of
 //! that election. When the connection ends every waiter wakes (and looks again), and the next
-//! waiter opens a new one.
+//! waiter opens a new one. The connection and its task live on lockkit's home runtime
+//! ([`lockkit_core::home`]), whatever runtime the waiters run on.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -82,7 +83,7 @@ impl Registry {
 #[derive(Debug)]
 pub(crate) struct Wakeups {
     slots: Slots,
-    link: tokio::sync::Mutex<Option<Link>>,
+    link: Arc<tokio::sync::Mutex<Option<Link>>>,
     /// The provider's tag: ten random lower-case hex digits, the prefix of its owner ids and
     /// the suffix of its hand-over channel.
     tag: String,
@@ -92,7 +93,7 @@ impl Default for Wakeups {
     fn default() -> Self {
         let mut tag = uuid::Uuid::new_v4().simple().to_string();
         tag.truncate(TAG_LEN);
-        Self { slots: Slots::default(), link: tokio::sync::Mutex::default(), tag }
+        Self { slots: Slots::default(), link: Arc::default(), tag }
     }
 }
 
@@ -188,14 +189,33 @@ impl Wakeups {
         self.link.lock().await.as_ref().is_some_and(|link| !link.task.is_finished())
     }
 
-    /// Makes sure the listening connection is up and `LISTEN`ing (on the current runtime);
+    /// Makes sure the listening connection is up and `LISTEN`ing (on the home runtime);
     /// once this returns `Ok`, every later release of a lock is delivered.
-    pub(crate) async fn ensure(&self, store: &Store) -> Result<()> {
-        let mut link = self.link.lock().await;
-        if link.as_ref().is_some_and(|link| !link.task.is_finished()) {
+    pub(crate) async fn ensure(&self, store: &Arc<Store>) -> Result<()> {
+        if self.is_up().await {
             return Ok(());
         }
-        *link = None;
+        let (link, slots, own, store) =
+            (Arc::clone(&self.link), Arc::clone(&self.slots), self.own_channel(store), Arc::clone(store));
+        // The turn to open is taken on the home runtime too: a caller on a runtime that stops
+        // being driven halfway holds up nobody.
+        lockkit_core::home::run(async move {
+            let mut link = link.lock().await;
+            if link.as_ref().is_some_and(|link| !link.task.is_finished()) {
+                return Ok(());
+            }
+            *link = None;
+            *link = Some(listen(store, slots, own).await?);
+            Ok(())
+        })
+        .await
+    }
+}
+
+/// Opens a `LISTEN` connection on the current runtime (the home runtime), whose task wakes the
+/// waiters in `slots`.
+async fn listen(store: Arc<Store>, slots: Slots, own: String) -> Result<Link> {
+    {
         let connect = store.settings.tls.connect(&store.settings.config);
         let timeout = store.settings.response_timeout;
         let (client, mut connection) = match tokio::time::timeout(timeout, connect).await {
@@ -207,9 +227,7 @@ impl Wakeups {
                 return Err(store.connection_error(None, format!("no answer within {timeout:?} while connecting")));
             }
         };
-        let slots = Arc::clone(&self.slots);
         let granted = store.sql.granted.clone();
-        let own = self.own_channel(store);
         let own_listen = own.clone();
         let task = tokio::spawn(async move {
             loop {
@@ -238,10 +256,7 @@ impl Wakeups {
             store.sql.channel, store.sql.granted, store.sql.election.channel
         );
         match tokio::time::timeout(timeout, client.batch_execute(&listen)).await {
-            Ok(Ok(())) => {
-                *link = Some(Link { _client: client, task });
-                Ok(())
-            }
+            Ok(Ok(())) => Ok(Link { _client: client, task }),
             Ok(Err(error)) => {
                 task.abort();
                 Err(store.connection_error(None, error).with_context("LISTEN"))

@@ -1,10 +1,13 @@
-//! The connection to the server: one command connection per provider, made lazily on the
-//! current runtime, remade when it broke or its runtime ended; every statement bounded by the
-//! response timeout; the schema checked (and created, when allowed) once per provider.
+//! The connection to the server: one command connection per provider and runtime, made lazily
+//! on the runtime that uses it (the hot path takes no thread hop; the renewal round and the
+//! releases of dropped guards run on lockkit's home runtime, with the home runtime's), remade
+//! when it broke; every statement bounded by the response timeout; the schema checked (and
+//! created, when allowed) once per provider.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use lockkit_core::home::PerRuntime;
 use lockkit_core::{Error, LockName, Result};
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Row, Statement};
@@ -108,7 +111,8 @@ impl Connection {
 pub(crate) struct Store {
     pub(crate) settings: Settings,
     pub(crate) sql: Statements,
-    client: tokio::sync::Mutex<Option<Arc<Connection>>>,
+    /// The command connection of each runtime the provider is used on.
+    connections: PerRuntime<Arc<Connection>>,
     schema_ready: AtomicBool,
     /// Turns on the command connection ([`MAX_IN_FLIGHT`]), in arrival order.
     in_flight: tokio::sync::Semaphore,
@@ -130,7 +134,7 @@ impl Store {
         Self {
             settings,
             sql,
-            client: tokio::sync::Mutex::new(None),
+            connections: PerRuntime::new(),
             schema_ready: AtomicBool::new(false),
             in_flight: tokio::sync::Semaphore::new(MAX_IN_FLIGHT),
             renewals: RenewalCounters::default(),
@@ -193,15 +197,15 @@ impl Store {
         }
     }
 
-    /// The current command connection, opened (with the schema checked, and the hot path's
-    /// statements prepared) when there is none. Cancelled before it is stored, a new
-    /// connection is dropped, and its prepared statements with it.
+    /// The command connection of the current runtime, opened (with the schema checked, and
+    /// the hot path's statements prepared) when there is none or it broke. Cancelled before it
+    /// is stored, a new connection is dropped, and its prepared statements with it.
     pub(crate) async fn client(&self) -> Result<Arc<Connection>> {
-        let mut slot = self.client.lock().await;
-        if let Some(connection) = slot.as_ref().filter(|c| !c.client.is_closed()) {
-            return Ok(Arc::clone(connection));
-        }
-        *slot = None;
+        self.connections.get_or_make(|connection| !connection.client.is_closed(), self.connect()).await
+    }
+
+    /// A new command connection on the current runtime, ready for the hot path.
+    async fn connect(&self) -> Result<Arc<Connection>> {
         let client = self.open().await?;
         if !self.schema_ready.load(Ordering::Acquire) {
             self.prepare_schema(&client).await?;
@@ -213,17 +217,12 @@ impl Store {
             futures_util::future::try_join_all(hot.iter().map(|(text, types)| client.prepare_typed(text, types)));
         let prepared = self.bounded(prepared).await.map_err(|e| e.with_context("prepare the statements"))?;
         let prepared = hot.iter().map(|(text, _)| (*text).to_owned()).zip(prepared).collect();
-        let connection = Arc::new(Connection { client, prepared });
-        *slot = Some(Arc::clone(&connection));
-        Ok(connection)
+        Ok(Arc::new(Connection { client, prepared }))
     }
 
-    /// Forgets `client` if it is still the current one (a statement on it timed out).
-    async fn discard(&self, client: &Arc<Connection>) {
-        let mut slot = self.client.lock().await;
-        if slot.as_ref().is_some_and(|current| Arc::ptr_eq(current, client)) {
-            *slot = None;
-        }
+    /// Forgets `client` if it is still the current runtime's (a statement on it timed out).
+    fn discard(&self, client: &Arc<Connection>) {
+        self.connections.remove_if(|current| Arc::ptr_eq(current, client));
     }
 
     /// Runs `statement` on the command connection within the response timeout: one round
@@ -270,18 +269,18 @@ impl Store {
                 ServerError::Permanent => Err(Failure::Refused(self.store_error(lock, error))),
                 ServerError::Transient => Err(Failure::NotSent(self.connection_error(lock, error))),
                 ServerError::ConnectionEnded => {
-                    self.discard(&client).await;
+                    self.discard(&client);
                     Err(Failure::Unknown(self.connection_error(lock, error)))
                 }
             },
             Ok(Err(error)) => {
-                self.discard(&client).await;
+                self.discard(&client);
                 Err(Failure::Unknown(self.connection_error(lock, error)))
             }
             Err(_) => {
                 // A connection that does not answer is given up: the next statement opens
                 // a new one instead of queueing behind a blackhole.
-                self.discard(&client).await;
+                self.discard(&client);
                 Err(Failure::Unknown(
                     self.connection_error(lock, format!("no answer within {:?}", self.settings.response_timeout)),
                 ))

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use lockkit_core::config::{
-    self, ClientTls, Key, MAX_DURATION, MAX_HOLD, OptionKey, Options, ProviderBuilder, StoreUrl, TLS_KEYS,
+    self, ClientTls, Key, MAX_DURATION, MAX_HOLD, OptionKey, Options, ProviderBuilder, STORE_ID, StoreUrl, TLS_KEYS,
 };
 use lockkit_core::{Error, Result};
 use redis::IntoConnectionInfo;
@@ -102,6 +102,7 @@ pub const OPTIONS: &[&dyn OptionKey] = &[
     &REPLICAS_TIMEOUT,
     &FENCE_RETENTION,
     &MAX_HOLD,
+    &STORE_ID,
     &TLS_KEYS.root,
     &TLS_KEYS.certificate,
     &TLS_KEYS.key,
@@ -649,6 +650,31 @@ fn parse_url(url: &str) -> Result<redis::ConnectionInfo> {
     Ok(info)
 }
 
+impl Settings {
+    /// The store's identity (fences, the order of multi-locks), through
+    /// [`StoreUrl::identity`](config::StoreUrl::identity): `redis://host:port/db` for one
+    /// server, `redis+sentinel:///SERVICE/db` under Sentinel (the service name, not the
+    /// sentinels, which come and go), `redis+cluster://node,node` for a cluster (the nodes as
+    /// written: give every provider the same, or set `store_id`), always with the key prefix.
+    pub(crate) fn store_identity(&self) -> String {
+        let db = self.connection.redis_settings().db().to_string();
+        let mut keyspace = vec![("key_prefix", self.prefix.as_str())];
+        let address = match (&self.sentinel, &self.cluster, self.connection.addr()) {
+            (Some(sentinel), _, _) => format!("redis+sentinel:///{}/{db}", sentinel.master),
+            (None, Some(cluster), _) => format!("redis+cluster://{}", cluster.shown()),
+            (None, None, redis::ConnectionAddr::Unix(path)) => {
+                keyspace.push(("db", db.as_str()));
+                format!("redis+unix://{}", path.display())
+            }
+            (None, None, _) => shown_address(&self.connection),
+        };
+        match config::StoreUrl::parse(&address) {
+            Ok(url) => url.identity(&keyspace),
+            Err(_) => address,
+        }
+    }
+}
+
 /// An `InvalidConfig` error of this backend.
 fn invalid(message: impl Into<String>) -> Error {
     Error::invalid_config(BACKEND, message)
@@ -840,6 +866,17 @@ mod tests {
         assert!(slow.contains("replicas_timeout") && slow.contains("below the lease"), "{slow}");
         assert!(base().lease(Duration::from_secs(3)).replicas_timeout(Duration::from_secs(2)).settings().is_ok());
         assert!(message(base().replicas_timeout(Duration::ZERO)).contains("replicas_timeout"));
+    }
+
+    #[test]
+    fn the_store_identity_has_no_credentials_and_names_the_key_space() {
+        let identity = |url: &str| from_url(url).unwrap().store_identity();
+        assert_eq!(identity("redis://app:pw@Cache.local:7000/3"), "redis://cache.local:7000/3?key_prefix=lockkit");
+        assert_eq!(identity("redis://cache.local:7000/3?key_prefix=app"), "redis://cache.local:7000/3?key_prefix=app");
+        assert_eq!(identity("redis://h"), identity("redis://h:6379/0"), "the defaults are written out");
+        assert_eq!(identity("redis+sentinel://s1,s2/orders"), "redis+sentinel:///orders/0?key_prefix=lockkit");
+        assert_eq!(identity("redis+sentinel://s2:26379/orders"), identity("redis+sentinel://s1/orders"));
+        assert_eq!(identity("redis+cluster://n2:7001,n1:7000"), "redis+cluster://n1:7000,n2:7001?key_prefix=lockkit");
     }
 
     #[test]

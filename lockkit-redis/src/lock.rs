@@ -53,7 +53,7 @@ use async_trait::async_trait;
 use lockkit_core::backend::LeaderEvents;
 use lockkit_core::backend::{
     AcquireRequest, Deadline, Grant, HeldLock, HoldSignal, HolderInfo, LockBackend, LockInfo, OwnerMeta,
-    deadline_after, lease_deadline, spawn_detached,
+    deadline_after, lease_deadline,
 };
 use lockkit_core::{Capabilities, Error, FencingToken, HoldKind, LockName, LossReason, Result};
 use tracing::Instrument;
@@ -118,8 +118,8 @@ impl Yielding {
 /// The Redis backend of one provider: its connection, subscriber and watchdog.
 ///
 /// Every entry point ([`LockBackend::acquire`], `inspect`, [`HeldLock::release`], the
-/// provider's `ping`) may run on any runtime: the connections are made again and the watchdog
-/// started again on the current runtime when the runtime they ran on has shut down.
+/// provider's `ping`) may run on any runtime, with that runtime's command connection; the
+/// watchdog, the pub/sub link and every clean-up run on lockkit's home runtime.
 #[derive(Debug)]
 pub(crate) struct RedisBackend {
     settings: Arc<Settings>,
@@ -157,8 +157,7 @@ impl RedisBackend {
         &self.store
     }
 
-    /// Starts what runs in the background on the current runtime if it is not running (the
-    /// runtime it ran on may have shut down); the connections see to themselves.
+    /// Starts what runs in the background (on the home runtime) if it is not running.
     pub(crate) fn ensure_background(&self) {
         self.watchdog.ensure_running();
     }
@@ -419,7 +418,6 @@ impl RedisBackend {
         if self.keyspace.fresh() == Some(false) {
             return None;
         }
-        let runtime = tokio::runtime::Handle::try_current().ok()?;
         let watch = Arc::new(RecordWatch::default());
         let (keyspace, store, subscriber) =
             (Arc::clone(&self.keyspace), Arc::clone(&self.store), Arc::clone(&self.subscriber));
@@ -434,7 +432,7 @@ impl RedisBackend {
             }
         };
         let span = tracing::debug_span!("lockkit.redis.watch_record", key = keys.first().map(String::as_str));
-        drop(runtime.spawn(task.instrument(span)));
+        lockkit_core::home::spawn(task.instrument(span));
         Some(watch)
     }
 }
@@ -530,6 +528,10 @@ impl LockBackend for RedisBackend {
         Some(self.settings.address.clone())
     }
 
+    fn store_identity(&self) -> Option<String> {
+        Some(self.settings.store_identity())
+    }
+
     async fn acquire(&self, request: AcquireRequest) -> Result<Option<Grant>> {
         let span = tracing::debug_span!("lockkit.redis.acquire", attempt = %request.attempt);
         self.acquire_inner(&request).instrument(span).await
@@ -562,9 +564,6 @@ impl LockBackend for RedisBackend {
 /// may have joined it. Dropped with either, it abandons the acquisition in the background.
 struct Doubt {
     store: Arc<Store>,
-    /// The runtime the acquisition runs on: where an abandon goes when the acquisition is
-    /// dropped outside every runtime.
-    runtime: Option<tokio::runtime::Handle>,
     lock: LockName,
     keys: LockKeys,
     contender: Contender,
@@ -580,8 +579,7 @@ impl Doubt {
         // The void marker outlives any try that can still be on its way: several leases,
         // and at least a minute.
         let void_ms = settings.lease_millis().saturating_mul(4).max(60_000);
-        let runtime = tokio::runtime::Handle::try_current().ok();
-        Self { store, runtime, lock, keys, contender, void_ms, in_flight: false, ambiguous: false, queued: false }
+        Self { store, lock, keys, contender, void_ms, in_flight: false, ambiguous: false, queued: false }
     }
 
     /// The acquisition was granted, or ended cleanly: nothing to abandon.
@@ -650,9 +648,9 @@ impl Drop for Doubt {
                 }
             }
         };
-        // On the current runtime, else the one the acquisition ran on, else lockkit's release
-        // thread: the abandon reaches the server even when dropped after its runtime ended.
-        spawn_detached(task.instrument(span), self.runtime.take());
+        // On lockkit's home runtime: the abandon reaches the server wherever the acquisition
+        // is dropped, even after its runtime ended.
+        lockkit_core::home::spawn(task.instrument(span));
     }
 }
 
@@ -684,10 +682,6 @@ impl HeldLock for RedisHeld {
         if let Some(record) = &self.record {
             record.end();
         }
-        // This may run on another runtime than the grant (lockkit's release thread, say): the
-        // provider's other holds are renewed from here if their renewal task went with its
-        // runtime.
-        self.watchdog.ensure_running();
         let mut backoff = Backoff::up_to(RETRY_MAX);
         let mut ambiguous = false;
         let mut tries = 0;

@@ -1,14 +1,16 @@
-//! The commands lockkit sends to Redis, one method per script, over one auto-reconnecting
-//! connection per provider; and the mapping of Redis errors into lockkit's error type.
+//! The commands lockkit sends to Redis, one method per script, over an auto-reconnecting
+//! connection per provider and runtime; and the mapping of Redis errors into lockkit's error
+//! type.
 //!
 //! Every call is bounded by the response timeout. A call that times out or loses its
 //! connection fails with a retryable [`Error::Connection`] whose outcome is **unknown**:
 //! the script may have run. Callers resolve that by owner id, never by a blind retry of a
 //! write (see `lock.rs`).
 //!
-//! The connection's driver task runs on the runtime that made it. When that runtime shuts
-//! down, the connection goes with it, and the next command makes a new one on the runtime it
-//! runs on (lockkit's release thread included): a provider works from any runtime.
+//! A connection's driver task (and its reconnections) run on the runtime that made it, so
+//! each runtime the provider is used on gets one of its own ([`PerRuntime`]): a command never
+//! waits on a runtime that shut down or is not being driven, and takes no thread hop. The
+//! background work, on lockkit's home runtime, uses the home runtime's.
 
 use std::future::Future;
 use std::num::NonZeroU32;
@@ -26,7 +28,9 @@ use crate::BACKEND;
 use crate::builder::Settings;
 use crate::error::Failure;
 use crate::keys::LockKeys;
-use crate::util::{Home, lock, lock as lock_link};
+use lockkit_core::home::PerRuntime;
+
+use crate::util::lock;
 
 /// The sources of the scripts of the wait queue: the names of their keys (`layout.lua`), the
 /// queue's functions (`queue.lua`), then the script's own body.
@@ -406,9 +410,11 @@ pub(crate) struct Store {
     /// On a cluster: the slot map of the last `CLUSTER SLOTS` read (see
     /// [`refresh_slot_map`](Self::refresh_slot_map)), which groups renewals by node.
     slot_map: Mutex<Option<Arc<SlotMap>>>,
-    /// The connection and the runtime its driver runs on; made on first use, and again when
-    /// that runtime has shut down.
-    link: Mutex<Option<Arc<Link>>>,
+    /// The connection of each runtime the provider is used on (its driver task and socket
+    /// belong to that runtime): made on a runtime's first use. The hot path uses its own
+    /// runtime's, with no thread hop; the background work (renewal, the releases of dropped
+    /// guards, abandons) runs on lockkit's home runtime and uses the home runtime's.
+    links: PerRuntime<Connection>,
     /// Taken while a connection is being made, so that one is made at a time.
     building: tokio::sync::Mutex<()>,
     response_timeout: Duration,
@@ -425,13 +431,6 @@ pub(crate) struct Store {
     /// The settings, when the server is the primary the sentinels name: each connection is
     /// made to the primary they name at the time.
     sentinel: Option<Box<Settings>>,
-}
-
-/// A connection and the runtime it belongs to.
-#[derive(Debug)]
-struct Link {
-    connection: Connection,
-    home: Home,
 }
 
 impl Store {
@@ -457,7 +456,7 @@ impl Store {
             client,
             cluster,
             slot_map: Mutex::new(None),
-            link: Mutex::new(None),
+            links: PerRuntime::new(),
             building: tokio::sync::Mutex::new(()),
             response_timeout: settings.response_timeout,
             claim_ms: settings.claim_millis(),
@@ -469,19 +468,18 @@ impl Store {
         })
     }
 
-    /// The connection, if one was made on a runtime that still runs.
+    /// The connection of the current runtime, if one was made.
     fn live(&self) -> Option<Connection> {
-        lock(&self.link).as_ref().filter(|link| !link.home.is_gone()).map(|link| link.connection.clone())
+        self.links.get()
     }
 
-    /// Whether a connection was made (on a runtime that still runs); it may be reconnecting.
+    /// Whether a connection was made on the current runtime; it may be reconnecting.
     pub(crate) fn is_connected(&self) -> bool {
         self.live().is_some()
     }
 
-    /// The connection: made on first use, and made again on the current runtime when the
-    /// runtime it ran on has shut down. A failed attempt leaves nothing behind, so the next
-    /// command tries again.
+    /// The connection of the current runtime, made at its first use there. A failed attempt
+    /// leaves nothing behind, so the next command tries again.
     ///
     /// With [`replicas`](crate::RedisLockProviderBuilder::replicas) set, a new connection is
     /// kept only when the server is a primary with at least that many replicas connected.
@@ -493,12 +491,6 @@ impl Store {
         if let Some(connection) = self.live() {
             return Ok(connection);
         }
-        let Some(home) = Home::here() else {
-            return Err(map_error(
-                RedisError::from((ErrorKind::Io, "no Tokio runtime is running on this thread")),
-                name,
-            ));
-        };
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(self.response_timeout))
             // A WAIT may take the replicas' timeout on top of a reply's.
@@ -508,10 +500,7 @@ impl Store {
             .set_max_delay(Duration::from_millis(500));
         if let Some(cluster) = &self.cluster {
             let connection = self.cluster_connection(cluster, name).await?;
-            let previous = lock(&self.link).replace(Arc::new(Link { connection: connection.clone(), home }));
-            if previous.is_some() {
-                tracing::debug!("the runtime of the cluster connection shut down; connected again on this one");
-            }
+            self.links.set(connection.clone());
             return Ok(connection);
         }
         let mut connection = match self.sentinel.as_deref() {
@@ -530,10 +519,7 @@ impl Store {
             self.check_replicas(&mut connection, name).await?;
         }
         let connection = Connection::Single(connection);
-        let previous = lock(&self.link).replace(Arc::new(Link { connection: connection.clone(), home }));
-        if previous.is_some() {
-            tracing::debug!("the runtime of the command connection shut down; connected again on this one");
-        }
+        self.links.set(connection.clone());
         Ok(connection)
     }
 
@@ -689,7 +675,7 @@ impl Store {
             Err(_) => {
                 if self.sentinel.is_some() {
                     // A primary that stopped answering may have been failed over.
-                    lock_link(&self.link).take();
+                    self.links.clear();
                 }
                 Err(Error::connection(BACKEND, lock, Failure::NoReply(timeout)))
             }
@@ -701,7 +687,7 @@ impl Store {
     fn note_error(&self, error: &RedisError) {
         if self.sentinel.is_some() && crate::sentinel::is_failover_sign(error) {
             tracing::debug!(%error, "the primary may have changed; asking the sentinels again");
-            lock_link(&self.link).take();
+            self.links.clear();
         }
     }
 

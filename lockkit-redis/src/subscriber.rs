@@ -16,10 +16,11 @@
 //! - The caller bounds every wait by the holder's remaining lease, so a holder that died is
 //!   noticed when its key expires even though no message is ever sent for an expiry.
 //!
-//! The connection, its push routing and its keeper run on the runtime that made them (a
-//! [`Link`]). When that runtime shuts down they go with it: the next wait makes a new link
-//! on its own runtime and subscribes again there (each channel remembers the link it is
-//! subscribed on), and waiters that were waiting meanwhile wake up to look again.
+//! The connection, its push routing and its keeper live on lockkit's home runtime
+//! ([`lockkit_core::home`]), whatever runtime the waiters run on: a wake-up never depends on a
+//! runtime that shut down or is not being driven. Every command on the link (SUBSCRIBE,
+//! UNSUBSCRIBE, the keeper's PING) is sent from there too, so that the connection manager's
+//! reconnections also happen there.
 //!
 //! The same connection carries the keyspace channels of held records, where the server
 //! publishes them (see the `keyspace` module): their events and their (re)confirmed
@@ -57,7 +58,7 @@ use uuid::Uuid;
 
 use crate::builder::Settings;
 use crate::keyspace::{Keyspace, Suspects};
-use crate::util::{Home, lock};
+use crate::util::lock;
 
 /// How often a dead subscriber connection is poked so that it reconnects.
 const KEEPER_INTERVAL: Duration = Duration::from_millis(200);
@@ -136,13 +137,39 @@ struct Shared {
     suspects: Arc<Suspects>,
 }
 
-/// One pub/sub connection, on the runtime that made it (where its driver, its push routing
-/// and its keeper run).
+/// One pub/sub connection, on the home runtime (where its driver, its push routing and its
+/// keeper run).
 #[derive(Debug)]
 struct Link {
     connection: ConnectionManager,
-    home: Home,
     state: Arc<LinkState>,
+}
+
+impl Link {
+    /// Sends SUBSCRIBE (`subscribe`) or UNSUBSCRIBE for `channel` from the home runtime,
+    /// within `timeout`; true when the server confirmed it.
+    async fn send(&self, subscribe: bool, channel: &str, timeout: Duration) -> bool {
+        let mut connection = self.connection.clone();
+        let channel = channel.to_owned();
+        let sent = lockkit_core::home::run(async move {
+            let command = async {
+                if subscribe { connection.subscribe(&channel).await } else { connection.unsubscribe(&channel).await }
+            };
+            match tokio::time::timeout(timeout, command).await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(error)) => Err(error.to_string()),
+                Err(_) => Err("timed out".to_owned()),
+            }
+        });
+        match sent.await {
+            Ok(()) => true,
+            Err(error) => {
+                let what = if subscribe { "subscribing" } else { "unsubscribing" };
+                tracing::debug!(%error, "{what} failed");
+                false
+            }
+        }
+    }
 }
 
 /// What the pushes of one link tell, shared with its push router and its keeper.
@@ -177,12 +204,9 @@ struct Channel {
 }
 
 impl Shared {
-    /// The current link, if it was made on a runtime that still runs.
+    /// The current link, unless it went stale.
     fn live_link(&self) -> Option<Arc<Link>> {
-        lock(&self.link)
-            .as_ref()
-            .filter(|link| !link.home.is_gone() && !link.state.stale.load(Ordering::Acquire))
-            .cloned()
+        lock(&self.link).as_ref().filter(|link| !link.state.stale.load(Ordering::Acquire)).cloned()
     }
 }
 
@@ -241,7 +265,7 @@ impl Subscriber {
     /// Registers interest in `channel` (a lock's channel, or a record's keyspace channel) and
     /// subscribes to it unless this provider already is. When subscribing fails the interest
     /// is still returned, not live, and the waiter polls instead.
-    pub(crate) async fn watch(&self, channel: &str) -> Interest {
+    pub(crate) async fn watch(self: &Arc<Self>, channel: &str) -> Interest {
         let entry = {
             let mut channels = lock(&self.shared.channels);
             let repositions = self.shared.keyspace.key_of(channel).is_none();
@@ -272,7 +296,7 @@ impl Subscriber {
     /// Registers the queued waiter `member` for wake-ups addressed to it, subscribing the
     /// wake channel unless it is already. `None` when `only_if_subscribed` and it is not:
     /// registering then costs nothing, which suits a waiter's first try.
-    pub(crate) async fn watch_queued(&self, member: &str, only_if_subscribed: bool) -> Option<Interest> {
+    pub(crate) async fn watch_queued(self: &Arc<Self>, member: &str, only_if_subscribed: bool) -> Option<Interest> {
         let channel = Arc::clone(&self.shared.wake_channel);
         // Known subscribed on a live link, the registration is local: no lock is awaited, so
         // that thousands of acquisitions at once do not queue on the channel's subscription
@@ -305,7 +329,7 @@ impl Subscriber {
     }
 
     /// Subscribes the interest's channel on the current link unless it already is.
-    async fn confirm(&self, interest: &mut Interest) {
+    async fn confirm(self: &Arc<Self>, interest: &mut Interest) {
         let link = match self.link().await {
             Ok(link) => link,
             Err(error) => {
@@ -319,40 +343,34 @@ impl Subscriber {
         if *subscribed == generation && interest.channel.reposition.swap(false, Ordering::AcqRel) {
             // Back of the delivery order (see the module docs). Until the new confirmation the
             // interest is not live, and the caller tries again after this returns.
-            let mut connection = link.connection.clone();
-            let attempt = tokio::time::timeout(response_timeout, connection.unsubscribe(&interest.channel.name));
-            if let Ok(Ok(())) = attempt.await {
+            if link.send(false, &interest.channel.name, response_timeout).await {
                 *subscribed = 0;
             }
         }
-        if *subscribed != generation {
-            let mut connection = link.connection.clone();
-            let attempt = tokio::time::timeout(response_timeout, connection.subscribe(&interest.channel.name));
-            match attempt.await {
-                Ok(Ok(())) => *subscribed = generation,
-                Ok(Err(error)) => {
-                    tracing::debug!(%error, channel = %interest.channel.name, "subscribing failed; polling")
-                }
-                Err(_) => tracing::debug!(channel = %interest.channel.name, "subscribing timed out; polling"),
-            }
+        if *subscribed != generation && link.send(true, &interest.channel.name, response_timeout).await {
+            *subscribed = generation;
         }
         interest.confirmed = *subscribed == generation;
         interest.link = Some(link);
     }
 
-    /// The pub/sub link: made on first use, and made again on the current runtime when the
-    /// runtime the last one ran on has shut down. Its pushes are routed by a `PushRouter`.
-    async fn link(&self) -> redis::RedisResult<Arc<Link>> {
+    /// The pub/sub link: made on first use, on the home runtime, and made again when it went
+    /// stale. Its pushes are routed by a `PushRouter`. The turn to make it is taken on the
+    /// home runtime too: a caller on a runtime that stops being driven holds up nobody.
+    async fn link(self: &Arc<Self>) -> redis::RedisResult<Arc<Link>> {
         if let Some(link) = self.shared.live_link() {
             return Ok(link);
         }
+        let me = Arc::clone(self);
+        lockkit_core::home::run(async move { me.make_link().await }).await
+    }
+
+    /// Makes the pub/sub link unless another call made one meanwhile (on the home runtime).
+    async fn make_link(&self) -> redis::RedisResult<Arc<Link>> {
         let _building = self.building.lock().await;
         if let Some(link) = self.shared.live_link() {
             return Ok(link);
         }
-        let Some(home) = Home::here() else {
-            return Err(redis::RedisError::from((redis::ErrorKind::Io, "no Tokio runtime is running on this thread")));
-        };
         let generation = self.shared.generations.fetch_add(1, Ordering::AcqRel) + 1;
         let state = Arc::new(LinkState {
             generation,
@@ -385,21 +403,15 @@ impl Subscriber {
         };
         let connection = match &self.cluster {
             Some((nodes, next)) => self.cluster_link(nodes, next, config).await?,
-            None => {
-                let attempt = tokio::time::timeout(response_timeout, client.get_connection_manager_with_config(config));
-                match attempt.await {
-                    Ok(result) => result?,
-                    Err(_) => return Err(redis::RedisError::from((redis::ErrorKind::Io, "connecting timed out"))),
-                }
-            }
+            None => connect(client, config, response_timeout).await?,
         };
-        let link = Arc::new(Link { connection, home, state });
+        let link = Arc::new(Link { connection, state });
         let previous = lock(&self.shared.link).replace(Arc::clone(&link));
         if previous.is_some() {
-            // The runtime of the previous link shut down, and its subscriptions with it: wake
-            // every waiter to look again (and subscribe again, on this link), and subscribe
-            // the record channels of the holds again (nobody waits on those).
-            tracing::debug!(generation, "the runtime of the pub/sub connection shut down; connected again on this one");
+            // The previous link went stale, and its subscriptions with it: wake every waiter
+            // to look again (and subscribe again, on this link), and subscribe the record
+            // channels of the holds again (nobody waits on those).
+            tracing::debug!(generation, "the pub/sub connection went stale; connected again");
             self.shared.epoch.send_modify(|epoch| *epoch += 1);
             let records: Vec<Arc<Channel>> = lock(&self.shared.channels)
                 .values()
@@ -407,7 +419,7 @@ impl Subscriber {
                 .cloned()
                 .collect();
             if !records.is_empty() {
-                drop(tokio::spawn(subscribe_again(Arc::clone(&link), records, response_timeout)));
+                lockkit_core::home::spawn(subscribe_again(Arc::clone(&link), records, response_timeout));
             }
         }
         Ok(link)
@@ -428,23 +440,20 @@ impl Subscriber {
             let at = usize::try_from((first + offset) % count).unwrap_or(0);
             let Some(client) = nodes.get(at) else { continue };
             let response_timeout = self.shared.response_timeout;
-            match tokio::time::timeout(response_timeout, client.get_connection_manager_with_config(config.clone()))
-                .await
-            {
-                Ok(Ok(connection)) => {
+            match connect(client.clone(), config.clone(), response_timeout).await {
+                Ok(connection) => {
                     // The next link, if this one goes stale, starts at the node after it.
                     next.store(first + offset, Ordering::Release);
                     return Ok(connection);
                 }
-                Ok(Err(error)) => last_error = error,
-                Err(_) => last_error = redis::RedisError::from((redis::ErrorKind::Io, "connecting timed out")),
+                Err(error) => last_error = error,
             }
         }
         Err(last_error)
     }
 
     /// Retries the subscription of an interest that is not live.
-    pub(crate) async fn revive(&self, interest: &mut Interest) {
+    pub(crate) async fn revive(self: &Arc<Self>, interest: &mut Interest) {
         if !interest.is_live() {
             self.confirm(interest).await;
         }
@@ -465,6 +474,19 @@ impl Channel {
     }
 }
 
+/// Makes a pub/sub connection with `client`, within `timeout`; called on the home runtime,
+/// where its driver task and its push routing then live.
+async fn connect(
+    client: redis::Client,
+    config: ConnectionManagerConfig,
+    timeout: Duration,
+) -> redis::RedisResult<ConnectionManager> {
+    match tokio::time::timeout(timeout, client.get_connection_manager_with_config(config)).await {
+        Ok(result) => result,
+        Err(_) => Err(redis::RedisError::from((redis::ErrorKind::Io, "connecting timed out"))),
+    }
+}
+
 /// Subscribes `channels` on a new `link`, unless a waiter did already.
 async fn subscribe_again(link: Arc<Link>, channels: Vec<Arc<Channel>>, response_timeout: Duration) {
     let generation = link.state.generation;
@@ -473,8 +495,7 @@ async fn subscribe_again(link: Arc<Link>, channels: Vec<Arc<Channel>>, response_
         if *subscribed == generation || *lock(&channel.interest) == 0 {
             continue;
         }
-        let mut connection = link.connection.clone();
-        if let Ok(Ok(())) = tokio::time::timeout(response_timeout, connection.subscribe(&channel.name)).await {
+        if link.send(true, &channel.name, response_timeout).await {
             *subscribed = generation;
         }
     }
@@ -506,14 +527,9 @@ impl Interest {
     }
 
     /// Whether wake-ups can be trusted: the subscription is confirmed, and its connection is
-    /// up and on a runtime that still runs. When not, the waiter should poll at a short
-    /// interval.
+    /// up. When not, the waiter should poll at a short interval.
     pub(crate) fn is_live(&self) -> bool {
-        self.confirmed
-            && self
-                .link
-                .as_ref()
-                .is_some_and(|link| link.state.connected.load(Ordering::Acquire) && !link.home.is_gone())
+        self.confirmed && self.link.as_ref().is_some_and(|link| link.state.connected.load(Ordering::Acquire))
     }
 
     /// The latest hand-over addressed to this queued waiter, whether or not a wait saw it.
@@ -522,24 +538,15 @@ impl Interest {
     }
 
     /// Waits until the channel fires, messages may have been missed (the connection dropped,
-    /// or the runtime it ran on shut down), or `at_most` passes, and says whether to look at
-    /// the lock, whether it is another waiter's turn, or whether the lock was handed over to
-    /// this waiter.
+    /// or went stale), or `at_most` passes, and says whether to look at the lock, whether it
+    /// is another waiter's turn, or whether the lock was handed over to this waiter.
     pub(crate) async fn wait(&mut self, at_most: Duration) -> Woken {
-        let link = self.link.clone();
-        let link_gone = async move {
-            match link {
-                Some(link) => link.home.gone().await,
-                None => std::future::pending().await,
-            }
-        };
         tokio::select! {
             changed = self.wake.changed() => match changed {
                 Ok(()) => self.wake.borrow_and_update().woken,
                 Err(_) => Woken::Look,
             },
             _ = self.epoch.changed() => Woken::Look,
-            () = link_gone => Woken::Look,
             () = tokio::time::sleep(at_most) => Woken::Look,
         }
     }
@@ -565,11 +572,7 @@ impl Drop for Interest {
         if self.channel.repositions {
             self.channel.reposition.store(true, Ordering::Release);
         }
-        // Without a runtime the subscription simply stays: harmless, and dropped with the
-        // provider.
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            drop(runtime.spawn(unsubscribe_if_unused(shared, Arc::clone(&self.channel))));
-        }
+        lockkit_core::home::spawn(unsubscribe_if_unused(shared, Arc::clone(&self.channel)));
     }
 }
 
@@ -582,21 +585,13 @@ async fn unsubscribe_if_unused(shared: Arc<Shared>, channel: Arc<Channel>) {
     if *subscribed != 0 {
         match shared.live_link() {
             Some(link) if link.state.generation == *subscribed => {
-                let mut connection = link.connection.clone();
-                let attempt = tokio::time::timeout(shared.response_timeout, connection.unsubscribe(&channel.name));
-                match attempt.await {
-                    Ok(Ok(())) => *subscribed = 0,
-                    Ok(Err(error)) => {
-                        tracing::debug!(%error, channel = %channel.name, "unsubscribing failed; the subscription stays");
-                        return;
-                    }
-                    Err(_) => {
-                        tracing::debug!(channel = %channel.name, "unsubscribing timed out; the subscription stays");
-                        return;
-                    }
+                if !link.send(false, &channel.name, shared.response_timeout).await {
+                    // The subscription stays (it is harmless: a wake-up nobody waits for).
+                    return;
                 }
+                *subscribed = 0;
             }
-            // Subscribed on a link whose runtime shut down: nothing is left to undo.
+            // Subscribed on a link that went stale: nothing is left to undo.
             _ => *subscribed = 0,
         }
     }
@@ -667,10 +662,8 @@ fn route(shared: &Arc<Shared>, state: &Arc<LinkState>, push: PushInfo) {
             tracing::debug!("the pub/sub connection dropped; waking every waiter to look again");
             state.connected.store(false, Ordering::Release);
             shared.epoch.send_modify(|epoch| *epoch += 1);
-            if let Ok(runtime) = tokio::runtime::Handle::try_current()
-                && !state.keeper_running.swap(true, Ordering::AcqRel)
-            {
-                drop(runtime.spawn(keep_alive(Arc::downgrade(shared), Arc::clone(state))));
+            if !state.keeper_running.swap(true, Ordering::AcqRel) {
+                lockkit_core::home::spawn(keep_alive(Arc::downgrade(shared), Arc::clone(state)));
             }
         }
         _ => {}

@@ -3,9 +3,6 @@
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::watch;
-use tokio::task::AbortHandle;
-
 /// Locks a mutex, recovering the data if a panic poisoned it: no critical section in this
 /// crate leaves its data inconsistent at any step.
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -40,48 +37,6 @@ impl Backoff {
     }
 }
 
-/// The runtime something runs on (a connection's driver task, a background task of ours),
-/// watched: a parked task on it keeps a channel open, and the runtime's shutdown, which drops
-/// every task it owns, closes it. What belongs to a runtime that has gone is rebuilt on the
-/// current one at its next use.
-#[derive(Debug)]
-pub(crate) struct Home {
-    gone: watch::Receiver<()>,
-    sentinel: AbortHandle,
-}
-
-impl Home {
-    /// The current runtime, or `None` outside every runtime.
-    pub(crate) fn here() -> Option<Self> {
-        let runtime = tokio::runtime::Handle::try_current().ok()?;
-        let (alive, gone) = watch::channel(());
-        let sentinel = runtime.spawn(async move {
-            // Dropped, and the channel closed, when the runtime drops the task at shutdown.
-            let _alive = alive;
-            std::future::pending::<()>().await;
-        });
-        Some(Self { gone, sentinel: sentinel.abort_handle() })
-    }
-
-    /// Whether the runtime has shut down.
-    pub(crate) fn is_gone(&self) -> bool {
-        self.gone.has_changed().is_err()
-    }
-
-    /// Resolves when the runtime shuts down; may be awaited on any runtime.
-    pub(crate) async fn gone(&self) {
-        let mut gone = self.gone.clone();
-        // Nothing is ever sent: `changed` returns only when the sender is dropped.
-        while gone.changed().await.is_ok() {}
-    }
-}
-
-impl Drop for Home {
-    fn drop(&mut self) {
-        self.sentinel.abort();
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -98,17 +53,5 @@ mod tests {
         for _ in 0..200 {
             long.next_delay();
         }
-    }
-
-    #[test]
-    fn a_home_is_gone_once_its_runtime_shut_down() {
-        let first = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let home = first.block_on(async { Home::here() }).unwrap();
-        assert!(!home.is_gone(), "alive while its runtime lives, polled or not");
-        drop(first);
-        assert!(home.is_gone());
-        let second = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        second.block_on(async { tokio::time::timeout(Duration::from_secs(1), home.gone()).await }).unwrap();
-        assert!(Home::here().is_none(), "no home outside a runtime");
     }
 }

@@ -9,8 +9,8 @@
 //!   one that cannot be confirmed is retried quickly until the local deadline passes, at which
 //!   point the hold's signal reports the loss by itself.
 //! - The task sleeps while the provider holds nothing, and ends with the provider. It runs
-//!   on the runtime that started it; when that runtime shuts down, the provider's next
-//!   operation starts it again on its own runtime ([`Watchdog::ensure_running`]).
+//!   on lockkit's home runtime ([`lockkit_core::home`]), with the home runtime's connection,
+//!   so renewal never depends on the runtime a hold was granted on.
 //! - A hold handed over by a release comes with a claim window's lease only: it is confirmed
 //!   at once by a renewal of its own ([`Watchdog::confirm`]), outside the ticks.
 //! - Every kind of hold is renewed in the same batches, each by the renew script of its kind
@@ -101,17 +101,15 @@ impl Watchdog {
         id
     }
 
-    /// Starts the renewal task on the current runtime unless it runs: on first use, and
-    /// again when the runtime it ran on has shut down. Does nothing outside a runtime.
+    /// Starts the renewal task on the home runtime unless it runs.
     pub(crate) fn ensure_running(self: &Arc<Self>) {
         let mut task = lock(&self.task);
         if task.as_ref().is_some_and(|task| !task.is_finished()) {
             return;
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
-        if task.is_some() {
-            tracing::debug!("the runtime of the renewal task shut down; renewing from this one");
-        }
+        let Some(runtime) = lockkit_core::home::runtime() else {
+            return;
+        };
         let run = run(Arc::downgrade(self), self.settings.renew_every);
         *task = Some(runtime.spawn(run.instrument(tracing::debug_span!("lockkit.redis.watchdog"))));
     }
@@ -131,11 +129,10 @@ impl Watchdog {
         &self.stats
     }
 
-    /// Renews hold `id` at once, in the background on the current runtime, retrying until it
-    /// is confirmed or its deadline passes (when its signal reports the loss by itself). A
-    /// hold released meanwhile is left alone. Outside a runtime the next tick renews it.
+    /// Renews hold `id` at once, in the background on the home runtime, retrying until it is
+    /// confirmed or its deadline passes (when its signal reports the loss by itself). A hold
+    /// released meanwhile is left alone.
     pub(crate) fn confirm(self: &Arc<Self>, id: u64) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
         let watchdog = Arc::downgrade(self);
         let task = async move {
             let mut backoff = None;
@@ -152,7 +149,7 @@ impl Watchdog {
             }
         };
         let span = tracing::debug_span!("lockkit.renew", backend = crate::BACKEND, holds = 1, confirm = true);
-        drop(runtime.spawn(task.instrument(span)));
+        lockkit_core::home::spawn(task.instrument(span));
     }
 
     /// Hold `id`, if it is still registered and live.

@@ -9,6 +9,8 @@
 //! - [`fixture`]: `redis-server`, standalone ZooKeeper and a three-node ensemble on free
 //!   loopback ports; [`proxy`]: a fault-injecting TCP proxy.
 //! - [`History`] and [`FencedResource`]: the mutual-exclusion checker and the fenced store.
+//! - [`fence_conformance!`]: one line runs the fence cases ([`fence_cases`], contract
+//!   behaviours 29-33) against a fence sink through its [`FenceHarness`].
 //!
 //! # Running the kit on a backend
 //!
@@ -24,6 +26,7 @@
 mod as_kind;
 pub mod cases;
 pub mod chaos;
+pub mod fence_cases;
 mod fenced;
 pub mod fixture;
 mod harness;
@@ -42,6 +45,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 pub use as_kind::{AsKind, Variant};
+pub use fence_cases::{FenceHarness, MemoryFenceHarness};
 pub use fenced::{FencedResource, StaleToken};
 pub use harness::{ClientFaults, FaultResult, Harness, NoFaults, TestClient, Timing, Unsupported};
 pub use history::{History, Hold, Violation};
@@ -164,6 +168,7 @@ macro_rules! conformance {
                     observers_see_every_change_in_term_order,
                     observing_starts_with_the_current_state,
                     bad_identities_are_refused,
+                    a_new_terms_since_is_not_before_the_previous_term_ended,
                 }
                 semaphore {
                     at_most_n_permits_are_held,
@@ -236,6 +241,11 @@ macro_rules! conformance {
                     guard_dropped_after_its_runtime_shut_down_is_released_promptly,
                     provider_used_from_two_runtimes_keeps_its_holds,
                     dead_holder_frees_the_lock_after_the_lease_not_before,
+                }
+                runtime {
+                    a_hold_outlives_the_shutdown_of_its_runtime,
+                    a_hold_outlives_its_runtime_left_idle,
+                    a_guard_dropped_after_its_runtime_and_provider_frees_the_lock_promptly,
                 }
                 loss {
                     loss_is_signalled_when_the_record_is_deleted,

@@ -78,12 +78,25 @@ impl ZkBackend {
         self.current().as_ref().map(|session| session.timeout)
     }
 
-    /// The live session, or a new one on the current runtime when there is none yet, the last
-    /// one ended (expired or closed), or the runtime it ran on shut down.
+    /// The live session, or a new one on the home runtime when there is none yet or the last
+    /// one ended (expired or closed). The opening runs on the home runtime, its turn taken
+    /// there too: a caller on a runtime that stops being driven halfway holds up nobody.
     pub(crate) async fn session(&self, lock: Option<&LockName>) -> Result<Arc<Session>> {
         if let Some(live) = self.live() {
             return Ok(live);
         }
+        let Some(me) = self.me.upgrade() else {
+            // Only while the provider is being dropped.
+            return Err(
+                Error::connection(BACKEND, lock, "the provider is being dropped").with_context("open a session")
+            );
+        };
+        let lock = lock.cloned();
+        lockkit_core::home::run(async move { me.open_session(lock.as_ref()).await }).await
+    }
+
+    /// Opens a new session unless another opening made one meanwhile (on the home runtime).
+    async fn open_session(&self, lock: Option<&LockName>) -> Result<Arc<Session>> {
         let _turn = self.opening.lock().await;
         if let Some(live) = self.live() {
             return Ok(live);
@@ -192,17 +205,17 @@ impl ZkBackend {
 }
 
 /// A holder as its node tells: the owner line of its data, else its attempt id and creation
-/// time. A candidate's term began, as the store knows it, when its node was created: its
-/// `since` is the node's ctime (the server's clock), as [`observe`](LockBackend::observe) says.
+/// time. A candidate's term began, as the store knows it, when its node came to lead: its
+/// `since` is [`term_began_at`] (the server's clock), as [`observe`](LockBackend::observe) says.
 fn describe(contender: &Contender, data: &[u8], stat: &zk::Stat) -> HolderInfo {
     let token = FencingToken::new(u64::try_from(stat.czxid).unwrap_or(0));
-    let created = created_at(stat);
+    let since = if contender.kind == NodeKind::Candidate { term_began_at(stat) } else { created_at(stat) };
     let holder = match std::str::from_utf8(data).ok().and_then(OwnerMeta::decode) {
         Some(meta) if contender.kind != NodeKind::Candidate => return meta.holder(token),
         Some(meta) => meta.holder(token),
         None => HolderInfo::new(token, contender.attempt.to_string()),
     };
-    match created {
+    match since {
         Some(since) => holder.with_since(since),
         None => holder,
     }
@@ -272,6 +285,14 @@ pub(crate) fn created_at(stat: &zk::Stat) -> Option<SystemTime> {
     u64::try_from(stat.ctime).ok().and_then(|ms| SystemTime::UNIX_EPOCH.checked_add(Duration::from_millis(ms)))
 }
 
+/// When the term of a candidate's node began, as the store knows it: its last modification,
+/// which is its creation for a candidate that led at once, and the `held` mark it writes when
+/// it comes to lead after a wait (recipe.rs). Between the previous leader's end and that mark
+/// (a round trip), it still says when the candidacy began.
+pub(crate) fn term_began_at(stat: &zk::Stat) -> Option<SystemTime> {
+    u64::try_from(stat.mtime).ok().and_then(|ms| SystemTime::UNIX_EPOCH.checked_add(Duration::from_millis(ms)))
+}
+
 #[async_trait]
 impl LockBackend for ZkBackend {
     fn name(&self) -> &'static str {
@@ -305,6 +326,12 @@ impl LockBackend for ZkBackend {
 
     fn address(&self) -> Option<String> {
         Some(self.config.address())
+    }
+
+    /// `zk://hosts/chroot/base`: the servers and the znode under which every lock lives.
+    fn store_identity(&self) -> Option<String> {
+        let address = format!("zk://{}{}", self.config.connect_string(), self.config.root);
+        lockkit_core::config::StoreUrl::parse(&address).ok().map(|url| url.identity(&[]))
     }
 
     async fn acquire(&self, request: AcquireRequest) -> Result<Option<Grant>> {

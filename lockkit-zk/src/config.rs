@@ -4,7 +4,9 @@
 use std::fmt;
 use std::time::Duration;
 
-use lockkit_core::config::{self, Key, MAX_DURATION, MAX_HOLD, OptionKey, Options, ProviderBuilder, StoreUrl};
+use lockkit_core::config::{
+    self, Key, MAX_DURATION, MAX_HOLD, OptionKey, Options, ProviderBuilder, STORE_ID, StoreUrl,
+};
 use lockkit_core::{LockName, Result};
 use zookeeper_client as zk;
 
@@ -37,7 +39,7 @@ const DISCONNECT_POLICY: Key<DisconnectPolicy> =
 /// The options a `zk://` URL and [`ZkLockProviderBuilder::option`] take: the names of the
 /// builder's methods.
 pub const OPTIONS: &[&dyn OptionKey] =
-    &[&SESSION_TIMEOUT, &CONNECT_TIMEOUT, &BASE_PATH, &DRIFT, &ACL, &DISCONNECT_POLICY, &MAX_HOLD];
+    &[&SESSION_TIMEOUT, &CONNECT_TIMEOUT, &BASE_PATH, &DRIFT, &ACL, &DISCONNECT_POLICY, &MAX_HOLD, &STORE_ID];
 
 const DEFAULT_PORT: u16 = 2181;
 

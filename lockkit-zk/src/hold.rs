@@ -90,10 +90,10 @@ async fn live_session(backend: &Weak<ZkBackend>, session: &Arc<Session>, lock: &
     }
 }
 
-/// Where background work about a node of `session` runs: on the session's runtime while it
-/// lives, else on the current one (where a new session would be opened); `None` outside any.
+/// Where background work about a node of `session` runs: on the session's runtime (the home
+/// runtime) while it lives, else on the home runtime, where a new session would be opened.
 fn background_runtime(session: &Session) -> Option<Handle> {
-    if session.is_alive() { Some(session.runtime.clone()) } else { Handle::try_current().ok() }
+    if session.is_alive() { Some(session.runtime.clone()) } else { lockkit_core::home::runtime() }
 }
 
 /// The contender node of an acquisition in progress; dropping it armed deletes the node in

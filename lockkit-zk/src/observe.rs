@@ -69,7 +69,7 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 use zookeeper_client as zk;
 
-use crate::backend::{ZkBackend, created_at};
+use crate::backend::{ZkBackend, term_began_at};
 use crate::error::{BACKEND, Failure, is_loss};
 use crate::hold::{NodeEvent, RETRIES, Watched, node_event};
 use crate::names::{Contender, NodeKind};
@@ -101,9 +101,9 @@ struct Observation {
 }
 
 impl Observation {
-    /// Starts the task on the current runtime.
+    /// Starts the task on lockkit's home runtime, which never depends on the caller's.
     fn start(&mut self) -> Result<Arc<Outbox>> {
-        let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+        let runtime = lockkit_core::home::runtime().ok_or_else(|| {
             Error::connection(BACKEND, Some(&self.lock), Failure::NoRuntime).with_context("observe the election")
         })?;
         let outbox = Arc::new(Outbox::default());
@@ -452,6 +452,13 @@ impl View {
         }
         if self.last == Some(shown) {
             return;
+        }
+        let mut event = event;
+        if self.last.is_some() {
+            // A change this observer saw happen: the term began after the state shown last
+            // ended, so not before now, whatever the node says yet (a leader that waited marks
+            // its node when it comes to lead, which may not have been read yet).
+            lockkit_core::backend::not_before_now(&mut event);
         }
         match &event {
             LeaderEvent::Elected(leader) => {
@@ -806,11 +813,12 @@ enum Attempt {
     End(End),
 }
 
-/// The leader a candidate's node stands for: its identity, its czxid as the term, its ctime.
+/// The leader a candidate's node stands for: its identity, its czxid as the term, and when its
+/// term began ([`term_began_at`]).
 fn leader_of(data: &[u8], stat: &zk::Stat) -> Leader {
     let identity = record::identity(data).unwrap_or_else(|| Arc::from(&[][..]));
     let term = FencingToken::new(u64::try_from(stat.czxid).unwrap_or(0));
-    Leader::new(identity, term, created_at(stat))
+    Leader::new(identity, term, term_began_at(stat))
 }
 
 /// Waits until some watch has fired, then takes every event ready (see [`collect_now`]).

@@ -312,6 +312,10 @@ impl ZkBackend {
         let mut marks: Option<bool> = None;
         // The watch on the list of children, set with the list in `children`.
         let mut children_watch: Option<NodeEvent> = None;
+        // Whether the acquisition waited for a node ahead: a candidate granted after a wait
+        // marks its node held, so that its term's start (the node's mtime) is when it came to
+        // lead, not when it began to campaign.
+        let mut waited = false;
         loop {
             let queue = queue(&children);
             let watched_children = children_watch.take();
@@ -325,7 +329,7 @@ impl ZkBackend {
             };
             let marks_held = *marks.get_or_insert_with(|| {
                 matches!(kind, NodeKind::Permit(_)) && (position >= WATCH_ALL_AHEAD || position + 1 < queue.len())
-            });
+            }) || (kind == NodeKind::Candidate && waited);
             let plan = match judge(&queue, position) {
                 Verdict::Holds => return self.grant(session, pending, node, listed_at, None, marks_held).map(Some),
                 Verdict::Conflict(what) => {
@@ -374,8 +378,10 @@ impl ZkBackend {
                 predecessor = ahead.last().map_or("", String::as_str),
                 watched = ahead.len(),
             );
-            let waited = self.wait_for(session, lock, &ahead, &watch, own, request.deadline).instrument(span).await?;
-            match waited {
+            let outcome = self.wait_for(session, lock, &ahead, &watch, own, request.deadline).instrument(span).await?;
+            waited = true;
+            let marks_held = marks_held || kind == NodeKind::Candidate;
+            match outcome {
                 Waited::DeadlinePassed => {
                     pending.delete_now().await;
                     return Ok(None);

@@ -18,12 +18,14 @@
 //! # Runtimes
 //!
 //! zookeeper-client runs a session's connection as a task on the Tokio runtime where the
-//! session was opened, and the session task of this module runs beside it. When that runtime
-//! shuts down, both tasks are dropped: the session can neither send nor receive, while its
-//! client still reports the last state it saw. The session task's `JoinHandle` tells:
-//! [`Session::is_alive`] is false once it finished, the holds of the session are lost at that
-//! moment ([`LossReason::ClientClosed`]), and the provider opens a new session on the runtime
-//! of its next use.
+//! session was opened, and the session task of this module runs beside it. Sessions are
+//! opened on lockkit's home runtime ([`lockkit_core::home`]), which nothing but lockkit drives
+//! and which never shuts down: the session's pings, its renewals and its state changes never
+//! depend on the runtime the provider is used from. Requests from any runtime reach the
+//! session's connection task through the client's channel. Should the session's tasks still
+//! go (a process without a home thread, whose fallback runtime shut down), the session task's
+//! `JoinHandle` tells: [`Session::is_alive`] is false once it finished, the holds of the session
+//! are lost at that moment ([`LossReason::ClientClosed`]), and the provider opens a new session.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -55,7 +57,7 @@ pub(crate) struct Session {
     pub(crate) timeout: Duration,
     /// The drift margin of this session's holds.
     drift: Duration,
-    /// The runtime the session's client and tasks run on.
+    /// The runtime the session's client and tasks run on: the home runtime.
     pub(crate) runtime: Handle,
     /// The ACL entries of every node we create.
     pub(crate) acls: Vec<zk::Acl>,
@@ -82,14 +84,17 @@ impl std::fmt::Debug for Session {
 }
 
 impl Session {
-    /// Opens a new session on the current runtime: fails fast when every server refuses TCP
+    /// Opens a new session on the home runtime: fails fast when every server refuses TCP
     /// connections, connects, checks the granted session timeout, makes sure the base path
     /// exists, and starts the session task.
     ///
     /// Errors name the store's address; `lock` is the lock being acquired, if any.
-    pub(crate) async fn open(config: &ZkConfig, lock: Option<&LockName>) -> Result<Arc<Session>> {
+    pub(crate) async fn open(config: &Arc<ZkConfig>, lock: Option<&LockName>) -> Result<Arc<Session>> {
         let address = config.address();
-        Self::open_here(config, lock).await.map_err(|error| error.with_server(Some(&address)))
+        let (config, lock) = (Arc::clone(config), lock.cloned());
+        lockkit_core::home::run(async move { Self::open_here(&config, lock.as_ref()).await })
+            .await
+            .map_err(|error| error.with_server(Some(&address)))
     }
 
     async fn open_here(config: &ZkConfig, lock: Option<&LockName>) -> Result<Arc<Session>> {

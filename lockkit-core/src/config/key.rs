@@ -214,6 +214,15 @@ impl fmt::Debug for GivenValue {
 pub const MAX_HOLD: Key<Duration> = Key::new("max_hold", "the default maximum hold of the provider's acquisitions")
     .range_said("at least the renewal interval, at most 1d");
 
+/// The setting every backend takes to name its store by hand: the store's identity in
+/// fences ([`LockId`](crate::LockId)) and in the order of multi-locks, over the one the backend
+/// derives from its URL. Set it where processes reach one store by different addresses.
+/// Applied (and checked) by [`Options::apply`](super::Options::apply).
+pub const STORE_ID: Key<String> =
+    Key::new("store_id", "the store's identity in fences and multi-lock order, over the one derived from the URL")
+        .default_said("derived from the URL")
+        .range_said("1 to 512 bytes, no `#` or control character");
+
 /// The options table of `keys`, in Markdown: one row per setting with its name, type,
 /// default, range and doc line. The URL docs of the `lockkit` facade are made from it.
 pub fn options_table(keys: &[&dyn OptionKey]) -> String {

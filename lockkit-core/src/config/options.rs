@@ -5,7 +5,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::key::{GivenValue, Key, MAX_HOLD, OptionKey};
+use super::key::{GivenValue, Key, MAX_HOLD, OptionKey, STORE_ID};
 use super::url::StoreUrl;
 use super::value::OptionValue;
 use crate::{Error, LockProvider, Result};
@@ -173,14 +173,19 @@ impl Options {
         self.get(&MAX_HOLD)
     }
 
-    /// Applies the settings every backend takes ([`MAX_HOLD`]) to the provider a builder
-    /// made, checked against the backend.
+    /// Applies the settings every backend takes ([`MAX_HOLD`], [`STORE_ID`]) to the provider
+    /// a builder made, checked against the backend.
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidConfig`] for a maximum hold out of its range.
+    /// [`Error::InvalidConfig`] for a maximum hold out of its range or a store identity that
+    /// cannot be used.
     pub fn apply(&self, provider: LockProvider) -> Result<LockProvider> {
-        provider.with_max_hold(self.max_hold())
+        let provider = provider.with_max_hold(self.max_hold())?;
+        match self.get(&STORE_ID) {
+            Some(store_id) => provider.with_store_id(&store_id),
+            None => Ok(provider),
+        }
     }
 
     /// An [`Error::InvalidConfig`] of this backend.
@@ -243,6 +248,22 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::super::key::options_table;
     use super::*;
+
+    #[test]
+    fn store_id_is_one_setting_read_by_the_shared_code() {
+        let built = |url: &str| crate::memory::MemoryLockProvider::from_url(&StoreUrl::parse(url).unwrap());
+        let provider = built("mem://store-id?store_id=orders-db").unwrap();
+        assert_eq!(provider.store_identity().as_deref(), Some("orders-db"));
+        let lock = provider.lock("a").unwrap();
+        assert_eq!(lock.lock_id().to_string(), "orders-db#a");
+        assert_eq!(lock.store().address(), Some("orders-db"), "multi-locks order by it too");
+        let message = built("mem://store-id?store_id=a%23b").unwrap_err().to_string();
+        assert!(message.contains("store_id") && message.contains('#'), "{message}");
+        let plain = built("mem://store-id").unwrap();
+        let other = built("mem://store-id").unwrap();
+        assert_eq!(plain.store_identity(), other.store_identity(), "two clients of one store are one store");
+        assert_ne!(plain.store_identity(), built("mem://another-store").unwrap().store_identity());
+    }
 
     const LEASE: Key<Duration> = Key::new("lease", "how long a hold outlives a dead holder")
         .default(Duration::from_secs(30))

@@ -137,6 +137,72 @@ impl StoreUrl {
     pub fn shown_address(&self) -> String {
         format!("{}://{}{}", self.scheme, self.hosts, self.path)
     }
+
+    /// The store's identity, the same for every process and provider that reaches this store
+    /// at these hosts ([`LockId`](crate::LockId), and the order of
+    /// [`MultiLock`](crate::MultiLock)): `scheme://hosts/path?key=value`, never with
+    /// credentials. The TLS scheme is folded into the plain one (`rediss` is `redis`,
+    /// `etcds` is `etcd`, `postgresql` is `postgres`), host names are put in lower case,
+    /// sorted and deduplicated, the query is dropped, and `keyspace` (the settings that make
+    /// the store's key space, such as a key prefix or a schema) is appended sorted by key.
+    /// A `#`, `%`, `&` or `=` in the path or a value is percent-escaped, so the identity
+    /// never contains `#`.
+    ///
+    /// No name is resolved: `localhost` and `127.0.0.1` are two identities. Where processes
+    /// reach one store by different addresses, set the option `store_id` instead.
+    ///
+    /// ```
+    /// use lockkit_core::config::StoreUrl;
+    ///
+    /// let url = StoreUrl::parse("rediss://app:secret@H2:6379,h1:6379/0?lease=10s")?;
+    /// assert_eq!(url.identity(&[("key_prefix", "billing")]), "redis://h1:6379,h2:6379/0?key_prefix=billing");
+    /// # Ok::<(), lockkit_core::Error>(())
+    /// ```
+    pub fn identity(&self, keyspace: &[(&str, &str)]) -> String {
+        let scheme = match self.scheme.split_once('+') {
+            Some((family, variant)) => format!("{}+{variant}", plain_scheme(family)),
+            None => plain_scheme(&self.scheme).to_owned(),
+        };
+        let mut hosts: Vec<String> = self
+            .hosts
+            .split(',')
+            .map(|host| host.trim().to_ascii_lowercase())
+            .filter(|host| !host.is_empty())
+            .collect();
+        hosts.sort_unstable();
+        hosts.dedup();
+        let mut identity = format!("{scheme}://{}{}", hosts.join(","), escape_identity(&self.path));
+        let mut keyspace = keyspace.to_vec();
+        keyspace.sort_unstable();
+        for (at, (key, value)) in keyspace.iter().enumerate() {
+            let separator = if at == 0 { '?' } else { '&' };
+            identity.push_str(&format!("{separator}{}={}", escape_identity(key), escape_identity(value)));
+        }
+        identity
+    }
+}
+
+/// The plain scheme of a TLS one, and one spelling of PostgreSQL's.
+fn plain_scheme(scheme: &str) -> &str {
+    match scheme {
+        "rediss" => "redis",
+        "etcds" => "etcd",
+        "postgresql" => "postgres",
+        other => other,
+    }
+}
+
+/// `text` with the characters that would make an identity ambiguous percent-escaped.
+fn escape_identity(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '#' | '%' | '&' | '=' | '?' => escaped.push_str(&format!("%{:02X}", u32::from(c))),
+            c if c.is_control() => escaped.push_str(&format!("%{:02X}", u32::from(c))),
+            c => escaped.push(c),
+        }
+    }
+    escaped
 }
 
 impl std::fmt::Debug for StoreUrl {
@@ -169,6 +235,17 @@ fn invalid(backend: &'static str, message: impl Into<String>) -> Error {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn store_identities_fold_tls_sort_hosts_and_drop_credentials() {
+        let identity = |url: &str, keyspace: &[(&str, &str)]| StoreUrl::parse(url).unwrap().identity(keyspace);
+        assert_eq!(identity("rediss://u:secret@B:1,a:2/3?lease=1s", &[]), "redis://a:2,b:1/3");
+        assert_eq!(identity("redis://a:2,b:1/3", &[]), identity("rediss://b:1,A:2,a:2/3", &[]));
+        assert_eq!(identity("postgresql://h:5432/db", &[("schema", "s")]), "postgres://h:5432/db?schema=s");
+        assert_eq!(identity("rediss+sentinel://m/0", &[]), "redis+sentinel://m/0");
+        assert_eq!(identity("redis://h:1/0", &[("p", "x"), ("a", "#%&=")]), "redis://h:1/0?a=%23%25%26%3D&p=x");
+        assert_eq!(identity("file:///var/lock/a#b", &[]), "file:///var/lock/a%23b");
+    }
 
     #[test]
     fn urls_split_into_decoded_parts() {

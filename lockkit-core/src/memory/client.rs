@@ -46,15 +46,17 @@ impl MemoryClient {
         Ok(())
     }
 
-    /// Starts the client's one renewal task if it has a lease and the task is not running
-    /// (it may have ended with the runtime that ran it).
+    /// Starts the client's one renewal task, on lockkit's home runtime, if it has a lease and
+    /// the task is not running: renewal never depends on the runtime the client is used from.
     pub(super) fn ensure_watchdog(&self) {
         let Some(lease) = self.lease else { return };
         let mut watchdog = self.watchdog.lock().unwrap_or_else(PoisonError::into_inner);
         if watchdog.as_ref().is_some_and(|task| !task.is_finished()) {
             return;
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let Some(runtime) = crate::home::runtime() else {
+            return;
+        };
         *watchdog = Some(runtime.spawn(renew_forever(self.me.clone(), lease.renew_every)));
     }
 
@@ -107,6 +109,12 @@ impl LockBackend for MemoryClient {
 
     fn renewal_interval(&self) -> Option<Duration> {
         self.lease.map(|lease| lease.renew_every)
+    }
+
+    /// `mem://@ADDRESS`: the store (not the client) in this process, so that every client of
+    /// one store, `mem://NAME` URLs included, has one identity.
+    fn store_identity(&self) -> Option<String> {
+        Some(format!("mem://@{:x}", std::sync::Arc::as_ptr(&self.store.shared).cast::<()>() as usize))
     }
 
     async fn acquire(&self, request: AcquireRequest) -> Result<Option<Grant>> {
@@ -278,9 +286,9 @@ pub(super) struct MemoryHeld {
     pub(super) attempt: Uuid,
 }
 
-#[async_trait]
-impl HeldLock for MemoryHeld {
-    async fn release(self: Box<Self>) -> Result<()> {
+impl MemoryHeld {
+    /// Frees the hold in the store: an in-process call that never waits.
+    fn free(&self) -> Result<()> {
         if let Some(client) = self.client.upgrade() {
             client.reachable(&self.lock)?;
         }
@@ -288,6 +296,17 @@ impl HeldLock for MemoryHeld {
         let removed =
             self.store.current().remove_holders(&self.lock, |holder| holder.attempt == attempt, LossReason::RecordGone);
         if removed { Ok(()) } else { Err(Error::lost(BACKEND, &self.lock, LossReason::RecordGone)) }
+    }
+}
+
+#[async_trait]
+impl HeldLock for MemoryHeld {
+    async fn release(self: Box<Self>) -> Result<()> {
+        self.free()
+    }
+
+    fn release_at_once(&mut self) -> Option<Result<()>> {
+        Some(self.free())
     }
 
     fn downgrade(&self) -> Option<Pin<Box<dyn Future<Output = Result<()>> + Send + 'static>>> {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::BACKEND;
 use super::client::MemoryClient;
 use super::store::{Lease, MemoryStore};
-use crate::config::{self, Key, MAX_HOLD, OptionKey, Options, ProviderBuilder, StoreUrl};
+use crate::config::{self, Key, MAX_HOLD, OptionKey, Options, ProviderBuilder, STORE_ID, StoreUrl};
 #[cfg(any(test, feature = "test-util"))]
 use crate::{LockName, LossReason};
 use crate::{Result, TypedProvider};
@@ -40,7 +40,7 @@ const DRIFT: Key<Duration> = Key::new("drift", "how much earlier than the store 
     .range_said("plus renew_every, below the lease");
 
 /// The options a `mem://` URL and [`MemoryLockProviderBuilder::option`] take.
-pub const OPTIONS: &[&dyn OptionKey] = &[&LEASE, &RENEW_EVERY, &DRIFT, &MAX_HOLD];
+pub const OPTIONS: &[&dyn OptionKey] = &[&LEASE, &RENEW_EVERY, &DRIFT, &MAX_HOLD, &STORE_ID];
 
 /// Builds a [`MemoryLockProvider`]; every setting is checked by [`build`](Self::build).
 #[derive(Clone, Debug)]

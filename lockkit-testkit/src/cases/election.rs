@@ -3,7 +3,7 @@
 //! leads, cancelled campaigns that leave no trace, prompt hand-over on resign. These are the
 //! behaviours of an election beyond a lock's.
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use lockkit_core::{Election, Error, LeaderEvent, MAX_IDENTITY_LEN, Observer};
 
@@ -164,3 +164,62 @@ pub async fn bad_identities_are_refused(h: &dyn Harness) {
     }
     cx.check(cx.ok(election.leader().await, "ask who leads").is_none(), "nobody leads");
 }
+
+/// Contract 28: `since` is when the term began. A candidate that waited for a second while
+/// another led reports a `since` (to whoever asks who leads, and to observers) that is not
+/// before the previous leader resigned: not the start of its candidacy.
+pub async fn a_new_terms_since_is_not_before_the_previous_term_ended(h: &dyn Harness) {
+    let cx = Ctx::new(h, "a_new_terms_since_is_not_before_the_previous_term_ended");
+    let (a, b, c) = (cx.client().await, cx.client().await, cx.client().await);
+    if !applies(&cx, &a).await {
+        return;
+    }
+    let mut observer = cx.ok(cx.election(&c).observe(), "observe");
+    let leader_a = cx.ok(cx.election(&a).campaign("a").await, "a campaigns");
+    let election_b = cx.election(&b);
+    let campaign_b = tokio::spawn(async move { election_b.campaign("b").await });
+    cx.await_waiters(&a, 1).await;
+    // b's candidacy is a second old when a's term ends.
+    tokio::time::sleep(CANDIDACY_AGE).await;
+    let ended = SystemTime::now();
+    cx.ok(leader_a.resign().await, "a resigns");
+    let leader_b = cx.ok(
+        cx.within(h.timing().wake + h.timing().operation, "b comes to lead", campaign_b)
+            .await
+            .unwrap_or_else(|e| cx.fail("join", e)),
+        "b's campaign",
+    );
+    let not_before_the_end = |since: Option<SystemTime>, step: &str| {
+        if let Some(since) = since {
+            cx.check(
+                since + SINCE_SLACK >= ended,
+                &format!(
+                    "{step}: the term began {:?} before the previous one ended",
+                    ended.duration_since(since).unwrap_or_default()
+                ),
+            );
+        }
+    };
+    match cx.ok(cx.election(&c).leader().await, "ask who leads") {
+        Some(leader) if leader.term == leader_b.token() => not_before_the_end(leader.since, "who leads"),
+        other => cx.fail("ask who leads", format!("expected b's term {:?}, got {other:?}", leader_b.token())),
+    }
+    loop {
+        match cx.next_event(&mut observer, "the observer hears of b's term").await {
+            LeaderEvent::Elected(leader) if leader.term == leader_b.token() => {
+                not_before_the_end(leader.since, "the observer");
+                break;
+            }
+            _ => {}
+        }
+    }
+    cx.ok(leader_b.resign().await, "b resigns");
+}
+
+/// How long the next candidate waits before the leader resigns, in
+/// [`a_new_terms_since_is_not_before_the_previous_term_ended`].
+const CANDIDACY_AGE: Duration = Duration::from_secs(1);
+
+/// How far a term's `since` may lie before the end of the previous term: the store's clock
+/// and this process's may disagree a little, and times are kept to the millisecond.
+const SINCE_SLACK: Duration = Duration::from_millis(100);

@@ -16,6 +16,7 @@ pub mod multi;
 pub mod mutual_exclusion;
 pub mod reentrancy;
 pub mod release;
+pub mod runtime;
 pub mod rw_lock;
 pub mod semaphore;
 

@@ -121,7 +121,7 @@ pub async fn guard_dropped_after_its_runtime_shut_down_is_released_promptly(h: &
     let lock = cx.lock(&a);
     let bound = h.timing().operation;
     crate::panics::watch();
-    let release_thread_panics = crate::panics::on_thread(RELEASE_THREAD);
+    let home_thread_panics = crate::panics::on_thread(lockkit_core::home::THREAD_NAME);
     let thread = format!("lockkit-drop-{}", uuid::Uuid::new_v4().simple());
     let outcome = std::thread::Builder::new().name(thread.clone()).spawn(move || {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
@@ -146,13 +146,10 @@ pub async fn guard_dropped_after_its_runtime_shut_down_is_released_promptly(h: &
     freed_by_the_release(&cx, dropped_at);
     cx.check(crate::panics::on_thread(&thread) == 0, "nothing panicked, caught or not, on the dropping thread");
     cx.check(
-        crate::panics::on_thread(RELEASE_THREAD) == release_thread_panics,
-        "nothing panicked on lockkit's release thread",
+        crate::panics::on_thread(lockkit_core::home::THREAD_NAME) == home_thread_panics,
+        "nothing panicked on lockkit's home thread",
     );
 }
-
-/// The name of lockkit-core's own release thread.
-const RELEASE_THREAD: &str = "lockkit-release";
 
 /// Contract 13 and 17: a provider first used on one runtime, which then shut down, keeps
 /// working on another: its holds there are kept (renewed, for leased backends) and exclude

@@ -1,0 +1,266 @@
+//! What a fence costs: the same write fenced and unfenced, side by side in one run, with the
+//! store's own floor (a bare round trip) measured in the same run.
+//!
+//! `cargo run --release -p lockkit-fence --features postgres,redis --example fence_cost [SAMPLES]`
+//!
+//! - PostgreSQL: a transaction `BEGIN; UPDATE …; COMMIT` against the same transaction with the
+//!   fence check pipelined with the update (`PgFence::check_with`), and with the check sent
+//!   first (`check`, then the update): with the commit flushed to disk (the default) and with
+//!   `synchronous_commit = off`, where the flush no longer hides the fence's own cost.
+//! - Redis: `SET` against the fenced `SET` (one `EVALSHA`), with the server's time per call
+//!   from `INFO commandstats`.
+//!
+//! Samples of the two sides alternate, so drift on a shared machine hits both alike. The
+//! servers are the testkit's (fsync on), or `LOCKKIT_POSTGRES_URL` / `LOCKKIT_REDIS_URL`.
+
+use std::time::{Duration, Instant};
+
+use lockkit_core::{Fence, FenceMode, FencingToken, LockId, LockName};
+use lockkit_fence::postgres::{PgFence, PreparedFence};
+use lockkit_fence::redis::RedisFence;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, NoTls, Statement};
+
+type Error = Box<dyn std::error::Error>;
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), Error> {
+    let samples: usize = std::env::args().nth(1).map(|n| n.parse()).transpose()?.unwrap_or(3000);
+    let lock = LockId::new("fence-cost://bench", LockName::new("bench")?)?;
+    let fence = Fence::new(lock, FencingToken::new(1_000), FenceMode::Write);
+    println!("{samples} samples per side, alternating; times in µs\n");
+    postgres(samples, &fence).await?;
+    redis(samples, &fence).await?;
+    Ok(())
+}
+
+/// One side's latencies.
+struct Side {
+    name: &'static str,
+    times: Vec<Duration>,
+}
+
+impl Side {
+    fn new(name: &'static str, samples: usize) -> Self {
+        Self { name, times: Vec::with_capacity(samples) }
+    }
+
+    fn percentile(&self, p: f64) -> f64 {
+        let mut sorted = self.times.clone();
+        sorted.sort_unstable();
+        let at = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+        sorted.get(at).map_or(0.0, |d| d.as_secs_f64() * 1e6)
+    }
+}
+
+/// Prints each side's p50 and p99, and their ratio to `base`'s.
+fn report(title: &str, base: &Side, others: &[&Side]) {
+    println!("{title}");
+    println!("  {:<44} {:>9} {:>9} {:>8} {:>8}", "", "p50", "p99", "p50 ×", "p99 ×");
+    for side in std::iter::once(base).chain(others.iter().copied()) {
+        let (p50, p99) = (side.percentile(0.5), side.percentile(0.99));
+        let (r50, r99) = (p50 / base.percentile(0.5), p99 / base.percentile(0.99));
+        println!("  {:<44} {p50:>9.1} {p99:>9.1} {r50:>8.3} {r99:>8.3}", side.name);
+    }
+    println!();
+}
+
+async fn timed<T, E>(side: &mut Side, work: impl std::future::Future<Output = Result<T, E>>) -> Result<T, E> {
+    let start = Instant::now();
+    let outcome = work.await;
+    side.times.push(start.elapsed());
+    outcome
+}
+
+async fn postgres(samples: usize, fence: &Fence) -> Result<(), Error> {
+    let (url, _server) = match std::env::var("LOCKKIT_POSTGRES_URL") {
+        Ok(url) => (url, None),
+        Err(_) => {
+            let server = lockkit_testkit::fixture::PostgresServer::start().await?;
+            (server.url(), Some(server))
+        }
+    };
+    let (mut client, connection) = tokio_postgres::connect(&url, NoTls).await?;
+    tokio::spawn(connection);
+    client
+        .batch_execute(
+            "DROP TABLE IF EXISTS fence_cost; CREATE TABLE fence_cost (id int PRIMARY KEY, v bigint);
+             INSERT INTO fence_cost VALUES (1, 0);",
+        )
+        .await?;
+    let pg = PgFence::new();
+    pg.migrate(&client).await?;
+    let update = client.prepare("UPDATE fence_cost SET v = $1 WHERE id = 1").await?;
+    let select_one = client.prepare("SELECT 1").await?;
+    let ready = pg.prepare(&client).await?;
+    for (title, synchronous) in
+        [("PostgreSQL, commit flushed (fsync on)", "on"), ("PostgreSQL, synchronous_commit = off", "off")]
+    {
+        client.batch_execute(&format!("SET synchronous_commit = {synchronous}")).await?;
+        let mut floor = Side::new("SELECT 1 (a round trip)", samples);
+        let mut plain = Side::new("BEGIN; UPDATE; COMMIT", samples);
+        let mut piped = Side::new("BEGIN; fence + UPDATE pipelined; COMMIT", samples);
+        let mut prepared = Side::new("… with the fence prepared (PreparedFence)", samples);
+        let mut serial = Side::new("BEGIN; fence; UPDATE; COMMIT", samples);
+        for round in 0..samples + samples / 10 {
+            let keep = round >= samples / 10;
+            let mut scratch = Side::new("", 0);
+            let value = i64::try_from(round)?;
+            timed(if keep { &mut floor } else { &mut scratch }, client.query_one(&select_one, &[])).await?;
+            timed(if keep { &mut plain } else { &mut scratch }, write(&mut client, &update, value, Check::None))
+                .await?;
+            timed(
+                if keep { &mut piped } else { &mut scratch },
+                write(&mut client, &update, value, Check::Piped(&pg, fence)),
+            )
+            .await?;
+            timed(
+                if keep { &mut prepared } else { &mut scratch },
+                write(&mut client, &update, value, Check::Prepared(&ready, fence)),
+            )
+            .await?;
+            timed(
+                if keep { &mut serial } else { &mut scratch },
+                write(&mut client, &update, value, Check::First(&pg, fence)),
+            )
+            .await?;
+        }
+        report(title, &plain, &[&piped, &prepared, &serial, &floor]);
+    }
+    statements(&mut client, samples, fence).await?;
+    Ok(())
+}
+
+/// Where a fenced transaction's time goes: each statement alone, timed inside its own
+/// transaction (`synchronous_commit = off`).
+async fn statements(client: &mut Client, samples: usize, fence: &Fence) -> Result<(), Error> {
+    let pg = PgFence::new();
+    let lock = fence.lock().to_string();
+    let token = i64::try_from(fence.token().get())?;
+    let ready = pg.prepare(&*client).await?;
+    let upsert = client
+        .prepare(
+            "INSERT INTO lockkit_fence.fences AS f (resource, lock_id, highest) VALUES ($1, $2, $3)
+             ON CONFLICT (resource) DO UPDATE SET highest = excluded.highest
+             WHERE f.lock_id = excluded.lock_id AND f.highest <= excluded.highest RETURNING f.highest",
+        )
+        .await?;
+    let fence_update = client
+        .prepare("UPDATE lockkit_fence.fences SET highest = $3 WHERE resource = $1 AND lock_id = $2 AND highest <= $3")
+        .await?;
+    let update = client.prepare("UPDATE fence_cost SET v = $1 WHERE id = 1").await?;
+    let select_one = client.prepare("SELECT 1").await?;
+    let mut sides = [
+        Side::new("SELECT 1, prepared", samples),
+        Side::new("UPDATE the row, prepared", samples),
+        Side::new("the fence, one round trip unprepared (used)", samples),
+        Side::new("the fence, prepared", samples),
+        Side::new("its upsert alone, prepared, no plpgsql", samples),
+        Side::new("its UPDATE alone, prepared, no plpgsql", samples),
+    ];
+    let resource = "fence-cost";
+    for round in 0..samples + samples / 10 {
+        let keep = round >= samples / 10;
+        for (at, side) in sides.iter_mut().enumerate() {
+            let tx = client.transaction().await?;
+            let start = Instant::now();
+            match at {
+                0 => drop(tx.query(&select_one, &[]).await?),
+                1 => drop(tx.execute(&update, &[&i64::try_from(round)?]).await?),
+                2 => pg.check(&tx, resource, fence).await?,
+                3 => ready.check(&tx, resource, fence).await?,
+                4 => drop(tx.query(&upsert, &[&resource, &lock, &token]).await?),
+                _ => drop(tx.execute(&fence_update, &[&resource, &lock, &token]).await?),
+            }
+            if keep {
+                side.times.push(start.elapsed());
+            }
+            tx.commit().await?;
+        }
+    }
+    let [floor, rest @ ..] = &sides;
+    report(
+        "PostgreSQL, one statement inside a transaction (where the time goes)",
+        floor,
+        &rest.iter().collect::<Vec<_>>(),
+    );
+    Ok(())
+}
+
+/// How a benchmarked transaction is fenced.
+enum Check<'a> {
+    None,
+    /// `check_with`: the check pipelined with the update, sent unprepared.
+    Piped(&'a PgFence, &'a Fence),
+    /// `PreparedFence::check_with`.
+    Prepared(&'a PreparedFence, &'a Fence),
+    /// `check`, then the update.
+    First(&'a PgFence, &'a Fence),
+}
+
+/// One transaction updating the row, fenced as `check` says.
+async fn write(client: &mut Client, update: &Statement, value: i64, check: Check<'_>) -> Result<(), Error> {
+    let tx = client.transaction().await?;
+    let params: [&(dyn ToSql + Sync); 1] = [&value];
+    match check {
+        Check::None => {
+            tx.execute(update, &params).await?;
+        }
+        Check::Piped(pg, fence) => {
+            pg.check_with(&tx, "fence-cost", fence, tx.execute(update, &params)).await?;
+        }
+        Check::Prepared(ready, fence) => {
+            ready.check_with(&tx, "fence-cost", fence, tx.execute(update, &params)).await?;
+        }
+        Check::First(pg, fence) => {
+            pg.check(&tx, "fence-cost", fence).await?;
+            tx.execute(update, &params).await?;
+        }
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+async fn redis(samples: usize, fence: &Fence) -> Result<(), Error> {
+    let (url, _server) = match std::env::var("LOCKKIT_REDIS_URL") {
+        Ok(url) => (url, None),
+        Err(_) => {
+            let server = lockkit_testkit::fixture::RedisServer::start().await?;
+            (server.url(), Some(server))
+        }
+    };
+    let mut conn = redis::Client::open(url.as_str())?.get_multiplexed_async_connection().await?;
+    let fenced = RedisFence::new(conn.clone());
+    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(&mut conn).await?;
+    let mut floor = Side::new("PING (a round trip)", samples);
+    let mut plain = Side::new("SET", samples);
+    let mut guarded = Side::new("fenced SET (EVALSHA: check, SET, HSET)", samples);
+    for round in 0..samples + samples / 10 {
+        let keep = round >= samples / 10;
+        let mut scratch = Side::new("", 0);
+        let value = round.to_string();
+        let ping = redis::cmd("PING");
+        timed(if keep { &mut floor } else { &mut scratch }, ping.query_async::<String>(&mut conn)).await?;
+        let mut set = redis::cmd("SET");
+        set.arg("fence-cost:plain").arg(&value);
+        timed(if keep { &mut plain } else { &mut scratch }, set.query_async::<()>(&mut conn)).await?;
+        timed(if keep { &mut guarded } else { &mut scratch }, fenced.set("fence-cost:fenced", fence, &value)).await?;
+    }
+    report("Redis", &plain, &[&guarded, &floor]);
+    let stats: String = redis::cmd("INFO").arg("commandstats").query_async(&mut conn).await?;
+    let per_call = |command: &str| {
+        stats
+            .lines()
+            .find(|line| line.starts_with(&format!("cmdstat_{command}:")))
+            .and_then(|line| line.split(',').find_map(|field| field.strip_prefix("usec_per_call=")))
+            .unwrap_or("?")
+            .to_owned()
+    };
+    println!(
+        "  Redis server time per call (µs): SET {}, EVALSHA {}, PING {}",
+        per_call("set"),
+        per_call("evalsha"),
+        per_call("ping")
+    );
+    Ok(())
+}

@@ -1,0 +1,264 @@
+//! The PostgreSQL fence against a real server the testkit starts: the fence cases through
+//! `PgFencedValues` (the server crashed and restarted for behaviour 32), the check inside an
+//! application's transaction (a refusal rolls the write back), writers of one resource
+//! committing in token order, a missing migration, and the documented `psql` script.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use lockkit_core::{Fence, FenceMode, FencingToken, LockId, LockName};
+use lockkit_fence::postgres::{PgFence, PgFencedValues, STALE_SQLSTATE};
+use lockkit_fence::{FenceError, FenceSink};
+use lockkit_testkit::fixture::PostgresServer;
+use lockkit_testkit::{FaultResult, FenceHarness, Unsupported};
+use tokio_postgres::{Client, NoTls};
+
+/// A dedicated server (fsync on, `synchronous_commit` on), crashed and restarted by the
+/// restart case: committed fences must survive crash recovery.
+struct PgHarness {
+    server: tokio::sync::Mutex<PostgresServer>,
+    url: String,
+}
+
+impl PgHarness {
+    async fn start() -> Self {
+        let server = PostgresServer::start().await.unwrap_or_else(|error| panic!("PostgreSQL: {error}"));
+        Self { url: server.url(), server: tokio::sync::Mutex::new(server) }
+    }
+}
+
+async fn connect(url: &str) -> Client {
+    let (client, connection) = tokio_postgres::connect(url, NoTls).await.unwrap_or_else(|e| panic!("connect: {e}"));
+    tokio::spawn(connection);
+    client
+}
+
+#[async_trait]
+impl FenceHarness for PgHarness {
+    fn name(&self) -> String {
+        "postgres fence".to_owned()
+    }
+
+    async fn sink(&self) -> Arc<dyn FenceSink> {
+        let client = connect(&self.url).await;
+        Arc::new(PgFencedValues::open(client, PgFence::new()).await.unwrap())
+    }
+
+    async fn isolated(&self) -> Result<Arc<dyn FenceHarness>, Unsupported> {
+        Ok(Arc::new(Self::start().await))
+    }
+
+    async fn restart_store(&self) -> FaultResult {
+        let mut server = self.server.lock().await;
+        server.crash_restart().await.unwrap_or_else(|error| panic!("crash and restart PostgreSQL: {error}"));
+        Ok(())
+    }
+}
+
+lockkit_testkit::fence_conformance!(crate::PgHarness::start().await);
+
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap())
+}
+
+/// One server for the tests below (the fence cases have their own).
+async fn server() -> String {
+    static SERVER: tokio::sync::OnceCell<PostgresServer> = tokio::sync::OnceCell::const_new();
+    SERVER.get_or_init(|| async { PostgresServer::start().await.unwrap() }).await.url()
+}
+
+fn fence(name: &str, token: u64) -> Fence {
+    let lock = LockId::new("fence-tests://postgres", LockName::new(name).unwrap()).unwrap();
+    Fence::new(lock, FencingToken::new(token), FenceMode::Write)
+}
+
+fn unique(what: &str) -> String {
+    format!("{what}_{}", uuid::Uuid::new_v4().simple())
+}
+
+/// An application table with one row, and the fence migrated.
+async fn orders(client: &Client) -> String {
+    let table = unique("orders");
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE {table} (id int PRIMARY KEY, status text); INSERT INTO {table} VALUES (42, 'new');"
+        ))
+        .await
+        .unwrap();
+    PgFence::new().migrate(client).await.unwrap();
+    table
+}
+
+async fn status(client: &Client, table: &str) -> String {
+    client.query_one(&format!("SELECT status FROM {table} WHERE id = 42"), &[]).await.unwrap().get(0)
+}
+
+#[test]
+fn a_refused_check_rolls_the_application_s_write_back() {
+    runtime().block_on(async {
+        let mut client = connect(&server().await).await;
+        let table = orders(&client).await;
+        let pg = PgFence::new();
+        let update = format!("UPDATE {table} SET status = $1 WHERE id = 42");
+        let resource = unique("order");
+
+        let tx = client.transaction().await.unwrap();
+        let write = tx.execute(&update, &[&"paid"]);
+        assert_eq!(pg.check_with(&tx, &resource, &fence("o", 8), write).await.unwrap(), 1);
+        tx.commit().await.unwrap();
+
+        // A paused holder's transaction: the check is refused, the write fails with it, and the
+        // transaction cannot commit.
+        let tx = client.transaction().await.unwrap();
+        let write = tx.execute(&update, &[&"stale"]);
+        match pg.check_with(&tx, &resource, &fence("o", 7), write).await {
+            Err(FenceError::Stale { token, highest, .. }) => assert_eq!((token.get(), highest.get()), (7, 8)),
+            other => panic!("expected Stale, got {other:?}"),
+        }
+        // COMMIT of an aborted transaction rolls it back (PostgreSQL answers ROLLBACK).
+        tx.commit().await.unwrap();
+        assert_eq!(status(&client, &table).await, "paid");
+
+        // The same with the check first, then the write, as separate statements.
+        let tx = client.transaction().await.unwrap();
+        let refused = pg.check(&tx, &resource, &fence("o", 7)).await;
+        assert!(refused.as_ref().is_err_and(FenceError::is_stale), "{refused:?}");
+        drop(tx);
+        let tx = client.transaction().await.unwrap();
+        pg.check(&tx, &resource, &fence("o", 9)).await.unwrap();
+        tx.execute(&update, &[&"shipped"]).await.unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(status(&client, &table).await, "shipped");
+        let state = pg.state(&client, &resource).await.unwrap().unwrap();
+        assert_eq!(state.highest, FencingToken::new(9));
+    });
+}
+
+/// Two writers of one resource in concurrent transactions: the second waits for the first's
+/// row lock, then checks against what the first committed.
+#[test]
+fn concurrent_writers_of_one_resource_commit_in_token_order() {
+    runtime().block_on(async {
+        let url = server().await;
+        let (mut first, second) = (connect(&url).await, connect(&url).await);
+        PgFence::new().migrate(&first).await.unwrap();
+        let resource = unique("contended");
+        let pg = PgFence::new();
+        let tx = first.transaction().await.unwrap();
+        pg.check(&tx, &resource, &fence("c", 20)).await.unwrap();
+        let waiting = tokio::spawn(async move {
+            let mut second = second;
+            let tx = second.transaction().await.unwrap();
+            PgFence::new().check(&tx, &resource, &fence("c", 19)).await
+        });
+        let observer = connect(&url).await;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let waits: i64 = observer
+                .query_one("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'", &[])
+                .await
+                .unwrap()
+                .get(0);
+            if waits > 0 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the second writer never waited for the first's row lock");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tx.commit().await.unwrap();
+        let outcome = waiting.await.unwrap();
+        match outcome {
+            Err(FenceError::Stale { token, highest, .. }) => assert_eq!((token.get(), highest.get()), (19, 20)),
+            other => panic!("the second writer checks against the first's commit: {other:?}"),
+        }
+    });
+}
+
+#[test]
+fn a_missing_migration_says_what_creates_it() {
+    runtime().block_on(async {
+        let mut client = connect(&server().await).await;
+        let pg = PgFence::with_schema(&unique("never_migrated")).unwrap();
+        let tx = client.transaction().await.unwrap();
+        match pg.check(&tx, "r", &fence("m", 1)).await {
+            Err(FenceError::NotSetUp { how, .. }) => assert!(how.contains("PgFence::migrate"), "{how}"),
+            other => panic!("expected NotSetUp, got {other:?}"),
+        }
+        drop(tx);
+        assert!(matches!(pg.state(&client, "r").await, Err(FenceError::NotSetUp { .. })));
+        assert!(PgFence::with_schema("Bad-Name").unwrap_err().to_string().contains("plain identifier"));
+        let tx = client.transaction().await.unwrap();
+        let huge = Fence::new(fence("m", 1).lock().clone(), FencingToken::new(u64::MAX), FenceMode::Write);
+        assert!(matches!(PgFence::new().check(&tx, "r", &huge).await, Err(FenceError::InvalidInput { .. })));
+    });
+}
+
+/// The function refuses bad input itself, for callers in any language.
+#[test]
+fn the_sql_function_refuses_bad_input_with_its_own_sqlstate() {
+    runtime().block_on(async {
+        let client = connect(&server().await).await;
+        PgFence::new().migrate(&client).await.unwrap();
+        let long = "x".repeat(1025);
+        for (resource, lock, token, mode) in [
+            ("", "s#n", 1i64, "write"),
+            (long.as_str(), "s#n", 1, "write"),
+            ("r", "", 1, "write"),
+            ("r", "s#n", -1, "write"),
+            ("r", "s#n", 1, "append"),
+        ] {
+            let error = client
+                .query("SELECT lockkit_fence.fence($1, $2, $3, $4)", &[&resource, &lock, &token, &mode])
+                .await
+                .unwrap_err();
+            let db = error.as_db_error().unwrap();
+            assert_eq!(db.code().code(), "LKF03", "{resource:.10} {lock} {token} {mode}: {}", db.message());
+        }
+    });
+}
+
+/// The crate docs' `psql` script, as `lockkit run` would run it: the first holder's update
+/// commits; a stale token makes psql fail with the fence's SQLSTATE and changes nothing.
+#[test]
+fn the_documented_psql_script_fences_the_update() {
+    let Some(psql) =
+        ["/usr/bin/psql", "/usr/lib/postgresql/15/bin/psql"].into_iter().find(|p| std::path::Path::new(p).exists())
+    else {
+        panic!("psql not found: install it (Debian: `apt-get install postgresql-client`)");
+    };
+    runtime().block_on(async {
+        let url = server().await;
+        let client = connect(&url).await;
+        let table = orders(&client).await;
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("ship.sql");
+        std::fs::write(
+            &script,
+            format!(
+                "BEGIN;\nSELECT lockkit_fence.fence('{table}/42', :'lock_id', :token, 'write');\nUPDATE {table} SET status = :'status' WHERE id = 42;\nCOMMIT;\n"
+            ),
+        )
+        .unwrap();
+        let run = |token: u64, status: &str| {
+            let fence = fence("psql", token);
+            let mut command = std::process::Command::new(psql);
+            command.arg(&url).args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-v", "VERBOSITY=verbose"]);
+            command.arg("-v").arg(format!("lock_id={}", fence.lock()));
+            command.arg("-v").arg(format!("token={}", fence.token()));
+            command.arg("-v").arg(format!("status={status}"));
+            command.arg("-f").arg(&script);
+            command.output().unwrap()
+        };
+        let first = run(30, "shipped");
+        assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+        let stale = run(29, "stale");
+        assert!(!stale.status.success());
+        let stderr = String::from_utf8_lossy(&stale.stderr);
+        assert!(stderr.contains("stale fencing token 29") && stderr.contains(STALE_SQLSTATE), "{stderr}");
+        assert_eq!(status(&client, &table).await, "shipped");
+    });
+}
