@@ -888,8 +888,11 @@ mod tests {
             czxid,
             mzxid: czxid,
             pzxid: czxid,
-            ctime: 1_700_000_000_000,
-            mtime: 1_700_000_000_000,
+            // In 2100: a change the observer saw reports a `since` not before now
+            // (`not_before_now`), which leaves a future node time as it is, so the expected
+            // events stay exact.
+            ctime: 4_102_444_800_000,
+            mtime: 4_102_444_800_000,
             version: 0,
             cversion: 0,
             aversion: 0,
