@@ -10,9 +10,9 @@ use crate::{LockGuard, LockHandle, LockName, Result};
 /// [`LockHandle`]s on one name, [`reader`](Self::reader) and [`writer`](Self::writer), with
 /// shorthands for both; every acquisition is its own owner, as for the mutex. Every grant,
 /// read or write, carries a fencing token greater than every token issued before it for the
-/// name: a resource compares a writer's token with the highest token of any kind it has seen,
-/// and a reader's with the highest write token only (two readers may come back in either
-/// order).
+/// name: a resource refuses a writer whose token is below the highest write it accepted, and
+/// a reader when a write with a greater token was accepted (two readers may come back in
+/// either order, and a read raises nothing: `lockkit::fence`).
 ///
 /// # Behavior
 ///
