@@ -10,6 +10,9 @@
 //! `redis://…`, `zk://…`, `postgres://…`, `etcd://…`), so the store is a deployment setting;
 //! its docs list the URLs and the options each backend takes.
 //!
+//! Start with [the guide](guide): a first lock, choosing a backend, fencing end to end, the
+//! primitives, running in production, the CLI, writing a backend.
+//!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> lockkit::Result<()> {
