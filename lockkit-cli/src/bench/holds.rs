@@ -1,10 +1,12 @@
 //! The holds phase (`lockkit bench --holds N`): the cost of many holds on one provider. N
-//! locks are taken with a short lease (the backend's own URL option, from its profile), kept
-//! for three leases, then released. It reports the time to take and to release them all (and
+//! locks are taken with a short lease (the backend's own URL option, from its profile, unless
+//! the URL sets it), kept for three leases, then released. It reports the time to take and to release them all (and
 //! per hold), the renewal rounds in the window with their round trips (where the backend
 //! counts them) and the server's time per round (where the floor reads it), the client's
 //! resident memory per hold, and every hold lost: a guard whose `is_held()` went false or
-//! whose `lost()` resolved, seen by a scan of all guards every [`SCAN`].
+//! whose `lost()` resolved, seen by a scan of all guards every [`SCAN`]. One hold is broken
+//! by another client (where the backend can break a lock), and the time until its loss is
+//! seen is reported: a deleted record must be found among all the others.
 
 use std::time::{Duration, Instant};
 
@@ -36,8 +38,12 @@ impl Bench {
     /// `count` holds taken on one provider with a short lease, kept for three leases, released.
     pub(super) async fn holds(&mut self, count: u32) -> Result<(), Failure> {
         let section = "holds";
-        let lease = self.profile.short_lease();
         let raw = self.args.url.clone().unwrap_or_else(lockkit::url_from_env);
+        // The URL's own value wins over the profile's short one.
+        let lease = self.profile.short_lease().map(|(key, short)| {
+            let given = self.url.store.option(key).and_then(|text| lockkit::config::parse_duration(text).ok());
+            (key, given.unwrap_or(short))
+        });
         let url = match lease {
             Some((key, value)) => with_option(&raw, key, &duration_text(value)),
             None => raw,
@@ -62,17 +68,38 @@ impl Bench {
             Some(floor) => floor.script_totals().await,
             None => None,
         };
+        // One hold is broken by another provider: its loss must be signalled among all the
+        // others (Redis, PostgreSQL and etcd find a deleted record in their renewal round).
+        let broken = match guards.first() {
+            Some(guard) if self.provider.capabilities().break_lock => {
+                let name = guard.name().as_str().to_owned();
+                let fail = self.fail(&name, "holds: break of");
+                self.provider.break_lock(&name).await.map_err(fail)?;
+                Some(Instant::now())
+            }
+            _ => None,
+        };
+        let mut noticed = None;
         let mut lost = vec![false; guards.len()];
         let window_end = Instant::now() + window;
         loop {
             for (guard, lost) in guards.iter().zip(lost.iter_mut()) {
                 *lost |= !guard.is_held() || guard.lost().now_or_never().is_some();
             }
+            if let (Some(at), None, Some(true)) = (broken, noticed, lost.first()) {
+                noticed = Some(at.elapsed());
+            }
             let now = Instant::now();
             if now >= window_end {
                 break;
             }
             tokio::time::sleep(SCAN.min(window_end - now)).await;
+        }
+        if broken.is_some()
+            && let Some(first) = lost.first_mut()
+        {
+            // Counted apart: its loss is the one expected.
+            *first = false;
         }
         let scripts_after = match &mut self.floor {
             Some(floor) => floor.script_totals().await,
@@ -85,7 +112,7 @@ impl Bench {
         let lost = lost.iter().filter(|lost| **lost).count();
 
         let started = Instant::now();
-        self.release_all(guards).await?;
+        self.release_all(guards, broken.is_some()).await?;
         let release_time = started.elapsed();
 
         let n = f64::from(count);
@@ -134,8 +161,19 @@ impl Bench {
             }
             _ => self.report.notes.push("no /proc/self/status: memory per hold not measured".to_owned()),
         }
-        self.report.add(section, "lost", "holds lost (is_held() false or lost() fired)", lost as f64, Unit::Count);
+        let label = "holds lost (is_held() false or lost() fired), but the broken one";
+        self.report.add(section, "lost", label, lost as f64, Unit::Count);
         self.report.target("0", |v, _| v == 0.0);
+        if broken.is_some() {
+            // Not noticed within the window: the whole window, which misses the target.
+            let after = noticed.unwrap_or(window).as_secs_f64() * 1e3;
+            let label = format!("one hold broken by another client: its loss seen after (scan {SCAN:?})");
+            self.report.add(section, "broken_noticed", label, after, Unit::Millis);
+            if let Some((_, lease)) = lease {
+                let most = lease.as_secs_f64() * 1e3;
+                self.report.target(format!("≤ the lease ({lease:?})"), |v, _| v <= most);
+            }
+        }
         Ok(())
     }
 
@@ -156,12 +194,13 @@ impl Bench {
         Ok(guards)
     }
 
-    /// Releases every guard, [`IN_FLIGHT`] at a time; the release of a hold already lost may
-    /// fail.
-    async fn release_all(&self, guards: Vec<LockGuard>) -> Result<(), Failure> {
+    /// Releases every guard, [`IN_FLIGHT`] at a time; the release of a hold already lost (or
+    /// of the first, when it was broken) may fail.
+    async fn release_all(&self, guards: Vec<LockGuard>, first_broken: bool) -> Result<(), Failure> {
         let fail = self.fail(&self.name("holds/…"), "holds: release of");
-        let releases = guards.into_iter().map(|guard| {
-            let held = guard.is_held();
+        let releases = guards.into_iter().enumerate().map(|(i, guard)| {
+            // The broken hold's release fails too when its loss went unseen.
+            let held = guard.is_held() && !(first_broken && i == 0);
             async move { (held, guard.release().await) }
         });
         let mut released = futures_util::stream::iter(releases).buffer_unordered(IN_FLIGHT);
