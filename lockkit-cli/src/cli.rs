@@ -257,6 +257,12 @@ pub(crate) struct BenchArgs {
     #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub(crate) locks: u32,
 
+    /// Measure the cost of many holds instead of the other phases: N locks taken on one
+    /// provider with a short lease, kept for three leases, then released (acquire-all and
+    /// release-all time, renewal round trips, client memory per hold, any hold lost).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub(crate) holds: Option<u32>,
+
     /// Print one JSON object instead of the table: url, backend, settings, floor_kind (null: no floor), one
     /// object per phase (figures with their unit in the key, and `<figure>_ratio`),
     /// targets, notes.
@@ -318,11 +324,12 @@ mod tests {
         let cli = Cli::try_parse_from(["lockkit", "bench"]).map_err(|e| e.to_string());
         let Ok(Cli { command: Command::Bench(bench) }) = cli else { panic!("{cli:?}") };
         assert_eq!(
-            (bench.clients, bench.duration, bench.locks, bench.json),
-            (8, Duration::from_secs(5), 10_000, false)
+            (bench.clients, bench.duration, bench.locks, bench.holds, bench.json),
+            (8, Duration::from_secs(5), 10_000, None, false)
         );
         assert!(Cli::try_parse_from(["lockkit", "bench", "--clients", "1"]).is_err());
         assert!(Cli::try_parse_from(["lockkit", "bench", "--duration", "5"]).is_err());
+        assert!(Cli::try_parse_from(["lockkit", "bench", "--holds", "0"]).is_err());
     }
 
     #[test]

@@ -165,3 +165,58 @@ async fn bench_prints_a_table_by_default_and_refuses_bad_numbers() {
     let bad = run(&["bench", "--url", "mem://", "--clients", "1"], WITHIN).await;
     assert_eq!(bad.code, Some(common::USAGE), "{bad:?}");
 }
+
+/// `lockkit bench --holds N --json` on `url`.
+async fn holds_json(url: &str, holds: &str) -> Value {
+    let done = run(&["bench", "--url", url, "--holds", holds, "--json"], WITHIN).await;
+    assert_eq!(done.code, Some(0), "{done:?}");
+    serde_json::from_str(done.stdout.trim()).unwrap_or_else(|e| panic!("not one JSON object ({e}): {}", done.stdout))
+}
+
+/// The figures of the holds phase every backend reports.
+fn check_holds(json: &Value, holds: f64) {
+    assert_eq!(number(json, "holds", "holds"), holds);
+    assert_eq!(number(json, "holds", "lost"), 0.0, "no hold lost: {json:#}");
+    for key in ["acquire_all_s", "acquire_per_hold_us", "release_all_s", "release_per_hold_us"] {
+        assert!(number(json, "holds", key) > 0.0, "{key}");
+    }
+    number(json, "holds", "memory_per_hold_bytes");
+    // Within the lease (3 s where the backend has none): a deleted record is found among all.
+    let lease_ms = json["holds"]["lease_s"].as_f64().unwrap_or(3.0) * 1e3;
+    assert!(number(json, "holds", "broken_noticed_ms") <= lease_ms, "the broken hold's loss was seen: {json:#}");
+    assert!(json["uncontended"].is_null() && json["upkeep"].is_null(), "--holds runs the holds phase only");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_holds_on_redis_counts_renewal_round_trips_and_server_time() {
+    let url = RedisServer::shared().await.expect("redis-server starts").url();
+    let json = holds_json(&url, "300").await;
+    check_holds(&json, 300.0);
+    assert_eq!(number(&json, "holds", "lease_s"), 3.0, "the short lease of the Redis profile");
+    assert!(number(&json, "holds", "renewal_rounds") >= 3.0, "{json:#}");
+    assert_eq!(number(&json, "holds", "round_trips_per_round"), 1.0, "300 renewals in one pipeline");
+    assert!(number(&json, "holds", "server_time_per_round_us") > 0.0);
+    let targets = json["targets"].to_string();
+    assert!(targets.contains("holds.round_trips_per_round") && targets.contains("holds.lost"), "{targets}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_holds_on_memory_has_no_lease_and_files_are_bounded() {
+    let json = holds_json("mem://bench-holds", "200").await;
+    check_holds(&json, 200.0);
+    assert!(json["holds"]["lease_s"].is_null() && json["holds"]["renewal_rounds"].is_null(), "{json:#}");
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", dir.path().display());
+    let refused = run(&["bench", "--url", &url, "--holds", "100001"], WITHIN).await;
+    assert_eq!(refused.code, Some(common::USAGE), "{refused:?}");
+    assert!(refused.stderr.contains("--holds above 100000"), "{refused:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_holds_on_postgres_renews_every_hold_in_one_round_trip() {
+    let server = PostgresServer::shared().await.expect("PostgreSQL starts");
+    let json = holds_json(&server.url(), "300").await;
+    check_holds(&json, 300.0);
+    assert!(number(&json, "holds", "renewal_rounds") >= 3.0, "{json:#}");
+    assert_eq!(number(&json, "holds", "round_trips_per_round"), 1.0, "{json:#}");
+}

@@ -11,9 +11,9 @@
 //!   (plus a round trip), well within the contract's bound of a lease, and at once when the
 //!   provider watches that lock's deletions anyway because one of its acquisitions waits on
 //!   it (watch.rs hands every deletion it hears to [`Session::key_deleted`]). The reply lists
-//!   every key bound to the lease, about 80 bytes each: past some 50,000 holds in one provider
-//!   it outgrows the client's 4 MiB message limit, and the check finds nothing (a deletion is
-//!   then signalled only when a lock's watch hears it, or at the release).
+//!   every key bound to the lease; when the holds' keys would not fit in one reply the client
+//!   decodes (4 MiB; some 40,000 holds of short names), the check reads the holds' keys
+//!   instead, in key order, by pages of up to 3 MiB, and a key not bound to the lease is gone.
 //! - **A hold lost on its own** (its maximum hold reached) while the lease lives has its key
 //!   deleted at the next check, and again at each check until etcd answers: the lease, kept
 //!   alive by the provider's other holds, would otherwise keep the key, and a stuck holder
@@ -25,7 +25,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use etcd_client::{
-    Client, Compare, CompareOp, KvClient, LeaseKeepAliveStream, LeaseKeeper, LeaseTimeToLiveOptions, Txn, TxnOp,
+    Client, Compare, CompareOp, GetOptions, KvClient, LeaseKeepAliveStream, LeaseKeeper, LeaseTimeToLiveOptions, Txn,
+    TxnOp,
 };
 use lockkit_core::backend::{HoldSignal, lease_deadline};
 use lockkit_core::{LossReason, Result};
@@ -35,6 +36,14 @@ use tracing::Instrument;
 use crate::config::EtcdConfig;
 use crate::error::connect_error;
 use crate::watch::LockWatches;
+
+/// What one reply of the holds' check may carry, in bytes: below the client's 4 MiB limit on
+/// a message it decodes, with room for the reply's own fields.
+const REPLY_BUDGET: usize = 3 << 20;
+
+/// The bytes a key adds to a reply beyond its own (a reply of a range read carries its
+/// revisions, version and lease too).
+const KEY_OVERHEAD: usize = 48;
 
 /// How long the watchdog pauses before opening its keep-alive stream again after an error.
 const RETRY: Duration = Duration::from_millis(100);
@@ -484,20 +493,56 @@ async fn check_holds(session: &Arc<Session>) {
         }
     }
     let sent = Instant::now();
-    let options = LeaseTimeToLiveOptions::new().with_keys();
-    let reply = match tokio::time::timeout(timeout, client.lease_time_to_live(session.lease, Some(options))).await {
-        Ok(Ok(reply)) => reply,
-        Ok(Err(error)) => {
-            session.renew_token_after(&error).await;
+    let mut keys: Vec<String> = session.state().holds.values().map(|hold| hold.key.clone()).collect();
+    // One reply lists every key bound to the lease, a few bytes more than the key each: past
+    // what the client decodes (4 MiB, not settable on etcd-client's lease client) the holds'
+    // keys are read instead, in key order, by pages that fit (several round trips, each for
+    // thousands of holds; keys of others between ours come along and are skipped).
+    let listed: usize = keys.iter().map(|key| key.len() + KEY_OVERHEAD).sum();
+    let bound: std::collections::HashSet<Vec<u8>> = if listed <= REPLY_BUDGET {
+        let options = LeaseTimeToLiveOptions::new().with_keys();
+        let reply = match tokio::time::timeout(timeout, client.lease_time_to_live(session.lease, Some(options))).await {
+            Ok(Ok(reply)) => reply,
+            Ok(Err(error)) => {
+                session.renew_token_after(&error).await;
+                return;
+            }
+            Err(_) => return,
+        };
+        // A lease the server no longer knows is the watchdog's to end (its keep-alive says so).
+        if reply.ttl() <= 0 {
             return;
         }
-        Err(_) => return,
+        reply.keys().iter().cloned().collect()
+    } else {
+        keys.sort_unstable();
+        let longest = keys.iter().map(String::len).max().unwrap_or(0) + KEY_OVERHEAD;
+        let page = i64::try_from((REPLY_BUDGET / longest).max(1)).unwrap_or(i64::MAX);
+        let Some(last) = keys.last() else { return };
+        let end = format!("{last}\0");
+        let mut from = keys.first().cloned().unwrap_or_default().into_bytes();
+        let mut bound = std::collections::HashSet::new();
+        loop {
+            let options = GetOptions::new().with_range(end.clone()).with_keys_only().with_limit(page);
+            let reply = match tokio::time::timeout(timeout, client.get(from.clone(), Some(options))).await {
+                Ok(Ok(reply)) => reply,
+                Ok(Err(error)) => {
+                    session.renew_token_after(&error).await;
+                    return;
+                }
+                Err(_) => return,
+            };
+            bound.extend(reply.kvs().iter().filter(|kv| kv.lease() == session.lease).map(|kv| kv.key().to_vec()));
+            match reply.kvs().last() {
+                Some(kv) if reply.more() => {
+                    from = kv.key().to_vec();
+                    from.push(0);
+                }
+                _ => break,
+            }
+        }
+        bound
     };
-    // A lease the server no longer knows is the watchdog's to end (its keep-alive says so).
-    if reply.ttl() <= 0 {
-        return;
-    }
-    let bound: std::collections::HashSet<&[u8]> = reply.keys().iter().map(Vec::as_slice).collect();
     let gone: Vec<(String, HoldSignal)> = {
         let state = session.state();
         state

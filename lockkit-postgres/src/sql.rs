@@ -357,14 +357,24 @@ BEGIN
     o_left_ms := greatest(0, floor(extract(epoch FROM v_expires - clock_timestamp()) * 1000))::bigint;
     RETURN;
   END IF;
-  -- Every grant of a name is serialized here, and its token drawn while this is held, so
-  -- tokens of one name increase in commit order even when rows come and go.
-  PERFORM pg_advisory_xact_lock({ADVISORY_CLASS}, hashtext(p_name));
-  -- The lean path: nothing at all on the name (no holder row, live or expired, and so not
-  -- ours; no place in the queue; no candidate of an election), the owner not voided, and no
-  -- restart fence: any kind is granted, with nobody to be fair to and nothing to conflict
-  -- with. One statement instead of the nine below.
-  IF NOT EXISTS (SELECT 1 FROM {s}.locks l WHERE l.name = p_name)
+  -- Every change of a name's holders and queue is serialized here: a reader's try takes the
+  -- name's advisory lock shared, everything else (mutex, write and permit tries, releases
+  -- that hand over, abandons, downgrades, breaks, campaigns) exclusive. So a reader is never
+  -- granted beside such a change, and sees all of it (each statement here reads afresh once
+  -- the lock is held); readers beside each other touch their own rows only, and their grants
+  -- commit (a WAL flush each) together instead of one after another. A token is drawn while
+  -- this is held: tokens of one name increase in commit order but between readers, which
+  -- may come back in either order (contract 21 compares a reader with writes only).
+  IF p_kind = 'read' THEN
+    PERFORM pg_advisory_xact_lock_shared({ADVISORY_CLASS}, hashtext(p_name));
+  ELSE
+    PERFORM pg_advisory_xact_lock({ADVISORY_CLASS}, hashtext(p_name));
+  END IF;
+  -- The lean path: nothing on the name (no holder row, live or expired, and so not ours;
+  -- for a reader, no row but readers'; no place in the queue; no candidate of an election),
+  -- the owner not voided, and no restart fence: granted, with nobody to be fair to and
+  -- nothing to conflict with. One statement instead of the nine below.
+  IF NOT EXISTS (SELECT 1 FROM {s}.locks l WHERE l.name = p_name AND (p_kind <> 'read' OR l.kind <> 'read'))
      AND NOT EXISTS (SELECT 1 FROM {s}.waiters w WHERE w.name = p_name)
      AND NOT EXISTS (SELECT 1 FROM {s}.candidates c WHERE c.name = p_name)
      AND NOT EXISTS (SELECT 1 FROM {s}.voided v WHERE v.owner = p_owner)
@@ -372,9 +382,14 @@ BEGIN
     INSERT INTO {s}.locks AS l (name, owner, meta, token, since, expires_at, kind, permits)
       VALUES (p_name, p_owner, p_meta, {s}.next_token(), clock_timestamp(),
               clock_timestamp() + p_lease_ms * interval '1 millisecond', p_kind, p_permits)
+      ON CONFLICT (name, owner) DO NOTHING
       RETURNING l.token INTO o_token;
-    o_left_ms := p_lease_ms;
-    RETURN;
+    IF FOUND THEN
+      o_left_ms := p_lease_ms;
+      RETURN;
+    END IF;
+    -- Not inserted: a reader's earlier try of this owner (its reply lost, the try still
+    -- running beside this one) committed the row meanwhile; the path below answers.
   END IF;
   IF EXISTS (SELECT 1 FROM {s}.candidates c WHERE c.name = p_name AND c.expires_at > clock_timestamp()) THEN
     RAISE EXCEPTION USING ERRCODE = '{kind_conflict}',
@@ -446,17 +461,56 @@ BEGIN
     o_left_ms := greatest(1, v_fence, ceil(coalesce(least(v_left, v_ahead_left), 0.001) * 1000))::bigint;
     RETURN;
   END IF;
-  DELETE FROM {s}.locks l WHERE l.name = p_name AND l.expires_at <= clock_timestamp();
-  DELETE FROM {s}.waiters w WHERE w.name = p_name AND (w.owner = p_owner OR w.expires_at <= clock_timestamp());
+  IF p_kind = 'read' THEN
+    -- Beside other readers: only this owner's own rows (no two readers delete one row, so
+    -- none waits on another's); rows expired are left to the next exclusive change.
+    DELETE FROM {s}.waiters w WHERE w.name = p_name AND w.owner = p_owner;
+  ELSE
+    DELETE FROM {s}.locks l WHERE l.name = p_name AND l.expires_at <= clock_timestamp();
+    DELETE FROM {s}.waiters w WHERE w.name = p_name AND (w.owner = p_owner OR w.expires_at <= clock_timestamp());
+  END IF;
   INSERT INTO {s}.locks AS l (name, owner, meta, token, since, expires_at, kind, permits)
     VALUES (p_name, p_owner, p_meta, {s}.next_token(), clock_timestamp(),
             clock_timestamp() + p_lease_ms * interval '1 millisecond', p_kind, p_permits)
+    ON CONFLICT (name, owner) DO NOTHING
     RETURNING l.token INTO o_token;
-  o_left_ms := p_lease_ms;
+  IF FOUND THEN
+    o_left_ms := p_lease_ms;
+    RETURN;
+  END IF;
+  -- Not inserted: as above, an earlier try of this reader committed the row meanwhile; answered
+  -- as that try was, or tried again at once when the row expired since.
+  SELECT l.token, l.expires_at INTO v_token, v_expires FROM {s}.locks l
+    WHERE l.name = p_name AND l.owner = p_owner;
+  IF v_expires > clock_timestamp() THEN
+    o_token := v_token;
+    o_left_ms := greatest(0, floor(extract(epoch FROM v_expires - clock_timestamp()) * 1000))::bigint;
+  ELSE
+    o_left_ms := 1;
+  END IF;
 END
 $lockkit$;
 CREATE OR REPLACE FUNCTION {s}.release(p_name text, p_owner text) RETURNS boolean LANGUAGE plpgsql AS $lockkit$
+DECLARE
+  v_kind text;
 BEGIN
+  -- A reader's release with nobody queued grants nothing: it takes the name's advisory lock
+  -- shared, as readers' grants do, so that readers coming and going do not queue one behind
+  -- the other. A waiter that queued meanwhile (under the exclusive lock, before this one got
+  -- the shared lock) is told to look again: no hand-over is made under a shared lock.
+  SELECT l.kind INTO v_kind FROM {s}.locks l WHERE l.name = p_name AND l.owner = p_owner;
+  IF v_kind = 'read' AND NOT EXISTS (SELECT 1 FROM {s}.waiters q WHERE q.name = p_name) THEN
+    PERFORM pg_advisory_xact_lock_shared({ADVISORY_CLASS}, hashtext(p_name));
+    DELETE FROM {s}.locks l WHERE l.name = p_name AND l.owner = p_owner;
+    IF NOT FOUND THEN
+      RETURN false;
+    END IF;
+    PERFORM set_config('synchronous_commit', 'off', true);
+    IF EXISTS (SELECT 1 FROM {s}.waiters q WHERE q.name = p_name) THEN
+      PERFORM pg_notify('{channel}', p_name);
+    END IF;
+    RETURN true;
+  END IF;
   -- Serialized with the grants of the name: the release may grant (hand over) it.
   PERFORM pg_advisory_xact_lock({ADVISORY_CLASS}, hashtext(p_name));
   DELETE FROM {s}.locks l WHERE l.name = p_name AND l.owner = p_owner;

@@ -12,9 +12,13 @@
 //! 4. where the floor reads the server's own time (Redis), the time per acquire and per release
 //!    script ([`server_time`]);
 //! 5. held-lock upkeep: `--locks` locks held for a few renewal rounds ([`upkeep`]).
+//!
+//! With `--holds N`, the run measures the cost of many holds instead ([`holds`]): N locks on
+//! one provider with a short lease, kept for three leases, then released.
 
 mod contended;
 mod election;
+mod holds;
 mod many_locks;
 mod profile;
 mod profiles;
@@ -53,20 +57,26 @@ pub(crate) async fn bench(args: BenchArgs) -> Result<Code, Failure> {
         )
     });
     let profile = profile.unwrap_or(&profiles::Missing);
-    if let Some((most, why)) = profile.max_locks()
-        && args.locks > most
-    {
-        return Err(Failure::new(USAGE, format!("--locks above {most} on {}: {why}", url.store.scheme())));
+    if let Some((most, why)) = profile.max_locks() {
+        if args.locks > most {
+            return Err(Failure::new(USAGE, format!("--locks above {most} on {}: {why}", url.store.scheme())));
+        }
+        if args.holds.is_some_and(|holds| holds > most) {
+            return Err(Failure::new(USAGE, format!("--holds above {most} on {}: {why}", url.store.scheme())));
+        }
     }
     let floor = profile.floor(&url).await?;
     let report = Report {
         url: url.shown.clone(),
         backend,
-        settings: vec![
-            ("clients", Value::from(args.clients)),
-            ("duration_s", Value::from(args.duration.as_secs_f64())),
-            ("locks", Value::from(args.locks)),
-        ],
+        settings: match args.holds {
+            Some(holds) => vec![("holds", Value::from(holds))],
+            None => vec![
+                ("clients", Value::from(args.clients)),
+                ("duration_s", Value::from(args.duration.as_secs_f64())),
+                ("locks", Value::from(args.locks)),
+            ],
+        },
         floor: floor.as_ref().map(|f| f.describe().to_owned()),
         notes: missing.iter().cloned().collect(),
         ..Report::default()
@@ -88,17 +98,21 @@ pub(crate) async fn bench(args: BenchArgs) -> Result<Code, Failure> {
         scripts: Vec::new(),
         report,
     };
-    bench.uncontended().await?;
-    bench.contended().await?;
-    bench.shared(bench.cycle_p50).await?;
-    bench.semaphore().await?;
-    bench.election().await?;
-    // Many locks before upkeep: the allocator then already has the memory that 10,000
-    // acquisitions in flight need, and the resident memory grows by what the holds keep.
-    bench.many_locks().await?;
-    bench.script_costs().await?;
-    bench.upkeep().await?;
-    bench.server_stats().await;
+    if let Some(holds) = bench.args.holds {
+        bench.holds(holds).await?;
+    } else {
+        bench.uncontended().await?;
+        bench.contended().await?;
+        bench.shared(bench.cycle_p50).await?;
+        bench.semaphore().await?;
+        bench.election().await?;
+        // Many locks before upkeep: the allocator then already has the memory that 10,000
+        // acquisitions in flight need, and the resident memory grows by what the holds keep.
+        bench.many_locks().await?;
+        bench.script_costs().await?;
+        bench.upkeep().await?;
+        bench.server_stats().await;
+    }
     bench.clean_up().await;
     if bench.args.json {
         let mut json = bench.report.json();

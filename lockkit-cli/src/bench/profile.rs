@@ -103,12 +103,15 @@ pub(crate) trait Floor: Send {
     }
 }
 
+/// Renewal rounds and round trips of one provider so far.
+pub(crate) type Renewals = Box<dyn Fn() -> (u64, u64) + Send + Sync>;
+
 /// A provider with quick renewals for the upkeep phase, and its renewal counters.
 pub(crate) struct Upkeep {
     /// The provider the held locks are taken on.
     pub(crate) provider: LockProvider,
     /// Renewal rounds and round trips so far.
-    pub(crate) renewals: Box<dyn Fn() -> (u64, u64) + Send + Sync>,
+    pub(crate) renewals: Renewals,
     /// Reaches the store once (a health check), so that the connections are open before the
     /// resident memory is read.
     pub(crate) reach: Boxed<'static, Result<(), Failure>>,
@@ -135,6 +138,26 @@ pub(crate) trait Profile: Sync {
 
     /// What the report says about the upkeep phase of this backend.
     fn upkeep_note(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// The URL option that sets how long a hold outlives its last renewal, and the short value
+    /// the holds phase (`--holds`) gives it so that three leases pass quickly (`lease`, `3s`);
+    /// `None` for a backend whose holds have no lease.
+    fn short_lease(&self) -> Option<(&'static str, Duration)> {
+        None
+    }
+
+    /// The renewal counters (rounds, round trips) of `provider`, a provider of this backend,
+    /// where the backend counts them.
+    fn renewal_counters(&self, provider: &LockProvider) -> Option<Renewals> {
+        let _ = provider;
+        None
+    }
+
+    /// What the holds phase reports about renewals this backend does not count: how its upkeep
+    /// scales with the number of holds.
+    fn renewal_note(&self) -> Option<&'static str> {
         None
     }
 

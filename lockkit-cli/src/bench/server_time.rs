@@ -71,6 +71,11 @@ impl Bench {
 
     /// The names of every lock the run used, for the floor to remove what they left behind.
     pub(super) fn names_used(&self) -> Vec<String> {
+        if let Some(holds) = self.args.holds {
+            let mut names = vec![self.name("holds/warm")];
+            names.extend((0..holds).map(|i| self.name(&format!("holds/{i}"))));
+            return names;
+        }
         let mut names = vec![self.name("uncontended"), self.name("contended"), self.name("scripts/warm")];
         names.extend((0..SCRIPT_LOCKS).map(|i| self.name(&format!("scripts/{i}"))));
         for what in ["sequential", "concurrent", "held"] {

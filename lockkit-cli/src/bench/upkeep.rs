@@ -117,7 +117,7 @@ impl Bench {
 }
 
 /// The process's resident memory (`VmRSS` of /proc/self/status), in bytes.
-fn resident_bytes() -> Option<u64> {
+pub(super) fn resident_bytes() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let kib: u64 =
         status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;

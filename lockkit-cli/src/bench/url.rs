@@ -33,6 +33,17 @@ impl Url {
     }
 }
 
+/// `url` with its query option `key` set to `value`, replacing one the URL has (the same rule
+/// as `--lease` on `lockkit run`).
+pub(crate) fn with_option(url: &str, key: &str, value: &str) -> String {
+    let (base, query) = url.split_once('?').unwrap_or((url, ""));
+    let mut pairs: Vec<&str> =
+        query.split('&').filter(|pair| !pair.is_empty() && pair.split('=').next() != Some(key)).collect();
+    let pair = format!("{key}={value}");
+    pairs.push(&pair);
+    format!("{base}?{}", pairs.join("&"))
+}
+
 /// A short id of this run, unique enough to keep runs on one server apart.
 pub(crate) fn run_id() -> String {
     static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
@@ -54,5 +65,12 @@ mod tests {
         assert_eq!(Url::parse("mem://", "mem://").map(|url| url.backend()).ok(), Some("memory"));
         assert_eq!(Url::parse("postgresql://h/db", "").map(|url| url.backend()).ok(), Some("postgres"));
         assert_eq!(Url::parse("ftp://h", "").map(|url| url.backend()).ok(), Some("unknown"));
+    }
+
+    #[test]
+    fn an_option_is_set_or_replaced() {
+        assert_eq!(with_option("redis://h", "lease", "3s"), "redis://h?lease=3s");
+        assert_eq!(with_option("redis://h?lease=30s&fair=false", "lease", "3s"), "redis://h?fair=false&lease=3s");
+        assert_eq!(with_option("etcd://h/p?ttl=10s", "ttl", "3s"), "etcd://h/p?ttl=3s");
     }
 }

@@ -25,6 +25,17 @@ impl Profile for Etcd {
         Targets::NONE
     }
 
+    /// The TTL is whole seconds, 2 s at least.
+    fn short_lease(&self) -> Option<(&'static str, Duration)> {
+        Some(("ttl", Duration::from_secs(3)))
+    }
+
+    fn renewal_note(&self) -> Option<&'static str> {
+        Some(
+            "etcd renews the provider's one lease, not each hold: per third of the TTL, one keep-alive and one LeaseTimeToLive that lists the lease's keys (loss of a deleted key), whatever the number of holds (not counted)",
+        )
+    }
+
     fn floor<'a>(&'a self, url: &'a Url) -> Boxed<'a, Result<Option<Box<dyn Floor>>, Failure>> {
         Box::pin(async move { Ok(Some(Box::new(EtcdFloor::open(url).await?) as Box<dyn Floor>)) })
     }

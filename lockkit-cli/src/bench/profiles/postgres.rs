@@ -6,10 +6,11 @@
 
 use std::time::{Duration, Instant};
 
-use lockkit::postgres::PostgresLockProviderBuilder;
+use lockkit::LockProvider;
 use lockkit::postgres::tokio_postgres;
+use lockkit::postgres::{PostgresLockProvider, PostgresLockProviderBuilder};
 
-use crate::bench::profile::{Boxed, Floor, FloorFigure, Profile, Targets, Upkeep};
+use crate::bench::profile::{Boxed, Floor, FloorFigure, Profile, Renewals, Targets, Upkeep};
 use crate::bench::url::{Url, run_id};
 use crate::exit::{Failure, UNAVAILABLE};
 
@@ -51,6 +52,18 @@ impl Profile for Postgres {
         let reach =
             Box::pin(async move { ping.ping().await.map_err(|e| Failure::from_lock_error(&e, "upkeep: SELECT 1")) });
         Ok(Some(Upkeep { provider: provider.into(), renewals, reach }))
+    }
+
+    fn short_lease(&self) -> Option<(&'static str, Duration)> {
+        Some(("lease", Duration::from_secs(3)))
+    }
+
+    fn renewal_counters(&self, provider: &LockProvider) -> Option<Renewals> {
+        let provider = PostgresLockProvider::try_from(provider.clone()).ok()?;
+        Some(Box::new(move || {
+            let stats = provider.renewal_stats();
+            (stats.ticks, stats.round_trips)
+        }))
     }
 
     fn upkeep_note(&self) -> Option<&'static str> {

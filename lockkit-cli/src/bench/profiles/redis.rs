@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use lockkit::LockProvider;
 use lockkit::redis::{RedisLockProvider, RedisLockProviderBuilder};
 
-use crate::bench::profile::{Boxed, Floor, FloorFigure, Profile, Targets, Upkeep};
+use crate::bench::profile::{Boxed, Floor, FloorFigure, Profile, Renewals, Targets, Upkeep};
 use crate::bench::url::{Url, run_id};
 use crate::exit::{Failure, UNAVAILABLE};
 
@@ -65,6 +65,18 @@ impl Profile for Redis {
         Some(
             "Redis upkeep runs on a provider of its own with a 5 s lease renewed every 1 s, so that ticks come quickly",
         )
+    }
+
+    fn short_lease(&self) -> Option<(&'static str, Duration)> {
+        Some(("lease", Duration::from_secs(3)))
+    }
+
+    fn renewal_counters(&self, provider: &LockProvider) -> Option<Renewals> {
+        let provider = RedisLockProvider::try_from(provider.clone()).ok()?;
+        Some(Box::new(move || {
+            let stats = provider.renewal_stats();
+            (stats.ticks, stats.round_trips)
+        }))
     }
 
     fn quiet_provider(&self, url: &Url) -> Result<Option<LockProvider>, Failure> {

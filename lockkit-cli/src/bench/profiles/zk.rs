@@ -37,6 +37,18 @@ impl Profile for ZooKeeper {
         Box::pin(async move { Ok(Some(Box::new(ZkFloor::open(url).await?) as Box<dyn Floor>)) })
     }
 
+    /// The fixtures' servers accept 1 s and up; a server's default range starts at two ticks
+    /// (4 s with the default `tickTime` of 2 s), so 4 s fits both.
+    fn short_lease(&self) -> Option<(&'static str, Duration)> {
+        Some(("session_timeout", Duration::from_secs(4)))
+    }
+
+    fn renewal_note(&self) -> Option<&'static str> {
+        Some(
+            "ZooKeeper renews the session, not each hold: one ping per third of the session timeout, whatever the number of holds (not counted)",
+        )
+    }
+
     fn upkeep_note(&self) -> Option<&'static str> {
         Some(
             "ZooKeeper upkeep is one exists on the base path per third of the session timeout, whatever the number of holds; not counted here",
