@@ -277,7 +277,9 @@ async fn once(shared: &Shared, index: usize, id: u64, name: usize) -> Result<(),
     }
     match &config.sink {
         Some(target) => {
-            command.env(worker::SINK_ENV, target).env(worker::BYPASS_ENV, if config.fence_bypassed { "1" } else { "0" });
+            command
+                .env(worker::SINK_ENV, target)
+                .env(worker::BYPASS_ENV, if config.fence_bypassed { "1" } else { "0" });
         }
         None => {
             command.env_remove(worker::SINK_ENV);

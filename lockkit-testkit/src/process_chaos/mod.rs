@@ -91,8 +91,8 @@ pub use store::{StoreControl, StorePid, control};
 pub use worker::{worker_if_requested, worker_if_requested_fenced};
 
 use analysis::{State, finish, lock, now_ns};
-use schedule::Schedule;
 use resource::{Opener, final_values, opener};
+use schedule::Schedule;
 use spawn::{Worker, connected, held_names, signal, start};
 
 /// Runs the multi-process chaos run and returns its report. `connect` connects the parent to

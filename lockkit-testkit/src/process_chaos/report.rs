@@ -161,8 +161,8 @@ impl fmt::Display for ProcessChaosReport {
         if let Some(sink) = &self.sink {
             writeln!(
                 f,
-                "  through the store ({sink}{}): stale writes accepted {}, reads refused {}, writes of unknown outcome {}",
-                if self.fence_bypassed { ", fence bypassed" } else { ", fenced" },
+                "  through the store, {sink} ({}): stale writes accepted {}, reads refused {}, writes of unknown outcome {}",
+                if self.fence_bypassed { "fence bypassed" } else { "fenced" },
                 self.stale_writes_accepted,
                 self.reads_refused,
                 self.writes_unknown

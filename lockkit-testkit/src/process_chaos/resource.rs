@@ -244,7 +244,10 @@ pub(crate) async fn final_values(sink: &dyn FenceSink, names: &[String]) -> Vec<
         let read = async {
             let fence = match sink.state(name).await.map_err(|error| error.to_string())? {
                 Some(state) => {
-                    let lock: LockId = state.lock.parse().map_err(|error| format!("the fence keeps lock {:?}: {error}", state.lock))?;
+                    let lock: LockId = state
+                        .lock
+                        .parse()
+                        .map_err(|error| format!("the fence keeps lock {:?}: {error}", state.lock))?;
                     Fence::new(lock, state.highest, FenceMode::Read)
                 }
                 None => {
@@ -253,7 +256,8 @@ pub(crate) async fn final_values(sink: &dyn FenceSink, names: &[String]) -> Vec<
                     Fence::new(lock, FencingToken::new(0), FenceMode::Read)
                 }
             };
-            let value = sink.read(name, &fence).await.map_err(|error| format!("reading the final value failed: {error}"))?;
+            let value =
+                sink.read(name, &fence).await.map_err(|error| format!("reading the final value failed: {error}"))?;
             decode(value.as_deref())
         };
         finals.push(match tokio::time::timeout(CALL_TIMEOUT, read).await {
