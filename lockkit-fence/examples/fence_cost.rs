@@ -221,6 +221,28 @@ async fn write(client: &mut Client, update: &Statement, value: i64, check: Check
     Ok(())
 }
 
+/// A script of the fenced `SET`'s size that only writes: the same text length, keys and
+/// arguments, so that the gap between it and plain `SET` is the cost of a script, and the gap
+/// between it and the fenced `SET` the cost of the fence.
+fn plain_script() -> redis::Script {
+    // The fenced SET's text: the check (check.lua), a newline and the SET body (167 bytes, src/redis/mod.rs).
+    const FENCED_LEN: usize = include_str!("../src/redis/check.lua").len() + 167;
+    let body = "return redis.call('SET', KEYS[2], ARGV[4])\n";
+    let padding = "-".repeat(FENCED_LEN.saturating_sub(body.len() + 4));
+    redis::Script::new(&format!("-- {padding}\n{body}"))
+}
+
+/// The server's time per call of `command` since the last `CONFIG RESETSTAT`.
+async fn server_usec(conn: &mut redis::aio::MultiplexedConnection, command: &str) -> Result<String, Error> {
+    let stats: String = redis::cmd("INFO").arg("commandstats").query_async(conn).await?;
+    Ok(stats
+        .lines()
+        .find(|line| line.starts_with(&format!("cmdstat_{command}:")))
+        .and_then(|line| line.split(',').find_map(|field| field.strip_prefix("usec_per_call=")))
+        .unwrap_or("?")
+        .to_owned())
+}
+
 async fn redis(samples: usize, fence: &Fence) -> Result<(), Error> {
     let (url, _server) = match std::env::var("LOCKKIT_REDIS_URL") {
         Ok(url) => (url, None),
@@ -231,9 +253,13 @@ async fn redis(samples: usize, fence: &Fence) -> Result<(), Error> {
     };
     let mut conn = redis::Client::open(url.as_str())?.get_multiplexed_async_connection().await?;
     let fenced = RedisFence::new(conn.clone());
-    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(&mut conn).await?;
+    let plain_eval = plain_script();
+    let lock = fence.lock().to_string();
+    let token = fence.token().get();
+    let fence_key = fenced.fence_key("fence-cost:eval")?;
     let mut floor = Side::new("PING (a round trip)", samples);
     let mut plain = Side::new("SET", samples);
+    let mut eval = Side::new("EVALSHA of the same size, SET only (no fence)", samples);
     let mut guarded = Side::new("fenced SET (EVALSHA: check, SET, HSET)", samples);
     for round in 0..samples + samples / 10 {
         let keep = round >= samples / 10;
@@ -244,23 +270,32 @@ async fn redis(samples: usize, fence: &Fence) -> Result<(), Error> {
         let mut set = redis::cmd("SET");
         set.arg("fence-cost:plain").arg(&value);
         timed(if keep { &mut plain } else { &mut scratch }, set.query_async::<()>(&mut conn)).await?;
+        let mut call = plain_eval.prepare_invoke();
+        call.key(&fence_key).key("fence-cost:eval").arg(&lock).arg(token).arg("write").arg(&value);
+        timed(if keep { &mut eval } else { &mut scratch }, call.invoke_async::<()>(&mut conn)).await?;
         timed(if keep { &mut guarded } else { &mut scratch }, fenced.set("fence-cost:fenced", fence, &value)).await?;
     }
-    report("Redis", &plain, &[&guarded, &floor]);
-    let stats: String = redis::cmd("INFO").arg("commandstats").query_async(&mut conn).await?;
-    let per_call = |command: &str| {
-        stats
-            .lines()
-            .find(|line| line.starts_with(&format!("cmdstat_{command}:")))
-            .and_then(|line| line.split(',').find_map(|field| field.strip_prefix("usec_per_call=")))
-            .unwrap_or("?")
-            .to_owned()
-    };
-    println!(
-        "  Redis server time per call (µs): SET {}, EVALSHA {}, PING {}",
-        per_call("set"),
-        per_call("evalsha"),
-        per_call("ping")
-    );
+    report("Redis", &plain, &[&eval, &guarded, &floor]);
+
+    // Server time per call, each kind alone (commandstats counts every EVALSHA together).
+    let mut per_call = Vec::new();
+    for kind in ["SET", "EVALSHA, no fence", "fenced SET"] {
+        let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(&mut conn).await?;
+        for round in 0..samples {
+            let value = round.to_string();
+            match kind {
+                "SET" => redis::cmd("SET").arg("fence-cost:plain").arg(&value).query_async::<()>(&mut conn).await?,
+                "fenced SET" => fenced.set("fence-cost:fenced", fence, &value).await?,
+                _ => {
+                    let mut call = plain_eval.prepare_invoke();
+                    call.key(&fence_key).key("fence-cost:eval").arg(&lock).arg(token).arg("write").arg(&value);
+                    call.invoke_async::<()>(&mut conn).await?
+                }
+            }
+        }
+        let command = if kind == "SET" { "set" } else { "evalsha" };
+        per_call.push(format!("{kind} {}", server_usec(&mut conn, command).await?));
+    }
+    println!("  Redis server time per call (µs, INFO commandstats): {}", per_call.join(", "));
     Ok(())
 }

@@ -132,3 +132,28 @@ fn writers_in_several_processes_keep_the_highest() {
         assert_eq!(files.read("shared", &fence("shared", 60)).await.unwrap().unwrap(), b"60");
     });
 }
+
+/// A resource name within the fence's 1024 bytes but too long for a file name: refused with
+/// the file fence's own limit in the message, and nothing created in the directory (no
+/// temporary file, no fence file).
+#[test]
+fn a_name_too_long_for_a_file_says_the_limit_and_writes_nothing() {
+    runtime().block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let files = FileFence::new(dir.path());
+        let long = "é".repeat(150); // 300 bytes, 1,800 once escaped
+        for refused in [
+            files.replace(&long, &fence("a", 1), b"x".to_vec()).await,
+            files.append(&long, &fence("a", 1), b"x".to_vec()).await,
+        ] {
+            match refused {
+                Err(FenceError::InvalidInput { message }) => {
+                    let limit = lockkit_fence::file::MAX_FILE_NAME.to_string();
+                    assert!(message.contains(&limit), "{message}");
+                }
+                other => panic!("expected InvalidInput, got {other:?}"),
+            }
+        }
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "nothing was created");
+    });
+}

@@ -262,3 +262,58 @@ fn the_documented_psql_script_fences_the_update() {
         assert_eq!(status(&client, &table).await, "shipped");
     });
 }
+
+/// A fence whose migration never ran, or ran and lost its function: the check says what
+/// creates it, and the application's write sent with it does not land.
+#[test]
+fn a_missing_migration_writes_nothing() {
+    runtime().block_on(async {
+        let mut client = connect(&server().await).await;
+        let table = orders(&client).await;
+        let half = unique("half_migrated");
+        let half_fence = PgFence::with_schema(&half).unwrap();
+        half_fence.migrate(&client).await.unwrap();
+        client.batch_execute(&format!("DROP FUNCTION {half}.fence(text, text, bigint, text)")).await.unwrap();
+        for pg in [PgFence::with_schema(&unique("never_migrated")).unwrap(), half_fence] {
+            let tx = client.transaction().await.unwrap();
+            let update = format!("UPDATE {table} SET status = 'shipped' WHERE id = 42");
+            let refused = pg.check_with(&tx, "orders/42", &fence("m", 1), tx.execute(&update, &[])).await;
+            match refused {
+                Err(FenceError::NotSetUp { how, .. }) => {
+                    assert!(how.contains(pg.schema()) && how.contains("PgFence::migrate"), "{how}");
+                }
+                other => panic!("schema {}: expected NotSetUp, got {other:?}", pg.schema()),
+            }
+            // A commit of the aborted transaction rolls back.
+            let _ = tx.commit().await;
+            assert_eq!(status(&client, &table).await, "new", "schema {}: nothing written", pg.schema());
+        }
+    });
+}
+
+/// The SQL function, as `psql` calls it, refuses a token of another lock with its own
+/// SQLSTATE and a message naming the lock that guards the resource; the script's update does
+/// not land.
+#[test]
+fn the_sql_function_refuses_a_token_of_another_lock() {
+    runtime().block_on(async {
+        let client = connect(&server().await).await;
+        let table = orders(&client).await;
+        let resource = unique("orders/42");
+        let script = |lock: &str, token: u64, status: &str| {
+            format!(
+                "BEGIN; SELECT lockkit_fence.fence('{resource}', '{lock}', {token}, 'write'); \
+                 UPDATE {table} SET status = '{status}' WHERE id = 42; COMMIT;"
+            )
+        };
+        let (guarding, other) = (fence("a", 5).lock().to_string(), fence("b", 99).lock().to_string());
+        client.batch_execute(&script(&guarding, 5, "paid")).await.unwrap();
+        let error = client.batch_execute(&script(&other, 99, "foreign")).await.unwrap_err();
+        let _ = client.batch_execute("ROLLBACK").await;
+        let db = error.as_db_error().unwrap();
+        assert_eq!(db.code().code(), lockkit_fence::postgres::FOREIGN_LOCK_SQLSTATE, "{}", db.message());
+        assert!(db.message().contains(&guarding) && db.message().contains(&other), "{}", db.message());
+        assert!(db.hint().is_some_and(|hint| hint.contains("write it under the lock")), "{:?}", db.hint());
+        assert_eq!(status(&client, &table).await, "paid", "the foreign write changed nothing");
+    });
+}

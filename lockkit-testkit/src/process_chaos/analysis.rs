@@ -5,6 +5,8 @@
 //! and writes through the run's [`FencedSink`], the faults applied, the deaths. [`finish`]
 //! turns the holds into a [`History`] and checks it, and classifies the lost writes.
 
+mod fenced;
+
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -16,6 +18,7 @@ use super::report::ProcessChaosReport;
 use super::resource::{FencedSink, MemorySink, SinkWrite};
 use crate::history::{History, Hold, Violation};
 use crate::sync::locked;
+pub(super) use fenced::FencedLog;
 
 /// [`run_cli`](super::run_cli): a pause of `lockkit` that ended less than this before its
 /// command reported the hold may have come between the grant and the command's start, so it
@@ -80,6 +83,9 @@ pub(super) struct State {
     dead: HashMap<u64, u64>,
     /// See [`ProcessChaosConfig::restart_loses_data`].
     restart_loses_data: bool,
+    /// A fenced run ([`ProcessChaosConfig::sink`]): the writes the workers made to the store
+    /// themselves, classified at the end against the store's history.
+    pub(super) fenced: Option<FencedLog>,
     pub(super) report: ProcessChaosReport,
 }
 
@@ -115,8 +121,10 @@ impl State {
                 seed: config.seed,
                 planted_bug: config.planted_bug,
                 restart_loses_data: config.restart_loses_data,
+                fence_bypassed: config.fence_bypassed,
                 ..ProcessChaosReport::default()
             },
+            fenced: config.sink.as_ref().map(|_| FencedLog::default()),
             lease: config.lease.map(|lease| u64::try_from(lease.as_nanos()).unwrap_or(u64::MAX)),
             restart_loses_data: config.restart_loses_data,
             ..State::default()
@@ -142,6 +150,10 @@ impl State {
     pub(super) fn handle(&mut self, id: u64, line: &str) -> Option<String> {
         let mut words = line.split_whitespace();
         let verb = words.next()?;
+        if self.fenced.is_some() && matches!(verb, "write" | "wrote" | "readrefused" | "read") {
+            self.handle_fenced(id, line);
+            return None;
+        }
         let mut number = || words.next().and_then(|w| w.parse::<u64>().ok());
         match verb {
             "acquired" => {
@@ -266,6 +278,7 @@ impl State {
 
 /// Checks the recorded holds as a [`History`] and returns the report.
 pub(super) fn finish(state: &mut State, names: &[String], began: Instant) -> ProcessChaosReport {
+    fenced::analyse(state);
     let history = History::new();
     let (base_instant, base_wall) = (Instant::now(), now_ns());
     let instant = |ns: u64| {

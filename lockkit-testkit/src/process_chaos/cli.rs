@@ -32,6 +32,12 @@
 //!   counts as valid until half a lease after the fault's start, as for a pause of its
 //!   `lockkit`.
 //!
+//! A fenced run ([`run_cli_fenced`], [`ProcessChaosConfig::with_sink`]): the command writes
+//! the counter to the store itself, through the sink the test's opener returns, with the
+//! fence `lockkit run` exported (`$LOCKKIT_LOCK_ID`, `$LOCKKIT_FENCING_TOKEN`, read with
+//! `Fence::from_env`), as a real command does; the parent checks the store's history at the
+//! end, as [`run_fenced`](super::run_fenced) does.
+//!
 //! [`ProcessChaosConfig::planted_bug`] runs the writer in the background of a shell
 //! (`sh -c '"$@" & wait'`), where the parent-death signal that kills the shell does not reach
 //! it: with kills of `lockkit`, the run must then report orphans, which proves the orphan
@@ -44,15 +50,18 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lockkit_core::LockProvider;
+use lockkit_fence::{Fence, FenceSink};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 
 use super::analysis::{State, finish, lock, now_ns};
 use super::config::{ProcessChaosConfig, ProcessFault};
 use super::report::ProcessChaosReport;
+use super::resource::{Cycle, Opener, StoreWriter, opener};
 use super::schedule::Schedule;
 use super::spawn::{held_names, signal};
-use super::worker::PREFIX;
+use super::worker::{self, PREFIX};
+use super::{check_sink, failed, read_finals};
 use crate::rng::Rng;
 
 /// Set in the environment of `lockkit run` (and so of its command): the index of the name.
@@ -77,6 +86,67 @@ const ORPHAN_AFTER: Duration = Duration::from_millis(500);
 pub fn cli_writer_if_requested() {
     let Ok(index) = std::env::var(INDEX_ENV) else { return };
     std::process::exit(write(&index));
+}
+
+/// As [`cli_writer_if_requested`], for the commands of a [`run_cli_fenced`]: the writer
+/// writes to the store through the sink `open` returns (from the run's target and whether the
+/// fence is bypassed), with the fence from the environment `lockkit run` gave it.
+pub fn cli_writer_if_requested_fenced<O, OFut>(open: O)
+where
+    O: Fn(String, bool) -> OFut + Send + Sync + 'static,
+    OFut: std::future::Future<Output = Result<Arc<dyn FenceSink>, String>> + Send + 'static,
+{
+    let Ok(index) = std::env::var(INDEX_ENV) else { return };
+    let Ok(target) = std::env::var(worker::SINK_ENV) else { std::process::exit(write(&index)) };
+    let bypassed = std::env::var(worker::BYPASS_ENV).is_ok_and(|v| v == "1");
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("cli chaos writer: cannot start a runtime: {error}");
+            std::process::exit(2);
+        }
+    };
+    let code = runtime.block_on(write_fenced(&index, StoreWriter::new(opener(open), target, bypassed)));
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    std::process::exit(code);
+}
+
+/// The fenced writer: read-modify-writes through the store for a span drawn up to
+/// [`WRITER_SPAN_ENV`] (at least one), until one is refused or fails; the exit code.
+async fn write_fenced(index: &str, mut writer: StoreWriter) -> i32 {
+    let fence = match Fence::from_env() {
+        Ok(fence) => fence,
+        Err(error) => {
+            eprintln!("cli chaos writer: {error}");
+            return 2;
+        }
+    };
+    let Ok(name) = index.parse::<usize>() else {
+        eprintln!("cli chaos writer: {INDEX_ENV}={index:?} is not a number");
+        return 2;
+    };
+    let token = fence.token().get();
+    let resource = fence.lock().name().as_str().to_owned();
+    let seed = std::env::var(WRITER_SEED_ENV).ok().and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
+    let mut rng = Rng::new(seed ^ token.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    let longest = std::env::var(WRITER_SPAN_ENV).ok().and_then(|s| s.parse::<u64>().ok()).unwrap_or(200);
+    let until = Instant::now() + rng.between(Duration::ZERO, Duration::from_millis(longest));
+    if !say(&format!("pid {}", std::process::id())) || !say(&format!("acquired {index} {token} {} -", now_ns())) {
+        return 0;
+    }
+    loop {
+        let checked = now_ns();
+        match writer.cycle(name, &resource, &fence, checked, || "-".to_owned(), &mut rng).await {
+            Cycle::Written => {}
+            Cycle::Gone => return 0,
+            Cycle::Refused | Cycle::Failed => break,
+        }
+        if Instant::now() >= until {
+            break;
+        }
+    }
+    let _ = say(&format!("ended {index} {token} {} -", now_ns()));
+    0
 }
 
 /// Prints one protocol line; false when stdout is gone.
@@ -205,6 +275,16 @@ async fn once(shared: &Shared, index: usize, id: u64, name: usize) -> Result<(),
         // parent-death signal, which kills the shell only.
         command.args(["sh", "-c", "exec 3<&0; \"$@\" <&3 3<&- & wait", "sh"]);
     }
+    match &config.sink {
+        Some(target) => {
+            command
+                .env(worker::SINK_ENV, target)
+                .env(worker::BYPASS_ENV, if config.fence_bypassed { "1" } else { "0" });
+        }
+        None => {
+            command.env_remove(worker::SINK_ENV);
+        }
+    }
     let mut child = command
         .arg(&shared.writer)
         .args([config.worker_test.as_str(), "--exact", "--nocapture", "--test-threads=1"])
@@ -273,6 +353,42 @@ where
     F: FnOnce(String) -> Fut,
     Fut: std::future::Future<Output = lockkit_core::Result<LockProvider>>,
 {
+    run_cli_with(config, lockkit.as_ref(), connect, None).await
+}
+
+/// As [`run_cli`], with the counters in a real store that each command writes through a real
+/// fence ([`ProcessChaosConfig::with_sink`]), as [`run_fenced`](super::run_fenced) does for
+/// workers: `open` opens the sink; the commands must call [`cli_writer_if_requested_fenced`]
+/// with the same opener.
+pub async fn run_cli_fenced<F, Fut, O, OFut>(
+    config: ProcessChaosConfig,
+    lockkit: impl AsRef<Path>,
+    connect: F,
+    open: O,
+) -> ProcessChaosReport
+where
+    F: FnOnce(String) -> Fut,
+    Fut: std::future::Future<Output = lockkit_core::Result<LockProvider>>,
+    O: Fn(String, bool) -> OFut + Send + Sync + 'static,
+    OFut: std::future::Future<Output = Result<Arc<dyn FenceSink>, String>> + Send + 'static,
+{
+    let open = opener(open);
+    if let Err(error) = check_sink(&config, &open).await {
+        return failed(&config, error);
+    }
+    run_cli_with(config, lockkit.as_ref(), connect, Some(open)).await
+}
+
+async fn run_cli_with<F, Fut>(
+    config: ProcessChaosConfig,
+    lockkit: &Path,
+    connect: F,
+    open: Option<Opener>,
+) -> ProcessChaosReport
+where
+    F: FnOnce(String) -> Fut,
+    Fut: std::future::Future<Output = lockkit_core::Result<LockProvider>>,
+{
     let began = Instant::now();
     let run_id = format!("{:x}-{}", now_ns(), std::process::id());
     let names: Vec<String> = (0..config.names).map(|i| format!("cli-chaos/{run_id}/{i}")).collect();
@@ -286,7 +402,7 @@ where
     };
     let shared = Arc::new(Shared {
         config: config.clone(),
-        lockkit: lockkit.as_ref().to_path_buf(),
+        lockkit: lockkit.to_path_buf(),
         writer,
         names: names.clone(),
         state: Arc::clone(&state),
@@ -403,6 +519,9 @@ where
     }
 
     let orphans = held_names(connect, &config, &names).await;
+    if let Some(open) = &open {
+        read_finals(&config, open, &names, &state).await;
+    }
     let mut state = lock(&state);
     match orphans {
         Ok(held) => state.report.orphans.extend(held),

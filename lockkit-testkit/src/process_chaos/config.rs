@@ -88,6 +88,15 @@ pub struct ProcessChaosConfig {
     pub restart_loses_data: bool,
     /// A label for the report (the backend and its settings).
     pub label: String,
+    /// The store the workers write to through a real fence, as the test's opener understands
+    /// it (a PostgreSQL URL, a Redis URL, a directory): set, the workers read and write the
+    /// counters themselves, through the [`FenceSink`](lockkit_fence::FenceSink) the opener
+    /// returns, and the parent checks the store's own history at the end (see
+    /// [`run_fenced`](super::run_fenced)); unset, the counters live in the parent.
+    pub sink: Option<String>,
+    /// The planted bug of a fenced run: the opener is asked for a sink that bypasses the
+    /// fence (a plain write); the run must then report stale writes accepted.
+    pub fence_bypassed: bool,
 }
 
 impl ProcessChaosConfig {
@@ -109,6 +118,8 @@ impl ProcessChaosConfig {
             planted_bug: false,
             store: None,
             restart_loses_data: false,
+            sink: None,
+            fence_bypassed: false,
         }
     }
 
@@ -203,6 +214,21 @@ impl ProcessChaosConfig {
                 self.faults.push(*kind);
             }
         }
+    }
+
+    /// Makes the workers write through a real fence to `target` (see the field
+    /// [`sink`](Self::sink)); run it with [`run_fenced`](super::run_fenced) or
+    /// [`run_cli_fenced`](super::run_cli_fenced).
+    pub fn with_sink(mut self, target: impl Into<String>) -> Self {
+        self.sink = Some(target.into());
+        self
+    }
+
+    /// Plants the fenced run's bug: the fence bypassed (see the field
+    /// [`fence_bypassed`](Self::fence_bypassed)).
+    pub fn with_fence_bypassed(mut self, bypassed: bool) -> Self {
+        self.fence_bypassed = bypassed;
+        self
     }
 
     /// Sets the report's label.

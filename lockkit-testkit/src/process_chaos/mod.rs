@@ -82,14 +82,16 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lockkit_core::LockProvider;
+use lockkit_fence::FenceSink;
 
-pub use cli::{cli_writer_if_requested, run_cli};
+pub use cli::{cli_writer_if_requested, cli_writer_if_requested_fenced, run_cli, run_cli_fenced};
 pub use config::{ProcessChaosConfig, ProcessFault, SECS_ENV, SEED_ENV};
 pub use report::ProcessChaosReport;
 pub use store::{StoreControl, StorePid, control};
-pub use worker::worker_if_requested;
+pub use worker::{worker_if_requested, worker_if_requested_fenced};
 
 use analysis::{State, finish, lock, now_ns};
+use resource::{Opener, final_values, opener};
 use schedule::Schedule;
 use spawn::{Worker, connected, held_names, signal, start};
 
@@ -97,6 +99,71 @@ use spawn::{Worker, connected, held_names, signal, start};
 /// the store by URL (to find orphans at the end); the workers connect through
 /// [`worker_if_requested`].
 pub async fn run<F, Fut>(config: ProcessChaosConfig, connect: F) -> ProcessChaosReport
+where
+    F: FnOnce(String) -> Fut,
+    Fut: Future<Output = lockkit_core::Result<LockProvider>>,
+{
+    run_with(config, connect, None).await
+}
+
+/// Runs the multi-process chaos run with the counters in a real store, written through a real
+/// fence by the workers themselves ([`ProcessChaosConfig::with_sink`]), and returns its report.
+/// `open` opens the sink from the config's target and whether the fence is bypassed (the
+/// planted bug, [`ProcessChaosConfig::with_fence_bypassed`]); the workers must call
+/// [`worker_if_requested_fenced`] with the same opener. The parent opens the sink once before
+/// the workers start (so that a sink that cannot open, or a missing migration, fails the run
+/// at once) and again at the end to read the final values. The report then also counts
+/// **stale writes accepted** (must be 0) and reads refused; lost writes are found in the
+/// store's own history (see the fenced analysis in the module's source, `analysis/fenced.rs`).
+pub async fn run_fenced<F, Fut, O, OFut>(config: ProcessChaosConfig, connect: F, open: O) -> ProcessChaosReport
+where
+    F: FnOnce(String) -> Fut,
+    Fut: Future<Output = lockkit_core::Result<LockProvider>>,
+    O: Fn(String, bool) -> OFut + Send + Sync + 'static,
+    OFut: Future<Output = Result<Arc<dyn FenceSink>, String>> + Send + 'static,
+{
+    let open = opener(open);
+    if let Err(error) = check_sink(&config, &open).await {
+        return failed(&config, error);
+    }
+    run_with(config, connect, Some(open)).await
+}
+
+/// A report of a run that could not start.
+fn failed(config: &ProcessChaosConfig, error: String) -> ProcessChaosReport {
+    let mut report = State::new(config).report;
+    report.errors.push(error);
+    report
+}
+
+/// Opens the sink of a fenced run once, as the workers will.
+async fn check_sink(config: &ProcessChaosConfig, open: &Opener) -> Result<(), String> {
+    let Some(target) = config.sink.clone() else {
+        return Err("a fenced run needs ProcessChaosConfig::with_sink".to_owned());
+    };
+    open(target.clone(), config.fence_bypassed)
+        .await
+        .map(drop)
+        .map_err(|error| format!("cannot open the sink of {target}: {error}"))
+}
+
+/// Reads the final values of a fenced run into its state (a sink opened anew: the store may
+/// have been restarted under the first).
+async fn read_finals(config: &ProcessChaosConfig, open: &Opener, names: &[String], state: &Arc<Mutex<State>>) {
+    let Some(target) = config.sink.clone() else { return };
+    let finals = match open(target.clone(), config.fence_bypassed).await {
+        Ok(sink) => {
+            lock(state).report.sink = Some(sink.name().to_owned());
+            final_values(sink.as_ref(), names).await
+        }
+        Err(error) => names.iter().map(|_| Err(format!("cannot open the sink of {target}: {error}"))).collect(),
+    };
+    if let Some(log) = lock(state).fenced.as_mut() {
+        log.finals = finals;
+    }
+}
+
+async fn run_with<F, Fut>(config: ProcessChaosConfig, connect: F, open: Option<Opener>) -> ProcessChaosReport
 where
     F: FnOnce(String) -> Fut,
     Fut: Future<Output = lockkit_core::Result<LockProvider>>,
@@ -211,6 +278,9 @@ where
         }
     };
 
+    if let Some(open) = &open {
+        read_finals(&config, open, &names, &state).await;
+    }
     let mut state = lock(&state);
     state.report.orphans = orphans;
     finish(&mut state, &names, began)

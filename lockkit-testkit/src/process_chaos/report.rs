@@ -63,6 +63,19 @@ pub struct ProcessChaosReport {
     pub orphans: Vec<String>,
     /// Problems of the run itself (a worker that did not start, a signal that failed).
     pub errors: Vec<String>,
+    /// A fenced run: the sink the workers wrote through (`postgres`, `redis`, `file`, or the
+    /// test's bypassing sink's name).
+    pub sink: Option<String>,
+    /// A fenced run whose fence was bypassed (the planted bug).
+    pub fence_bypassed: bool,
+    /// A fenced run: writes the store accepted although a write with a greater token had been
+    /// acknowledged before they were sent. A fence refuses them: must be 0.
+    pub stale_writes_accepted: u64,
+    /// A fenced run: reads the store refused as stale (a newer holder had written).
+    pub reads_refused: u64,
+    /// A fenced run: writes whose outcome is unknown (the store failed or did not answer in
+    /// time) and that the store's history does not hold.
+    pub writes_unknown: u64,
 }
 
 impl ProcessChaosReport {
@@ -76,14 +89,15 @@ impl ProcessChaosReport {
         self.faults.get(&ProcessFault::RestartStore).copied().unwrap_or(0)
     }
 
-    /// Whether the run passed: no violation, no lost write, no orphan, no error, and at least
-    /// one write made (what a restart of a store that loses data excuses by design left
+    /// Whether the run passed: no violation, no lost write, no stale write accepted, no
+    /// orphan, no error, and at least one write made (what a restart of a store that loses data excuses by design left
     /// out).
     pub fn is_ok(&self) -> bool {
         self.violations.is_empty()
             && self.lost_writes == 0
             && self.orphans.is_empty()
             && self.errors.is_empty()
+            && self.stale_writes_accepted == 0
             && self.writes_accepted > 0
     }
 
@@ -144,6 +158,16 @@ impl fmt::Display for ProcessChaosReport {
             self.lost_writes,
             self.orphans.len()
         )?;
+        if let Some(sink) = &self.sink {
+            writeln!(
+                f,
+                "  through the store, {sink} ({}): stale writes accepted {}, reads refused {}, writes of unknown outcome {}",
+                if self.fence_bypassed { "fence bypassed" } else { "fenced" },
+                self.stale_writes_accepted,
+                self.reads_refused,
+                self.writes_unknown
+            )?;
+        }
         if self.restart_loses_data {
             writeln!(
                 f,

@@ -45,7 +45,11 @@ pub(super) fn start(
     state: &Arc<Mutex<State>>,
 ) -> Result<Worker, String> {
     let exe = std::env::current_exe().map_err(|error| format!("cannot find the test binary: {error}"))?;
-    let mut child = Command::new(exe)
+    let mut command = Command::new(exe);
+    if let Some(target) = &config.sink {
+        command.env(worker::SINK_ENV, target).env(worker::BYPASS_ENV, if config.fence_bypassed { "1" } else { "0" });
+    }
+    let mut child = command
         .args([config.worker_test.as_str(), "--exact", "--nocapture", "--test-threads=1"])
         .env(worker::ID_ENV, id.to_string())
         .env(worker::URL_ENV, &config.url)

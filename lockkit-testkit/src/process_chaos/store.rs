@@ -4,7 +4,9 @@
 //! beside the rest of its schedule.
 //!
 //! The kit implements the hook for its fixtures behind a `tokio::sync::Mutex` (the run holds
-//! the store for the length of a fault): [`RedisServer`] (a restart is the fixture's, stop
+//! the store for the length of a fault): [`PostgresServer`] (a pause stops the postmaster and
+//! every backend; a restart is a fast shutdown, which keeps every committed write, and a
+//! start), [`RedisServer`] (a restart is the fixture's, stop
 //! and start at once; without persistence the restarted server is empty), [`ZkServer`]
 //! (standalone: the same, its data directory kept) and [`ZkEnsemble`] (one member, drawn,
 //! paused, or stopped for the drawn time and started again; the run waits until it rejoined).
@@ -17,7 +19,7 @@ use async_trait::async_trait;
 use super::analysis::{State, lock, now_ns};
 use super::config::ProcessFault;
 use super::spawn::signal;
-use crate::fixture::{RedisServer, ZkEnsemble, ZkServer};
+use crate::fixture::{PostgresServer, RedisServer, ZkEnsemble, ZkServer};
 
 /// The store's control, for the store faults of a run. `pick` is a number drawn from the
 /// seed: a store of several members chooses the member with it (a single server ignores it).
@@ -78,6 +80,23 @@ impl StoreControl for tokio::sync::Mutex<RedisServer> {
 
     /// The fixture's restart: `SIGTERM`, then started again at once on the same port and
     /// directory (`down` is not used: the stop and the start take their own time).
+    async fn restart(&self, _pick: u64, _down: Duration) -> Result<(), String> {
+        self.lock().await.restart().await.map_err(|error| error.to_string())
+    }
+}
+
+#[async_trait]
+impl StoreControl for tokio::sync::Mutex<PostgresServer> {
+    async fn pause(&self, _pick: u64) -> Result<(), String> {
+        self.lock().await.pause().map_err(|error| error.to_string())
+    }
+
+    async fn resume(&self, _pick: u64) -> Result<(), String> {
+        self.lock().await.resume().map_err(|error| error.to_string())
+    }
+
+    /// The fixture's restart: a fast shutdown (every committed write kept), then started
+    /// again at once on the same port and cluster (`down` is not used).
     async fn restart(&self, _pick: u64, _down: Duration) -> Result<(), String> {
         self.lock().await.restart().await.map_err(|error| error.to_string())
     }
@@ -177,7 +196,8 @@ pub(crate) async fn apply(
 }
 
 /// The control of a fixture the run owns from now on (it is stopped when the run's config
-/// is dropped): `control(server)` for a [`RedisServer`], [`ZkServer`] or [`ZkEnsemble`].
+/// is dropped): `control(server)` for a [`PostgresServer`], [`RedisServer`], [`ZkServer`] or
+/// [`ZkEnsemble`].
 pub fn control<S>(store: S) -> Arc<dyn StoreControl>
 where
     tokio::sync::Mutex<S>: StoreControl + 'static,

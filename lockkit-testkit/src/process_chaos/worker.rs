@@ -11,6 +11,10 @@
 //! - `write NAME TOKEN COUNTER CHECKED VALID`, answered with `ok` or `stale`
 //! - `ended NAME TOKEN END VALID`
 //!
+//! In a fenced run ([`ProcessChaosConfig::sink`](super::ProcessChaosConfig::sink)) the worker
+//! reads and writes the store itself ([`StoreWriter`]) and says `write`, `wrote` and
+//! `readrefused` lines instead of asking.
+//!
 //! End of stdin tells the worker to release what it holds and exit.
 
 use std::future::Future;
@@ -18,8 +22,11 @@ use std::io::Write;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use lockkit_core::{AcquireOptions, LockGuard, LockProvider, Wait};
+use lockkit_fence::FenceSink;
+use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
+use super::resource::{Cycle, Opener, StoreWriter, opener};
 use crate::rng::Rng;
 
 /// The prefix of every protocol line a worker prints.
@@ -34,6 +41,10 @@ pub(crate) const NAMES_ENV: &str = "LOCKKIT_PROCESS_CHAOS_NAMES";
 pub(crate) const SEED_ENV: &str = "LOCKKIT_PROCESS_CHAOS_WORKER_SEED";
 /// Set to `1` to plant the bug: the worker ignores its guard's deadline.
 pub(crate) const PLANTED_ENV: &str = "LOCKKIT_PROCESS_CHAOS_PLANTED";
+/// A fenced run: the sink's target (the test's opener knows what it means).
+pub(crate) const SINK_ENV: &str = "LOCKKIT_PROCESS_CHAOS_SINK";
+/// A fenced run: set to `1` when the fence is bypassed (the planted bug).
+pub(crate) const BYPASS_ENV: &str = "LOCKKIT_PROCESS_CHAOS_BYPASS";
 
 /// Nanoseconds since the Unix epoch at `at` (a comparable clock across the processes of one
 /// machine).
@@ -55,6 +66,8 @@ struct Spec {
     names: Vec<String>,
     seed: u64,
     planted: bool,
+    /// A fenced run: the sink's target and whether the fence is bypassed.
+    sink: Option<(String, bool)>,
 }
 
 impl Spec {
@@ -68,6 +81,9 @@ impl Spec {
                 names: var(NAMES_ENV)?.split(',').map(str::to_owned).collect(),
                 seed: var(SEED_ENV)?.parse().map_err(|_| format!("{SEED_ENV} is not a number"))?,
                 planted: std::env::var(PLANTED_ENV).is_ok_and(|v| v == "1"),
+                sink: std::env::var(SINK_ENV)
+                    .ok()
+                    .map(|target| (target, std::env::var(BYPASS_ENV).is_ok_and(|v| v == "1"))),
             })
         };
         Some(parse())
@@ -81,6 +97,29 @@ impl Spec {
 /// names, with the function that connects to a store by URL (`lockkit::connect`), so that the
 /// worker reaches every backend the test binary has.
 pub fn worker_if_requested<F, Fut>(connect: F)
+where
+    F: FnOnce(String) -> Fut,
+    Fut: Future<Output = lockkit_core::Result<LockProvider>>,
+{
+    worker_main(connect, None);
+}
+
+/// As [`worker_if_requested`], for the workers of a [`run_fenced`](super::run_fenced): `open`
+/// opens the sink the worker writes through, from the run's
+/// [`sink`](super::ProcessChaosConfig::sink) target and whether the fence is bypassed (the
+/// planted bug: a sink whose writes skip the fence). The worker opens it on its first write,
+/// and again after a failure (a restarted store).
+pub fn worker_if_requested_fenced<F, Fut, O, OFut>(connect: F, open: O)
+where
+    F: FnOnce(String) -> Fut,
+    Fut: Future<Output = lockkit_core::Result<LockProvider>>,
+    O: Fn(String, bool) -> OFut + Send + Sync + 'static,
+    OFut: Future<Output = Result<std::sync::Arc<dyn FenceSink>, String>> + Send + 'static,
+{
+    worker_main(connect, Some(opener(open)));
+}
+
+fn worker_main<F, Fut>(connect: F, open: Option<Opener>)
 where
     F: FnOnce(String) -> Fut,
     Fut: Future<Output = lockkit_core::Result<LockProvider>>,
@@ -102,7 +141,17 @@ where
     };
     let code = runtime.block_on(async move {
         match connect(spec.url.clone()).await {
-            Ok(provider) => work(&spec, &provider).await,
+            Ok(provider) => {
+                let writer = match (&spec.sink, open) {
+                    (None, _) => None,
+                    (Some((target, bypassed)), Some(open)) => Some(StoreWriter::new(open, target.clone(), *bypassed)),
+                    (Some(_), None) => {
+                        eprintln!("process chaos worker {}: a fenced run needs worker_if_requested_fenced", spec.id);
+                        return 2;
+                    }
+                };
+                work(&spec, &provider, writer).await
+            }
             Err(error) => {
                 eprintln!("process chaos worker {}: cannot connect to {}: {error}", spec.id, spec.url);
                 3
@@ -114,7 +163,7 @@ where
 }
 
 /// Prints one protocol line; false when stdout is gone.
-fn say(line: &str) -> bool {
+pub(super) fn say(line: &str) -> bool {
     let mut out = std::io::stdout().lock();
     writeln!(out, "{PREFIX}{line}").and_then(|()| out.flush()).is_ok()
 }
@@ -153,7 +202,7 @@ fn deadline(guard: &LockGuard, planted: bool) -> String {
 }
 
 /// The worker's loop; returns the exit code.
-async fn work(spec: &Spec, provider: &LockProvider) -> i32 {
+async fn work(spec: &Spec, provider: &LockProvider, mut writer: Option<StoreWriter>) -> i32 {
     let mut handles = Vec::new();
     for name in &spec.names {
         match provider.lock(name) {
@@ -170,6 +219,10 @@ async fn work(spec: &Spec, provider: &LockProvider) -> i32 {
         return 0;
     }
     loop {
+        // A fenced worker asks nothing: the end of stdin is its only message.
+        if writer.is_some() && matches!(input.try_recv(), Err(TryRecvError::Disconnected)) {
+            return 0;
+        }
         let index = usize::try_from(rng.below(handles.len() as u64)).unwrap_or(0);
         let Some(handle) = handles.get(index) else { return 3 };
         let options = AcquireOptions::default().with_wait(Wait::Timeout(Duration::from_secs(3)));
@@ -197,6 +250,23 @@ async fn work(spec: &Spec, provider: &LockProvider) -> i32 {
                 break;
             }
             let checked = wall_ns(Instant::now());
+            if let Some(writer) = writer.as_mut() {
+                let fence = guard.fence();
+                let valid = || deadline(&guard, spec.planted);
+                match writer.cycle(index, &spec.names[index], &fence, checked, valid, &mut rng).await {
+                    Cycle::Written => {}
+                    Cycle::Refused | Cycle::Failed => break,
+                    Cycle::Gone => {
+                        stop = true;
+                        break;
+                    }
+                }
+                if matches!(input.try_recv(), Err(TryRecvError::Disconnected)) {
+                    stop = true;
+                    break;
+                }
+                continue;
+            }
             let Some(answer) = ask(&mut input, &format!("read {index} {token}")).await else {
                 stop = true;
                 break;

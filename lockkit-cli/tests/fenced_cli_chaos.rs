@@ -1,0 +1,108 @@
+//! The multi-process chaos run through the `lockkit` command, writing to PostgreSQL through
+//! the SQL function (lockkit-testkit's `process_chaos::run_cli_fenced`): K `lockkit run`
+//! processes whose command (this test binary re-run as a writer) reads
+//! `$LOCKKIT_LOCK_ID` and `$LOCKKIT_FENCING_TOKEN` and sends what a `psql` script would, one
+//! simple query per transaction:
+//!
+//! ```sql
+//! BEGIN;
+//! SELECT lockkit_fence.fence('NAME', :'lock_id', :token, 'write');
+//! INSERT INTO cli_counters … ON CONFLICT (resource) DO UPDATE …;
+//! COMMIT;
+//! ```
+//!
+//! (tokio-postgres's simple query protocol, as `psql` uses it, rather than `psql` itself: the
+//! writer must also speak the run's protocol on its standard streams). `lockkit` and its
+//! command are paused and killed, PostgreSQL (which holds the locks, lease 1 s, and the
+//! counters) is paused. The report must show 0 stale writes accepted and 0 lost
+//! writes; the same schedule without the `SELECT lockkit_fence.fence(…)` must show stale
+//! writes landing. Each test takes about 20 s.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod fenced_sinks;
+
+use std::time::Duration;
+
+use lockkit::LockProvider;
+use lockkit_testkit::fixture::PostgresServer;
+use lockkit_testkit::process_chaos::{self, ProcessChaosConfig, ProcessChaosReport, ProcessFault};
+
+/// The test every command runs: nothing unless a `lockkit run` of the run started it.
+const WRITER: &str = "fenced_cli_writer";
+
+/// The lease: short, so that pauses of `lockkit` of up to two leases outlive it.
+const LEASE: Duration = Duration::from_secs(1);
+
+/// The faults drawn: a kind listed three times is drawn three times as often.
+const FAULTS: [ProcessFault; 7] = [
+    ProcessFault::Pause,
+    ProcessFault::Pause,
+    ProcessFault::Pause,
+    ProcessFault::Kill,
+    ProcessFault::PauseCommand,
+    ProcessFault::KillCommand,
+    ProcessFault::PauseStore,
+];
+
+/// The seed of both runs.
+const SEED: u64 = 0x32c;
+
+async fn connect(url: String) -> lockkit::Result<LockProvider> {
+    lockkit::connect(&url).await
+}
+
+#[test]
+fn fenced_cli_writer() {
+    process_chaos::cli_writer_if_requested_fenced(fenced_sinks::open);
+}
+
+/// Pauses and kills of `lockkit` and of its command, PostgreSQL paused, 20 s of faults unless
+/// the environment says otherwise.
+async fn config(bypassed: bool) -> ProcessChaosConfig {
+    let server = PostgresServer::start().await.unwrap_or_else(|error| panic!("{error}"));
+    let url = server.url();
+    let mut config = ProcessChaosConfig::from_env(SEED, format!("{url}?lease={}ms", LEASE.as_millis()), WRITER)
+        .with_lease(LEASE)
+        .with_pause(LEASE / 2, LEASE * 2)
+        .with_sink(format!("{}{url}", fenced_sinks::SQL_PREFIX))
+        .with_fence_bypassed(bypassed)
+        .with_store(process_chaos::control(server))
+        // Pauses of lockkit (its command writes on while nothing renews the lease) drawn three
+        // times as often as each other fault; the store paused, not restarted (the process
+        // run restarts it: here each restart holds grants back for a lease, and the
+        // `lockkit run`s waiting meanwhile time out).
+        .with_faults(FAULTS)
+        .with_label("lockkit run, postgres locks (lease 1s), SQL function");
+    if std::env::var(process_chaos::SECS_ENV).is_err() {
+        config.duration = Duration::from_secs(20);
+    }
+    config
+}
+
+async fn run(config: ProcessChaosConfig) -> ProcessChaosReport {
+    let report =
+        process_chaos::run_cli_fenced(config, env!("CARGO_BIN_EXE_lockkit"), connect, fenced_sinks::open).await;
+    println!("{report}");
+    report
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_cli_chaos_on_postgres() {
+    let report = run(config(false).await).await;
+    report.assert_ok();
+    assert_eq!((report.stale_writes_accepted, report.lost_writes), (0, 0), "{report}");
+    assert!(report.pauses_outliving_lease > 0, "no pause of lockkit outlived the lease:\n{report}");
+    assert!(report.writes_refused + report.reads_refused > 0, "the fence refused nothing:\n{report}");
+}
+
+/// The planted bug: the same schedule, the commands' `SELECT lockkit_fence.fence(…)` left out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fenced_cli_run_catches_a_bypassed_fence() {
+    let mut config = config(true).await;
+    config.seed = SEED;
+    let report = run(config).await;
+    assert!(report.stale_writes_accepted > 0, "the stale writes went unnoticed:\n{report}");
+    assert_eq!(report.writes_refused, 0, "a bypassed fence refuses nothing:\n{report}");
+    assert!(!report.is_ok(), "{report}");
+}
