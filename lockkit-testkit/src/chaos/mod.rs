@@ -61,9 +61,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-pub use config::{ChaosConfig, FaultKind, Primitive};
+pub use config::{ChaosConfig, FaultKind, Primitive, ScheduledFault};
 pub use report::ChaosReport;
-pub use schedule::{ScheduledFault, schedule};
+pub use schedule::schedule;
 
 use crate::harness::{Harness, TestClient};
 use crate::rng::Rng;
