@@ -65,7 +65,8 @@ use crate::keyspace::{Keyspace, Suspects};
 use crate::settings::Settings;
 use crate::store::connection::Store;
 use crate::store::kinds::{AcquireReply, Contender, HoldTarget, Kind, QueueMark, Queueing, candidate_owner};
-use crate::subscriber::{Handover, Interest, Subscriber, Woken};
+use crate::subscriber::{Interest, Subscriber};
+use crate::wake::{Handover, Woken};
 use crate::watchdog::Watchdog;
 
 /// How often a waiter polls while its wake-ups cannot be trusted (subscriber down).

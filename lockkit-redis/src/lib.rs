@@ -116,6 +116,7 @@ mod sentinel;
 mod settings;
 mod store;
 mod subscriber;
+mod wake;
 mod watchdog;
 
 pub use config::{
