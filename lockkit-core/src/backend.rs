@@ -40,6 +40,8 @@ use uuid::Uuid;
 
 pub use futures_core::Stream;
 
+pub use crate::backoff::Backoff;
+pub use crate::observer_task::{OUTBOX_CAPACITY, ObserverTask, Outbox, observer_task};
 pub use crate::options::Deadline;
 pub use crate::signal::{HoldSignal, deadline_after, lease_deadline};
 use crate::{Capabilities, Error, FencingToken, HoldKind, LeaderEvent, LockName, Result};

@@ -8,7 +8,7 @@ use std::time::Instant;
 use tracing::Instrument;
 
 use crate::backend::HeldLock;
-use crate::handle::HandleInner;
+use crate::handle_inner::HandleInner;
 use crate::metrics::HoldClock;
 use crate::release::Release;
 use crate::{Error, FencingToken, HoldKind, HoldSignal, HoldWatcher, LockName, LossReason, Result};

@@ -11,11 +11,11 @@ use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
-use crate::backend::{AcquireRequest, Deadline, Grant, HeldLock, LockBackend, deadline_after};
+use crate::backend::{AcquireRequest, Deadline, Grant, LockBackend, deadline_after};
 use crate::guard::Hold;
+use crate::handle_inner::HandleInner;
 use crate::metrics::{AcquireTimer, Labels, Outcome};
 use crate::provider::{Policy, check_max_hold};
-use crate::release::{Release, Releases};
 use crate::{AcquireOptions, Error, HoldKind, LockGuard, LockId, LockName, Result, StoreId, Wait};
 
 /// A handle on one named lock: a cheap, cloneable factory of acquisitions.
@@ -48,67 +48,6 @@ use crate::{AcquireOptions, Error, HoldKind, LockGuard, LockId, LockName, Result
 #[derive(Clone)]
 pub struct LockHandle {
     inner: Arc<HandleInner>,
-}
-
-pub(crate) struct HandleInner {
-    backend: Arc<dyn LockBackend>,
-    backend_name: &'static str,
-    lock: LockName,
-    kind: HoldKind,
-    /// Releases of this handle's guards still in flight.
-    releases: Arc<Releases>,
-    /// The provider's settings.
-    policy: Arc<Policy>,
-    /// The labels of this handle's metrics.
-    labels: Labels,
-}
-
-impl HandleInner {
-    pub(crate) fn name(&self) -> &LockName {
-        &self.lock
-    }
-
-    pub(crate) fn kind(&self) -> &HoldKind {
-        &self.kind
-    }
-
-    pub(crate) fn backend_name(&self) -> &'static str {
-        self.backend_name
-    }
-
-    pub(crate) fn labels(&self) -> &Labels {
-        &self.labels
-    }
-
-    /// The identity of this handle's lock: the store's identity (the provider's `store_id`,
-    /// else the backend's) and the name. A backend with neither gets one made of its name and
-    /// the client's identity in this process.
-    pub(crate) fn lock_id(&self) -> LockId {
-        let store = self.store_identity().unwrap_or_else(|| format!("{}://@{:x}", self.backend_name, self.instance()));
-        LockId::lossy(&store, self.lock.clone())
-    }
-
-    fn store_identity(&self) -> Option<String> {
-        self.policy.store_identity(&*self.backend)
-    }
-
-    /// The client's identity in this process (never its content).
-    fn instance(&self) -> usize {
-        Arc::as_ptr(&self.backend).cast::<()>() as usize
-    }
-
-    /// Names the store in a connection or store error of this backend.
-    pub(crate) fn describe(&self, error: Error) -> Error {
-        error.with_server(self.backend.address().as_deref())
-    }
-
-    /// Starts freeing a hold of this handle: the returned [`Release`] runs it inline when
-    /// awaited and finishes it in the background when dropped unfinished. The handle's next
-    /// acquisition waits for it.
-    pub(crate) fn start_release(&self, held: Box<dyn HeldLock>) -> Release {
-        let span = tracing::info_span!("lockkit.release", backend = self.backend_name, lock = %self.lock);
-        Release::new(held, Arc::clone(&self.backend), self.releases.begin(), span)
-    }
 }
 
 impl LockHandle {
@@ -363,7 +302,7 @@ mod tests {
     use async_trait::async_trait;
 
     use super::*;
-    use crate::backend::LockInfo;
+    use crate::backend::{HeldLock, LockInfo};
     use crate::{Capabilities, FencingToken, HoldSignal, LockProvider};
 
     /// Grants with a lease that has already run out for its first `expired` grants (as if the

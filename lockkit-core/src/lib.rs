@@ -97,6 +97,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod backend;
+mod backoff;
 mod capabilities;
 pub mod config;
 mod election;
@@ -104,6 +105,7 @@ mod error;
 pub mod fence;
 mod guard;
 mod handle;
+mod handle_inner;
 pub mod home;
 mod kind;
 mod lock;
@@ -111,6 +113,7 @@ pub mod memory;
 pub mod metrics;
 mod multi;
 mod name;
+mod observer_task;
 mod options;
 mod provider;
 mod release;

@@ -28,7 +28,7 @@ pub(crate) fn to_error(error: etcd_client::Error, lock: Option<&LockName>) -> Er
         _ if is_shedding(&error) => Error::connection(BACKEND, lock, error),
         // An expired or outdated authentication token: the session authenticates again
         // (session.rs), after which the request passes.
-        _ if crate::session::is_token_refused(&error) => Error::connection(BACKEND, lock, error),
+        _ if is_token_refused(&error) => Error::connection(BACKEND, lock, error),
         // The HTTP/2 connection ended under the request (hyper's GOAWAY "too_many_internal_resets",
         // ENHANCE_YOUR_CALM, comes as ResourceExhausted): a new connection serves the retry.
         E::GRpcStatus(status) if status.message().starts_with("h2 protocol error") => {
@@ -43,6 +43,17 @@ pub(crate) fn to_error(error: etcd_client::Error, lock: Option<&LockName>) -> Er
 /// answers, and trying again after a pause succeeds once its backlog drains.
 pub(crate) fn is_shedding(error: &etcd_client::Error) -> bool {
     matches!(error, etcd_client::Error::GRpcStatus(status) if status.message().contains("too many requests"))
+}
+
+/// Whether etcd refused a request for the client's authentication token rather than for what
+/// it asks: the token expired (etcd forgets a simple token unused for `--auth-token-ttl`, 300 s
+/// by default, and a JWT at its expiry: `etcdserver: invalid auth token`), or it predates a
+/// change of users or roles (`etcdserver: revision of auth store is old`). The request was
+/// not applied; a new token cures both. (`Session::token_refused` in session.rs adds the refusal of a
+/// request sent without a token while a renewal was under way.)
+pub(crate) fn is_token_refused(error: &etcd_client::Error) -> bool {
+    matches!(error, etcd_client::Error::GRpcStatus(status)
+        if status.message().contains("invalid auth token") || status.message().contains("revision of auth store is old"))
 }
 
 /// The error for members that did not answer in time.

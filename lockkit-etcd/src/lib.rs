@@ -73,11 +73,15 @@
 //! repository: `src/guide/backends/etcd.md`).
 
 mod access;
+mod acquire;
 mod backend;
+mod client;
 mod config;
 mod election;
 mod error;
+mod held;
 mod observe;
+mod pending;
 mod provider;
 mod queue;
 mod session;

@@ -30,35 +30,28 @@
 //!
 //! # The task
 //!
-//! The stream starts one task, at its first poll, on the runtime that polls it; the task
-//! handles the watch's events as they come (so the order is kept even when the consumer is
-//! slow) and queues the events for the consumer, up to [`OUTBOX_CAPACITY`]; a consumer further
-//! behind gets a gap and the current state instead of the oldest events. Dropping the stream
-//! aborts the task, which cancels its watch. A task that ends with its runtime is started
-//! again by the next poll, on that poll's runtime, and goes on from the revision the view had
-//! reached (the view outlives the task): etcd replays what passed meanwhile, so that is no gap
-//! either, unless those revisions were compacted.
+//! The stream runs one task, core's observer plumbing
+//! ([`observer_task`](lockkit_core::backend::observer_task)): it handles the watch's events as
+//! they come and queues them for the consumer (a consumer far behind gets a gap and the
+//! current state). Dropping the stream aborts the task, which cancels its watch. A task that
+//! ends with its runtime is started again by the next poll and goes on from the revision the
+//! view had reached (the view outlives the task): etcd replays what passed meanwhile, so that
+//! is no gap either, unless those revisions were compacted.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::task::{Context, Poll, Waker};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use etcd_client::{Client, EventType, GetOptions, SortOrder, SortTarget, WatchOptions};
-use futures_core::Stream;
-use lockkit_core::backend::LeaderEvents;
+use lockkit_core::backend::{Backoff, LeaderEvents, Outbox, observer_task};
+use lockkit_core::sync::lock_or_recover;
 use lockkit_core::{Error, LeaderEvent, LockName, Result};
-use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use crate::BACKEND;
-use crate::backend::EtcdBackend;
+use crate::client::EtcdBackend;
 use crate::election::leader_of;
 use crate::error::{to_error, unreachable};
-
-/// How many events wait for a slow consumer before they give way to a gap and the state.
-pub(crate) const OUTBOX_CAPACITY: usize = 256;
 
 /// The first pause before the observer tries again after a failure.
 const FIRST_PAUSE: Duration = Duration::from_millis(50);
@@ -68,17 +61,11 @@ const MAX_PAUSE: Duration = Duration::from_secs(2);
 
 /// The changes of leader of election `lock`, followed through `backend`'s clients.
 pub(crate) fn observe(backend: Arc<EtcdBackend>, lock: LockName) -> LeaderEvents {
-    Box::pin(Observation { backend, lock, outbox: None, task: None, progress: Arc::default() })
-}
-
-/// The stream the consumer holds: the outbox of the task that follows the election.
-struct Observation {
-    backend: Arc<EtcdBackend>,
-    lock: LockName,
-    outbox: Option<Arc<Outbox>>,
-    task: Option<JoinHandle<()>>,
-    /// What the tasks learnt so far, kept for the next task when one ends with its runtime.
-    progress: Arc<Mutex<Progress>>,
+    // What the tasks learnt so far, kept for the next task when one ends with its runtime.
+    let progress: Arc<Mutex<Progress>> = Arc::default();
+    observer_task(BACKEND, lock.clone(), move |outbox| {
+        Box::pin(follow(Arc::clone(&backend), lock.clone(), outbox, Arc::clone(&progress)))
+    })
 }
 
 /// The view of the election and whether a gap is owed: what a task hands on to the next.
@@ -92,132 +79,7 @@ struct Progress {
 
 /// Locks `progress`.
 fn lock_progress(progress: &Mutex<Progress>) -> MutexGuard<'_, Progress> {
-    // Nothing panics while holding this lock; recover the data if something ever did.
-    progress.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-impl Observation {
-    /// Starts the task on lockkit's home runtime, which never depends on the caller's.
-    fn start(&mut self) -> Result<Arc<Outbox>> {
-        let runtime = lockkit_core::home::runtime().ok_or_else(|| {
-            Error::connection(BACKEND, Some(&self.lock), "no Tokio runtime is running")
-                .with_context("observe the election")
-        })?;
-        let outbox = Arc::new(Outbox::default());
-        let closer = CloseOnDrop(Arc::clone(&outbox));
-        let progress = Arc::clone(&self.progress);
-        let task = follow(Arc::clone(&self.backend), self.lock.clone(), Arc::clone(&outbox), closer, progress);
-        self.task = Some(runtime.spawn(task));
-        self.outbox = Some(Arc::clone(&outbox));
-        Ok(outbox)
-    }
-}
-
-impl Stream for Observation {
-    type Item = Result<LeaderEvent>;
-
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = self.get_mut();
-        // At most one new task per poll: a runtime that drops every task it is given (one
-        // shutting down) must not make this spin.
-        let mut restarted = false;
-        loop {
-            let outbox = match this.outbox.clone() {
-                Some(outbox) => outbox,
-                None => match this.start() {
-                    Ok(outbox) => outbox,
-                    Err(error) => return Poll::Ready(Some(Err(error))),
-                },
-            };
-            let mut state = outbox.state();
-            if let Some(item) = state.events.pop_front() {
-                return Poll::Ready(Some(item));
-            }
-            if !state.closed {
-                state.waker = Some(cx.waker().clone());
-                return Poll::Pending;
-            }
-            drop(state);
-            // The task ended with the runtime it ran on: follow again from here, from the
-            // revision the view had reached.
-            this.outbox = None;
-            this.task = None;
-            if restarted {
-                let error =
-                    Error::connection(BACKEND, Some(&this.lock), "the runtime of the observer's task shut down")
-                        .with_context("observe the election");
-                return Poll::Ready(Some(Err(error)));
-            }
-            tracing::debug!(backend = BACKEND, lock = %this.lock, "the observer's task ended with its runtime; starting it again here");
-            restarted = true;
-        }
-    }
-}
-
-impl Drop for Observation {
-    fn drop(&mut self) {
-        if let Some(task) = self.task.take() {
-            task.abort();
-        }
-    }
-}
-
-/// What the task hands the consumer.
-#[derive(Default)]
-struct Outbox {
-    state: Mutex<OutboxState>,
-}
-
-#[derive(Default)]
-struct OutboxState {
-    events: VecDeque<Result<LeaderEvent>>,
-    /// The last state handed out (an `Elected` or `Vacant`), for a consumer that falls behind.
-    current: Option<LeaderEvent>,
-    /// Set when the task is gone.
-    closed: bool,
-    waker: Option<Waker>,
-}
-
-impl Outbox {
-    fn state(&self) -> MutexGuard<'_, OutboxState> {
-        // Nothing panics while holding this lock; recover the data if something ever did.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn push(&self, item: Result<LeaderEvent>) {
-        let mut state = self.state();
-        if let Ok(event @ (LeaderEvent::Elected(_) | LeaderEvent::Vacant)) = &item {
-            state.current = Some(event.clone());
-        }
-        if state.events.len() >= OUTBOX_CAPACITY {
-            // The consumer is far behind: what it missed is a gap; the state now follows.
-            tracing::debug!(backend = BACKEND, "an observer fell {OUTBOX_CAPACITY} events behind; it gets a gap");
-            state.events.clear();
-            state.events.push_back(Ok(LeaderEvent::Gap));
-            if let Some(current) = state.current.clone() {
-                state.events.push_back(Ok(current));
-            }
-        } else {
-            state.events.push_back(item);
-        }
-        if let Some(waker) = state.waker.take() {
-            waker.wake();
-        }
-    }
-}
-
-/// Closes the outbox when the task is dropped (aborted, or with its runtime), even before its
-/// first poll.
-struct CloseOnDrop(Arc<Outbox>);
-
-impl Drop for CloseOnDrop {
-    fn drop(&mut self) {
-        let mut state = self.0.state();
-        state.closed = true;
-        if let Some(waker) = state.waker.take() {
-            waker.wake();
-        }
-    }
+    lock_or_recover(progress)
 }
 
 /// What the head of the view stood for when it was last handed out.
@@ -347,26 +209,18 @@ enum WatchEnd {
 }
 
 /// The task: follows the election until the stream is dropped.
-async fn follow(
-    backend: Arc<EtcdBackend>,
-    lock: LockName,
-    outbox: Arc<Outbox>,
-    closer: CloseOnDrop,
-    progress: Arc<Mutex<Progress>>,
-) {
-    let _closer = closer;
+async fn follow(backend: Arc<EtcdBackend>, lock: LockName, outbox: Arc<Outbox>, progress: Arc<Mutex<Progress>>) {
     let span = tracing::debug_span!("lockkit.etcd.observe", lock = %lock);
     async move {
         let prefix = backend.config.lock_prefix(&lock);
-        let mut pause = FIRST_PAUSE;
+        let mut backoff = Backoff::new(FIRST_PAUSE, MAX_PAUSE);
         loop {
             let client = match backend.client().await {
                 Ok(client) => client,
                 Err(error) => {
-                    tracing::debug!(backend = BACKEND, %error, ?pause, "the observer has no client; trying again");
+                    tracing::debug!(backend = BACKEND, %error, pause = ?backoff.peek(), "the observer has no client; trying again");
                     outbox.push(Err(error));
-                    tokio::time::sleep(pause).await;
-                    pause = pause.saturating_mul(2).min(MAX_PAUSE);
+                    backoff.pause().await;
                     continue;
                 }
             };
@@ -385,10 +239,9 @@ async fn follow(
                         revision
                     }
                     Err(error) => {
-                        tracing::debug!(backend = BACKEND, %error, ?pause, "the observer cannot read the election; trying again");
+                        tracing::debug!(backend = BACKEND, %error, pause = ?backoff.peek(), "the observer cannot read the election; trying again");
                         outbox.push(Err(error));
-                        tokio::time::sleep(pause).await;
-                        pause = pause.saturating_mul(2).min(MAX_PAUSE);
+                        backoff.pause().await;
                         continue;
                     }
                 },
@@ -399,18 +252,16 @@ async fn follow(
                     let mut progress = lock_progress(&progress);
                     progress.view = None;
                     progress.gap = true;
-                    pause = FIRST_PAUSE;
+                    backoff.reset();
                 }
                 WatchEnd::Broken => {
                     tracing::debug!(backend = BACKEND, after, "the observer's watch broke; watching again from where it was");
-                    tokio::time::sleep(pause).await;
-                    pause = pause.saturating_mul(2).min(MAX_PAUSE);
+                    backoff.pause().await;
                 }
                 WatchEnd::Failed(error) => {
-                    tracing::debug!(backend = BACKEND, %error, ?pause, "the observer cannot watch; trying again");
+                    tracing::debug!(backend = BACKEND, %error, pause = ?backoff.peek(), "the observer cannot watch; trying again");
                     outbox.push(Err(error));
-                    tokio::time::sleep(pause).await;
-                    pause = pause.saturating_mul(2).min(MAX_PAUSE);
+                    backoff.pause().await;
                 }
             }
         }
@@ -487,19 +338,7 @@ mod tests {
     use super::*;
 
     fn drain(outbox: &Outbox) -> Vec<LeaderEvent> {
-        outbox.state().events.drain(..).map(|item| item.unwrap()).collect()
-    }
-
-    #[test]
-    fn a_consumer_far_behind_gets_a_gap_and_the_state_now() {
-        let outbox = Outbox::default();
-        for _ in 0..(OUTBOX_CAPACITY + 10) {
-            outbox.push(Ok(LeaderEvent::Vacant));
-        }
-        let events = drain(&outbox);
-        assert_eq!(events.first(), Some(&LeaderEvent::Gap));
-        assert_eq!(events.last(), Some(&LeaderEvent::Vacant));
-        assert!(events.len() <= OUTBOX_CAPACITY);
+        outbox.take_ready().into_iter().map(|item| item.unwrap()).collect()
     }
 
     fn candidate(name: &str) -> Vec<u8> {
@@ -532,7 +371,7 @@ mod tests {
 
     #[test]
     fn every_change_of_the_head_is_handed_out_once_in_revision_order() {
-        let outbox = Outbox::default();
+        let outbox = Outbox::new(BACKEND);
         let mut view = View::read(&[], 1);
         view.settle(true, &outbox);
         // a leads; b queues behind it (no change); a goes: b leads; b goes: nobody.
@@ -545,7 +384,7 @@ mod tests {
 
     #[test]
     fn the_writes_of_one_revision_are_one_change() {
-        let outbox = Outbox::default();
+        let outbox = Outbox::new(BACKEND);
         let mut view = View::read(&[], 1);
         view.apply([put(2, "a", candidate("a")), put(3, "b", candidate("b")), put(4, "c", candidate("c"))], &outbox);
         drain(&outbox);
@@ -559,7 +398,7 @@ mod tests {
 
     #[test]
     fn a_mutex_key_at_the_head_means_nobody_leads() {
-        let outbox = Outbox::default();
+        let outbox = Outbox::new(BACKEND);
         let mut view = View::read(&[], 1);
         let mutex = crate::election::record_for(uuid::Uuid::new_v4(), &lockkit_core::HoldKind::Exclusive);
         view.apply([put(2, "m", mutex.into_bytes())], &outbox);
@@ -570,7 +409,7 @@ mod tests {
 
     #[test]
     fn an_empty_view_is_vacant() {
-        let outbox = Outbox::default();
+        let outbox = Outbox::new(BACKEND);
         let mut view = View::read(&[], 5);
         view.settle(true, &outbox);
         view.settle(false, &outbox);

@@ -4,7 +4,7 @@ use lockkit_core::config::{ConnectFuture, Scheme, StoreUrl};
 use lockkit_core::{LockName, LockProvider, Result, TypedProvider};
 
 use crate::BACKEND;
-use crate::backend::EtcdBackend;
+use crate::client::EtcdBackend;
 use crate::config::EtcdLockProviderBuilder;
 
 /// The `etcd` scheme: `etcd://[user:password@]host:port[,host:port…][/prefix][?option=value&…]`,

@@ -34,7 +34,7 @@ use tokio::runtime::Handle;
 use tracing::Instrument;
 
 use crate::config::EtcdConfig;
-use crate::error::connect_error;
+use crate::error::{connect_error, is_token_refused};
 use crate::watch::LockWatches;
 
 /// What one reply of the holds' check may carry, in bytes: below the client's 4 MiB limit on
@@ -441,17 +441,6 @@ async fn watchdog(session: Weak<Session>, mut keeper: LeaseKeeper, mut stream: L
             }
         }
     }
-}
-
-/// Whether etcd refused a request for the client's authentication token rather than for what
-/// it asks: the token expired (etcd forgets a simple token unused for `--auth-token-ttl`, 300 s
-/// by default, and a JWT at its expiry: `etcdserver: invalid auth token`), or it predates a
-/// change of users or roles (`etcdserver: revision of auth store is old`). The request was
-/// not applied; a new token cures both. ([`Session::token_refused`] adds the refusal of a
-/// request sent without a token while a renewal was under way.)
-pub(crate) fn is_token_refused(error: &etcd_client::Error) -> bool {
-    matches!(error, etcd_client::Error::GRpcStatus(status)
-        if status.message().contains("invalid auth token") || status.message().contains("revision of auth store is old"))
 }
 
 /// Whether a hold lost for `reason` may still have its key in the store, bound to a lease that

@@ -9,24 +9,15 @@ mod support;
 
 use std::time::Duration;
 
-use lockkit_testkit::chaos::{self, ChaosConfig, FaultKind};
+use lockkit_testkit::chaos::{self, ChaosConfig};
 use support::EtcdHarness;
 
-/// Every kind of fault but stopping one member of a replicated store (there is one member).
-const FAULTS: [FaultKind; 6] = [
-    FaultKind::Cut,
-    FaultKind::Blackhole,
-    FaultKind::Latency,
-    FaultKind::Kill,
-    FaultKind::PauseStore,
-    FaultKind::RestartStore,
-];
-
-#[test]
-fn chaos_on_one_member() {
-    lockkit_testkit::runtime().block_on(async {
-        let harness = EtcdHarness::dedicated().await;
-        let config = ChaosConfig::new(0).with_duration(Duration::from_secs(20)).with_faults(&FAULTS);
-        chaos::check(&harness, config.with_label("one member"), &[23]).await;
-    });
-}
+lockkit_testkit::chaos_test!(
+    chaos_on_one_member,
+    harness: EtcdHarness::dedicated().await,
+    config: ChaosConfig::new(0)
+        .with_duration(Duration::from_secs(20))
+        .with_faults(&chaos::SINGLE_SERVER_FAULTS)
+        .with_label("one member"),
+    seeds: [23],
+);

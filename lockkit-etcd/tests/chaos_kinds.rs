@@ -9,45 +9,27 @@ mod support;
 
 use std::time::Duration;
 
-use lockkit_testkit::chaos::{self, ChaosConfig, FaultKind, Primitive};
+use lockkit_testkit::chaos::{self, ChaosConfig, Primitive};
 use support::EtcdHarness;
-use tokio::sync::Mutex;
 
-/// One chaos run at a time in this test binary.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::const_new(());
+lockkit_testkit::chaos_test!(
+    chaos_read_write_locks_on_one_member,
+    harness: EtcdHarness::dedicated().await,
+    config: ChaosConfig::new(0)
+        .with_duration(Duration::from_secs(20))
+        .with_faults(&chaos::SINGLE_SERVER_FAULTS)
+        .with_primitive(Primitive::ReadWrite)
+        .with_label("one member"),
+    seeds: [23],
+);
 
-/// Every kind of fault but stopping one member of a replicated store (there is one member).
-const FAULTS: [FaultKind; 6] = [
-    FaultKind::Cut,
-    FaultKind::Blackhole,
-    FaultKind::Latency,
-    FaultKind::Kill,
-    FaultKind::PauseStore,
-    FaultKind::RestartStore,
-];
-
-#[test]
-fn chaos_read_write_locks_on_one_member() {
-    lockkit_testkit::runtime().block_on(async {
-        let _turn = ONE_AT_A_TIME.lock().await;
-        let harness = EtcdHarness::dedicated().await;
-        let config = ChaosConfig::new(0)
-            .with_duration(Duration::from_secs(20))
-            .with_faults(&FAULTS)
-            .with_primitive(Primitive::ReadWrite);
-        chaos::check(&harness, config.with_label("one member"), &[23]).await;
-    });
-}
-
-#[test]
-fn chaos_semaphores_of_three_on_one_member() {
-    lockkit_testkit::runtime().block_on(async {
-        let _turn = ONE_AT_A_TIME.lock().await;
-        let harness = EtcdHarness::dedicated().await;
-        let config = ChaosConfig::new(0)
-            .with_duration(Duration::from_secs(20))
-            .with_faults(&FAULTS)
-            .with_primitive(Primitive::Semaphore(3));
-        chaos::check(&harness, config.with_label("one member"), &[24]).await;
-    });
-}
+lockkit_testkit::chaos_test!(
+    chaos_semaphores_of_three_on_one_member,
+    harness: EtcdHarness::dedicated().await,
+    config: ChaosConfig::new(0)
+        .with_duration(Duration::from_secs(20))
+        .with_faults(&chaos::SINGLE_SERVER_FAULTS)
+        .with_primitive(Primitive::Semaphore(3))
+        .with_label("one member"),
+    seeds: [24],
+);

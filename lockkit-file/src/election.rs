@@ -33,7 +33,7 @@ use tokio::sync::Notify;
 use tokio::sync::futures::OwnedNotified;
 use tracing::Instrument;
 
-use crate::backend::run_blocking;
+use crate::blocking::run_blocking;
 use crate::journal::{self, Change, Journal};
 use crate::lockfile::{self, FenceLock, Probe};
 use crate::names::LockFiles;

@@ -125,12 +125,18 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;
+mod blocking;
+mod checker;
+mod config;
 mod election;
+mod held;
 mod journal;
 mod lockfile;
 mod names;
+mod open_hold;
 mod provider;
 mod record;
+mod take;
 mod wakeups;
 mod watch;
 

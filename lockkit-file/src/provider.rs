@@ -10,7 +10,8 @@ use lockkit_core::config::{
 use lockkit_core::{Error, LockName, LockProvider, Result, TypedProvider};
 
 use crate::BACKEND;
-use crate::backend::{FileBackend, Settings};
+use crate::checker::FileBackend;
+use crate::config::Settings;
 use crate::names::LockFiles;
 
 /// The first pause of a waiter between two tries, by default.
@@ -141,7 +142,7 @@ impl FileLockProvider {
     #[cfg(feature = "test-util")]
     #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
     pub fn split_downgrades(&self, split: Option<(Duration, bool)>) {
-        let split = split.map(|(pause, gate)| crate::backend::SplitDowngrade { pause, gate });
+        let split = split.map(|(pause, gate)| crate::config::SplitDowngrade { pause, gate });
         self.backend().split_downgrades(split);
     }
 

@@ -15,50 +15,44 @@ mod support;
 
 use std::time::Duration;
 
-use lockkit_testkit::chaos::{self, ChaosConfig, FaultKind, Primitive};
+use lockkit_testkit::chaos::{ChaosConfig, FaultKind, Primitive};
 use support::FileHarness;
 
-#[test]
-fn chaos_under_contention() {
-    lockkit_testkit::runtime().block_on(async {
-        let harness = FileHarness::temporary();
-        let config = ChaosConfig::new(0).with_duration(Duration::from_secs(10)).with_faults(&FaultKind::CLIENT);
-        chaos::check(&harness, config, &[31]).await;
-    });
-}
+lockkit_testkit::chaos_test!(
+    chaos_under_contention,
+    harness: FileHarness::temporary(),
+    config: ChaosConfig::new(0)
+        .with_duration(Duration::from_secs(10))
+        .with_faults(&FaultKind::CLIENT),
+    seeds: [31],
+);
 
-#[test]
-fn chaos_read_write_locks() {
-    lockkit_testkit::runtime().block_on(async {
-        let harness = FileHarness::temporary();
-        let config = ChaosConfig::new(0)
-            .with_duration(Duration::from_secs(8))
-            .with_faults(&FaultKind::CLIENT)
-            .with_primitive(Primitive::ReadWrite);
-        chaos::check(&harness, config, &[32]).await;
-    });
-}
+lockkit_testkit::chaos_test!(
+    chaos_read_write_locks,
+    harness: FileHarness::temporary(),
+    config: ChaosConfig::new(0)
+        .with_duration(Duration::from_secs(8))
+        .with_faults(&FaultKind::CLIENT)
+        .with_primitive(Primitive::ReadWrite),
+    seeds: [32],
+);
 
-#[test]
-fn chaos_semaphores_of_three() {
-    lockkit_testkit::runtime().block_on(async {
-        let harness = FileHarness::temporary();
-        let config = ChaosConfig::new(0)
-            .with_duration(Duration::from_secs(8))
-            .with_faults(&FaultKind::CLIENT)
-            .with_primitive(Primitive::Semaphore(3));
-        chaos::check(&harness, config, &[33]).await;
-    });
-}
+lockkit_testkit::chaos_test!(
+    chaos_semaphores_of_three,
+    harness: FileHarness::temporary(),
+    config: ChaosConfig::new(0)
+        .with_duration(Duration::from_secs(8))
+        .with_faults(&FaultKind::CLIENT)
+        .with_primitive(Primitive::Semaphore(3)),
+    seeds: [33],
+);
 
-#[test]
-fn chaos_elections() {
-    lockkit_testkit::runtime().block_on(async {
-        let harness = FileHarness::temporary();
-        let config = ChaosConfig::new(0)
-            .with_duration(Duration::from_secs(8))
-            .with_faults(&FaultKind::CLIENT)
-            .with_primitive(Primitive::Election);
-        chaos::check(&harness, config, &[34]).await;
-    });
-}
+lockkit_testkit::chaos_test!(
+    chaos_elections,
+    harness: FileHarness::temporary(),
+    config: ChaosConfig::new(0)
+        .with_duration(Duration::from_secs(8))
+        .with_faults(&FaultKind::CLIENT)
+        .with_primitive(Primitive::Election),
+    seeds: [34],
+);

@@ -28,7 +28,7 @@ use lockkit_core::{Error, FencingToken, HoldKind, LockName, LossReason, Result};
 use tokio_postgres::types::Type;
 
 use crate::BACKEND;
-use crate::backend::{Inner, RETRY, SAFETY_POLL, wait_turn};
+use crate::client::{Inner, RETRY, SAFETY_POLL, wait_turn};
 use crate::election_sql::{KIND_CONFLICT, PAYLOAD_PREFIX};
 use crate::store::Failure;
 

@@ -75,9 +75,11 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;
-mod builder;
+mod client;
+mod config;
 mod election;
 mod election_sql;
+mod held;
 mod listener;
 mod observe;
 mod provider;
@@ -85,7 +87,7 @@ mod sql;
 mod store;
 mod tls;
 
-pub use builder::{DEFAULT_LEASE, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_SCHEMA, OPTIONS, PostgresLockProviderBuilder};
+pub use config::{DEFAULT_LEASE, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_SCHEMA, OPTIONS, PostgresLockProviderBuilder};
 pub use provider::{PostgresLockProvider, RenewalStats};
 pub use tls::SslMode;
 /// The driver, re-exported for [`PostgresLockProvider::open_client`].

@@ -21,6 +21,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_postgres::{AsyncMessage, Client};
 
+use crate::sql::TAG_LEN;
 use crate::store::Store;
 
 type Slots = Arc<Mutex<Registry>>;
@@ -96,10 +97,6 @@ impl Default for Wakeups {
         Self { slots: Slots::default(), link: Arc::default(), tag }
     }
 }
-
-/// The length of a provider's tag: `<schema>_g_<tag>` fits PostgreSQL's 63-byte identifiers
-/// with the longest schema name accepted (50).
-pub(crate) const TAG_LEN: usize = 10;
 
 #[derive(Debug)]
 struct Link {

@@ -27,17 +27,20 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lockkit_core::backend::{LeaderEvents, deadline_after};
+use lockkit_core::backend::{Backoff, LeaderEvents, deadline_after};
 use lockkit_core::{Leader, LeaderEvent, LockName, Result};
 use tokio_postgres::Row;
 use tokio_postgres::types::Type;
 
-use crate::backend::Inner;
+use crate::client::Inner;
 use crate::listener::Slot;
 use crate::store::Failure;
 
 /// How often an observer reads while its provider's listening connection is down.
 const POLL: Duration = Duration::from_millis(100);
+/// The first delay after a read that failed.
+const FIRST_DELAY: Duration = Duration::from_millis(50);
+
 /// The longest delay between reads that failed.
 const RETRY_MAX: Duration = Duration::from_secs(1);
 
@@ -55,7 +58,7 @@ pub(crate) fn observe(inner: Arc<Inner>, lock: LockName) -> LeaderEvents {
         recheck: None,
         failing_since: None,
         reported: false,
-        delay: Duration::ZERO,
+        backoff: Backoff::new(FIRST_DELAY, RETRY_MAX),
     };
     Box::pin(futures_util::stream::unfold(observing, |mut observing| async move {
         let event = observing.next().await;
@@ -82,8 +85,9 @@ struct Observing {
     failing_since: Option<Instant>,
     /// Whether a failure was handed out since the reads began to fail.
     reported: bool,
-    /// The delay before the next read after a failed one.
-    delay: Duration,
+    /// The pauses before the next read after failed ones: 50 ms, doubling up to
+    /// [`RETRY_MAX`].
+    backoff: Backoff,
 }
 
 impl Observing {
@@ -111,7 +115,7 @@ impl Observing {
                 Ok(()) => {
                     self.failing_since = None;
                     self.reported = false;
-                    self.delay = Duration::ZERO;
+                    self.backoff.reset();
                     if !self.pending.is_empty() {
                         continue;
                     }
@@ -120,8 +124,7 @@ impl Observing {
                     let error = failure.into_error();
                     let since = *self.failing_since.get_or_insert_with(Instant::now);
                     tracing::debug!(%error, election = %self.lock, "reading the election failed; reading again");
-                    self.delay = (self.delay * 2).clamp(Duration::from_millis(50), RETRY_MAX);
-                    tokio::time::sleep(self.delay).await;
+                    self.backoff.pause().await;
                     // Hand out a failure that lasts, once: the journal lets the stream resume
                     // where it was when the server answers again.
                     if !error.is_retryable() || (since.elapsed() >= self.inner.store.settings.lease && !self.reported) {

@@ -7,7 +7,7 @@ use lockkit_core::config::{ConnectFuture, StoreUrl};
 use lockkit_core::{LockProvider, Result, TypedProvider};
 
 use crate::backend::PostgresBackend;
-use crate::builder::PostgresLockProviderBuilder;
+use crate::config::PostgresLockProviderBuilder;
 
 /// A client of one PostgreSQL database. It dereferences to [`LockProvider`], so `lock`,
 /// `inspect` and the rest are its methods; see the crate docs.

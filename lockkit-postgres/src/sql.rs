@@ -2,6 +2,10 @@
 
 use tokio_postgres::types::Type;
 
+/// The length of a provider's tag: `<schema>_g_<tag>` fits PostgreSQL's 63-byte identifiers
+/// with the longest schema name accepted (50).
+pub(crate) const TAG_LEN: usize = 10;
+
 /// The key of the advisory locks of this crate (the first half of the two-key form), so that
 /// they do not collide with an application's own advisory locks on one key.
 const ADVISORY_CLASS: i32 = 0x6c6b_6b74; // "lkkt"
@@ -158,7 +162,7 @@ impl Statements {
         let elections = self.election.migration();
         let kind_conflict = crate::election_sql::KIND_CONFLICT;
         let granted = &self.granted;
-        let tag_len = crate::listener::TAG_LEN;
+        let tag_len = TAG_LEN;
         format!(
             r#"BEGIN;
 -- The schema is durable whatever the connection's default: a schema lost in a crash would
@@ -214,7 +218,7 @@ BEGIN
 END
 $lockkit$;
 DROP FUNCTION IF EXISTS {s}.acquire(text,text,text,bigint,bigint);
--- The restart fence (see the crate docs): `settings` (durable) has the longest lease of any
+-- The restart fence (see the guide's PostgreSQL page): `settings` (durable) has the longest lease of any
 -- provider of the schema and whether any commits its grants without waiting for the disk;
 -- `alive` (unlogged: PostgreSQL empties it in every crash recovery, and it is empty on a
 -- promoted standby; a clean shutdown keeps it) has the server time from which grants are

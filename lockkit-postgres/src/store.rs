@@ -13,7 +13,7 @@ use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Row, Statement};
 
 use crate::BACKEND;
-use crate::builder::Settings;
+use crate::config::Settings;
 use crate::sql::Statements;
 
 /// How many statements of one provider may be on the command connection at once; the others

@@ -12,76 +12,58 @@ mod support;
 
 use std::time::Duration;
 
-use lockkit_testkit::chaos::{self, ChaosConfig, FaultKind, Primitive};
+use lockkit_testkit::chaos::{self, ChaosConfig, Primitive};
 use support::PostgresHarness;
 
-/// Every kind of fault but stopping one member of a replicated store (there is one server).
-const FAULTS: [FaultKind; 6] = [
-    FaultKind::Cut,
-    FaultKind::Blackhole,
-    FaultKind::Latency,
-    FaultKind::Kill,
-    FaultKind::PauseStore,
-    FaultKind::RestartStore,
-];
+lockkit_testkit::chaos_test!(
+    chaos_mutex,
+    harness: PostgresHarness::dedicated().await,
+    config: ChaosConfig::new(0)
+        .with_duration(Duration::from_secs(20))
+        .with_faults(&chaos::SINGLE_SERVER_FAULTS)
+        .with_label("fsync on"),
+    seeds: [21],
+);
 
-#[test]
-fn chaos_mutex() {
-    lockkit_testkit::runtime().block_on(async {
-        let harness = PostgresHarness::dedicated().await;
-        let config =
-            ChaosConfig::new(0).with_duration(Duration::from_secs(20)).with_faults(&FAULTS).with_label("fsync on");
-        chaos::check(&harness, config, &[21]).await;
-    });
-}
+lockkit_testkit::chaos_test!(
+    chaos_mutex_with_crashes,
+    harness: PostgresHarness::dedicated_crashing().await,
+    config: ChaosConfig::new(0)
+        .with_duration(Duration::from_secs(20))
+        .with_faults(&chaos::SINGLE_SERVER_FAULTS)
+        .with_label("crash restarts, grants without a flush"),
+    seeds: [21],
+);
 
-#[test]
-fn chaos_mutex_with_crashes() {
-    lockkit_testkit::runtime().block_on(async {
-        let harness = PostgresHarness::dedicated_crashing().await;
-        let config = ChaosConfig::new(0)
-            .with_duration(Duration::from_secs(20))
-            .with_faults(&FAULTS)
-            .with_label("crash restarts, grants without a flush");
-        chaos::check(&harness, config, &[21]).await;
-    });
-}
+lockkit_testkit::chaos_test!(
+    chaos_elections,
+    harness: PostgresHarness::dedicated().await,
+    config: ChaosConfig::new(0)
+        .with_duration(Duration::from_secs(20))
+        .with_faults(&chaos::SINGLE_SERVER_FAULTS)
+        .with_primitive(Primitive::Election)
+        .with_label("fsync on"),
+    seeds: [25],
+);
 
-#[test]
-fn chaos_elections() {
-    lockkit_testkit::runtime().block_on(async {
-        let harness = PostgresHarness::dedicated().await;
-        let config = ChaosConfig::new(0)
-            .with_duration(Duration::from_secs(20))
-            .with_faults(&FAULTS)
-            .with_primitive(Primitive::Election)
-            .with_label("fsync on");
-        chaos::check(&harness, config, &[25]).await;
-    });
-}
+lockkit_testkit::chaos_test!(
+    chaos_read_write_locks,
+    harness: PostgresHarness::dedicated().await,
+    config: ChaosConfig::new(0)
+        .with_duration(Duration::from_secs(20))
+        .with_faults(&chaos::SINGLE_SERVER_FAULTS)
+        .with_primitive(Primitive::ReadWrite)
+        .with_label("fsync on"),
+    seeds: [22],
+);
 
-#[test]
-fn chaos_read_write_locks() {
-    lockkit_testkit::runtime().block_on(async {
-        let harness = PostgresHarness::dedicated().await;
-        let config = ChaosConfig::new(0)
-            .with_duration(Duration::from_secs(20))
-            .with_faults(&FAULTS)
-            .with_primitive(Primitive::ReadWrite)
-            .with_label("fsync on");
-        chaos::check(&harness, config, &[22]).await;
-    });
-}
-
-#[test]
-fn chaos_semaphores_of_three() {
-    lockkit_testkit::runtime().block_on(async {
-        let harness = PostgresHarness::dedicated().await;
-        let config = ChaosConfig::new(0)
-            .with_duration(Duration::from_secs(20))
-            .with_faults(&FAULTS)
-            .with_primitive(Primitive::Semaphore(3))
-            .with_label("fsync on");
-        chaos::check(&harness, config, &[23]).await;
-    });
-}
+lockkit_testkit::chaos_test!(
+    chaos_semaphores_of_three,
+    harness: PostgresHarness::dedicated().await,
+    config: ChaosConfig::new(0)
+        .with_duration(Duration::from_secs(20))
+        .with_faults(&chaos::SINGLE_SERVER_FAULTS)
+        .with_primitive(Primitive::Semaphore(3))
+        .with_label("fsync on"),
+    seeds: [23],
+);

@@ -1,28 +1,28 @@
 //! How a `redis::Client` is made from the settings: plain TCP, or TLS for `rediss://` URLs
 //! (with the `tls` feature), for the command connection and the pub/sub connection alike.
 
-use crate::builder::Settings;
+use lockkit_core::config::ClientTls;
 
 /// A client for `info` (the settings' server, possibly with another protocol version),
-/// using the settings' TLS certificates when there are any. Makes no connection.
-pub(crate) fn open(settings: &Settings, info: redis::ConnectionInfo) -> redis::RedisResult<redis::Client> {
+/// using the settings' TLS certificates `tls` when there are any. Makes no connection.
+pub(crate) fn open(tls: &ClientTls, info: redis::ConnectionInfo) -> redis::RedisResult<redis::Client> {
     #[cfg(feature = "tls")]
     {
         if matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
             install_crypto_provider();
         }
-        if let Some(certificates) = certificates(&settings.tls) {
+        if let Some(certificates) = certificates(tls) {
             return redis::Client::build_with_tls(info, certificates);
         }
     }
     #[cfg(not(feature = "tls"))]
-    let _ = settings;
+    let _ = tls;
     redis::Client::open(info)
 }
 
 /// The certificates in the redis crate's form, when any were given.
 #[cfg(feature = "tls")]
-pub(crate) fn certificates(tls: &lockkit_core::config::ClientTls) -> Option<redis::TlsCertificates> {
+pub(crate) fn certificates(tls: &ClientTls) -> Option<redis::TlsCertificates> {
     if tls.is_empty() {
         return None;
     }

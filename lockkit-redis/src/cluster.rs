@@ -9,11 +9,11 @@
 
 use std::time::Duration;
 
+use lockkit_core::config::ClientTls;
 use lockkit_core::{Error, LockName, Result};
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 
 use crate::BACKEND;
-use crate::builder::Settings;
 
 /// The port of a cluster node whose URL host names none.
 pub(crate) const DEFAULT_PORT: u16 = 6379;
@@ -84,12 +84,14 @@ impl ClusterSettings {
     }
 }
 
-/// The cluster client for `settings` (whose `cluster` names the nodes): no retries of its own
-/// (a script whose reply was lost must not be sent again blindly, and a redirection is
-/// resolved by lockkit's own retry, by owner id), replies bounded by `reply_timeout`.
+/// The cluster client of the nodes `cluster` names, with the settings' TLS certificates `tls`:
+/// no retries of its own (a script whose reply was lost must not be sent again blindly, and a
+/// redirection is resolved by lockkit's own retry, by owner id), connections bounded by
+/// `connect_timeout`, replies by `reply_timeout`.
 pub(crate) fn client(
-    settings: &Settings,
     cluster: &ClusterSettings,
+    tls_settings: &ClientTls,
+    connect_timeout: Duration,
     reply_timeout: Duration,
     resp3: bool,
 ) -> redis::RedisResult<redis::cluster::ClusterClient> {
@@ -108,7 +110,7 @@ pub(crate) fn client(
     let tls = nodes.iter().any(|info| matches!(info.addr(), ConnectionAddr::TcpTls { .. }));
     let mut builder = redis::cluster::ClusterClientBuilder::new(nodes)
         .retries(0)
-        .connection_timeout(settings.response_timeout)
+        .connection_timeout(connect_timeout)
         .response_timeout(reply_timeout);
     if resp3 {
         builder = builder.use_protocol(redis::ProtocolVersion::RESP3);
@@ -119,12 +121,12 @@ pub(crate) fn client(
             crate::client::install_crypto_provider();
             builder = builder.tls(redis::TlsMode::Secure);
         }
-        if let Some(certificates) = crate::client::certificates(&settings.tls) {
+        if let Some(certificates) = crate::client::certificates(tls_settings) {
             builder = builder.certs(certificates);
         }
     }
     #[cfg(not(feature = "tls"))]
-    let _ = tls;
+    let _ = (tls, tls_settings);
     builder.build()
 }
 

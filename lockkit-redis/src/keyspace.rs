@@ -21,14 +21,12 @@
 
 use std::collections::HashSet;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use crate::store::Store;
-use crate::subscriber::Interest;
-use crate::util::lock;
+use crate::store::connection::Store;
+use lockkit_core::sync::lock_or_recover;
 
 /// How long the server's answer about keyspace events is trusted before it is read again.
 const RECHECK: Duration = Duration::from_secs(60);
@@ -68,7 +66,7 @@ impl Keyspace {
 
     /// What was read about the server recently enough to trust, if anything.
     pub(crate) fn fresh(&self) -> Option<bool> {
-        lock(&self.known).filter(|(_, at)| at.elapsed() < RECHECK).map(|(publishes, _)| publishes)
+        lock_or_recover(&self.known).filter(|(_, at)| at.elapsed() < RECHECK).map(|(publishes, _)| publishes)
     }
 
     /// Whether the server publishes deletions: read from it unless known recently. A server
@@ -88,7 +86,7 @@ impl Keyspace {
                 false
             }
         };
-        *lock(&self.known) = Some((publishes, Instant::now()));
+        *lock_or_recover(&self.known) = Some((publishes, Instant::now()));
         publishes
     }
 }
@@ -103,47 +101,13 @@ pub(crate) struct Suspects {
 impl Suspects {
     /// Marks record `key` for reading.
     pub(crate) fn add(&self, key: &str) {
-        lock(&self.keys).insert(key.to_owned());
+        lock_or_recover(&self.keys).insert(key.to_owned());
         self.added.notify_one();
     }
 
     /// The records marked so far, forgetting them.
     pub(crate) fn take(&self) -> HashSet<String> {
-        std::mem::take(&mut *lock(&self.keys))
-    }
-}
-
-/// The keyspace subscriptions of one hold's records (one, or two for a read-write lock's
-/// hold: its writer record and its readers), made in the background after the grant and
-/// withdrawn at the release.
-#[derive(Debug, Default)]
-pub(crate) struct RecordWatch {
-    interests: Mutex<Vec<Interest>>,
-    ended: AtomicBool,
-}
-
-impl RecordWatch {
-    /// Keeps a subscription, unless the hold ended meanwhile.
-    pub(crate) fn keep(&self, interest: Interest) {
-        let mut slot = lock(&self.interests);
-        if self.has_ended() {
-            drop(slot);
-            drop(interest);
-            return;
-        }
-        slot.push(interest);
-    }
-
-    /// Whether the hold ended.
-    pub(crate) fn has_ended(&self) -> bool {
-        self.ended.load(Ordering::Acquire)
-    }
-
-    /// The hold ended: the subscription is withdrawn (in the background).
-    pub(crate) fn end(&self) {
-        self.ended.store(true, Ordering::Release);
-        let interests = std::mem::take(&mut *lock(&self.interests));
-        drop(interests);
+        std::mem::take(&mut *lock_or_recover(&self.keys))
     }
 }
 

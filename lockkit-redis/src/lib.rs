@@ -102,22 +102,24 @@
 //! repository: `src/guide/backends/redis.md`).
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-mod builder;
+mod backend;
 mod client;
 mod cluster;
+mod config;
 mod error;
+mod held;
 mod keys;
 mod keyspace;
-mod lock;
 mod observe;
 mod provider;
 mod sentinel;
+mod settings;
 mod store;
 mod subscriber;
-mod util;
+mod wake;
 mod watchdog;
 
-pub use builder::{
+pub use config::{
     DEFAULT_CLAIM_WINDOW, DEFAULT_LEASE, DEFAULT_PREFIX, DEFAULT_REPLICAS_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT,
     MAX_REPLICAS, MIN_CLAIM_WINDOW, MIN_DEFAULT_FENCE_RETENTION, MIN_LEASE, OPTIONS, RedisLockProviderBuilder,
 };
@@ -155,7 +157,7 @@ pub const SCHEME: Scheme = Scheme::new(
 /// marker of the other kinds, from the record's name, which a standalone server allows.
 #[doc(hidden)]
 pub mod scripts {
-    pub use crate::store::{ACQUIRE_SCRIPT, RELEASE_SCRIPT};
+    pub use crate::store::scripts::{ACQUIRE_SCRIPT, RELEASE_SCRIPT};
 }
 
 /// The commands an ACL user of lockkit needs, as `ACL SETUSER` rules: the script calls,

@@ -31,12 +31,13 @@ use lockkit_core::backend::{LeaderEvents, deadline_after};
 use lockkit_core::{Leader, LeaderEvent, LockName, Result};
 use tracing::Instrument;
 
-use crate::builder::Settings;
 use crate::keys::LockKeys;
 use crate::keyspace::Keyspace;
-use crate::store::{Change, Observed, Store, Term};
+use crate::settings::Settings;
+use crate::store::connection::Store;
+use crate::store::election::{Change, Observed, Term};
 use crate::subscriber::{Interest, Subscriber};
-use crate::util::Backoff;
+use lockkit_core::backend::Backoff;
 
 /// How often an observer reads while its subscription cannot be trusted.
 const POLL: Duration = Duration::from_millis(100);

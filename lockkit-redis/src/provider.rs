@@ -6,9 +6,9 @@ use std::time::Duration;
 use lockkit_core::config::{ConnectFuture, StoreUrl};
 use lockkit_core::{LockName, LockProvider, Result, TypedProvider};
 
-use crate::builder::RedisLockProviderBuilder;
+use crate::backend::RedisBackend;
+use crate::config::RedisLockProviderBuilder;
 use crate::keys::LockKeys;
-use crate::lock::RedisBackend;
 
 /// A client of one Redis server (or one Redis Cluster slot owner per lock): a
 /// [`LockProvider`] with the Redis extras.
@@ -88,11 +88,12 @@ impl RedisLockProvider {
         Ok(provider)
     }
 
-    /// Logs a warning when the server may evict lock records (a `maxmemory` limit with a
-    /// policy other than `noeviction`): an evicted record is a lock another client can take
-    /// while its holder learns of the loss only at its next renewal. A warning and not an
-    /// error, since managed services often set such a policy and the operator may have
-    /// memory to spare; the crate docs (Fencing, Eviction) say why `noeviction` is needed.
+    /// Logs a warning when the server may evict lock records (a `maxmemory` limit with a policy
+    /// other than `noeviction`): an evicted record is a lock another client can take while its
+    /// holder learns of the loss only at its next renewal. A warning and not an error, since
+    /// managed services often set such a policy and the operator may have memory to spare; "Tokens,
+    /// restarts and failovers" on the guide's Redis page (`src/guide/backends/redis.md`) says why
+    /// `noeviction` is needed.
     async fn warn_if_evicting(&self) {
         if let Some(eviction) = self.backend().store().eviction().await.filter(|eviction| eviction.may_evict_locks()) {
             tracing::warn!(

@@ -4,11 +4,11 @@
 
 use std::time::Duration;
 
+use lockkit_core::config::ClientTls;
 use lockkit_core::{Error, LockName, Result};
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 
 use crate::BACKEND;
-use crate::builder::Settings;
 
 /// The port of a sentinel whose URL host names none.
 pub(crate) const DEFAULT_SENTINEL_PORT: u16 = 26379;
@@ -72,7 +72,7 @@ enum Answer {
 }
 
 /// Asks the sentinels, in the order written, for the address of the primary, and returns the
-/// settings' connection info pointed at it (same credentials, database and TLS).
+/// settings' `connection` info pointed at it (same credentials, database and TLS).
 ///
 /// # Errors
 ///
@@ -80,17 +80,18 @@ enum Answer {
 /// name, or when none of the hosts is a sentinel; a retryable [`Error::Connection`] when no
 /// sentinel could be reached.
 pub(crate) async fn discover(
-    settings: &Settings,
+    connection: &ConnectionInfo,
+    tls: &ClientTls,
     sentinel: &SentinelSettings,
     timeout: Duration,
     lock: Option<&LockName>,
 ) -> Result<ConnectionInfo> {
     let mut answers = Vec::new();
     for (host, info) in &sentinel.sentinels {
-        let answer = ask(settings, info, &sentinel.master, timeout).await;
+        let answer = ask(tls, info, &sentinel.master, timeout).await;
         if let Answer::Primary(primary, port) = answer {
             tracing::debug!(sentinel = %host, primary = %format!("{primary}:{port}"), "the sentinels name the primary");
-            return Ok(settings.connection.clone().set_addr(pointed_at(settings.connection.addr(), primary, port)));
+            return Ok(connection.clone().set_addr(pointed_at(connection.addr(), primary, port)));
         }
         answers.push((host.as_str(), answer));
     }
@@ -141,9 +142,9 @@ pub(crate) async fn discover(
 }
 
 /// `SENTINEL GET-MASTER-ADDR-BY-NAME master` on one sentinel, within `timeout`.
-async fn ask(settings: &Settings, info: &ConnectionInfo, master: &str, timeout: Duration) -> Answer {
+async fn ask(tls: &ClientTls, info: &ConnectionInfo, master: &str, timeout: Duration) -> Answer {
     let attempt = async {
-        let client = crate::client::open(settings, info.clone())?;
+        let client = crate::client::open(tls, info.clone())?;
         let mut connection = client.get_multiplexed_async_connection().await?;
         redis::cmd("SENTINEL")
             .arg("GET-MASTER-ADDR-BY-NAME")

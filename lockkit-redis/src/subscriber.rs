@@ -56,46 +56,13 @@ use redis::{PushInfo, PushKind, Value};
 use tokio::sync::watch;
 use uuid::Uuid;
 
-use crate::builder::Settings;
 use crate::keyspace::{Keyspace, Suspects};
-use crate::util::lock;
+use crate::settings::Settings;
+use crate::wake::{Handover, Wake, Woken};
+use lockkit_core::sync::lock_or_recover;
 
 /// How often a dead subscriber connection is poked so that it reconnects.
 const KEEPER_INTERVAL: Duration = Duration::from_millis(200);
-
-/// Why a wait ended.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) enum Woken {
-    /// A release for everyone, a renewed subscription, messages that may have been missed,
-    /// or the time given: look at the lock again.
-    #[default]
-    Look,
-    /// A release whose turn is another queued waiter's.
-    OthersTurn,
-    /// A release handed the lock over to this queued waiter.
-    HandedOver(Handover),
-}
-
-/// The latest wake-up of a waiter, and the latest hand-over addressed to it, which stays
-/// when later wake-ups come.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct Wake {
-    woken: Woken,
-    handover: Option<Handover>,
-}
-
-/// A hand-over of a fair lock to the head of its queue, as the release announced it: the
-/// head holds the lock, for `window` from `server_ms` on, unless it was already handed over
-/// to it earlier and lost meanwhile (which the token tells).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Handover {
-    /// The grant's fencing token.
-    pub(crate) token: u64,
-    /// The server's clock when the grant was made, in milliseconds.
-    pub(crate) server_ms: u64,
-    /// How long the grant lasts unless confirmed: the releaser's claim window.
-    pub(crate) window: Duration,
-}
 
 /// The pub/sub side of one provider.
 #[derive(Debug)]
@@ -206,7 +173,7 @@ struct Channel {
 impl Shared {
     /// The current link, unless it went stale.
     fn live_link(&self) -> Option<Arc<Link>> {
-        lock(&self.link).as_ref().filter(|link| !link.state.stale.load(Ordering::Acquire)).cloned()
+        lock_or_recover(&self.link).as_ref().filter(|link| !link.state.stale.load(Ordering::Acquire)).cloned()
     }
 }
 
@@ -220,7 +187,7 @@ impl Subscriber {
     ) -> redis::RedisResult<Self> {
         let connection = &settings.connection;
         let resp3 = connection.redis_settings().clone().set_protocol(redis::ProtocolVersion::RESP3);
-        let client = crate::client::open(settings, connection.clone().set_redis_settings(resp3.clone()))?;
+        let client = crate::client::open(&settings.tls, connection.clone().set_redis_settings(resp3.clone()))?;
         let sentinel = settings.sentinel.is_some().then(|| {
             let mut settings = settings.clone();
             settings.connection = settings.connection.set_redis_settings(resp3);
@@ -233,7 +200,7 @@ impl Subscriber {
                     .iter()
                     .map(|(_, info)| {
                         let resp3 = info.redis_settings().clone().set_protocol(redis::ProtocolVersion::RESP3);
-                        crate::client::open(settings, info.clone().set_redis_settings(resp3))
+                        crate::client::open(&settings.tls, info.clone().set_redis_settings(resp3))
                     })
                     .collect::<redis::RedisResult<Vec<_>>>()?;
                 Some((nodes, AtomicU64::new(0)))
@@ -267,12 +234,12 @@ impl Subscriber {
     /// is still returned, not live, and the waiter polls instead.
     pub(crate) async fn watch(self: &Arc<Self>, channel: &str) -> Interest {
         let entry = {
-            let mut channels = lock(&self.shared.channels);
+            let mut channels = lock_or_recover(&self.shared.channels);
             let repositions = self.shared.keyspace.key_of(channel).is_none();
             let entry = channels
                 .entry(channel.to_owned())
                 .or_insert_with(|| Arc::new(Channel::new(channel.to_owned(), repositions)));
-            *lock(&entry.interest) += 1;
+            *lock_or_recover(&entry.interest) += 1;
             Arc::clone(entry)
         };
         let mut interest = Interest {
@@ -309,7 +276,7 @@ impl Subscriber {
             return None;
         }
         let (sender, wake) = watch::channel(Wake::default());
-        lock(&self.shared.queued).insert(member.to_owned(), sender);
+        lock_or_recover(&self.shared.queued).insert(member.to_owned(), sender);
         let mut interest = Interest {
             wake,
             epoch: self.shared.epoch.subscribe(),
@@ -394,10 +361,16 @@ impl Subscriber {
                     return Err(redis::RedisError::from((redis::ErrorKind::Io, "sentinel settings without sentinels")));
                 };
                 let primary =
-                    crate::sentinel::discover(settings, sentinel, response_timeout, None).await.map_err(|e| {
-                        redis::RedisError::from((redis::ErrorKind::Io, "the sentinels named no primary", e.to_string()))
-                    })?;
-                crate::client::open(settings, primary)?
+                    crate::sentinel::discover(&settings.connection, &settings.tls, sentinel, response_timeout, None)
+                        .await
+                        .map_err(|e| {
+                            redis::RedisError::from((
+                                redis::ErrorKind::Io,
+                                "the sentinels named no primary",
+                                e.to_string(),
+                            ))
+                        })?;
+                crate::client::open(&settings.tls, primary)?
             }
             None => self.client.clone(),
         };
@@ -406,16 +379,16 @@ impl Subscriber {
             None => connect(client, config, response_timeout).await?,
         };
         let link = Arc::new(Link { connection, state });
-        let previous = lock(&self.shared.link).replace(Arc::clone(&link));
+        let previous = lock_or_recover(&self.shared.link).replace(Arc::clone(&link));
         if previous.is_some() {
             // The previous link went stale, and its subscriptions with it: wake every waiter
             // to look again (and subscribe again, on this link), and subscribe the record
             // channels of the holds again (nobody waits on those).
             tracing::debug!(generation, "the pub/sub connection went stale; connected again");
             self.shared.epoch.send_modify(|epoch| *epoch += 1);
-            let records: Vec<Arc<Channel>> = lock(&self.shared.channels)
+            let records: Vec<Arc<Channel>> = lock_or_recover(&self.shared.channels)
                 .values()
-                .filter(|channel| !channel.repositions && *lock(&channel.interest) > 0)
+                .filter(|channel| !channel.repositions && *lock_or_recover(&channel.interest) > 0)
                 .cloned()
                 .collect();
             if !records.is_empty() {
@@ -492,7 +465,7 @@ async fn subscribe_again(link: Arc<Link>, channels: Vec<Arc<Channel>>, response_
     let generation = link.state.generation;
     for channel in channels {
         let mut subscribed = channel.subscribed.lock().await;
-        if *subscribed == generation || *lock(&channel.interest) == 0 {
+        if *subscribed == generation || *lock_or_recover(&channel.interest) == 0 {
             continue;
         }
         if link.send(true, &channel.name, response_timeout).await {
@@ -556,12 +529,12 @@ impl Drop for Interest {
     fn drop(&mut self) {
         if let Some(member) = &self.member {
             if let Some(shared) = self.owner.upgrade() {
-                lock(&shared.queued).remove(member);
+                lock_or_recover(&shared.queued).remove(member);
             }
             return;
         }
         let last = {
-            let mut interest = lock(&self.channel.interest);
+            let mut interest = lock_or_recover(&self.channel.interest);
             *interest = interest.saturating_sub(1);
             *interest == 0
         };
@@ -579,7 +552,7 @@ impl Drop for Interest {
 /// Unsubscribes a channel nobody waits on any more, and forgets it.
 async fn unsubscribe_if_unused(shared: Arc<Shared>, channel: Arc<Channel>) {
     let mut subscribed = channel.subscribed.lock().await;
-    if *lock(&channel.interest) > 0 {
+    if *lock_or_recover(&channel.interest) > 0 {
         return;
     }
     if *subscribed != 0 {
@@ -598,8 +571,10 @@ async fn unsubscribe_if_unused(shared: Arc<Shared>, channel: Arc<Channel>) {
     // Forget the channel only while holding its subscription lock with nobody interested:
     // a newcomer then either found this entry (and waits for the lock, and subscribes
     // again) or makes a new one after the UNSUBSCRIBE was answered.
-    let mut channels = lock(&shared.channels);
-    if *lock(&channel.interest) == 0 && channels.get(&channel.name).is_some_and(|entry| Arc::ptr_eq(entry, &channel)) {
+    let mut channels = lock_or_recover(&shared.channels);
+    if *lock_or_recover(&channel.interest) == 0
+        && channels.get(&channel.name).is_some_and(|entry| Arc::ptr_eq(entry, &channel))
+    {
         channels.remove(&channel.name);
     }
 }
@@ -677,12 +652,12 @@ fn wake_channel(shared: &Shared, name: Option<&Value>) {
     };
     if name == shared.wake_channel.name {
         // The wake channel subscribed again: messages may have been missed.
-        for sender in lock(&shared.queued).values() {
+        for sender in lock_or_recover(&shared.queued).values() {
             deliver(sender, Woken::Look);
         }
         return;
     }
-    let channel = lock(&shared.channels).get(&name).cloned();
+    let channel = lock_or_recover(&shared.channels).get(&name).cloned();
     if let Some(channel) = channel {
         channel.wake.send_replace(Wake::default());
     }
@@ -693,7 +668,7 @@ fn wake_channel(shared: &Shared, name: Option<&Value>) {
 /// to hear it.
 fn wake_queued(shared: &Shared, payload: Option<String>) {
     let Some((woken, member)) = payload.as_deref().and_then(parse_wake) else { return };
-    if let Some(sender) = lock(&shared.queued).get(member) {
+    if let Some(sender) = lock_or_recover(&shared.queued).get(member) {
         deliver(sender, woken);
     }
 }

@@ -31,10 +31,12 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
-use crate::builder::Settings;
 use crate::keyspace::Suspects;
-use crate::store::{HoldTarget, Ownership, Store};
-use crate::util::{Backoff, lock};
+use crate::settings::Settings;
+use crate::store::connection::Store;
+use crate::store::kinds::{HoldTarget, Ownership};
+use lockkit_core::backend::Backoff;
+use lockkit_core::sync::lock_or_recover;
 
 /// Holds renewed per pipeline: large enough that 10,000 holds take a few round trips, small
 /// enough that one reply stays well under a megabyte.
@@ -95,7 +97,7 @@ impl Watchdog {
     /// renewal task if it is not running.
     pub(crate) fn register(self: &Arc<Self>, target: Arc<HoldTarget>, signal: HoldSignal) -> u64 {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        lock(&self.holds).insert(id, Entry { target, signal });
+        lock_or_recover(&self.holds).insert(id, Entry { target, signal });
         self.ensure_running();
         self.changed.notify_one();
         id
@@ -103,7 +105,7 @@ impl Watchdog {
 
     /// Starts the renewal task on the home runtime unless it runs.
     pub(crate) fn ensure_running(self: &Arc<Self>) {
-        let mut task = lock(&self.task);
+        let mut task = lock_or_recover(&self.task);
         if task.as_ref().is_some_and(|task| !task.is_finished()) {
             return;
         }
@@ -116,12 +118,12 @@ impl Watchdog {
 
     /// Stops renewing a hold.
     pub(crate) fn forget(&self, id: u64) {
-        lock(&self.holds).remove(&id);
+        lock_or_recover(&self.holds).remove(&id);
     }
 
     /// How many holds are being renewed.
     pub(crate) fn len(&self) -> usize {
-        lock(&self.holds).len()
+        lock_or_recover(&self.holds).len()
     }
 
     /// The renewal counters.
@@ -154,7 +156,7 @@ impl Watchdog {
 
     /// Hold `id`, if it is still registered and live.
     fn live(&self, id: u64) -> Option<Due> {
-        let holds = lock(&self.holds);
+        let holds = lock_or_recover(&self.holds);
         let entry = holds.get(&id).filter(|entry| entry.signal.is_held())?;
         Some((id, Arc::clone(&entry.target), entry.signal.clone()))
     }
@@ -165,7 +167,7 @@ impl Watchdog {
     async fn check_suspects(&self, store: &Store) {
         let suspects = self.suspects.take();
         let held: Vec<Due> = {
-            let holds = lock(&self.holds);
+            let holds = lock_or_recover(&self.holds);
             let live = holds.iter().filter(|(_, entry)| {
                 entry.signal.is_held() && entry.target.watched().iter().any(|key| suspects.contains(key))
             });
@@ -193,7 +195,7 @@ impl Watchdog {
 
     /// The holds to renew now, dropping those that ended.
     fn due(&self) -> Vec<Due> {
-        let mut holds = lock(&self.holds);
+        let mut holds = lock_or_recover(&self.holds);
         // Past its maximum hold a hold is not held (its deadline stops at the cap): it is
         // renewed no more, and its record expires with its lease.
         holds.retain(|_, entry| entry.signal.is_held());

@@ -14,7 +14,7 @@ mod support;
 
 use std::time::Duration;
 
-use lockkit_testkit::chaos::{self, ChaosConfig, FaultKind, Primitive};
+use lockkit_testkit::chaos::{ChaosConfig, FaultKind, Primitive};
 use lockkit_testkit::fixture::Persistence;
 use support::RedisHarness;
 
@@ -32,46 +32,37 @@ fn config() -> ChaosConfig {
     ChaosConfig::new(0).with_duration(Duration::from_secs(20)).with_faults(&FAULTS)
 }
 
-#[test]
-fn chaos_with_aof() {
-    lockkit_testkit::runtime().block_on(async {
-        let harness = RedisHarness::dedicated(Persistence::Aof).await;
-        chaos::check(&harness, config().with_label("AOF"), &[11]).await;
-    });
-}
+lockkit_testkit::chaos_test!(
+    chaos_with_aof,
+    harness: RedisHarness::dedicated(Persistence::Aof).await,
+    config: config().with_label("AOF"),
+    seeds: [11],
+);
 
-#[test]
-fn chaos_without_persistence() {
-    lockkit_testkit::runtime().block_on(async {
-        let harness = RedisHarness::dedicated(Persistence::None).await;
-        let config = config().with_restart_loses_data(true).with_label("no persistence");
-        chaos::check(&harness, config, &[12]).await;
-    });
-}
+lockkit_testkit::chaos_test!(
+    chaos_without_persistence,
+    harness: RedisHarness::dedicated(Persistence::None).await,
+    config: config().with_restart_loses_data(true).with_label("no persistence"),
+    seeds: [12],
+);
 
-#[test]
-fn chaos_read_write_locks_with_aof() {
-    lockkit_testkit::runtime().block_on(async {
-        let harness = RedisHarness::dedicated(Persistence::Aof).await;
-        let config = config().with_primitive(Primitive::ReadWrite).with_label("AOF");
-        chaos::check(&harness, config, &[13]).await;
-    });
-}
+lockkit_testkit::chaos_test!(
+    chaos_read_write_locks_with_aof,
+    harness: RedisHarness::dedicated(Persistence::Aof).await,
+    config: config().with_primitive(Primitive::ReadWrite).with_label("AOF"),
+    seeds: [13],
+);
 
-#[test]
-fn chaos_semaphores_of_three_with_aof() {
-    lockkit_testkit::runtime().block_on(async {
-        let harness = RedisHarness::dedicated(Persistence::Aof).await;
-        let config = config().with_primitive(Primitive::Semaphore(3)).with_label("AOF");
-        chaos::check(&harness, config, &[14]).await;
-    });
-}
+lockkit_testkit::chaos_test!(
+    chaos_semaphores_of_three_with_aof,
+    harness: RedisHarness::dedicated(Persistence::Aof).await,
+    config: config().with_primitive(Primitive::Semaphore(3)).with_label("AOF"),
+    seeds: [14],
+);
 
-#[test]
-fn chaos_elections_with_aof() {
-    lockkit_testkit::runtime().block_on(async {
-        let harness = RedisHarness::dedicated(Persistence::Aof).await;
-        let config = config().with_primitive(Primitive::Election).with_label("AOF");
-        chaos::check(&harness, config, &[15]).await;
-    });
-}
+lockkit_testkit::chaos_test!(
+    chaos_elections_with_aof,
+    harness: RedisHarness::dedicated(Persistence::Aof).await,
+    config: config().with_primitive(Primitive::Election).with_label("AOF"),
+    seeds: [15],
+);

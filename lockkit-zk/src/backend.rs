@@ -1,27 +1,24 @@
 //! The backend behind a [`ZkLockProvider`](crate::ZkLockProvider): its configuration, its
 //! current session (opened lazily, and again after it ended), and the [`LockBackend`] seam.
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
-use std::time::{Duration, Instant, SystemTime};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use lockkit_core::backend::{
-    AcquireRequest, Deadline, Grant, HolderInfo, LeaderEvents, LockBackend, LockInfo, OwnerMeta,
+    AcquireRequest, Backoff, Deadline, Grant, HolderInfo, LeaderEvents, LockBackend, LockInfo, OwnerMeta,
 };
 use lockkit_core::{Capabilities, Error, FencingToken, LockName, Result};
 use tracing::Instrument;
 use zookeeper_client as zk;
 
-use crate::config::ZkConfig;
+use crate::client::ZkBackend;
 use crate::error::{BACKEND, Failure, is_loss};
-use crate::hold::RETRIES;
+use crate::held::RETRIES;
 use crate::names::{Contender, NodeKind, queue};
+use crate::record::{created_at, term_began_at};
 use crate::session::Session;
-use crate::{recipe, record};
-
-/// Lock parents this provider created or found, so that later acquisitions skip the create.
-const KNOWN_PARENTS_LIMIT: usize = 4096;
+use crate::{judge, record};
 
 /// The first pause before an acquisition tries again after a connection failure.
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
@@ -29,120 +26,14 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 /// The longest pause between two tries of an acquisition after connection failures.
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
-/// The ZooKeeper backend: one provider's current session and the recipe.
-pub(crate) struct ZkBackend {
-    /// This backend, for the holds and pending nodes that may need a new session later.
-    pub(crate) me: Weak<ZkBackend>,
-    pub(crate) config: Arc<ZkConfig>,
-    /// The session in use; `None` until the first use.
-    current: Mutex<Option<Arc<Session>>>,
-    /// Taken while a session is being opened, so that one is opened at a time.
-    opening: tokio::sync::Mutex<()>,
-    known_parents: Mutex<HashSet<String>>,
-}
-
-impl std::fmt::Debug for ZkBackend {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ZkBackend")
-            .field("address", &self.config.address())
-            .field("root", &self.config.root)
-            .field("session", &*self.current())
-            .finish_non_exhaustive()
-    }
-}
-
 impl ZkBackend {
-    /// A backend with no session yet: no I/O.
-    pub(crate) fn new(config: ZkConfig) -> Arc<ZkBackend> {
-        Arc::new_cyclic(|me| ZkBackend {
-            me: me.clone(),
-            config: Arc::new(config),
-            current: Mutex::new(None),
-            opening: tokio::sync::Mutex::new(()),
-            known_parents: Mutex::new(HashSet::new()),
-        })
-    }
-
-    fn current(&self) -> MutexGuard<'_, Option<Arc<Session>>> {
-        // Nothing panics while holding this lock; recover the data if something ever did.
-        self.current.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// The session in use, if it is alive.
-    fn live(&self) -> Option<Arc<Session>> {
-        self.current().as_ref().filter(|session| session.is_alive()).cloned()
-    }
-
-    /// The session timeout the server granted to the session in use (or the last one).
-    pub(crate) fn negotiated_session_timeout(&self) -> Option<Duration> {
-        self.current().as_ref().map(|session| session.timeout)
-    }
-
-    /// The live session, or a new one on the home runtime when there is none yet or the last
-    /// one ended (expired or closed). The opening runs on the home runtime, its turn taken
-    /// there too: a caller on a runtime that stops being driven halfway holds up nobody.
-    pub(crate) async fn session(&self, lock: Option<&LockName>) -> Result<Arc<Session>> {
-        if let Some(live) = self.live() {
-            return Ok(live);
-        }
-        let Some(me) = self.me.upgrade() else {
-            // Only while the provider is being dropped.
-            return Err(
-                Error::connection(BACKEND, lock, "the provider is being dropped").with_context("open a session")
-            );
-        };
-        let lock = lock.cloned();
-        lockkit_core::home::run(async move { me.open_session(lock.as_ref()).await }).await
-    }
-
-    /// Opens a new session unless another opening made one meanwhile (on the home runtime).
-    async fn open_session(&self, lock: Option<&LockName>) -> Result<Arc<Session>> {
-        let _turn = self.opening.lock().await;
-        if let Some(live) = self.live() {
-            return Ok(live);
-        }
-        if let Some(ended) = self.current().as_ref() {
-            let why = if ended.is_cut_off() { "its runtime shut down" } else { "it ended" };
-            tracing::info!(backend = BACKEND, session = %ended.client.session_id(), "the zk session is unusable ({why}); opening a new one");
-        }
-        let fresh = Session::open(&self.config, lock).await?;
-        *self.current() = Some(Arc::clone(&fresh));
-        self.parents().clear();
-        Ok(fresh)
-    }
-
-    /// The client of the live session.
-    pub(crate) async fn zk_client(&self) -> Result<zk::Client> {
-        Ok(self.session(None).await?.client.clone())
-    }
-
-    fn parents(&self) -> MutexGuard<'_, HashSet<String>> {
-        self.known_parents.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    pub(crate) fn parent_known(&self, parent: &str) -> bool {
-        self.parents().contains(parent)
-    }
-
-    pub(crate) fn remember_parent(&self, parent: &str, exists: bool) {
-        let mut parents = self.parents();
-        if !exists {
-            parents.remove(parent);
-            return;
-        }
-        if parents.len() >= KNOWN_PARENTS_LIMIT {
-            parents.clear();
-        }
-        parents.insert(parent.to_owned());
-    }
-
     /// Runs acquisition attempts until one is granted, refused or fails for good. A
     /// connection failure (no server answers, the session expired or went with its runtime)
     /// is retried, with a growing pause, while the acquisition may wait: until its deadline,
     /// or for one session timeout after the failures began when it waits without one. Each
     /// such failure is noted on the request, so that a timeout says the store was unreachable.
     async fn acquire_retrying(&self, request: &AcquireRequest) -> Result<Option<Grant>> {
-        let mut pause = FIRST_BACKOFF;
+        let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
         let mut failing_since: Option<Instant> = None;
         let mut round = 0_u32;
         loop {
@@ -155,7 +46,7 @@ impl ZkBackend {
             let now = Instant::now();
             if reached {
                 failing_since = None;
-                pause = FIRST_BACKOFF;
+                backoff.reset();
             }
             let since = *failing_since.get_or_insert(now);
             let until = match request.deadline {
@@ -171,10 +62,10 @@ impl ZkBackend {
                 request.note_failure(error);
                 return Ok(None);
             }
+            let pause = backoff.next_delay();
             tracing::debug!(backend = BACKEND, %error, ?pause, "acquisition failed; trying again while it may wait");
             request.note_failure(error);
             tokio::time::sleep_until(until.min(lockkit_core::backend::deadline_after(now, pause)).into()).await;
-            pause = pause.saturating_mul(2).min(MAX_BACKOFF);
         }
     }
 
@@ -245,7 +136,7 @@ impl ZkBackend {
             }
             let head_is_read = head_data.as_ref().is_some_and(|(data, _)| record::says_read(data));
             let holding: Vec<&Contender> = (0..queue.len())
-                .filter(|&i| recipe::holds(&queue, i, head_is_read))
+                .filter(|&i| judge::holds(&queue, i, head_is_read))
                 .filter_map(|i| queue.get(i))
                 .collect();
             // Every holder's data in one round trip (the head's is known when it was read).
@@ -278,19 +169,6 @@ impl ZkBackend {
         }
         Err(Error::connection(BACKEND, Some(lock), Failure::QueueKeptChanging).with_context("inspect the lock"))
     }
-}
-
-/// When a node was created, by the server's clock.
-pub(crate) fn created_at(stat: &zk::Stat) -> Option<SystemTime> {
-    u64::try_from(stat.ctime).ok().and_then(|ms| SystemTime::UNIX_EPOCH.checked_add(Duration::from_millis(ms)))
-}
-
-/// When the term of a candidate's node began, as the store knows it: its last modification,
-/// which is its creation for a candidate that led at once, and the `held` mark it writes when
-/// it comes to lead after a wait (recipe.rs). Between the previous leader's end and that mark
-/// (a round trip), it still says when the candidacy began.
-pub(crate) fn term_began_at(stat: &zk::Stat) -> Option<SystemTime> {
-    u64::try_from(stat.mtime).ok().and_then(|ms| SystemTime::UNIX_EPOCH.checked_add(Duration::from_millis(ms)))
 }
 
 #[async_trait]

@@ -106,9 +106,11 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;
+mod client;
 mod config;
 mod error;
-mod hold;
+mod held;
+mod judge;
 mod names;
 mod observe;
 mod provider;

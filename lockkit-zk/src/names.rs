@@ -9,9 +9,10 @@
 //! Each contender's node under the lock's znode is named `_c_{attempt}-{kind}-{sequence}`,
 //! the Curator "protected" form: the acquisition's attempt id in the name lets a client find
 //! its own node again when the reply to its create was lost. The kind (`lock`, `read`,
-//! `write`, `permit-{N}`, `candidate`; the table is in the crate docs) says what the node asks
-//! for, so that every contender reads the whole queue, the permit count a semaphore is used
-//! with, and whether the name is an election, from one list of children. A mutex keeps
+//! `write`, `permit-{N}`, `candidate`; the table is in "How it works" on the guide's
+//! ZooKeeper page, `src/guide/backends/zookeeper.md`) says what the node asks for, so that
+//! every contender reads the whole queue, the permit count a semaphore is used with, and
+//! whether the name is an election, from one list of children. A mutex keeps
 //! `lock`, the form earlier releases write and parse.
 
 use std::num::NonZeroU32;

@@ -5,7 +5,7 @@ use std::time::Duration;
 use lockkit_core::config::{ConnectFuture, Scheme, StoreUrl};
 use lockkit_core::{LockName, LockProvider, Result, TypedProvider};
 
-use crate::backend::ZkBackend;
+use crate::client::ZkBackend;
 use crate::config::ZkLockProviderBuilder;
 use crate::error::BACKEND;
 

@@ -18,10 +18,12 @@
 //! [`OwnerMeta::decode`] still reads, and `host:port` stays readable as it is.
 
 use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use lockkit_core::HoldKind;
 use lockkit_core::backend::OwnerMeta;
 use uuid::Uuid;
+use zookeeper_client as zk;
 
 /// The field of a write node downgraded to a read.
 const READ: &str = "mode=read";
@@ -109,6 +111,19 @@ pub(crate) fn says_held(data: &[u8]) -> bool {
 
 fn has_field(data: &[u8], field: &str) -> bool {
     std::str::from_utf8(data).is_ok_and(|text| text.split(' ').skip(OWNER_FIELDS).any(|f| f == field))
+}
+
+/// When a node was created, by the server's clock.
+pub(crate) fn created_at(stat: &zk::Stat) -> Option<SystemTime> {
+    u64::try_from(stat.ctime).ok().and_then(|ms| SystemTime::UNIX_EPOCH.checked_add(Duration::from_millis(ms)))
+}
+
+/// When the term of a candidate's node began, as the store knows it: its last modification,
+/// which is its creation for a candidate that led at once, and the `held` mark it writes when
+/// it comes to lead after a wait (recipe.rs). Between the previous leader's end and that mark
+/// (a round trip), it still says when the candidacy began.
+pub(crate) fn term_began_at(stat: &zk::Stat) -> Option<SystemTime> {
+    u64::try_from(stat.mtime).ok().and_then(|ms| SystemTime::UNIX_EPOCH.checked_add(Duration::from_millis(ms)))
 }
 
 #[cfg(test)]

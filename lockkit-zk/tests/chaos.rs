@@ -38,64 +38,44 @@ use tokio::sync::Mutex;
 /// One chaos run at a time in this test binary.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::const_new(());
 
-#[test]
-fn chaos_on_a_dedicated_server() {
-    lockkit_testkit::runtime().block_on(async {
-        let _turn = ONE_AT_A_TIME.lock().await;
-        let harness = ZkHarness::dedicated().await;
-        let config = ChaosConfig::new(0).with_duration(Duration::from_secs(25)).with_faults(&DEDICATED_FAULTS);
-        chaos::check(&harness, config, &[21]).await;
-    });
-}
+lockkit_testkit::chaos_test!(
+    chaos_on_a_dedicated_server,
+    harness: ZkHarness::dedicated().await,
+    config: ChaosConfig::new(0)
+        .with_duration(Duration::from_secs(25))
+        .with_faults(&chaos::SINGLE_SERVER_FAULTS),
+    seeds: [21],
+);
 
-/// The faults of the dedicated server's runs.
-const DEDICATED_FAULTS: [FaultKind; 6] = [
-    FaultKind::Cut,
-    FaultKind::Blackhole,
-    FaultKind::Latency,
-    FaultKind::Kill,
-    FaultKind::PauseStore,
-    FaultKind::RestartStore,
-];
+lockkit_testkit::chaos_test!(
+    chaos_read_write_locks_on_a_dedicated_server,
+    harness: ZkHarness::dedicated().await,
+    config: ChaosConfig::new(0)
+        .with_duration(Duration::from_secs(20))
+        .with_faults(&chaos::SINGLE_SERVER_FAULTS)
+        .with_primitive(Primitive::ReadWrite),
+    seeds: [23],
+);
 
-#[test]
-fn chaos_read_write_locks_on_a_dedicated_server() {
-    lockkit_testkit::runtime().block_on(async {
-        let _turn = ONE_AT_A_TIME.lock().await;
-        let harness = ZkHarness::dedicated().await;
-        let config = ChaosConfig::new(0)
-            .with_duration(Duration::from_secs(20))
-            .with_faults(&DEDICATED_FAULTS)
-            .with_primitive(Primitive::ReadWrite);
-        chaos::check(&harness, config, &[23]).await;
-    });
-}
+lockkit_testkit::chaos_test!(
+    chaos_semaphores_of_three_on_a_dedicated_server,
+    harness: ZkHarness::dedicated().await,
+    config: ChaosConfig::new(0)
+        .with_duration(Duration::from_secs(20))
+        .with_faults(&chaos::SINGLE_SERVER_FAULTS)
+        .with_primitive(Primitive::Semaphore(3)),
+    seeds: [24],
+);
 
-#[test]
-fn chaos_semaphores_of_three_on_a_dedicated_server() {
-    lockkit_testkit::runtime().block_on(async {
-        let _turn = ONE_AT_A_TIME.lock().await;
-        let harness = ZkHarness::dedicated().await;
-        let config = ChaosConfig::new(0)
-            .with_duration(Duration::from_secs(20))
-            .with_faults(&DEDICATED_FAULTS)
-            .with_primitive(Primitive::Semaphore(3));
-        chaos::check(&harness, config, &[24]).await;
-    });
-}
-
-#[test]
-fn chaos_elections_on_a_dedicated_server() {
-    lockkit_testkit::runtime().block_on(async {
-        let _turn = ONE_AT_A_TIME.lock().await;
-        let harness = ZkHarness::dedicated().await;
-        let config = ChaosConfig::new(0)
-            .with_duration(Duration::from_secs(20))
-            .with_faults(&DEDICATED_FAULTS)
-            .with_primitive(Primitive::Election);
-        chaos::check(&harness, config, &[25]).await;
-    });
-}
+lockkit_testkit::chaos_test!(
+    chaos_elections_on_a_dedicated_server,
+    harness: ZkHarness::dedicated().await,
+    config: ChaosConfig::new(0)
+        .with_duration(Duration::from_secs(20))
+        .with_faults(&chaos::SINGLE_SERVER_FAULTS)
+        .with_primitive(Primitive::Election),
+    seeds: [25],
+);
 
 #[test]
 fn chaos_on_an_ensemble() {

@@ -1,7 +1,9 @@
 //! The conformance harness of the etcd backend, shared by the test files: every client is a
 //! provider of its own behind a fault proxy of its own, in front of a real `etcd` member.
 
-#![allow(dead_code, unreachable_pub, missing_docs, clippy::unwrap_used, clippy::expect_used)]
+#![allow(dead_code, unused_imports, unreachable_pub, missing_docs, clippy::unwrap_used, clippy::expect_used)]
+
+pub use lockkit_testkit::wait::within;
 
 pub use lockkit_testkit::proxy::ProxyFaults;
 use std::net::SocketAddr;
@@ -21,14 +23,6 @@ pub const TTL: Duration = Duration::from_secs(2);
 
 /// The request timeout of test clients.
 pub const TIMEOUT: Duration = Duration::from_secs(1);
-
-/// Awaits `future`, failing the test with `what` when it takes longer than `bound`.
-pub async fn within<T>(bound: Duration, what: &str, future: impl std::future::Future<Output = T>) -> T {
-    match tokio::time::timeout(bound, future).await {
-        Ok(value) => value,
-        Err(_) => panic!("{what} did not happen within {bound:?}"),
-    }
-}
 
 /// The settings of a test client; the members are filled in per client.
 pub fn test_builder() -> EtcdLockProviderBuilder {

@@ -1,7 +1,9 @@
 //! The conformance harness of the PostgreSQL backend, shared by the test files: every client is
 //! a provider of its own behind a fault proxy of its own, in front of a real PostgreSQL server.
 
-#![allow(dead_code, unreachable_pub, missing_docs, clippy::unwrap_used, clippy::expect_used)]
+#![allow(dead_code, unused_imports, unreachable_pub, missing_docs, clippy::unwrap_used, clippy::expect_used)]
+
+pub use lockkit_testkit::wait::within;
 
 pub use lockkit_testkit::proxy::ProxyFaults;
 use std::net::SocketAddr;
@@ -17,14 +19,6 @@ use tokio::sync::Mutex;
 
 /// A bound for things that take a few round trips on a loaded machine.
 pub const OPERATION: Duration = Duration::from_secs(3);
-
-/// Awaits `future`, failing the test with `what` when it takes longer than `bound`.
-pub async fn within<T>(bound: Duration, what: &str, future: impl std::future::Future<Output = T>) -> T {
-    match tokio::time::timeout(bound, future).await {
-        Ok(value) => value,
-        Err(_) => panic!("{what} did not happen within {bound:?}"),
-    }
-}
 
 /// The lease of test clients: short, so that the expiry cases take seconds.
 pub const LEASE: Duration = Duration::from_secs(2);

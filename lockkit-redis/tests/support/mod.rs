@@ -1,7 +1,9 @@
 //! The conformance harness of the Redis backend, shared by the test files: every client is a
 //! provider of its own behind a fault proxy of its own, in front of a real `redis-server`.
 
-#![allow(dead_code, unreachable_pub, missing_docs, clippy::unwrap_used, clippy::expect_used)]
+#![allow(dead_code, unused_imports, unreachable_pub, missing_docs, clippy::unwrap_used, clippy::expect_used)]
+
+pub use lockkit_testkit::wait::{eventually, within};
 
 pub use lockkit_testkit::proxy::ProxyFaults;
 use std::net::SocketAddr;
@@ -18,27 +20,6 @@ use tokio::sync::Mutex;
 
 /// A bound for things that take a few round trips on a loaded machine.
 pub const OPERATION: Duration = Duration::from_secs(3);
-
-/// Awaits `future`, failing the test with `what` when it takes longer than `bound`.
-pub async fn within<T>(bound: Duration, what: &str, future: impl std::future::Future<Output = T>) -> T {
-    match tokio::time::timeout(bound, future).await {
-        Ok(value) => value,
-        Err(_) => panic!("{what} did not happen within {bound:?}"),
-    }
-}
-
-/// Polls `condition` every 10 ms until it holds, failing after `bound`.
-pub async fn eventually<F, Fut>(bound: Duration, what: &str, mut condition: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = std::time::Instant::now() + bound;
-    while !condition().await {
-        assert!(std::time::Instant::now() < deadline, "{what} did not happen within {bound:?}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
 
 /// The lease of test clients: short, so that the expiry cases take seconds, and long enough
 /// for a loaded two-core machine.

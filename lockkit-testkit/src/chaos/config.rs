@@ -215,3 +215,39 @@ impl ChaosConfig {
         self
     }
 }
+
+/// One planned fault.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScheduledFault {
+    /// When it starts, after the run's start.
+    pub at: Duration,
+    /// Its kind.
+    pub kind: FaultKind,
+    /// The client it acts on (client faults).
+    pub client: usize,
+    /// How long it lasts before it is healed (zero for instant faults).
+    pub hold: Duration,
+    /// The latency added (latency faults).
+    pub latency: Duration,
+}
+
+impl fmt::Display for ScheduledFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "+{:>6} ms {:<13}", self.at.as_millis(), self.kind.label())?;
+        match self.kind {
+            FaultKind::Cut | FaultKind::Kill => write!(f, " client {}", self.client),
+            FaultKind::Blackhole => write!(f, " client {} for {} ms", self.client, self.hold.as_millis()),
+            FaultKind::Latency => write!(
+                f,
+                " client {} +{} ms each way for {} ms",
+                self.client,
+                self.latency.as_millis(),
+                self.hold.as_millis()
+            ),
+            FaultKind::PauseStore => write!(f, " for {} ms", self.hold.as_millis()),
+            FaultKind::Failover | FaultKind::Reshard => Ok(()),
+            FaultKind::StopServer => write!(f, " of client {} for {} ms", self.client, self.hold.as_millis()),
+            FaultKind::RestartStore => Ok(()),
+        }
+    }
+}

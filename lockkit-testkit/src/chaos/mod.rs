@@ -61,14 +61,59 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-pub use config::{ChaosConfig, FaultKind, Primitive};
+pub use config::{ChaosConfig, FaultKind, Primitive, ScheduledFault};
 pub use report::ChaosReport;
-pub use schedule::{ScheduledFault, schedule};
+pub use schedule::schedule;
 
 use crate::harness::{Harness, TestClient};
 use crate::rng::Rng;
 use crate::sync::locked;
 use worker::Shared;
+
+/// Every kind of fault but stopping one member of a replicated store: the faults of a store
+/// with one server (or one member).
+pub const SINGLE_SERVER_FAULTS: [FaultKind; 6] = [
+    FaultKind::Cut,
+    FaultKind::Blackhole,
+    FaultKind::Latency,
+    FaultKind::Kill,
+    FaultKind::PauseStore,
+    FaultKind::RestartStore,
+];
+
+/// One chaos run at a time in a test binary: the turn [`chaos_test!`](crate::chaos_test)
+/// takes before its run, so that runs of one binary do not share the machine.
+pub async fn one_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
+    static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    TURN.lock().await
+}
+
+/// A chaos run as a `#[test]`: on the shared runtime, one run of the binary at a time
+/// ([`one_at_a_time`]), `harness` made (an expression that may `.await`), then
+/// [`check`] with `config` and the default `seeds`.
+///
+/// ```ignore
+/// lockkit_testkit::chaos_test!(
+///     chaos_read_write_locks,
+///     harness: MyHarness::dedicated().await,
+///     config: ChaosConfig::new(0).with_primitive(Primitive::ReadWrite),
+///     seeds: [23],
+/// );
+/// ```
+#[macro_export]
+macro_rules! chaos_test {
+    ($(#[$meta:meta])* $name:ident, harness: $harness:expr, config: $config:expr, seeds: $seeds:expr $(,)?) => {
+        $(#[$meta])*
+        #[test]
+        fn $name() {
+            $crate::runtime().block_on(async {
+                let _turn = $crate::chaos::one_at_a_time().await;
+                let harness = $harness;
+                $crate::chaos::check(&harness, $config, &$seeds).await;
+            });
+        }
+    };
+}
 
 /// Replays one seed: `LOCKKIT_CHAOS_SEED=<n>` (decimal or `0x` hex).
 pub const SEED_ENV: &str = "LOCKKIT_CHAOS_SEED";

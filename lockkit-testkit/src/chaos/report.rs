@@ -5,8 +5,7 @@ use std::fmt;
 use std::time::Duration;
 
 use super::SEED_ENV;
-use super::config::FaultKind;
-use super::schedule::ScheduledFault;
+use super::config::{FaultKind, ScheduledFault};
 
 /// What a chaos run did and found.
 #[derive(Clone, Debug, Default)]

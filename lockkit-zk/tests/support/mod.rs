@@ -3,7 +3,9 @@
 //! Every client is a `ZkLockProvider` with a session of its own, connected through a
 //! `FaultProxy` of its own in front of the server, so that kill, blackhole and cut act on that
 //! client only.
-#![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
+#![allow(dead_code, unused_imports, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
+
+pub use lockkit_testkit::wait::eventually;
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
@@ -279,19 +281,6 @@ pub fn run<F: std::future::Future<Output = ()>>(body: F) {
             panic!("the test did not finish within 120 s");
         }
     });
-}
-
-/// Polls `condition` every 10 ms until it holds; panics after `bound` with `what`.
-pub async fn eventually<F, Fut>(bound: Duration, what: &str, mut condition: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + bound;
-    while !condition().await {
-        assert!(tokio::time::Instant::now() < deadline, "{what}: still not true after {bound:?}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 /// A fresh lock name.

@@ -18,7 +18,7 @@ use tracing::Instrument;
 use uuid::Uuid;
 use zookeeper_client as zk;
 
-use crate::backend::ZkBackend;
+use crate::client::ZkBackend;
 use crate::error::{BACKEND, Failure, is_loss, loss_for_state};
 use crate::names::{Contender, NodeKind, queue};
 use crate::record;

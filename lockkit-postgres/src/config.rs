@@ -230,23 +230,26 @@ impl PostgresLockProviderBuilder {
 
     /// Whether the provider creates its schema on first use when it is missing (`true` by
     /// default). With `false`, run [`PostgresLockProvider::migrate`](crate::PostgresLockProvider::migrate) once as a role that may
-    /// create it, and use a role that can only take locks (see the crate docs).
+    /// create it, and use a role that can only take locks (see "Least privileges" on
+    /// the guide's PostgreSQL page (`src/guide/backends/postgres.md`)).
     pub fn migrate(mut self, migrate: bool) -> Self {
         self.options.set(&MIGRATE, migrate);
         self
     }
 
-    /// Whether grants and renewals wait for the server's WAL flush (`false` by default; URL
-    /// option `durable_grants`). By default they commit with `synchronous_commit = off`, which
-    /// saves a disk flush per grant: a grant or renewal lost in a crash of the server is made
-    /// safe by the restart fence (no grant for the longest lease after a crash recovery; see
-    /// the crate docs), so a crash costs every lock one lease of waiting and every hold whose
-    /// grant was lost is signalled lost. With `true`, holds whose grants were confirmed survive
-    /// a crash and the locks of a schema whose providers all use it are not fenced after one:
-    /// for holds longer than the lease that must outlive a server crash, or a server that
-    /// restarts often. Failover to a standby: with synchronous replication (`synchronous_commit`
-    /// reaching the standby) only `true` keeps holds across a promotion; either way, the fence
-    /// starts on a promoted standby, whose copy of the unlogged fence table is empty.
+    /// Whether grants and renewals wait for the server's WAL flush (`false` by default; URL option
+    /// `durable_grants`). By default they commit with `synchronous_commit = off`, which saves a
+    /// disk flush per grant: a grant or renewal lost in a crash of the server is made safe by the
+    /// restart fence (no grant for the longest lease after a crash recovery; see "Grants without
+    /// the flush: the restart fence" on the guide's PostgreSQL page
+    /// (`src/guide/backends/postgres.md`)), so a crash costs every lock one lease of waiting and
+    /// every hold whose grant was lost is signalled lost. With `true`, holds whose grants were
+    /// confirmed survive a crash and the locks of a schema whose providers all use it are not
+    /// fenced after one: for holds longer than the lease that must outlive a server crash, or a
+    /// server that restarts often. Failover to a standby: with synchronous replication
+    /// (`synchronous_commit` reaching the standby) only `true` keeps holds across a promotion;
+    /// either way, the fence starts on a promoted standby, whose copy of the unlogged fence table
+    /// is empty.
     pub fn durable_grants(mut self, durable: bool) -> Self {
         self.options.set(&DURABLE_GRANTS, durable);
         self

@@ -1,233 +1,25 @@
-//! Observing an election: every change of leader, in term order, from watches.
-//!
-//! # What the observer knows
-//!
-//! The candidates of an election are the contender nodes under its znode, and the lowest one
-//! leads. The observer keeps the *view*: every contender node it has seen in a list of the
-//! children and not yet seen go, in sequence order, each with a data watch (set with the read
-//! that gives a candidate's identity, term and creation time), and one watch on the list of
-//! children (or on the election's znode while it does not exist). No node can queue before a
-//! node of the view (sequences only grow), so:
-//!
-//! - when the head of the view goes, the next node of the view leads, with no list needed;
-//! - when the view is empty and the children watch has not fired, nobody leads;
-//! - a node created after the last list is behind every node of the view.
-//!
-//! # Order
-//!
-//! ZooKeeper sends a client its notifications in the order of the changes, and
-//! zookeeper-client hands each to its watch as it reads it, so the notifications handed out
-//! at any moment are a prefix of that order. The observer takes them in *batches*: everything
-//! ready, polled again until nothing more is (so every event of a batch came before every
-//! event of the next). Within a batch the order is unknown. A batch in which the leader and the
-//! node right behind it both went is ambiguous (that node led for a moment, or had gone first):
-//! the observer says [`LeaderEvent::Gap`] before the state that follows. On a healthy
-//! connection a batch holds one change: the observer handles each notification as it comes.
-//!
-//! # What a list tells
-//!
-//! Each children notification (a node created or deleted) makes the observer list again,
-//! with the parent's stat, and read (and watch) the new nodes, all requests at once. The reply
-//! to the list comes after every notification of a change it shows, so the events ready then
-//! belong before it. A node that came and went between two lists is never seen; the parent's
-//! `cversion` (one per child created or deleted) counts it. Such a node may have led only if
-//! every node of the view had gone meanwhile: then the observer says [`LeaderEvent::Gap`].
-//!
-//! # Connection trouble
-//!
-//! - **Disconnected, then back within the session:** zookeeper-client sets the watches again
-//!   on the new connection, and the server fires those whose node changed meanwhile, in no
-//!   particular order. The observer stops handling notifications while disconnected, then
-//!   lists: the notifications replayed before that list's reply are one batch (a gap only
-//!   when the changes missed cannot be told apart).
-//! - **Session expired, or gone with its runtime:** the watches are gone and nothing replays
-//!   what passed: the observer takes the provider's session (a new one when need be, on the
-//!   observer's runtime), says [`LeaderEvent::Gap`] and then the current state.
-//! - **No server:** the stream yields the connection error and tries again, with a growing
-//!   pause; the state that follows comes after a gap.
-//!
-//! # The task
-//!
-//! The stream starts one task, at its first poll, on the runtime that polls it; the task
-//! handles the notifications as they come (so the order is kept even when the consumer is
-//! slow) and queues the events for the consumer, up to [`OUTBOX_CAPACITY`]; a consumer further
-//! behind gets a gap and the current state instead of the oldest events. Dropping the stream
-//! aborts the task, which drops its watches (each removed from the server). A task that ends
-//! with its runtime is started again by the next poll, on that poll's runtime, after a gap.
+//! The view of an election that the follower keeps (see the module docs of `observe`): the
+//! contender nodes seen and their watches, the last list, the events collected in a batch,
+//! and what was handed out — the bookkeeping without I/O, driven by the follower in mod.rs
+//! and by hand in the tests.
 
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
-use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
-use std::time::Duration;
 
-use futures_core::Stream;
-use lockkit_core::backend::LeaderEvents;
-use lockkit_core::{Error, FencingToken, Leader, LeaderEvent, LockName, Result};
-use tokio::task::JoinHandle;
-use tracing::Instrument;
+use lockkit_core::backend::Outbox;
+use lockkit_core::{Error, FencingToken, Leader, LeaderEvent};
 use zookeeper_client as zk;
 
-use crate::backend::{ZkBackend, term_began_at};
-use crate::error::{BACKEND, Failure, is_loss};
-use crate::hold::{NodeEvent, RETRIES, Watched, node_event};
+use crate::error::BACKEND;
+use crate::held::{NodeEvent, Watched};
 use crate::names::{Contender, NodeKind};
 use crate::record;
-use crate::session::Session;
-
-/// How many events wait for a slow consumer before they give way to a gap and the state.
-pub(crate) const OUTBOX_CAPACITY: usize = 256;
-
-/// The first pause before the observer tries again after a failure.
-const FIRST_PAUSE: Duration = Duration::from_millis(50);
-
-/// The longest pause between two tries after failures.
-const MAX_PAUSE: Duration = Duration::from_secs(2);
-
-/// The changes of leader of election `lock`, followed through `backend`'s sessions.
-pub(crate) fn observe(backend: Arc<ZkBackend>, lock: LockName) -> LeaderEvents {
-    Box::pin(Observation { backend, lock, outbox: None, task: None, started: false })
-}
-
-/// The stream the consumer holds: the outbox of the task that follows the election.
-struct Observation {
-    backend: Arc<ZkBackend>,
-    lock: LockName,
-    outbox: Option<Arc<Outbox>>,
-    task: Option<JoinHandle<()>>,
-    /// Whether a task was started before: a new one starts with a gap.
-    started: bool,
-}
-
-impl Observation {
-    /// Starts the task on lockkit's home runtime, which never depends on the caller's.
-    fn start(&mut self) -> Result<Arc<Outbox>> {
-        let runtime = lockkit_core::home::runtime().ok_or_else(|| {
-            Error::connection(BACKEND, Some(&self.lock), Failure::NoRuntime).with_context("observe the election")
-        })?;
-        let outbox = Arc::new(Outbox::default());
-        let closer = CloseOnDrop(Arc::clone(&outbox));
-        let gap = std::mem::replace(&mut self.started, true);
-        let task = follow(Arc::clone(&self.backend), self.lock.clone(), Arc::clone(&outbox), closer, gap);
-        self.task = Some(runtime.spawn(task));
-        self.outbox = Some(Arc::clone(&outbox));
-        Ok(outbox)
-    }
-}
-
-impl Stream for Observation {
-    type Item = Result<LeaderEvent>;
-
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = self.get_mut();
-        // At most one new task per poll: a runtime that drops every task it is given (one
-        // shutting down) must not make this spin.
-        let mut restarted = false;
-        loop {
-            let outbox = match this.outbox.clone() {
-                Some(outbox) => outbox,
-                None => match this.start() {
-                    Ok(outbox) => outbox,
-                    Err(error) => return Poll::Ready(Some(Err(error))),
-                },
-            };
-            let mut state = outbox.state();
-            if let Some(item) = state.events.pop_front() {
-                return Poll::Ready(Some(item));
-            }
-            if !state.closed {
-                state.waker = Some(cx.waker().clone());
-                return Poll::Pending;
-            }
-            drop(state);
-            // The task ended with the runtime it ran on: follow again from here, after a gap.
-            this.outbox = None;
-            this.task = None;
-            if restarted {
-                let error = Error::connection(BACKEND, Some(&this.lock), Failure::RuntimeGone)
-                    .with_context("observe the election");
-                return Poll::Ready(Some(Err(error)));
-            }
-            tracing::debug!(backend = BACKEND, lock = %this.lock, "the observer's task ended with its runtime; starting it again here");
-            restarted = true;
-        }
-    }
-}
-
-impl Drop for Observation {
-    fn drop(&mut self) {
-        if let Some(task) = self.task.take() {
-            task.abort();
-        }
-    }
-}
-
-/// What the task hands the consumer.
-#[derive(Default)]
-struct Outbox {
-    state: Mutex<OutboxState>,
-}
-
-#[derive(Default)]
-struct OutboxState {
-    events: VecDeque<Result<LeaderEvent>>,
-    /// The last state handed out (an `Elected` or `Vacant`), for a consumer that falls behind.
-    current: Option<LeaderEvent>,
-    /// Set when the task is gone.
-    closed: bool,
-    waker: Option<Waker>,
-}
-
-impl Outbox {
-    fn state(&self) -> MutexGuard<'_, OutboxState> {
-        // Nothing panics while holding this lock; recover the data if something ever did.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn push(&self, item: Result<LeaderEvent>) {
-        let mut state = self.state();
-        if let Ok(event @ (LeaderEvent::Elected(_) | LeaderEvent::Vacant)) = &item {
-            state.current = Some(event.clone());
-        }
-        if state.events.len() >= OUTBOX_CAPACITY {
-            // The consumer is far behind: what it missed is a gap; the state now follows.
-            tracing::debug!(backend = BACKEND, "an observer fell {OUTBOX_CAPACITY} events behind; it gets a gap");
-            state.events.clear();
-            state.events.push_back(Ok(LeaderEvent::Gap));
-            if let Some(current) = state.current.clone() {
-                state.events.push_back(Ok(current));
-            }
-        } else {
-            state.events.push_back(item);
-        }
-        if let Some(waker) = state.waker.take() {
-            waker.wake();
-        }
-    }
-
-    /// Whether a state was handed out: a later new start owes a gap.
-    fn has_state(&self) -> bool {
-        self.state().current.is_some()
-    }
-}
-
-/// Closes the outbox when the task is dropped (aborted, or with its runtime), even before its
-/// first poll.
-struct CloseOnDrop(Arc<Outbox>);
-
-impl Drop for CloseOnDrop {
-    fn drop(&mut self) {
-        let mut state = self.0.state();
-        state.closed = true;
-        if let Some(waker) = state.waker.take() {
-            waker.wake();
-        }
-    }
-}
+use crate::record::term_began_at;
 
 /// Why a follower stopped following on its session.
-enum End {
+pub(super) enum End {
     /// The session reached this terminal state (expired, closed, refused).
     Session(zk::SessionState),
     /// The session's tasks went with their runtime.
@@ -236,76 +28,29 @@ enum End {
     Failed(Error),
 }
 
-/// The task: follows the election on the provider's session, and on a new one whenever that
-/// one ends, until the stream is dropped.
-async fn follow(backend: Arc<ZkBackend>, lock: LockName, outbox: Arc<Outbox>, closer: CloseOnDrop, gap: bool) {
-    let _closer = closer;
-    let span = tracing::debug_span!("lockkit.zk.observe", lock = %lock);
-    async move {
-        let parent = backend.config.lock_path(&lock);
-        let address = backend.config.address();
-        let mut gap = gap;
-        let mut pause = FIRST_PAUSE;
-        loop {
-            let session = match backend.session(Some(&lock)).await {
-                Ok(session) => session,
-                Err(error) => {
-                    tracing::debug!(backend = BACKEND, %error, ?pause, "the observer cannot open a session; trying again");
-                    outbox.push(Err(error.with_server(Some(&address))));
-                    tokio::time::sleep(pause).await;
-                    pause = pause.saturating_mul(2).min(MAX_PAUSE);
-                    continue;
-                }
-            };
-            let owes_gap = gap || outbox.has_state();
-            let end = Follower::new(&session, &lock, &parent, &outbox, owes_gap).run().await;
-            gap = true;
-            match end {
-                End::Session(state) => {
-                    tracing::debug!(backend = BACKEND, ?state, "the observer's session ended; following on a new one after a gap");
-                    pause = FIRST_PAUSE;
-                }
-                End::Gone => {
-                    session.mark_broken();
-                    tracing::debug!(backend = BACKEND, "the observer's session went with its runtime; following on a new one after a gap");
-                    pause = FIRST_PAUSE;
-                }
-                End::Failed(error) => {
-                    tracing::debug!(backend = BACKEND, %error, ?pause, "the observer failed; following again after a gap");
-                    outbox.push(Err(error.with_server(Some(&address))));
-                    tokio::time::sleep(pause).await;
-                    pause = pause.saturating_mul(2).min(MAX_PAUSE);
-                }
-            }
-        }
-    }
-    .instrument(span)
-    .await;
-}
-
 /// A contender node of the view.
-struct Node {
-    name: String,
-    kind: NodeKind,
+pub(super) struct Node {
+    pub(super) name: String,
+    pub(super) kind: NodeKind,
     /// The leader this node is while it heads the view: read with its data (candidates only).
-    leader: Option<Leader>,
+    pub(super) leader: Option<Leader>,
     /// Whether its data was read (and its watch set) since it joined the view or changed.
-    read: bool,
+    pub(super) read: bool,
     /// Whether its term was handed out.
-    shown: bool,
+    pub(super) shown: bool,
     /// Its data watch, until it fires.
-    watch: Option<NodeEvent>,
+    pub(super) watch: Option<NodeEvent>,
 }
 
 impl Node {
-    fn new(contender: Contender) -> Self {
+    pub(super) fn new(contender: Contender) -> Self {
         Node { name: contender.name, kind: contender.kind, leader: None, read: false, shown: false, watch: None }
     }
 }
 
 /// What a watch of the follower was set on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Target {
+pub(super) enum Target {
     /// A node of the view, by sequence.
     Node(i64),
     /// The election's znode: its children, or its existence while it is missing.
@@ -313,18 +58,18 @@ enum Target {
 }
 
 /// A list of the children, as the follower last saw it.
-struct Listing {
+pub(super) struct Listing {
     /// The czxid of the election's znode, `None` while it was missing.
-    parent: Option<i64>,
+    pub(super) parent: Option<i64>,
     /// How many children were created or deleted under it.
-    cversion: i32,
+    pub(super) cversion: i32,
     /// Every child's name.
-    names: HashSet<String>,
+    pub(super) names: HashSet<String>,
 }
 
 /// What the follower last handed out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Shown {
+pub(super) enum Shown {
     Term(FencingToken),
     Vacant,
 }
@@ -332,33 +77,33 @@ enum Shown {
 /// What the follower knows of the election, and what it owes the consumer: the bookkeeping of
 /// the module docs, without I/O.
 #[derive(Default)]
-struct View {
+pub(super) struct View {
     /// A gap to hand out before the next state.
-    gap: bool,
+    pub(super) gap: bool,
     /// The view proper: the live contender nodes seen, by sequence.
-    nodes: BTreeMap<i64, Node>,
-    listing: Option<Listing>,
+    pub(super) nodes: BTreeMap<i64, Node>,
+    pub(super) listing: Option<Listing>,
     /// Whether the view was empty at some moment since the last list.
-    emptied: bool,
+    pub(super) emptied: bool,
     /// The watch on the children (or the existence) of the election's znode, until it fires.
-    children: Option<NodeEvent>,
+    pub(super) children: Option<NodeEvent>,
     /// Events taken from the watches and not handled yet.
-    batch: Vec<(Target, Watched)>,
+    pub(super) batch: Vec<(Target, Watched)>,
     /// The last event of the children watch, since the last list.
-    children_event: Option<Watched>,
+    pub(super) children_event: Option<Watched>,
     /// Whether the session state changed (a dropped connection) since the last list: then
     /// the notifications replayed since came in no order.
-    reconnected: bool,
-    last: Option<Shown>,
+    pub(super) reconnected: bool,
+    pub(super) last: Option<Shown>,
 }
 
 impl View {
-    fn new(gap: bool) -> Self {
+    pub(super) fn new(gap: bool) -> Self {
         View { gap, emptied: true, ..View::default() }
     }
 
     /// The end a session event among the collected ones means, if any.
-    fn session_end(&self) -> std::result::Result<(), End> {
+    pub(super) fn session_end(&self) -> std::result::Result<(), End> {
         for (_, event) in &self.batch {
             match event {
                 Watched::SessionEnded(state) => return Err(End::Session(*state)),
@@ -373,7 +118,7 @@ impl View {
     /// data changed (read again with the next list), the children watch; then hands out the
     /// head's term if it changed (a state the next batch may end at once). Returns whether a
     /// list is needed.
-    fn apply(&mut self, outbox: &Outbox) -> std::result::Result<bool, End> {
+    pub(super) fn apply(&mut self, outbox: &Outbox) -> std::result::Result<bool, End> {
         self.session_end()?;
         let mut gone = HashSet::new();
         let mut relist = false;
@@ -403,7 +148,7 @@ impl View {
     /// after everything handled before. A gap is owed when a term may have passed unseen: the
     /// head went before its term was handed out, or a candidate right behind the head (with
     /// every node between them) went too, which may have led for a moment.
-    fn remove(&mut self, gone: &HashSet<i64>) {
+    pub(super) fn remove(&mut self, gone: &HashSet<i64>) {
         if gone.is_empty() {
             return;
         }
@@ -429,7 +174,7 @@ impl View {
     /// Hands out the state the view shows, if it changed: the head's term, or a vacancy when
     /// the head is not a candidate, or when the view is empty and `complete` (no node can
     /// have come since the last list).
-    fn settle(&mut self, complete: bool, outbox: &Outbox) {
+    pub(super) fn settle(&mut self, complete: bool, outbox: &Outbox) {
         let shown = match self.nodes.values_mut().next() {
             Some(head) if head.kind == NodeKind::Candidate => match &head.leader {
                 Some(leader) => {
@@ -474,7 +219,7 @@ impl View {
     /// and `cversion`, after the batch of events that came with its reply was applied:
     /// `departed` are the nodes that batch removed (their deletion may postdate the list).
     /// The new contender nodes join the view, unread.
-    fn listed(
+    pub(super) fn listed(
         &mut self,
         names: &HashSet<String>,
         parent: i64,
@@ -523,7 +268,7 @@ impl View {
     }
 
     /// The nodes to read (and watch): new, or changed since read.
-    fn unread(&self) -> Vec<(i64, String)> {
+    pub(super) fn unread(&self) -> Vec<(i64, String)> {
         self.nodes
             .iter()
             .filter(|(_, node)| !node.read)
@@ -532,7 +277,7 @@ impl View {
     }
 
     /// Records the read of the node `sequence`: its data and stat, and its new watch.
-    fn read(&mut self, sequence: i64, data: &[u8], stat: &zk::Stat, watch: NodeEvent) {
+    pub(super) fn read(&mut self, sequence: i64, data: &[u8], stat: &zk::Stat, watch: NodeEvent) {
         if let Some(node) = self.nodes.get_mut(&sequence) {
             node.leader = (node.kind == NodeKind::Candidate).then(|| leader_of(data, stat));
             node.read = true;
@@ -543,7 +288,7 @@ impl View {
     /// Ends a list: `gone` (found gone by the reads) and the notifications that came during
     /// the reads, one batch; then the list becomes the last one. Returns whether another
     /// list is needed at once (the children changed meanwhile, or a node's data).
-    fn reads_done(
+    pub(super) fn reads_done(
         &mut self,
         mut gone: HashSet<i64>,
         listing: Listing,
@@ -581,7 +326,7 @@ impl View {
 
     /// The election's znode is missing: every node of the view is gone with it, and nobody
     /// leads.
-    fn parent_missing(&mut self, outbox: &Outbox) {
+    pub(super) fn parent_missing(&mut self, outbox: &Outbox) {
         // Unseen changes are ruled out only when the znode was empty at the last list and the
         // first change the children watch reported since, live (not replayed after a
         // reconnect, in no order), was its deletion. Before the first list, nothing was seen.
@@ -608,221 +353,27 @@ impl View {
     }
 
     /// Takes every event ready now, without waiting.
-    fn collect_ready(&mut self) {
+    pub(super) fn collect_ready(&mut self) {
         let mut cx = Context::from_waker(Waker::noop());
         let _ = collect_now(&mut self.children, &mut self.nodes, &mut self.batch, &mut cx);
     }
 
     /// The names of the nodes of the view.
-    fn names(&self) -> HashSet<String> {
+    pub(super) fn names(&self) -> HashSet<String> {
         self.nodes.values().map(|node| node.name.clone()).collect()
     }
 }
 
-/// Follows one election on one session.
-struct Follower<'a> {
-    session: &'a Arc<Session>,
-    lock: &'a LockName,
-    parent: &'a str,
-    outbox: &'a Outbox,
-    view: View,
-}
-
-impl<'a> Follower<'a> {
-    fn new(session: &'a Arc<Session>, lock: &'a LockName, parent: &'a str, outbox: &'a Outbox, gap: bool) -> Self {
-        Follower { session, lock, parent, outbox, view: View::new(gap) }
-    }
-
-    /// Follows until the session ends or fails.
-    async fn run(mut self) -> End {
-        let mut states = self.session.client.state_watcher();
-        if let Err(end) = self.relist(&mut states).await {
-            return end;
-        }
-        loop {
-            let view = &mut self.view;
-            tokio::select! {
-                biased;
-                state = states.changed() => {
-                    self.view.reconnected = true;
-                    if state.is_terminated() {
-                        return End::Session(state);
-                    }
-                    if state == zk::SessionState::Disconnected {
-                        // Suspended: the notifications replayed on the next connection come
-                        // in no order; they are handled with the list that follows it.
-                        tracing::debug!(backend = BACKEND, "the observer's connection dropped");
-                        if let Err(end) = self.wait_connected(&mut states).await {
-                            return end;
-                        }
-                    }
-                    // Connected again (the drop may have passed unseen): list.
-                    if let Err(end) = self.relist(&mut states).await {
-                        return end;
-                    }
-                },
-                () = collect(&mut view.children, &mut view.nodes, &mut view.batch) => {
-                    match self.view.apply(self.outbox) {
-                        Err(end) => return end,
-                        Ok(true) => {
-                            if let Err(end) = self.relist(&mut states).await {
-                                return end;
-                            }
-                        }
-                        Ok(false) => self.view.settle(true, self.outbox),
-                    }
-                }
-            }
-        }
-    }
-
-    /// Waits until the session is connected again (collecting the watches' events meanwhile,
-    /// for the list that follows), or ends.
-    async fn wait_connected(&mut self, states: &mut zk::StateWatcher) -> std::result::Result<(), End> {
-        loop {
-            let state = self.session.client.state();
-            if state.is_terminated() {
-                return Err(End::Session(state));
-            }
-            if self.session.is_cut_off() {
-                return Err(End::Gone);
-            }
-            if matches!(state, zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly) {
-                return Ok(());
-            }
-            let view = &mut self.view;
-            tokio::select! {
-                _ = states.changed() => view.reconnected = true,
-                () = collect(&mut view.children, &mut view.nodes, &mut view.batch) => view.session_end()?,
-                // A safety net only: a session whose runtime shut down sends no more states.
-                () = tokio::time::sleep(self.session.timeout / 3) => {}
-            }
-        }
-    }
-
-    /// Lists the children (watching them), retrying after lost connections, and brings the
-    /// view up to it; see the module docs. Lists again at once while the children change
-    /// under the list (each time because a notification said so).
-    async fn relist(&mut self, states: &mut zk::StateWatcher) -> std::result::Result<(), End> {
-        let mut failures = 0;
-        loop {
-            match self.relist_once().await {
-                Ok(false) => return Ok(()),
-                Ok(true) => {}
-                Err(Attempt::Again(error)) => {
-                    failures += 1;
-                    if failures > RETRIES {
-                        return Err(self.fail(error, "list the election's candidates"));
-                    }
-                    self.wait_connected(states).await?;
-                }
-                Err(Attempt::End(end)) => return Err(end),
-            }
-        }
-    }
-
-    /// One list and the reads it calls for; whether another list is needed at once.
-    async fn relist_once(&mut self) -> std::result::Result<bool, Attempt> {
-        let session: &'a Arc<Session> = self.session;
-        let client = &session.client;
-        let listed = client.get_and_watch_children(self.parent).await;
-        // Every notification of a change the reply shows came before it: one batch (with the
-        // ones that came since, which are no older than the list).
-        let before = self.view.names();
-        self.view.collect_ready();
-        self.view.apply(self.outbox).map_err(Attempt::End)?;
-        let (children, stat, watcher) = match listed {
-            Ok(listed) => listed,
-            Err(zk::Error::NoNode) => return self.parent_missing().await.map(|()| false),
-            Err(error) => return Err(self.attempt_error(error, "list the election's candidates")),
-        };
-        self.view.children = Some(node_event(watcher));
-        // A node that went since the list was answered is in the list: it is not new.
-        let now = self.view.names();
-        let departed: HashSet<String> = before.into_iter().filter(|name| !now.contains(name)).collect();
-        let names: HashSet<String> = children.into_iter().collect();
-        self.view.listed(&names, stat.czxid, stat.cversion, &departed, self.outbox);
-
-        // The new nodes, and those whose data changed, are read (and watched), all requests
-        // at once.
-        let parent = self.parent;
-        let unread = self.view.unread();
-        let paths: Vec<(i64, String)> =
-            unread.into_iter().map(|(sequence, name)| (sequence, format!("{parent}/{name}"))).collect();
-        let reads: Vec<_> = paths.iter().map(|(sequence, path)| (*sequence, client.get_and_watch_data(path))).collect();
-        let mut gone = HashSet::new();
-        let mut failed = None;
-        for (sequence, read) in reads {
-            match read.await {
-                Ok((data, stat, watcher)) => self.view.read(sequence, &data, &stat, node_event(watcher)),
-                Err(zk::Error::NoNode) => {
-                    gone.insert(sequence);
-                }
-                Err(error) => failed = failed.or(Some(error)),
-            }
-        }
-        if let Some(error) = failed {
-            return Err(self.attempt_error(error, "read the election's candidates"));
-        }
-        // Nodes found gone by the reads went after the list, in an unknown order with the
-        // notifications that came meanwhile.
-        self.view.collect_ready();
-        let listing = Listing { parent: Some(stat.czxid), cversion: stat.cversion, names };
-        self.view.reads_done(gone, listing, self.outbox).map_err(Attempt::End)
-    }
-
-    /// The election's znode is missing: watches its creation.
-    async fn parent_missing(&mut self) -> std::result::Result<(), Attempt> {
-        let (stat, watcher) = match self.session.client.check_and_watch_stat(self.parent).await {
-            Ok(found) => found,
-            Err(error) => return Err(self.attempt_error(error, "watch the election's znode")),
-        };
-        if stat.is_some() {
-            // Made again meanwhile: list it.
-            return Err(Attempt::Again(zk::Error::NoNode));
-        }
-        self.view.children = Some(node_event(watcher));
-        self.view.parent_missing(self.outbox);
-        Ok(())
-    }
-
-    fn attempt_error(&self, error: zk::Error, what: &'static str) -> Attempt {
-        if is_loss(&error) {
-            return Attempt::Again(error);
-        }
-        Attempt::End(self.fail(error, what))
-    }
-
-    fn fail(&self, error: zk::Error, what: &'static str) -> End {
-        let state = self.session.client.state();
-        if state.is_terminated() || matches!(error, zk::Error::SessionExpired | zk::Error::ClientClosed) {
-            return End::Session(if state.is_terminated() { state } else { zk::SessionState::Expired });
-        }
-        let mapped = self.session.error(error, Some(self.lock));
-        if self.session.is_cut_off() {
-            return End::Gone;
-        }
-        End::Failed(mapped.with_context(what))
-    }
-}
-
-/// How one list went wrong.
-enum Attempt {
-    /// The connection broke: try again once connected.
-    Again(zk::Error),
-    End(End),
-}
-
 /// The leader a candidate's node stands for: its identity, its czxid as the term, and when its
 /// term began ([`term_began_at`]).
-fn leader_of(data: &[u8], stat: &zk::Stat) -> Leader {
+pub(super) fn leader_of(data: &[u8], stat: &zk::Stat) -> Leader {
     let identity = record::identity(data).unwrap_or_else(|| Arc::from(&[][..]));
     let term = FencingToken::new(u64::try_from(stat.czxid).unwrap_or(0));
     Leader::new(identity, term, term_began_at(stat))
 }
 
 /// Waits until some watch has fired, then takes every event ready (see [`collect_now`]).
-fn collect<'w>(
+pub(super) fn collect<'w>(
     children: &'w mut Option<NodeEvent>,
     nodes: &'w mut BTreeMap<i64, Node>,
     batch: &'w mut Vec<(Target, Watched)>,
@@ -835,7 +386,7 @@ fn collect<'w>(
 /// Polls every watch, again and again until a round finds none newly ready, moving the events
 /// into `batch`; whether any was. Every event taken came before every event left (see the
 /// module docs).
-fn collect_now(
+pub(super) fn collect_now(
     children: &mut Option<NodeEvent>,
     nodes: &mut BTreeMap<i64, Node>,
     batch: &mut Vec<(Target, Watched)>,
@@ -872,6 +423,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::names::node_prefix;
+    use lockkit_core::backend::OUTBOX_CAPACITY;
 
     /// A child name of `kind` with `sequence`.
     fn child(sequence: i64, kind: NodeKind) -> String {
@@ -903,7 +455,7 @@ mod tests {
     }
 
     fn drain(outbox: &Outbox) -> Vec<LeaderEvent> {
-        outbox.state().events.drain(..).map(|item| item.unwrap()).collect()
+        outbox.take_ready().into_iter().map(|item| item.unwrap()).collect()
     }
 
     fn elected(term: i64) -> LeaderEvent {
@@ -923,7 +475,7 @@ mod tests {
 
     impl Sim {
         fn new() -> Self {
-            Sim { view: View::new(false), outbox: Outbox::default(), parent: 7 }
+            Sim { view: View::new(false), outbox: Outbox::new(BACKEND), parent: 7 }
         }
 
         /// A list of `names` at `cversion`, with `with_reply` notified alongside its reply,
@@ -1128,7 +680,7 @@ mod tests {
 
     #[test]
     fn a_consumer_far_behind_gets_a_gap_and_the_state_now() {
-        let outbox = Outbox::default();
+        let outbox = Outbox::new(BACKEND);
         for term in 1..=(OUTBOX_CAPACITY as i64 + 10) {
             outbox.push(Ok(elected(term)));
         }

@@ -4,15 +4,13 @@
 
 use std::time::Duration;
 
+use lockkit_core::Result;
 use lockkit_core::config::{
-    self, ClientTls, Key, MAX_DURATION, MAX_HOLD, OptionKey, Options, ProviderBuilder, STORE_ID, StoreUrl, TLS_KEYS,
+    self, Key, MAX_DURATION, MAX_HOLD, OptionKey, Options, ProviderBuilder, STORE_ID, StoreUrl, TLS_KEYS,
 };
-use lockkit_core::{Error, Result};
-use redis::IntoConnectionInfo;
 
 use crate::BACKEND;
-use crate::cluster::ClusterSettings;
-use crate::sentinel::SentinelSettings;
+use crate::settings::{Settings, check_prefix, invalid, parse_target, shown_address};
 
 /// The default lease: how long a hold outlives its holder when the holder dies.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
@@ -109,11 +107,6 @@ pub const OPTIONS: &[&dyn OptionKey] = &[
     &DB,
 ];
 
-/// What `rediss://` needs when it is not built in.
-#[cfg(not(feature = "tls"))]
-const TLS_FEATURE: &str = "rediss:// (TLS) is not built in: enable the `tls` feature of lockkit-redis \
-    (the `redis-tls` feature of the lockkit crate) in your Cargo.toml";
-
 /// Builds a [`RedisLockProvider`](crate::RedisLockProvider); every setting is checked by [`build`](Self::build), which
 /// makes no connection.
 ///
@@ -205,12 +198,13 @@ impl RedisLockProviderBuilder {
     /// asks the sentinels, in the order written, for the primary's address whenever it
     /// connects, and connects again (asking again) when the primary stops answering or
     /// refuses writes as a replica after a failover. The credentials are the Redis servers';
-    /// the sentinels are asked without any. See the crate docs, "Replicas and failover".
+    /// the sentinels are asked without any. See "Sentinel" and "Tokens, restarts and failovers"
+    /// on the guide's Redis page (`src/guide/backends/redis.md`).
     ///
     /// Or some nodes of a Redis Cluster: `redis+cluster://[user[:password]@]h1[:port],h2[:port]`
-    /// (port 6379 by default; `rediss+cluster://` for TLS; any reachable nodes: the others and
-    /// the slot map are learnt from them). See the crate docs, "Redis Cluster", and
-    /// [`cluster`](Self::cluster).
+    /// (port 6379 by default; `rediss+cluster://` for TLS; any reachable nodes: the others and the
+    /// slot map are learnt from them). See "Redis Cluster" on the guide's Redis page
+    /// (`src/guide/backends/redis.md`), and [`cluster`](Self::cluster).
     ///
     /// The options in the URL's query ([`OPTIONS`]) are taken here, in order with the
     /// builder's other settings: a setting given later replaces the URL's (see
@@ -343,7 +337,8 @@ impl RedisLockProviderBuilder {
     /// acknowledged; a replica may still lose them in a restart. And a renewal that reached
     /// the primary but not the replicas before a failover is lost with it: the hold ends
     /// at the deadline of its last acknowledged renewal, which is what its local deadline
-    /// says. Tokens never go back across a failover either way (see the crate docs).
+    /// says. Tokens never go back across a failover either way (see "Tokens, restarts and
+    /// failovers" on the guide's Redis page (`src/guide/backends/redis.md`)).
     ///
     /// The primary must have at least `n` replicas connected: the provider checks it when it
     /// connects, and a primary with fewer is an [`Error::InvalidConfig`] naming both numbers.
@@ -367,15 +362,15 @@ impl RedisLockProviderBuilder {
     /// least [`MIN_DEFAULT_FENCE_RETENTION`]; at least the lease plus the claim window, at
     /// most a day, which is also the least for a lease of a day). URL option `fence_retention`.
     ///
-    /// Every grant (and every renewal of a mutex, a writer or a leader) sets the counter to
-    /// expire this long after it, so a name nobody uses any more leaves no key behind once
-    /// this time has passed. Tokens still never go back: a grant issues
-    /// `max(counter + 1, server time in µs)`, so a counter made again later starts above every
-    /// token issued before, as long as the server's clock does not step back (see "Fencing
-    /// tokens and server restarts" in the crate docs). A longer retention also covers a
-    /// clock that steps back by less than it between two uses of a name; the lease plus the
-    /// claim window is the least, because a grant whose reply was lost, or a hand-over, is
-    /// confirmed within that time with the token the counter holds.
+    /// Every grant (and every renewal of a mutex, a writer or a leader) sets the counter to expire
+    /// this long after it, so a name nobody uses any more leaves no key behind once this time has
+    /// passed. Tokens still never go back: a grant issues `max(counter + 1, server time in µs)`, so
+    /// a counter made again later starts above every token issued before, as long as the server's
+    /// clock does not step back (see "Tokens, restarts and failovers" on the guide's Redis page
+    /// (`src/guide/backends/redis.md`)). A longer retention also covers a clock that steps back by
+    /// less than it between two uses of a name; the lease plus the claim window is the least,
+    /// because a grant whose reply was lost, or a hand-over, is confirmed within that time with the
+    /// token the counter holds.
     pub fn fence_retention(mut self, retention: Duration) -> Self {
         self.options.set(&FENCE_RETENTION, retention);
         self
@@ -518,198 +513,11 @@ fn whole_millis(duration: Duration) -> Duration {
     Duration::from_millis(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// Settings that passed every check.
-#[derive(Clone, Debug)]
-pub(crate) struct Settings {
-    /// The server; with `sentinel`, a template (credentials, database, TLS) pointed at each
-    /// primary the sentinels name.
-    pub(crate) connection: redis::ConnectionInfo,
-    /// The sentinels of a `redis+sentinel://` URL.
-    pub(crate) sentinel: Option<SentinelSettings>,
-    /// The nodes of a `redis+cluster://` URL (`connection` is then the first node's).
-    pub(crate) cluster: Option<ClusterSettings>,
-    /// The server's address without credentials, for messages.
-    pub(crate) address: String,
-    pub(crate) prefix: String,
-    pub(crate) lease: Duration,
-    pub(crate) renew_every: Duration,
-    pub(crate) response_timeout: Duration,
-    pub(crate) drift: Duration,
-    pub(crate) fair: bool,
-    /// How long a hand-over waits for the head to confirm it.
-    pub(crate) claim_window: Duration,
-    /// How many replicas must acknowledge each grant and renewal (0: none).
-    pub(crate) replicas: u32,
-    /// How long `WAIT` waits for them.
-    pub(crate) replicas_timeout: Duration,
-    /// How long a fence counter outlives the last grant or renewal of its lock.
-    pub(crate) fence_retention: Duration,
-    /// The certificates of `rediss://` connections (none: the system's trust store).
-    #[cfg_attr(not(feature = "tls"), allow(dead_code))]
-    pub(crate) tls: ClientTls,
-}
-
-impl Settings {
-    /// The lease in whole milliseconds, as the scripts take it.
-    pub(crate) fn lease_millis(&self) -> u64 {
-        millis(self.lease)
-    }
-
-    /// The claim window in whole milliseconds, as the scripts take it.
-    pub(crate) fn claim_millis(&self) -> u64 {
-        millis(self.claim_window)
-    }
-
-    /// The fence counter's retention in whole milliseconds, as the scripts take it.
-    pub(crate) fn fence_retention_millis(&self) -> u64 {
-        millis(self.fence_retention)
-    }
-}
-
-/// `duration` in whole milliseconds (every setting is at most a day, far below the cap).
-pub(crate) fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// What a server URL names: a server (or, for sentinels and clusters, the connection info
-/// the connections are made from), and the sentinels or the cluster nodes.
-type Target = (redis::ConnectionInfo, Option<SentinelSettings>, Option<ClusterSettings>);
-
-/// Reads the server URL given to [`RedisLockProviderBuilder::url`]: a server, the sentinels of
-/// a `redis+sentinel://` URL (with the connection info of the primary they will name, but for
-/// its address), or the nodes of a `redis+cluster://` URL (with the first node's).
-fn parse_target(url: &str) -> Result<Target> {
-    let shown = config::redact(url);
-    let parsed = StoreUrl::parse(url).map_err(|error| match error {
-        Error::InvalidConfig { message, .. } => invalid(message),
-        other => other,
-    })?;
-    let (tls, cluster) = match parsed.scheme() {
-        "redis+sentinel" => (false, false),
-        "redis+cluster" => (false, true),
-        #[cfg(feature = "tls")]
-        "rediss+sentinel" => (true, false),
-        #[cfg(feature = "tls")]
-        "rediss+cluster" => (true, true),
-        #[cfg(not(feature = "tls"))]
-        "rediss+sentinel" | "rediss+cluster" => return Err(invalid(TLS_FEATURE)),
-        _ => return Ok((parse_url(url)?, None, None)),
-    };
-    if cluster {
-        let cluster =
-            ClusterSettings::parse(parsed.hosts(), parsed.path(), tls, parsed.user(), parsed.password(), &shown)
-                .map_err(invalid)?;
-        let Some((_, first)) = cluster.nodes.first() else {
-            return Err(invalid(format!("the URL {shown} names no cluster node")));
-        };
-        return Ok((first.clone(), None, Some(cluster)));
-    }
-    let sentinel = SentinelSettings::parse(parsed.hosts(), parsed.path(), tls, &shown).map_err(invalid)?;
-    let Some((_, first)) = sentinel.sentinels.first() else {
-        return Err(invalid(format!("the URL {shown} names no sentinel")));
-    };
-    let mut redis_settings = first.redis_settings().clone();
-    if let Some(user) = parsed.user() {
-        redis_settings = redis_settings.set_username(user);
-    }
-    if let Some(password) = parsed.password() {
-        redis_settings = redis_settings.set_password(password);
-    }
-    Ok((first.clone().set_redis_settings(redis_settings), Some(sentinel), None))
-}
-
-/// Reads the URL of one server.
-fn parse_url(url: &str) -> Result<redis::ConnectionInfo> {
-    let shown = config::redact(url);
-    let parsed = StoreUrl::parse(url).map_err(|error| match error {
-        Error::InvalidConfig { message, .. } => invalid(message),
-        other => other,
-    })?;
-    match parsed.scheme() {
-        "redis" | "redis+unix" | "unix" => {}
-        #[cfg(feature = "tls")]
-        "rediss" => {}
-        #[cfg(not(feature = "tls"))]
-        "rediss" => return Err(invalid(TLS_FEATURE)),
-        other => {
-            return Err(invalid(format!(
-                "the URL {shown} has the scheme {other:?}; use redis:// (or rediss:// for TLS), redis+sentinel://sentinel:26379,…/MASTER_NAME for a Sentinel-managed primary, or redis+cluster://node:6379,node:6379 for a Redis Cluster"
-            )));
-        }
-    }
-    let info = url.into_connection_info().map_err(|error| {
-        // The client's message is all there is to say; an InvalidConfig has no source.
-        invalid(format!("the URL {shown} cannot be used: {error}"))
-    })?;
-    let db = info.redis_settings().db();
-    if !(0..i64::from(i32::MAX)).contains(&db) {
-        return Err(invalid(format!(
-            "the database number {db} in {shown} is out of range: Redis numbers its databases from 0 (0 to 15 by default)"
-        )));
-    }
-    Ok(info)
-}
-
-impl Settings {
-    /// The store's identity (fences, the order of multi-locks), through
-    /// [`StoreUrl::identity`](config::StoreUrl::identity): `redis://host:port/db` for one
-    /// server, `redis+sentinel:///SERVICE/db` under Sentinel (the service name, not the
-    /// sentinels, which come and go), `redis+cluster://node,node` for a cluster (the nodes as
-    /// written: give every provider the same, or set `store_id`), always with the key prefix.
-    pub(crate) fn store_identity(&self) -> String {
-        let db = self.connection.redis_settings().db().to_string();
-        let mut keyspace = vec![("key_prefix", self.prefix.as_str())];
-        let address = match (&self.sentinel, &self.cluster, self.connection.addr()) {
-            (Some(sentinel), _, _) => format!("redis+sentinel:///{}/{db}", sentinel.master),
-            (None, Some(cluster), _) => format!("redis+cluster://{}", cluster.shown()),
-            (None, None, redis::ConnectionAddr::Unix(path)) => {
-                keyspace.push(("db", db.as_str()));
-                format!("redis+unix://{}", path.display())
-            }
-            (None, None, _) => shown_address(&self.connection),
-        };
-        match config::StoreUrl::parse(&address) {
-            Ok(url) => url.identity(&keyspace),
-            Err(_) => address,
-        }
-    }
-}
-
-/// An `InvalidConfig` error of this backend.
-fn invalid(message: impl Into<String>) -> Error {
-    Error::invalid_config(BACKEND, message)
-}
-
-/// The server's address without credentials: `redis://host:port/db`.
-fn shown_address(info: &redis::ConnectionInfo) -> String {
-    let db = info.redis_settings().db();
-    let host = |host: &str| if host.contains(':') { format!("[{host}]") } else { host.to_owned() };
-    match info.addr() {
-        redis::ConnectionAddr::Tcp(name, port) => format!("redis://{}:{port}/{db}", host(name)),
-        redis::ConnectionAddr::TcpTls { host: name, port, .. } => format!("rediss://{}:{port}/{db}", host(name)),
-        redis::ConnectionAddr::Unix(path) => format!("redis+unix://{}?db={db}", path.display()),
-        other => format!("redis://{other}/{db}"),
-    }
-}
-
-fn check_prefix(prefix: &str) -> Result<()> {
-    if prefix.is_empty() {
-        return Err(invalid("key_prefix is empty; leave it unset for `lockkit`, or name your application"));
-    }
-    if prefix.contains(['{', '}']) {
-        return Err(invalid(format!(
-            "key_prefix {prefix:?} contains a brace, which would move lockkit's keys to another Redis Cluster hash slot; remove it"
-        )));
-    }
-    if prefix.chars().any(char::is_control) {
-        return Err(invalid(format!("key_prefix {prefix:?} contains control characters; remove them")));
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
+    use lockkit_core::Error;
+
     use super::*;
 
     fn message(builder: RedisLockProviderBuilder) -> String {

@@ -1,0 +1,74 @@
+//! [`HandleInner`]: what a [`LockHandle`](crate::LockHandle) and the guards it hands out
+//! share — the backend, the lock's name and kind, the provider's policy, the metrics labels
+//! and the releases still in flight. A leaf below both `handle.rs` and `guard.rs`, so that
+//! the handle creates guards and a guard reaches its handle without a circle.
+
+use std::sync::Arc;
+
+use crate::backend::{HeldLock, LockBackend};
+use crate::metrics::Labels;
+use crate::provider::Policy;
+use crate::release::{Release, Releases};
+use crate::{Error, HoldKind, LockId, LockName};
+
+/// The state of one lock handle, shared by its clones and by every guard it handed out.
+pub(crate) struct HandleInner {
+    pub(crate) backend: Arc<dyn LockBackend>,
+    pub(crate) backend_name: &'static str,
+    pub(crate) lock: LockName,
+    pub(crate) kind: HoldKind,
+    /// Releases of this handle's guards still in flight.
+    pub(crate) releases: Arc<Releases>,
+    /// The provider's settings.
+    pub(crate) policy: Arc<Policy>,
+    /// The labels of this handle's metrics.
+    pub(crate) labels: Labels,
+}
+
+impl HandleInner {
+    pub(crate) fn name(&self) -> &LockName {
+        &self.lock
+    }
+
+    pub(crate) fn kind(&self) -> &HoldKind {
+        &self.kind
+    }
+
+    pub(crate) fn backend_name(&self) -> &'static str {
+        self.backend_name
+    }
+
+    pub(crate) fn labels(&self) -> &Labels {
+        &self.labels
+    }
+
+    /// The identity of this handle's lock: the store's identity (the provider's `store_id`,
+    /// else the backend's) and the name. A backend with neither gets one made of its name and
+    /// the client's identity in this process.
+    pub(crate) fn lock_id(&self) -> LockId {
+        let store = self.store_identity().unwrap_or_else(|| format!("{}://@{:x}", self.backend_name, self.instance()));
+        LockId::lossy(&store, self.lock.clone())
+    }
+
+    pub(crate) fn store_identity(&self) -> Option<String> {
+        self.policy.store_identity(&*self.backend)
+    }
+
+    /// The client's identity in this process (never its content).
+    pub(crate) fn instance(&self) -> usize {
+        Arc::as_ptr(&self.backend).cast::<()>() as usize
+    }
+
+    /// Names the store in a connection or store error of this backend.
+    pub(crate) fn describe(&self, error: Error) -> Error {
+        error.with_server(self.backend.address().as_deref())
+    }
+
+    /// Starts freeing a hold of this handle: the returned [`Release`] runs it inline when
+    /// awaited and finishes it in the background when dropped unfinished. The handle's next
+    /// acquisition waits for it.
+    pub(crate) fn start_release(&self, held: Box<dyn HeldLock>) -> Release {
+        let span = tracing::info_span!("lockkit.release", backend = self.backend_name, lock = %self.lock);
+        Release::new(held, Arc::clone(&self.backend), self.releases.begin(), span)
+    }
+}

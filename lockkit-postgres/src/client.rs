@@ -1,0 +1,198 @@
+//! The shared state of one PostgreSQL provider ([`Inner`]): its store (connections and
+//! statements), its waiters' wake-ups, the holds it renews and the renewal task; and the wait
+//! for a waiter's turn that locks and elections share.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use lockkit_core::backend::{AcquireRequest, Deadline, HoldSignal, lease_deadline};
+use lockkit_core::sync::lock_or_recover;
+use lockkit_core::{LockName, LossReason};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio_postgres::types::Type;
+
+use crate::listener::Wakeups;
+use crate::store::{Failure, Store};
+
+/// The safety-net poll of a waiter: it looks again this often even without a notification.
+pub(crate) const SAFETY_POLL: Duration = Duration::from_secs(2);
+/// How often a waiter retries while the server cannot be reached.
+pub(crate) const RETRY: Duration = Duration::from_millis(100);
+
+/// The shared state of one provider.
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) store: Arc<Store>,
+    pub(crate) wakeups: Wakeups,
+    pub(crate) holds: Mutex<Holds>,
+    /// Wakes the renewal task when the first hold arrives.
+    pub(crate) renew_wake: Arc<Notify>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Holds {
+    pub(crate) next_id: u64,
+    pub(crate) live: HashMap<u64, (LockName, String, HoldSignal)>,
+    pub(crate) task: Option<JoinHandle<()>>,
+}
+
+impl Inner {
+    pub(crate) fn holds(&self) -> std::sync::MutexGuard<'_, Holds> {
+        lock_or_recover(&self.holds)
+    }
+
+    /// Registers a hold for renewal, starting (or restarting, on this runtime) the task.
+    pub(crate) fn track(self: &Arc<Self>, lock: LockName, owner: String, signal: HoldSignal) -> u64 {
+        let mut holds = self.holds();
+        holds.next_id += 1;
+        let id = holds.next_id;
+        holds.live.insert(id, (lock, owner, signal));
+        if holds.task.as_ref().is_none_or(JoinHandle::is_finished) {
+            // On the home runtime: renewal never depends on the runtime the holds came from.
+            let runtime = lockkit_core::home::runtime();
+            holds.task = runtime.map(|runtime| runtime.spawn(renewals(Arc::downgrade(self))));
+        }
+        drop(holds);
+        self.renew_wake.notify_one();
+        id
+    }
+
+    pub(crate) fn untrack(&self, id: u64) {
+        self.holds().live.remove(&id);
+    }
+
+    /// Voids `owner` and deletes its row of `lock`, if it is there (`Ok(true)`).
+    pub(crate) async fn abandon(&self, lock: &LockName, owner: &str) -> std::result::Result<bool, Failure> {
+        let name = crate::stored_name(lock.as_str());
+        let rows =
+            self.store.query(Some(lock), &self.store.sql.abandon, &[(&name, Type::TEXT), (&owner, Type::TEXT)]).await?;
+        Ok(rows.first().and_then(|row| row.try_get::<_, Option<bool>>(0).ok().flatten()).unwrap_or(false))
+    }
+
+    /// Deletes `owner`'s row of `lock`, if it is there (`Ok(true)`), and wakes the waiters.
+    pub(crate) async fn delete_own(&self, lock: &LockName, owner: &str) -> std::result::Result<bool, Failure> {
+        let rows = self
+            .store
+            .query(
+                Some(lock),
+                &self.store.sql.release,
+                &[(&crate::stored_name(lock.as_str()), Type::TEXT), (&owner, Type::TEXT)],
+            )
+            .await?;
+        Ok(rows.first().and_then(|row| row.try_get::<_, Option<bool>>(0).ok().flatten()).unwrap_or(false))
+    }
+}
+
+/// Waits for a waiter's turn to look again: its wake-up (`notified`, when it is registered
+/// and the `LISTEN` connection is up) or a pause of at most `wait` (a safety poll of at most
+/// [`SAFETY_POLL`]; [`RETRY`] when a wake-up cannot come), never past the request's deadline.
+/// Returns `false` once the deadline has passed. Lock waiters and election candidates share it.
+pub(crate) async fn wait_turn(
+    inner: &Inner,
+    request: &AcquireRequest,
+    wait: Duration,
+    registered: bool,
+    notified: Option<std::pin::Pin<&mut tokio::sync::futures::Notified<'_>>>,
+) -> bool {
+    let mut pause = wait.min(SAFETY_POLL);
+    if !registered || !inner.wakeups.is_up().await {
+        pause = pause.min(RETRY);
+    }
+    let until = Instant::now() + pause;
+    let until = match request.deadline {
+        Deadline::At(deadline) if deadline <= until => {
+            if deadline <= Instant::now() {
+                return false;
+            }
+            deadline
+        }
+        _ => until,
+    };
+    match notified {
+        Some(notified) => {
+            let _ = tokio::time::timeout_at(until.into(), notified).await;
+        }
+        None => tokio::time::sleep_until(until.into()).await,
+    }
+    !matches!(request.deadline, Deadline::At(deadline) if Instant::now() >= deadline)
+}
+
+/// The renewal task of one provider: every `renew_every`, one `UPDATE` renews every hold;
+/// a hold the statement does not renew is lost.
+async fn renewals(inner: Weak<Inner>) {
+    loop {
+        let Some(strong) = inner.upgrade() else { return };
+        let settings = &strong.store.settings;
+        let batch: Vec<(u64, LockName, String, HoldSignal)> = {
+            let mut holds = strong.holds();
+            holds.live.retain(|_, (_, _, signal)| signal.is_held());
+            holds
+                .live
+                .iter()
+                .map(|(id, (lock, owner, signal))| (*id, lock.clone(), owner.clone(), signal.clone()))
+                .collect()
+        };
+        let every = settings.renew_every;
+        if batch.is_empty() {
+            let wake = Arc::clone(&strong.renew_wake);
+            drop(strong);
+            // Sleep while nothing is held; end when the provider goes.
+            let _ = tokio::time::timeout(Duration::from_secs(5), wake.notified()).await;
+            continue;
+        }
+        let names: Vec<String> = batch.iter().map(|(_, lock, _, _)| crate::stored_name(lock.as_str())).collect();
+        let owners: Vec<&str> = batch.iter().map(|(_, _, owner, _)| owner.as_str()).collect();
+        let lease_ms = i64::try_from(settings.lease.as_millis()).unwrap_or(i64::MAX);
+        let sent = Instant::now();
+        let outcome = strong
+            .store
+            .query_now(
+                None,
+                &strong.store.sql.renew,
+                &[(&names, Type::TEXT_ARRAY), (&owners, Type::TEXT_ARRAY), (&lease_ms, Type::INT8)],
+            )
+            .await;
+        let counters = &strong.store.renewals;
+        counters.round_trips.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let next = match outcome {
+            Ok(rows) => {
+                counters.ticks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let deadline = lease_deadline(sent, settings.lease, settings.drift);
+                let mut result: HashMap<(String, String), (bool, bool)> = HashMap::new();
+                for row in rows {
+                    let (Ok(name), Ok(owner), Ok(renewed), Ok(present)) =
+                        (row.try_get::<_, String>(0), row.try_get::<_, String>(1), row.try_get(2), row.try_get(3))
+                    else {
+                        continue;
+                    };
+                    result.insert((name, owner), (renewed, present));
+                }
+                for (id, lock, owner, signal) in &batch {
+                    match result.get(&(crate::stored_name(lock.as_str()), owner.clone())) {
+                        Some((true, _)) => {
+                            signal.extend(deadline);
+                            counters.renewed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                        Some((false, true)) => {
+                            signal.lose(LossReason::OwnedByAnother);
+                            strong.untrack(*id);
+                        }
+                        Some((false, false)) => {
+                            signal.lose(LossReason::RecordGone);
+                            strong.untrack(*id);
+                        }
+                        None => {}
+                    }
+                }
+                sent + every
+            }
+            // Unconfirmed: try again soon; the holds' deadlines keep running meanwhile.
+            Err(_) => Instant::now() + (every / 4).max(Duration::from_millis(20)),
+        };
+        drop(strong);
+        // A new hold does not need a renewal at once: sleep until the next round.
+        tokio::time::sleep_until(next.into()).await;
+    }
+}

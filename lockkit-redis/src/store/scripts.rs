@@ -1,0 +1,72 @@
+//! The script registry: every Lua script the provider sends, made from `scripts/*.lua` (the
+//! key layout, the queue's functions, the script's body), and how one is invoked.
+
+use std::sync::LazyLock;
+
+use redis::{Script, ScriptInvocation};
+
+use crate::keys::LockKeys;
+
+/// The sources of the scripts of the wait queue: the names of their keys (`layout.lua`), the
+/// queue's functions (`queue.lua`), then the script's own body.
+/// The acquire and release scripts put their lean path (the mutex's uncontended case) between
+/// the layout and the queue's functions, so that it runs before those are made.
+macro_rules! queue_script {
+    ($layout:literal, $body:literal) => {
+        concat!(include_str!($layout), include_str!("scripts/queue.lua"), include_str!($body))
+    };
+    ($layout:literal, $lean:literal, $body:literal) => {
+        concat!(include_str!($layout), include_str!($lean), include_str!("scripts/queue.lua"), include_str!($body))
+    };
+}
+
+/// The acquire script of a mutex as benchmarks call it raw, with the six keys of earlier
+/// versions (record, fence counter, void marker, queue, queue expiry times, channel; see
+/// `layout_v1.lua`): the provider's own acquire script in every other respect.
+pub const ACQUIRE_SCRIPT: &str =
+    queue_script!("scripts/layout_v1.lua", "scripts/acquire_lean.lua", "scripts/acquire.lua");
+/// The release script of a mutex as benchmarks call it raw, with the five keys of earlier
+/// versions (record, fence counter, queue, queue expiry times, channel; see `layout_v1.lua`).
+pub const RELEASE_SCRIPT: &str =
+    queue_script!("scripts/layout_v1.lua", "scripts/release_lean.lua", "scripts/release.lua");
+
+pub(super) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(queue_script!("scripts/layout.lua", "scripts/acquire_lean.lua", "scripts/acquire.lua"))
+});
+pub(super) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(queue_script!("scripts/layout.lua", "scripts/release_lean.lua", "scripts/release.lua"))
+});
+pub(super) static ABANDON: LazyLock<Script> =
+    LazyLock::new(|| Script::new(queue_script!("scripts/layout.lua", "scripts/abandon.lua")));
+pub(super) static DOWNGRADE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(queue_script!("scripts/layout.lua", "scripts/downgrade.lua")));
+pub(super) static INSPECT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(queue_script!("scripts/layout.lua", "scripts/inspect.lua")));
+pub(super) static BREAK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(queue_script!("scripts/layout.lua", "scripts/break.lua")));
+pub(super) static OBSERVE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(queue_script!("scripts/layout.lua", "scripts/observe.lua")));
+pub(super) static RENEW_LEADER: LazyLock<Script> =
+    LazyLock::new(|| Script::new(queue_script!("scripts/layout.lua", "scripts/renew_leader.lua")));
+pub(super) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
+pub(super) static RENEW_RW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/renew_rw.lua")));
+pub(super) static RENEW_PERMIT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/renew_permit.lua")));
+
+/// An invocation of `script`, one of the scripts of the wait queue, with the twelve keys of
+/// `layout.lua`, or only the first seven (`short`, for the mutex's acquire and release);
+/// `void` is the void marker of the acquisition (any key of the name for the scripts that
+/// void nothing).
+pub(super) fn queue_script<'a>(script: &'a Script, keys: &LockKeys, void: &str, short: bool) -> ScriptInvocation<'a> {
+    let mut invocation = script.prepare_invoke();
+    if short {
+        for key in keys.mutex_keys(void) {
+            invocation.key(key);
+        }
+    } else {
+        for key in keys.script_keys(void) {
+            invocation.key(key);
+        }
+    }
+    invocation
+}
