@@ -346,6 +346,19 @@ impl Store {
             // Without a runtime there is no timer and no socket; the lease frees the lock.
             return Err(Error::connection(BACKEND, lock, Failure::NoRuntime));
         }
+        if let Some(connection) = self.live() {
+            // The hot path: the connection bounds every reply by itself (its response timeout,
+            // set where it was made), so no timer of ours is armed for the call. An armed timer
+            // earlier than the runtime's next wake-up costs a cross-thread wake of its driver.
+            return command(connection).await.map_err(|error| {
+                self.note_error(&error);
+                if error.is_timeout() && self.sentinel.is_some() {
+                    // A primary that stopped answering may have been failed over.
+                    self.links.clear();
+                }
+                map_error(error, lock)
+            });
+        }
         let attempt = async {
             let connection = self.connection(lock).await?;
             command(connection).await.map_err(|error| {
