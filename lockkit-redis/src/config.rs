@@ -170,7 +170,7 @@ impl RedisLockProviderBuilder {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidConfig`] for an unknown option or a value that does not parse; the
+    /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) for an unknown option or a value that does not parse; the
     /// address and the values' ranges are checked by [`build`](Self::build).
     pub fn from_url(url: &StoreUrl) -> Result<Self> {
         config::from_url(url)
@@ -182,7 +182,7 @@ impl RedisLockProviderBuilder {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidConfig`] for an unknown option or a value that does not parse.
+    /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) for an unknown option or a value that does not parse.
     pub fn option(mut self, key: &str, value: &str) -> Result<Self> {
         self.options.parse(key, value)?;
         Ok(self)
@@ -323,7 +323,7 @@ impl RedisLockProviderBuilder {
     /// only when `n` replicas acknowledged it within
     /// [`replicas_timeout`](Self::replicas_timeout); otherwise the grant is released and the
     /// acquisition tries again, like after a failed call, until it gives up with a retryable
-    /// [`Error::Connection`] saying how many replicas acknowledged. A hand-over from a fair
+    /// [`Error::Connection`](lockkit_core::Error::Connection) saying how many replicas acknowledged. A hand-over from a fair
     /// lock's queue is acknowledged with the renewal that confirms it. Each renewal round
     /// ends with the same `WAIT`: a renewal that is not acknowledged leaves the hold's
     /// deadline where it was (the hold is not extended) and is tried again, so a hold whose
@@ -341,7 +341,7 @@ impl RedisLockProviderBuilder {
     /// failovers" on the guide's Redis page (`src/guide/backends/redis.md`)).
     ///
     /// The primary must have at least `n` replicas connected: the provider checks it when it
-    /// connects, and a primary with fewer is an [`Error::InvalidConfig`] naming both numbers.
+    /// connects, and a primary with fewer is an [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) naming both numbers.
     /// `WAIT` blocks the provider's shared command connection while it waits, so commands of
     /// other holds queue behind it for up to `replicas_timeout` when a replica is slow.
     pub fn replicas(mut self, n: u32) -> Self {
