@@ -5,7 +5,7 @@
 //! leases) and killed with SIGKILL, and the store is paused and restarted. The report must
 //! show 0 stale writes accepted and 0 lost writes, every refused write counted; the same
 //! schedule with the fence bypassed (a plain write) must show stale writes landing. Each test
-//! takes 10 to 25 s. `LOCKKIT_PROCESS_CHAOS_SEED` replays a seed, `LOCKKIT_PROCESS_CHAOS_SECS`
+//! takes 20 to 25 s. `LOCKKIT_PROCESS_CHAOS_SEED` replays a seed, `LOCKKIT_PROCESS_CHAOS_SECS`
 //! runs longer (see docs/RELIABILITY.md).
 //!
 //! Locks and data: PostgreSQL locks (lease 1 s) guard counters in the same PostgreSQL; Redis
@@ -70,24 +70,28 @@ fn assert_fenced(report: &ProcessChaosReport) {
     assert!(report.writes_refused + report.reads_refused > 0, "the fence refused nothing:\n{report}");
 }
 
-/// The PostgreSQL run's config: locks and counters in `server`, which the run pauses and
-/// restarts.
-fn postgres_config(seed: u64, server: PostgresServer, bypassed: bool) -> ProcessChaosConfig {
-    let url = server.url();
-    let mut config = ProcessChaosConfig::from_env(seed, format!("{url}?lease={}ms", LEASE.as_millis()), WORKER)
-        .with_lease(LEASE)
-        // Pauses of half a lease to two leases, often: many holders wake up past their lease.
-        .with_pause(LEASE / 2, LEASE * 2)
-        .with_sink(url)
-        .with_fence_bypassed(bypassed)
-        .with_store(process_chaos::control(server))
-        .with_label("postgres locks (lease 1s) guarding postgres counters");
+/// The schedule of every fenced run: pauses of half a lease to two leases every 100-300 ms,
+/// for 20 s unless the environment says otherwise, so that some ten holders wake up past
+/// their lease and some of them after a newer holder wrote.
+fn long_pauses(mut config: ProcessChaosConfig) -> ProcessChaosConfig {
+    config = config.with_lease(LEASE).with_pause(LEASE / 2, LEASE * 2);
     config.fault_gap = (Duration::from_millis(100), Duration::from_millis(300));
-    // 20 s of faults unless the environment says otherwise: some ten pauses of a holder.
     if std::env::var(process_chaos::SECS_ENV).is_err() {
         config.duration = Duration::from_secs(20);
     }
     config
+}
+
+/// The PostgreSQL run's config: locks and counters in `server`, which the run pauses and
+/// restarts.
+fn postgres_config(seed: u64, server: PostgresServer, bypassed: bool) -> ProcessChaosConfig {
+    let url = server.url();
+    let config = ProcessChaosConfig::from_env(seed, format!("{url}?lease={}ms", LEASE.as_millis()), WORKER)
+        .with_sink(url)
+        .with_fence_bypassed(bypassed)
+        .with_store(process_chaos::control(server))
+        .with_label("postgres locks (lease 1s) guarding postgres counters");
+    long_pauses(config)
 }
 
 /// The seed of the PostgreSQL runs, fenced and bypassed.
@@ -104,11 +108,10 @@ async fn fenced_chaos_on_redis() {
     let server = redis_with_aof().await;
     let locks = format!("{}?lease={}ms", server.url(), LEASE.as_millis());
     let config = ProcessChaosConfig::from_env(0x32e, locks, WORKER)
-        .with_lease(LEASE)
         .with_sink(server.url())
         .with_store(process_chaos::control(server))
         .with_label("redis locks (lease 1s, AOF) guarding redis counters");
-    assert_fenced(&run(config).await);
+    assert_fenced(&run(long_pauses(config)).await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -117,11 +120,10 @@ async fn fenced_chaos_on_files() {
     let dir = tempfile::tempdir().unwrap();
     let locks = format!("{}?lease={}ms", server.url(), LEASE.as_millis());
     let config = ProcessChaosConfig::from_env(0x32d, locks, WORKER)
-        .with_lease(LEASE)
         .with_sink(format!("file://{}", dir.path().display()))
         .with_store(process_chaos::control(server))
         .with_label("redis locks (lease 1s, AOF) guarding fenced files");
-    assert_fenced(&run(config).await);
+    assert_fenced(&run(long_pauses(config)).await);
 }
 
 /// The planted bug: the PostgreSQL run's seed and schedule with the fence bypassed (a plain
