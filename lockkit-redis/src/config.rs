@@ -170,8 +170,9 @@ impl RedisLockProviderBuilder {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) for an unknown option or a value that does not parse; the
-    /// address and the values' ranges are checked by [`build`](Self::build).
+    /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) for an unknown option or a
+    /// value that does not parse; the address and the values' ranges are checked by
+    /// [`build`](Self::build).
     pub fn from_url(url: &StoreUrl) -> Result<Self> {
         config::from_url(url)
     }
@@ -182,7 +183,8 @@ impl RedisLockProviderBuilder {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) for an unknown option or a value that does not parse.
+    /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) for an unknown option or a
+    /// value that does not parse.
     pub fn option(mut self, key: &str, value: &str) -> Result<Self> {
         self.options.parse(key, value)?;
         Ok(self)
@@ -319,15 +321,14 @@ impl RedisLockProviderBuilder {
     /// How many replicas must acknowledge each grant and each renewal (default 0: none is
     /// waited for; at most [`MAX_REPLICAS`]). URL option `replicas`.
     ///
-    /// With `n` above 0, a grant is followed by `WAIT n` on the same connection and counts
-    /// only when `n` replicas acknowledged it within
-    /// [`replicas_timeout`](Self::replicas_timeout); otherwise the grant is released and the
-    /// acquisition tries again, like after a failed call, until it gives up with a retryable
-    /// [`Error::Connection`](lockkit_core::Error::Connection) saying how many replicas acknowledged. A hand-over from a fair
-    /// lock's queue is acknowledged with the renewal that confirms it. Each renewal round
-    /// ends with the same `WAIT`: a renewal that is not acknowledged leaves the hold's
-    /// deadline where it was (the hold is not extended) and is tried again, so a hold whose
-    /// replicas stay behind runs out and is signalled lost.
+    /// With `n` above 0, a grant is followed by `WAIT n` on the same connection and counts only
+    /// when `n` replicas acknowledged it within [`replicas_timeout`](Self::replicas_timeout);
+    /// otherwise the grant is released and the acquisition tries again, like after a failed call,
+    /// until it gives up with a retryable [`Error::Connection`](lockkit_core::Error::Connection)
+    /// saying how many replicas acknowledged. A hand-over from a fair lock's queue is acknowledged
+    /// with the renewal that confirms it. Each renewal round ends with the same `WAIT`: a renewal
+    /// that is not acknowledged leaves the hold's deadline where it was (the hold is not extended)
+    /// and is tried again, so a hold whose replicas stay behind runs out and is signalled lost.
     ///
     /// What it narrows: a failover to a replica that has acknowledged a grant keeps that grant
     /// and its fence counter, so the new primary does not hand the lock to a second client
@@ -341,9 +342,10 @@ impl RedisLockProviderBuilder {
     /// failovers" on the guide's Redis page (`src/guide/backends/redis.md`)).
     ///
     /// The primary must have at least `n` replicas connected: the provider checks it when it
-    /// connects, and a primary with fewer is an [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) naming both numbers.
-    /// `WAIT` blocks the provider's shared command connection while it waits, so commands of
-    /// other holds queue behind it for up to `replicas_timeout` when a replica is slow.
+    /// connects, and a primary with fewer is an
+    /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) naming both numbers. `WAIT`
+    /// blocks the provider's shared command connection while it waits, so commands of other holds
+    /// queue behind it for up to `replicas_timeout` when a replica is slow.
     pub fn replicas(mut self, n: u32) -> Self {
         self.options.set(&REPLICAS, n);
         self

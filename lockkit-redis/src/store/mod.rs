@@ -3,12 +3,12 @@
 //! type.
 //!
 //! Every call is bounded by the response timeout. A call that times out or loses its
-//! connection fails with a retryable [`Error::Connection`] whose outcome is **unknown**:
+//! connection fails with a retryable [`Error::Connection`](lockkit_core::Error::Connection) whose outcome is **unknown**:
 //! the script may have run. Callers resolve that by owner id, never by a blind retry of a
 //! write (see backend.rs).
 //!
 //! A connection's driver task (and its reconnections) run on the runtime that made it, so
-//! each runtime the provider is used on gets one of its own ([`PerRuntime`]): a command never
+//! each runtime the provider is used on gets one of its own ([`PerRuntime`](lockkit_core::home::PerRuntime)): a command never
 //! waits on a runtime that shut down or is not being driven, and takes no thread hop. The
 //! background work, on lockkit's home runtime, uses the home runtime's.
 //!
