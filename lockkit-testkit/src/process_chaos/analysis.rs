@@ -9,11 +9,12 @@ mod fenced;
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use lockkit_core::HoldKind;
 
 use super::config::ProcessChaosConfig;
+use super::protocol::now_ns;
 use super::report::ProcessChaosReport;
 use super::resource::{FencedSink, MemorySink, SinkWrite};
 use crate::history::{History, Hold, Violation};
@@ -92,11 +93,6 @@ pub(super) struct State {
 /// Locks the run's bookkeeping (a task that panicked holding it leaves it usable).
 pub(super) fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
     locked(state)
-}
-
-/// Nanoseconds since the Unix epoch now (comparable with the workers' times).
-pub(super) fn now_ns() -> u64 {
-    u64::try_from(SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)).unwrap_or(u64::MAX)
 }
 
 impl State {

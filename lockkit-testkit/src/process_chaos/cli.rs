@@ -54,13 +54,14 @@ use lockkit_fence::{Fence, FenceSink};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 
-use super::analysis::{State, finish, lock, now_ns};
+use super::analysis::{State, finish, lock};
 use super::config::{ProcessChaosConfig, ProcessFault};
+use super::protocol::{self as worker, PREFIX, now_ns, say};
 use super::report::ProcessChaosReport;
 use super::resource::{Cycle, Opener, StoreWriter, opener};
 use super::schedule::Schedule;
-use super::spawn::{held_names, signal};
-use super::worker::{self, PREFIX};
+use super::signals::signal;
+use super::spawn::held_names;
 use super::{check_sink, failed, read_finals};
 use crate::rng::Rng;
 
@@ -147,13 +148,6 @@ async fn write_fenced(index: &str, mut writer: StoreWriter) -> i32 {
     }
     let _ = say(&format!("ended {index} {token} {} -", now_ns()));
     0
-}
-
-/// Prints one protocol line; false when stdout is gone.
-fn say(line: &str) -> bool {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "{PREFIX}{line}").and_then(|()| out.flush()).is_ok()
 }
 
 /// The writer: fenced read-modify-writes with the hold's token, for a span drawn up to

@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::store::{StoreControl, StorePid};
+use super::store_control::{StoreControl, StorePid};
 
 /// Replays one seed.
 pub const SEED_ENV: &str = "LOCKKIT_PROCESS_CHAOS_SEED";

@@ -70,11 +70,14 @@
 mod analysis;
 mod cli;
 mod config;
+mod protocol;
 mod report;
 mod resource;
 mod schedule;
+mod signals;
 mod spawn;
 mod store;
+mod store_control;
 mod worker;
 
 use std::future::Future;
@@ -87,13 +90,16 @@ use lockkit_fence::FenceSink;
 pub use cli::{cli_writer_if_requested, cli_writer_if_requested_fenced, run_cli, run_cli_fenced};
 pub use config::{ProcessChaosConfig, ProcessFault, SECS_ENV, SEED_ENV};
 pub use report::ProcessChaosReport;
-pub use store::{StoreControl, StorePid, control};
+pub use store::control;
+pub use store_control::{StoreControl, StorePid};
 pub use worker::{worker_if_requested, worker_if_requested_fenced};
 
-use analysis::{State, finish, lock, now_ns};
+use analysis::{State, finish, lock};
+use protocol::now_ns;
 use resource::{Opener, final_values, opener};
 use schedule::Schedule;
-use spawn::{Worker, connected, held_names, signal, start};
+use signals::signal;
+use spawn::{Worker, connected, held_names, start};
 
 /// Runs the multi-process chaos run and returns its report. `connect` connects the parent to
 /// the store by URL (to find orphans at the end); the workers connect through

@@ -26,8 +26,7 @@ use std::time::{Duration, Instant};
 use lockkit_core::{FencingToken, LockName};
 use lockkit_fence::{Fence, FenceError, FenceMode, FenceSink, LockId};
 
-use super::analysis::now_ns;
-use super::worker::say;
+use super::protocol::{now_ns, say};
 use crate::rng::Rng;
 
 /// What a sink says of a write.

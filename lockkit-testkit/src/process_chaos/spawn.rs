@@ -12,7 +12,7 @@ use tokio::process::{Child, Command};
 
 use super::analysis::{State, lock};
 use super::config::ProcessChaosConfig;
-use super::worker;
+use super::protocol as worker;
 
 /// One running worker.
 pub(super) struct Worker {
@@ -22,19 +22,6 @@ pub(super) struct Worker {
     /// Dropping it closes the worker's stdin: the worker releases and exits.
     pub(super) stop: Option<tokio::sync::oneshot::Sender<()>>,
     pub(super) ready: tokio::sync::oneshot::Receiver<()>,
-}
-
-/// Sends `signal` (`STOP`, `CONT`) to `pid` with kill(1).
-pub(super) async fn signal(pid: u32, signal: &str) -> Result<(), String> {
-    let status = Command::new("kill")
-        .args(["-s", signal, &pid.to_string()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .await
-        .map_err(|error| format!("cannot run kill(1): {error}"))?;
-    if status.success() { Ok(()) } else { Err(format!("kill -s {signal} {pid} failed: {status}")) }
 }
 
 /// Starts worker `id`: the test binary, filtered to the worker test.

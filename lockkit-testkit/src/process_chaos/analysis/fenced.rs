@@ -217,9 +217,10 @@ mod tests {
 
     use std::time::{Duration, Instant};
 
-    use super::super::{finish, now_ns};
+    use super::super::finish;
     use super::*;
     use crate::process_chaos::ProcessChaosConfig;
+    use crate::process_chaos::protocol::now_ns;
 
     const SECOND: u64 = 1_000_000_000;
 
