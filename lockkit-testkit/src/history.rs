@@ -215,9 +215,13 @@ fn check_sharing(holds: &[Hold], violations: &mut Vec<Violation>) {
 /// holder late carries a token issued before that of a shared hold granted, held and ended
 /// meanwhile. `holds` is sorted by start.
 fn check_tokens(holds: &[Hold], violations: &mut Vec<Violation>) {
-    for hold in holds {
+    for (index, hold) in holds.iter().enumerate() {
+        // A hold is never its own predecessor, even one recorded as ending where it started.
         let top = holds
             .iter()
+            .enumerate()
+            .filter(|&(other, _)| other != index)
+            .map(|(_, done)| done)
             .filter(|done| !hold.may_share_with(done))
             .filter(|done| done.valid_end().is_some_and(|end| end <= hold.start))
             .max_by_key(|done| done.token);
@@ -294,6 +298,8 @@ mod tests {
         let violations =
             check(vec![hold(zero, read.clone(), 3, 0, 10), hold(zero, read, 1, 1, 10), after]).unwrap_err();
         assert!(matches!(&violations[..], [Violation::TokenRegression { earlier, .. }] if earlier.token == 3));
+        // A hold recorded as ending where it started is not its own predecessor.
+        assert!(check(vec![hold(zero, HoldKind::Exclusive, 4, 30, 30)]).is_ok());
         // A reader (or permit) granted late may be below a shared hold that came and went,
         // never below a write (or another kind) that ended before it.
         let read = HoldKind::Read;

@@ -239,7 +239,10 @@ impl State {
             if let Some(index) = self.open.remove(&key)
                 && let Some(hold) = self.holds.get_mut(index)
             {
-                hold.end = Some(at);
+                // A kill is dated when SIGKILL was sent; the command may still have reported
+                // its hold just after (it dies with `lockkit` a moment later): such a hold
+                // ends where it started, never before.
+                hold.end = Some(at.max(hold.start));
             }
         }
     }
@@ -408,5 +411,21 @@ mod tests {
         let report = finish(&mut state, &names, Instant::now());
         assert!(report.violations.is_empty(), "{report}");
         assert!(state.holds.iter().filter(|hold| hold.worker == 1).all(|hold| hold.end == Some(base - SECOND)));
+    }
+
+    /// `lockkit run` killed at `base - 1 s` while its command, alive a moment longer, reported
+    /// a grant dated `base` that the parent read before the kill was recorded (cli chaos on
+    /// files, seed 398: the hold ended before it started and was then its own predecessor).
+    #[test]
+    fn a_hold_reported_after_the_kill_was_sent_ends_where_it_started() {
+        let config = ProcessChaosConfig::new(1, "file:///unused", "unused");
+        let mut state = State::new(&config);
+        let base = now_ns();
+        state.handle(14, &format!("acquired 0 100 {base} -"));
+        state.died(14, base - SECOND);
+        state.handle(15, &format!("acquired 0 200 {} -", base + SECOND));
+        let report = finish(&mut state, &["process-chaos/test/0".to_owned()], Instant::now());
+        assert!(report.violations.is_empty(), "{report}");
+        assert_eq!(state.holds.first().and_then(|hold| hold.end), Some(base));
     }
 }
