@@ -52,18 +52,24 @@
 //! COMMIT;
 //! ```
 
+#[cfg(feature = "postgres")]
+mod rows;
 mod sql;
 #[cfg(feature = "sqlx")]
 mod sqlx_pg;
+mod table;
 #[cfg(feature = "postgres")]
 mod tokio_pg;
 #[cfg(feature = "postgres")]
 mod values;
 
+#[cfg(feature = "postgres")]
+pub use rows::PgFencedRows;
 pub use sql::{DEFAULT_SCHEMA, FOREIGN_LOCK_SQLSTATE, INVALID_INPUT_SQLSTATE, STALE_SQLSTATE};
 /// The sqlx this fence is built on (its `PgConnection` is what [`PgFence::sqlx_check`] takes).
 #[cfg(feature = "sqlx")]
 pub use sqlx;
+pub use table::{DEFAULT_LOCK_COLUMN, DEFAULT_TOKEN_COLUMN, PgFencedTable};
 #[cfg(feature = "postgres")]
 pub use tokio_pg::PreparedFence;
 /// The tokio-postgres this fence is built on (its `Transaction` is what
@@ -125,5 +131,10 @@ impl PgFence {
     /// (`bigint`), mode (`'write'` or `'read'`).
     pub fn check_statement(&self) -> &str {
         &self.sql.check
+    }
+
+    /// The SQL of this fence's schema.
+    pub(crate) fn sql(&self) -> &FenceSql {
+        &self.sql
     }
 }
