@@ -14,6 +14,11 @@
 //! (`LKF02`), [`INVALID_INPUT_SQLSTATE`] (`LKF03`); the transaction is then aborted and
 //! rolls back, the application's write with it. Rust callers get [`FenceError`]s.
 //!
+//! Where each resource is a row of your own table, [`PgFencedTable`] puts the fence in the
+//! row instead: two columns and a row trigger, so the fenced write is the application's one
+//! `UPDATE … SET …, lockkit_lock = $l, lockkit_token = $t`, from any client, and no second row
+//! is written ([`PgFencedRows`] is its [`FenceSink`](crate::FenceSink)).
+//!
 //! In `READ COMMITTED` (the default), a writer that waited for another's row lock re-checks
 //! against the committed row. In `REPEATABLE READ` or `SERIALIZABLE`, a concurrent writer of
 //! the same resource gets a serialization failure (40001) instead: retry the transaction, as

@@ -41,6 +41,26 @@ pub const DEFAULT_TOKEN_COLUMN: &str = "lockkit_token";
 ///   SHARE` in a transaction keeps later writers out until it ends) and pass them to
 ///   [`check_read`](Self::check_read); or filter, `WHERE lockkit_token <= $t`, where a missing
 ///   row may as well mean a stale reader.
+///
+/// ```no_run
+/// # #[cfg(feature = "postgres")]
+/// # async fn demo(client: &tokio_postgres::Client, guard: lockkit_core::LockGuard) -> Result<(), Box<dyn std::error::Error>> {
+/// use lockkit_fence::postgres::{PgFence, PgFencedTable};
+///
+/// let accounts = PgFencedTable::new(&PgFence::new(), "accounts")?;
+/// accounts.migrate(client).await?; // once, at deployment
+/// let fence = guard.fence();
+/// let (lock, token) = accounts.values(&fence)?;
+/// client
+///     .execute(
+///         "UPDATE accounts SET balance = $2, lockkit_lock = $3, lockkit_token = $4 WHERE id = $1",
+///         &[&1_i32, &90_i64, &lock, &token],
+///     )
+///     .await
+///     .map_err(|error| accounts.error(error, "accounts/1", &fence))?; // Err(Stale) once a newer holder wrote
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PgFencedTable {
     fence: PgFence,
