@@ -7,8 +7,13 @@
 //!   fence check pipelined with the update (`PgFence::check_with`), and with the check sent
 //!   first (`check`, then the update): with the commit flushed to disk (the default) and with
 //!   `synchronous_commit = off`, where the flush no longer hides the fence's own cost.
-//! - Redis: `SET` against the fenced `SET` (one `EVALSHA`), with the server's time per call
-//!   from `INFO commandstats`.
+//! - PostgreSQL, the fenced table (`PgFencedTable`): the same transaction whose `UPDATE` sets
+//!   the row's lock and token columns, checked by the table's trigger; beside it the same
+//!   `UPDATE` on a table with the same columns and no trigger.
+//! - Redis: `SET` against the fenced `SET` (one `EVALSHA`), the script floor (`EVALSHA` and
+//!   `FCALL` of `return 1` with the same keys and arguments), a script that only `SET`s and
+//!   the fenced `SET` as a Redis Function, with the server's time per call of each from
+//!   `INFO commandstats`.
 //!
 //! Samples of the two sides alternate, so drift on a shared machine hits both alike. The
 //! servers are the testkit's (fsync on), or `LOCKKIT_POSTGRES_URL` / `LOCKKIT_REDIS_URL`.
