@@ -7,8 +7,13 @@
 //!   fence check pipelined with the update (`PgFence::check_with`), and with the check sent
 //!   first (`check`, then the update): with the commit flushed to disk (the default) and with
 //!   `synchronous_commit = off`, where the flush no longer hides the fence's own cost.
-//! - Redis: `SET` against the fenced `SET` (one `EVALSHA`), with the server's time per call
-//!   from `INFO commandstats`.
+//! - PostgreSQL, the fenced table (`PgFencedTable`): the same transaction whose `UPDATE` sets
+//!   the row's lock and token columns, checked by the table's trigger; beside it the same
+//!   `UPDATE` on a table with the same columns and no trigger.
+//! - Redis: `SET` against the fenced `SET` (one `EVALSHA`), the script floor (`EVALSHA` and
+//!   `FCALL` of `return 1` with the same keys and arguments), a script that only `SET`s and
+//!   the fenced `SET` as a Redis Function, with the server's time per call of each from
+//!   `INFO commandstats`.
 //!
 //! Samples of the two sides alternate, so drift on a shared machine hits both alike. The
 //! servers are the testkit's (fsync on), or `LOCKKIT_POSTGRES_URL` / `LOCKKIT_REDIS_URL`.
@@ -16,7 +21,7 @@
 use std::time::{Duration, Instant};
 
 use lockkit_core::{Fence, FenceMode, FencingToken, LockId, LockName};
-use lockkit_fence::postgres::{PgFence, PreparedFence};
+use lockkit_fence::postgres::{PgFence, PgFencedTable, PreparedFence};
 use lockkit_fence::redis::RedisFence;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, NoTls, Statement};
@@ -85,12 +90,23 @@ async fn postgres(samples: usize, fence: &Fence) -> Result<(), Error> {
     client
         .batch_execute(
             "DROP TABLE IF EXISTS fence_cost; CREATE TABLE fence_cost (id int PRIMARY KEY, v bigint);
-             INSERT INTO fence_cost VALUES (1, 0);",
+             INSERT INTO fence_cost VALUES (1, 0);
+             DROP TABLE IF EXISTS fence_cost_wide; CREATE TABLE fence_cost_wide (id int PRIMARY KEY, v bigint, lock text, token bigint);
+             INSERT INTO fence_cost_wide VALUES (1, 0);
+             DROP TABLE IF EXISTS fence_cost_fenced; CREATE TABLE fence_cost_fenced (id int PRIMARY KEY, v bigint);
+             INSERT INTO fence_cost_fenced VALUES (1, 0);",
         )
         .await?;
     let pg = PgFence::new();
     pg.migrate(&client).await?;
+    let table = PgFencedTable::new(&pg, "fence_cost_fenced")?;
+    table.migrate(&client).await?;
+    let (lock, token) = table.values(fence)?;
     let update = client.prepare("UPDATE fence_cost SET v = $1 WHERE id = 1").await?;
+    let wide = client.prepare("UPDATE fence_cost_wide SET v = $1, lock = $2, token = $3 WHERE id = 1").await?;
+    let fenced_update = client
+        .prepare("UPDATE fence_cost_fenced SET v = $1, lockkit_lock = $2, lockkit_token = $3 WHERE id = 1")
+        .await?;
     let select_one = client.prepare("SELECT 1").await?;
     let ready = pg.prepare(&client).await?;
     for (title, synchronous) in
@@ -102,6 +118,8 @@ async fn postgres(samples: usize, fence: &Fence) -> Result<(), Error> {
         let mut piped = Side::new("BEGIN; fence + UPDATE pipelined; COMMIT", samples);
         let mut prepared = Side::new("… with the fence prepared (PreparedFence)", samples);
         let mut serial = Side::new("BEGIN; fence; UPDATE; COMMIT", samples);
+        let mut wide_plain = Side::new("… UPDATE of v, lock, token, no trigger", samples);
+        let mut in_row = Side::new("BEGIN; UPDATE of a fenced table; COMMIT", samples);
         for round in 0..samples + samples / 10 {
             let keep = round >= samples / 10;
             let mut scratch = Side::new("", 0);
@@ -124,8 +142,18 @@ async fn postgres(samples: usize, fence: &Fence) -> Result<(), Error> {
                 write(&mut client, &update, value, Check::First(&pg, fence)),
             )
             .await?;
+            timed(
+                if keep { &mut wide_plain } else { &mut scratch },
+                write_row(&mut client, &wide, value, &lock, token),
+            )
+            .await?;
+            timed(
+                if keep { &mut in_row } else { &mut scratch },
+                write_row(&mut client, &fenced_update, value, &lock, token),
+            )
+            .await?;
         }
-        report(title, &plain, &[&piped, &prepared, &serial, &floor]);
+        report(title, &plain, &[&in_row, &wide_plain, &piped, &prepared, &serial, &floor]);
     }
     statements(&mut client, samples, fence).await?;
     Ok(())
@@ -157,7 +185,11 @@ async fn statements(client: &mut Client, samples: usize, fence: &Fence) -> Resul
         Side::new("the fence, prepared", samples),
         Side::new("its upsert alone, prepared, no plpgsql", samples),
         Side::new("its UPDATE alone, prepared, no plpgsql", samples),
+        Side::new("UPDATE of a fenced table (its trigger), prepared", samples),
     ];
+    let fenced_update = client
+        .prepare("UPDATE fence_cost_fenced SET v = $1, lockkit_lock = $2, lockkit_token = $3 WHERE id = 1")
+        .await?;
     let resource = "fence-cost";
     for round in 0..samples + samples / 10 {
         let keep = round >= samples / 10;
@@ -170,7 +202,8 @@ async fn statements(client: &mut Client, samples: usize, fence: &Fence) -> Resul
                 2 => pg.check(&tx, resource, fence).await?,
                 3 => ready.check(&tx, resource, fence).await?,
                 4 => drop(tx.query(&upsert, &[&resource, &lock, &token]).await?),
-                _ => drop(tx.execute(&fence_update, &[&resource, &lock, &token]).await?),
+                5 => drop(tx.execute(&fence_update, &[&resource, &lock, &token]).await?),
+                _ => drop(tx.execute(&fenced_update, &[&i64::try_from(round)?, &lock, &token]).await?),
             }
             if keep {
                 side.times.push(start.elapsed());
@@ -221,6 +254,14 @@ async fn write(client: &mut Client, update: &Statement, value: i64, check: Check
     Ok(())
 }
 
+/// One transaction writing the row and its fence columns (`v`, lock, token) with `update`.
+async fn write_row(client: &mut Client, update: &Statement, value: i64, lock: &str, token: i64) -> Result<(), Error> {
+    let tx = client.transaction().await?;
+    tx.execute(update, &[&value, &lock, &token]).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
 /// A script of the fenced `SET`'s size that only writes: the same text length, keys and
 /// arguments, so that the gap between it and plain `SET` is the cost of a script, and the gap
 /// between it and the fenced `SET` the cost of the fence.
@@ -243,6 +284,130 @@ async fn server_usec(conn: &mut redis::aio::MultiplexedConnection, command: &str
         .to_owned())
 }
 
+/// The fenced `SET` script's body after the check (as in src/redis/mod.rs).
+const FENCED_SET_BODY: &str = "local reply\n\
+     if ARGV[5] then reply = redis.call('SET', KEYS[2], ARGV[4], 'PX', ARGV[5])\n\
+     else reply = redis.call('SET', KEYS[2], ARGV[4]) end\n\
+     fence_raise()\nreturn reply";
+
+/// A Redis Functions library (Redis 7) of the same three: nothing, `SET` only, the fenced
+/// `SET`, called with `FCALL` instead of `EVALSHA`.
+fn functions() -> String {
+    let check = include_str!("../src/redis/check.lua");
+    format!(
+        "#!lua name=fence_cost\n\
+         redis.register_function('noop', function(KEYS, ARGV) return 1 end)\n\
+         redis.register_function('set_only', function(KEYS, ARGV) return redis.call('SET', KEYS[2], ARGV[4]) end)\n\
+         redis.register_function('fenced_set', function(KEYS, ARGV)\n{check}\n{FENCED_SET_BODY}\nend)\n"
+    )
+}
+
+/// What one Redis sample sends.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum RedisCall {
+    Ping,
+    Set,
+    EvalNoop,
+    FcallNoop,
+    EvalSet,
+    FcallSet,
+    Fenced,
+    FcallFenced,
+}
+
+impl RedisCall {
+    const ALL: [Self; 8] = [
+        Self::Set,
+        Self::EvalNoop,
+        Self::FcallNoop,
+        Self::EvalSet,
+        Self::FcallSet,
+        Self::Fenced,
+        Self::FcallFenced,
+        Self::Ping,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Ping => "PING (a round trip)",
+            Self::Set => "SET",
+            Self::EvalNoop => "EVALSHA 'return 1', same keys and args",
+            Self::FcallNoop => "FCALL 'return 1', same keys and args",
+            Self::EvalSet => "EVALSHA, SET only (no fence)",
+            Self::FcallSet => "FCALL, SET only (no fence)",
+            Self::Fenced => "fenced SET (EVALSHA: check, SET)",
+            Self::FcallFenced => "fenced SET as FCALL",
+        }
+    }
+
+    /// The command INFO commandstats counts it under.
+    fn command(self) -> &'static str {
+        match self {
+            Self::Ping => "ping",
+            Self::Set => "set",
+            Self::EvalNoop | Self::EvalSet | Self::Fenced => "evalsha",
+            Self::FcallNoop | Self::FcallSet | Self::FcallFenced => "fcall",
+        }
+    }
+}
+
+/// What the Redis samples share.
+struct RedisBench {
+    conn: redis::aio::MultiplexedConnection,
+    fenced: RedisFence<redis::aio::MultiplexedConnection>,
+    noop: redis::Script,
+    set_only: redis::Script,
+    fence_key: String,
+    lock: String,
+    token: u64,
+}
+
+impl RedisBench {
+    async fn send(&mut self, call: RedisCall, fence: &Fence, value: &str) -> Result<(), Error> {
+        let conn = &mut self.conn;
+        let fcall = |function: &str, key: &str| {
+            let mut cmd = redis::cmd("FCALL");
+            cmd.arg(function)
+                .arg(2)
+                .arg(&self.fence_key)
+                .arg(key)
+                .arg(&self.lock)
+                .arg(self.token)
+                .arg("write")
+                .arg(value);
+            cmd
+        };
+        match call {
+            RedisCall::Ping => drop(redis::cmd("PING").query_async::<String>(conn).await?),
+            RedisCall::Set => redis::cmd("SET").arg("fence-cost:plain").arg(value).query_async::<()>(conn).await?,
+            RedisCall::EvalNoop | RedisCall::EvalSet => {
+                let script = if call == RedisCall::EvalNoop { &self.noop } else { &self.set_only };
+                let mut invoke = script.prepare_invoke();
+                invoke
+                    .key(&self.fence_key)
+                    .key("fence-cost:eval")
+                    .arg(&self.lock)
+                    .arg(self.token)
+                    .arg("write")
+                    .arg(value);
+                invoke.invoke_async::<()>(conn).await?
+            }
+            RedisCall::FcallNoop => fcall("noop", "fence-cost:eval").query_async::<()>(conn).await?,
+            RedisCall::FcallSet => fcall("set_only", "fence-cost:eval").query_async::<()>(conn).await?,
+            RedisCall::FcallFenced => {
+                // A fence key of its own, in the slot of its key.
+                let mut cmd = redis::cmd("FCALL");
+                let key = "fence-cost:fcall-fenced";
+                cmd.arg("fenced_set").arg(2).arg(self.fenced.fence_key(key)?).arg(key);
+                cmd.arg(&self.lock).arg(self.token).arg("write").arg(value);
+                cmd.query_async::<()>(conn).await?
+            }
+            RedisCall::Fenced => self.fenced.set("fence-cost:fenced", fence, value).await?,
+        }
+        Ok(())
+    }
+}
+
 async fn redis(samples: usize, fence: &Fence) -> Result<(), Error> {
     let (url, _server) = match std::env::var("LOCKKIT_REDIS_URL") {
         Ok(url) => (url, None),
@@ -252,50 +417,41 @@ async fn redis(samples: usize, fence: &Fence) -> Result<(), Error> {
         }
     };
     let mut conn = redis::Client::open(url.as_str())?.get_multiplexed_async_connection().await?;
+    let _: () = redis::cmd("FUNCTION").arg("LOAD").arg("REPLACE").arg(functions()).query_async(&mut conn).await?;
     let fenced = RedisFence::new(conn.clone());
-    let plain_eval = plain_script();
-    let lock = fence.lock().to_string();
-    let token = fence.token().get();
     let fence_key = fenced.fence_key("fence-cost:eval")?;
-    let mut floor = Side::new("PING (a round trip)", samples);
-    let mut plain = Side::new("SET", samples);
-    let mut eval = Side::new("EVALSHA of the same size, SET only (no fence)", samples);
-    let mut guarded = Side::new("fenced SET (EVALSHA: check, SET, HSET)", samples);
+    let mut bench = RedisBench {
+        conn,
+        fenced,
+        noop: redis::Script::new("return 1"),
+        set_only: plain_script(),
+        fence_key,
+        lock: fence.lock().to_string(),
+        token: fence.token().get(),
+    };
+    let mut sides: Vec<Side> = RedisCall::ALL.iter().map(|call| Side::new(call.name(), samples)).collect();
     for round in 0..samples + samples / 10 {
         let keep = round >= samples / 10;
-        let mut scratch = Side::new("", 0);
         let value = round.to_string();
-        let ping = redis::cmd("PING");
-        timed(if keep { &mut floor } else { &mut scratch }, ping.query_async::<String>(&mut conn)).await?;
-        let mut set = redis::cmd("SET");
-        set.arg("fence-cost:plain").arg(&value);
-        timed(if keep { &mut plain } else { &mut scratch }, set.query_async::<()>(&mut conn)).await?;
-        let mut call = plain_eval.prepare_invoke();
-        call.key(&fence_key).key("fence-cost:eval").arg(&lock).arg(token).arg("write").arg(&value);
-        timed(if keep { &mut eval } else { &mut scratch }, call.invoke_async::<()>(&mut conn)).await?;
-        timed(if keep { &mut guarded } else { &mut scratch }, fenced.set("fence-cost:fenced", fence, &value)).await?;
-    }
-    report("Redis", &plain, &[&eval, &guarded, &floor]);
-
-    // Server time per call, each kind alone (commandstats counts every EVALSHA together).
-    let mut per_call = Vec::new();
-    for kind in ["SET", "EVALSHA, no fence", "fenced SET"] {
-        let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(&mut conn).await?;
-        for round in 0..samples {
-            let value = round.to_string();
-            match kind {
-                "SET" => redis::cmd("SET").arg("fence-cost:plain").arg(&value).query_async::<()>(&mut conn).await?,
-                "fenced SET" => fenced.set("fence-cost:fenced", fence, &value).await?,
-                _ => {
-                    let mut call = plain_eval.prepare_invoke();
-                    call.key(&fence_key).key("fence-cost:eval").arg(&lock).arg(token).arg("write").arg(&value);
-                    call.invoke_async::<()>(&mut conn).await?
-                }
+        for (call, side) in RedisCall::ALL.into_iter().zip(sides.iter_mut()) {
+            let start = Instant::now();
+            bench.send(call, fence, &value).await?;
+            if keep {
+                side.times.push(start.elapsed());
             }
         }
-        let command = if kind == "SET" { "set" } else { "evalsha" };
-        per_call.push(format!("{kind} {}", server_usec(&mut conn, command).await?));
     }
-    println!("  Redis server time per call (µs, INFO commandstats): {}", per_call.join(", "));
+    let [base, rest @ ..] = sides.as_slice() else { return Ok(()) };
+    report("Redis", base, &rest.iter().collect::<Vec<_>>());
+
+    // Server time per call, each kind alone (commandstats counts every EVALSHA together).
+    println!("  Redis server time per call (µs, INFO commandstats usec_per_call):");
+    for call in RedisCall::ALL {
+        let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(&mut bench.conn).await?;
+        for round in 0..samples {
+            bench.send(call, fence, &round.to_string()).await?;
+        }
+        println!("    {:<44} {}", call.name(), server_usec(&mut bench.conn, call.command()).await?);
+    }
     Ok(())
 }

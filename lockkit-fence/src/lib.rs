@@ -16,7 +16,7 @@
 //!
 //! | store | module | feature | the write and its check |
 //! |---|---|---|---|
-//! | PostgreSQL | `postgres` | `postgres` (tokio-postgres), `sqlx` | one statement in your transaction, pipelined with your write; a SQL function for any language |
+//! | PostgreSQL | `postgres` | `postgres` (tokio-postgres), `sqlx` | one statement in your transaction, pipelined with your write, or a fenced table: the token in your own row, checked by a trigger on your one `UPDATE`; SQL for any language |
 //! | Redis | `redis` | `redis` | one script call: set, delete, hash set, … or a script of yours; Cluster and Sentinel |
 //! | files | [`file`](mod@file) | Unix | an atomic replace or an append under an `flock` |
 //!

@@ -119,3 +119,37 @@ impl FenceHarness for SqlxHarness {
 }
 
 lockkit_testkit::fence_conformance!(crate::SqlxHarness::start().await);
+
+/// The fenced table on sqlx: the migration, the application's `UPDATE` with the fence's two
+/// values bound, and a stale one turned into `FenceError::Stale` by `sqlx_error`.
+#[test]
+fn the_fenced_table_s_refusals_are_typed_on_sqlx() {
+    use lockkit_core::{FencingToken, LockId, LockName};
+    use lockkit_fence::postgres::PgFencedTable;
+
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let server = PostgresServer::start().await.unwrap_or_else(|error| panic!("PostgreSQL: {error}"));
+        let mut conn = PgConnection::connect(&server.url()).await.unwrap();
+        sqlx::Executor::execute(&mut conn, "CREATE TABLE accounts (id int PRIMARY KEY, balance bigint NOT NULL)")
+            .await
+            .unwrap();
+        let accounts = PgFencedTable::new(&PgFence::new(), "accounts").unwrap();
+        accounts.sqlx_migrate(&mut conn).await.unwrap();
+        let lock = LockId::new("fence-tests://sqlx", LockName::new("accounts").unwrap()).unwrap();
+        let insert = "INSERT INTO accounts (id, balance, lockkit_lock, lockkit_token) VALUES (1, $1, $2, $3)
+                      ON CONFLICT (id) DO UPDATE SET balance = excluded.balance, lockkit_lock = excluded.lockkit_lock, lockkit_token = excluded.lockkit_token";
+        let mut write = async |token: u64, balance: i64| {
+            let fence = Fence::new(lock.clone(), FencingToken::new(token), FenceMode::Write);
+            let (lock, token) = accounts.values(&fence).unwrap();
+            let sent = sqlx::query(insert).bind(balance).bind(lock).bind(token).execute(&mut conn).await;
+            sent.map(drop).map_err(|error| accounts.sqlx_error(error, "accounts/1", &fence))
+        };
+        write(5, 10).await.unwrap();
+        match write(4, 20).await {
+            Err(FenceError::Stale { token, highest, .. }) => assert_eq!((token.get(), highest.get()), (4, 5)),
+            other => panic!("a stale write on sqlx: {other:?}"),
+        }
+        write(6, 30).await.unwrap();
+    });
+}

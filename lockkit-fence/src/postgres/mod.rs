@@ -14,6 +14,11 @@
 //! (`LKF02`), [`INVALID_INPUT_SQLSTATE`] (`LKF03`); the transaction is then aborted and
 //! rolls back, the application's write with it. Rust callers get [`FenceError`]s.
 //!
+//! Where each resource is a row of your own table, [`PgFencedTable`] puts the fence in the
+//! row instead: two columns and a row trigger, so the fenced write is the application's one
+//! `UPDATE … SET …, lockkit_lock = $l, lockkit_token = $t`, from any client, and no second row
+//! is written ([`PgFencedRows`] is its [`FenceSink`](crate::FenceSink)).
+//!
 //! In `READ COMMITTED` (the default), a writer that waited for another's row lock re-checks
 //! against the committed row. In `REPEATABLE READ` or `SERIALIZABLE`, a concurrent writer of
 //! the same resource gets a serialization failure (40001) instead: retry the transaction, as
@@ -52,18 +57,24 @@
 //! COMMIT;
 //! ```
 
+#[cfg(feature = "postgres")]
+mod rows;
 mod sql;
 #[cfg(feature = "sqlx")]
 mod sqlx_pg;
+mod table;
 #[cfg(feature = "postgres")]
 mod tokio_pg;
 #[cfg(feature = "postgres")]
 mod values;
 
+#[cfg(feature = "postgres")]
+pub use rows::PgFencedRows;
 pub use sql::{DEFAULT_SCHEMA, FOREIGN_LOCK_SQLSTATE, INVALID_INPUT_SQLSTATE, STALE_SQLSTATE};
 /// The sqlx this fence is built on (its `PgConnection` is what [`PgFence::sqlx_check`] takes).
 #[cfg(feature = "sqlx")]
 pub use sqlx;
+pub use table::{DEFAULT_LOCK_COLUMN, DEFAULT_TOKEN_COLUMN, PgFencedTable};
 #[cfg(feature = "postgres")]
 pub use tokio_pg::PreparedFence;
 /// The tokio-postgres this fence is built on (its `Transaction` is what
@@ -125,5 +136,10 @@ impl PgFence {
     /// (`bigint`), mode (`'write'` or `'read'`).
     pub fn check_statement(&self) -> &str {
         &self.sql.check
+    }
+
+    /// The SQL of this fence's schema.
+    pub(crate) fn sql(&self) -> &FenceSql {
+        &self.sql
     }
 }

@@ -19,7 +19,8 @@ pub const DEFAULT_SCHEMA: &str = "lockkit_fence";
 
 /// The migration: the schema, the table `fences` (one row per resource: the lock it is bound
 /// to and the highest token accepted for a write) and the function
-/// `fence(resource, lock_id, token, mode)`. Idempotent; `{schema}` is replaced by the schema.
+/// `fence(resource, lock_id, token, mode)` (the function `fence_table` follows, from
+/// `fence_table.sql`). Idempotent; `{schema}` is replaced by the schema.
 const MIGRATION: &str = r#"
 SELECT pg_advisory_xact_lock(hashtext('{schema}.fence migration'));
 CREATE SCHEMA IF NOT EXISTS {schema};
@@ -87,6 +88,10 @@ END
 $fence$;
 "#;
 
+/// The function `fence_table(table, lock column, token column)` of the fenced table, part of
+/// the migration.
+const FENCE_TABLE: &str = include_str!("fence_table.sql");
+
 /// The fence's SQL for one schema.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct FenceSql {
@@ -121,7 +126,7 @@ impl FenceSql {
 
     /// The migration for this schema.
     pub(crate) fn migration(&self) -> String {
-        MIGRATION.replace("{schema}", &self.schema)
+        [MIGRATION, FENCE_TABLE].concat().replace("{schema}", &self.schema)
     }
 
     /// What creates the fence when it is missing.

@@ -10,8 +10,8 @@ use std::future::Future;
 use lockkit_core::{Fence, FencingToken};
 use sqlx::postgres::{PgConnection, PgDatabaseError};
 
-use super::PgFence;
 use super::sql;
+use super::{PgFence, PgFencedTable};
 use crate::{FenceError, FenceState, check_resource};
 
 const SINK: &str = "postgres";
@@ -104,5 +104,45 @@ impl PgFence {
                 highest: FencingToken::new(u64::try_from(highest).unwrap_or(0)),
             }))
         }
+    }
+}
+
+impl PgFencedTable {
+    /// [`migrate`](Self::migrate) on a sqlx connection: the fence's migration, then this
+    /// table's.
+    ///
+    /// # Errors
+    ///
+    /// [`FenceError::Store`] when the database refuses.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves each of the two migrations applied or not.
+    pub fn sqlx_migrate<'a>(
+        &'a self,
+        conn: &'a mut PgConnection,
+    ) -> impl Future<Output = Result<(), FenceError>> + Send + 'a {
+        let migration = self.migration();
+        async move {
+            self.fence().sqlx_migrate(&mut *conn).await?;
+            let applied = sqlx::Executor::execute(conn, migration.as_str()).await;
+            applied
+                .map(drop)
+                .map_err(|error| FenceError::store(SINK, format!("fencing the table {} failed", self.table()), error))
+        }
+    }
+
+    /// [`error`](Self::error) for sqlx: the typed error for what a write of the table
+    /// returned.
+    pub fn sqlx_error(&self, error: sqlx::Error, resource: &str, fence: &Fence) -> FenceError {
+        if let sqlx::Error::Database(db) = &error
+            && let Some(code) = db.code()
+        {
+            let detail = db.try_downcast_ref::<PgDatabaseError>().and_then(PgDatabaseError::detail);
+            if let Some(refused) = self.refusal(&code, db.message(), detail, resource, fence) {
+                return refused;
+            }
+        }
+        FenceError::store(SINK, format!("the fenced write of {resource:?} failed"), error)
     }
 }

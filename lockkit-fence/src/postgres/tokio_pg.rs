@@ -10,8 +10,8 @@ use lockkit_core::{Fence, FenceMode, FencingToken};
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{GenericClient, Statement, Transaction};
 
-use super::PgFence;
 use super::sql;
+use super::{PgFence, PgFencedTable};
 use crate::{FenceError, FenceState, check_resource};
 
 const SINK: &str = "postgres";
@@ -262,5 +262,39 @@ impl PreparedFence {
     /// The fence it was prepared from.
     pub fn fence(&self) -> &PgFence {
         &self.fence
+    }
+}
+
+impl PgFencedTable {
+    /// Runs the fence's migration ([`PgFence::migrate`]) and then this table's
+    /// ([`migration`](Self::migration)): adds the two columns and the triggers. Safe to run
+    /// again.
+    ///
+    /// # Errors
+    ///
+    /// [`FenceError::Store`] when the database refuses (no such table, no right to alter it).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves each of the two migrations applied or not.
+    pub async fn migrate(&self, client: &impl GenericClient) -> Result<(), FenceError> {
+        self.fence().migrate(client).await?;
+        client
+            .batch_execute(&self.migration())
+            .await
+            .map_err(|error| FenceError::store(SINK, format!("fencing the table {} failed", self.table()), error))
+    }
+
+    /// The typed error for what a write of the table returned: [`FenceError::Stale`],
+    /// [`FenceError::ForeignLock`], [`FenceError::InvalidInput`] for the triggers' refusals,
+    /// [`FenceError::Store`] for any other error. `resource` names the row in the error and
+    /// `fence` is the fence the write carried.
+    pub fn error(&self, error: tokio_postgres::Error, resource: &str, fence: &Fence) -> FenceError {
+        if let Some(db) = error.as_db_error()
+            && let Some(refused) = self.refusal(db.code().code(), db.message(), db.detail(), resource, fence)
+        {
+            return refused;
+        }
+        FenceError::store(SINK, format!("the fenced write of {resource:?} failed"), error)
     }
 }
