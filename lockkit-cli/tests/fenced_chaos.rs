@@ -103,6 +103,17 @@ async fn fenced_chaos_on_postgres() {
     assert_fenced(&report);
 }
 
+/// The same run through a fenced table: each write is one upsert of the row with its lock and
+/// token, which the table's trigger checks (`PgFencedRows`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_chaos_on_a_postgres_fenced_table() {
+    let server = postgres().await;
+    let rows = format!("{}{}", fenced_sinks::ROWS_PREFIX, server.url());
+    let mut config = postgres_config(0x330, server, false).with_sink(rows);
+    config = config.with_label("postgres locks (lease 1s) guarding a postgres fenced table");
+    assert_fenced(&run(config).await);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fenced_chaos_on_redis() {
     let server = redis_with_aof().await;

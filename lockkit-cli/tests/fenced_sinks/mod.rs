@@ -2,7 +2,8 @@
 //! of the store (`postgres://…`: `PgFencedValues`, a transaction of the fence check and an
 //! upsert; `redis://…`: `RedisFence`, one script call; `file://DIR`: `FileFence`, an atomic
 //! replace), and for the planted bug the same store written with a plain write that skips the
-//! fence. `sql+postgres://…` is the CLI run's sink: what a `psql` script under `lockkit run`
+//! fence. `rows+postgres://…` writes a fenced table (`PgFencedRows`: the token in the row,
+//! checked by the table's trigger). `sql+postgres://…` is the CLI run's sink: what a `psql` script under `lockkit run`
 //! sends, `BEGIN; SELECT lockkit_fence.fence(…); INSERT …; COMMIT` as one simple query, with
 //! the lock identity and the token `lockkit run` exported.
 
@@ -14,13 +15,15 @@ use async_trait::async_trait;
 use lockkit::FencingToken;
 use lockkit_fence::file::FileFence;
 use lockkit_fence::postgres::tokio_postgres::{self, Client, NoTls, SimpleQueryMessage};
-use lockkit_fence::postgres::{FOREIGN_LOCK_SQLSTATE, PgFence, PgFencedValues, STALE_SQLSTATE};
+use lockkit_fence::postgres::{FOREIGN_LOCK_SQLSTATE, PgFence, PgFencedRows, PgFencedValues, STALE_SQLSTATE};
 use lockkit_fence::redis::RedisFence;
 use lockkit_fence::redis::redis::{self, aio::MultiplexedConnection};
 use lockkit_fence::{Fence, FenceError, FenceSink, FenceState};
 
 /// The prefix of the CLI run's target: the SQL function called as `psql` would.
 pub(crate) const SQL_PREFIX: &str = "sql+";
+/// The prefix of a fenced table's target (the fence in the application's own rows).
+pub(crate) const ROWS_PREFIX: &str = "rows+";
 
 /// Opens the sink of `target`; `bypassed` skips the fence (the planted bug).
 pub(crate) async fn open(target: String, bypassed: bool) -> Result<Arc<dyn FenceSink>, String> {
@@ -32,6 +35,13 @@ pub(crate) async fn open(target: String, bypassed: bool) -> Result<Arc<dyn Fence
         let client = redis::Client::open(target.as_str()).map_err(|error| error.to_string())?;
         let conn = client.get_multiplexed_async_connection().await.map_err(|error| error.to_string())?;
         return Ok(if bypassed { Arc::new(PlainRedis(conn)) } else { Arc::new(RedisFence::new(conn)) });
+    }
+    if let Some(url) = target.strip_prefix(ROWS_PREFIX)
+        && !bypassed
+    {
+        let rows =
+            PgFencedRows::open(pg_connect(url).await?, PgFence::new()).await.map_err(|error| error.to_string())?;
+        return Ok(Arc::new(rows));
     }
     if let Some(url) = target.strip_prefix(SQL_PREFIX) {
         let client = pg_connect(url).await?;
