@@ -39,12 +39,6 @@ fn term_of(event: &LeaderEvent) -> Option<(u64, String)> {
     }
 }
 
-/// Cuts the observer's client off: its connections reset, new ones refused.
-fn cut_off(faults: &support::ProxyFaults) {
-    faults.0.refuse_new(true);
-    faults.0.cut_all();
-}
-
 /// Two terms pass while the observer is cut off, and etcd keeps the history: back in touch,
 /// the observer replays both, and the vacancy after them, in term order, with no gap.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -60,7 +54,7 @@ async fn an_observer_cut_off_replays_every_term_it_missed() {
     let seen = next_state(&mut observer, "the first leader").await;
     assert_eq!(term_of(&seen), Some((first.token().get(), "first".to_owned())));
 
-    cut_off(&o_faults);
+    o_faults.cut_off();
     let election_b = b.election(&name).unwrap();
     let campaign = tokio::spawn(async move { election_b.campaign("second").await });
     within(BOUND, "the second candidate queued", async {
@@ -100,7 +94,7 @@ async fn a_compaction_while_cut_off_is_a_gap_then_the_current_leader() {
     let seen = next_state(&mut observer, "the first leader").await;
     assert_eq!(term_of(&seen), Some((first.token().get(), "first".to_owned())));
 
-    cut_off(&o_faults);
+    o_faults.cut_off();
     // A term the observer never sees, and the one after it, which leads when it comes back.
     first.resign().await.unwrap();
     let missed = b.election(&name).unwrap().campaign("missed").await.unwrap();

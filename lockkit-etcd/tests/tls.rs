@@ -7,17 +7,15 @@
 
 mod support;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{Certificate, Client, ConnectOptions, GetOptions, SortOrder, SortTarget, TlsOptions};
-use lockkit_core::Error;
 use lockkit_etcd::{EtcdLockProvider, EtcdLockProviderBuilder};
 use lockkit_testkit::fixture::{EtcdOptions, EtcdServer, EtcdTls};
-use lockkit_testkit::proxy::FaultProxy;
+use lockkit_testkit::proxy::proxied_test_client;
 use lockkit_testkit::{FaultResult, Harness, TestClient, Timing, cases};
-use support::{ProxyFaults, TTL, test_builder, within};
+use support::{TTL, test_builder, within};
 
 /// A TLS member, and clients that trust its CA, each behind a fault proxy of its own.
 struct TlsHarness {
@@ -51,11 +49,8 @@ impl Harness for TlsHarness {
     }
 
     async fn client(&self) -> lockkit_core::Result<TestClient> {
-        let proxy = FaultProxy::start(self.server.addr())
+        proxied_test_client("etcd", self.server.addr(), |proxy| self.builder().endpoints(proxy.to_string()).build())
             .await
-            .map_err(|e| Error::connection("etcd", None, e).with_context("start the fault proxy"))?;
-        let provider = self.builder().endpoints(proxy.addr().to_string()).build()?;
-        Ok(TestClient::new(provider, Arc::new(ProxyFaults(proxy))))
     }
 
     fn timing(&self) -> Timing {

@@ -334,6 +334,88 @@ async fn pump(mut from: ReadHalf<'_>, mut to: WriteHalf<'_>, control: watch::Rec
 #[derive(Debug)]
 pub struct ProxyFaults(pub FaultProxy);
 
+impl ProxyFaults {
+    /// The proxy itself, for the faults the hooks do not name (such as
+    /// [`refuse_new`](FaultProxy::refuse_new)).
+    pub fn proxy(&self) -> &FaultProxy {
+        &self.0
+    }
+
+    /// Cuts the client off the server until [`reconnect`](Self::reconnect): its connections
+    /// are reset and new ones refused.
+    pub fn cut_off(&self) {
+        self.0.refuse_new(true);
+        self.0.cut_all();
+    }
+
+    /// Lets a client cut off by [`cut_off`](Self::cut_off) connect again.
+    pub fn reconnect(&self) {
+        self.0.refuse_new(false);
+    }
+}
+
+/// The proxy-per-client harness of the networked backends: starts a [`FaultProxy`] of its own
+/// in front of `upstream` and builds one client on it, so that a fault cuts off that client
+/// only.
+///
+/// `connect` gets the proxy's address and builds the client from it (it sets the URL, the
+/// endpoints or the connect string that the backend takes); `backend` names the backend in
+/// the error when the proxy cannot start.
+///
+/// # Errors
+///
+/// [`Error::Connection`](lockkit_core::Error::Connection) when the proxy cannot listen, and
+/// whatever `connect` returns.
+///
+/// ```no_run
+/// # async fn demo(server: std::net::SocketAddr) -> lockkit_core::Result<()> {
+/// use lockkit_testkit::proxy::proxied;
+///
+/// let (address, faults) = proxied("demo", server, |proxy| Ok(proxy.to_string())).await?;
+/// faults.cut_off(); // only the client that connects to `address` loses the server
+/// # let _ = address;
+/// # Ok(())
+/// # }
+/// ```
+pub async fn proxied<C>(
+    backend: &'static str,
+    upstream: SocketAddr,
+    connect: impl FnOnce(SocketAddr) -> lockkit_core::Result<C>,
+) -> lockkit_core::Result<(C, Arc<ProxyFaults>)> {
+    let proxy = FaultProxy::start(upstream)
+        .await
+        .map_err(|e| lockkit_core::Error::connection(backend, None, e).with_context("start the fault proxy"))?;
+    let client = connect(proxy.addr())?;
+    Ok((client, Arc::new(ProxyFaults(proxy))))
+}
+
+/// [`proxied`] for a harness's [`client`](crate::Harness::client): the provider that `connect`
+/// builds, with its proxy's fault hooks.
+///
+/// # Errors
+///
+/// As [`proxied`].
+pub async fn proxied_test_client<P: Into<lockkit_core::LockProvider>>(
+    backend: &'static str,
+    upstream: SocketAddr,
+    connect: impl FnOnce(SocketAddr) -> lockkit_core::Result<P>,
+) -> lockkit_core::Result<crate::TestClient> {
+    let (provider, faults) = proxied(backend, upstream, connect).await?;
+    Ok(crate::TestClient::new(provider, faults))
+}
+
+/// An address on 127.0.0.1 where nothing listens: a port that was free a moment ago, for the
+/// cases of a client that cannot reach its server.
+///
+/// # Panics
+///
+/// When no loopback port can be bound at all (the machine has no loopback interface).
+#[allow(clippy::expect_used)] // a test helper: without loopback no test of the kit can run
+pub fn closed_port() -> SocketAddr {
+    let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind a loopback port");
+    listener.local_addr().expect("a bound listener has an address")
+}
+
 #[async_trait::async_trait]
 impl crate::ClientFaults for ProxyFaults {
     async fn kill(&self) -> crate::FaultResult {

@@ -5,7 +5,7 @@
 
 pub use lockkit_testkit::wait::within;
 
-pub use lockkit_testkit::proxy::ProxyFaults;
+pub use lockkit_testkit::proxy::{ProxyFaults, closed_port};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use etcd_client::{Client, GetOptions, SortOrder, SortTarget};
 use lockkit_etcd::{EtcdLockProvider, EtcdLockProviderBuilder};
 use lockkit_testkit::fixture::{ETCD_URL_ENV, EtcdServer};
-use lockkit_testkit::proxy::FaultProxy;
+use lockkit_testkit::proxy::proxied;
 use lockkit_testkit::{FaultResult, Harness, NoFaults, TestClient, Timing, Unsupported};
 use tokio::sync::Mutex;
 
@@ -83,11 +83,7 @@ impl EtcdHarness {
         &self,
         builder: EtcdLockProviderBuilder,
     ) -> lockkit_core::Result<(EtcdLockProvider, Arc<ProxyFaults>)> {
-        let proxy = FaultProxy::start(self.upstream)
-            .await
-            .map_err(|e| lockkit_core::Error::connection("etcd", None, e).with_context("start the fault proxy"))?;
-        let provider = builder.endpoints(proxy.addr().to_string()).build()?;
-        Ok((provider, Arc::new(ProxyFaults(proxy))))
+        proxied("etcd", self.upstream, |proxy| builder.endpoints(proxy.to_string()).build()).await
     }
 
     /// A plain client of the member, bypassing every proxy.
@@ -210,10 +206,4 @@ impl Harness for EtcdHarness {
             attempt("port 0", test_builder().endpoints("127.0.0.1:0")),
         ]
     }
-}
-
-/// An address on loopback where nothing listens: a port that was free a moment ago.
-pub fn closed_port() -> SocketAddr {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap()
 }

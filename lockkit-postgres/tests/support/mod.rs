@@ -5,7 +5,7 @@
 
 pub use lockkit_testkit::wait::within;
 
-pub use lockkit_testkit::proxy::ProxyFaults;
+pub use lockkit_testkit::proxy::{ProxyFaults, closed_port};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +13,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lockkit_postgres::{PostgresLockProvider, PostgresLockProviderBuilder};
 use lockkit_testkit::fixture::PostgresServer;
-use lockkit_testkit::proxy::FaultProxy;
+use lockkit_testkit::proxy::proxied;
 use lockkit_testkit::{FaultResult, Harness, NoFaults, TestClient, Timing, Unsupported};
 use tokio::sync::Mutex;
 
@@ -105,11 +105,7 @@ impl PostgresHarness {
         &self,
         builder: PostgresLockProviderBuilder,
     ) -> lockkit_core::Result<(PostgresLockProvider, Arc<ProxyFaults>)> {
-        let proxy = FaultProxy::start(self.upstream)
-            .await
-            .map_err(|e| lockkit_core::Error::connection("postgres", None, e).with_context("start the fault proxy"))?;
-        let provider = builder.url(url_of(proxy.addr())).build()?;
-        Ok((provider, Arc::new(ProxyFaults(proxy))))
+        proxied("postgres", self.upstream, |proxy| builder.url(url_of(proxy)).build()).await
     }
 
     /// A plain connection to the server as the superuser, bypassing every proxy.
@@ -212,10 +208,4 @@ impl Harness for PostgresHarness {
             attempt("an unknown scheme", PostgresLockProvider::builder().url("mysql://127.0.0.1/db")),
         ]
     }
-}
-
-/// An address on loopback where nothing listens.
-pub fn closed_port() -> SocketAddr {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap()
 }

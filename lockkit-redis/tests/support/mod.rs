@@ -5,7 +5,7 @@
 
 pub use lockkit_testkit::wait::{eventually, within};
 
-pub use lockkit_testkit::proxy::ProxyFaults;
+pub use lockkit_testkit::proxy::{ProxyFaults, closed_port};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use lockkit_core::LockName;
 use lockkit_redis::{RedisLockProvider, RedisLockProviderBuilder};
 use lockkit_testkit::fixture::{Persistence, RedisConfig, RedisServer};
-use lockkit_testkit::proxy::FaultProxy;
+use lockkit_testkit::proxy::proxied;
 use lockkit_testkit::{FaultResult, Harness, NoFaults, TestClient, Timing, Unsupported};
 use tokio::sync::Mutex;
 
@@ -80,11 +80,7 @@ impl RedisHarness {
         &self,
         builder: RedisLockProviderBuilder,
     ) -> lockkit_core::Result<(RedisLockProvider, Arc<ProxyFaults>)> {
-        let proxy = FaultProxy::start(self.upstream)
-            .await
-            .map_err(|e| lockkit_core::Error::connection("redis", None, e).with_context("start the fault proxy"))?;
-        let provider = builder.url(format!("redis://{}/", proxy.addr())).build()?;
-        Ok((provider, Arc::new(ProxyFaults(proxy))))
+        proxied("redis", self.upstream, |proxy| builder.url(format!("redis://{proxy}/")).build()).await
     }
 
     /// A plain connection to the server, bypassing every proxy.
@@ -202,12 +198,6 @@ impl Harness for RedisHarness {
 pub fn hold_keys(name: &str) -> [String; 4] {
     let record = test_builder().url("redis://unused/").build().unwrap().record_key(&LockName::new(name).unwrap());
     [format!("{record}:writer"), format!("{record}:readers"), format!("{record}:permits"), record]
-}
-
-/// An address on loopback where nothing listens: a port that was free a moment ago.
-pub fn closed_port() -> SocketAddr {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap()
 }
 
 /// Waits (up to five seconds) until some connection is subscribed to a channel that matches

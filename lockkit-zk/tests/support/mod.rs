@@ -5,6 +5,7 @@
 //! client only.
 #![allow(dead_code, unused_imports, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
 
+pub use lockkit_testkit::proxy::ProxyFaults;
 pub use lockkit_testkit::wait::eventually;
 
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -14,8 +15,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lockkit_core::LockName;
 use lockkit_testkit::fixture::zk::ZkServer;
-use lockkit_testkit::proxy::FaultProxy;
-use lockkit_testkit::{ClientFaults, FaultResult, Harness, NoFaults, TestClient, Timing, Unsupported};
+use lockkit_testkit::proxy::{FaultProxy, closed_port, proxied, proxied_test_client};
+use lockkit_testkit::{FaultResult, Harness, NoFaults, TestClient, Timing, Unsupported};
 use lockkit_zk::{ZkLockProvider, ZkLockProviderBuilder};
 use zookeeper_client as zk;
 
@@ -94,18 +95,21 @@ impl ZkHarness {
 
     /// A builder for a client through `proxy`, with the harness's base path and timeout.
     pub fn builder_via(&self, proxy: &FaultProxy) -> ZkLockProviderBuilder {
+        self.builder_at(proxy.addr())
+    }
+
+    /// A builder for a client of the server at `addr`, with the harness's base path and timeout.
+    pub fn builder_at(&self, addr: SocketAddr) -> ZkLockProviderBuilder {
         ZkLockProvider::builder()
-            .connect_string(proxy.addr().to_string())
+            .connect_string(addr.to_string())
             .base_path(self.base.clone())
             .session_timeout(SESSION_TIMEOUT)
     }
 
-    /// A new client behind a proxy of its own, returned with its proxy. The client is built
-    /// lazily: its session opens at its first use.
-    pub async fn proxied_client(&self) -> (ZkLockProvider, Arc<FaultProxy>) {
-        let proxy = Arc::new(FaultProxy::start(self.upstream).await.expect("the proxy starts"));
-        let provider = self.builder_via(&proxy).build().expect("the settings are valid");
-        (provider, proxy)
+    /// A new client behind a proxy of its own, returned with its proxy's fault hooks. The
+    /// client is built lazily: its session opens at its first use.
+    pub async fn proxied_client(&self) -> (ZkLockProvider, Arc<ProxyFaults>) {
+        proxied("zk", self.upstream, |proxy| self.builder_at(proxy).build()).await.expect("a proxied client")
     }
 
     /// The znode of lock `name`.
@@ -126,40 +130,6 @@ impl ZkHarness {
     }
 }
 
-/// The fault hooks of one client: its proxy.
-pub struct ProxyFaults {
-    pub proxy: Arc<FaultProxy>,
-}
-
-#[async_trait]
-impl ClientFaults for ProxyFaults {
-    async fn kill(&self) -> FaultResult {
-        // The client is never heard from again; its session expires on the server.
-        self.proxy.blackhole();
-        Ok(())
-    }
-
-    async fn blackhole(&self) -> FaultResult {
-        self.proxy.blackhole();
-        Ok(())
-    }
-
-    async fn heal(&self) -> FaultResult {
-        self.proxy.heal();
-        Ok(())
-    }
-
-    async fn cut_connection(&self) -> FaultResult {
-        self.proxy.cut_all();
-        Ok(())
-    }
-
-    async fn set_latency(&self, latency: Duration) -> FaultResult {
-        self.proxy.set_latency(latency);
-        Ok(())
-    }
-}
-
 #[async_trait]
 impl Harness for ZkHarness {
     fn name(&self) -> &str {
@@ -167,12 +137,7 @@ impl Harness for ZkHarness {
     }
 
     async fn client(&self) -> lockkit_core::Result<TestClient> {
-        let proxy =
-            Arc::new(FaultProxy::start(self.upstream).await.map_err(|e| {
-                lockkit_core::Error::connection("zk", None, format!("cannot start the fault proxy: {e}"))
-            })?);
-        let provider = self.builder_via(&proxy).build()?;
-        Ok(TestClient::new(provider, Arc::new(ProxyFaults { proxy })))
+        proxied_test_client("zk", self.upstream, |proxy| self.builder_at(proxy).build()).await
     }
 
     fn timing(&self) -> Timing {
@@ -180,15 +145,7 @@ impl Harness for ZkHarness {
     }
 
     async fn unreachable_client(&self) -> Result<TestClient, Unsupported> {
-        // A port that nothing listens on: bound, noted, and closed again.
-        let port =
-            std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_err(|_| Unsupported)?.port();
-        let provider = ZkLockProvider::builder()
-            .connect_string(format!("127.0.0.1:{port}"))
-            .base_path(self.base.clone())
-            .session_timeout(SESSION_TIMEOUT)
-            .build()
-            .map_err(|_| Unsupported)?;
+        let provider = self.builder_at(closed_port()).build().map_err(|_| Unsupported)?;
         Ok(TestClient::new(provider, Arc::new(NoFaults)))
     }
 
