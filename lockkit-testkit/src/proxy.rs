@@ -443,3 +443,76 @@ impl crate::ClientFaults for ProxyFaults {
         Ok(())
     }
 }
+
+/// The fault hooks of a cluster client that reaches each member through a [`FaultProxy`] of
+/// its own (made by [`proxied_members`]): every fault acts on all of its proxies at once, so
+/// the client is cut off from the whole cluster while the members go on serving the others.
+#[derive(Debug)]
+pub struct MemberProxies(Vec<FaultProxy>);
+
+impl MemberProxies {
+    /// The proxies, one per member, in the order of the members given to [`proxied_members`].
+    pub fn proxies(&self) -> &[FaultProxy] {
+        &self.0
+    }
+
+    /// The member whose proxy carries a connection now (the first such), if any: the member
+    /// the client is talking to.
+    pub fn connected_member(&self) -> Option<usize> {
+        self.0.iter().position(|proxy| proxy.connection_count() > 0)
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::ClientFaults for MemberProxies {
+    async fn kill(&self) -> crate::FaultResult {
+        self.0.iter().for_each(FaultProxy::blackhole);
+        Ok(())
+    }
+
+    async fn blackhole(&self) -> crate::FaultResult {
+        self.0.iter().for_each(FaultProxy::blackhole);
+        Ok(())
+    }
+
+    async fn heal(&self) -> crate::FaultResult {
+        self.0.iter().for_each(FaultProxy::heal);
+        Ok(())
+    }
+
+    async fn cut_connection(&self) -> crate::FaultResult {
+        self.0.iter().for_each(FaultProxy::cut_all);
+        Ok(())
+    }
+
+    async fn set_latency(&self, latency: Duration) -> crate::FaultResult {
+        self.0.iter().for_each(|proxy| proxy.set_latency(latency));
+        Ok(())
+    }
+}
+
+/// [`proxied`] for a client of a cluster: starts a [`FaultProxy`] of its own in front of each
+/// of `members` and builds one client on them. `connect` gets the proxies' addresses as one
+/// `host:port,host:port` list, in the members' order (what an etcd endpoint list or a
+/// ZooKeeper connect string takes).
+///
+/// # Errors
+///
+/// [`Error::Connection`](lockkit_core::Error::Connection) when a proxy cannot listen, and
+/// whatever `connect` returns.
+pub async fn proxied_members<C>(
+    backend: &'static str,
+    members: &[SocketAddr],
+    connect: impl FnOnce(String) -> lockkit_core::Result<C>,
+) -> lockkit_core::Result<(C, Arc<MemberProxies>)> {
+    let mut proxies = Vec::with_capacity(members.len());
+    for member in members {
+        let proxy = FaultProxy::start(*member)
+            .await
+            .map_err(|e| lockkit_core::Error::connection(backend, None, e).with_context("start the fault proxy"))?;
+        proxies.push(proxy);
+    }
+    let addresses = proxies.iter().map(|proxy| proxy.addr().to_string()).collect::<Vec<_>>().join(",");
+    let client = connect(addresses)?;
+    Ok((client, Arc::new(MemberProxies(proxies))))
+}
