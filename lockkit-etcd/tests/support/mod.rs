@@ -13,7 +13,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use etcd_client::{Client, GetOptions, SortOrder, SortTarget};
 use lockkit_etcd::{EtcdLockProvider, EtcdLockProviderBuilder};
-use lockkit_testkit::fixture::{ETCD_URL_ENV, EtcdServer};
+use lockkit_testkit::fixture::{DedicatedServer, ETCD_URL_ENV, EtcdServer};
 use lockkit_testkit::proxy::proxied;
 use lockkit_testkit::{FaultResult, Harness, NoFaults, TestClient, Timing, Unsupported};
 use tokio::sync::Mutex;
@@ -34,7 +34,7 @@ pub struct EtcdHarness {
     name: &'static str,
     upstream: SocketAddr,
     /// The dedicated member of an isolated harness, which may be restarted or paused.
-    server: Option<Arc<Mutex<EtcdServer>>>,
+    server: DedicatedServer<EtcdServer>,
 }
 
 impl EtcdHarness {
@@ -56,7 +56,7 @@ impl EtcdHarness {
                 tokio::net::lookup_host(host).await.unwrap().next().unwrap()
             }
         };
-        Self { name: "etcd", upstream, server: None }
+        Self { name: "etcd", upstream, server: DedicatedServer::none() }
     }
 
     /// A harness on a dedicated member.
@@ -65,7 +65,7 @@ impl EtcdHarness {
             Ok(server) => server,
             Err(error) => panic!("the etcd tests need etcd: {error}"),
         };
-        Self { name: "etcd (dedicated)", upstream: server.addr(), server: Some(Arc::new(Mutex::new(server))) }
+        Self { name: "etcd (dedicated)", upstream: server.addr(), server: DedicatedServer::new(server) }
     }
 
     /// The member's address, for admin connections that bypass every proxy.
@@ -75,7 +75,7 @@ impl EtcdHarness {
 
     /// The dedicated member, if this harness has one.
     pub fn server(&self) -> Option<&Arc<Mutex<EtcdServer>>> {
-        self.server.as_ref()
+        self.server.get()
     }
 
     /// A client with its own proxy and fault hooks, built from `builder` (the members are set here).
@@ -139,11 +139,7 @@ impl Harness for EtcdHarness {
     }
 
     async fn restart_store(&self) -> FaultResult {
-        let server = self.server.as_ref().ok_or(Unsupported)?;
-        if let Err(error) = server.lock().await.restart().await {
-            panic!("restarting etcd failed: {error}");
-        }
-        Ok(())
+        self.server.restart().await
     }
 
     async fn compact_history(&self) -> FaultResult {
@@ -154,13 +150,7 @@ impl Harness for EtcdHarness {
     }
 
     async fn pause_store(&self, paused: bool) -> FaultResult {
-        let server = self.server.as_ref().ok_or(Unsupported)?;
-        let mut server = server.lock().await;
-        let outcome = if paused { server.pause() } else { server.resume() };
-        if let Err(error) = outcome {
-            panic!("pausing or resuming etcd failed: {error}");
-        }
-        Ok(())
+        self.server.pause(paused).await
     }
 
     fn child_env(&self) -> Result<Vec<(String, String)>, Unsupported> {

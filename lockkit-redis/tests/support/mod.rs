@@ -13,7 +13,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lockkit_core::LockName;
 use lockkit_redis::{RedisLockProvider, RedisLockProviderBuilder};
-use lockkit_testkit::fixture::{Persistence, RedisConfig, RedisServer};
+use lockkit_testkit::fixture::{DedicatedServer, Persistence, RedisConfig, RedisServer};
 use lockkit_testkit::proxy::proxied;
 use lockkit_testkit::{FaultResult, Harness, NoFaults, TestClient, Timing, Unsupported};
 use tokio::sync::Mutex;
@@ -38,7 +38,7 @@ pub struct RedisHarness {
     name: &'static str,
     upstream: SocketAddr,
     /// The dedicated server of an isolated harness, which may be restarted.
-    server: Option<Arc<Mutex<RedisServer>>>,
+    server: DedicatedServer<RedisServer>,
 }
 
 impl RedisHarness {
@@ -57,7 +57,7 @@ impl RedisHarness {
             Some(server) => server.addr(),
             None => resolve(&shared.url()).await,
         };
-        Self { name: "redis", upstream, server: None }
+        Self { name: "redis", upstream, server: DedicatedServer::none() }
     }
 
     /// A harness on a dedicated server with the given persistence.
@@ -67,7 +67,7 @@ impl RedisHarness {
             Ok(server) => server,
             Err(error) => panic!("the Redis tests need a redis-server: {error}"),
         };
-        Self { name: "redis (dedicated)", upstream: server.addr(), server: Some(Arc::new(Mutex::new(server))) }
+        Self { name: "redis (dedicated)", upstream: server.addr(), server: DedicatedServer::new(server) }
     }
 
     /// The server's address, for admin connections that bypass every proxy.
@@ -91,7 +91,7 @@ impl RedisHarness {
 
     /// The dedicated server, if this harness has one.
     pub fn server(&self) -> Option<&Arc<Mutex<RedisServer>>> {
-        self.server.as_ref()
+        self.server.get()
     }
 }
 
@@ -137,21 +137,11 @@ impl Harness for RedisHarness {
     }
 
     async fn restart_store(&self) -> FaultResult {
-        let server = self.server.as_ref().ok_or(Unsupported)?;
-        if let Err(error) = server.lock().await.restart().await {
-            panic!("restarting redis-server failed: {error}");
-        }
-        Ok(())
+        self.server.restart().await
     }
 
     async fn pause_store(&self, paused: bool) -> FaultResult {
-        let server = self.server.as_ref().ok_or(Unsupported)?;
-        let mut server = server.lock().await;
-        let outcome = if paused { server.pause() } else { server.resume() };
-        if let Err(error) = outcome {
-            panic!("pausing or resuming redis-server failed: {error}");
-        }
-        Ok(())
+        self.server.pause(paused).await
     }
 
     fn child_env(&self) -> Result<Vec<(String, String)>, Unsupported> {

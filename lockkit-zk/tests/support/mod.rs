@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lockkit_core::LockName;
+use lockkit_testkit::fixture::DedicatedServer;
 use lockkit_testkit::fixture::zk::ZkServer;
 use lockkit_testkit::proxy::{FaultProxy, closed_port, proxied, proxied_test_client};
 use lockkit_testkit::{FaultResult, Harness, NoFaults, TestClient, Timing, Unsupported};
@@ -24,18 +25,13 @@ use zookeeper_client as zk;
 /// fixture's `minSessionTimeout` (1 s, two ticks of 500 ms).
 pub const SESSION_TIMEOUT: Duration = Duration::from_secs(3);
 
-enum Store {
-    Shared,
-    Own(Box<tokio::sync::Mutex<ZkServer>>),
-}
-
 /// The harness: a ZooKeeper server (shared or its own), an admin client and a base path of
 /// its own.
 /// The base path a child process of a cross-process case uses (set by `child_env`).
 const BASE_ENV: &str = "LOCKKIT_ZK_TEST_BASE";
 
 pub struct ZkHarness {
-    store: Store,
+    store: DedicatedServer<ZkServer>,
     upstream: SocketAddr,
     connect_string: String,
     base: String,
@@ -47,17 +43,17 @@ impl ZkHarness {
     pub async fn shared() -> ZkHarness {
         let shared = ZkServer::shared().await.expect("the shared ZooKeeper server starts");
         let connect_string = shared.connect_string();
-        Self::new(Store::Shared, connect_string).await
+        Self::new(DedicatedServer::none(), connect_string).await
     }
 
     /// A harness on a server of its own.
     pub async fn dedicated() -> ZkHarness {
         let server = ZkServer::start().await.expect("a dedicated ZooKeeper server starts");
         let connect_string = server.connect_string();
-        Self::new(Store::Own(Box::new(tokio::sync::Mutex::new(server))), connect_string).await
+        Self::new(DedicatedServer::new(server), connect_string).await
     }
 
-    async fn new(store: Store, connect_string: String) -> ZkHarness {
+    async fn new(store: DedicatedServer<ZkServer>, connect_string: String) -> ZkHarness {
         let first = connect_string.split(',').next().unwrap_or_default().to_owned();
         let upstream = first.to_socket_addrs().expect("resolve the server").next().expect("an address");
         let admin = zk::Client::connector()
@@ -163,25 +159,11 @@ impl Harness for ZkHarness {
     }
 
     async fn restart_store(&self) -> FaultResult {
-        match &self.store {
-            Store::Shared => Err(Unsupported),
-            Store::Own(server) => {
-                server.lock().await.restart().await.expect("the ZooKeeper server restarts");
-                Ok(())
-            }
-        }
+        self.store.restart().await
     }
 
     async fn pause_store(&self, paused: bool) -> FaultResult {
-        match &self.store {
-            Store::Shared => Err(Unsupported),
-            Store::Own(server) => {
-                let mut server = server.lock().await;
-                let outcome = if paused { server.pause() } else { server.resume() };
-                outcome.expect("the ZooKeeper server pauses or resumes");
-                Ok(())
-            }
-        }
+        self.store.pause(paused).await
     }
 
     fn child_env(&self) -> Result<Vec<(String, String)>, Unsupported> {
