@@ -352,6 +352,11 @@ impl ProxyFaults {
     pub fn reconnect(&self) {
         self.0.refuse_new(false);
     }
+
+    /// The one proxy, as the list the client faults act on.
+    fn proxies(&self) -> &[FaultProxy] {
+        std::slice::from_ref(&self.0)
+    }
 }
 
 /// The proxy-per-client harness of the networked backends: starts a [`FaultProxy`] of its own
@@ -416,34 +421,6 @@ pub fn closed_port() -> SocketAddr {
     listener.local_addr().expect("a bound listener has an address")
 }
 
-#[async_trait::async_trait]
-impl crate::ClientFaults for ProxyFaults {
-    async fn kill(&self) -> crate::FaultResult {
-        self.0.blackhole();
-        Ok(())
-    }
-
-    async fn blackhole(&self) -> crate::FaultResult {
-        self.0.blackhole();
-        Ok(())
-    }
-
-    async fn heal(&self) -> crate::FaultResult {
-        self.0.heal();
-        Ok(())
-    }
-
-    async fn cut_connection(&self) -> crate::FaultResult {
-        self.0.cut_all();
-        Ok(())
-    }
-
-    async fn set_latency(&self, latency: Duration) -> crate::FaultResult {
-        self.0.set_latency(latency);
-        Ok(())
-    }
-}
-
 /// The fault hooks of a cluster client that reaches each member through a [`FaultProxy`] of
 /// its own (made by [`proxied_members`]): every fault acts on all of its proxies at once, so
 /// the client is cut off from the whole cluster while the members go on serving the others.
@@ -463,33 +440,42 @@ impl MemberProxies {
     }
 }
 
-#[async_trait::async_trait]
-impl crate::ClientFaults for MemberProxies {
-    async fn kill(&self) -> crate::FaultResult {
-        self.0.iter().for_each(FaultProxy::blackhole);
-        Ok(())
-    }
+/// The client faults of a client behind proxies (one, or one per member): each fault acts on
+/// every proxy of the client. `kill` blackholes them for good: a dead process sends nothing
+/// more and never heals, and its lease or session runs out on the server.
+macro_rules! proxy_client_faults {
+    ($($faults:ty),* $(,)?) => {$(
+        #[async_trait::async_trait]
+        impl crate::ClientFaults for $faults {
+            async fn kill(&self) -> crate::FaultResult {
+                self.proxies().iter().for_each(FaultProxy::blackhole);
+                Ok(())
+            }
 
-    async fn blackhole(&self) -> crate::FaultResult {
-        self.0.iter().for_each(FaultProxy::blackhole);
-        Ok(())
-    }
+            async fn blackhole(&self) -> crate::FaultResult {
+                self.proxies().iter().for_each(FaultProxy::blackhole);
+                Ok(())
+            }
 
-    async fn heal(&self) -> crate::FaultResult {
-        self.0.iter().for_each(FaultProxy::heal);
-        Ok(())
-    }
+            async fn heal(&self) -> crate::FaultResult {
+                self.proxies().iter().for_each(FaultProxy::heal);
+                Ok(())
+            }
 
-    async fn cut_connection(&self) -> crate::FaultResult {
-        self.0.iter().for_each(FaultProxy::cut_all);
-        Ok(())
-    }
+            async fn cut_connection(&self) -> crate::FaultResult {
+                self.proxies().iter().for_each(FaultProxy::cut_all);
+                Ok(())
+            }
 
-    async fn set_latency(&self, latency: Duration) -> crate::FaultResult {
-        self.0.iter().for_each(|proxy| proxy.set_latency(latency));
-        Ok(())
-    }
+            async fn set_latency(&self, latency: Duration) -> crate::FaultResult {
+                self.proxies().iter().for_each(|proxy| proxy.set_latency(latency));
+                Ok(())
+            }
+        }
+    )*};
 }
+
+proxy_client_faults!(ProxyFaults, MemberProxies);
 
 /// [`proxied`] for a client of a cluster: starts a [`FaultProxy`] of its own in front of each
 /// of `members` and builds one client on them. `connect` gets the proxies' addresses as one
