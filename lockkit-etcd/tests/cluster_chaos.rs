@@ -12,17 +12,15 @@
 mod support;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use etcd_client::{Client, ConnectOptions, GetOptions};
-use lockkit_core::Error;
 use lockkit_testkit::chaos::{self, ChaosConfig, FaultKind};
 use lockkit_testkit::fixture::EtcdCluster;
-use lockkit_testkit::proxy::FaultProxy;
-use lockkit_testkit::{ClientFaults, FaultResult, Harness, TestClient, Timing};
+use lockkit_testkit::proxy::proxied_members;
+use lockkit_testkit::{FaultResult, Harness, TestClient, Timing};
 use support::{TTL, test_builder};
 use tokio::sync::Mutex;
 
@@ -32,37 +30,6 @@ const ELECTION_BOUND: Duration = Duration::from_secs(15);
 
 /// How long the killed member stays down while the other two serve.
 const DOWN: Duration = Duration::from_secs(1);
-
-/// The faults of one client: a proxy per member, all struck together.
-struct MemberProxies(Vec<FaultProxy>);
-
-#[async_trait]
-impl ClientFaults for MemberProxies {
-    async fn kill(&self) -> FaultResult {
-        self.0.iter().for_each(FaultProxy::blackhole);
-        Ok(())
-    }
-
-    async fn blackhole(&self) -> FaultResult {
-        self.0.iter().for_each(FaultProxy::blackhole);
-        Ok(())
-    }
-
-    async fn heal(&self) -> FaultResult {
-        self.0.iter().for_each(FaultProxy::heal);
-        Ok(())
-    }
-
-    async fn cut_connection(&self) -> FaultResult {
-        self.0.iter().for_each(FaultProxy::cut_all);
-        Ok(())
-    }
-
-    async fn set_latency(&self, latency: Duration) -> FaultResult {
-        self.0.iter().for_each(|proxy| proxy.set_latency(latency));
-        Ok(())
-    }
-}
 
 /// A three-member cluster of the run's own.
 struct ClusterHarness {
@@ -109,16 +76,10 @@ impl Harness for ClusterHarness {
     }
 
     async fn client(&self) -> lockkit_core::Result<TestClient> {
-        let mut proxies = Vec::new();
-        for member in &self.members {
-            let proxy = FaultProxy::start(*member)
-                .await
-                .map_err(|e| Error::connection("etcd", None, e).with_context("start the fault proxy"))?;
-            proxies.push(proxy);
-        }
-        let endpoints: Vec<String> = proxies.iter().map(|p| p.addr().to_string()).collect();
-        let provider = test_builder().endpoints(endpoints.join(",")).build()?;
-        Ok(TestClient::new(provider, Arc::new(MemberProxies(proxies))))
+        // A proxy per member, all struck together by the client faults.
+        let (provider, faults) =
+            proxied_members("etcd", &self.members, |endpoints| test_builder().endpoints(endpoints).build()).await?;
+        Ok(TestClient::new(provider, faults))
     }
 
     fn timing(&self) -> Timing {

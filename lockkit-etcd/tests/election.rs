@@ -6,10 +6,12 @@
 
 mod support;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lockkit_core::{LeaderEvent, Observer};
-use support::{EtcdHarness, TIMEOUT, test_builder, within};
+use lockkit_core::{LeaderEvent, LockGuard, Observer};
+use lockkit_etcd::EtcdLockProvider;
+use support::{EtcdHarness, ProxyFaults, TIMEOUT, test_builder, within};
 
 fn fresh_name(what: &str) -> String {
     format!("election/{what}/{}", uuid::Uuid::new_v4())
@@ -39,10 +41,29 @@ fn term_of(event: &LeaderEvent) -> Option<(u64, String)> {
     }
 }
 
-/// Cuts the observer's client off: its connections reset, new ones refused.
-fn cut_off(faults: &support::ProxyFaults) {
-    faults.0.refuse_new(true);
-    faults.0.cut_all();
+/// An observer's client (with a long TTL, so that it outlives its cut) and two candidates on
+/// `h`, each behind a proxy of its own, once the observer has seen the vacancy and the first
+/// term, led by `a` as "first".
+struct ObservedTerm {
+    o_faults: Arc<ProxyFaults>,
+    a: EtcdLockProvider,
+    b: EtcdLockProvider,
+    observer: Observer,
+    first: LockGuard,
+    /// The observer's provider and the candidates' proxies: bind them for the whole case.
+    _kept: (EtcdLockProvider, Arc<ProxyFaults>, Arc<ProxyFaults>),
+}
+
+async fn observe_a_first_term(h: &EtcdHarness, name: &str) -> ObservedTerm {
+    let (o, o_faults) = h.client_with(test_builder().ttl(Duration::from_secs(10))).await.unwrap();
+    let (a, a_faults) = h.client_with(test_builder()).await.unwrap();
+    let (b, b_faults) = h.client_with(test_builder()).await.unwrap();
+    let mut observer = o.election(name).unwrap().observe().unwrap();
+    assert_eq!(next_state(&mut observer, "the first state").await, LeaderEvent::Vacant);
+    let first = a.election(name).unwrap().campaign("first").await.unwrap();
+    let seen = next_state(&mut observer, "the first leader").await;
+    assert_eq!(term_of(&seen), Some((first.token().get(), "first".to_owned())));
+    ObservedTerm { o_faults, a, b, observer, first, _kept: (o, a_faults, b_faults) }
 }
 
 /// Two terms pass while the observer is cut off, and etcd keeps the history: back in touch,
@@ -51,16 +72,8 @@ fn cut_off(faults: &support::ProxyFaults) {
 async fn an_observer_cut_off_replays_every_term_it_missed() {
     let h = EtcdHarness::dedicated().await;
     let name = fresh_name("replay");
-    let (o, o_faults) = h.client_with(test_builder().ttl(Duration::from_secs(10))).await.unwrap();
-    let (a, _a_faults) = h.client_with(test_builder()).await.unwrap();
-    let (b, _b_faults) = h.client_with(test_builder()).await.unwrap();
-    let mut observer = o.election(&name).unwrap().observe().unwrap();
-    assert_eq!(next_state(&mut observer, "the first state").await, LeaderEvent::Vacant);
-    let first = a.election(&name).unwrap().campaign("first").await.unwrap();
-    let seen = next_state(&mut observer, "the first leader").await;
-    assert_eq!(term_of(&seen), Some((first.token().get(), "first".to_owned())));
-
-    cut_off(&o_faults);
+    let ObservedTerm { o_faults, a: _a, b, mut observer, first, _kept } = observe_a_first_term(&h, &name).await;
+    o_faults.cut_off();
     let election_b = b.election(&name).unwrap();
     let campaign = tokio::spawn(async move { election_b.campaign("second").await });
     within(BOUND, "the second candidate queued", async {
@@ -73,8 +86,8 @@ async fn an_observer_cut_off_replays_every_term_it_missed() {
     let second = within(BOUND, "the second term", campaign).await.unwrap().unwrap();
     let second_term = second.token().get();
     second.resign().await.unwrap();
-    o_faults.0.heal();
-    o_faults.0.refuse_new(false);
+    o_faults.proxy().heal();
+    o_faults.reconnect();
 
     let mut missed = Vec::new();
     while missed.last() != Some(&LeaderEvent::Vacant) {
@@ -91,16 +104,8 @@ async fn an_observer_cut_off_replays_every_term_it_missed() {
 async fn a_compaction_while_cut_off_is_a_gap_then_the_current_leader() {
     let h = EtcdHarness::dedicated().await;
     let name = fresh_name("compacted");
-    let (o, o_faults) = h.client_with(test_builder().ttl(Duration::from_secs(10))).await.unwrap();
-    let (a, _a_faults) = h.client_with(test_builder()).await.unwrap();
-    let (b, _b_faults) = h.client_with(test_builder()).await.unwrap();
-    let mut observer = o.election(&name).unwrap().observe().unwrap();
-    assert_eq!(next_state(&mut observer, "the first state").await, LeaderEvent::Vacant);
-    let first = a.election(&name).unwrap().campaign("first").await.unwrap();
-    let seen = next_state(&mut observer, "the first leader").await;
-    assert_eq!(term_of(&seen), Some((first.token().get(), "first".to_owned())));
-
-    cut_off(&o_faults);
+    let ObservedTerm { o_faults, a, b, mut observer, first, _kept } = observe_a_first_term(&h, &name).await;
+    o_faults.cut_off();
     // A term the observer never sees, and the one after it, which leads when it comes back.
     first.resign().await.unwrap();
     let missed = b.election(&name).unwrap().campaign("missed").await.unwrap();
@@ -109,8 +114,8 @@ async fn a_compaction_while_cut_off_is_a_gap_then_the_current_leader() {
     let mut admin = h.admin().await;
     let revision = admin.get("unused", None).await.unwrap().header().unwrap().revision();
     admin.compact(revision, None).await.unwrap();
-    o_faults.0.heal();
-    o_faults.0.refuse_new(false);
+    o_faults.proxy().heal();
+    o_faults.reconnect();
 
     let gap = next_state(&mut observer, "the gap").await;
     assert_eq!(gap, LeaderEvent::Gap, "the missed terms are a gap");

@@ -1,5 +1,5 @@
 //! `etcds://` against a real etcd member serving TLS, its CA and certificates made for the
-//! test by the `openssl` tool (the fixture's [`EtcdTls`]): the kit's main mutex cases over
+//! test by the `openssl` tool (the testkit's [`TestCertificates`]): the kit's main mutex cases over
 //! TLS (through the fault proxy, which forwards the encrypted bytes), a member that requires
 //! client certificates, and the clear errors of an untrusted CA or a plain URL.
 #![cfg(feature = "tls")]
@@ -7,17 +7,15 @@
 
 mod support;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{Certificate, Client, ConnectOptions, GetOptions, SortOrder, SortTarget, TlsOptions};
-use lockkit_core::Error;
 use lockkit_etcd::{EtcdLockProvider, EtcdLockProviderBuilder};
-use lockkit_testkit::fixture::{EtcdOptions, EtcdServer, EtcdTls};
-use lockkit_testkit::proxy::FaultProxy;
+use lockkit_testkit::fixture::{EtcdOptions, EtcdServer, TestCertificates};
+use lockkit_testkit::proxy::proxied_test_client;
 use lockkit_testkit::{FaultResult, Harness, TestClient, Timing, cases};
-use support::{ProxyFaults, TTL, test_builder, within};
+use support::{TTL, test_builder, within};
 
 /// A TLS member, and clients that trust its CA, each behind a fault proxy of its own.
 struct TlsHarness {
@@ -51,11 +49,8 @@ impl Harness for TlsHarness {
     }
 
     async fn client(&self) -> lockkit_core::Result<TestClient> {
-        let proxy = FaultProxy::start(self.server.addr())
+        proxied_test_client("etcd", self.server.addr(), |proxy| self.builder().endpoints(proxy.to_string()).build())
             .await
-            .map_err(|e| Error::connection("etcd", None, e).with_context("start the fault proxy"))?;
-        let provider = self.builder().endpoints(proxy.addr().to_string()).build()?;
-        Ok(TestClient::new(provider, Arc::new(ProxyFaults(proxy))))
     }
 
     fn timing(&self) -> Timing {
@@ -119,7 +114,7 @@ async fn etcds_urls_take_the_ca_as_a_file() {
 async fn an_untrusted_member_and_a_plain_url_are_clear_errors() {
     let h = TlsHarness::start().await;
     let other = tempfile_dir("other-ca");
-    let other_ca = EtcdTls::generate(&other).await.unwrap().ca();
+    let other_ca = TestCertificates::generate(&other, "IP:127.0.0.1").await.unwrap().ca();
     let url = format!("{}?connect_timeout=2s&tls_root_certificate={}", h.server.url(), other_ca.display());
     let error = within(Duration::from_secs(10), "the refusal", EtcdLockProvider::connect(&url)).await.unwrap_err();
     println!("untrusted CA: {error}");

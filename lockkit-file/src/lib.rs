@@ -140,13 +140,14 @@ mod take;
 mod wakeups;
 mod watch;
 
+pub use config::{
+    DEFAULT_CHECK_EVERY, DEFAULT_OBSERVE_EVERY, DEFAULT_POLL_MAX, DEFAULT_POLL_MIN, FileLockProviderBuilder,
+    MARKER_FILE, OPTIONS,
+};
 pub use names::{
     COMPONENT_LEN, ELECTION_SUFFIX, FENCE_SUFFIX, LOCK_SUFFIX, LockFiles, PERMITS_SUFFIX, READERS_SUFFIX, encode_name,
 };
-pub use provider::{
-    DEFAULT_CHECK_EVERY, DEFAULT_OBSERVE_EVERY, DEFAULT_POLL_MAX, DEFAULT_POLL_MIN, FileLockProvider,
-    FileLockProviderBuilder, MARKER_FILE, OPTIONS, SCHEME,
-};
+pub use provider::{FileLockProvider, SCHEME};
 
 /// The backend's name in errors, spans and capability tables.
 pub const BACKEND: &str = "file";

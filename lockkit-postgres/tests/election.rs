@@ -10,7 +10,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use lockkit_core::{Error, LeaderEvent, Observer};
-use support::{LEASE, OPERATION, PostgresHarness, ProxyFaults, test_builder, within};
+use support::{LEASE, OPERATION, PostgresHarness, test_builder, within};
 
 fn unique(prefix: &str) -> String {
     format!("election/{prefix}/{}", uuid::Uuid::new_v4().simple())
@@ -31,17 +31,6 @@ async fn next_event(observer: &mut Observer, bound: Duration, what: &str) -> Lea
     .await
 }
 
-/// Cuts the client behind `faults` off the server: its connections are reset and new ones
-/// refused until [`restore`].
-fn cut_off(faults: &ProxyFaults) {
-    faults.0.refuse_new(true);
-    faults.0.cut_all();
-}
-
-fn restore(faults: &ProxyFaults) {
-    faults.0.refuse_new(false);
-}
-
 fn elected(term: lockkit_core::FencingToken, identity: &str) -> impl Fn(&LeaderEvent) -> bool + '_ {
     move |event| matches!(event, LeaderEvent::Elected(l) if l.term == term && l.identity_str() == Some(identity))
 }
@@ -54,7 +43,7 @@ async fn an_observer_cut_off_while_terms_pass_replays_every_term() {
     let name = unique("replay");
     let mut observer = o.election(&name).unwrap().observe().unwrap();
     assert_eq!(next_event(&mut observer, OPERATION, "the first state").await, LeaderEvent::Vacant);
-    cut_off(&fo);
+    fo.cut_off();
     let election = a.election(&name).unwrap();
     let mut terms = Vec::new();
     for identity in ["one", "two", "three"] {
@@ -62,7 +51,7 @@ async fn an_observer_cut_off_while_terms_pass_replays_every_term() {
         terms.push((leader.token(), identity));
         leader.resign().await.unwrap();
     }
-    restore(&fo);
+    fo.reconnect();
     // Every term and every vacancy, in term order, no gap: the journal kept them.
     for (term, identity) in &terms {
         let event = next_event(&mut observer, OPERATION * 2, "a replayed term").await;
@@ -88,7 +77,7 @@ async fn an_observer_cut_off_while_the_journal_is_trimmed_reports_a_gap() {
     let mut observer = o.election(&name).unwrap().observe().unwrap();
     let event = next_event(&mut observer, OPERATION, "the first state").await;
     assert!(elected(first.token(), "first")(&event), "{event:?}");
-    cut_off(&fo);
+    fo.cut_off();
     first.resign().await.unwrap();
     // More terms than the journal keeps (1000 entries), through the backend's own functions.
     let stored = lockkit_postgres::stored_name(&name);
@@ -106,7 +95,7 @@ async fn an_observer_cut_off_while_the_journal_is_trimmed_reports_a_gap() {
         admin.query_one("SELECT count(*) FROM lockkit.terms WHERE name = $1", &[&stored]).await.unwrap().get(0);
     assert_eq!(trimmed, 1000, "the journal keeps its last 1000 entries");
     let last = election.campaign("last").await.unwrap();
-    restore(&fo);
+    fo.reconnect();
     // A gap, then the leader now: never a silent skip.
     let event = next_event(&mut observer, OPERATION * 2, "the gap").await;
     assert_eq!(event, LeaderEvent::Gap);

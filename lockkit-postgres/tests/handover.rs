@@ -377,15 +377,7 @@ async fn listening(
 
 #[tokio::test]
 async fn a_hand_over_is_announced_on_the_new_owners_provider_channel_only() {
-    let harness = PostgresHarness::shared().await;
-    let (a, _fa) = harness.client_with(test_builder()).await.unwrap();
-    let (b, _fb) = harness.client_with(test_builder()).await.unwrap();
-    let name = unique("channel");
-    let stored = lockkit_postgres::stored_name(&name);
-    let held = a.lock(&name).unwrap().acquire().await.unwrap();
-    let b_lock = b.lock(&name).unwrap();
-    let b_waiter = tokio::spawn(async move { b_lock.acquire().await });
-    until("b queued", || async { a.inspect(&name).await.unwrap().waiters == Some(1) }).await;
+    let Queued { harness, held, b_waiter, stored, _providers } = a_holds_and_b_waits("channel").await;
     let admin = harness.admin().await;
     let owner: String =
         admin.query_one("SELECT owner FROM lockkit.waiters WHERE name = $1", &[&stored]).await.unwrap().get(0);

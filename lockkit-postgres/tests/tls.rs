@@ -8,8 +8,7 @@
 
 mod support;
 
-use std::path::Path;
-use std::process::Command;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,105 +16,15 @@ use async_trait::async_trait;
 use lockkit_core::Error;
 use lockkit_core::config::StoreUrl;
 use lockkit_postgres::{PostgresLockProvider, PostgresLockProviderBuilder, SslMode};
-use lockkit_testkit::fixture::PostgresServer;
+use lockkit_testkit::fixture::{CLIENT_SUBJECT, PostgresServer, TestCertificates};
 use lockkit_testkit::{Harness, NoFaults, TestClient, Timing, cases};
 use support::{LEASE, OPERATION, test_builder, within};
 use tokio::sync::OnceCell;
 
-/// Makes a CA and a server certificate for the host name `localhost` (and no IP address) in
-/// `dir`.
-fn make_certificates(dir: &Path) {
-    let run = |args: &[&str]| {
-        let status = Command::new("openssl").args(args).current_dir(dir).output().unwrap_or_else(|e| {
-            panic!("the TLS test needs the openssl tool ({e}); install it with: sudo apt-get install openssl")
-        });
-        assert!(status.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&status.stderr));
-    };
-    std::fs::write(dir.join("san.ext"), "subjectAltName=DNS:localhost\n").unwrap();
-    run(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.crt",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=lockkit test CA",
-    ]);
-    run(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "server.key",
-        "-out",
-        "server.csr",
-        "-subj",
-        "/CN=localhost",
-    ]);
-    run(&[
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca.crt",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "server.crt",
-        "-days",
-        "2",
-        "-extfile",
-        "san.ext",
-    ]);
-}
-
-/// Makes a client certificate (`client.crt`, `client.key`) for `/CN=lockkit-client`, signed by
-/// the CA `make_certificates` made in `dir`.
-fn make_client_certificate(dir: &Path) {
-    let run = |args: &[&str]| {
-        let status = Command::new("openssl").args(args).current_dir(dir).output().unwrap();
-        assert!(status.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&status.stderr));
-    };
-    // Extensions make it a version 3 certificate: webpki refuses version 1.
-    std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
-    run(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "client.key",
-        "-out",
-        "client.csr",
-        "-subj",
-        "/CN=lockkit-client",
-    ]);
-    run(&[
-        "x509",
-        "-req",
-        "-in",
-        "client.csr",
-        "-CA",
-        "ca.crt",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "client.crt",
-        "-days",
-        "2",
-        "-extfile",
-        "client.ext",
-    ]);
+/// Makes a CA, a server certificate for the host name `localhost` (and no IP address) and a
+/// client certificate in `dir`.
+async fn make_certificates(dir: &Path) -> TestCertificates {
+    TestCertificates::generate(dir, "DNS:localhost").await.unwrap_or_else(|e| panic!("the TLS tests need: {e}"))
 }
 
 /// A server with TLS on, its CA, and the directory of the certificates.
@@ -128,12 +37,13 @@ struct TlsServer {
 impl TlsServer {
     async fn start() -> Self {
         let dir = tempfile::tempdir().unwrap();
-        make_certificates(dir.path());
-        let read = |name: &str| std::fs::read(dir.path().join(name)).unwrap();
-        let server = PostgresServer::start_with_tls(&read("server.crt"), &read("server.key"))
-            .await
-            .unwrap_or_else(|e| panic!("the TLS tests need a PostgreSQL server: {e}"));
-        Self { ca: read("ca.crt"), server, dir }
+        let certificates = make_certificates(dir.path()).await;
+        let read = |path: PathBuf| std::fs::read(path).unwrap();
+        let server =
+            PostgresServer::start_with_tls(&read(certificates.server_certificate()), &read(certificates.server_key()))
+                .await
+                .unwrap_or_else(|e| panic!("the TLS tests need a PostgreSQL server: {e}"));
+        Self { ca: read(certificates.ca()), server, dir }
     }
 
     /// The URL of the server by the name its certificate holds.
@@ -277,8 +187,7 @@ async fn untrusted_servers_are_refused_and_require_encrypts() {
 
     // A root that did not sign the server's certificate: `require` checks the chain with it.
     let other = tempfile::tempdir().unwrap();
-    make_certificates(other.path());
-    let wrong_root = std::fs::read(other.path().join("ca.crt")).unwrap();
+    let wrong_root = std::fs::read(make_certificates(other.path()).await.ca()).unwrap();
     let provider = PostgresLockProvider::builder()
         .url(h.server.url(""))
         .ssl_mode(SslMode::Require)
@@ -334,24 +243,27 @@ fn bad_tls_settings_say_what_to_change() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_certificate_is_presented() {
     let dir = tempfile::tempdir().unwrap();
-    make_certificates(dir.path());
-    make_client_certificate(dir.path());
-    let read = |name: &str| std::fs::read(dir.path().join(name)).unwrap();
-    let path = |name: &str| dir.path().join(name).to_string_lossy().into_owned();
-    let server = PostgresServer::start_with_client_ca(&read("server.crt"), &read("server.key"), &read("ca.crt"))
-        .await
-        .unwrap_or_else(|e| panic!("the TLS tests need a PostgreSQL server: {e}"));
+    let certificates = make_certificates(dir.path()).await;
+    let read = |path: PathBuf| std::fs::read(path).unwrap();
+    let path = |path: PathBuf| path.to_string_lossy().into_owned();
+    let server = PostgresServer::start_with_client_ca(
+        &read(certificates.server_certificate()),
+        &read(certificates.server_key()),
+        &read(certificates.ca()),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("the TLS tests need a PostgreSQL server: {e}"));
     let url = format!(
         "postgres://postgres@localhost:{}/postgres?sslmode=verify-full&sslrootcert={}&sslcert={}&sslkey={}",
         server.port(),
-        path("ca.crt"),
-        path("client.crt"),
-        path("client.key")
+        path(certificates.ca()),
+        path(certificates.client_certificate()),
+        path(certificates.client_key())
     );
     let provider = within(OPERATION * 3, "connect", PostgresLockProvider::connect(&url)).await.unwrap();
     provider.lock("tls/client-cert").unwrap().acquire().await.unwrap().release().await.unwrap();
     let client = provider.open_client().await.unwrap();
     let row = client.query_one("SELECT client_dn FROM pg_stat_ssl WHERE pid = pg_backend_pid()", &[]).await.unwrap();
     let subject: Option<String> = row.get(0);
-    assert_eq!(subject.as_deref(), Some("/CN=lockkit-client"), "the server saw the client certificate");
+    assert_eq!(subject.as_deref(), Some(CLIENT_SUBJECT), "the server saw the client certificate");
 }

@@ -6,86 +6,29 @@
 
 mod support;
 
-use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use lockkit_core::Error;
 use lockkit_redis::RedisLockProvider;
-use lockkit_testkit::fixture::{RedisConfig, RedisServer, free_port};
+use lockkit_testkit::fixture::{RedisConfig, RedisServer, TestCertificates, free_port};
 use support::wait_for_subscriber;
-
-/// Makes a CA and a server certificate for 127.0.0.1 in `dir`.
-fn make_certificates(dir: &Path) {
-    let run = |args: &[&str]| {
-        let status = Command::new("openssl").args(args).current_dir(dir).output().unwrap_or_else(|e| {
-            panic!("the TLS test needs the openssl tool ({e}); install it with: sudo apt-get install openssl")
-        });
-        assert!(status.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&status.stderr));
-    };
-    std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
-    run(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.crt",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=lockkit test CA",
-    ]);
-    run(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "server.key",
-        "-out",
-        "server.csr",
-        "-subj",
-        "/CN=127.0.0.1",
-    ]);
-    run(&[
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca.crt",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "server.crt",
-        "-days",
-        "2",
-        "-extfile",
-        "san.ext",
-    ]);
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rediss_urls_lock_over_tls_and_untrusted_servers_are_refused() {
     let dir = tempfile::tempdir().unwrap();
-    make_certificates(dir.path());
+    let certificates = TestCertificates::generate(dir.path(), "IP:127.0.0.1").await.unwrap_or_else(|e| panic!("{e}"));
     let tls_port = free_port().unwrap();
-    let path = |name: &str| dir.path().join(name).to_string_lossy().into_owned();
+    let path = |path: std::path::PathBuf| path.to_string_lossy().into_owned();
     let config = RedisConfig {
         extra_args: vec![
             "--tls-port".into(),
             tls_port.to_string(),
             "--tls-cert-file".into(),
-            path("server.crt"),
+            path(certificates.server_certificate()),
             "--tls-key-file".into(),
-            path("server.key"),
+            path(certificates.server_key()),
             "--tls-ca-cert-file".into(),
-            path("ca.crt"),
+            path(certificates.ca()),
             "--tls-auth-clients".into(),
             "no".into(),
         ],
@@ -93,7 +36,7 @@ async fn rediss_urls_lock_over_tls_and_untrusted_servers_are_refused() {
     };
     let server = RedisServer::start_with(config).await.unwrap_or_else(|e| panic!("{e}"));
     let url = format!("rediss://127.0.0.1:{tls_port}/");
-    let ca = std::fs::read(dir.path().join("ca.crt")).unwrap();
+    let ca = std::fs::read(certificates.ca()).unwrap();
 
     let provider = RedisLockProvider::builder().url(&url).tls_root_certificate(ca).build().unwrap();
     let lock = provider.lock("tls/one").unwrap();

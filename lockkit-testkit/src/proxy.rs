@@ -334,30 +334,171 @@ async fn pump(mut from: ReadHalf<'_>, mut to: WriteHalf<'_>, control: watch::Rec
 #[derive(Debug)]
 pub struct ProxyFaults(pub FaultProxy);
 
-#[async_trait::async_trait]
-impl crate::ClientFaults for ProxyFaults {
-    async fn kill(&self) -> crate::FaultResult {
-        self.0.blackhole();
-        Ok(())
+impl ProxyFaults {
+    /// The proxy itself, for the faults the hooks do not name (such as
+    /// [`refuse_new`](FaultProxy::refuse_new)).
+    pub fn proxy(&self) -> &FaultProxy {
+        &self.0
     }
 
-    async fn blackhole(&self) -> crate::FaultResult {
-        self.0.blackhole();
-        Ok(())
-    }
-
-    async fn heal(&self) -> crate::FaultResult {
-        self.0.heal();
-        Ok(())
-    }
-
-    async fn cut_connection(&self) -> crate::FaultResult {
+    /// Cuts the client off the server until [`reconnect`](Self::reconnect): its connections
+    /// are reset and new ones refused.
+    pub fn cut_off(&self) {
+        self.0.refuse_new(true);
         self.0.cut_all();
-        Ok(())
     }
 
-    async fn set_latency(&self, latency: Duration) -> crate::FaultResult {
-        self.0.set_latency(latency);
-        Ok(())
+    /// Lets a client cut off by [`cut_off`](Self::cut_off) connect again.
+    pub fn reconnect(&self) {
+        self.0.refuse_new(false);
     }
+
+    /// The one proxy, as the list the client faults act on.
+    fn proxies(&self) -> &[FaultProxy] {
+        std::slice::from_ref(&self.0)
+    }
+}
+
+/// The proxy-per-client harness of the networked backends: starts a [`FaultProxy`] of its own
+/// in front of `upstream` and builds one client on it, so that a fault cuts off that client
+/// only.
+///
+/// `connect` gets the proxy's address and builds the client from it (it sets the URL, the
+/// endpoints or the connect string that the backend takes); `backend` names the backend in
+/// the error when the proxy cannot start.
+///
+/// # Errors
+///
+/// [`Error::Connection`](lockkit_core::Error::Connection) when the proxy cannot listen, and
+/// whatever `connect` returns.
+///
+/// ```no_run
+/// # async fn demo(server: std::net::SocketAddr) -> lockkit_core::Result<()> {
+/// use lockkit_testkit::proxy::proxied;
+///
+/// let (address, faults) = proxied("demo", server, |proxy| Ok(proxy.to_string())).await?;
+/// faults.cut_off(); // only the client that connects to `address` loses the server
+/// # let _ = address;
+/// # Ok(())
+/// # }
+/// ```
+pub async fn proxied<C>(
+    backend: &'static str,
+    upstream: SocketAddr,
+    connect: impl FnOnce(SocketAddr) -> lockkit_core::Result<C>,
+) -> lockkit_core::Result<(C, Arc<ProxyFaults>)> {
+    let proxy = FaultProxy::start(upstream)
+        .await
+        .map_err(|e| lockkit_core::Error::connection(backend, None, e).with_context("start the fault proxy"))?;
+    let client = connect(proxy.addr())?;
+    Ok((client, Arc::new(ProxyFaults(proxy))))
+}
+
+/// [`proxied`] for a harness's [`client`](crate::Harness::client): the provider that `connect`
+/// builds, with its proxy's fault hooks.
+///
+/// # Errors
+///
+/// As [`proxied`].
+pub async fn proxied_test_client<P: Into<lockkit_core::LockProvider>>(
+    backend: &'static str,
+    upstream: SocketAddr,
+    connect: impl FnOnce(SocketAddr) -> lockkit_core::Result<P>,
+) -> lockkit_core::Result<crate::TestClient> {
+    let (provider, faults) = proxied(backend, upstream, connect).await?;
+    Ok(crate::TestClient::new(provider, faults))
+}
+
+/// An address on 127.0.0.1 where nothing listens: a port that was free a moment ago, for the
+/// cases of a client that cannot reach its server.
+///
+/// # Panics
+///
+/// When no loopback port can be bound at all (the machine has no loopback interface).
+#[allow(clippy::expect_used)] // a test helper: without loopback no test of the kit can run
+pub fn closed_port() -> SocketAddr {
+    let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind a loopback port");
+    listener.local_addr().expect("a bound listener has an address")
+}
+
+/// The fault hooks of a cluster client that reaches each member through a [`FaultProxy`] of
+/// its own (made by [`proxied_members`]): every fault acts on all of its proxies at once, so
+/// the client is cut off from the whole cluster while the members go on serving the others.
+#[derive(Debug)]
+pub struct MemberProxies(Vec<FaultProxy>);
+
+impl MemberProxies {
+    /// The proxies, one per member, in the order of the members given to [`proxied_members`].
+    pub fn proxies(&self) -> &[FaultProxy] {
+        &self.0
+    }
+
+    /// The member whose proxy carries a connection now (the first such), if any: the member
+    /// the client is talking to.
+    pub fn connected_member(&self) -> Option<usize> {
+        self.0.iter().position(|proxy| proxy.connection_count() > 0)
+    }
+}
+
+/// The client faults of a client behind proxies (one, or one per member): each fault acts on
+/// every proxy of the client. `kill` blackholes them for good: a dead process sends nothing
+/// more and never heals, and its lease or session runs out on the server.
+macro_rules! proxy_client_faults {
+    ($($faults:ty),* $(,)?) => {$(
+        #[async_trait::async_trait]
+        impl crate::ClientFaults for $faults {
+            async fn kill(&self) -> crate::FaultResult {
+                self.proxies().iter().for_each(FaultProxy::blackhole);
+                Ok(())
+            }
+
+            async fn blackhole(&self) -> crate::FaultResult {
+                self.proxies().iter().for_each(FaultProxy::blackhole);
+                Ok(())
+            }
+
+            async fn heal(&self) -> crate::FaultResult {
+                self.proxies().iter().for_each(FaultProxy::heal);
+                Ok(())
+            }
+
+            async fn cut_connection(&self) -> crate::FaultResult {
+                self.proxies().iter().for_each(FaultProxy::cut_all);
+                Ok(())
+            }
+
+            async fn set_latency(&self, latency: Duration) -> crate::FaultResult {
+                self.proxies().iter().for_each(|proxy| proxy.set_latency(latency));
+                Ok(())
+            }
+        }
+    )*};
+}
+
+proxy_client_faults!(ProxyFaults, MemberProxies);
+
+/// [`proxied`] for a client of a cluster: starts a [`FaultProxy`] of its own in front of each
+/// of `members` and builds one client on them. `connect` gets the proxies' addresses as one
+/// `host:port,host:port` list, in the members' order (what an etcd endpoint list or a
+/// ZooKeeper connect string takes).
+///
+/// # Errors
+///
+/// [`Error::Connection`](lockkit_core::Error::Connection) when a proxy cannot listen, and
+/// whatever `connect` returns.
+pub async fn proxied_members<C>(
+    backend: &'static str,
+    members: &[SocketAddr],
+    connect: impl FnOnce(String) -> lockkit_core::Result<C>,
+) -> lockkit_core::Result<(C, Arc<MemberProxies>)> {
+    let mut proxies = Vec::with_capacity(members.len());
+    for member in members {
+        let proxy = FaultProxy::start(*member)
+            .await
+            .map_err(|e| lockkit_core::Error::connection(backend, None, e).with_context("start the fault proxy"))?;
+        proxies.push(proxy);
+    }
+    let addresses = proxies.iter().map(|proxy| proxy.addr().to_string()).collect::<Vec<_>>().join(",");
+    let client = connect(addresses)?;
+    Ok((client, Arc::new(MemberProxies(proxies))))
 }

@@ -53,6 +53,28 @@ where
     }
 }
 
+/// Asks `probe` every 10 ms until it answers `Some`, and returns that value: [`eventually`]
+/// for a condition that also finds something (a process id, a leader, a reply).
+///
+/// # Panics
+///
+/// When `probe` still answers `None` after `bound`: "`what` did not happen within `bound`".
+pub async fn eventually_some<T, F, Fut>(bound: Duration, what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let outcome = poll(bound, EVENTUALLY_EVERY, || {
+        let next = probe();
+        async move { next.await.ok_or(()) }
+    })
+    .await;
+    match outcome {
+        Ok(value) => value,
+        Err(()) => panic!("{what} did not happen within {bound:?}"),
+    }
+}
+
 /// Asks `probe` every `every` until it returns `Ok`, and returns that; returns the last `Err`
 /// once `bound` has passed. The probe runs at least once, and the wait ends with its answer
 /// (a probe that takes long is not cut short).

@@ -3,7 +3,7 @@
 //! fixture's installation hint; nothing is skipped.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::future::Future;
+use lockkit_testkit::wait::eventually_some;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -20,28 +20,12 @@ fn ok<T>(result: Result<T, FixtureError>) -> T {
     result.unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// Polls `check` every 20 ms until it returns `Some`, failing the test after `limit`.
-async fn eventually<T, F, Fut>(limit: Duration, what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let started = Instant::now();
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(started.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 fn process_exists(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
 }
 
 async fn wait_process_gone(pid: u32) {
-    eventually(Duration::from_secs(15), &format!("process {pid} to disappear"), || async move {
+    eventually_some(Duration::from_secs(15), &format!("process {pid} to disappear"), || async move {
         (!process_exists(pid)).then_some(())
     })
     .await;
@@ -117,7 +101,7 @@ async fn redis_pause_blocks_replies_until_resume() {
     let err = redis::cmd("PING").query_async::<String>(&mut conn).await.expect_err("a paused server must not answer");
     assert!(err.is_timeout(), "expected a timeout, got {err}");
     ok(server.resume());
-    eventually(Duration::from_secs(5), "PING after resume", || {
+    eventually_some(Duration::from_secs(5), "PING after resume", || {
         let url = url.clone();
         async move { ping(&url).await.ok() }
     })
@@ -136,7 +120,7 @@ async fn redis_stop_and_drop_leave_no_process() {
     let (pid, dir) = (server.pid().unwrap(), server.dir().to_owned());
     drop(server);
     wait_process_gone(pid).await;
-    eventually(Duration::from_secs(5), "the directory to be removed", || {
+    eventually_some(Duration::from_secs(5), "the directory to be removed", || {
         let gone = !dir.exists();
         async move { gone.then_some(()) }
     })
@@ -278,7 +262,7 @@ async fn zk_pause_blocks_requests_until_resume() {
     let stalled = tokio::time::timeout(Duration::from_millis(500), client.check_stat("/")).await;
     assert!(stalled.is_err(), "a paused server answered: {stalled:?}");
     ok(server.resume());
-    eventually(Duration::from_secs(8), "a request after resume", || {
+    eventually_some(Duration::from_secs(8), "a request after resume", || {
         let client = client.clone();
         async move { client.check_stat("/").await.ok() }
     })
@@ -324,16 +308,17 @@ async fn zk_ensemble_survives_losing_the_clients_member() {
     let client = zk_client(&ensemble.connect_string()).await;
     client.create("/survivor", b"1", &persistent()).await.unwrap();
     let session = client.session_id().to_string();
-    let victim =
-        eventually(Duration::from_secs(5), "the member serving the session", || member_serving(&ensemble, &session))
-            .await;
+    let victim = eventually_some(Duration::from_secs(5), "the member serving the session", || {
+        member_serving(&ensemble, &session)
+    })
+    .await;
 
     let pid = ensemble.member_pid(victim).unwrap();
     ok(ensemble.stop_member(victim).await);
     assert!(!process_exists(pid));
     assert_eq!(ensemble.member_pid(victim), None);
     // The session moves to another member and keeps working.
-    eventually(Duration::from_secs(15), "the session to work after its member stopped", || {
+    eventually_some(Duration::from_secs(15), "the session to work after its member stopped", || {
         let client = client.clone();
         async move { client.set_data("/survivor", b"2", None).await.ok() }
     })
@@ -366,7 +351,7 @@ async fn zk_ensemble_pause_and_errors() {
     ok(ensemble.pause_member(follower));
     assert_eq!(ensemble.member_mode(follower).await, None, "a paused member answered srvr");
     ok(ensemble.resume_member(follower));
-    eventually(Duration::from_secs(10), "the resumed member to serve", || async {
+    eventually_some(Duration::from_secs(10), "the resumed member to serve", || async {
         ensemble.member_mode(follower).await
     })
     .await;

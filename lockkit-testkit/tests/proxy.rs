@@ -1,7 +1,7 @@
 //! Self-tests of the fault-injecting TCP proxy, in front of a real `redis-server`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::future::Future;
+use lockkit_testkit::wait::eventually_some;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -44,22 +44,6 @@ async fn ping<C: redis::aio::ConnectionLike>(conn: &mut C) -> redis::RedisResult
     redis::cmd("PING").query_async(conn).await
 }
 
-/// Polls `check` every 20 ms until it returns `Some`, failing the test after `limit`.
-async fn eventually<T, F, Fut>(limit: Duration, what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let started = Instant::now();
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(started.elapsed() < limit, "timed out after {limit:?} waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 /// Reads until `want` bytes arrived or the read fails, within `limit`.
 async fn read_reply(stream: &mut TcpStream, want: usize, limit: Duration) -> Result<Vec<u8>, String> {
     let read = async {
@@ -89,7 +73,7 @@ async fn bytes_pass_through() {
     assert_eq!(value.len(), 100_000);
     assert_eq!(proxy.connection_count(), 1);
     drop(conn);
-    eventually(Duration::from_secs(5), "the connection to close", || async {
+    eventually_some(Duration::from_secs(5), "the connection to close", || async {
         (proxy.connection_count() == 0).then_some(())
     })
     .await;
@@ -105,7 +89,7 @@ async fn cut_all_fails_the_connection_and_the_client_reconnects() {
     proxy.cut_all();
     let err = ping(&mut conn).await.expect_err("the command after cut_all must fail");
     assert!(!err.is_timeout(), "a cut must fail fast, not time out: {err}");
-    eventually(Duration::from_secs(5), "the client to reconnect", || {
+    eventually_some(Duration::from_secs(5), "the client to reconnect", || {
         let mut conn = conn.clone();
         async move { ping(&mut conn).await.ok() }
     })
@@ -132,7 +116,7 @@ async fn blackhole_silences_until_heal_delivers() {
     let err = ping(&mut conn).await.expect_err("a blackholed PING must not answer");
     assert!(err.is_timeout(), "expected a timeout, got {err}");
     proxy.heal();
-    eventually(Duration::from_secs(5), "PING after heal", || {
+    eventually_some(Duration::from_secs(5), "PING after heal", || {
         let mut conn = conn.clone();
         async move { ping(&mut conn).await.ok() }
     })
@@ -222,7 +206,7 @@ async fn drop_closes_the_listener_and_every_connection() {
     drop(proxy);
     let err = read_reply(&mut raw, 1, Duration::from_secs(2)).await.unwrap_err();
     assert!(err.starts_with("ConnectionReset"), "expected a reset, got {err}");
-    eventually(Duration::from_secs(2), "the listener to close", || async {
+    eventually_some(Duration::from_secs(2), "the listener to close", || async {
         TcpStream::connect(addr).await.is_err().then_some(())
     })
     .await;

@@ -29,7 +29,7 @@ use async_trait::async_trait;
 use lockkit_testkit::chaos::{self, ChaosConfig, FaultKind, Primitive};
 use lockkit_testkit::fixture::zk::ZkEnsemble;
 use lockkit_testkit::observer_chaos::{self, ObserverChaos};
-use lockkit_testkit::proxy::FaultProxy;
+use lockkit_testkit::proxy::{MemberProxies, proxied_members};
 use lockkit_testkit::{ClientFaults, FaultResult, Harness, TestClient, Timing};
 use lockkit_zk::ZkLockProvider;
 use support::ZkHarness;
@@ -131,41 +131,38 @@ impl EnsembleHarness {
     }
 }
 
+/// The faults of one client: its proxies (one per member, all struck together), and stopping
+/// the member it is connected to.
 struct EnsembleFaults {
-    proxies: Vec<FaultProxy>,
+    members: Arc<MemberProxies>,
     ensemble: Arc<Mutex<ZkEnsemble>>,
 }
 
 #[async_trait]
 impl ClientFaults for EnsembleFaults {
     async fn kill(&self) -> FaultResult {
-        self.proxies.iter().for_each(FaultProxy::blackhole);
-        Ok(())
+        self.members.kill().await
     }
 
     async fn blackhole(&self) -> FaultResult {
-        self.proxies.iter().for_each(FaultProxy::blackhole);
-        Ok(())
+        self.members.blackhole().await
     }
 
     async fn heal(&self) -> FaultResult {
-        self.proxies.iter().for_each(FaultProxy::heal);
-        Ok(())
+        self.members.heal().await
     }
 
     async fn cut_connection(&self) -> FaultResult {
-        self.proxies.iter().for_each(FaultProxy::cut_all);
-        Ok(())
+        self.members.cut_connection().await
     }
 
     async fn set_latency(&self, latency: Duration) -> FaultResult {
-        self.proxies.iter().for_each(|p| p.set_latency(latency));
-        Ok(())
+        self.members.set_latency(latency).await
     }
 
     async fn stop_server_for(&self, down: Duration) -> FaultResult {
         // The member this client is connected to (the first, if it is between connections).
-        let member = self.proxies.iter().position(|p| p.connection_count() > 0).unwrap_or(0);
+        let member = self.members.connected_member().unwrap_or(0);
         let mut ensemble = self.ensemble.lock().await;
         if let Err(error) = ensemble.stop_member(member).await {
             panic!("stopping ensemble member {member} failed: {error}");
@@ -188,19 +185,15 @@ impl Harness for EnsembleHarness {
     }
 
     async fn client(&self) -> lockkit_core::Result<TestClient> {
-        let mut proxies = Vec::new();
-        for member in &self.members {
-            proxies.push(FaultProxy::start(*member).await.map_err(|e| {
-                lockkit_core::Error::connection("zk", None, format!("cannot start the fault proxy: {e}"))
-            })?);
-        }
-        let connect_string = proxies.iter().map(|p| p.addr().to_string()).collect::<Vec<_>>().join(",");
-        let provider = ZkLockProvider::builder()
-            .connect_string(connect_string)
-            .base_path(self.base.clone())
-            .session_timeout(ENSEMBLE_SESSION_TIMEOUT)
-            .build()?;
-        let faults = EnsembleFaults { proxies, ensemble: Arc::clone(&self.ensemble) };
+        let (provider, members) = proxied_members("zk", &self.members, |connect_string| {
+            ZkLockProvider::builder()
+                .connect_string(connect_string)
+                .base_path(self.base.clone())
+                .session_timeout(ENSEMBLE_SESSION_TIMEOUT)
+                .build()
+        })
+        .await?;
+        let faults = EnsembleFaults { members, ensemble: Arc::clone(&self.ensemble) };
         Ok(TestClient::new(provider, Arc::new(faults)))
     }
 

@@ -37,7 +37,7 @@ fn expired_session_loses_the_hold_and_the_next_waiter_acquires() {
             }
         });
         eventually(Duration::from_secs(5), "b is queued", || async { h.contenders(&name).await.len() == 2 }).await;
-        a_proxy.blackhole();
+        a_proxy.proxy().blackhole();
         let reason = tokio::time::timeout(SESSION_TIMEOUT * 2, guard.lost()).await.expect("the loss fires");
         let lost_at = Instant::now();
         history.ended(a_hold, Some(&guard));
@@ -45,7 +45,7 @@ fn expired_session_loses_the_hold_and_the_next_waiter_acquires() {
         assert!(lost_at <= b_at, "a's loss ({reason}) fired {:?} after b acquired", lost_at - b_at);
         assert!(b_guard.token() > guard.token());
         // Back on the network, a's client learns the session expired.
-        a_proxy.heal();
+        a_proxy.proxy().heal();
         assert!(matches!(guard.release().await, Err(Error::LockLost { .. })));
         history.ended(b_hold, Some(&b_guard));
         b_guard.release().await.unwrap();
@@ -96,7 +96,7 @@ fn blackholed_holder_loses_before_another_client_acquires() {
         });
         eventually(Duration::from_secs(5), "b is queued", || async { h.contenders(&name).await.len() == 2 }).await;
         let cut_at = Instant::now();
-        a_proxy.blackhole();
+        a_proxy.proxy().blackhole();
         let (b_guard, acquired_at) = tokio::time::timeout(SESSION_TIMEOUT * 3, waiter).await.unwrap().unwrap();
         let (reason, lost_at) = loss.await.unwrap();
         assert!(lost_at <= acquired_at, "loss ({reason}) fired {:?} after b acquired", lost_at - acquired_at);
@@ -106,7 +106,7 @@ fn blackholed_holder_loses_before_another_client_acquires() {
             "b acquired only {:?} after the cut",
             acquired_at - cut_at
         );
-        a_proxy.heal();
+        a_proxy.proxy().heal();
         drop(guard);
         b_guard.release().await.unwrap();
     });
@@ -124,11 +124,11 @@ fn short_disconnect_within_the_session_keeps_the_hold() {
         let (b, _b_proxy) = h.proxied_client().await;
         let guard = a.lock(&name).unwrap().acquire().await.unwrap();
         let first_deadline = guard.valid_until().unwrap();
-        a_proxy.cut_all();
+        a_proxy.proxy().cut_all();
         tokio::time::sleep(Duration::from_millis(300)).await;
-        a_proxy.blackhole();
+        a_proxy.proxy().blackhole();
         tokio::time::sleep(Duration::from_millis(800)).await;
-        a_proxy.heal();
+        a_proxy.proxy().heal();
         let lock_b = b.lock(&name).unwrap();
         assert!(matches!(lock_b.acquire_timeout(SESSION_TIMEOUT * 2).await, Err(Error::Timeout { .. })));
         assert!(guard.is_held(), "the hold survived: {:?}", guard.watcher().loss());
@@ -158,14 +158,14 @@ fn lost_create_reply_finds_the_own_node_and_leaves_no_orphan() {
 
         // A waiting acquisition whose create reply is lost (on a session opened before).
         c.zk_client().await.unwrap();
-        c_proxy.set_latency(Duration::from_millis(600));
+        c_proxy.proxy().set_latency(Duration::from_millis(600));
         let lock_c = c.lock(&name).unwrap();
         let waiter = tokio::spawn(async move { lock_c.acquire().await.map(|g| (g.token(), g)) });
         eventually(Duration::from_secs(5), "c's node is created", || async { h.contenders(&name).await.len() == 2 })
             .await;
         let c_node_before = h.contenders(&name).await[1].clone();
-        c_proxy.cut_all();
-        c_proxy.heal();
+        c_proxy.proxy().cut_all();
+        c_proxy.proxy().heal();
         // Give the client time to reconnect and look for its node; a leaked node would show as
         // a third contender, a node made again would have another name.
         tokio::time::sleep(SESSION_TIMEOUT / 2).await;
@@ -183,13 +183,13 @@ fn lost_create_reply_finds_the_own_node_and_leaves_no_orphan() {
         // A try_acquire whose create reply is lost finds its node and deletes it.
         let (d, d_proxy) = h.proxied_client().await;
         d.zk_client().await.unwrap();
-        d_proxy.set_latency(Duration::from_millis(600));
+        d_proxy.proxy().set_latency(Duration::from_millis(600));
         let lock_d = d.lock(&name).unwrap();
         let attempt = tokio::spawn(async move { lock_d.try_acquire().await.map(|g| g.is_some()) });
         eventually(Duration::from_secs(5), "d's node is created", || async { h.contenders(&name).await.len() == 2 })
             .await;
-        d_proxy.cut_all();
-        d_proxy.heal();
+        d_proxy.proxy().cut_all();
+        d_proxy.proxy().heal();
         let got = tokio::time::timeout(Duration::from_secs(10), attempt).await.unwrap().unwrap();
         assert!(matches!(got, Ok(false)), "the try fails without error: {got:?}");
         assert_eq!(h.contenders(&name).await.len(), 1, "the try left no node behind");
@@ -746,7 +746,7 @@ fn lost_create_reply_of_a_read_node_finds_the_node_again() {
         let write = a.rw_lock(&name).unwrap().write().await.unwrap();
 
         c.zk_client().await.unwrap();
-        c_proxy.set_latency(Duration::from_millis(600));
+        c_proxy.proxy().set_latency(Duration::from_millis(600));
         let reader = c.rw_lock(&name).unwrap();
         let waiter = tokio::spawn(async move { reader.read().await });
         eventually(Duration::from_secs(5), "the reader's node is created", || async {
@@ -755,8 +755,8 @@ fn lost_create_reply_of_a_read_node_finds_the_node_again() {
         .await;
         let read_node = h.contenders(&name).await[1].clone();
         assert!(read_node.contains("-read-"), "a read node: {read_node}");
-        c_proxy.cut_all();
-        c_proxy.heal();
+        c_proxy.proxy().cut_all();
+        c_proxy.proxy().heal();
         tokio::time::sleep(SESSION_TIMEOUT / 2).await;
         let queued = h.contenders(&name).await;
         assert_eq!(queued, vec![queued[0].clone(), read_node.clone()], "exactly one node for the reader, the same");
@@ -769,18 +769,18 @@ fn lost_create_reply_of_a_read_node_finds_the_node_again() {
         assert_eq!(read.token().get(), stat.czxid as u64, "the token is the czxid of the node found again");
 
         // A try_read behind a writer, whose reply is lost: its node is found and deleted.
-        c_proxy.set_latency(Duration::ZERO);
+        c_proxy.proxy().set_latency(Duration::ZERO);
         read.release().await.unwrap();
         let write = a.rw_lock(&name).unwrap().write().await.unwrap();
-        c_proxy.set_latency(Duration::from_millis(600));
+        c_proxy.proxy().set_latency(Duration::from_millis(600));
         let reader = c.rw_lock(&name).unwrap();
         let attempt = tokio::spawn(async move { reader.try_read().await.map(|g| g.is_some()) });
         eventually(Duration::from_secs(5), "the try's node is created", || async {
             h.contenders(&name).await.len() == 2
         })
         .await;
-        c_proxy.cut_all();
-        c_proxy.heal();
+        c_proxy.proxy().cut_all();
+        c_proxy.proxy().heal();
         let got = tokio::time::timeout(Duration::from_secs(10), attempt).await.unwrap().unwrap();
         assert!(matches!(got, Ok(false)), "the try fails without error: {got:?}");
         assert_eq!(h.contenders(&name).await.len(), 1, "the try left no node behind");
@@ -814,7 +814,7 @@ fn a_reader_queued_behind_a_writer_whose_session_expires_is_granted() {
         });
         eventually(Duration::from_secs(5), "the reader is queued", || async { h.contenders(&name).await.len() == 2 })
             .await;
-        w_proxy.blackhole();
+        w_proxy.proxy().blackhole();
         let reason = tokio::time::timeout(SESSION_TIMEOUT * 2, write.lost()).await.expect("the writer's loss");
         let lost_at = Instant::now();
         history.ended(write_hold, Some(&write));
@@ -822,7 +822,7 @@ fn a_reader_queued_behind_a_writer_whose_session_expires_is_granted() {
         assert!(lost_at <= granted_at, "the writer's loss ({reason}) fired after the reader was granted");
         assert!(first_read.token() > write.token());
         let first_hold = history.acquired("reader 1", &first_read);
-        w_proxy.heal();
+        w_proxy.proxy().heal();
         assert!(matches!(write.release().await, Err(Error::LockLost { .. })));
 
         // A writer waits between the holding reader and a queued one.
@@ -843,7 +843,7 @@ fn a_reader_queued_behind_a_writer_whose_session_expires_is_granted() {
         })
         .await;
         let cut_at = Instant::now();
-        w_proxy.blackhole();
+        w_proxy.proxy().blackhole();
         let (second_read, granted_at) = tokio::time::timeout(SESSION_TIMEOUT * 3, waiting).await.unwrap().unwrap();
         assert!(
             granted_at - cut_at >= SESSION_TIMEOUT / 2,
@@ -852,7 +852,7 @@ fn a_reader_queued_behind_a_writer_whose_session_expires_is_granted() {
         );
         assert!(first_read.is_held(), "the two readers hold at once");
         let second_hold = history.acquired("reader 2", &second_read);
-        w_proxy.heal();
+        w_proxy.proxy().heal();
         assert!(!queued_writer.is_finished(), "the writer waits again, behind both readers");
         eventually(SESSION_TIMEOUT * 3, "the writer queued again behind the readers", || async {
             h.contenders(&name).await.len() == 3
@@ -932,7 +932,7 @@ fn a_downgraded_hold_with_a_writer_queued_behind_survives_a_reconnect() {
 
         // The holder's connection is reset; it reconnects within the session.
         let before = read.valid_until().unwrap();
-        a_proxy.cut_all();
+        a_proxy.proxy().cut_all();
         eventually(SESSION_TIMEOUT * 2, "the hold is renewed after the reconnect", || async {
             assert!(read.is_held(), "the downgraded hold survives: {:?}", read.watcher().loss());
             read.valid_until().unwrap() > before
@@ -1097,7 +1097,7 @@ fn a_reader_granted_late_is_above_every_earlier_write_not_every_earlier_read() {
             h.contenders(&name).await.len() == 2
         })
         .await;
-        b_proxy.set_latency(Duration::from_millis(500));
+        b_proxy.proxy().set_latency(Duration::from_millis(500));
         write.release().await.unwrap();
         let fast = c.rw_lock(&name).unwrap().read().await.unwrap();
         resource.read(fast.token()).unwrap();
@@ -1110,7 +1110,7 @@ fn a_reader_granted_late_is_above_every_earlier_write_not_every_earlier_read() {
         let write_token = resource.accepted().last().map(|(token, _)| *token).unwrap();
         assert!(slow.token() > write_token, "above every write before it");
         assert!(resource.read(slow.token()).is_ok(), "the resource accepts the read (contract 21)");
-        b_proxy.set_latency(Duration::ZERO);
+        b_proxy.proxy().set_latency(Duration::ZERO);
         slow.release().await.unwrap();
         let write = a.rw_lock(&name).unwrap().write().await.unwrap();
         assert!(write.token() > fast_token && resource.write(write.token(), "w2").is_ok());
@@ -1171,7 +1171,7 @@ fn a_campaign_whose_create_reply_is_lost_finds_its_candidacy_again() {
         let leadership = a.election(&name).unwrap().campaign("a:1").await.unwrap();
 
         c.zk_client().await.unwrap();
-        c_proxy.set_latency(Duration::from_millis(600));
+        c_proxy.proxy().set_latency(Duration::from_millis(600));
         let election_c = c.election(&name).unwrap();
         let campaign = tokio::spawn(async move { election_c.campaign("c:1").await });
         eventually(Duration::from_secs(5), "c's candidacy is created", || async {
@@ -1180,8 +1180,8 @@ fn a_campaign_whose_create_reply_is_lost_finds_its_candidacy_again() {
         .await;
         let c_node = h.contenders(&name).await[1].clone();
         assert!(c_node.contains("-candidate-"), "a candidate's node: {c_node}");
-        c_proxy.cut_all();
-        c_proxy.heal();
+        c_proxy.proxy().cut_all();
+        c_proxy.proxy().heal();
         let term = leadership.token();
         leadership.resign().await.unwrap();
         let led = tokio::time::timeout(SESSION_TIMEOUT * 2, campaign).await.expect("c comes to lead").unwrap().unwrap();
@@ -1215,7 +1215,7 @@ fn an_observer_cut_off_past_the_session_timeout_gets_a_gap_then_the_current_lead
         assert_eq!(term_of(&first), Some(leadership_a.token()), "{first:?}");
 
         // An ephemeral marker of the observer's session tells when the server expired it.
-        let expired = expire_the_session_of(h, &o, &o_proxy, async {
+        let expired = expire_the_session_of(h, &o, o_proxy.proxy(), async {
             leadership_a.resign().await.unwrap();
             b.election(&name).unwrap().campaign("b").await.unwrap()
         })
@@ -1235,7 +1235,7 @@ fn an_observer_cut_off_past_the_session_timeout_gets_a_gap_then_the_current_lead
         let mut raw = o.backend().observe(&lock).unwrap();
         let first = next_raw(&mut raw, Duration::from_secs(5), false).await;
         assert_eq!(term_of(&first), Some(leadership_b.token()), "{first:?}");
-        expire_the_session_of(h, &o, &o_proxy, async {}).await;
+        expire_the_session_of(h, &o, o_proxy.proxy(), async {}).await;
         assert_eq!(next_raw(&mut raw, SESSION_TIMEOUT * 3, true).await, LeaderEvent::Gap);
         let again = next_raw(&mut raw, SESSION_TIMEOUT * 3, true).await;
         assert_eq!(term_of(&again), Some(leadership_b.token()), "the same leader, restated: {again:?}");
@@ -1291,7 +1291,7 @@ fn a_leader_whose_session_expires_is_told_before_another_candidate_leads() {
         });
         eventually(Duration::from_secs(5), "b is a candidate", || async { h.contenders(&name).await.len() == 2 }).await;
         let cut_at = Instant::now();
-        a_proxy.blackhole();
+        a_proxy.proxy().blackhole();
         let (led, led_at) = tokio::time::timeout(SESSION_TIMEOUT * 3, campaign).await.unwrap().unwrap();
         let (reason, lost_at) = loss.await.unwrap();
         assert!(lost_at <= led_at, "a's loss ({reason}) came {:?} after b led", lost_at - led_at);
@@ -1308,7 +1308,7 @@ fn a_leader_whose_session_expires_is_told_before_another_candidate_leads() {
             }
         }
         assert_eq!(terms, vec![leadership.token(), led.token()]);
-        a_proxy.heal();
+        a_proxy.proxy().heal();
         assert!(matches!(leadership.resign().await, Err(Error::LockLost { .. })));
         led.resign().await.unwrap();
     });
@@ -1474,11 +1474,11 @@ fn an_observer_rides_out_a_reconnect_within_its_session() {
         );
 
         // One change while away.
-        o_proxy.cut_all();
-        o_proxy.blackhole();
+        o_proxy.proxy().cut_all();
+        o_proxy.proxy().blackhole();
         leadership_a.resign().await.unwrap();
         let leadership_b = b.election(&name).unwrap().campaign("b").await.unwrap();
-        o_proxy.heal();
+        o_proxy.proxy().heal();
         let next = next_event(&mut observer, SESSION_TIMEOUT, false).await;
         assert_eq!(term_of(&next), Some(leadership_b.token()), "b, with no gap: {next:?}");
 
@@ -1487,14 +1487,14 @@ fn an_observer_rides_out_a_reconnect_within_its_session() {
         let election_c = c.election(&name).unwrap();
         let campaign_c = tokio::spawn(async move { election_c.campaign("c").await.unwrap() });
         eventually(Duration::from_secs(5), "c is a candidate", || async { h.contenders(&name).await.len() == 2 }).await;
-        o_proxy.cut_all();
-        o_proxy.blackhole();
+        o_proxy.proxy().cut_all();
+        o_proxy.proxy().blackhole();
         leadership_b.resign().await.unwrap();
         let leadership_c = tokio::time::timeout(Duration::from_secs(5), campaign_c).await.unwrap().unwrap();
         let term_c = leadership_c.token();
         leadership_c.resign().await.unwrap();
         let leadership_a = a.election(&name).unwrap().campaign("a again").await.unwrap();
-        o_proxy.heal();
+        o_proxy.proxy().heal();
         let mut events = Vec::new();
         while term_of(events.last().unwrap_or(&LeaderEvent::Vacant)) != Some(leadership_a.token()) {
             events.push(next_event(&mut observer, SESSION_TIMEOUT, false).await);

@@ -5,7 +5,7 @@
 
 pub use lockkit_testkit::wait::within;
 
-pub use lockkit_testkit::proxy::ProxyFaults;
+pub use lockkit_testkit::proxy::{ProxyFaults, closed_port};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,8 +13,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use etcd_client::{Client, GetOptions, SortOrder, SortTarget};
 use lockkit_etcd::{EtcdLockProvider, EtcdLockProviderBuilder};
-use lockkit_testkit::fixture::{ETCD_URL_ENV, EtcdServer};
-use lockkit_testkit::proxy::FaultProxy;
+use lockkit_testkit::fixture::{DedicatedServer, ETCD_URL_ENV, EtcdServer};
+use lockkit_testkit::proxy::proxied;
 use lockkit_testkit::{FaultResult, Harness, NoFaults, TestClient, Timing, Unsupported};
 use tokio::sync::Mutex;
 
@@ -34,7 +34,7 @@ pub struct EtcdHarness {
     name: &'static str,
     upstream: SocketAddr,
     /// The dedicated member of an isolated harness, which may be restarted or paused.
-    server: Option<Arc<Mutex<EtcdServer>>>,
+    server: DedicatedServer<EtcdServer>,
 }
 
 impl EtcdHarness {
@@ -56,7 +56,7 @@ impl EtcdHarness {
                 tokio::net::lookup_host(host).await.unwrap().next().unwrap()
             }
         };
-        Self { name: "etcd", upstream, server: None }
+        Self { name: "etcd", upstream, server: DedicatedServer::none() }
     }
 
     /// A harness on a dedicated member.
@@ -65,7 +65,7 @@ impl EtcdHarness {
             Ok(server) => server,
             Err(error) => panic!("the etcd tests need etcd: {error}"),
         };
-        Self { name: "etcd (dedicated)", upstream: server.addr(), server: Some(Arc::new(Mutex::new(server))) }
+        Self { name: "etcd (dedicated)", upstream: server.addr(), server: DedicatedServer::new(server) }
     }
 
     /// The member's address, for admin connections that bypass every proxy.
@@ -75,7 +75,7 @@ impl EtcdHarness {
 
     /// The dedicated member, if this harness has one.
     pub fn server(&self) -> Option<&Arc<Mutex<EtcdServer>>> {
-        self.server.as_ref()
+        self.server.get()
     }
 
     /// A client with its own proxy and fault hooks, built from `builder` (the members are set here).
@@ -83,11 +83,7 @@ impl EtcdHarness {
         &self,
         builder: EtcdLockProviderBuilder,
     ) -> lockkit_core::Result<(EtcdLockProvider, Arc<ProxyFaults>)> {
-        let proxy = FaultProxy::start(self.upstream)
-            .await
-            .map_err(|e| lockkit_core::Error::connection("etcd", None, e).with_context("start the fault proxy"))?;
-        let provider = builder.endpoints(proxy.addr().to_string()).build()?;
-        Ok((provider, Arc::new(ProxyFaults(proxy))))
+        proxied("etcd", self.upstream, |proxy| builder.endpoints(proxy.to_string()).build()).await
     }
 
     /// A plain client of the member, bypassing every proxy.
@@ -143,11 +139,7 @@ impl Harness for EtcdHarness {
     }
 
     async fn restart_store(&self) -> FaultResult {
-        let server = self.server.as_ref().ok_or(Unsupported)?;
-        if let Err(error) = server.lock().await.restart().await {
-            panic!("restarting etcd failed: {error}");
-        }
-        Ok(())
+        self.server.restart().await
     }
 
     async fn compact_history(&self) -> FaultResult {
@@ -158,13 +150,7 @@ impl Harness for EtcdHarness {
     }
 
     async fn pause_store(&self, paused: bool) -> FaultResult {
-        let server = self.server.as_ref().ok_or(Unsupported)?;
-        let mut server = server.lock().await;
-        let outcome = if paused { server.pause() } else { server.resume() };
-        if let Err(error) = outcome {
-            panic!("pausing or resuming etcd failed: {error}");
-        }
-        Ok(())
+        self.server.pause(paused).await
     }
 
     fn child_env(&self) -> Result<Vec<(String, String)>, Unsupported> {
@@ -210,10 +196,4 @@ impl Harness for EtcdHarness {
             attempt("port 0", test_builder().endpoints("127.0.0.1:0")),
         ]
     }
-}
-
-/// An address on loopback where nothing listens: a port that was free a moment ago.
-pub fn closed_port() -> SocketAddr {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap()
 }

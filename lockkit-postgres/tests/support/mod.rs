@@ -5,15 +5,15 @@
 
 pub use lockkit_testkit::wait::within;
 
-pub use lockkit_testkit::proxy::ProxyFaults;
+pub use lockkit_testkit::proxy::{ProxyFaults, closed_port};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use lockkit_postgres::{PostgresLockProvider, PostgresLockProviderBuilder};
-use lockkit_testkit::fixture::PostgresServer;
-use lockkit_testkit::proxy::FaultProxy;
+use lockkit_testkit::fixture::{DedicatedServer, PostgresServer};
+use lockkit_testkit::proxy::proxied;
 use lockkit_testkit::{FaultResult, Harness, NoFaults, TestClient, Timing, Unsupported};
 use tokio::sync::Mutex;
 
@@ -39,7 +39,7 @@ pub fn test_builder() -> PostgresLockProviderBuilder {
 pub struct PostgresHarness {
     name: &'static str,
     upstream: SocketAddr,
-    server: Option<Arc<Mutex<PostgresServer>>>,
+    server: DedicatedServer<PostgresServer>,
     /// The store's restarts are crashes (an immediate stop) instead of fast shutdowns.
     crash: bool,
 }
@@ -64,7 +64,7 @@ impl PostgresHarness {
                 tokio::net::lookup_host(hosts).await.unwrap().next().unwrap()
             }
         };
-        Self { name: "postgres", upstream, server: None, crash: false }
+        Self { name: "postgres", upstream, server: DedicatedServer::none(), crash: false }
     }
 
     /// A harness on a dedicated server.
@@ -76,7 +76,7 @@ impl PostgresHarness {
         Self {
             name: "postgres (dedicated)",
             upstream: server.addr(),
-            server: Some(Arc::new(Mutex::new(server))),
+            server: DedicatedServer::new(server),
             crash: false,
         }
     }
@@ -97,7 +97,7 @@ impl PostgresHarness {
     }
 
     pub fn server(&self) -> Option<&Arc<Mutex<PostgresServer>>> {
-        self.server.as_ref()
+        self.server.get()
     }
 
     /// A client with its own proxy and fault hooks, built from `builder`.
@@ -105,11 +105,7 @@ impl PostgresHarness {
         &self,
         builder: PostgresLockProviderBuilder,
     ) -> lockkit_core::Result<(PostgresLockProvider, Arc<ProxyFaults>)> {
-        let proxy = FaultProxy::start(self.upstream)
-            .await
-            .map_err(|e| lockkit_core::Error::connection("postgres", None, e).with_context("start the fault proxy"))?;
-        let provider = builder.url(url_of(proxy.addr())).build()?;
-        Ok((provider, Arc::new(ProxyFaults(proxy))))
+        proxied("postgres", self.upstream, |proxy| builder.url(url_of(proxy)).build()).await
     }
 
     /// A plain connection to the server as the superuser, bypassing every proxy.
@@ -162,23 +158,18 @@ impl Harness for PostgresHarness {
     }
 
     async fn restart_store(&self) -> FaultResult {
-        let server = self.server.as_ref().ok_or(Unsupported)?;
-        let mut server = server.lock().await;
-        let restarted = if self.crash { server.crash_restart().await } else { server.restart().await };
-        if let Err(error) = restarted {
-            panic!("restarting postgres failed: {error}");
+        if !self.crash {
+            return self.server.restart().await;
+        }
+        let server = self.server.get().ok_or(Unsupported)?;
+        if let Err(error) = server.lock().await.crash_restart().await {
+            panic!("restarting postgres after a crash failed: {error}");
         }
         Ok(())
     }
 
     async fn pause_store(&self, paused: bool) -> FaultResult {
-        let server = self.server.as_ref().ok_or(Unsupported)?;
-        let mut server = server.lock().await;
-        let outcome = if paused { server.pause() } else { server.resume() };
-        if let Err(error) = outcome {
-            panic!("pausing or resuming postgres failed: {error}");
-        }
-        Ok(())
+        self.server.pause(paused).await
     }
 
     fn child_env(&self) -> Result<Vec<(String, String)>, Unsupported> {
@@ -212,10 +203,4 @@ impl Harness for PostgresHarness {
             attempt("an unknown scheme", PostgresLockProvider::builder().url("mysql://127.0.0.1/db")),
         ]
     }
-}
-
-/// An address on loopback where nothing listens.
-pub fn closed_port() -> SocketAddr {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap()
 }

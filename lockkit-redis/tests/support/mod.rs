@@ -5,7 +5,7 @@
 
 pub use lockkit_testkit::wait::{eventually, within};
 
-pub use lockkit_testkit::proxy::ProxyFaults;
+pub use lockkit_testkit::proxy::{ProxyFaults, closed_port};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,8 +13,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lockkit_core::LockName;
 use lockkit_redis::{RedisLockProvider, RedisLockProviderBuilder};
-use lockkit_testkit::fixture::{Persistence, RedisConfig, RedisServer};
-use lockkit_testkit::proxy::FaultProxy;
+use lockkit_testkit::fixture::{DedicatedServer, Persistence, RedisConfig, RedisServer};
+use lockkit_testkit::proxy::proxied;
 use lockkit_testkit::{FaultResult, Harness, NoFaults, TestClient, Timing, Unsupported};
 use tokio::sync::Mutex;
 
@@ -38,7 +38,7 @@ pub struct RedisHarness {
     name: &'static str,
     upstream: SocketAddr,
     /// The dedicated server of an isolated harness, which may be restarted.
-    server: Option<Arc<Mutex<RedisServer>>>,
+    server: DedicatedServer<RedisServer>,
 }
 
 impl RedisHarness {
@@ -57,7 +57,7 @@ impl RedisHarness {
             Some(server) => server.addr(),
             None => resolve(&shared.url()).await,
         };
-        Self { name: "redis", upstream, server: None }
+        Self { name: "redis", upstream, server: DedicatedServer::none() }
     }
 
     /// A harness on a dedicated server with the given persistence.
@@ -67,7 +67,7 @@ impl RedisHarness {
             Ok(server) => server,
             Err(error) => panic!("the Redis tests need a redis-server: {error}"),
         };
-        Self { name: "redis (dedicated)", upstream: server.addr(), server: Some(Arc::new(Mutex::new(server))) }
+        Self { name: "redis (dedicated)", upstream: server.addr(), server: DedicatedServer::new(server) }
     }
 
     /// The server's address, for admin connections that bypass every proxy.
@@ -80,11 +80,7 @@ impl RedisHarness {
         &self,
         builder: RedisLockProviderBuilder,
     ) -> lockkit_core::Result<(RedisLockProvider, Arc<ProxyFaults>)> {
-        let proxy = FaultProxy::start(self.upstream)
-            .await
-            .map_err(|e| lockkit_core::Error::connection("redis", None, e).with_context("start the fault proxy"))?;
-        let provider = builder.url(format!("redis://{}/", proxy.addr())).build()?;
-        Ok((provider, Arc::new(ProxyFaults(proxy))))
+        proxied("redis", self.upstream, |proxy| builder.url(format!("redis://{proxy}/")).build()).await
     }
 
     /// A plain connection to the server, bypassing every proxy.
@@ -95,7 +91,7 @@ impl RedisHarness {
 
     /// The dedicated server, if this harness has one.
     pub fn server(&self) -> Option<&Arc<Mutex<RedisServer>>> {
-        self.server.as_ref()
+        self.server.get()
     }
 }
 
@@ -141,21 +137,11 @@ impl Harness for RedisHarness {
     }
 
     async fn restart_store(&self) -> FaultResult {
-        let server = self.server.as_ref().ok_or(Unsupported)?;
-        if let Err(error) = server.lock().await.restart().await {
-            panic!("restarting redis-server failed: {error}");
-        }
-        Ok(())
+        self.server.restart().await
     }
 
     async fn pause_store(&self, paused: bool) -> FaultResult {
-        let server = self.server.as_ref().ok_or(Unsupported)?;
-        let mut server = server.lock().await;
-        let outcome = if paused { server.pause() } else { server.resume() };
-        if let Err(error) = outcome {
-            panic!("pausing or resuming redis-server failed: {error}");
-        }
-        Ok(())
+        self.server.pause(paused).await
     }
 
     fn child_env(&self) -> Result<Vec<(String, String)>, Unsupported> {
@@ -202,12 +188,6 @@ impl Harness for RedisHarness {
 pub fn hold_keys(name: &str) -> [String; 4] {
     let record = test_builder().url("redis://unused/").build().unwrap().record_key(&LockName::new(name).unwrap());
     [format!("{record}:writer"), format!("{record}:readers"), format!("{record}:permits"), record]
-}
-
-/// An address on loopback where nothing listens: a port that was free a moment ago.
-pub fn closed_port() -> SocketAddr {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap()
 }
 
 /// Waits (up to five seconds) until some connection is subscribed to a channel that matches

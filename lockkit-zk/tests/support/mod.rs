@@ -5,6 +5,7 @@
 //! client only.
 #![allow(dead_code, unused_imports, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
 
+pub use lockkit_testkit::proxy::ProxyFaults;
 pub use lockkit_testkit::wait::eventually;
 
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -13,9 +14,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lockkit_core::LockName;
+use lockkit_testkit::fixture::DedicatedServer;
 use lockkit_testkit::fixture::zk::ZkServer;
-use lockkit_testkit::proxy::FaultProxy;
-use lockkit_testkit::{ClientFaults, FaultResult, Harness, NoFaults, TestClient, Timing, Unsupported};
+use lockkit_testkit::proxy::{FaultProxy, closed_port, proxied, proxied_test_client};
+use lockkit_testkit::{FaultResult, Harness, NoFaults, TestClient, Timing, Unsupported};
 use lockkit_zk::{ZkLockProvider, ZkLockProviderBuilder};
 use zookeeper_client as zk;
 
@@ -23,18 +25,13 @@ use zookeeper_client as zk;
 /// fixture's `minSessionTimeout` (1 s, two ticks of 500 ms).
 pub const SESSION_TIMEOUT: Duration = Duration::from_secs(3);
 
-enum Store {
-    Shared,
-    Own(Box<tokio::sync::Mutex<ZkServer>>),
-}
-
 /// The harness: a ZooKeeper server (shared or its own), an admin client and a base path of
 /// its own.
 /// The base path a child process of a cross-process case uses (set by `child_env`).
 const BASE_ENV: &str = "LOCKKIT_ZK_TEST_BASE";
 
 pub struct ZkHarness {
-    store: Store,
+    store: DedicatedServer<ZkServer>,
     upstream: SocketAddr,
     connect_string: String,
     base: String,
@@ -46,17 +43,17 @@ impl ZkHarness {
     pub async fn shared() -> ZkHarness {
         let shared = ZkServer::shared().await.expect("the shared ZooKeeper server starts");
         let connect_string = shared.connect_string();
-        Self::new(Store::Shared, connect_string).await
+        Self::new(DedicatedServer::none(), connect_string).await
     }
 
     /// A harness on a server of its own.
     pub async fn dedicated() -> ZkHarness {
         let server = ZkServer::start().await.expect("a dedicated ZooKeeper server starts");
         let connect_string = server.connect_string();
-        Self::new(Store::Own(Box::new(tokio::sync::Mutex::new(server))), connect_string).await
+        Self::new(DedicatedServer::new(server), connect_string).await
     }
 
-    async fn new(store: Store, connect_string: String) -> ZkHarness {
+    async fn new(store: DedicatedServer<ZkServer>, connect_string: String) -> ZkHarness {
         let first = connect_string.split(',').next().unwrap_or_default().to_owned();
         let upstream = first.to_socket_addrs().expect("resolve the server").next().expect("an address");
         let admin = zk::Client::connector()
@@ -94,18 +91,21 @@ impl ZkHarness {
 
     /// A builder for a client through `proxy`, with the harness's base path and timeout.
     pub fn builder_via(&self, proxy: &FaultProxy) -> ZkLockProviderBuilder {
+        self.builder_at(proxy.addr())
+    }
+
+    /// A builder for a client of the server at `addr`, with the harness's base path and timeout.
+    pub fn builder_at(&self, addr: SocketAddr) -> ZkLockProviderBuilder {
         ZkLockProvider::builder()
-            .connect_string(proxy.addr().to_string())
+            .connect_string(addr.to_string())
             .base_path(self.base.clone())
             .session_timeout(SESSION_TIMEOUT)
     }
 
-    /// A new client behind a proxy of its own, returned with its proxy. The client is built
-    /// lazily: its session opens at its first use.
-    pub async fn proxied_client(&self) -> (ZkLockProvider, Arc<FaultProxy>) {
-        let proxy = Arc::new(FaultProxy::start(self.upstream).await.expect("the proxy starts"));
-        let provider = self.builder_via(&proxy).build().expect("the settings are valid");
-        (provider, proxy)
+    /// A new client behind a proxy of its own, returned with its proxy's fault hooks. The
+    /// client is built lazily: its session opens at its first use.
+    pub async fn proxied_client(&self) -> (ZkLockProvider, Arc<ProxyFaults>) {
+        proxied("zk", self.upstream, |proxy| self.builder_at(proxy).build()).await.expect("a proxied client")
     }
 
     /// The znode of lock `name`.
@@ -126,40 +126,6 @@ impl ZkHarness {
     }
 }
 
-/// The fault hooks of one client: its proxy.
-pub struct ProxyFaults {
-    pub proxy: Arc<FaultProxy>,
-}
-
-#[async_trait]
-impl ClientFaults for ProxyFaults {
-    async fn kill(&self) -> FaultResult {
-        // The client is never heard from again; its session expires on the server.
-        self.proxy.blackhole();
-        Ok(())
-    }
-
-    async fn blackhole(&self) -> FaultResult {
-        self.proxy.blackhole();
-        Ok(())
-    }
-
-    async fn heal(&self) -> FaultResult {
-        self.proxy.heal();
-        Ok(())
-    }
-
-    async fn cut_connection(&self) -> FaultResult {
-        self.proxy.cut_all();
-        Ok(())
-    }
-
-    async fn set_latency(&self, latency: Duration) -> FaultResult {
-        self.proxy.set_latency(latency);
-        Ok(())
-    }
-}
-
 #[async_trait]
 impl Harness for ZkHarness {
     fn name(&self) -> &str {
@@ -167,12 +133,7 @@ impl Harness for ZkHarness {
     }
 
     async fn client(&self) -> lockkit_core::Result<TestClient> {
-        let proxy =
-            Arc::new(FaultProxy::start(self.upstream).await.map_err(|e| {
-                lockkit_core::Error::connection("zk", None, format!("cannot start the fault proxy: {e}"))
-            })?);
-        let provider = self.builder_via(&proxy).build()?;
-        Ok(TestClient::new(provider, Arc::new(ProxyFaults { proxy })))
+        proxied_test_client("zk", self.upstream, |proxy| self.builder_at(proxy).build()).await
     }
 
     fn timing(&self) -> Timing {
@@ -180,15 +141,7 @@ impl Harness for ZkHarness {
     }
 
     async fn unreachable_client(&self) -> Result<TestClient, Unsupported> {
-        // A port that nothing listens on: bound, noted, and closed again.
-        let port =
-            std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_err(|_| Unsupported)?.port();
-        let provider = ZkLockProvider::builder()
-            .connect_string(format!("127.0.0.1:{port}"))
-            .base_path(self.base.clone())
-            .session_timeout(SESSION_TIMEOUT)
-            .build()
-            .map_err(|_| Unsupported)?;
+        let provider = self.builder_at(closed_port()).build().map_err(|_| Unsupported)?;
         Ok(TestClient::new(provider, Arc::new(NoFaults)))
     }
 
@@ -206,25 +159,11 @@ impl Harness for ZkHarness {
     }
 
     async fn restart_store(&self) -> FaultResult {
-        match &self.store {
-            Store::Shared => Err(Unsupported),
-            Store::Own(server) => {
-                server.lock().await.restart().await.expect("the ZooKeeper server restarts");
-                Ok(())
-            }
-        }
+        self.store.restart().await
     }
 
     async fn pause_store(&self, paused: bool) -> FaultResult {
-        match &self.store {
-            Store::Shared => Err(Unsupported),
-            Store::Own(server) => {
-                let mut server = server.lock().await;
-                let outcome = if paused { server.pause() } else { server.resume() };
-                outcome.expect("the ZooKeeper server pauses or resumes");
-                Ok(())
-            }
-        }
+        self.store.pause(paused).await
     }
 
     fn child_env(&self) -> Result<Vec<(String, String)>, Unsupported> {
