@@ -123,11 +123,17 @@ pub(crate) trait Profile: Sync {
     /// table.
     fn backend(&self) -> &'static str;
 
-    /// The targets its figures are held to.
-    fn targets(&self) -> Targets;
+    /// The targets its figures are held to; none by default: without a floor there is no
+    /// ratio to hold a figure to.
+    fn targets(&self) -> Targets {
+        Targets::NONE
+    }
 
-    /// Opens the floor; `None` for a backend with no network round trip.
-    fn floor<'a>(&'a self, url: &'a Url) -> Boxed<'a, Result<Option<Box<dyn Floor>>, Failure>>;
+    /// Opens the floor; `None` (the default) for a backend with no network round trip.
+    fn floor<'a>(&'a self, url: &'a Url) -> Boxed<'a, Result<Option<Box<dyn Floor>>, Failure>> {
+        let _ = url;
+        Box::pin(async { Ok(None) })
+    }
 
     /// A provider of its own for the upkeep phase, with quick renewals whose counters the
     /// phase reads; `None`: the phase holds its locks on the run's provider, for a while.

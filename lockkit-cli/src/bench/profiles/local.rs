@@ -2,9 +2,8 @@
 //! local files (where a run keeps a file per lock, so `--locks` is bounded and the run removes
 //! its files).
 
-use crate::bench::profile::{Boxed, Floor, Profile, Targets};
+use crate::bench::profile::Profile;
 use crate::bench::url::{Url, run_id};
-use crate::exit::Failure;
 
 /// The memory backend's profile.
 pub(crate) struct Memory;
@@ -12,15 +11,6 @@ pub(crate) struct Memory;
 impl Profile for Memory {
     fn backend(&self) -> &'static str {
         "memory"
-    }
-
-    /// No target: without a floor there is no ratio to hold a figure to.
-    fn targets(&self) -> Targets {
-        Targets::NONE
-    }
-
-    fn floor<'a>(&'a self, _url: &'a Url) -> Boxed<'a, Result<Option<Box<dyn Floor>>, Failure>> {
-        Box::pin(async { Ok(None) })
     }
 }
 
@@ -30,15 +20,6 @@ pub(crate) struct File;
 impl Profile for File {
     fn backend(&self) -> &'static str {
         "file"
-    }
-
-    /// No target: without a floor there is no ratio to hold a figure to.
-    fn targets(&self) -> Targets {
-        Targets::NONE
-    }
-
-    fn floor<'a>(&'a self, _url: &'a Url) -> Boxed<'a, Result<Option<Box<dyn Floor>>, Failure>> {
-        Box::pin(async { Ok(None) })
     }
 
     fn max_locks(&self) -> Option<(u32, &'static str)> {

@@ -11,9 +11,7 @@ mod zk;
 #[cfg(feature = "etcd")]
 mod etcd;
 
-use super::profile::{Boxed, Floor, Profile, Targets};
-use super::url::Url;
-use crate::exit::Failure;
+use super::profile::Profile;
 
 /// Every profile.
 const PROFILES: &[&dyn Profile] = &[
@@ -37,14 +35,6 @@ pub(crate) struct Missing;
 impl Profile for Missing {
     fn backend(&self) -> &'static str {
         "unknown"
-    }
-
-    fn targets(&self) -> Targets {
-        Targets::NONE
-    }
-
-    fn floor<'a>(&'a self, _url: &'a Url) -> Boxed<'a, Result<Option<Box<dyn Floor>>, Failure>> {
-        Box::pin(async { Ok(None) })
     }
 }
 
