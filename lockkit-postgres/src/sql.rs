@@ -78,10 +78,11 @@ impl Statements {
                    SET expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond' \
                    FROM want w WHERE c.name = w.name AND c.owner = w.owner AND c.token IS NOT NULL \
                      AND c.expires_at > clock_timestamp() RETURNING c.name, c.owner) \
-                 SELECT w.name, w.owner, EXISTS (SELECT 1 FROM renewed r WHERE r.name = w.name AND r.owner = w.owner) \
-                   OR EXISTS (SELECT 1 FROM renewed_leaders r WHERE r.name = w.name AND r.owner = w.owner), \
+                 SELECT w.name, w.owner, r.name IS NOT NULL OR rl.name IS NOT NULL, \
                    EXISTS (SELECT 1 FROM {s}.locks l WHERE l.name = w.name) \
-                   OR EXISTS (SELECT 1 FROM {s}.candidates c WHERE c.name = w.name AND c.token IS NOT NULL) FROM want w"
+                   OR EXISTS (SELECT 1 FROM {s}.candidates c WHERE c.name = w.name AND c.token IS NOT NULL) \
+                 FROM want w LEFT JOIN renewed r ON r.name = w.name AND r.owner = w.owner \
+                   LEFT JOIN renewed_leaders rl ON rl.name = w.name AND rl.owner = w.owner"
             ),
             inspect: format!(
                 "SELECT l.meta, l.token, (extract(epoch FROM l.since) * 1000)::bigint, \
