@@ -119,13 +119,21 @@ pub(crate) async fn wait_turn(
     !matches!(request.deadline, Deadline::At(deadline) if Instant::now() >= deadline)
 }
 
-/// The renewal task of one provider: every `renew_every`, one `UPDATE` renews every hold;
-/// a hold the statement does not renew is lost.
+/// Holds renewed per statement: a round of many holds goes in statements of this many, each
+/// with a deadline counted from its own send, so that a long round does not leave its last
+/// holds a deadline that counts the whole round.
+const RENEW_CHUNK: usize = 1000;
+
+/// One hold of a renewal round: its id, lock, owner and signal.
+type Renewing = (u64, LockName, String, HoldSignal);
+
+/// The renewal task of one provider: every `renew_every`, `UPDATE`s of [`RENEW_CHUNK`] holds
+/// each renew every hold; a hold a statement does not renew is lost.
 async fn renewals(inner: Weak<Inner>) {
     loop {
         let Some(strong) = inner.upgrade() else { return };
         let settings = &strong.store.settings;
-        let batch: Vec<(u64, LockName, String, HoldSignal)> = {
+        let batch: Vec<Renewing> = {
             let mut holds = strong.holds();
             holds.live.retain(|_, (_, _, signal)| signal.is_held());
             holds
@@ -142,57 +150,68 @@ async fn renewals(inner: Weak<Inner>) {
             let _ = tokio::time::timeout(Duration::from_secs(5), wake.notified()).await;
             continue;
         }
-        let names: Vec<String> = batch.iter().map(|(_, lock, _, _)| crate::stored_name(lock.as_str())).collect();
-        let owners: Vec<&str> = batch.iter().map(|(_, _, owner, _)| owner.as_str()).collect();
-        let lease_ms = i64::try_from(settings.lease.as_millis()).unwrap_or(i64::MAX);
-        let sent = Instant::now();
-        let outcome = strong
-            .store
-            .query_now(
-                None,
-                &strong.store.sql.renew,
-                &[(&names, Type::TEXT_ARRAY), (&owners, Type::TEXT_ARRAY), (&lease_ms, Type::INT8)],
-            )
-            .await;
-        let counters = &strong.store.renewals;
-        counters.round_trips.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let next = match outcome {
-            Ok(rows) => {
-                counters.ticks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let deadline = lease_deadline(sent, settings.lease, settings.drift);
-                let mut result: HashMap<(String, String), (bool, bool)> = HashMap::new();
-                for row in rows {
-                    let (Ok(name), Ok(owner), Ok(renewed), Ok(present)) =
-                        (row.try_get::<_, String>(0), row.try_get::<_, String>(1), row.try_get(2), row.try_get(3))
-                    else {
-                        continue;
-                    };
-                    result.insert((name, owner), (renewed, present));
-                }
-                for (id, lock, owner, signal) in &batch {
-                    match result.get(&(crate::stored_name(lock.as_str()), owner.clone())) {
-                        Some((true, _)) => {
-                            signal.extend(deadline);
-                            counters.renewed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        }
-                        Some((false, true)) => {
-                            signal.lose(LossReason::OwnedByAnother);
-                            strong.untrack(*id);
-                        }
-                        Some((false, false)) => {
-                            signal.lose(LossReason::RecordGone);
-                            strong.untrack(*id);
-                        }
-                        None => {}
-                    }
-                }
-                sent + every
-            }
+        let started = Instant::now();
+        let mut confirmed = true;
+        for chunk in batch.chunks(RENEW_CHUNK) {
+            confirmed &= renew_chunk(&strong, chunk).await;
+        }
+        let next = if confirmed {
+            strong.store.renewals.ticks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            started + every
+        } else {
             // Unconfirmed: try again soon; the holds' deadlines keep running meanwhile.
-            Err(_) => Instant::now() + (every / 4).max(Duration::from_millis(20)),
+            Instant::now() + (every / 4).max(Duration::from_millis(20))
         };
         drop(strong);
         // A new hold does not need a renewal at once: sleep until the next round.
         tokio::time::sleep_until(next.into()).await;
     }
+}
+
+/// Renews `chunk` in one statement; returns whether the statement was answered.
+async fn renew_chunk(strong: &Arc<Inner>, chunk: &[Renewing]) -> bool {
+    let settings = &strong.store.settings;
+    let names: Vec<String> = chunk.iter().map(|(_, lock, _, _)| crate::stored_name(lock.as_str())).collect();
+    let owners: Vec<&str> = chunk.iter().map(|(_, _, owner, _)| owner.as_str()).collect();
+    let lease_ms = i64::try_from(settings.lease.as_millis()).unwrap_or(i64::MAX);
+    let sent = Instant::now();
+    let outcome = strong
+        .store
+        .query_now(
+            None,
+            &strong.store.sql.renew,
+            &[(&names, Type::TEXT_ARRAY), (&owners, Type::TEXT_ARRAY), (&lease_ms, Type::INT8)],
+        )
+        .await;
+    let counters = &strong.store.renewals;
+    counters.round_trips.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let Ok(rows) = outcome else { return false };
+    let deadline = lease_deadline(sent, settings.lease, settings.drift);
+    let mut result: HashMap<(String, String), (bool, bool)> = HashMap::new();
+    for row in rows {
+        let (Ok(name), Ok(owner), Ok(renewed), Ok(present)) =
+            (row.try_get::<_, String>(0), row.try_get::<_, String>(1), row.try_get(2), row.try_get(3))
+        else {
+            continue;
+        };
+        result.insert((name, owner), (renewed, present));
+    }
+    for (id, lock, owner, signal) in chunk {
+        match result.get(&(crate::stored_name(lock.as_str()), owner.clone())) {
+            Some((true, _)) => {
+                signal.extend(deadline);
+                counters.renewed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            Some((false, true)) => {
+                signal.lose(LossReason::OwnedByAnother);
+                strong.untrack(*id);
+            }
+            Some((false, false)) => {
+                signal.lose(LossReason::RecordGone);
+                strong.untrack(*id);
+            }
+            None => {}
+        }
+    }
+    true
 }

@@ -125,7 +125,7 @@ pub struct RenewalStats {
     /// Renewal rounds confirmed by the server (one per `renew_every` while something is held,
     /// plus quick retries after a failure).
     pub ticks: u64,
-    /// Renewal statements sent: each is one round trip, one `UPDATE` for every hold.
+    /// Renewal statements sent: each is one round trip, one `UPDATE` of up to 1,000 holds.
     pub round_trips: u64,
     /// Holds renewed by the rounds.
     pub renewed: u64,

@@ -78,10 +78,12 @@ impl Statements {
                    SET expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond' \
                    FROM want w WHERE c.name = w.name AND c.owner = w.owner AND c.token IS NOT NULL \
                      AND c.expires_at > clock_timestamp() RETURNING c.name, c.owner) \
-                 SELECT w.name, w.owner, EXISTS (SELECT 1 FROM renewed r WHERE r.name = w.name AND r.owner = w.owner) \
-                   OR EXISTS (SELECT 1 FROM renewed_leaders r WHERE r.name = w.name AND r.owner = w.owner), \
-                   EXISTS (SELECT 1 FROM {s}.locks l WHERE l.name = w.name) \
-                   OR EXISTS (SELECT 1 FROM {s}.candidates c WHERE c.name = w.name AND c.token IS NOT NULL) FROM want w"
+                 SELECT w.name, w.owner, r.name IS NOT NULL OR rl.name IS NOT NULL, \
+                   CASE WHEN r.name IS NOT NULL OR rl.name IS NOT NULL THEN true \
+                   ELSE EXISTS (SELECT 1 FROM {s}.locks l WHERE l.name = w.name) \
+                   OR EXISTS (SELECT 1 FROM {s}.candidates c WHERE c.name = w.name AND c.token IS NOT NULL) END \
+                 FROM want w LEFT JOIN renewed r ON r.name = w.name AND r.owner = w.owner \
+                   LEFT JOIN renewed_leaders rl ON rl.name = w.name AND rl.owner = w.owner"
             ),
             inspect: format!(
                 "SELECT l.meta, l.token, (extract(epoch FROM l.since) * 1000)::bigint, \
@@ -202,6 +204,9 @@ CREATE TABLE IF NOT EXISTS {s}.voided (
 -- now have several rows (readers, permits), keyed by (name, owner).
 ALTER TABLE {s}.locks ADD COLUMN IF NOT EXISTS kind text NOT NULL DEFAULT 'mutex';
 ALTER TABLE {s}.locks ADD COLUMN IF NOT EXISTS permits integer NOT NULL DEFAULT 0;
+-- Room in each page for a renewed row's new version: a renewal is then a HOT update that
+-- touches no index (the UPDATE of a round of 100,000 holds: 1.3 s, 0.5 s with it).
+ALTER TABLE {s}.locks SET (fillfactor = 50);
 ALTER TABLE {s}.waiters ADD COLUMN IF NOT EXISTS kind text NOT NULL DEFAULT 'mutex';
 ALTER TABLE {s}.waiters ADD COLUMN IF NOT EXISTS permits integer NOT NULL DEFAULT 0;
 ALTER TABLE {s}.waiters ADD COLUMN IF NOT EXISTS meta text NOT NULL DEFAULT '';

@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
+use futures_util::StreamExt as _;
 use lockkit_core::LossReason;
 use lockkit_core::backend::{HoldSignal, deadline_after, lease_deadline};
 use tokio::sync::Notify;
@@ -41,6 +42,11 @@ use lockkit_core::sync::lock_or_recover;
 /// Holds renewed per pipeline: large enough that 10,000 holds take a few round trips, small
 /// enough that one reply stays well under a megabyte.
 pub(crate) const BATCH: usize = 1000;
+
+/// Renewal pipelines in flight at once: enough to keep the server busy while the client
+/// reads the replies of one and writes the next, few enough that a batch does not wait
+/// behind a whole round on the connection.
+const IN_FLIGHT: usize = 4;
 
 /// One hold the watchdog keeps alive.
 #[derive(Debug)]
@@ -142,7 +148,7 @@ impl Watchdog {
                 let Some(dog) = watchdog.upgrade() else { return };
                 let Some(store) = dog.store.upgrade() else { return };
                 let Some(hold) = dog.live(id) else { return };
-                if !renew_all(&dog, &store, &[vec![&hold]]).await {
+                if renew_all(&dog, &store, &[vec![&hold]]).await.is_empty() {
                     return;
                 }
                 let delay = backoff.get_or_insert_with(|| Backoff::up_to(dog.settings.renew_every)).next_delay();
@@ -199,15 +205,28 @@ impl Watchdog {
         // Past its maximum hold a hold is not held (its deadline stops at the cap): it is
         // renewed no more, and its record expires with its lease.
         holds.retain(|_, entry| entry.signal.is_held());
-        holds.iter().map(|(id, e)| (*id, Arc::clone(&e.target), e.signal.clone())).collect()
+        let mut due: Vec<(Option<Instant>, Due)> = holds
+            .iter()
+            .map(|(id, e)| (e.signal.valid_until(), (*id, Arc::clone(&e.target), e.signal.clone())))
+            .collect();
+        drop(holds);
+        // The most urgent first: a round that runs late loses the least.
+        due.sort_unstable_by_key(|(valid_until, _)| *valid_until);
+        due.into_iter().map(|(_, due)| due).collect()
     }
 }
 
 /// The renewal loop of one provider. It holds the watchdog (and through it the connection)
 /// weakly, so that it keeps neither the provider's registry nor its connection alive once the
 /// provider is gone.
+///
+/// Rounds start at a fixed rate, `renew_every` after the start of the previous one (not after
+/// its end), so that a round that takes long does not push the next one later. Holds whose
+/// renewal could not be confirmed are retried alone, backing off, until the next round, which
+/// takes them again with all the others, the most urgent first.
 async fn run(watchdog: Weak<Watchdog>, renew_every: std::time::Duration) {
     let mut backoff = Backoff::up_to(renew_every);
+    let mut last_round: Option<Instant> = None;
     loop {
         // Sleep until there is something to renew, then one interval.
         loop {
@@ -215,13 +234,15 @@ async fn run(watchdog: Weak<Watchdog>, renew_every: std::time::Duration) {
             if dog.len() > 0 {
                 break;
             }
+            // Nothing held: the next hold starts a new interval.
+            last_round = None;
             // Wait without keeping the watchdog alive: its drop notifies too.
             let changed = Arc::clone(&dog.changed);
             drop(dog);
             changed.notified().await;
         }
-        // One interval, reading the suspect records meanwhile.
-        let tick = deadline_after(Instant::now(), renew_every);
+        // One interval from the start of the last round, reading the suspect records meanwhile.
+        let tick = deadline_after(last_round.unwrap_or_else(Instant::now), renew_every);
         loop {
             let Some(dog) = watchdog.upgrade() else { return };
             let suspects = Arc::clone(&dog.suspects);
@@ -235,10 +256,16 @@ async fn run(watchdog: Weak<Watchdog>, renew_every: std::time::Duration) {
                 }
             }
         }
+        let started = Instant::now();
+        last_round = Some(started);
+        let next_round = deadline_after(started, renew_every);
+        let mut due = match watchdog.upgrade() {
+            Some(dog) => dog.due(),
+            None => return,
+        };
         loop {
             let Some(dog) = watchdog.upgrade() else { return };
             let Some(store) = dog.store.upgrade() else { return };
-            let due = dog.due();
             if due.is_empty() {
                 break;
             }
@@ -253,13 +280,19 @@ async fn run(watchdog: Weak<Watchdog>, renew_every: std::time::Duration) {
             let failed = renew_all(&dog, &store, &batches).instrument(span).await;
             dog.stats.ticks.fetch_add(1, Ordering::Relaxed);
             drop((dog, store));
-            if !failed {
+            if failed.is_empty() {
                 backoff.reset();
                 break;
             }
-            // Some renewals could not be confirmed: try again soon, backing off, while the
-            // holds' deadlines still allow it.
-            tokio::time::sleep(backoff.next_delay()).await;
+            // Some renewals could not be confirmed: try them again soon, backing off, while
+            // the holds' deadlines still allow it; from the next round on, with the others.
+            let delay = backoff.next_delay();
+            if deadline_after(Instant::now(), delay) >= next_round {
+                break;
+            }
+            tokio::time::sleep(delay).await;
+            let Some(dog) = watchdog.upgrade() else { return };
+            due = failed.into_iter().filter_map(|id| dog.live(id)).collect();
         }
     }
 }
@@ -288,20 +321,26 @@ fn batches<'a>(store: &Store, due: &'a [Due]) -> Vec<Vec<&'a Due>> {
     slots.into_values().flat_map(|holds| holds.chunks(BATCH).map(<[&Due]>::to_vec).collect::<Vec<_>>()).collect()
 }
 
-/// Renews every due hold in pipelined batches sent concurrently; returns whether some
-/// renewal could not be confirmed.
-async fn renew_all(dog: &Watchdog, store: &Store, batches: &[Vec<&Due>]) -> bool {
+/// Renews every due hold in pipelined batches, at most [`IN_FLIGHT`] at once and in order;
+/// returns the ids of the holds whose renewal could not be confirmed.
+///
+/// Each batch's deadline counts from its own send and its reply is bounded by the response
+/// timeout from then: with every batch of a large round in flight at once, the last ones
+/// would wait behind all the others on the one connection, and time out or get a deadline
+/// that counts the whole round.
+async fn renew_all(dog: &Watchdog, store: &Store, batches: &[Vec<&Due>]) -> Vec<u64> {
     let settings = &dog.settings;
     let lease_ms = settings.lease_millis();
-    let batches = batches.iter().map(|batch| async move {
-        let targets: Vec<&HoldTarget> = batch.iter().map(|(_, target, _)| &**target).collect();
-        let sent_at = Instant::now();
-        let outcome = store.renew_batch(&targets, lease_ms).await;
-        lockkit_core::metrics::renewal_batch(crate::BACKEND, batch.len(), sent_at.elapsed());
-        (batch, sent_at, outcome)
-    });
-    let mut failed = false;
-    for (batch, sent_at, outcome) in futures_util::future::join_all(batches).await {
+    // By index: a stream of futures that borrow their batch trips up the `Send` proof of the
+    // task that runs this.
+    let sends =
+        (0..batches.len()).map(|at| renew_batch(store, batches.get(at).map_or(&[][..], Vec::as_slice), lease_ms));
+    let mut replies = futures_util::stream::iter(sends).buffered(IN_FLIGHT);
+    let mut failed = Vec::new();
+    let mut at = 0;
+    while let Some((sent_at, outcome)) = replies.next().await {
+        let batch = batches.get(at).map_or(&[][..], Vec::as_slice);
+        at += 1;
         match outcome {
             Ok((answers, acknowledged)) => {
                 let valid_until = lease_deadline(sent_at, settings.lease, settings.drift);
@@ -309,11 +348,10 @@ async fn renew_all(dog: &Watchdog, store: &Store, batches: &[Vec<&Due>]) -> bool
                     // The holds are ours on the primary, but a failover may lose the renewal:
                     // their deadlines stay where the last acknowledged renewal put them.
                     tracing::debug!(%error, holds = batch.len(), "renewal not acknowledged by the replicas; retrying");
-                    failed = true;
                 }
-                for ((_, _, signal), answer) in batch.iter().zip(answers) {
+                for ((id, _, signal), answer) in batch.iter().zip(answers) {
                     match answer {
-                        Ownership::Ours if acknowledged.is_err() => {}
+                        Ownership::Ours if acknowledged.is_err() => failed.push(*id),
                         Ownership::Ours => {
                             dog.stats.renewed.fetch_add(1, Ordering::Relaxed);
                             signal.extend(valid_until);
@@ -329,9 +367,22 @@ async fn renew_all(dog: &Watchdog, store: &Store, batches: &[Vec<&Due>]) -> bool
             }
             Err(error) => {
                 tracing::debug!(%error, holds = batch.len(), "renewal not confirmed; retrying");
-                failed = true;
+                failed.extend(batch.iter().map(|(id, _, _)| *id));
             }
         }
     }
     failed
+}
+
+/// Renews one batch in one pipeline; returns when it was sent and the answers.
+async fn renew_batch(
+    store: &Store,
+    batch: &[&Due],
+    lease_ms: u64,
+) -> (Instant, lockkit_core::Result<(Vec<Ownership>, lockkit_core::Result<()>)>) {
+    let targets: Vec<&HoldTarget> = batch.iter().map(|(_, target, _)| &**target).collect();
+    let sent_at = Instant::now();
+    let outcome = store.renew_batch(&targets, lease_ms).await;
+    lockkit_core::metrics::renewal_batch(crate::BACKEND, batch.len(), sent_at.elapsed());
+    (sent_at, outcome)
 }

@@ -9,7 +9,7 @@ use redis::{ErrorKind, RedisError, ServerErrorKind, Value};
 use super::connection::{Connection, Store, key_slot};
 use super::kinds::{HoldTarget, Kind, Ownership};
 use super::reply::{map_error, parse};
-use super::scripts::{RENEW, RENEW_LEADER, RENEW_PERMIT, RENEW_RW};
+use super::scripts::{RENEW, RENEW_LEADER, RENEW_MANY, RENEW_PERMIT, RENEW_RW};
 use crate::BACKEND;
 use crate::error::Failure;
 
@@ -115,7 +115,7 @@ impl Store {
             .any(|answer| matches!(answer, Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)));
         let answers = if lost_scripts {
             self.run(None, |mut connection| async move {
-                for script in [&*RENEW, &*RENEW_RW, &*RENEW_PERMIT, &*RENEW_LEADER] {
+                for script in [&*RENEW, &*RENEW_MANY, &*RENEW_RW, &*RENEW_PERMIT, &*RENEW_LEADER] {
                     script.prepare_invoke().load_async(&mut connection).await?;
                 }
                 Ok(())
@@ -245,6 +245,9 @@ impl Store {
     /// Sends the holds' pipeline (see [`hold_pipeline`](Self::hold_pipeline)) in one round trip.
     /// On a cluster, `node` (host and port) is the node to send it to, whatever the slots of
     /// its keys; without it, the cluster connection sends it to the primary of its first key.
+    /// Elsewhere, the renewals of the mutex holds go in one call of `renew_many.lua` at the
+    /// end of the pipeline (a script call costs the server more than the renewal in it), whose
+    /// codes are put back in the holds' order.
     pub(super) async fn send_one_pipeline(
         &self,
         holds: &[&HoldTarget],
@@ -253,7 +256,18 @@ impl Store {
     ) -> Result<Vec<std::result::Result<Value, RedisError>>> {
         let mut pipeline = redis::pipe();
         pipeline.ignore_errors();
+        let together = self.cluster.is_none() && lease_ms.is_some();
+        // Where each hold's answer is: its own reply, or its place in the one call's codes.
+        let mut places = Vec::with_capacity(holds.len());
+        let (mut own, mut mutexes) = (0, Vec::new());
         for hold in holds {
+            if together && hold.kind == Kind::Exclusive {
+                places.push(Place::Together(mutexes.len()));
+                mutexes.push(*hold);
+                continue;
+            }
+            places.push(Place::Own(own));
+            own += 1;
             match (hold.kind, lease_ms) {
                 (Kind::Exclusive, None) => {
                     pipeline.cmd("GET").arg(hold.keys.first());
@@ -276,21 +290,81 @@ impl Store {
                 }
             }
         }
+        if !mutexes.is_empty() {
+            let call = pipeline.cmd("EVALSHA").arg(RENEW_MANY.get_hash()).arg(mutexes.len() * 2);
+            for hold in &mutexes {
+                call.arg(&*hold.keys);
+            }
+            call.arg(lease_ms.unwrap_or(0)).arg(self.fence_retention_ms);
+            for hold in &mutexes {
+                call.arg(&hold.owner);
+            }
+        }
         if self.replicas > 0 && lease_ms.is_some() {
             // The renewals count once the replicas have them (see renew_batch).
             pipeline.cmd("WAIT").arg(self.replicas).arg(crate::settings::millis(self.replicas_timeout));
         }
-        self.run(None, |connection| async move {
-            match (connection, node) {
-                (Connection::Cluster(mut connection), Some((host, port))) => {
-                    let route = SingleNodeRoutingInfo::ByAddress { host: host.clone(), port };
-                    let count = pipeline.cmd_iter().count();
-                    let values = connection.route_pipeline(pipeline, 0, count, route).await?;
-                    Ok(values.into_iter().map(Value::extract_error).collect())
+        let replies = self
+            .run(None, |connection| async move {
+                match (connection, node) {
+                    (Connection::Cluster(mut connection), Some((host, port))) => {
+                        let route = SingleNodeRoutingInfo::ByAddress { host: host.clone(), port };
+                        let count = pipeline.cmd_iter().count();
+                        let values = connection.route_pipeline(pipeline, 0, count, route).await?;
+                        Ok(values.into_iter().map(Value::extract_error).collect())
+                    }
+                    (mut connection, _) => pipeline.query_async(&mut connection).await,
                 }
-                (mut connection, _) => pipeline.query_async(&mut connection).await,
-            }
-        })
-        .await
+            })
+            .await?;
+        if mutexes.is_empty() {
+            return Ok(replies);
+        }
+        Ok(spread(replies, &places, own))
     }
+}
+
+/// Where a hold's renewal answer is in a pipeline's replies (see
+/// [`send_one_pipeline`](Store::send_one_pipeline)).
+#[derive(Clone, Copy, Debug)]
+enum Place {
+    /// Its own reply, at this index.
+    Own(usize),
+    /// This index in the codes of the one call of `renew_many.lua`, the reply after the
+    /// holds' own.
+    Together(usize),
+}
+
+/// The replies of a pipeline with one call of `renew_many.lua` after `own` replies of their
+/// own (and a `WAIT`'s, maybe, after it), put back as one reply per hold in order, then the
+/// `WAIT`'s. A failed call fails each of its holds.
+fn spread(
+    replies: Vec<std::result::Result<Value, RedisError>>,
+    places: &[Place],
+    own: usize,
+) -> Vec<std::result::Result<Value, RedisError>> {
+    let mut replies = replies.into_iter();
+    let mut owns: Vec<Option<std::result::Result<Value, RedisError>>> = replies.by_ref().take(own).map(Some).collect();
+    let together = match replies.next() {
+        Some(Ok(Value::Array(codes))) => Ok(codes),
+        Some(Ok(other)) => {
+            Err(RedisError::from((ErrorKind::Parse, "renew_many.lua answered no array", format!("{other:?}"))))
+        }
+        Some(Err(error)) => Err(error),
+        None => Err(RedisError::from((ErrorKind::Io, "no reply in the pipeline"))),
+    };
+    let missing = || RedisError::from((ErrorKind::Io, "no reply in the pipeline"));
+    let mut answers: Vec<std::result::Result<Value, RedisError>> = places
+        .iter()
+        .map(|place| match *place {
+            Place::Own(at) => owns.get_mut(at).and_then(Option::take).unwrap_or_else(|| Err(missing())),
+            Place::Together(at) => match &together {
+                Ok(codes) => codes.get(at).cloned().ok_or_else(missing),
+                Err(error) => Err(error.clone()),
+            },
+        })
+        .collect();
+    // The WAIT's reply, when there is one.
+    answers.extend(replies);
+    answers
 }

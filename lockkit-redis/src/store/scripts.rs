@@ -49,6 +49,8 @@ pub(super) static OBSERVE: LazyLock<Script> =
 pub(super) static RENEW_LEADER: LazyLock<Script> =
     LazyLock::new(|| Script::new(queue_script!("scripts/layout.lua", "scripts/renew_leader.lua")));
 pub(super) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
+/// Renews a batch of mutex holds in one call, on a server that is not a cluster.
+pub(super) static RENEW_MANY: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/renew_many.lua")));
 pub(super) static RENEW_RW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/renew_rw.lua")));
 pub(super) static RENEW_PERMIT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/renew_permit.lua")));
