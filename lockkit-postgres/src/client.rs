@@ -128,12 +128,14 @@ const RENEW_CHUNK: usize = 1000;
 type Renewing = (u64, LockName, String, HoldSignal);
 
 /// The renewal task of one provider: every `renew_every`, `UPDATE`s of [`RENEW_CHUNK`] holds
-/// each renew every hold; a hold a statement does not renew is lost.
+/// each renew every hold, the holds that run out first in the first statements; a hold a
+/// statement does not renew is lost. A statement that is not answered is sent again soon, for
+/// its own holds only: the others were renewed.
 async fn renewals(inner: Weak<Inner>) {
     loop {
         let Some(strong) = inner.upgrade() else { return };
         let settings = &strong.store.settings;
-        let batch: Vec<Renewing> = {
+        let mut batch: Vec<Renewing> = {
             let mut holds = strong.holds();
             holds.live.retain(|_, (_, _, signal)| signal.is_held());
             holds
@@ -142,6 +144,8 @@ async fn renewals(inner: Weak<Inner>) {
                 .map(|(id, (lock, owner, signal))| (*id, lock.clone(), owner.clone(), signal.clone()))
                 .collect()
         };
+        // The most urgent first (a hold without a deadline last: it cannot run out).
+        batch.sort_by_key(|(_, _, _, signal)| (signal.valid_until().is_none(), signal.valid_until()));
         let every = settings.renew_every;
         if batch.is_empty() {
             let wake = Arc::clone(&strong.renew_wake);
@@ -151,17 +155,30 @@ async fn renewals(inner: Weak<Inner>) {
             continue;
         }
         let started = Instant::now();
-        let mut confirmed = true;
+        let mut unanswered: Vec<Renewing> = Vec::new();
         for chunk in batch.chunks(RENEW_CHUNK) {
-            confirmed &= renew_chunk(&strong, chunk).await;
+            if !renew_chunk(&strong, chunk).await {
+                unanswered.extend_from_slice(chunk);
+            }
         }
-        let next = if confirmed {
+        // Unanswered statements: their holds again soon, until the next round is due (the
+        // holds' deadlines keep running meanwhile; the next round takes them all anyway).
+        let retry = (every / 4).max(Duration::from_millis(20));
+        while !unanswered.is_empty() && Instant::now() + retry < started + every {
+            tokio::time::sleep(retry).await;
+            unanswered.retain(|(_, _, _, signal)| signal.is_held());
+            let mut still = Vec::new();
+            for chunk in unanswered.chunks(RENEW_CHUNK) {
+                if !renew_chunk(&strong, chunk).await {
+                    still.extend_from_slice(chunk);
+                }
+            }
+            unanswered = still;
+        }
+        if unanswered.is_empty() {
             strong.store.renewals.ticks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            started + every
-        } else {
-            // Unconfirmed: try again soon; the holds' deadlines keep running meanwhile.
-            Instant::now() + (every / 4).max(Duration::from_millis(20))
-        };
+        }
+        let next = started + every;
         drop(strong);
         // A new hold does not need a renewal at once: sleep until the next round.
         tokio::time::sleep_until(next.into()).await;
