@@ -96,13 +96,28 @@ async fn fenced_cli_chaos_on_postgres() {
     assert!(report.writes_refused + report.reads_refused > 0, "the fence refused nothing:\n{report}");
 }
 
+/// Runs of the planted bug before the test gives up on seeing a stale write land: a stale
+/// write needs a command still writing after a newer holder wrote, which the drawn write spans
+/// and pauses give in most runs but not all (the first seed has seen none since PostgreSQL's
+/// renewal got faster; the next one saw four).
+const BYPASSED_RUNS: u64 = 3;
+
 /// The planted bug: the same schedule, the commands' `SELECT lockkit_fence.fence(…)` left out.
+/// Every run must refuse nothing, and within [`BYPASSED_RUNS`] runs (seeds `SEED`, `SEED + 1`,
+/// …) stale writes must land and fail the run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fenced_cli_run_catches_a_bypassed_fence() {
-    let mut config = config(true).await;
-    config.seed = SEED;
-    let report = run(config).await;
-    assert!(report.stale_writes_accepted > 0, "the stale writes went unnoticed:\n{report}");
-    assert_eq!(report.writes_refused, 0, "a bypassed fence refuses nothing:\n{report}");
-    assert!(!report.is_ok(), "{report}");
+    let mut reports = Vec::new();
+    for attempt in 0..BYPASSED_RUNS {
+        let mut config = config(true).await;
+        config.seed = SEED + attempt;
+        let report = run(config).await;
+        assert_eq!(report.writes_refused, 0, "a bypassed fence refuses nothing:\n{report}");
+        if report.stale_writes_accepted > 0 {
+            assert!(!report.is_ok(), "{report}");
+            return;
+        }
+        reports.push(report.to_string());
+    }
+    panic!("the stale writes went unnoticed in {BYPASSED_RUNS} runs:\n{}", reports.join("\n"));
 }
