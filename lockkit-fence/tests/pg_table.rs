@@ -5,69 +5,23 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
-use async_trait::async_trait;
 use lockkit_core::{Fence, FenceMode, FencingToken, LockId, LockName};
 use lockkit_fence::postgres::{PgFence, PgFencedRows, PgFencedTable, STALE_SQLSTATE};
 use lockkit_fence::{FenceError, FenceSink};
-use lockkit_testkit::fixture::PostgresServer;
-use lockkit_testkit::{FaultResult, FenceHarness, Unsupported};
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 
-/// A dedicated server (fsync on), crashed and restarted by the restart case.
-struct RowsHarness {
-    server: tokio::sync::Mutex<PostgresServer>,
-    url: String,
+mod support;
+
+use support::{PgHarness, connect, runtime, server};
+
+/// The sink under test on a connection.
+fn open(client: Client, fence: PgFence) -> futures_util::future::BoxFuture<'static, Arc<dyn FenceSink>> {
+    Box::pin(async move { Arc::new(PgFencedRows::open(client, fence).await.unwrap()) as Arc<dyn FenceSink> })
 }
 
-impl RowsHarness {
-    async fn start() -> Self {
-        let server = PostgresServer::start().await.unwrap_or_else(|error| panic!("PostgreSQL: {error}"));
-        Self { url: server.url(), server: tokio::sync::Mutex::new(server) }
-    }
-}
-
-async fn connect(url: &str) -> Client {
-    let (client, connection) = tokio_postgres::connect(url, NoTls).await.unwrap_or_else(|e| panic!("connect: {e}"));
-    tokio::spawn(connection);
-    client
-}
-
-#[async_trait]
-impl FenceHarness for RowsHarness {
-    fn name(&self) -> String {
-        "postgres fenced table".to_owned()
-    }
-
-    async fn sink(&self) -> Arc<dyn FenceSink> {
-        let client = connect(&self.url).await;
-        Arc::new(PgFencedRows::open(client, PgFence::new()).await.unwrap())
-    }
-
-    async fn isolated(&self) -> Result<Arc<dyn FenceHarness>, Unsupported> {
-        Ok(Arc::new(Self::start().await))
-    }
-
-    async fn restart_store(&self) -> FaultResult {
-        let mut server = self.server.lock().await;
-        server.crash_restart().await.unwrap_or_else(|error| panic!("crash and restart PostgreSQL: {error}"));
-        Ok(())
-    }
-}
-
-lockkit_testkit::fence_conformance!(crate::RowsHarness::start().await);
-
-fn runtime() -> &'static tokio::runtime::Runtime {
-    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    RUNTIME.get_or_init(|| tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap())
-}
-
-/// One server for the tests below (the fence cases have their own).
-async fn server() -> String {
-    static SERVER: tokio::sync::OnceCell<PostgresServer> = tokio::sync::OnceCell::const_new();
-    SERVER.get_or_init(|| async { PostgresServer::start().await.unwrap() }).await.url()
-}
+lockkit_testkit::fence_conformance!(crate::PgHarness::start("postgres fenced table", crate::open).await);
 
 fn fence_of(lock: &str, token: u64) -> Fence {
     let lock = LockId::new("fence-tests://table", LockName::new(lock).unwrap()).unwrap();

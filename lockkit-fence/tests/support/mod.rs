@@ -1,0 +1,74 @@
+//! What the PostgreSQL fence tests share: a harness over a dedicated server (fsync on,
+//! `synchronous_commit` on) that the restart case crashes and restarts, so committed fences
+//! must survive crash recovery; a connection; a runtime and a server for the tests beside the
+//! fence cases.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::{Arc, OnceLock};
+
+use async_trait::async_trait;
+use lockkit_fence::FenceSink;
+use lockkit_fence::postgres::PgFence;
+use lockkit_testkit::fixture::PostgresServer;
+use lockkit_testkit::{FaultResult, FenceHarness, Unsupported};
+use tokio_postgres::{Client, NoTls};
+
+/// Opens the sink under test over a connection, with the fence's migration.
+pub(crate) type OpenSink = fn(Client, PgFence) -> futures_util::future::BoxFuture<'static, Arc<dyn FenceSink>>;
+
+/// The fence cases' harness: a dedicated server and the sink `open` makes on it.
+pub(crate) struct PgHarness {
+    name: &'static str,
+    open: OpenSink,
+    server: tokio::sync::Mutex<PostgresServer>,
+    url: String,
+}
+
+impl PgHarness {
+    /// Starts a server of its own for the sink `open` makes, called `name` in reports.
+    pub(crate) async fn start(name: &'static str, open: OpenSink) -> Self {
+        let server = PostgresServer::start().await.unwrap_or_else(|error| panic!("PostgreSQL: {error}"));
+        Self { name, open, url: server.url(), server: tokio::sync::Mutex::new(server) }
+    }
+}
+
+/// A connection to `url`, driven on the current runtime.
+pub(crate) async fn connect(url: &str) -> Client {
+    let (client, connection) = tokio_postgres::connect(url, NoTls).await.unwrap_or_else(|e| panic!("connect: {e}"));
+    tokio::spawn(connection);
+    client
+}
+
+#[async_trait]
+impl FenceHarness for PgHarness {
+    fn name(&self) -> String {
+        self.name.to_owned()
+    }
+
+    async fn sink(&self) -> Arc<dyn FenceSink> {
+        (self.open)(connect(&self.url).await, PgFence::new()).await
+    }
+
+    async fn isolated(&self) -> Result<Arc<dyn FenceHarness>, Unsupported> {
+        Ok(Arc::new(Self::start(self.name, self.open).await))
+    }
+
+    async fn restart_store(&self) -> FaultResult {
+        let mut server = self.server.lock().await;
+        server.crash_restart().await.unwrap_or_else(|error| panic!("crash and restart PostgreSQL: {error}"));
+        Ok(())
+    }
+}
+
+/// The runtime of the tests beside the fence cases.
+pub(crate) fn runtime() -> &'static tokio::runtime::Runtime {
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap())
+}
+
+/// One server for the tests beside the fence cases (which have their own).
+pub(crate) async fn server() -> String {
+    static SERVER: tokio::sync::OnceCell<PostgresServer> = tokio::sync::OnceCell::const_new();
+    SERVER.get_or_init(|| async { PostgresServer::start().await.unwrap() }).await.url()
+}
