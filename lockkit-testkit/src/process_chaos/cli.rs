@@ -4,7 +4,8 @@
 //! resource and checker as [`run`](super::run)).
 //!
 //! Each `lockkit run` is one worker of the report: it waits for the lock (at most 5 s), runs
-//! the writer (writes for up to two leases, one second without a lease), releases and exits; its slot then starts another. The
+//! the writer (writes for up to two leases, one second without a lease; a fenced run's writer
+//! for three leases, all of them), releases and exits; its slot then starts another. The
 //! writer speaks the worker's protocol on the standard streams it inherits through `lockkit`,
 //! and first says `pid PID`, so that the parent can signal the command apart from `lockkit`.
 //!
@@ -112,8 +113,12 @@ where
     std::process::exit(code);
 }
 
-/// The fenced writer: read-modify-writes through the store for a span drawn up to
+/// The fenced writer: read-modify-writes through the store for the whole of
 /// [`WRITER_SPAN_ENV`] (at least one), until one is refused or fails; the exit code.
+///
+/// The whole span, not a drawn part of it as [`write`] does: a stale write needs a command
+/// still writing after a newer holder wrote, so every pause of `lockkit` that outlives the
+/// lease early enough in the hold must leave the command writing on (see [`span_ms`]).
 async fn write_fenced(index: &str, mut writer: StoreWriter) -> i32 {
     let fence = match Fence::from_env() {
         Ok(fence) => fence,
@@ -131,7 +136,7 @@ async fn write_fenced(index: &str, mut writer: StoreWriter) -> i32 {
     let seed = std::env::var(WRITER_SEED_ENV).ok().and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
     let mut rng = Rng::new(seed ^ token.wrapping_mul(0x9e37_79b9_7f4a_7c15));
     let longest = std::env::var(WRITER_SPAN_ENV).ok().and_then(|s| s.parse::<u64>().ok()).unwrap_or(200);
-    let until = Instant::now() + rng.between(Duration::ZERO, Duration::from_millis(longest));
+    let until = Instant::now() + Duration::from_millis(longest);
     if !say(&format!("pid {}", std::process::id())) || !say(&format!("acquired {index} {token} {} -", now_ns())) {
         return 0;
     }
@@ -192,8 +197,16 @@ fn write(index: &str) -> i32 {
 
 /// The longest a writer writes: two leases (one second without a lease), so that a writer
 /// whose `lockkit` is paused goes on writing past the lease.
+///
+/// A fenced run's writer writes its whole span, and the span is three leases: a pause of
+/// `lockkit` that begins in the first one and a half leases of a hold and outlives the lease
+/// leaves the command writing after the lease expired (at most one lease after the pause
+/// began) and a waiting `lockkit run` took the lock and its command wrote (a few tens of
+/// milliseconds more), so that such a run always has stale writes to refuse (or, with the
+/// fence bypassed, to accept).
 fn span_ms(config: &ProcessChaosConfig) -> u128 {
-    config.lease.map_or(Duration::from_secs(1), |lease| lease * 2).as_millis()
+    let leases = if config.sink.is_some() { 3 } else { 2 };
+    config.lease.map_or(Duration::from_secs(1), |lease| lease * leases).as_millis()
 }
 
 /// The `lockkit run` a slot runs now.
