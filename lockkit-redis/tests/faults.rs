@@ -275,7 +275,9 @@ async fn killed_subscriber_connection_does_not_strand(fair: bool) {
 }
 
 /// Sixteen clients hammer one lock for a few seconds: never two holders, tokens strictly
-/// increasing in grant order.
+/// increasing in grant order. A release may find its hold lost (the client starved past its
+/// lease on a loaded machine: the history bounds each hold by its deadline, so a hold lost
+/// still counts only while it was valid); any other error fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sixteen_clients_on_one_lock_never_overlap() {
     let harness = RedisHarness::shared().await;
@@ -290,7 +292,7 @@ async fn sixteen_clients_on_one_lock_never_overlap() {
         let lock = provider.lock(&name).unwrap();
         let history = Arc::clone(&history);
         tasks.push(tokio::spawn(async move {
-            let mut count = 0_u32;
+            let (mut count, mut lost) = (0_u32, 0_u32);
             while Instant::now() < stop_at {
                 let guard = match lock.acquire_timeout(Duration::from_secs(10)).await {
                     Ok(guard) => guard,
@@ -299,22 +301,27 @@ async fn sixteen_clients_on_one_lock_never_overlap() {
                 let index = history.acquired(&format!("client-{client}"), &guard);
                 tokio::task::yield_now().await;
                 history.ended(index, Some(&guard));
-                guard.release().await.unwrap();
+                match guard.release().await {
+                    Ok(()) => {}
+                    Err(lockkit_core::Error::LockLost { .. }) => lost += 1,
+                    Err(error) => panic!("client {client}: the release failed: {error}"),
+                }
                 count += 1;
             }
-            count
+            (count, lost)
         }));
     }
-    let mut total = 0;
+    let (mut total, mut lost) = (0, 0);
     for task in tasks {
-        total += within(Duration::from_secs(30), "a stress client finishes", task).await.unwrap();
+        let (count, lost_here) = within(Duration::from_secs(30), "a stress client finishes", task).await.unwrap();
+        (total, lost) = (total + count, lost + lost_here);
     }
     history.assert_valid();
     let mut holds = history.holds_snapshot();
     holds.sort_by_key(|hold| hold.start);
     assert!(holds.windows(2).all(|pair| pair[0].token < pair[1].token), "tokens increase in grant order");
     assert!(total >= 16, "every client got the lock at least once: {total} grants");
-    println!("{total} grants among 16 clients in 4 s");
+    println!("{total} grants among 16 clients in 4 s, {lost} found lost at their release");
 }
 
 /// A reply lost on a slow link: the acquisition is retried with the same owner id, finds its

@@ -6,8 +6,9 @@
 //! interleaving of the processes as well as on the seed. So that what a run covers depends on
 //! the seed's schedule alone, the schedule goes on past [`ProcessChaosConfig::duration`] while
 //! the run misses a fault it draws ([`needs`]): one of every kind in
-//! [`ProcessChaosConfig::faults`], and with a lease and pauses, a pause of a holder that
-//! outlived the lease. It gives up, as an error of the run, after [`COVERAGE_GRACE`] and four
+//! [`ProcessChaosConfig::faults`], with a lease and pauses, a pause of a holder that outlived
+//! the lease, and in a fenced run (fence not bypassed), a stale write or read the fence
+//! refused. It gives up, as an error of the run, after [`COVERAGE_GRACE`] and four
 //! leases more.
 
 use std::sync::{Arc, Mutex};
@@ -30,11 +31,16 @@ pub(super) enum Need {
     Fault(ProcessFault),
     /// A pause of a process that held a lock, longer than the lease.
     PauseOutlivingLease,
+    /// A stale write or read refused by the fence: a fenced run exists to show one, and
+    /// whether a pause past the lease leaves its holder writing after a newer holder wrote
+    /// depends on the interleaving (and on the machine's load) as well as on the seed.
+    Refusal,
 }
 
-/// What the run with `config` still misses, given what `report` counts so far. A store fault
-/// is needed only when the run has the store's control.
-pub(super) fn needs(config: &ProcessChaosConfig, report: &ProcessChaosReport) -> Vec<Need> {
+/// What the run with `config` still misses, given what `report` counts so far and the
+/// `refusals` of its fence so far. A store fault is needed only when the run has the store's
+/// control.
+pub(super) fn needs(config: &ProcessChaosConfig, report: &ProcessChaosReport, refusals: u64) -> Vec<Need> {
     let mut needs: Vec<Need> = config
         .faults
         .iter()
@@ -44,6 +50,10 @@ pub(super) fn needs(config: &ProcessChaosConfig, report: &ProcessChaosReport) ->
         .collect();
     if config.lease.is_some() && config.faults.contains(&ProcessFault::Pause) && report.pauses_outliving_lease == 0 {
         needs.push(Need::PauseOutlivingLease);
+    }
+    let fenced = config.sink.is_some() && !config.fence_bypassed;
+    if fenced && config.lease.is_some() && config.faults.contains(&ProcessFault::Pause) && refusals == 0 {
+        needs.push(Need::Refusal);
     }
     needs
 }
@@ -75,7 +85,12 @@ impl Schedule {
     pub(super) async fn next(&mut self, config: &ProcessChaosConfig, state: &Arc<Mutex<State>>) -> Option<Draw> {
         loop {
             let now = Instant::now();
-            let missing = if now < self.faults_end { Vec::new() } else { needs(config, &lock(state).report) };
+            let missing = if now < self.faults_end {
+                Vec::new()
+            } else {
+                let state = lock(state);
+                needs(config, &state.report, state.refusals())
+            };
             if now >= self.faults_end && missing.is_empty() {
                 return None;
             }
@@ -177,7 +192,9 @@ impl Draw {
     pub(super) fn covering(mut self, needs: &[Need], config: &ProcessChaosConfig) -> Draw {
         let count = u64::try_from(needs.len()).unwrap_or(1).max(1);
         match needs.get(usize::try_from(self.which % count).unwrap_or(0)) {
-            Some(Need::PauseOutlivingLease) => self.outliving(config.lease.unwrap_or(Duration::from_secs(1))),
+            Some(Need::PauseOutlivingLease | Need::Refusal) => {
+                self.outliving(config.lease.unwrap_or(Duration::from_secs(1)))
+            }
             Some(&Need::Fault(kind)) => {
                 self.kind = kind;
                 self.at_holder = true;
@@ -257,6 +274,27 @@ mod tests {
             assert_eq!(a.choose::<u32>(&[], &[]), None);
         }
         assert!(Draw::new(&mut first, &config.clone().with_faults([])).is_none());
+    }
+
+    #[test]
+    fn a_fenced_run_needs_a_refusal_until_its_fence_refused_one_and_covers_it_with_a_long_pause() {
+        let lease = Duration::from_secs(1);
+        let config = ProcessChaosConfig::new(7, "redis://unused", "unused")
+            .with_lease(lease)
+            .with_faults([ProcessFault::Pause])
+            .with_sink("postgres://unused");
+        let mut report = ProcessChaosReport { pauses_outliving_lease: 1, ..ProcessChaosReport::default() };
+        report.faults.insert(ProcessFault::Pause, 1);
+        assert_eq!(needs(&config, &report, 0), vec![Need::Refusal]);
+        assert!(needs(&config, &report, 1).is_empty());
+        // Nothing to refuse with the fence bypassed, nor without a fence.
+        assert!(needs(&config.clone().with_fence_bypassed(true), &report, 0).is_empty());
+        let mut unfenced = config.clone();
+        unfenced.sink = None;
+        assert!(needs(&unfenced, &report, 0).is_empty());
+        let draw = Draw::new(&mut Rng::new(3), &config).unwrap().covering(&[Need::Refusal], &config);
+        assert_eq!((draw.kind, draw.holder_only), (ProcessFault::Pause, true));
+        assert!(draw.pause > lease);
     }
 
     #[test]

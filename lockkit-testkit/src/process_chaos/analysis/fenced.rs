@@ -62,6 +62,15 @@ pub(in super::super) struct FencedLog {
 }
 
 impl State {
+    /// The stale writes and reads the fence refused so far (0 in a run without a fence).
+    pub(in super::super) fn refusals(&self) -> u64 {
+        let stale = self
+            .fenced
+            .as_ref()
+            .map_or(0, |log| log.writes.iter().filter(|write| write.outcome == Some(Outcome::Stale)).count());
+        u64::try_from(stale).unwrap_or(u64::MAX).saturating_add(self.report.reads_refused)
+    }
+
     /// Handles a line of a fenced run's writer (`write`, `wrote`, `readrefused`); `None` for
     /// another line or a malformed one.
     pub(super) fn handle_fenced(&mut self, id: u64, line: &str) -> Option<()> {
