@@ -55,7 +55,7 @@ impl LockHandle {
     pub(crate) fn new(backend: Arc<dyn LockBackend>, lock: LockName, kind: HoldKind, policy: Arc<Policy>) -> Self {
         let backend_name = backend.name();
         let labels = Labels::new(backend_name, &kind, &lock, policy.metrics_prefix.as_ref());
-        let releases = Arc::default();
+        let releases = std::sync::OnceLock::new();
         Self { inner: Arc::new(HandleInner { backend, backend_name, lock, kind, releases, policy, labels }) }
     }
 
@@ -206,13 +206,13 @@ impl LockHandle {
             Some(max_hold) => Some(check_max_hold(&*inner.backend, max_hold)?),
             None => inner.policy.max_hold,
         };
-        let mark = inner.releases.mark();
-        if !inner.releases.settled(mark) {
+        let mark = inner.release_mark();
+        if !inner.releases_settled(mark) {
             // A release of this handle's guards is still on its way to the store; asking now
             // could find that hold in the way. Even `try_acquire` waits for it: it is a hold
             // this handle already gave up, not another owner's.
             let own = if deadline == Deadline::Now { Deadline::Never } else { deadline };
-            if within(own, inner.releases.wait_settled(mark)).await.is_none() {
+            if within(own, inner.releases_settle(mark)).await.is_none() {
                 return Ok(None);
             }
         }
