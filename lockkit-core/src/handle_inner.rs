@@ -14,7 +14,6 @@ use crate::{Error, HoldKind, LockId, LockName};
 /// The state of one lock handle, shared by its clones and by every guard it handed out.
 pub(crate) struct HandleInner {
     pub(crate) backend: Arc<dyn LockBackend>,
-    pub(crate) backend_name: &'static str,
     pub(crate) lock: LockName,
     pub(crate) kind: HoldKind,
     /// Releases of this handle's guards still in flight; made by the first release, so that
@@ -35,8 +34,9 @@ impl HandleInner {
         &self.kind
     }
 
+    /// The backend's short name (asked of the backend: a handle keeps no copy).
     pub(crate) fn backend_name(&self) -> &'static str {
-        self.backend_name
+        self.backend.name()
     }
 
     pub(crate) fn labels(&self) -> &Labels {
@@ -47,7 +47,8 @@ impl HandleInner {
     /// else the backend's) and the name. A backend with neither gets one made of its name and
     /// the client's identity in this process.
     pub(crate) fn lock_id(&self) -> LockId {
-        let store = self.store_identity().unwrap_or_else(|| format!("{}://@{:x}", self.backend_name, self.instance()));
+        let store =
+            self.store_identity().unwrap_or_else(|| format!("{}://@{:x}", self.backend_name(), self.instance()));
         LockId::lossy(&store, self.lock.clone())
     }
 
@@ -69,7 +70,7 @@ impl HandleInner {
     /// awaited and finishes it in the background when dropped unfinished. The handle's next
     /// acquisition waits for it.
     pub(crate) fn start_release(&self, held: Box<dyn HeldLock>) -> Release {
-        let span = tracing::info_span!("lockkit.release", backend = self.backend_name, lock = %self.lock);
+        let span = tracing::info_span!("lockkit.release", backend = self.backend_name(), lock = %self.lock);
         let releases = self.releases.get_or_init(Arc::default);
         Release::new(held, Arc::clone(&self.backend), releases.begin(), span)
     }

@@ -28,12 +28,42 @@ pub enum HoldEnd {
     Lost(LossReason),
 }
 
+/// An instant in 8 bytes: nanoseconds since a base a day before this process's first hold,
+/// 0 for none. An instant before the base (only ever a deadline long past) reads as the base.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Stamp(u64);
+
+impl Stamp {
+    fn base() -> Instant {
+        static BASE: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        *BASE.get_or_init(|| {
+            let now = Instant::now();
+            now.checked_sub(Duration::from_secs(24 * 3600)).unwrap_or(now)
+        })
+    }
+
+    fn of(at: Option<Instant>) -> Self {
+        match at {
+            None => Self(0),
+            // Past the base, and within 584 years of it (deadlines saturate at a century).
+            Some(at) => {
+                Self(u64::try_from(at.saturating_duration_since(Self::base()).as_nanos()).unwrap_or(u64::MAX).max(1))
+            }
+        }
+    }
+
+    fn get(self) -> Option<Instant> {
+        (self.0 != 0).then(|| deadline_after(Self::base(), Duration::from_nanos(self.0)))
+    }
+}
+
 #[derive(Debug)]
 struct HoldState {
-    valid_until: Option<Instant>,
+    valid_until: Stamp,
     /// The maximum hold's end: the deadline is never extended past it.
-    cap: Option<Instant>,
-    end: Option<HoldEnd>,
+    cap: Stamp,
+    /// How the hold ended (boxed: a live hold keeps 8 bytes for it).
+    end: Option<Box<HoldEnd>>,
     /// Woken at every change; made by the first waiter, `None` while nobody ever waited.
     changed: Option<Arc<Notify>>,
     /// The labels of the guard's metrics, once the core received the hold.
@@ -45,7 +75,11 @@ impl HoldState {
     /// Why a hold whose deadline passed at `now` is lost: the maximum hold when it was
     /// reached, the deadline otherwise.
     fn expiry_reason(&self, now: Instant) -> LossReason {
-        if self.cap.is_some_and(|cap| now >= cap) { LossReason::MaxHoldReached } else { LossReason::DeadlineExpired }
+        if self.cap.get().is_some_and(|cap| now >= cap) {
+            LossReason::MaxHoldReached
+        } else {
+            LossReason::DeadlineExpired
+        }
     }
 
     /// Wakes every waiter, after a change.
@@ -74,8 +108,8 @@ impl HoldSignal {
     /// released or lost, with no lease).
     pub fn new(backend: &'static str, lock: LockName, valid_until: Option<Instant>) -> Self {
         let state = HoldState {
-            valid_until,
-            cap: None,
+            valid_until: Stamp::of(valid_until),
+            cap: Stamp::of(None),
             end: None,
             changed: None,
             #[cfg(feature = "metrics")]
@@ -104,12 +138,12 @@ impl HoldSignal {
             if state.end.is_some() {
                 return false;
             }
-            let valid_until = state.cap.map_or(valid_until, |cap| valid_until.min(cap));
-            match state.valid_until {
+            let valid_until = state.cap.get().map_or(valid_until, |cap| valid_until.min(cap));
+            match state.valid_until.get() {
                 Some(current) if now >= current => state.expiry_reason(now),
                 Some(current) if valid_until <= current => return true,
                 _ => {
-                    state.valid_until = Some(valid_until);
+                    state.valid_until = Stamp::of(Some(valid_until));
                     state.wake();
                     return true;
                 }
@@ -131,17 +165,17 @@ impl HoldSignal {
     /// [`past_cap`](Self::past_cap), so that their records expire with their lease.
     pub fn cap_at(&self, cap: Instant) {
         let mut state = self.state();
-        if state.end.is_some() || state.cap.is_some_and(|current| current <= cap) {
+        if state.end.is_some() || state.cap.get().is_some_and(|current| current <= cap) {
             return;
         }
-        state.cap = Some(cap);
-        state.valid_until = Some(state.valid_until.map_or(cap, |until| until.min(cap)));
+        state.cap = Stamp::of(Some(cap));
+        state.valid_until = Stamp::of(Some(state.valid_until.get().map_or(cap, |until| until.min(cap))));
         state.wake();
     }
 
     /// The end of the hold's maximum hold, if it has one ([`cap_at`](Self::cap_at)).
     pub fn cap(&self) -> Option<Instant> {
-        self.state().cap
+        self.state().cap.get()
     }
 
     /// Whether the hold has a maximum hold that has passed: renewal code stops renewing it
@@ -176,7 +210,7 @@ impl HoldSignal {
         self.check_deadline();
         let mut state = self.state();
         Self::end(&mut state, HoldEnd::Released);
-        match &state.end {
+        match state.end.as_deref() {
             Some(HoldEnd::Lost(reason)) => Some(reason.clone()),
             Some(HoldEnd::Released) | None => None,
         }
@@ -187,7 +221,7 @@ impl HoldSignal {
         if state.end.is_some() {
             return false;
         }
-        state.end = Some(end);
+        state.end = Some(Box::new(end));
         state.wake();
         true
     }
@@ -197,7 +231,7 @@ impl HoldSignal {
         let now = Instant::now();
         let passed = {
             let state = self.state();
-            let passed = state.end.is_none() && state.valid_until.is_some_and(|until| now >= until);
+            let passed = state.end.is_none() && state.valid_until.get().is_some_and(|until| now >= until);
             passed.then(|| state.expiry_reason(now))
         };
         if let Some(reason) = passed {
@@ -233,7 +267,7 @@ impl HoldSignal {
     /// The loss reason, if the hold was lost.
     pub fn loss(&self) -> Option<LossReason> {
         self.check_deadline();
-        match &self.state().end {
+        match self.state().end.as_deref() {
             Some(HoldEnd::Lost(reason)) => Some(reason.clone()),
             _ => None,
         }
@@ -242,7 +276,7 @@ impl HoldSignal {
     /// The local deadline until which the hold is guaranteed, or `None` for a hold without
     /// a lease.
     pub fn valid_until(&self) -> Option<Instant> {
-        self.state().valid_until
+        self.state().valid_until.get()
     }
 
     /// The lock this hold is of.
@@ -266,7 +300,7 @@ impl HoldSignal {
                     return answer;
                 }
                 let changed = Arc::clone(state.changed.get_or_insert_with(Arc::default));
-                (changed, state.valid_until.filter(|_| state.end.is_none()))
+                (changed, state.valid_until.get().filter(|_| state.end.is_none()))
             };
             // Registered before the state is looked at again: a change made after the look
             // below wakes it (`notify_waiters` reaches every `Notified` that exists).
@@ -293,16 +327,19 @@ impl HoldSignal {
     /// hold cut it) and returns the new one, or until the hold ends and returns how,
     /// declaring loss itself when the deadline passes unrenewed.
     pub(crate) async fn deadline_changed(&self, seen: Option<Instant>) -> Result<Option<Instant>, HoldEnd> {
-        self.wait_for(|state| match &state.end {
+        self.wait_for(|state| match state.end.as_deref() {
             Some(end) => Some(Err(end.clone())),
-            None => (state.valid_until != seen).then_some(Ok(state.valid_until)),
+            None => {
+                let valid_until = state.valid_until.get();
+                (valid_until != seen).then_some(Ok(valid_until))
+            }
         })
         .await
     }
 
     /// Waits until the hold ends, declaring loss itself when the deadline passes unrenewed.
     pub async fn ended(&self) -> HoldEnd {
-        self.wait_for(|state| state.end.clone()).await
+        self.wait_for(|state| state.end.as_deref().cloned()).await
     }
 }
 
