@@ -288,7 +288,7 @@ impl Session {
     /// Binds `signal` to the lease and follows `key`, granted at create revision `revision`:
     /// renewals extend the signal, the end of the lease or the key's deletion loses it. `None`
     /// (and the signal lost) when the lease has ended already.
-    pub(crate) fn register(&self, signal: &HoldSignal, key: &str, revision: i64) -> Option<u64> {
+    pub(crate) fn register(&self, signal: &HoldSignal, key: &Arc<str>, revision: i64) -> Option<u64> {
         let mut state = self.state();
         if let Some(reason) = state.ended.clone() {
             drop(state);
@@ -297,10 +297,9 @@ impl Session {
         }
         let id = state.next_id;
         state.next_id += 1;
-        let key: Arc<str> = Arc::from(key);
-        let hold = Hold { signal: signal.clone(), key: Arc::clone(&key), revision, since: Instant::now() };
+        let hold = Hold { signal: signal.clone(), key: Arc::clone(key), revision, since: Instant::now() };
         state.holds.insert(id, hold);
-        state.by_key.insert(key, id);
+        state.by_key.insert(Arc::clone(key), id);
         Some(id)
     }
 
