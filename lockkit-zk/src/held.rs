@@ -366,7 +366,7 @@ pub(crate) async fn watch_hold(
     // is the resting state only.
     // Short holds end before the watch would be set: they cost no request at all. A deletion
     // in the first moments is found by the first `exists` (it answers "no node").
-    if watching.is_none() && !sleep_while_held(&signal, WATCH_DELAY).await {
+    if watching.is_none() && !Box::pin(sleep_while_held(&signal, WATCH_DELAY)).await {
         session.unregister(id);
         Box::pin(free_lost_node(&session, &path, &signal)).await;
         return;
