@@ -26,10 +26,10 @@ pub(crate) struct Hold {
 
 struct Guards {
     /// Live guards of this hold.
-    count: usize,
+    count: u32,
     /// Live guards of this hold in write mode; when the last goes while read guards live, the
     /// hold is downgraded to a read hold in place.
-    writes: usize,
+    writes: u32,
     /// The backend's means to free the hold; taken by the last guard.
     held: Option<Box<dyn HeldLock>>,
 }
@@ -42,11 +42,18 @@ impl Hold {
         signal: HoldSignal,
         held: Box<dyn HeldLock>,
     ) -> LockGuard {
-        let kind = handle.kind().clone();
-        let writes = usize::from(kind == HoldKind::Write);
+        let writes = u32::from(*handle.kind() == HoldKind::Write);
         let state = Mutex::new(Guards { count: 1, writes, held: Some(held) });
         let clock = HoldClock::start();
-        LockGuard { hold: Arc::new(Self { handle, token, signal, state, clock }), kind, finished: false }
+        LockGuard { hold: Arc::new(Self { handle, token, signal, state, clock }), read: false, finished: false }
+    }
+
+    /// The mode of a guard of this hold: the hold's kind, or a read (`read`) taken from a
+    /// write hold.
+    fn mode(&self, read: bool) -> &HoldKind {
+        /// The mode of every read guard taken from a write guard.
+        static READ: HoldKind = HoldKind::Read;
+        if read { &READ } else { self.handle.kind() }
     }
 
     fn guards(&self) -> MutexGuard<'_, Guards> {
@@ -58,27 +65,28 @@ impl Hold {
         Error::lost(self.handle.backend_name(), self.handle.name(), reason)
     }
 
-    /// Adds a guard of mode `kind` to the hold.
-    fn attach(self: &Arc<Self>, kind: HoldKind) -> Result<LockGuard> {
+    /// Adds a guard to the hold: of the hold's kind, or a read (`read`).
+    fn attach(self: &Arc<Self>, read: bool) -> Result<LockGuard> {
         let mut guards = self.guards();
         if let Some(reason) = self.signal.loss() {
             return Err(self.lost_error(reason));
         }
-        guards.count += 1;
-        guards.writes += usize::from(kind == HoldKind::Write);
+        let kind = self.mode(read);
+        guards.count = guards.count.saturating_add(1);
+        guards.writes = guards.writes.saturating_add(u32::from(*kind == HoldKind::Write));
         self.handle.labels().reentered();
         tracing::debug!(token = self.token.get(), depth = guards.count, ?kind, "reentered");
-        Ok(LockGuard { hold: Arc::clone(self), kind, finished: false })
+        Ok(LockGuard { hold: Arc::clone(self), read, finished: false })
     }
 
-    /// Forgets one guard of mode `kind` (`released` by `release`, or dropped); for the last
+    /// Forgets one guard (a read one when `read`; `released` by `release`, or dropped); for the last
     /// one, ends the signal and returns the release to run. The last write guard of a hold
     /// that read guards still share turns it into a read hold in the store, in the background.
-    fn detach(&self, kind: &HoldKind, released: bool) -> Option<(Release, Option<LossReason>)> {
+    fn detach(&self, read: bool, released: bool) -> Option<(Release, Option<LossReason>)> {
         let held = {
             let mut guards = self.guards();
             guards.count = guards.count.saturating_sub(1);
-            if *kind == HoldKind::Write {
+            if *self.mode(read) == HoldKind::Write {
                 guards.writes = guards.writes.saturating_sub(1);
                 if guards.writes == 0 && guards.count > 0 {
                     self.downgrade(&mut guards);
@@ -148,8 +156,8 @@ impl Hold {
 #[must_use = "dropping the guard releases the lock"]
 pub struct LockGuard {
     hold: Arc<Hold>,
-    /// This guard's mode: the hold's kind, or a read taken from a write hold.
-    kind: HoldKind,
+    /// Whether this guard is a read taken from a write hold; else its mode is the hold's kind.
+    read: bool,
     finished: bool,
 }
 
@@ -168,13 +176,13 @@ impl LockGuard {
     /// identity, the token, and the mode (a read for a read guard, a write for every other
     /// kind). See [`Fence`](crate::Fence).
     pub fn fence(&self) -> crate::Fence {
-        crate::Fence::new(self.hold.handle.lock_id(), self.token(), crate::FenceMode::of(&self.kind))
+        crate::Fence::new(self.hold.handle.lock_id(), self.token(), crate::FenceMode::of(self.kind()))
     }
 
     /// The kind of this guard: [`HoldKind::Exclusive`] for a mutex, [`HoldKind::Read`] for a
     /// read taken from a write guard.
     pub fn kind(&self) -> &HoldKind {
-        &self.kind
+        self.hold.mode(self.read)
     }
 
     /// Whether the hold is still guaranteed: not lost, and its local deadline not passed.
@@ -225,7 +233,7 @@ impl LockGuard {
     ///
     /// [`Error::LockLost`] when the hold was lost: a reentry never revives a lost hold.
     pub fn reenter(&self) -> Result<LockGuard> {
-        self.hold.attach(self.kind.clone())
+        self.hold.attach(self.read)
     }
 
     /// A read guard of the same hold, at once and with the same token: from a read guard
@@ -238,12 +246,12 @@ impl LockGuard {
     /// [`Error::LockLost`] when the hold was lost; [`Error::Unsupported`] from a guard that is
     /// neither a read nor a write (a mutex or a permit).
     pub fn read(&self) -> Result<LockGuard> {
-        match self.kind {
-            HoldKind::Read | HoldKind::Write => self.hold.attach(HoldKind::Read),
+        match self.kind() {
+            HoldKind::Read | HoldKind::Write => self.hold.attach(true),
             _ => Err(Error::unsupported(
                 self.hold.handle.backend_name(),
                 Some(self.name()),
-                format!("a read from {}", self.kind),
+                format!("a read from {}", self.kind()),
             )),
         }
     }
@@ -257,8 +265,8 @@ impl LockGuard {
     /// and acquire the write instead. [`Error::LockLost`] when the hold was lost;
     /// [`Error::Unsupported`] from a guard that is neither a read nor a write.
     pub fn write(&self) -> Result<LockGuard> {
-        match self.kind {
-            HoldKind::Write => self.hold.attach(HoldKind::Write),
+        match self.kind() {
+            HoldKind::Write => self.hold.attach(false),
             HoldKind::Read => Err(Error::conflict(
                 self.hold.handle.backend_name(),
                 Some(self.name()),
@@ -267,7 +275,7 @@ impl LockGuard {
             _ => Err(Error::unsupported(
                 self.hold.handle.backend_name(),
                 Some(self.name()),
-                format!("a write from {}", self.kind),
+                format!("a write from {}", self.kind()),
             )),
         }
     }
@@ -286,7 +294,7 @@ impl LockGuard {
     /// task of its own if the future is dropped before it finished.
     pub async fn release(mut self) -> Result<()> {
         self.finished = true;
-        let Some((release, lost_before)) = self.hold.detach(&self.kind, true) else {
+        let Some((release, lost_before)) = self.hold.detach(self.read, true) else {
             // Other guards keep the hold; only report a loss.
             return match self.hold.signal.loss() {
                 Some(reason) => Err(self.hold.lost_error(reason)),
@@ -323,7 +331,7 @@ impl Drop for LockGuard {
         if self.finished {
             return;
         }
-        if let Some((release, _)) = self.hold.detach(&self.kind, false) {
+        if let Some((release, _)) = self.hold.detach(self.read, false) {
             release.finish_in_background();
         }
     }

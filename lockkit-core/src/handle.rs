@@ -55,8 +55,8 @@ impl LockHandle {
     pub(crate) fn new(backend: Arc<dyn LockBackend>, lock: LockName, kind: HoldKind, policy: Arc<Policy>) -> Self {
         let backend_name = backend.name();
         let labels = Labels::new(backend_name, &kind, &lock, policy.metrics_prefix.as_ref());
-        let releases = Arc::default();
-        Self { inner: Arc::new(HandleInner { backend, backend_name, lock, kind, releases, policy, labels }) }
+        let releases = std::sync::OnceLock::new();
+        Self { inner: Arc::new(HandleInner { backend, lock, kind, releases, policy, labels }) }
     }
 
     /// The lock's name.
@@ -71,14 +71,14 @@ impl LockHandle {
 
     /// The backend's short name, as used in errors.
     pub fn backend_name(&self) -> &'static str {
-        self.inner.backend_name
+        self.inner.backend_name()
     }
 
     /// The store this lock lives in: the backend's name and address, and for a backend
     /// without an address (the memory backend) the client itself.
     /// [`MultiLock`](crate::MultiLock) orders locks by it.
     pub fn store(&self) -> StoreId {
-        StoreId::new(self.inner.backend_name, self.inner.store_identity(), self.inner.instance())
+        StoreId::new(self.inner.backend_name(), self.inner.store_identity(), self.inner.instance())
     }
 
     /// The lock's identity, as a fenced resource is bound to it: the store's identity
@@ -172,7 +172,7 @@ impl LockHandle {
     pub async fn acquire_with(&self, options: AcquireOptions) -> Result<Option<LockGuard>> {
         let span = tracing::info_span!(
             "lockkit.acquire",
-            backend = self.inner.backend_name,
+            backend = self.inner.backend_name(),
             lock = %self.inner.lock,
             kind = ?self.inner.kind,
             wait = ?options.wait,
@@ -199,20 +199,20 @@ impl LockHandle {
         let wait = options.wait;
         let deadline = Deadline::from_wait(wait, Instant::now());
         if !inner.kind.is_supported_by(&inner.backend.capabilities()) {
-            return Err(Error::unsupported(inner.backend_name, Some(&inner.lock), inner.kind.describe()));
+            return Err(Error::unsupported(inner.backend_name(), Some(&inner.lock), inner.kind.describe()));
         }
         // The provider's default was checked when it was set.
         let max_hold = match options.max_hold {
             Some(max_hold) => Some(check_max_hold(&*inner.backend, max_hold)?),
             None => inner.policy.max_hold,
         };
-        let mark = inner.releases.mark();
-        if !inner.releases.settled(mark) {
+        let mark = inner.release_mark();
+        if !inner.releases_settled(mark) {
             // A release of this handle's guards is still on its way to the store; asking now
             // could find that hold in the way. Even `try_acquire` waits for it: it is a hold
             // this handle already gave up, not another owner's.
             let own = if deadline == Deadline::Now { Deadline::Never } else { deadline };
-            if within(own, inner.releases.wait_settled(mark)).await.is_none() {
+            if within(own, inner.releases_settle(mark)).await.is_none() {
                 return Ok(None);
             }
         }
@@ -237,7 +237,7 @@ impl LockHandle {
                 tracing::debug!("not granted");
                 return match (request.take_failure(), wait) {
                     (Some(failure), Wait::Timeout(waited)) => {
-                        Err(Error::timeout(inner.backend_name, &inner.lock, waited, Some(failure)))
+                        Err(Error::timeout(inner.backend_name(), &inner.lock, waited, Some(failure)))
                     }
                     _ => Ok(None),
                 };
@@ -287,7 +287,7 @@ async fn within<F: Future>(deadline: Deadline, future: F) -> Option<F::Output> {
 impl fmt::Debug for LockHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockHandle")
-            .field("backend", &self.inner.backend_name)
+            .field("backend", &self.inner.backend_name())
             .field("lock", &self.inner.lock)
             .field("kind", &self.inner.kind)
             .finish()

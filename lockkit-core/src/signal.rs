@@ -6,11 +6,15 @@
 //! which gives guards and [`HoldWatcher`]s a read-only view. Deadline expiry needs no timer
 //! task: whoever looks at the signal after the deadline sees the loss, and
 //! [`HoldWatcher::ended`] sleeps until the deadline itself.
+//!
+//! One allocation per hold: the state sits behind a plain mutex, and the means to wake
+//! waiters (a [`Notify`]) is made by the first task that waits on the hold, so that a hold
+//! nobody waits on costs no channel (see "Many holds" in docs/PERFORMANCE.md).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use tokio::sync::watch;
+use tokio::sync::Notify;
 
 use crate::metrics::Labels;
 use crate::{LockName, LossReason};
@@ -24,19 +28,65 @@ pub enum HoldEnd {
     Lost(LossReason),
 }
 
-#[derive(Clone, Debug)]
+/// An instant in 8 bytes: nanoseconds since a base a day before this process's first hold,
+/// 0 for none. An instant before the base (only ever a deadline long past) reads as the base.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Stamp(u64);
+
+impl Stamp {
+    fn base() -> Instant {
+        static BASE: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        *BASE.get_or_init(|| {
+            let now = Instant::now();
+            now.checked_sub(Duration::from_secs(24 * 3600)).unwrap_or(now)
+        })
+    }
+
+    fn of(at: Option<Instant>) -> Self {
+        match at {
+            None => Self(0),
+            // Past the base, and within 584 years of it (deadlines saturate at a century).
+            Some(at) => {
+                Self(u64::try_from(at.saturating_duration_since(Self::base()).as_nanos()).unwrap_or(u64::MAX).max(1))
+            }
+        }
+    }
+
+    fn get(self) -> Option<Instant> {
+        (self.0 != 0).then(|| deadline_after(Self::base(), Duration::from_nanos(self.0)))
+    }
+}
+
+#[derive(Debug)]
 struct HoldState {
-    valid_until: Option<Instant>,
+    valid_until: Stamp,
     /// The maximum hold's end: the deadline is never extended past it.
-    cap: Option<Instant>,
-    end: Option<HoldEnd>,
+    cap: Stamp,
+    /// How the hold ended (boxed: a live hold keeps 8 bytes for it).
+    end: Option<Box<HoldEnd>>,
+    /// Woken at every change; made by the first waiter, `None` while nobody ever waited.
+    changed: Option<Arc<Notify>>,
+    /// The labels of the guard's metrics, once the core received the hold.
+    #[cfg(feature = "metrics")]
+    labels: Option<Labels>,
 }
 
 impl HoldState {
     /// Why a hold whose deadline passed at `now` is lost: the maximum hold when it was
     /// reached, the deadline otherwise.
     fn expiry_reason(&self, now: Instant) -> LossReason {
-        if self.cap.is_some_and(|cap| now >= cap) { LossReason::MaxHoldReached } else { LossReason::DeadlineExpired }
+        if self.cap.get().is_some_and(|cap| now >= cap) {
+            LossReason::MaxHoldReached
+        } else {
+            LossReason::DeadlineExpired
+        }
+    }
+
+    /// Wakes every waiter, after a change.
+    fn wake(&self) {
+        if let Some(changed) = &self.changed {
+            changed.notify_waiters();
+        }
     }
 }
 
@@ -44,10 +94,7 @@ impl HoldState {
 struct Shared {
     backend: &'static str,
     lock: LockName,
-    state: watch::Sender<HoldState>,
-    /// The labels of the guard's metrics, once the core received the hold.
-    #[cfg(feature = "metrics")]
-    labels: std::sync::OnceLock<Labels>,
+    state: Mutex<HoldState>,
 }
 
 /// The backend's side of a hold: report renewals and loss here.
@@ -60,14 +107,20 @@ impl HoldSignal {
     /// A live hold of `lock` on `backend`, guaranteed until `valid_until` (`None`: until
     /// released or lost, with no lease).
     pub fn new(backend: &'static str, lock: LockName, valid_until: Option<Instant>) -> Self {
-        let (state, _) = watch::channel(HoldState { valid_until, cap: None, end: None });
-        Self(Arc::new(Shared {
-            backend,
-            lock,
-            state,
+        let state = HoldState {
+            valid_until: Stamp::of(valid_until),
+            cap: Stamp::of(None),
+            end: None,
+            changed: None,
             #[cfg(feature = "metrics")]
-            labels: std::sync::OnceLock::new(),
-        }))
+            labels: None,
+        };
+        Self(Arc::new(Shared { backend, lock, state: Mutex::new(state) }))
+    }
+
+    fn state(&self) -> MutexGuard<'_, HoldState> {
+        // Nothing panics while holding this lock; recover the data if something ever did.
+        self.0.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Records a confirmed renewal: the hold is now guaranteed until `valid_until`, which the
@@ -80,33 +133,24 @@ impl HoldSignal {
     /// ignored, and a deadline past the hold's [`cap`](Self::cap) is cut to the cap.
     pub fn extend(&self, valid_until: Instant) -> bool {
         let now = Instant::now();
-        let mut extended = false;
-        let mut expired = None;
-        self.0.state.send_if_modified(|state| {
+        let expired = {
+            let mut state = self.state();
             if state.end.is_some() {
                 return false;
             }
-            let valid_until = state.cap.map_or(valid_until, |cap| valid_until.min(cap));
-            match state.valid_until {
-                Some(current) if now >= current => {
-                    expired = Some(state.expiry_reason(now));
-                    false
-                }
-                Some(current) if valid_until <= current => {
-                    extended = true;
-                    false
-                }
+            let valid_until = state.cap.get().map_or(valid_until, |cap| valid_until.min(cap));
+            match state.valid_until.get() {
+                Some(current) if now >= current => state.expiry_reason(now),
+                Some(current) if valid_until <= current => return true,
                 _ => {
-                    state.valid_until = Some(valid_until);
-                    extended = true;
-                    true
+                    state.valid_until = Stamp::of(Some(valid_until));
+                    state.wake();
+                    return true;
                 }
             }
-        });
-        if let Some(reason) = expired {
-            self.lose(reason);
-        }
-        extended
+        };
+        self.lose(expired);
+        false
     }
 
     /// Caps the hold at `cap` (its maximum hold): its deadline is cut to `cap` now and never
@@ -120,19 +164,18 @@ impl HoldSignal {
     /// moment of its own may cap the signal first. Renewal code skips holds
     /// [`past_cap`](Self::past_cap), so that their records expire with their lease.
     pub fn cap_at(&self, cap: Instant) {
-        self.0.state.send_if_modified(|state| {
-            if state.end.is_some() || state.cap.is_some_and(|current| current <= cap) {
-                return false;
-            }
-            state.cap = Some(cap);
-            state.valid_until = Some(state.valid_until.map_or(cap, |until| until.min(cap)));
-            true
-        });
+        let mut state = self.state();
+        if state.end.is_some() || state.cap.get().is_some_and(|current| current <= cap) {
+            return;
+        }
+        state.cap = Stamp::of(Some(cap));
+        state.valid_until = Stamp::of(Some(state.valid_until.get().map_or(cap, |until| until.min(cap))));
+        state.wake();
     }
 
     /// The end of the hold's maximum hold, if it has one ([`cap_at`](Self::cap_at)).
     pub fn cap(&self) -> Option<Instant> {
-        self.0.state.borrow().cap
+        self.state().cap.get()
     }
 
     /// Whether the hold has a maximum hold that has passed: renewal code stops renewing it
@@ -145,12 +188,16 @@ impl HoldSignal {
     /// Declares the hold lost. Returns `true` when this call ended the hold (the first end
     /// wins); the loss is logged once, at warn level, in a `lockkit.loss` span.
     pub fn lose(&self, reason: LossReason) -> bool {
-        let ended = self.end(HoldEnd::Lost(reason.clone()));
-        if ended {
+        let ended = {
+            let mut state = self.state();
+            let ended = Self::end(&mut state, HoldEnd::Lost(reason.clone()));
             #[cfg(feature = "metrics")]
-            if let Some(labels) = self.0.labels.get() {
+            if ended && let Some(labels) = &state.labels {
                 labels.lost(&reason);
             }
+            ended
+        };
+        if ended {
             let span = tracing::warn_span!("lockkit.loss", backend = self.0.backend, lock = %self.0.lock);
             span.in_scope(|| tracing::warn!(%reason, "lock lost"));
         }
@@ -161,29 +208,30 @@ impl HoldSignal {
     /// when the hold had been lost before (a passed deadline counts as lost).
     pub fn release(&self) -> Option<LossReason> {
         self.check_deadline();
-        self.end(HoldEnd::Released);
-        match self.0.state.borrow().end.clone() {
-            Some(HoldEnd::Lost(reason)) => Some(reason),
+        let mut state = self.state();
+        Self::end(&mut state, HoldEnd::Released);
+        match state.end.as_deref() {
+            Some(HoldEnd::Lost(reason)) => Some(reason.clone()),
             Some(HoldEnd::Released) | None => None,
         }
     }
 
-    fn end(&self, end: HoldEnd) -> bool {
-        self.0.state.send_if_modified(|state| {
-            if state.end.is_some() {
-                return false;
-            }
-            state.end = Some(end);
-            true
-        })
+    /// Ends the hold unless it ended already; `true` when this call ended it.
+    fn end(state: &mut HoldState, end: HoldEnd) -> bool {
+        if state.end.is_some() {
+            return false;
+        }
+        state.end = Some(Box::new(end));
+        state.wake();
+        true
     }
 
     /// Turns a passed deadline into a recorded loss.
     fn check_deadline(&self) {
         let now = Instant::now();
         let passed = {
-            let state = self.0.state.borrow();
-            let passed = state.end.is_none() && state.valid_until.is_some_and(|until| now >= until);
+            let state = self.state();
+            let passed = state.end.is_none() && state.valid_until.get().is_some_and(|until| now >= until);
             passed.then(|| state.expiry_reason(now))
         };
         if let Some(reason) = passed {
@@ -195,7 +243,12 @@ impl HoldSignal {
     /// then on.
     pub(crate) fn attach_labels(&self, labels: &Labels) {
         #[cfg(feature = "metrics")]
-        let _ = self.0.labels.set(labels.clone());
+        {
+            let mut state = self.state();
+            if state.labels.is_none() {
+                state.labels = Some(labels.clone());
+            }
+        }
         #[cfg(not(feature = "metrics"))]
         let _ = labels;
     }
@@ -208,13 +261,13 @@ impl HoldSignal {
     /// Whether the hold is still guaranteed: not ended and its deadline not passed.
     pub fn is_held(&self) -> bool {
         self.check_deadline();
-        self.0.state.borrow().end.is_none()
+        self.state().end.is_none()
     }
 
     /// The loss reason, if the hold was lost.
     pub fn loss(&self) -> Option<LossReason> {
         self.check_deadline();
-        match &self.0.state.borrow().end {
+        match self.state().end.as_deref() {
             Some(HoldEnd::Lost(reason)) => Some(reason.clone()),
             _ => None,
         }
@@ -223,7 +276,7 @@ impl HoldSignal {
     /// The local deadline until which the hold is guaranteed, or `None` for a hold without
     /// a lease.
     pub fn valid_until(&self) -> Option<Instant> {
-        self.0.state.borrow().valid_until
+        self.state().valid_until.get()
     }
 
     /// The lock this hold is of.
@@ -236,61 +289,57 @@ impl HoldSignal {
         self.0.backend
     }
 
-    /// Waits until the hold's deadline differs from `seen` (a renewal moved it, a maximum
-    /// hold cut it) and returns the new one, or until the hold ends and returns how,
-    /// declaring loss itself when the deadline passes unrenewed.
-    pub(crate) async fn deadline_changed(&self, seen: Option<Instant>) -> Result<Option<Instant>, HoldEnd> {
-        let mut changes = self.0.state.subscribe();
+    /// Waits until `look` at the state answers: `look` runs at once and again after every
+    /// change of the state; a deadline that passes meanwhile unrenewed is declared a loss
+    /// (a change too). The means to wake waiters is made here, by the first waiter.
+    async fn wait_for<T>(&self, look: impl Fn(&HoldState) -> Option<T>) -> T {
         loop {
-            let (end, deadline) = {
-                let state = changes.borrow_and_update();
-                (state.end.clone(), state.valid_until)
+            let (changed, deadline) = {
+                let mut state = self.state();
+                if let Some(answer) = look(&state) {
+                    return answer;
+                }
+                let changed = Arc::clone(state.changed.get_or_insert_with(Arc::default));
+                (changed, state.valid_until.get().filter(|_| state.end.is_none()))
             };
-            if let Some(end) = end {
-                return Err(end);
-            }
-            if deadline != seen {
-                return Ok(deadline);
+            // Registered before the state is looked at again: a change made after the look
+            // below wakes it (`notify_waiters` reaches every `Notified` that exists).
+            let notified = changed.notified();
+            {
+                let state = self.state();
+                if let Some(answer) = look(&state) {
+                    return answer;
+                }
             }
             match deadline {
                 Some(deadline) => {
                     tokio::select! {
-                        _ = changes.changed() => {}
+                        () = notified => {}
                         () = tokio::time::sleep_until(deadline.into()) => self.check_deadline(),
                     }
                 }
-                None => {
-                    // The sender lives in `self`, so the channel cannot close while we wait.
-                    let _ = changes.changed().await;
-                }
+                None => notified.await,
             }
         }
     }
 
+    /// Waits until the hold's deadline differs from `seen` (a renewal moved it, a maximum
+    /// hold cut it) and returns the new one, or until the hold ends and returns how,
+    /// declaring loss itself when the deadline passes unrenewed.
+    pub(crate) async fn deadline_changed(&self, seen: Option<Instant>) -> Result<Option<Instant>, HoldEnd> {
+        self.wait_for(|state| match state.end.as_deref() {
+            Some(end) => Some(Err(end.clone())),
+            None => {
+                let valid_until = state.valid_until.get();
+                (valid_until != seen).then_some(Ok(valid_until))
+            }
+        })
+        .await
+    }
+
     /// Waits until the hold ends, declaring loss itself when the deadline passes unrenewed.
     pub async fn ended(&self) -> HoldEnd {
-        let mut changes = self.0.state.subscribe();
-        loop {
-            let (end, deadline) = {
-                let state = changes.borrow_and_update();
-                (state.end.clone(), state.valid_until)
-            };
-            if let Some(end) = end {
-                return end;
-            }
-            match deadline {
-                Some(deadline) => {
-                    tokio::select! {
-                        _ = changes.changed() => {}
-                        () = tokio::time::sleep_until(deadline.into()) => self.check_deadline(),
-                    }
-                }
-                None => {
-                    // The sender lives in `self`, so the channel cannot close while we wait.
-                    let _ = changes.changed().await;
-                }
-            }
-        }
+        self.wait_for(|state| state.end.as_deref().cloned()).await
     }
 }
 

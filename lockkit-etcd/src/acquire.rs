@@ -449,14 +449,15 @@ impl EtcdBackend {
         let signal = HoldSignal::new(BACKEND, request.lock.clone(), Some(session.valid_until()));
         // The session follows the key from now on (session.rs): a deletion behind the hold's
         // back is a loss, and a hold lost on its own has its key deleted; no task per hold.
-        let id = session.register(&signal, &pending.key, rev);
+        let key: Arc<str> = Arc::from(pending.key.as_str());
+        let id = session.register(&signal, &key, rev);
         let token = FencingToken::new(u64::try_from(rev).unwrap_or(0));
         let held = EtcdHeld {
             backend: self.me.clone(),
             backend_config: Arc::clone(&self.config),
             session: Arc::clone(session),
             lock: request.lock.clone(),
-            key: pending.key.clone(),
+            key,
             revision: rev,
             read_value: (kind == KeyKind::Write).then(|| KeyKind::Read.value(&pending.owner)),
             void_key: (!voided).then(|| pending.void_key.clone()),

@@ -3,7 +3,7 @@
 //! reserved in, and sending a request with the session's token renewed when etcd refused it.
 //! The recipe is in acquire.rs, held.rs and backend.rs.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -32,8 +32,9 @@ pub(crate) struct EtcdBackend {
     opening: tokio::sync::Mutex<()>,
     /// This provider's part of its keys' names: `<lock prefix><id>-<slot>`.
     pub(crate) id: String,
-    /// The slots in use, by lock prefix (see [`Slot`]).
-    slots: Mutex<HashMap<String, BTreeSet<u32>>>,
+    /// The slots in use, by lock prefix (see [`Slot`]): a short list (most locks have one),
+    /// its key shared with the slots.
+    slots: Mutex<HashMap<Arc<str>, Vec<u32>>>,
 }
 
 /// The name of an acquisition's key, reserved for it: `<lock prefix><provider id>-<n>`, with
@@ -49,7 +50,7 @@ pub(crate) struct EtcdBackend {
 /// otherwise it stays taken, and the next acquisition takes another number.
 pub(crate) struct Slot {
     backend: Weak<EtcdBackend>,
-    prefix: String,
+    prefix: Arc<str>,
     n: u32,
     /// Whether the key is known gone, so that the slot may be reused.
     pub(crate) free: bool,
@@ -67,7 +68,7 @@ impl Drop for Slot {
         if let (true, Some(backend)) = (self.free, self.backend.upgrade()) {
             let mut slots = lock_or_recover(&backend.slots);
             if let Some(taken) = slots.get_mut(&self.prefix) {
-                taken.remove(&self.n);
+                taken.retain(|n| *n != self.n);
                 if taken.is_empty() {
                     slots.remove(&self.prefix);
                 }
@@ -97,9 +98,14 @@ impl EtcdBackend {
     /// Takes the smallest free slot of the lock prefix `prefix`.
     pub(crate) fn slot(&self, prefix: String) -> Slot {
         let mut slots = lock_or_recover(&self.slots);
-        let taken = slots.entry(prefix.clone()).or_default();
+        // One copy of the prefix for the map and every slot of it.
+        let prefix: Arc<str> = match slots.get_key_value(prefix.as_str()) {
+            Some((shared, _)) => Arc::clone(shared),
+            None => Arc::from(prefix),
+        };
+        let taken = slots.entry(Arc::clone(&prefix)).or_insert_with(|| Vec::with_capacity(1));
         let n = (0..).find(|n| !taken.contains(n)).unwrap_or(u32::MAX);
-        taken.insert(n);
+        taken.push(n);
         Slot { backend: self.me.clone(), prefix, n, free: false }
     }
 

@@ -31,7 +31,8 @@ pub(crate) struct EtcdHeld {
     pub(crate) backend_config: Arc<EtcdConfig>,
     pub(crate) session: Arc<Session>,
     pub(crate) lock: LockName,
-    pub(crate) key: String,
+    /// The own key, shared with the session's registry of holds.
+    pub(crate) key: Arc<str>,
     pub(crate) revision: i64,
     /// For a write hold, the value that turns its key into a read in place.
     pub(crate) read_value: Option<String>,
@@ -65,8 +66,8 @@ impl HeldLock for EtcdHeld {
             .as_ref()
             .map(|void_key| TxnOp::put(void_key.clone(), "", Some(PutOptions::new().with_lease(self.session.lease))));
         let txn = Txn::new()
-            .when([Compare::create_revision(self.key.clone(), CompareOp::Equal, self.revision)])
-            .and_then(void.iter().cloned().chain([TxnOp::delete(self.key.clone(), None)]).collect::<Vec<_>>())
+            .when([Compare::create_revision(self.key.as_bytes(), CompareOp::Equal, self.revision)])
+            .and_then(void.iter().cloned().chain([TxnOp::delete(self.key.as_bytes(), None)]).collect::<Vec<_>>())
             .or_else(void.into_iter().collect::<Vec<_>>());
         let mut last = None;
         let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
@@ -138,7 +139,7 @@ impl HeldLock for EtcdHeld {
         let value = self.read_value.clone()?;
         let (backend, session, config) =
             (self.backend.clone(), Arc::clone(&self.session), Arc::clone(&self.backend_config));
-        let (lock, key, revision) = (self.lock.clone(), self.key.clone(), self.revision);
+        let (lock, key, revision) = (self.lock.clone(), self.key.as_bytes().to_vec(), self.revision);
         Some(Box::pin(async move {
             let mut client = live_client(&backend, &session).await?;
             // Rewrites the value of the own key only, and only the incarnation this hold

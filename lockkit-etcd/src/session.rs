@@ -95,14 +95,15 @@ struct State {
     next_id: u64,
     holds: HashMap<u64, Hold>,
     /// The hold of each key (a key names one hold at a time: its slot is taken while held).
-    by_key: HashMap<String, u64>,
+    by_key: HashMap<Arc<str>, u64>,
 }
 
 /// A hold bound to the lease: its signal, and its key with the create revision it was granted
 /// at (the key's incarnation).
 struct Hold {
     signal: HoldSignal,
-    key: String,
+    /// The key, shared with the index by key (one copy per hold, none per check).
+    key: Arc<str>,
     revision: i64,
     /// When it was registered: a check of the lease's keys sent before this cannot see it.
     since: Instant,
@@ -287,7 +288,7 @@ impl Session {
     /// Binds `signal` to the lease and follows `key`, granted at create revision `revision`:
     /// renewals extend the signal, the end of the lease or the key's deletion loses it. `None`
     /// (and the signal lost) when the lease has ended already.
-    pub(crate) fn register(&self, signal: &HoldSignal, key: &str, revision: i64) -> Option<u64> {
+    pub(crate) fn register(&self, signal: &HoldSignal, key: &Arc<str>, revision: i64) -> Option<u64> {
         let mut state = self.state();
         if let Some(reason) = state.ended.clone() {
             drop(state);
@@ -296,9 +297,9 @@ impl Session {
         }
         let id = state.next_id;
         state.next_id += 1;
-        let hold = Hold { signal: signal.clone(), key: key.to_owned(), revision, since: Instant::now() };
+        let hold = Hold { signal: signal.clone(), key: Arc::clone(key), revision, since: Instant::now() };
         state.holds.insert(id, hold);
-        state.by_key.insert(key.to_owned(), id);
+        state.by_key.insert(Arc::clone(key), id);
         Some(id)
     }
 
@@ -458,7 +459,7 @@ fn key_may_remain(reason: &LossReason) -> bool {
 async fn check_holds(session: &Arc<Session>) {
     let mut client = session.client.clone();
     let timeout = session.timeout;
-    let lost: Vec<(u64, String, i64)> = {
+    let lost: Vec<(u64, Arc<str>, i64)> = {
         let state = session.state();
         state
             .holds
@@ -470,8 +471,8 @@ async fn check_holds(session: &Arc<Session>) {
     for (id, key, revision) in lost {
         tracing::debug!(backend = crate::BACKEND, %key, "deleting the key of a hold lost on its own");
         let txn = Txn::new()
-            .when([Compare::create_revision(key.clone(), CompareOp::Equal, revision)])
-            .and_then([TxnOp::delete(key, None)]);
+            .when([Compare::create_revision(key.as_bytes(), CompareOp::Equal, revision)])
+            .and_then([TxnOp::delete(key.as_bytes(), None)]);
         // Deleted, or gone already (the condition names this incarnation only).
         match tokio::time::timeout(timeout, client.txn(txn)).await {
             Ok(Ok(_)) => session.unregister(Some(id)),
@@ -482,7 +483,7 @@ async fn check_holds(session: &Arc<Session>) {
         }
     }
     let sent = Instant::now();
-    let mut keys: Vec<String> = session.state().holds.values().map(|hold| hold.key.clone()).collect();
+    let mut keys: Vec<Arc<str>> = session.state().holds.values().map(|hold| Arc::clone(&hold.key)).collect();
     // One reply lists every key bound to the lease, a few bytes more than the key each: past
     // what the client decodes (4 MiB, not settable on etcd-client's lease client) the holds'
     // keys are read instead, in key order, by pages that fit (several round trips, each for
@@ -505,11 +506,11 @@ async fn check_holds(session: &Arc<Session>) {
         reply.keys().iter().cloned().collect()
     } else {
         keys.sort_unstable();
-        let longest = keys.iter().map(String::len).max().unwrap_or(0) + KEY_OVERHEAD;
+        let longest = keys.iter().map(|key| key.len()).max().unwrap_or(0) + KEY_OVERHEAD;
         let page = i64::try_from((REPLY_BUDGET / longest).max(1)).unwrap_or(i64::MAX);
         let Some(last) = keys.last() else { return };
         let end = format!("{last}\0");
-        let mut from = keys.first().cloned().unwrap_or_default().into_bytes();
+        let mut from = keys.first().map(|key| key.as_bytes().to_vec()).unwrap_or_default();
         let mut bound = std::collections::HashSet::new();
         loop {
             let options = GetOptions::new().with_range(end.clone()).with_keys_only().with_limit(page);
@@ -532,13 +533,13 @@ async fn check_holds(session: &Arc<Session>) {
         }
         bound
     };
-    let gone: Vec<(String, HoldSignal)> = {
+    let gone: Vec<(Arc<str>, HoldSignal)> = {
         let state = session.state();
         state
             .holds
             .values()
             .filter(|hold| hold.since < sent && hold.signal.is_held() && !bound.contains(hold.key.as_bytes()))
-            .map(|hold| (hold.key.clone(), hold.signal.clone()))
+            .map(|hold| (Arc::clone(&hold.key), hold.signal.clone()))
             .collect()
     };
     for (key, signal) in gone {

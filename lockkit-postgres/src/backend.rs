@@ -62,7 +62,8 @@ impl Inner {
             request.lock.clone(),
             Some(lease_deadline(sent, lease, self.store.settings.drift)),
         );
-        let id = self.track(request.lock.clone(), owner.clone(), signal.clone());
+        let owner: Arc<str> = Arc::from(owner);
+        let id = self.track(request.lock.clone(), Arc::clone(&owner), signal.clone());
         let held = PostgresHold {
             inner: Arc::clone(self),
             id,

@@ -34,7 +34,9 @@ pub(crate) struct Inner {
 #[derive(Debug, Default)]
 pub(crate) struct Holds {
     pub(crate) next_id: u64,
-    pub(crate) live: HashMap<u64, (LockName, String, HoldSignal)>,
+    /// By id: the lock, the owner id (shared with the hold, so that a renewal round copies
+    /// no string) and the signal.
+    pub(crate) live: HashMap<u64, (LockName, Arc<str>, HoldSignal)>,
     pub(crate) task: Option<JoinHandle<()>>,
 }
 
@@ -44,7 +46,7 @@ impl Inner {
     }
 
     /// Registers a hold for renewal, starting (or restarting, on this runtime) the task.
-    pub(crate) fn track(self: &Arc<Self>, lock: LockName, owner: String, signal: HoldSignal) -> u64 {
+    pub(crate) fn track(self: &Arc<Self>, lock: LockName, owner: Arc<str>, signal: HoldSignal) -> u64 {
         let mut holds = self.holds();
         holds.next_id += 1;
         let id = holds.next_id;
@@ -125,7 +127,7 @@ pub(crate) async fn wait_turn(
 const RENEW_CHUNK: usize = 1000;
 
 /// One hold of a renewal round: its id, lock, owner and signal.
-type Renewing = (u64, LockName, String, HoldSignal);
+type Renewing = (u64, LockName, Arc<str>, HoldSignal);
 
 /// The renewal task of one provider: every `renew_every`, `UPDATE`s of [`RENEW_CHUNK`] holds
 /// each renew every hold, the holds that run out first in the first statements; a hold a
@@ -141,7 +143,7 @@ async fn renewals(inner: Weak<Inner>) {
             holds
                 .live
                 .iter()
-                .map(|(id, (lock, owner, signal))| (*id, lock.clone(), owner.clone(), signal.clone()))
+                .map(|(id, (lock, owner, signal))| (*id, lock.clone(), Arc::clone(owner), signal.clone()))
                 .collect()
         };
         // The most urgent first (a hold without a deadline last: it cannot run out).
@@ -189,7 +191,7 @@ async fn renewals(inner: Weak<Inner>) {
 async fn renew_chunk(strong: &Arc<Inner>, chunk: &[Renewing]) -> bool {
     let settings = &strong.store.settings;
     let names: Vec<String> = chunk.iter().map(|(_, lock, _, _)| crate::stored_name(lock.as_str())).collect();
-    let owners: Vec<&str> = chunk.iter().map(|(_, _, owner, _)| owner.as_str()).collect();
+    let owners: Vec<&str> = chunk.iter().map(|(_, _, owner, _)| &**owner).collect();
     let lease_ms = i64::try_from(settings.lease.as_millis()).unwrap_or(i64::MAX);
     let sent = Instant::now();
     let outcome = strong
@@ -214,7 +216,7 @@ async fn renew_chunk(strong: &Arc<Inner>, chunk: &[Renewing]) -> bool {
         result.insert((name, owner), (renewed, present));
     }
     for (id, lock, owner, signal) in chunk {
-        match result.get(&(crate::stored_name(lock.as_str()), owner.clone())) {
+        match result.get(&(crate::stored_name(lock.as_str()), owner.to_string())) {
             Some((true, _)) => {
                 signal.extend(deadline);
                 counters.renewed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -171,7 +171,7 @@ pub(crate) async fn campaign(
                     request.lock.clone(),
                     Some(lease_deadline(sent, settings.lease, settings.drift)),
                 );
-                let id = inner.track(request.lock.clone(), owner.clone(), signal.clone());
+                let id = inner.track(request.lock.clone(), Arc::from(owner.as_str()), signal.clone());
                 attempt.granted = true;
                 let held = Leadership {
                     inner: Arc::clone(inner),

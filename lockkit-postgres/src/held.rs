@@ -17,7 +17,8 @@ pub(crate) struct PostgresHold {
     pub(crate) inner: Arc<Inner>,
     pub(crate) id: u64,
     pub(crate) lock: LockName,
-    pub(crate) owner: String,
+    /// The owner id, shared with the renewal registry.
+    pub(crate) owner: Arc<str>,
     pub(crate) signal: HoldSignal,
     /// A write hold of a read-write lock, which may become a read hold in place.
     pub(crate) write: bool,
@@ -29,9 +30,10 @@ impl HeldLock for PostgresHold {
         if !self.write {
             return None;
         }
-        let (inner, lock, owner) = (Arc::clone(&self.inner), self.lock.clone(), self.owner.clone());
+        let (inner, lock, owner) = (Arc::clone(&self.inner), self.lock.clone(), Arc::clone(&self.owner));
         Some(Box::pin(async move {
             let name = crate::stored_name(lock.as_str());
+            let owner: &str = &owner;
             let rows = inner
                 .store
                 .query(Some(&lock), &inner.store.sql.downgrade, &[(&name, Type::TEXT), (&owner, Type::TEXT)])

@@ -144,7 +144,7 @@ impl PendingNode {
     }
 
     /// Turns the pending node into a hold: it is no longer deleted on drop.
-    pub(crate) fn into_held(mut self, id: u64, path: String, signal: HoldSignal) -> ZkHeld {
+    pub(crate) fn into_held(mut self, id: u64, path: Arc<str>, signal: HoldSignal) -> ZkHeld {
         self.disarm();
         ZkHeld {
             backend: self.backend.clone(),
@@ -153,7 +153,8 @@ impl PendingNode {
             path,
             lock: self.lock.clone(),
             kind: self.kind,
-            record: std::mem::take(&mut self.record),
+            // Only a write hold's downgrade reads it again: other holds keep no copy.
+            record: if self.kind == NodeKind::Write { std::mem::take(&mut self.record) } else { String::new() },
             signal,
         }
     }
@@ -219,10 +220,12 @@ pub(crate) struct ZkHeld {
     backend: Weak<ZkBackend>,
     session: Arc<Session>,
     id: u64,
-    path: String,
+    /// The node's path, shared with the hold's watch task.
+    path: Arc<str>,
     lock: LockName,
     kind: NodeKind,
-    /// The node's data as created, which a downgrade extends.
+    /// The node's data as created, which a downgrade extends: a write hold's only (empty for
+    /// the other kinds, which never downgrade).
     record: String,
     /// The hold's signal: no longer held once released or lost.
     signal: HoldSignal,
@@ -354,21 +357,24 @@ impl HeldLock for ZkHeld {
 pub(crate) async fn watch_hold(
     session: Arc<Session>,
     id: u64,
-    path: String,
+    path: Arc<str>,
     signal: HoldSignal,
     mut watching: Option<NodeEvent>,
 ) {
+    // The task rests at the select below for as long as the hold lives, one task per hold: the
+    // requests on the way (the watch, the clean-up) are boxed, so that what every hold keeps
+    // is the resting state only.
     // Short holds end before the watch would be set: they cost no request at all. A deletion
     // in the first moments is found by the first `exists` (it answers "no node").
-    if watching.is_none() && !sleep_while_held(&signal, WATCH_DELAY).await {
+    if watching.is_none() && !Box::pin(sleep_while_held(&signal, WATCH_DELAY)).await {
         session.unregister(id);
-        free_lost_node(&session, &path, &signal).await;
+        Box::pin(free_lost_node(&session, &path, &signal)).await;
         return;
     }
     loop {
         let mut changed = match watching.take() {
             Some(watch) => watch,
-            None => match watch_node(&session, &path, &signal).await {
+            None => match Box::pin(watch_node(&session, &path, &signal)).await {
                 Some(watch) => watch,
                 None => break,
             },
@@ -401,7 +407,7 @@ pub(crate) async fn watch_hold(
         }
     }
     session.unregister(id);
-    free_lost_node(&session, &path, &signal).await;
+    Box::pin(free_lost_node(&session, &path, &signal)).await;
 }
 
 /// Sets an exists watch on a hold's node, retrying while the hold lives; `None` when the hold

@@ -577,8 +577,9 @@ impl ZkBackend {
         if marks_held {
             mark_held(session, &lock, &node.path, &pending.record, &signal);
         }
-        let held = pending.into_held(id, node.path.clone(), signal.clone());
-        session.spawn_now(watch_hold(Arc::clone(session), id, node.path, signal.clone(), own_watch));
+        let path: Arc<str> = Arc::from(node.path);
+        let held = pending.into_held(id, Arc::clone(&path), signal.clone());
+        session.spawn_now(watch_hold(Arc::clone(session), id, path, signal.clone(), own_watch));
         Ok(Grant::new(FencingToken::new(token), signal, Box::new(held)))
     }
 }

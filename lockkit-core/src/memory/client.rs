@@ -186,7 +186,7 @@ impl LockBackend for MemoryClient {
         let state = self.store.current();
         let Some(entry) = state.locks.get(lock) else { return Ok(LockInfo::default()) };
         let holders = entry.holders.iter().map(|holder| {
-            let info = holder.owner.holder(holder.token).with_kind(holder.kind.clone());
+            let info = holder.owner().holder(holder.token).with_kind(holder.kind.clone());
             match state.holder_expires_at(holder) {
                 Some(at) => info.with_lease_left(at.saturating_duration_since(Instant::now())),
                 None => info,
@@ -201,7 +201,7 @@ impl LockBackend for MemoryClient {
 pub(super) fn break_holds(store: &MemoryStore, lock: &LockName) -> Vec<HolderInfo> {
     let mut state = store.current();
     let Some(entry) = state.locks.get(lock) else { return Vec::new() };
-    let broken = entry.holders.iter().map(|holder| holder.owner.holder(holder.token).with_kind(holder.kind.clone()));
+    let broken = entry.holders.iter().map(|holder| holder.owner().holder(holder.token).with_kind(holder.kind.clone()));
     let broken: Vec<HolderInfo> = broken.collect();
     state.remove_holders(lock, |_| true, LossReason::RecordGone);
     broken

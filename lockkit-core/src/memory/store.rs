@@ -4,7 +4,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::{broadcast, oneshot};
 use uuid::Uuid;
@@ -125,8 +125,9 @@ pub(super) struct Holder {
     pub(super) kind: HoldKind,
     pub(super) token: FencingToken,
     pub(super) signal: HoldSignal,
-    /// Who took the hold, for `inspect`: this process, and when.
-    pub(super) owner: OwnerMeta,
+    /// When the hold was taken, for `inspect` (the holder is always this process: its host
+    /// and id are read when asked, not kept per hold).
+    pub(super) since: SystemTime,
     /// When the store frees this hold whatever its session does: set once renewal stopped
     /// at its maximum hold.
     pub(super) fixed_expiry: Option<Instant>,
@@ -143,7 +144,14 @@ impl Holder {
             HoldKind::Candidate { identity } => std::sync::Arc::clone(identity),
             _ => std::sync::Arc::from(&[][..]),
         };
-        Leader::new(identity, self.token, Some(self.owner.since))
+        Leader::new(identity, self.token, Some(self.since))
+    }
+
+    /// Who took the hold, for `inspect`: this process, and when.
+    pub(super) fn owner(&self) -> OwnerMeta {
+        let mut owner = OwnerMeta::current(self.attempt);
+        owner.since = self.since;
+        owner
     }
 }
 
@@ -340,10 +348,14 @@ impl StoreState {
             kind,
             token,
             signal: signal.clone(),
-            owner: OwnerMeta::current(attempt),
+            since: SystemTime::now(),
             fixed_expiry,
         };
         let elected = holder.is_candidate().then(|| holder.leader());
+        if entry.holders.capacity() == 0 {
+            // Most names have one holder: room for one, not the four a first push makes.
+            entry.holders.reserve_exact(1);
+        }
         entry.holders.push(holder);
         if let Some(leader) = elected {
             self.announce(name, LeaderEvent::Elected(leader));
