@@ -289,7 +289,14 @@ async fn acquire(
                 call.key(format!("{key}:kinds"));
             }
             call.arg(owner).arg(LEASE_MS).arg("0").arg(60_000).arg(200).arg("").arg(RETENTION_MS);
-            let (granted, token, _, _): (i64, i64, i64, i64) = call.invoke_async(con).await.unwrap();
+            // The provider's lean path replies with the token alone; the designs, with a table.
+            let (granted, token) = match call.invoke_async(con).await.unwrap() {
+                redis::Value::Int(token) => (1, token),
+                other => {
+                    let (granted, token, _, _): (i64, i64, i64, i64) = redis::from_redis_value(other).unwrap();
+                    (granted, token)
+                }
+            };
             let record = if matches!(design, Design::Marker | Design::MarkerNoTime) {
                 format!("{token}:{owner}")
             } else {
