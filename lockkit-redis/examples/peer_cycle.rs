@@ -177,7 +177,14 @@ async fn run_ping(url: &str, options: &Options) -> Figures {
         }
     })
     .await;
-    Figures { p50: percentile(&mut samples, 0.5), p99: percentile(&mut samples, 0.99), many, client_cpu, server, server_cpu }
+    Figures {
+        p50: percentile(&mut samples, 0.5),
+        p99: percentile(&mut samples, 0.99),
+        many,
+        client_cpu,
+        server,
+        server_cpu,
+    }
 }
 
 async fn run_lockkit(url: &str, options: &Options, round: usize) -> Figures {
@@ -200,7 +207,14 @@ async fn run_lockkit(url: &str, options: &Options, round: usize) -> Figures {
         }
     })
     .await;
-    Figures { p50: percentile(&mut samples, 0.5), p99: percentile(&mut samples, 0.99), many, client_cpu, server, server_cpu }
+    Figures {
+        p50: percentile(&mut samples, 0.5),
+        p99: percentile(&mut samples, 0.99),
+        many,
+        client_cpu,
+        server,
+        server_cpu,
+    }
 }
 
 async fn run_rslock(url: &str, options: &Options, round: usize) -> Figures {
@@ -222,7 +236,14 @@ async fn run_rslock(url: &str, options: &Options, round: usize) -> Figures {
         }
     })
     .await;
-    Figures { p50: percentile(&mut samples, 0.5), p99: percentile(&mut samples, 0.99), many, client_cpu, server, server_cpu }
+    Figures {
+        p50: percentile(&mut samples, 0.5),
+        p99: percentile(&mut samples, 0.99),
+        many,
+        client_cpu,
+        server,
+        server_cpu,
+    }
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
