@@ -175,7 +175,10 @@ fn option(name: &str, default: usize) -> usize {
 const ACQUIRE_STEPS: [(&str, &str); 7] = [
     ("acquire: return 1 (7 keys, 7 args)", "return 1"),
     ("acquire: return {1, 0, 0, 0} instead", "return {1, 0, 0, 0}"),
-    ("acquire: + EXISTS queue, kinds, void", "if redis.call('EXISTS', KEYS[4], KEYS[7], KEYS[3]) == 0 then return 1 end return 0"),
+    (
+        "acquire: + EXISTS queue, kinds, void",
+        "if redis.call('EXISTS', KEYS[4], KEYS[7], KEYS[3]) == 0 then return 1 end return 0",
+    ),
     (
         "acquire: + SET NX PX",
         "if redis.call('EXISTS', KEYS[4], KEYS[7], KEYS[3]) == 0 and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end return 0",
@@ -216,8 +219,14 @@ const LUA_STEPS: [(&str, &str); 7] = [
     ("lua: + EXISTS", "redis.call('EXISTS', KEYS[1]) return 1"),
     ("lua: + PUBLISH", "redis.call('PUBLISH', KEYS[1], '') return 1"),
     ("lua: + string.format('%d')", "local s = string.format('%d', 1795936883399179) return 1"),
-    ("lua: + 5 local functions", "local function a() end local function b() end local function c() end local function d() end local function e() end return 1"),
-    ("lua: + a table of 20 functions (machinery())", "local M = {} for i = 1, 20 do M[i] = function() return i end end return 1"),
+    (
+        "lua: + 5 local functions",
+        "local function a() end local function b() end local function c() end local function d() end local function e() end return 1",
+    ),
+    (
+        "lua: + a table of 20 functions (machinery())",
+        "local M = {} for i = 1, 20 do M[i] = function() return i end end return 1",
+    ),
 ];
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -270,7 +279,9 @@ async fn main() {
             variant.batch(&mut admin, calls, pipeline).await;
         }
     }
-    println!("script_pieces: {batches} batches of {calls} calls, {pipeline} per round trip; µs per EVALSHA, median [p25-p75] of the batch means");
+    println!(
+        "script_pieces: {batches} batches of {calls} calls, {pipeline} per round trip; µs per EVALSHA, median [p25-p75] of the batch means"
+    );
     for variant in &variants {
         let (p25, p50, p75) = quartiles(&variant.means);
         println!("  {:<52} {p50:6.2} [{p25:5.2}-{p75:5.2}]", variant.label);
