@@ -44,54 +44,37 @@ const BATCH: usize = 500;
 const LEASE_MS: u64 = 30_000;
 const RETENTION_MS: u64 = 300_000;
 
-const LEAN_ACQUIRE: &str = r"
-if redis.call('EXISTS', KEYS[4], KEYS[7], KEYS[3]) == 0
+/// The old lean acquire path (EXISTS, SET NX, GET, TIME, SET) with the queue and the marker
+/// of the other kinds at `KEYS[queue]` and `KEYS[kinds]` and the retention at `ARGV[retention]`.
+fn lean_acquire(queue: usize, kinds: usize, retention: usize) -> String {
+    format!(
+        r"
+if redis.call('EXISTS', KEYS[{queue}], KEYS[{kinds}], KEYS[3]) == 0
     and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local token = (tonumber(redis.call('GET', KEYS[2])) or 0) + 1
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   if now > token then token = now end
-  redis.call('SET', KEYS[2], string.format('%d', token), 'PX', ARGV[7])
-  return {1, token, 0, 0}
+  redis.call('SET', KEYS[2], string.format('%d', token), 'PX', ARGV[{retention}])
+  return {{1, token, 0, 0}}
 end
-return {0, 0, 0, 0}";
+return {{0, 0, 0, 0}}"
+    )
+}
 
-const LEAN_RELEASE: &str = r"
-if redis.call('GET', KEYS[1]) == ARGV[1] and redis.call('EXISTS', KEYS[4], KEYS[7]) == 0 then
-  redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', KEYS[6], '')
+/// The lean release path (GET, EXISTS, DEL, then PUBLISH on `KEYS[channel]` unless `None`)
+/// with the queue and the marker of the other kinds at `KEYS[queue]` and `KEYS[kinds]`.
+fn lean_release(queue: usize, kinds: usize, channel: Option<usize>) -> String {
+    let publish = channel.map_or(String::new(), |channel| format!("\n  redis.call('PUBLISH', KEYS[{channel}], '')"));
+    format!(
+        r"
+if redis.call('GET', KEYS[1]) == ARGV[1] and redis.call('EXISTS', KEYS[{queue}], KEYS[{kinds}]) == 0 then
+  redis.call('DEL', KEYS[1]){publish}
   return 1
 end
-return 0";
-
-// The lean paths with only the keys and arguments they use (acquire: record, fence, void,
-// queue, kinds; owner, lease, retention. Release: record, queue, kinds, channel; owner).
-const FEW_ACQUIRE: &str = r"
-if redis.call('EXISTS', KEYS[4], KEYS[5], KEYS[3]) == 0
-    and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local token = (tonumber(redis.call('GET', KEYS[2])) or 0) + 1
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  if now > token then token = now end
-  redis.call('SET', KEYS[2], string.format('%d', token), 'PX', ARGV[3])
-  return {1, token, 0, 0}
-end
-return {0, 0, 0, 0}";
-
-const FEW_RELEASE: &str = r"
-if redis.call('GET', KEYS[1]) == ARGV[1] and redis.call('EXISTS', KEYS[2], KEYS[3]) == 0 then
-  redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', KEYS[4], '')
-  return 1
-end
-return 0";
-
-const NOPUB_RELEASE: &str = r"
-if redis.call('GET', KEYS[1]) == ARGV[1] and redis.call('EXISTS', KEYS[4], KEYS[7]) == 0 then
-  redis.call('DEL', KEYS[1])
-  return 1
-end
-return 0";
+return 0"
+    )
+}
 
 const SETGET_ACQUIRE: &str = r"
 if redis.call('EXISTS', KEYS[4], KEYS[7], KEYS[3]) == 0
@@ -212,11 +195,16 @@ impl Design {
             Design::Today => {
                 (Some(s(lockkit_redis::scripts::ACQUIRE_SCRIPT)), s(lockkit_redis::scripts::RELEASE_SCRIPT))
             }
-            Design::Lean => (Some(s(LEAN_ACQUIRE)), s(LEAN_RELEASE)),
-            Design::LeanNoPub => (Some(s(LEAN_ACQUIRE)), s(NOPUB_RELEASE)),
-            Design::Shebang => (Some(s(&format!("#!lua\n{LEAN_ACQUIRE}"))), s(&format!("#!lua\n{LEAN_RELEASE}"))),
-            Design::FewKeys => (Some(s(FEW_ACQUIRE)), s(FEW_RELEASE)),
-            Design::SetGet => (Some(s(SETGET_ACQUIRE)), s(LEAN_RELEASE)),
+            Design::Lean => (Some(s(&lean_acquire(4, 7, 7))), s(&lean_release(4, 7, Some(6)))),
+            Design::LeanNoPub => (Some(s(&lean_acquire(4, 7, 7))), s(&lean_release(4, 7, None))),
+            Design::Shebang => (
+                Some(s(&format!("#!lua\n{}", lean_acquire(4, 7, 7)))),
+                s(&format!("#!lua\n{}", lean_release(4, 7, Some(6)))),
+            ),
+            // Only the keys and arguments the lean paths use (acquire: record, fence, void,
+            // queue, kinds; owner, lease, retention. Release: record, queue, kinds, channel; owner).
+            Design::FewKeys => (Some(s(&lean_acquire(4, 5, 3))), s(&lean_release(2, 3, Some(4)))),
+            Design::SetGet => (Some(s(SETGET_ACQUIRE)), s(&lean_release(4, 7, Some(6)))),
             Design::Marker => (Some(s(MARKER_ACQUIRE)), s(MARKER_RELEASE)),
             Design::MarkerNoTime => (Some(s(MARKER_NOTIME_ACQUIRE)), s(MARKER_RELEASE)),
             Design::Multi | Design::Peer => (None, s(CAD_RELEASE)),
@@ -289,7 +277,14 @@ async fn acquire(
                 call.key(format!("{key}:kinds"));
             }
             call.arg(owner).arg(LEASE_MS).arg("0").arg(60_000).arg(200).arg("").arg(RETENTION_MS);
-            let (granted, token, _, _): (i64, i64, i64, i64) = call.invoke_async(con).await.unwrap();
+            // The provider's lean path replies with the token alone; the designs, with a table.
+            let (granted, token) = match call.invoke_async(con).await.unwrap() {
+                redis::Value::Int(token) => (1, token),
+                other => {
+                    let (granted, token, _, _): (i64, i64, i64, i64) = redis::from_redis_value(other).unwrap();
+                    (granted, token)
+                }
+            };
             let record = if matches!(design, Design::Marker | Design::MarkerNoTime) {
                 format!("{token}:{owner}")
             } else {

@@ -7,7 +7,8 @@
 //! `--locks` distinct names taken and released one after another by each. It prints p50 and
 //! p99 per contender and round, and for the `--locks` loop its wall time, this process's CPU
 //! time per name (the client's work: run the server elsewhere, as the fixture does) and the
-//! server's time per name (`INFO commandstats`); then the ratios lockkit ÷ rslock and ÷ PING,
+//! server's time per name (`INFO commandstats` of the commands it sends, each script with the
+//! commands it calls; and the main thread's CPU, `INFO cpu`); then the ratios lockkit ÷ rslock and ÷ PING,
 //! medians over the rounds. rslock gives no fencing token, no fairness, no loss signal and no renewal; the
 //! comparison prices what those cost on the uncontended path. On a private redis-server (or
 //! `LOCKKIT_REDIS_URL`).
@@ -29,8 +30,12 @@ struct Figures {
     many: Duration,
     /// This process's CPU time (user + system, every thread) per name of the `--locks` loop.
     client_cpu: Duration,
-    /// The server's time per name of the `--locks` loop (`INFO commandstats`, every command).
+    /// The server's time per name of the `--locks` loop in the commands the contender sends
+    /// (`INFO commandstats`; a script's time holds the commands it calls).
     server: Duration,
+    /// The server's main thread CPU time per name of the `--locks` loop (`INFO cpu`): the
+    /// commands and the reading and writing of their requests and replies.
+    server_cpu: Duration,
 }
 
 /// This process's CPU time so far, user and system, every thread (`/proc/self/stat`, in clock
@@ -45,33 +50,52 @@ fn process_cpu() -> Duration {
     Duration::from_millis(ticks * 10)
 }
 
-/// The server's microseconds spent in commands so far, `INFO` itself left out.
-async fn server_micros(connection: &mut redis::aio::MultiplexedConnection) -> u64 {
-    let info: String = redis::cmd("INFO").arg("commandstats").query_async(connection).await.unwrap();
-    info.lines()
-        .filter(|line| line.starts_with("cmdstat_") && !line.starts_with("cmdstat_info:"))
-        .filter_map(|line| line.split(',').find_map(|field| field.strip_prefix("usec=")))
+/// The server's microseconds so far in the commands `top_level` (those the contender sends
+/// itself; `INFO commandstats`), and its main thread's CPU time (`INFO cpu`, user + system).
+/// A script's `usec` already holds the commands it calls, which commandstats also counts
+/// under their own names: summing every command counted those twice.
+async fn server_micros(connection: &mut redis::aio::MultiplexedConnection, top_level: &[&str]) -> (u64, u64) {
+    let info: String = redis::cmd("INFO").arg("commandstats").arg("cpu").query_async(connection).await.unwrap();
+    let commands = info
+        .lines()
+        .filter_map(|line| line.strip_prefix("cmdstat_"))
+        .filter_map(|line| line.split_once(':'))
+        .filter(|(name, _)| top_level.contains(name))
+        .filter_map(|(_, fields)| fields.split(',').find_map(|field| field.strip_prefix("usec=")))
         .filter_map(|usec| usec.parse::<u64>().ok())
-        .sum()
+        .sum();
+    let cpu: f64 = info
+        .lines()
+        .filter(|line| line.starts_with("used_cpu_sys_main_thread:") || line.starts_with("used_cpu_user_main_thread:"))
+        .filter_map(|line| line.split_once(':').and_then(|(_, seconds)| seconds.trim().parse::<f64>().ok()))
+        .sum();
+    (commands, (cpu * 1e6) as u64)
 }
 
-/// Runs the `--locks` loop `body` and measures its wall time, client CPU and server time.
+/// Runs the `--locks` loop `body` and measures its wall time, client CPU, server time in the
+/// commands `top_level` and server CPU, the last three per name.
 async fn measured<F: std::future::Future<Output = ()>>(
     url: &str,
     locks: usize,
+    top_level: &[&str],
     body: F,
-) -> (Duration, Duration, Duration) {
+) -> (Duration, Duration, Duration, Duration) {
     let client = redis::Client::open(url).unwrap();
     let mut admin = client.get_multiplexed_async_connection().await.unwrap();
-    let server_before = server_micros(&mut admin).await;
+    let server_before = server_micros(&mut admin, top_level).await;
     let cpu_before = process_cpu();
     let start = Instant::now();
     body.await;
     let many = start.elapsed();
     let cpu = process_cpu().saturating_sub(cpu_before);
-    let server = server_micros(&mut admin).await.saturating_sub(server_before);
+    let server_after = server_micros(&mut admin, top_level).await;
     let per = |total: Duration| total / u32::try_from(locks.max(1)).unwrap_or(u32::MAX);
-    (many, per(cpu), per(Duration::from_micros(server)))
+    (
+        many,
+        per(cpu),
+        per(Duration::from_micros(server_after.0.saturating_sub(server_before.0))),
+        per(Duration::from_micros(server_after.1.saturating_sub(server_before.1))),
+    )
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -145,7 +169,7 @@ async fn run_ping(url: &str, options: &Options) -> Figures {
         let _: String = redis::cmd("PING").query_async(&mut connection).await.unwrap();
         samples.push(start.elapsed());
     }
-    let (many, client_cpu, server) = measured(url, options.locks, async {
+    let (many, client_cpu, server, server_cpu) = measured(url, options.locks, &["ping"], async {
         for _ in 0..options.locks {
             // Two round trips, as a cycle has.
             let _: String = redis::cmd("PING").query_async(&mut connection).await.unwrap();
@@ -153,7 +177,14 @@ async fn run_ping(url: &str, options: &Options) -> Figures {
         }
     })
     .await;
-    Figures { p50: percentile(&mut samples, 0.5), p99: percentile(&mut samples, 0.99), many, client_cpu, server }
+    Figures {
+        p50: percentile(&mut samples, 0.5),
+        p99: percentile(&mut samples, 0.99),
+        many,
+        client_cpu,
+        server,
+        server_cpu,
+    }
 }
 
 async fn run_lockkit(url: &str, options: &Options, round: usize) -> Figures {
@@ -169,14 +200,21 @@ async fn run_lockkit(url: &str, options: &Options, round: usize) -> Figures {
     }
     let handles: Vec<_> =
         (0..options.locks).map(|i| provider.lock(&format!("peer-cycle/lockkit/{round}/{i}")).unwrap()).collect();
-    let (many, client_cpu, server) = measured(url, options.locks, async {
+    let (many, client_cpu, server, server_cpu) = measured(url, options.locks, &["evalsha", "eval"], async {
         for handle in &handles {
             let guard = handle.acquire().await.unwrap();
             guard.release().await.unwrap();
         }
     })
     .await;
-    Figures { p50: percentile(&mut samples, 0.5), p99: percentile(&mut samples, 0.99), many, client_cpu, server }
+    Figures {
+        p50: percentile(&mut samples, 0.5),
+        p99: percentile(&mut samples, 0.99),
+        many,
+        client_cpu,
+        server,
+        server_cpu,
+    }
 }
 
 async fn run_rslock(url: &str, options: &Options, round: usize) -> Figures {
@@ -190,14 +228,22 @@ async fn run_rslock(url: &str, options: &Options, round: usize) -> Figures {
         samples.push(start.elapsed());
     }
     let names: Vec<String> = (0..options.locks).map(|i| format!("peer-cycle/rslock/{round}/{i}")).collect();
-    let (many, client_cpu, server) = measured(url, options.locks, async {
+    // rslock sends a bare SET to lock and a script to unlock (whose GET and DEL its time holds).
+    let (many, client_cpu, server, server_cpu) = measured(url, options.locks, &["set", "evalsha", "eval"], async {
         for name in &names {
             let lock = manager.lock(name.as_str(), LEASE).await.unwrap();
             manager.unlock(&lock).await;
         }
     })
     .await;
-    Figures { p50: percentile(&mut samples, 0.5), p99: percentile(&mut samples, 0.99), many, client_cpu, server }
+    Figures {
+        p50: percentile(&mut samples, 0.5),
+        p99: percentile(&mut samples, 0.99),
+        many,
+        client_cpu,
+        server,
+        server_cpu,
+    }
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -223,8 +269,8 @@ async fn main() {
         options.rounds, options.cycles, options.locks
     );
     println!(
-        "{:<6} {:<8} {:>9} {:>9} {:>9} {:>14} {:>14}",
-        "round", "who", "p50 µs", "p99 µs", "locks s", "client CPU µs", "server µs"
+        "{:<6} {:<8} {:>9} {:>9} {:>9} {:>14} {:>10} {:>14}",
+        "round", "who", "p50 µs", "p99 µs", "locks s", "client CPU µs", "server µs", "server CPU µs"
     );
     let (mut ratio_rslock, mut ratio_ping, mut ratio_many) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..options.rounds {
@@ -239,13 +285,14 @@ async fn main() {
                 Contender::Rslock => run_rslock(&url, &options, round).await,
             };
             println!(
-                "{round:<6} {:<8} {:>9.1} {:>9.1} {:>9.3} {:>14.1} {:>14.1}",
+                "{round:<6} {:<8} {:>9.1} {:>9.1} {:>9.3} {:>14.1} {:>10.1} {:>14.1}",
                 format!("{contender:?}").to_lowercase(),
                 micros(result.p50),
                 micros(result.p99),
                 result.many.as_secs_f64(),
                 micros(result.client_cpu),
                 micros(result.server),
+                micros(result.server_cpu),
             );
             figures.push((contender, result));
         }

@@ -27,7 +27,7 @@ impl Store {
         // the keys when other kinds use the name.
         let mut short = contender.kind == Kind::Exclusive;
         let (code, value, fence, server_ms) = loop {
-            let reply: (i64, i64, i64, i64) = self
+            let reply: AcquireCode = self
                 .run(Some(lock), |mut connection| async move {
                     let mut invocation = queue_script(&ACQUIRE, keys, &contender.void, short);
                     invocation
@@ -44,11 +44,11 @@ impl Store {
                     invocation.invoke_async(&mut connection).await
                 })
                 .await?;
-            if reply.0 == -3 && short {
+            if reply.0.0 == -3 && short {
                 short = false;
                 continue;
             }
-            break reply;
+            break reply.0;
         };
         match code {
             1 => match u64::try_from(value) {
@@ -151,5 +151,18 @@ impl Store {
             })
             .await?;
         Ok(code == 1)
+    }
+}
+
+/// The reply of the acquire script as `(code, value, fence, server ms)` (see `acquire.lua`):
+/// its lean path replies with the token alone, an integer, which is `(1, token, 0, 0)`.
+struct AcquireCode((i64, i64, i64, i64));
+
+impl redis::FromRedisValue for AcquireCode {
+    fn from_redis_value(value: redis::Value) -> Result<Self, redis::ParsingError> {
+        match value {
+            redis::Value::Int(token) => Ok(Self((1, token, 0, 0))),
+            other => Ok(Self(redis::FromRedisValue::from_redis_value(other)?)),
+        }
     }
 }

@@ -9,14 +9,24 @@ use crate::keys::LockKeys;
 
 /// The sources of the scripts of the wait queue: the names of their keys (`layout.lua`), the
 /// queue's functions (`queue.lua`), then the script's own body.
-/// The acquire and release scripts put their lean path (the mutex's uncontended case) between
-/// the layout and the queue's functions, so that it runs before those are made.
+/// The acquire and release scripts put their lean paths (the mutex's uncontended case, then
+/// the reader's and the permit's) between the layout and the queue's functions, so that they
+/// run before those are made.
 macro_rules! queue_script {
     ($layout:literal, $body:literal) => {
         concat!(include_str!($layout), include_str!("scripts/queue.lua"), include_str!($body))
     };
     ($layout:literal, $lean:literal, $body:literal) => {
         concat!(include_str!($layout), include_str!($lean), include_str!("scripts/queue.lua"), include_str!($body))
+    };
+    ($layout:literal, $lean:literal, $shared_lean:literal, $body:literal) => {
+        concat!(
+            include_str!($layout),
+            include_str!($lean),
+            include_str!($shared_lean),
+            include_str!("scripts/queue.lua"),
+            include_str!($body)
+        )
     };
 }
 
@@ -31,10 +41,20 @@ pub const RELEASE_SCRIPT: &str =
     queue_script!("scripts/layout_v1.lua", "scripts/release_lean.lua", "scripts/release.lua");
 
 pub(super) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(queue_script!("scripts/layout.lua", "scripts/acquire_lean.lua", "scripts/acquire.lua"))
+    Script::new(queue_script!(
+        "scripts/layout.lua",
+        "scripts/acquire_lean.lua",
+        "scripts/acquire_shared_lean.lua",
+        "scripts/acquire.lua"
+    ))
 });
 pub(super) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(queue_script!("scripts/layout.lua", "scripts/release_lean.lua", "scripts/release.lua"))
+    Script::new(queue_script!(
+        "scripts/layout.lua",
+        "scripts/release_lean.lua",
+        "scripts/release_shared_lean.lua",
+        "scripts/release.lua"
+    ))
 });
 pub(super) static ABANDON: LazyLock<Script> =
     LazyLock::new(|| Script::new(queue_script!("scripts/layout.lua", "scripts/abandon.lua")));

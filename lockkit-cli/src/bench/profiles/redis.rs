@@ -219,7 +219,7 @@ impl Floor for RedisFloor {
             let ping = start.elapsed();
             let owner = format!("raw-{}", run_id());
             let start = Instant::now();
-            let _: (i64, i64, i64, i64) = ACQUIRE
+            let _: redis::Value = ACQUIRE
                 .key(key)
                 .key(format!("{key}:fence"))
                 .key(format!("{key}:void:x"))

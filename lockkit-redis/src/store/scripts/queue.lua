@@ -52,21 +52,24 @@ end
 -- of its old primary (as long as the server clock, and the promoted server's clock, is not
 -- behind the last grant's time; see "Fencing tokens and server restarts" in lib.rs). The
 -- counter term keeps tokens increasing when grants come faster than the clock's
--- microseconds. One GET, one TIME, one SET per grant. The counter expires FENCE_TTL ms after
--- the grant in the scripts that know the retention (acquire; every renewal of an exclusive
--- hold extends it); a hand-over from another script keeps the counter's expiry as it was
--- (the head's confirmation, an acquire call, extends it within a claim window).
+-- microseconds. One TIME and one SET (which replies with the counter's old value) per grant,
+-- a second SET when the counter was at or above the clock. The counter expires FENCE_TTL ms
+-- after the grant in the scripts that know the retention (acquire; every renewal of an
+-- exclusive hold extends it); a hand-over from another script keeps the counter's expiry as
+-- it was (the head's confirmation, an acquire call, extends it within a claim window).
 local function next_token(fence)
-  local token = (tonumber(redis.call('GET', fence)) or 0) + 1
   local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  if now > token then
-    token = now
+  local token = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local function set(value, ...)
+    if FENCE_TTL then
+      return redis.call('SET', fence, string.format('%d', value), 'PX', FENCE_TTL, ...)
+    end
+    return redis.call('SET', fence, string.format('%d', value), 'KEEPTTL', ...)
   end
-  if FENCE_TTL then
-    redis.call('SET', fence, string.format('%d', token), 'PX', FENCE_TTL)
-  else
-    redis.call('SET', fence, string.format('%d', token), 'KEEPTTL')
+  local last = tonumber(set(token, 'GET'))
+  if last and last >= token then
+    token = last + 1
+    set(token)
   end
   return token
 end

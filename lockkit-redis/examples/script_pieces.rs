@@ -1,0 +1,289 @@
+//! Where a script's server time goes, piece by piece: the server's µs per `EVALSHA` (`INFO
+//! commandstats`) of scripts that each add one piece of the provider's lean paths (the
+//! arguments, a table reply, each `redis.call`, the Lua around them), and of the provider's
+//! own acquire and release scripts on each kind's uncontended cycle. On a private
+//! redis-server (or `LOCKKIT_REDIS_URL`):
+//! `cargo run --release -p lockkit-redis --example script_pieces [-- --batches 10 --calls 300 --pipeline 100]`.
+//!
+//! Each variant runs `--calls` calls per batch, sent `--pipeline` at a time (1: one round trip
+//! each, as a client does; more keeps the server's caches warm and the figures steadier on a
+//! busy machine), the variants taking turns batch after batch; it prints the median and the
+//! quartiles of the batch means. A variant whose script leaves state behind runs with a plain
+//! command that undoes it (`DEL`, `SET`), or beside the release script of its kind; a pair
+//! prints the mean of its two scripts.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs, clippy::print_stdout)]
+
+use lockkit_testkit::fixture::RedisServer;
+use redis::aio::MultiplexedConnection;
+
+/// The provider's acquire and release scripts as it sends them for every kind (thirteen keys;
+/// seven for a mutex), made from its sources as `store/scripts.rs` makes them.
+const PROVIDER_ACQUIRE: &str = concat!(
+    include_str!("../src/store/scripts/layout.lua"),
+    include_str!("../src/store/scripts/acquire_lean.lua"),
+    include_str!("../src/store/scripts/acquire_shared_lean.lua"),
+    include_str!("../src/store/scripts/queue.lua"),
+    include_str!("../src/store/scripts/acquire.lua"),
+);
+const PROVIDER_RELEASE: &str = concat!(
+    include_str!("../src/store/scripts/layout.lua"),
+    include_str!("../src/store/scripts/release_lean.lua"),
+    include_str!("../src/store/scripts/release_shared_lean.lua"),
+    include_str!("../src/store/scripts/queue.lua"),
+    include_str!("../src/store/scripts/release.lua"),
+);
+
+const OWNER: &str = "lockkit1 9fa19208-9c21-4b28-9689-ce5f7a278fab vm 2318 1795936238056";
+
+/// The thirteen keys of a name, in the order of `layout.lua`.
+fn keys(name: &str) -> Vec<String> {
+    let base = format!("lockkit:{{{name}}}");
+    let mut keys = vec![base.clone()];
+    for suffix in ["fence", "void:0", "queue", "queue:expiry", "released", "kinds"] {
+        keys.push(format!("{base}:{suffix}"));
+    }
+    for suffix in ["writer", "readers", "permits", "tokens", "permits:count", "terms"] {
+        keys.push(format!("{base}:{suffix}"));
+    }
+    keys
+}
+
+/// The acquire script's arguments for `kind` (none for a mutex) and `permits`.
+fn acquire_args(kind: Option<(&str, u32)>) -> Vec<String> {
+    let member = match kind {
+        Some((letter, _)) => format!("lockkit:wake:0\n{letter}\n{OWNER}"),
+        None => format!("lockkit:wake:0\n{OWNER}"),
+    };
+    let mut args: Vec<String> =
+        [OWNER, "30000", "1", "60200", "200", &member, "300000"].iter().map(ToString::to_string).collect();
+    if let Some((letter, permits)) = kind {
+        args.push(letter.to_owned());
+        args.push(permits.to_string());
+    }
+    args
+}
+
+/// The release script's arguments for `kind` (none for a mutex).
+fn release_args(kind: Option<&str>) -> Vec<String> {
+    let mut args = vec![OWNER.to_owned(), "200".to_owned()];
+    args.extend(kind.map(ToOwned::to_owned));
+    args
+}
+
+/// What runs after the script in each call: nothing, a plain command, or another script.
+enum After {
+    Nothing,
+    Command(fn(&[String]) -> redis::Cmd),
+    Script(String, Vec<usize>, Vec<String>),
+}
+
+struct Variant {
+    label: String,
+    sha: String,
+    key_order: Vec<usize>,
+    args: Vec<String>,
+    after: After,
+    keys: Vec<String>,
+    means: Vec<f64>,
+}
+
+async fn load(admin: &mut MultiplexedConnection, script: &str) -> String {
+    redis::cmd("SCRIPT").arg("LOAD").arg(script).query_async(admin).await.unwrap()
+}
+
+fn evalsha(sha: &str, keys: &[String], order: &[usize], args: &[String]) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(sha).arg(order.len());
+    for &i in order {
+        cmd.arg(&keys[i]);
+    }
+    for arg in args {
+        cmd.arg(arg);
+    }
+    cmd
+}
+
+/// `(calls, usec)` of EVALSHA since the last reset.
+async fn evalsha_stats(admin: &mut MultiplexedConnection) -> (u64, u64) {
+    let info: String = redis::cmd("INFO").arg("commandstats").query_async(admin).await.unwrap();
+    let line = info.lines().find(|l| l.starts_with("cmdstat_evalsha:")).unwrap_or("cmdstat_evalsha:calls=0,usec=0");
+    let field = |name: &str| -> u64 {
+        line.split(':')
+            .nth(1)
+            .and_then(|fields| fields.split(',').find_map(|f| f.strip_prefix(name)))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("calls="), field("usec="))
+}
+
+impl Variant {
+    async fn new(
+        admin: &mut MultiplexedConnection,
+        label: &str,
+        script: &str,
+        key_order: Vec<usize>,
+        args: Vec<String>,
+        after: After,
+    ) -> Self {
+        let sha = load(admin, script).await;
+        let keys = keys(&format!("pieces/{}", uuid::Uuid::new_v4().simple()));
+        Self { label: label.to_owned(), sha, key_order, args, after, keys, means: Vec::new() }
+    }
+
+    async fn batch(&mut self, connection: &mut MultiplexedConnection, calls: usize, pipeline: usize) {
+        let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(connection).await.unwrap();
+        let mut pipe = redis::pipe();
+        let mut queued = 0;
+        for i in 0..calls {
+            pipe.add_command(evalsha(&self.sha, &self.keys, &self.key_order, &self.args)).ignore();
+            match &self.after {
+                After::Nothing => {}
+                After::Command(make) => {
+                    pipe.add_command(make(&self.keys)).ignore();
+                }
+                After::Script(sha, order, args) => {
+                    pipe.add_command(evalsha(sha, &self.keys, order, args)).ignore();
+                }
+            }
+            queued += 1;
+            if queued >= pipeline || i + 1 == calls {
+                let _: () = pipe.query_async(connection).await.unwrap();
+                pipe = redis::pipe();
+                queued = 0;
+            }
+        }
+        let (n, usec) = evalsha_stats(connection).await;
+        self.means.push(usec as f64 / n.max(1) as f64);
+    }
+}
+
+fn quartiles(values: &[f64]) -> (f64, f64, f64) {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+    (at(0.25), at(0.5), at(0.75))
+}
+
+fn option(name: &str, default: usize) -> usize {
+    std::env::args().skip_while(|a| a != name).nth(1).and_then(|n| n.parse().ok()).unwrap_or(default)
+}
+
+/// The pieces of the mutex's lean acquire, one added per step (each runs beside a `DEL` of
+/// the record), and of its lean release (each beside a `SET` of the record).
+const ACQUIRE_STEPS: [(&str, &str); 7] = [
+    ("acquire: return 1 (7 keys, 7 args)", "return 1"),
+    ("acquire: return {1, 0, 0, 0} instead", "return {1, 0, 0, 0}"),
+    (
+        "acquire: + EXISTS queue, kinds, void",
+        "if redis.call('EXISTS', KEYS[4], KEYS[7], KEYS[3]) == 0 then return 1 end return 0",
+    ),
+    (
+        "acquire: + SET NX PX",
+        "if redis.call('EXISTS', KEYS[4], KEYS[7], KEYS[3]) == 0 and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end return 0",
+    ),
+    (
+        "acquire: + TIME",
+        "if redis.call('EXISTS', KEYS[4], KEYS[7], KEYS[3]) == 0 and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then local t = redis.call('TIME') return tonumber(t[1]) * 1000000 + tonumber(t[2]) end return 0",
+    ),
+    (
+        "acquire: + SET counter PX GET (= lean)",
+        "if redis.call('EXISTS', KEYS[4], KEYS[7], KEYS[3]) == 0 and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then local t = redis.call('TIME') local token = tonumber(t[1]) * 1000000 + tonumber(t[2]) local last = tonumber(redis.call('SET', KEYS[2], string.format('%d', token), 'PX', ARGV[7], 'GET')) if last and last >= token then token = last + 1 redis.call('SET', KEYS[2], string.format('%d', token), 'PX', ARGV[7]) end return token end return 0",
+    ),
+    (
+        "acquire: the old lean path (GET, TIME, SET; a table)",
+        "if redis.call('EXISTS', KEYS[4], KEYS[7], KEYS[3]) == 0 and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then local token = (tonumber(redis.call('GET', KEYS[2])) or 0) + 1 local t = redis.call('TIME') local now = tonumber(t[1]) * 1000000 + tonumber(t[2]) if now > token then token = now end redis.call('SET', KEYS[2], string.format('%d', token), 'PX', ARGV[7]) return {1, token, 0, 0} end return {0, 0, 0, 0}",
+    ),
+];
+const RELEASE_STEPS: [(&str, &str); 5] = [
+    ("release: return 1 (7 keys, 2 args)", "return 1"),
+    ("release: + GET record", "if redis.call('GET', KEYS[1]) == ARGV[1] then return 1 end return 0"),
+    (
+        "release: + EXISTS queue, kinds",
+        "if redis.call('GET', KEYS[1]) == ARGV[1] and redis.call('EXISTS', KEYS[4], KEYS[7]) == 0 then return 1 end return 0",
+    ),
+    (
+        "release: + DEL",
+        "if redis.call('GET', KEYS[1]) == ARGV[1] and redis.call('EXISTS', KEYS[4], KEYS[7]) == 0 then redis.call('DEL', KEYS[1]) return 1 end return 0",
+    ),
+    (
+        "release: + PUBLISH (= lean)",
+        "if redis.call('GET', KEYS[1]) == ARGV[1] and redis.call('EXISTS', KEYS[4], KEYS[7]) == 0 then redis.call('DEL', KEYS[1]) redis.call('PUBLISH', KEYS[6], '') return 1 end return 0",
+    ),
+];
+/// Lua alone: what a script pays for what it makes, with one key and one argument.
+const LUA_STEPS: [(&str, &str); 7] = [
+    ("lua: return 1 (1 key, 1 arg)", "return 1"),
+    ("lua: + TIME", "redis.call('TIME') return 1"),
+    ("lua: + EXISTS", "redis.call('EXISTS', KEYS[1]) return 1"),
+    ("lua: + PUBLISH", "redis.call('PUBLISH', KEYS[1], '') return 1"),
+    ("lua: + string.format('%d')", "local s = string.format('%d', 1795936883399179) return 1"),
+    (
+        "lua: + 5 local functions",
+        "local function a() end local function b() end local function c() end local function d() end local function e() end return 1",
+    ),
+    (
+        "lua: + a table of 20 functions (machinery())",
+        "local M = {} for i = 1, 20 do M[i] = function() return i end end return 1",
+    ),
+];
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let (batches, calls, pipeline) = (option("--batches", 10), option("--calls", 300), option("--pipeline", 100));
+    let (_server, url) = match std::env::var("LOCKKIT_REDIS_URL") {
+        Ok(url) if !url.is_empty() => (None, url),
+        _ => {
+            let server = RedisServer::start().await.unwrap_or_else(|e| panic!("{e}"));
+            let url = server.url();
+            (Some(server), url)
+        }
+    };
+    let mut admin = redis::Client::open(url.as_str()).unwrap().get_multiplexed_async_connection().await.unwrap();
+    let mutex: Vec<usize> = (0..7).collect();
+    let release_order = vec![0, 1, 0, 3, 4, 5, 6];
+    let all: Vec<usize> = (0..13).collect();
+    let mut variants = Vec::new();
+    for (label, script) in ACQUIRE_STEPS {
+        let after = After::Command(|k| redis::cmd("DEL").arg(&k[0]).clone());
+        variants.push(Variant::new(&mut admin, label, script, mutex.clone(), acquire_args(None), after).await);
+    }
+    for (label, script) in RELEASE_STEPS {
+        let after = After::Command(|k| redis::cmd("SET").arg(&k[0]).arg(OWNER).arg("PX").arg(30_000).clone());
+        variants.push(Variant::new(&mut admin, label, script, release_order.clone(), release_args(None), after).await);
+    }
+    for (label, script) in LUA_STEPS {
+        variants.push(Variant::new(&mut admin, label, script, vec![0], vec![OWNER.to_owned()], After::Nothing).await);
+    }
+    // The provider's scripts on each kind's uncontended cycle (the pair's mean per script).
+    let release = load(&mut admin, PROVIDER_RELEASE).await;
+    for (label, order, kind) in [
+        ("provider: mutex cycle, per script", &mutex, None),
+        ("provider: read cycle, per script", &all, Some(("r", 0))),
+        ("provider: permit cycle (3), per script", &all, Some(("p", 3))),
+        ("provider: write cycle, per script", &all, Some(("w", 0))),
+    ] {
+        let mut release_keys = order.clone();
+        release_keys[2] = 0;
+        let after = After::Script(release.clone(), release_keys, release_args(kind.map(|(letter, _)| letter)));
+        let script = PROVIDER_ACQUIRE;
+        variants.push(Variant::new(&mut admin, label, script, order.clone(), acquire_args(kind), after).await);
+    }
+    for variant in &mut variants {
+        variant.batch(&mut admin, 20, pipeline).await;
+        variant.means.clear();
+    }
+    for _ in 0..batches {
+        for variant in &mut variants {
+            variant.batch(&mut admin, calls, pipeline).await;
+        }
+    }
+    println!(
+        "script_pieces: {batches} batches of {calls} calls, {pipeline} per round trip; µs per EVALSHA, median [p25-p75] of the batch means"
+    );
+    for variant in &variants {
+        let (p25, p50, p75) = quartiles(&variant.means);
+        println!("  {:<52} {p50:6.2} [{p25:5.2}-{p75:5.2}]", variant.label);
+    }
+}
