@@ -1,5 +1,5 @@
 //! The Redis backend of lockkit: mutexes, read-write locks, counting semaphores and leader
-//! elections on one Redis server (6.0 or later), a Sentinel-managed primary, or a Redis
+//! elections on one Redis server (6.2 or later), a Sentinel-managed primary, or a Redis
 //! Cluster, with fencing tokens, loss signals and the whole lockkit contract.
 //!
 //! [`RedisLockProvider`] dereferences to lockkit's
