@@ -17,13 +17,8 @@ use lockkit::{AcquireOptions, Fence};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let (url, _server) = match std::env::var("LOCKKIT_POSTGRES_URL") {
-        Ok(url) => (url, None),
-        Err(_) => {
-            let server = lockkit_testkit::fixture::PostgresServer::start().await?;
-            (server.url(), Some(server))
-        }
-    };
+    // The server LOCKKIT_POSTGRES_URL names, else one started for this run.
+    let url = lockkit_testkit::fixture::PostgresServer::shared().await?.url();
     let (mut client, connection) = tokio_postgres::connect(&url, NoTls).await?;
     tokio::spawn(connection);
     client

@@ -15,13 +15,8 @@ use lockkit::fence::redis::{RedisFence, redis};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let (url, _server) = match std::env::var("LOCKKIT_REDIS_URL") {
-        Ok(url) => (url, None),
-        Err(_) => {
-            let server = lockkit_testkit::fixture::RedisServer::start().await?;
-            (server.url(), Some(server))
-        }
-    };
+    // The server LOCKKIT_REDIS_URL names, else one started for this run.
+    let url = lockkit_testkit::fixture::RedisServer::shared().await?.url();
     let data = RedisFence::new(redis::Client::open(url.as_str())?.get_multiplexed_async_connection().await?);
     let separator = if url.contains('?') { '&' } else { '?' };
     let locks = lockkit::connect(&format!("{url}{separator}lease=1s")).await?;

@@ -694,7 +694,7 @@ async fn status_of_a_free_and_a_held_lock_on_zookeeper() {
     let name = unique("queue");
     let (holder, _) = hold(&name, &url, &[], dir.path()).await;
     let waiter = spawn(&["run", &name, "--url", &url, "--", "true"]);
-    eventually(LONG, "the waiter is counted", || async {
+    lockkit_testkit::wait::eventually_some(LONG, "the waiter is counted", || async {
         let status = status_json(&name, &url).await;
         (status["waiters"] == 1).then_some(())
     })

@@ -102,21 +102,19 @@ mod tests {
             election,
             break_lock,
         } = Capabilities::ALL;
-        let all = [
-            fair,
-            fencing_survives_restart,
-            lease,
-            lease_renewal,
-            loss_notification,
-            inspect,
-            waiter_count,
-            cross_process,
-            rw_lock,
-            semaphore,
-            election,
-            break_lock,
-        ];
-        assert!(all.iter().all(|flag| *flag));
+        assert!(
+            fair && fencing_survives_restart
+                && lease
+                && lease_renewal
+                && loss_notification
+                && inspect
+                && waiter_count
+                && cross_process
+                && rw_lock
+                && semaphore
+                && election
+                && break_lock
+        );
         assert_eq!(Capabilities::NONE, Capabilities::default());
     }
 }

@@ -7,6 +7,8 @@
 //!   (`lease=10s` is `.lease(…)`). A builder keeps what it was given in an [`Options`], which
 //!   reads it back typed and checks it with the same messages for every backend; the options
 //!   table of the docs is made from the keys ([`options_table`], [`url_docs`]).
+//! - A backend's builder writes its shared methods with [`builder_methods!`](crate::builder_methods)
+//!   and its setters with [`option_setters!`](crate::option_setters), from its keys.
 //! - The [`Scheme`] of a backend is the one place its URL schemes are named, with the
 //!   backend, the `lockkit` feature that builds it in, its URL forms, its options and its
 //!   connect function. The memory backend's `mem` is built in; a backend crate exports its
@@ -24,6 +26,7 @@
 //! from `build` for a URL given to `url(…)` (which cannot fail). Ranges, and settings that must
 //! fit together, are checked by `build`, which does no I/O.
 
+mod builder;
 mod duration;
 mod key;
 mod options;

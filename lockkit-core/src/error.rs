@@ -318,6 +318,54 @@ impl Error {
     }
 }
 
+/// How a name is in use, as a backend's records of it say: as a lock (a mutex or a
+/// read-write lock, whose writer a mutex is), as a semaphore of a given count, or as an
+/// election. Two uses of one name at once are a conflict; [`NameUse::conflict_with`] says it
+/// in the words every backend uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NameUse {
+    /// A mutex or a read-write lock.
+    Lock,
+    /// A semaphore of this many permits.
+    Permits(std::num::NonZeroU32),
+    /// An election.
+    Election,
+}
+
+impl NameUse {
+    /// What [`Error::Conflict`] says to a contender of this use behind a holder or waiter of
+    /// use `current`: what is in the way and what to change.
+    pub fn conflict_with(self, current: NameUse) -> String {
+        match (self, current) {
+            (NameUse::Permits(asked), NameUse::Permits(current)) => format!(
+                "the semaphore is in use with {current} permits and this handle asks for {asked}; every user of a semaphore must give the same count"
+            ),
+            (NameUse::Permits(_), NameUse::Lock) => {
+                "the name is in use as a lock (a mutex or a read-write lock); give the semaphore another name"
+                    .to_owned()
+            }
+            (NameUse::Lock, NameUse::Permits(current)) => {
+                format!("the name is in use as a semaphore of {current} permits; give the lock another name")
+            }
+            (NameUse::Election, NameUse::Lock) => {
+                "the name is in use as a lock (a mutex or a read-write lock); give the election another name".to_owned()
+            }
+            (NameUse::Election, NameUse::Permits(current)) => {
+                format!("the name is in use as a semaphore of {current} permits; give the election another name")
+            }
+            (NameUse::Lock, NameUse::Election) => {
+                "the name is in use as an election; give the lock another name".to_owned()
+            }
+            (NameUse::Permits(_), NameUse::Election) => {
+                "the name is in use as an election; give the semaphore another name".to_owned()
+            }
+            (NameUse::Lock, NameUse::Lock) | (NameUse::Election, NameUse::Election) => {
+                "the name is in use as another kind of lock; give this one another name".to_owned()
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

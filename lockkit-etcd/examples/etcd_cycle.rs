@@ -89,14 +89,8 @@ fn p50(samples: &mut [Duration]) -> Duration {
 #[tokio::main]
 async fn main() {
     let rounds: usize = std::env::args().nth(1).map_or(20, |a| a.parse().expect("ROUNDS is a number"));
-    let (_server, url) = match std::env::var("LOCKKIT_ETCD_URL") {
-        Ok(url) if !url.is_empty() => (None, url),
-        _ => {
-            let server = EtcdServer::start().await.unwrap_or_else(|e| panic!("{e}"));
-            let url = server.url();
-            (Some(server), url)
-        }
-    };
+    // The environment's server when LOCKKIT_ETCD_URL names one, else one started for this run.
+    let url = EtcdServer::shared().await.unwrap_or_else(|e| panic!("{e}")).url();
     let provider = EtcdLockProvider::connect(&url).await.unwrap();
     let mut client = provider.etcd_client().await.unwrap();
     let lease = provider.lease_id().await.unwrap();

@@ -72,14 +72,8 @@ async fn main() {
     let clients: usize = args.next().map_or(8, |a| a.parse().expect("CLIENTS is a number"));
     let seconds: u64 = args.next().map_or(5, |a| a.parse().expect("SECONDS is a number"));
     let slow_ms: Option<u64> = args.next().map(|a| a.parse().expect("SLOW_MS is a number"));
-    let (_server, url) = match std::env::var("LOCKKIT_ETCD_URL") {
-        Ok(url) if !url.is_empty() => (None, url),
-        _ => {
-            let server = EtcdServer::start().await.unwrap_or_else(|e| panic!("{e}"));
-            let url = server.url();
-            (Some(server), url)
-        }
-    };
+    // The environment's server when LOCKKIT_ETCD_URL names one, else one started for this run.
+    let url = EtcdServer::shared().await.unwrap_or_else(|e| panic!("{e}")).url();
     tracing::subscriber::set_global_default(Recorder { next_span: AtomicU64::new(0) }).unwrap();
     let name = format!("waits-{}", std::process::id());
     let mut providers = Vec::new();

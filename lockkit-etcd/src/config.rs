@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use lockkit_core::config::{
-    self, ClientTls, Key, MAX_DURATION, MAX_HOLD, OptionKey, Options, ProviderBuilder, STORE_ID, StoreUrl, TLS_KEYS,
+    ClientTls, Key, MAX_DURATION, MAX_HOLD, OptionKey, Options, ProviderBuilder, STORE_ID, StoreUrl, TLS_KEYS,
 };
 use lockkit_core::{LockName, Result};
 
@@ -155,22 +155,7 @@ impl ProviderBuilder for EtcdLockProviderBuilder {
 }
 
 impl EtcdLockProviderBuilder {
-    /// The settings given so far.
-    pub(crate) fn options(&self) -> &Options {
-        &self.options
-    }
-
-    /// The settings an `etcd://` URL gives:
-    /// `etcd://[user:password@]host:port[,host:port…][/prefix][?option=value&…]`, or
-    /// `etcds://…` for TLS (feature `tls`).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) for another scheme,
-    /// members that mix schemes, half credentials, or an unknown or bad option.
-    pub fn from_url(url: &StoreUrl) -> Result<Self> {
-        config::from_url(url)
-    }
+    lockkit_core::builder_methods!();
 
     /// The members, `host:port[,host:port…]` (port 2379 when left out).
     pub fn endpoints(mut self, endpoints: impl Into<String>) -> Self {
@@ -178,36 +163,26 @@ impl EtcdLockProviderBuilder {
         self
     }
 
-    /// The key prefix under which every lock's keys live (`lockkit` by default): segments of
-    /// ASCII letters, digits, `.`, `_` and `-` separated by single `/`, at most 512 bytes.
-    /// The path of an `etcd://` URL, or URL option `prefix`.
-    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.options.set(&PREFIX, prefix.into());
-        self
-    }
+    lockkit_core::option_setters! {
+        /// The key prefix under which every lock's keys live (`lockkit` by default): segments of
+        /// ASCII letters, digits, `.`, `_` and `-` separated by single `/`, at most 512 bytes.
+        /// The path of an `etcd://` URL, or URL option `prefix`.
+        fn prefix(prefix: impl Into<String>) => PREFIX;
 
-    /// The TTL of the provider's lease, which every hold is bound to: a holder that dies
-    /// frees its locks when the lease expires. 10 s by default; whole seconds (etcd counts
-    /// leases in seconds), at least 2 s (etcd's shortest lease) and at most a day. Renewed
-    /// every third of it. URL option `ttl`.
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.options.set(&TTL, ttl);
-        self
-    }
+        /// The TTL of the provider's lease, which every hold is bound to: a holder that dies
+        /// frees its locks when the lease expires. 10 s by default; whole seconds (etcd counts
+        /// leases in seconds), at least 2 s (etcd's shortest lease) and at most a day. Renewed
+        /// every third of it. URL option `ttl`.
+        fn ttl(ttl: Duration) => TTL;
 
-    /// How much earlier than the lease the guard's deadline falls, for clock drift between
-    /// this host and the server: a tenth of the TTL by default, below half the TTL. URL
-    /// option `drift`.
-    pub fn drift(mut self, drift: Duration) -> Self {
-        self.options.set(&DRIFT, drift);
-        self
-    }
+        /// How much earlier than the lease the guard's deadline falls, for clock drift between
+        /// this host and the server: a tenth of the TTL by default, below half the TTL. URL
+        /// option `drift`.
+        fn drift(drift: Duration) => DRIFT;
 
-    /// How long connecting to a member and each request may take; 5 s by default, at least
-    /// 1 ms. URL option `connect_timeout`.
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.options.set(&CONNECT_TIMEOUT, timeout);
-        self
+        /// How long connecting to a member and each request may take; 5 s by default, at least
+        /// 1 ms. URL option `connect_timeout`.
+        fn connect_timeout(timeout: Duration) => CONNECT_TIMEOUT;
     }
 
     /// A user name and password for etcd's authentication.
@@ -223,47 +198,18 @@ impl EtcdLockProviderBuilder {
         self
     }
 
-    /// Trusts the certificate authority in `pem` (PEM-encoded) for the members' certificates,
-    /// instead of the system's trust store. URL option `tls_root_certificate`, whose value is
-    /// the path of a PEM file.
-    #[cfg(feature = "tls")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
-    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
-        TLS_KEYS.set_root(&mut self.options, pem.into());
-        self
-    }
+    lockkit_core::option_setters! {
+        #[cfg(feature = "tls")]
+        #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+        tls(TLS_KEYS);
 
-    /// Presents a client certificate (`certificate` and `key`, PEM-encoded) to members that
-    /// authenticate clients (`--client-cert-auth`). URL options `tls_client_certificate` and
-    /// `tls_client_key`, whose values are the paths of PEM files.
-    #[cfg(feature = "tls")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
-    pub fn tls_client_certificate(mut self, certificate: impl Into<Vec<u8>>, key: impl Into<Vec<u8>>) -> Self {
-        TLS_KEYS.set_client(&mut self.options, certificate.into(), key.into());
-        self
-    }
-
-    /// Sets one option by its URL name ([`OPTIONS`]). The TLS options take the path of a PEM
-    /// file, read by [`build`](Self::build).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) for an unknown option or a
-    /// value that does not parse.
-    pub fn option(mut self, key: &str, value: &str) -> Result<Self> {
-        self.options.parse(key, value)?;
-        Ok(self)
-    }
-
-    /// The default maximum hold of the provider's acquisitions
-    /// ([`LockProvider::with_max_hold`](lockkit_core::LockProvider::with_max_hold)): past it,
-    /// keep-alives no longer extend the hold, the guard is told with
-    /// [`LossReason::MaxHoldReached`](lockkit_core::LossReason::MaxHoldReached), and its key
-    /// is deleted (the provider's lease, which its other holds keep alive, would keep it).
-    /// None by default; at least a third of the TTL. URL option `max_hold`.
-    pub fn max_hold(mut self, max_hold: Duration) -> Self {
-        self.options.set(&MAX_HOLD, max_hold);
-        self
+        /// The default maximum hold of the provider's acquisitions
+        /// ([`LockProvider::with_max_hold`](lockkit_core::LockProvider::with_max_hold)): past it,
+        /// keep-alives no longer extend the hold, the guard is told with
+        /// [`LossReason::MaxHoldReached`](lockkit_core::LossReason::MaxHoldReached), and its key
+        /// is deleted (the provider's lease, which its other holds keep alive, would keep it).
+        /// None by default; at least a third of the TTL. URL option `max_hold`.
+        fn max_hold(max_hold: Duration) => MAX_HOLD;
     }
 
     pub(crate) fn config(&self) -> Result<EtcdConfig> {

@@ -54,9 +54,7 @@ impl EtcdLockProviderBuilder {
     /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) naming what to change.
     pub fn build(self) -> Result<EtcdLockProvider> {
         let config = self.config()?;
-        TypedProvider::new(EtcdBackend::new(config))
-            .map(|provider| self.options().apply(provider))
-            .map(EtcdLockProvider)
+        self.options().provider(EtcdBackend::new(config)).map(EtcdLockProvider)
     }
 }
 

@@ -20,7 +20,7 @@
 
 use std::num::NonZeroU32;
 
-use lockkit_core::HoldKind;
+use lockkit_core::{HoldKind, NameUse};
 
 /// The field that starts the kind of a key in its value.
 const KIND: &str = "kind=";
@@ -38,17 +38,6 @@ pub(crate) enum KeyKind {
     Permit(NonZeroU32),
     /// A candidate of an election.
     Candidate,
-}
-
-/// The use of a name a key belongs to: kinds of one use queue together.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Usage {
-    /// A mutex or a read-write lock (a mutex is the writer of the read-write lock of its name).
-    Lock,
-    /// A semaphore of this many permits.
-    Permits(NonZeroU32),
-    /// An election.
-    Election,
 }
 
 impl KeyKind {
@@ -112,11 +101,11 @@ impl KeyKind {
         }
     }
 
-    fn usage(&self) -> Usage {
+    fn usage(&self) -> NameUse {
         match self {
-            KeyKind::Exclusive | KeyKind::Write | KeyKind::Read => Usage::Lock,
-            KeyKind::Permit(n) => Usage::Permits(*n),
-            KeyKind::Candidate => Usage::Election,
+            KeyKind::Exclusive | KeyKind::Write | KeyKind::Read => NameUse::Lock,
+            KeyKind::Permit(n) => NameUse::Permits(*n),
+            KeyKind::Candidate => NameUse::Election,
         }
     }
 
@@ -171,7 +160,7 @@ pub(crate) enum Wait {
 /// in create revision order), conflicts, or waits, and then for what.
 pub(crate) fn may_be_granted(kind: &KeyKind, ahead: &[Entry]) -> Verdict {
     if let Some(other) = ahead.iter().find(|entry| entry.kind.usage() != kind.usage()) {
-        return Verdict::Conflict(conflict(kind.usage(), other.kind.usage()));
+        return Verdict::Conflict(kind.usage().conflict_with(other.kind.usage()));
     }
     match kind {
         KeyKind::Exclusive | KeyKind::Write | KeyKind::Candidate => match ahead.last() {
@@ -206,35 +195,6 @@ pub(crate) fn holders(queue: &[Entry]) -> Vec<usize> {
             rest.first().is_some_and(|me| may_be_granted(&me.kind, ahead) == Verdict::Holds)
         })
         .collect()
-}
-
-/// What `Error::Conflict` says to a contender of use `asked` behind one of use `current`: the
-/// words the Redis and ZooKeeper backends use.
-fn conflict(asked: Usage, current: Usage) -> String {
-    match (asked, current) {
-        (Usage::Permits(asked), Usage::Permits(current)) => format!(
-            "the semaphore is in use with {current} permits and this handle asks for {asked}; every user of a semaphore must give the same count"
-        ),
-        (Usage::Permits(_), Usage::Lock) => {
-            "the name is in use as a lock (a mutex or a read-write lock); give the semaphore another name".to_owned()
-        }
-        (Usage::Lock, Usage::Permits(current)) => {
-            format!("the name is in use as a semaphore of {current} permits; give the lock another name")
-        }
-        (Usage::Election, Usage::Lock) => {
-            "the name is in use as a lock (a mutex or a read-write lock); give the election another name".to_owned()
-        }
-        (Usage::Election, Usage::Permits(current)) => {
-            format!("the name is in use as a semaphore of {current} permits; give the election another name")
-        }
-        (Usage::Lock, Usage::Election) => "the name is in use as an election; give the lock another name".to_owned(),
-        (Usage::Permits(_), Usage::Election) => {
-            "the name is in use as an election; give the semaphore another name".to_owned()
-        }
-        (Usage::Lock, Usage::Lock) | (Usage::Election, Usage::Election) => {
-            "the name is in use as another kind of lock; give this one another name".to_owned()
-        }
-    }
 }
 
 #[cfg(test)]

@@ -7,17 +7,10 @@
 
 mod support;
 
-use std::time::Duration;
-
-use lockkit_testkit::chaos::{self, ChaosConfig};
+use lockkit_testkit::chaos::ChaosConfig;
 use support::EtcdHarness;
 
-lockkit_testkit::chaos_test!(
-    chaos_on_one_member,
-    harness: EtcdHarness::dedicated().await,
-    config: ChaosConfig::new(0)
-        .with_duration(Duration::from_secs(20))
-        .with_faults(&chaos::SINGLE_SERVER_FAULTS)
-        .with_label("one member"),
-    seeds: [23],
-);
+lockkit_testkit::chaos_test! {
+    harness: EtcdHarness::dedicated().await;
+    chaos_on_one_member([23]) => ChaosConfig::single_server().with_label("one member");
+}

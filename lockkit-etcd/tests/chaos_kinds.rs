@@ -7,29 +7,13 @@
 
 mod support;
 
-use std::time::Duration;
-
-use lockkit_testkit::chaos::{self, ChaosConfig, Primitive};
+use lockkit_testkit::chaos::{ChaosConfig, Primitive};
 use support::EtcdHarness;
 
-lockkit_testkit::chaos_test!(
-    chaos_read_write_locks_on_one_member,
-    harness: EtcdHarness::dedicated().await,
-    config: ChaosConfig::new(0)
-        .with_duration(Duration::from_secs(20))
-        .with_faults(&chaos::SINGLE_SERVER_FAULTS)
-        .with_primitive(Primitive::ReadWrite)
-        .with_label("one member"),
-    seeds: [23],
-);
-
-lockkit_testkit::chaos_test!(
-    chaos_semaphores_of_three_on_one_member,
-    harness: EtcdHarness::dedicated().await,
-    config: ChaosConfig::new(0)
-        .with_duration(Duration::from_secs(20))
-        .with_faults(&chaos::SINGLE_SERVER_FAULTS)
-        .with_primitive(Primitive::Semaphore(3))
-        .with_label("one member"),
-    seeds: [24],
-);
+lockkit_testkit::chaos_test! {
+    harness: EtcdHarness::dedicated().await;
+    chaos_read_write_locks_on_one_member([23]) =>
+        ChaosConfig::single_server().with_primitive(Primitive::ReadWrite).with_label("one member");
+    chaos_semaphores_of_three_on_one_member([24]) =>
+        ChaosConfig::single_server().with_primitive(Primitive::Semaphore(3)).with_label("one member");
+}

@@ -15,35 +15,13 @@ mod support;
 
 use std::time::Duration;
 
-use lockkit_testkit::chaos::{self, ChaosConfig, FaultKind, Primitive};
+use lockkit_testkit::chaos::{self, ChaosConfig, Primitive};
 use lockkit_testkit::observer_chaos::{self, ObserverChaos};
 use support::EtcdHarness;
-use tokio::sync::Mutex;
-
-/// One run at a time in this test binary.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::const_new(());
-
-/// Every kind of fault but stopping one member of a replicated store (there is one member).
-const FAULTS: [FaultKind; 6] = [
-    FaultKind::Cut,
-    FaultKind::Blackhole,
-    FaultKind::Latency,
-    FaultKind::Kill,
-    FaultKind::PauseStore,
-    FaultKind::RestartStore,
-];
-
-#[test]
-fn chaos_elections_on_one_member() {
-    lockkit_testkit::runtime().block_on(async {
-        let _turn = ONE_AT_A_TIME.lock().await;
-        let harness = EtcdHarness::dedicated().await;
-        let config = ChaosConfig::new(0)
-            .with_duration(Duration::from_secs(20))
-            .with_faults(&FAULTS)
-            .with_primitive(Primitive::Election);
-        chaos::check(&harness, config.with_label("elections, one member"), &[27]).await;
-    });
+lockkit_testkit::chaos_test! {
+    harness: EtcdHarness::dedicated().await;
+    chaos_elections_on_one_member([27]) =>
+        ChaosConfig::single_server().with_primitive(Primitive::Election).with_label("elections, one member");
 }
 
 /// Observers of an election under faults, on a member of its own (the kit's
@@ -53,7 +31,7 @@ fn chaos_elections_on_one_member() {
 #[test]
 fn chaos_observers_see_every_term_or_a_gap() {
     lockkit_testkit::runtime().block_on(async {
-        let _turn = ONE_AT_A_TIME.lock().await;
+        let _turn = chaos::one_at_a_time().await;
         let harness = EtcdHarness::dedicated().await;
         let config = ObserverChaos::new(28, Duration::from_secs(20)).seed_from_env();
         let report = observer_chaos::run(&harness, config).await;

@@ -78,13 +78,8 @@ async fn timed<T, E>(side: &mut Side, work: impl std::future::Future<Output = Re
 }
 
 async fn postgres(samples: usize, fence: &Fence) -> Result<(), Error> {
-    let (url, _server) = match std::env::var("LOCKKIT_POSTGRES_URL") {
-        Ok(url) => (url, None),
-        Err(_) => {
-            let server = lockkit_testkit::fixture::PostgresServer::start().await?;
-            (server.url(), Some(server))
-        }
-    };
+    // The server LOCKKIT_POSTGRES_URL names, else one started for this run.
+    let url = lockkit_testkit::fixture::PostgresServer::shared().await?.url();
     let (mut client, connection) = tokio_postgres::connect(&url, NoTls).await?;
     tokio::spawn(connection);
     client
@@ -409,13 +404,8 @@ impl RedisBench {
 }
 
 async fn redis(samples: usize, fence: &Fence) -> Result<(), Error> {
-    let (url, _server) = match std::env::var("LOCKKIT_REDIS_URL") {
-        Ok(url) => (url, None),
-        Err(_) => {
-            let server = lockkit_testkit::fixture::RedisServer::start().await?;
-            (server.url(), Some(server))
-        }
-    };
+    // The server LOCKKIT_REDIS_URL names, else one started for this run.
+    let url = lockkit_testkit::fixture::RedisServer::shared().await?.url();
     let mut conn = redis::Client::open(url.as_str())?.get_multiplexed_async_connection().await?;
     let _: () = redis::cmd("FUNCTION").arg("LOAD").arg("REPLACE").arg(functions()).query_async(&mut conn).await?;
     let fenced = RedisFence::new(conn.clone());

@@ -5,7 +5,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use lockkit_core::config::{self, Key, MAX_HOLD, OptionKey, Options, ProviderBuilder, STORE_ID, StoreUrl};
+use lockkit_core::config::{Key, MAX_HOLD, OptionKey, Options, ProviderBuilder, STORE_ID, StoreUrl};
 use lockkit_core::{Error, Result};
 
 use crate::BACKEND;
@@ -109,15 +109,7 @@ impl ProviderBuilder for FileLockProviderBuilder {
 }
 
 impl FileLockProviderBuilder {
-    /// A builder with the directory and options of a `file://` URL.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidConfig`] for another scheme, a URL that names no absolute directory,
-    /// an unknown option or a bad value.
-    pub fn from_url(url: &StoreUrl) -> Result<Self> {
-        config::from_url(url)
-    }
+    lockkit_core::builder_methods!();
 
     /// The lock directory; created (with its parents) when missing. Required.
     pub fn dir(mut self, dir: impl AsRef<Path>) -> Self {
@@ -125,59 +117,35 @@ impl FileLockProviderBuilder {
         self
     }
 
-    /// The first pause of a waiter between two tries, for releases by other processes
-    /// (releases in this process wake waiters at once). Default 10 ms; from 1 ms to
-    /// [`poll_max`](Self::poll_max). URL option `poll_min`.
-    pub fn poll_min(mut self, pause: Duration) -> Self {
-        self.options.set(&POLL_MIN, pause);
-        self
-    }
+    lockkit_core::option_setters! {
+        /// The first pause of a waiter between two tries, for releases by other processes
+        /// (releases in this process wake waiters at once). Default 10 ms; from 1 ms to
+        /// [`poll_max`](Self::poll_max). URL option `poll_min`.
+        fn poll_min(pause: Duration) => POLL_MIN;
 
-    /// The longest pause of a waiter between two tries: the pause doubles from
-    /// [`poll_min`](Self::poll_min) up to this. Default 50 ms; at most a minute. URL option
-    /// `poll_max`.
-    pub fn poll_max(mut self, pause: Duration) -> Self {
-        self.options.set(&POLL_MAX, pause);
-        self
-    }
+        /// The longest pause of a waiter between two tries: the pause doubles from
+        /// [`poll_min`](Self::poll_min) up to this. Default 50 ms; at most a minute. URL option
+        /// `poll_max`.
+        fn poll_max(pause: Duration) => POLL_MAX;
 
-    /// How often the provider checks that the files of its held locks were not deleted
-    /// (a deleted lock file is reported as [`LossReason::RecordGone`](lockkit_core::LossReason)).
-    /// Default one second; from 1 ms to an hour. URL option `check_every`.
-    pub fn check_every(mut self, every: Duration) -> Self {
-        self.options.set(&CHECK_EVERY, every);
-        self
-    }
+        /// How often the provider checks that the files of its held locks were not deleted
+        /// (a deleted lock file is reported as [`LossReason::RecordGone`](lockkit_core::LossReason)).
+        /// Default one second; from 1 ms to an hour. URL option `check_every`.
+        fn check_every(every: Duration) => CHECK_EVERY;
 
-    /// How often an election observer reads the election again when nothing notified it: a
-    /// safety net only. Observers are woken by this process's releases and grants at once,
-    /// and by those of other processes through inotify (Linux); on systems without inotify,
-    /// this re-read is how they learn of changes made by other processes. Default five
-    /// seconds; from 100 ms to an hour. URL option `observe_every`.
-    pub fn observe_every(mut self, every: Duration) -> Self {
-        self.options.set(&OBSERVE_EVERY, every);
-        self
-    }
+        /// How often an election observer reads the election again when nothing notified it: a
+        /// safety net only. Observers are woken by this process's releases and grants at once,
+        /// and by those of other processes through inotify (Linux); on systems without inotify,
+        /// this re-read is how they learn of changes made by other processes. Default five
+        /// seconds; from 100 ms to an hour. URL option `observe_every`.
+        fn observe_every(every: Duration) => OBSERVE_EVERY;
 
-    /// Sets the option called `key` from its text, as a URL's query gives it: the same
-    /// names as the methods ([`OPTIONS`]).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidConfig`] for an unknown option or a value that is not a duration.
-    pub fn option(mut self, key: &str, value: &str) -> Result<Self> {
-        self.options.parse(key, value)?;
-        Ok(self)
-    }
-
-    /// The default maximum hold of the provider's acquisitions
-    /// ([`LockProvider::with_max_hold`](lockkit_core::LockProvider::with_max_hold)): past it,
-    /// renewal stops, the guard is told with
-    /// [`LossReason::MaxHoldReached`](lockkit_core::LossReason::MaxHoldReached) and the checker frees it (a file hold has no lease to run out). None
-    /// by default; at least `check_every`. URL option `max_hold`.
-    pub fn max_hold(mut self, max_hold: Duration) -> Self {
-        self.options.set(&MAX_HOLD, max_hold);
-        self
+        /// The default maximum hold of the provider's acquisitions
+        /// ([`LockProvider::with_max_hold`](lockkit_core::LockProvider::with_max_hold)): past it,
+        /// renewal stops, the guard is told with
+        /// [`LossReason::MaxHoldReached`](lockkit_core::LossReason::MaxHoldReached) and the checker frees it (a file hold has no lease to run out). None
+        /// by default; at least `check_every`. URL option `max_hold`.
+        fn max_hold(max_hold: Duration) => MAX_HOLD;
     }
 
     /// Checks every setting and opens the lock directory (see [`build`](Self::build)).
@@ -193,11 +161,6 @@ impl FileLockProviderBuilder {
         let observe_every = options.value(&OBSERVE_EVERY)?;
         let dir = open_dir(dir)?;
         Ok(Settings { dir, poll_min, poll_max, check_every, observe_every })
-    }
-
-    /// The options, which the provider applies when it is built.
-    pub(crate) fn options(&self) -> &Options {
-        &self.options
     }
 }
 

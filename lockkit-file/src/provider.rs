@@ -143,9 +143,7 @@ impl FileLockProviderBuilder {
     /// created, is not a directory or is not writable.
     pub fn build(self) -> Result<FileLockProvider> {
         let settings = self.check()?;
-        Ok(FileLockProvider(
-            TypedProvider::new(FileBackend::new(settings)).map(|provider| self.options().apply(provider))?,
-        ))
+        self.options().provider(FileBackend::new(settings)).map(FileLockProvider)
     }
 }
 

@@ -18,41 +18,15 @@ use std::time::Duration;
 use lockkit_testkit::chaos::{ChaosConfig, FaultKind, Primitive};
 use support::FileHarness;
 
-lockkit_testkit::chaos_test!(
-    chaos_under_contention,
-    harness: FileHarness::temporary(),
-    config: ChaosConfig::new(0)
-        .with_duration(Duration::from_secs(10))
-        .with_faults(&FaultKind::CLIENT),
-    seeds: [31],
-);
+/// `seconds` of the faults a file harness has (a client that dies).
+fn config(seconds: u64) -> ChaosConfig {
+    ChaosConfig::new(0).with_duration(Duration::from_secs(seconds)).with_faults(&FaultKind::CLIENT)
+}
 
-lockkit_testkit::chaos_test!(
-    chaos_read_write_locks,
-    harness: FileHarness::temporary(),
-    config: ChaosConfig::new(0)
-        .with_duration(Duration::from_secs(8))
-        .with_faults(&FaultKind::CLIENT)
-        .with_primitive(Primitive::ReadWrite),
-    seeds: [32],
-);
-
-lockkit_testkit::chaos_test!(
-    chaos_semaphores_of_three,
-    harness: FileHarness::temporary(),
-    config: ChaosConfig::new(0)
-        .with_duration(Duration::from_secs(8))
-        .with_faults(&FaultKind::CLIENT)
-        .with_primitive(Primitive::Semaphore(3)),
-    seeds: [33],
-);
-
-lockkit_testkit::chaos_test!(
-    chaos_elections,
-    harness: FileHarness::temporary(),
-    config: ChaosConfig::new(0)
-        .with_duration(Duration::from_secs(8))
-        .with_faults(&FaultKind::CLIENT)
-        .with_primitive(Primitive::Election),
-    seeds: [34],
-);
+lockkit_testkit::chaos_test! {
+    harness: FileHarness::temporary();
+    chaos_under_contention([31]) => config(10);
+    chaos_read_write_locks([32]) => config(8).with_primitive(Primitive::ReadWrite);
+    chaos_semaphores_of_three([33]) => config(8).with_primitive(Primitive::Semaphore(3));
+    chaos_elections([34]) => config(8).with_primitive(Primitive::Election);
+}

@@ -14,14 +14,8 @@ use lockkit_testkit::fixture::PostgresServer;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
-    let (_server, url) = match std::env::var("LOCKKIT_POSTGRES_URL") {
-        Ok(url) if !url.is_empty() => (None, url),
-        _ => {
-            let server = PostgresServer::start().await.unwrap_or_else(|e| panic!("{e}"));
-            let url = server.url();
-            (Some(server), url)
-        }
-    };
+    // The environment's server when LOCKKIT_POSTGRES_URL names one, else one started for this run.
+    let url = PostgresServer::shared().await.unwrap_or_else(|e| panic!("{e}")).url();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let code = lockkit_testkit::fixture::run_lockkit_bench(url, args).await.expect("cargo runs the benchmark");
     std::process::exit(code);

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use lockkit_core::config::{
-    self, Key, MAX_DURATION, MAX_HOLD, OptionKey, Options, ProviderBuilder, STORE_ID, StoreUrl, TlsKeys,
+    Key, MAX_DURATION, MAX_HOLD, OptionKey, Options, ProviderBuilder, STORE_ID, StoreUrl, TlsKeys,
 };
 use lockkit_core::{Error, Result};
 
@@ -159,134 +159,67 @@ impl ProviderBuilder for PostgresLockProviderBuilder {
 }
 
 impl PostgresLockProviderBuilder {
-    /// The settings given so far.
-    pub(crate) fn options(&self) -> &Options {
-        &self.options
-    }
+    lockkit_core::builder_methods!(
+        /// The server: `postgres://[user[:password]@]host[:port]/database` (or `postgresql://`).
+        /// The database is required.
+        url
+    );
 
-    /// A builder with the URL's address and every option of its query.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidConfig`] for another scheme, an unknown option or a bad value.
-    pub fn from_url(url: &StoreUrl) -> Result<Self> {
-        config::from_url(url)
-    }
+    lockkit_core::option_setters! {
+        /// How long a hold outlives its last renewal (30 s by default, at least 100 ms): a holder
+        /// that dies frees the lock after it.
+        fn lease(lease: Duration) => LEASE;
 
-    /// Sets the option called `key` from its text, as a URL's query gives it ([`OPTIONS`]).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidConfig`] for an unknown option or a value that does not parse.
-    pub fn option(mut self, key: &str, value: &str) -> Result<Self> {
-        self.options.parse(key, value)?;
-        Ok(self)
-    }
+        /// How often held locks are renewed (a third of the lease by default; less than the lease).
+        fn renew_every(every: Duration) => RENEW_EVERY;
 
-    /// The server: `postgres://[user[:password]@]host[:port]/database` (or `postgresql://`).
-    /// The database is required. The options of its query string ([`OPTIONS`]) are taken
-    /// here, in order with the builder's other settings: a setting given later replaces
-    /// the URL's (see `lockkit_core::config`); a URL that cannot be used, or an unknown
-    /// option, is an error at `build()`.
-    pub fn url(self, url: impl AsRef<str>) -> Self {
-        config::with_url(self, url.as_ref())
-    }
+        /// How long one statement may go unanswered before its connection is given up as broken
+        /// (5 s by default, and at most half the lease by default). It is also the server's
+        /// `statement_timeout` for this provider's connections, which bounds how late a statement
+        /// whose reply was lost can still take effect.
+        fn response_timeout(timeout: Duration) => RESPONSE_TIMEOUT;
 
-    /// How long a hold outlives its last renewal (30 s by default, at least 100 ms): a holder
-    /// that dies frees the lock after it.
-    pub fn lease(mut self, lease: Duration) -> Self {
-        self.options.set(&LEASE, lease);
-        self
-    }
+        /// The margin for clock-rate drift between this host and the server, taken off every
+        /// hold's local deadline (a sixtieth of the lease by default, less than a third of it).
+        fn drift(drift: Duration) => DRIFT;
 
-    /// How often held locks are renewed (a third of the lease by default; less than the lease).
-    pub fn renew_every(mut self, every: Duration) -> Self {
-        self.options.set(&RENEW_EVERY, every);
-        self
-    }
+        /// The schema of the lock table, sequence and functions (`lockkit` by default): a lower
+        /// case identifier (`a`-`z`, `0`-`9`, `_`, not starting with a digit) of at most 50 bytes.
+        fn schema(schema: impl Into<String>) => SCHEMA;
 
-    /// How long one statement may go unanswered before its connection is given up as broken
-    /// (5 s by default, and at most half the lease by default). It is also the server's
-    /// `statement_timeout` for this provider's connections, which bounds how late a statement
-    /// whose reply was lost can still take effect.
-    pub fn response_timeout(mut self, timeout: Duration) -> Self {
-        self.options.set(&RESPONSE_TIMEOUT, timeout);
-        self
-    }
+        /// Whether the provider creates its schema on first use when it is missing (`true` by
+        /// default). With `false`, run [`PostgresLockProvider::migrate`](crate::PostgresLockProvider::migrate) once as a role that may
+        /// create it, and use a role that can only take locks (see "Least privileges" on
+        /// the guide's PostgreSQL page (`src/guide/backends/postgres.md`)).
+        fn migrate(migrate: bool) => MIGRATE;
 
-    /// The margin for clock-rate drift between this host and the server, taken off every
-    /// hold's local deadline (a sixtieth of the lease by default, less than a third of it).
-    pub fn drift(mut self, drift: Duration) -> Self {
-        self.options.set(&DRIFT, drift);
-        self
-    }
+        /// Whether grants and renewals wait for the server's WAL flush (`false` by default; URL option
+        /// `durable_grants`). By default they commit with `synchronous_commit = off`, which saves a
+        /// disk flush per grant: a grant or renewal lost in a crash of the server is made safe by the
+        /// restart fence (no grant for the longest lease after a crash recovery; see "Grants without
+        /// the flush: the restart fence" on the guide's PostgreSQL page
+        /// (`src/guide/backends/postgres.md`)), so a crash costs every lock one lease of waiting and
+        /// every hold whose grant was lost is signalled lost. With `true`, holds whose grants were
+        /// confirmed survive a crash and the locks of a schema whose providers all use it are not
+        /// fenced after one: for holds longer than the lease that must outlive a server crash, or a
+        /// server that restarts often. Failover to a standby: with synchronous replication
+        /// (`synchronous_commit` reaching the standby) only `true` keeps holds across a promotion;
+        /// either way, the fence starts on a promoted standby, whose copy of the unlogged fence table
+        /// is empty.
+        fn durable_grants(durable: bool) => DURABLE_GRANTS;
 
-    /// The schema of the lock table, sequence and functions (`lockkit` by default): a lower
-    /// case identifier (`a`-`z`, `0`-`9`, `_`, not starting with a digit) of at most 50 bytes.
-    pub fn schema(mut self, schema: impl Into<String>) -> Self {
-        self.options.set(&SCHEMA, schema.into());
-        self
-    }
+        /// The default maximum hold of the provider's acquisitions
+        /// ([`LockProvider::with_max_hold`](lockkit_core::LockProvider::with_max_hold)): past it,
+        /// renewal stops, the guard is told with
+        /// [`LossReason::MaxHoldReached`](lockkit_core::LossReason::MaxHoldReached) and the row
+        /// expires with its lease. None by default; at least `renew_every`. URL option `max_hold`.
+        fn max_hold(max_hold: Duration) => MAX_HOLD;
 
-    /// Whether the provider creates its schema on first use when it is missing (`true` by
-    /// default). With `false`, run [`PostgresLockProvider::migrate`](crate::PostgresLockProvider::migrate) once as a role that may
-    /// create it, and use a role that can only take locks (see "Least privileges" on
-    /// the guide's PostgreSQL page (`src/guide/backends/postgres.md`)).
-    pub fn migrate(mut self, migrate: bool) -> Self {
-        self.options.set(&MIGRATE, migrate);
-        self
-    }
+        /// How the provider's connections use TLS ([`SslMode::Prefer`] by default, as libpq):
+        /// the `sslmode` option. Every mode but `disable` and `prefer` needs the `tls` feature.
+        fn ssl_mode(mode: SslMode) => SSLMODE;
 
-    /// Whether grants and renewals wait for the server's WAL flush (`false` by default; URL option
-    /// `durable_grants`). By default they commit with `synchronous_commit = off`, which saves a
-    /// disk flush per grant: a grant or renewal lost in a crash of the server is made safe by the
-    /// restart fence (no grant for the longest lease after a crash recovery; see "Grants without
-    /// the flush: the restart fence" on the guide's PostgreSQL page
-    /// (`src/guide/backends/postgres.md`)), so a crash costs every lock one lease of waiting and
-    /// every hold whose grant was lost is signalled lost. With `true`, holds whose grants were
-    /// confirmed survive a crash and the locks of a schema whose providers all use it are not
-    /// fenced after one: for holds longer than the lease that must outlive a server crash, or a
-    /// server that restarts often. Failover to a standby: with synchronous replication
-    /// (`synchronous_commit` reaching the standby) only `true` keeps holds across a promotion;
-    /// either way, the fence starts on a promoted standby, whose copy of the unlogged fence table
-    /// is empty.
-    pub fn durable_grants(mut self, durable: bool) -> Self {
-        self.options.set(&DURABLE_GRANTS, durable);
-        self
-    }
-
-    /// The default maximum hold of the provider's acquisitions
-    /// ([`LockProvider::with_max_hold`](lockkit_core::LockProvider::with_max_hold)): past it,
-    /// renewal stops, the guard is told with
-    /// [`LossReason::MaxHoldReached`](lockkit_core::LossReason::MaxHoldReached) and the row
-    /// expires with its lease. None by default; at least `renew_every`. URL option `max_hold`.
-    pub fn max_hold(mut self, max_hold: Duration) -> Self {
-        self.options.set(&MAX_HOLD, max_hold);
-        self
-    }
-
-    /// How the provider's connections use TLS ([`SslMode::Prefer`] by default, as libpq):
-    /// the `sslmode` option. Every mode but `disable` and `prefer` needs the `tls` feature.
-    pub fn ssl_mode(mut self, mode: SslMode) -> Self {
-        self.options.set(&SSLMODE, mode);
-        self
-    }
-
-    /// Trusts the root certificates in `pem` (PEM text) for the server's certificate instead of
-    /// the system's (the `sslrootcert` option names a file). With `sslmode=require` it makes
-    /// the provider check the certificate as `verify-ca` does, as libpq does. Needs the `tls`
-    /// feature.
-    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
-        SSL.set_root(&mut self.options, pem.into());
-        self
-    }
-
-    /// Presents a client certificate (a PEM chain) and its private key (PEM) to servers that
-    /// authenticate clients by certificate (the `sslcert` and `sslkey` options name files).
-    /// Needs the `tls` feature.
-    pub fn tls_client_certificate(mut self, certificate: impl Into<Vec<u8>>, key: impl Into<Vec<u8>>) -> Self {
-        SSL.set_client(&mut self.options, certificate.into(), key.into());
-        self
+        tls(SSL);
     }
 
     pub(crate) fn settings(&self) -> Result<Settings> {

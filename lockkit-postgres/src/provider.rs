@@ -23,9 +23,7 @@ impl PostgresLockProviderBuilder {
     /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) naming what to change.
     pub fn build(self) -> Result<PostgresLockProvider> {
         let settings = self.settings()?;
-        TypedProvider::new(Arc::new(PostgresBackend::new(settings)))
-            .map(|provider| self.options().apply(provider))
-            .map(PostgresLockProvider)
+        self.options().provider(Arc::new(PostgresBackend::new(settings))).map(PostgresLockProvider)
     }
 }
 

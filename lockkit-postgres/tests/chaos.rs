@@ -10,60 +10,20 @@
 
 mod support;
 
-use std::time::Duration;
-
-use lockkit_testkit::chaos::{self, ChaosConfig, Primitive};
+use lockkit_testkit::chaos::{ChaosConfig, Primitive};
 use support::PostgresHarness;
 
-lockkit_testkit::chaos_test!(
-    chaos_mutex,
-    harness: PostgresHarness::dedicated().await,
-    config: ChaosConfig::new(0)
-        .with_duration(Duration::from_secs(20))
-        .with_faults(&chaos::SINGLE_SERVER_FAULTS)
-        .with_label("fsync on"),
-    seeds: [21],
-);
+lockkit_testkit::chaos_test! {
+    harness: PostgresHarness::dedicated().await;
+    chaos_mutex([21]) => ChaosConfig::single_server().with_label("fsync on");
+    chaos_elections([25]) => ChaosConfig::single_server().with_primitive(Primitive::Election).with_label("fsync on");
+    chaos_read_write_locks([22]) => ChaosConfig::single_server().with_primitive(Primitive::ReadWrite).with_label("fsync on");
+    chaos_semaphores_of_three([23]) =>
+        ChaosConfig::single_server().with_primitive(Primitive::Semaphore(3)).with_label("fsync on");
+}
 
-lockkit_testkit::chaos_test!(
-    chaos_mutex_with_crashes,
-    harness: PostgresHarness::dedicated_crashing().await,
-    config: ChaosConfig::new(0)
-        .with_duration(Duration::from_secs(20))
-        .with_faults(&chaos::SINGLE_SERVER_FAULTS)
-        .with_label("crash restarts, grants without a flush"),
-    seeds: [21],
-);
-
-lockkit_testkit::chaos_test!(
-    chaos_elections,
-    harness: PostgresHarness::dedicated().await,
-    config: ChaosConfig::new(0)
-        .with_duration(Duration::from_secs(20))
-        .with_faults(&chaos::SINGLE_SERVER_FAULTS)
-        .with_primitive(Primitive::Election)
-        .with_label("fsync on"),
-    seeds: [25],
-);
-
-lockkit_testkit::chaos_test!(
-    chaos_read_write_locks,
-    harness: PostgresHarness::dedicated().await,
-    config: ChaosConfig::new(0)
-        .with_duration(Duration::from_secs(20))
-        .with_faults(&chaos::SINGLE_SERVER_FAULTS)
-        .with_primitive(Primitive::ReadWrite)
-        .with_label("fsync on"),
-    seeds: [22],
-);
-
-lockkit_testkit::chaos_test!(
-    chaos_semaphores_of_three,
-    harness: PostgresHarness::dedicated().await,
-    config: ChaosConfig::new(0)
-        .with_duration(Duration::from_secs(20))
-        .with_faults(&chaos::SINGLE_SERVER_FAULTS)
-        .with_primitive(Primitive::Semaphore(3))
-        .with_label("fsync on"),
-    seeds: [23],
-);
+lockkit_testkit::chaos_test! {
+    harness: PostgresHarness::dedicated_crashing().await;
+    chaos_mutex_with_crashes([21]) =>
+        ChaosConfig::single_server().with_label("crash restarts, grants without a flush");
+}

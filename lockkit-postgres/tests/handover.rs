@@ -7,25 +7,13 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use lockkit_testkit::wait::eventually;
 use support::{OPERATION, PostgresHarness, test_builder, url_of, within};
 
 fn unique(prefix: &str) -> String {
     format!("handover/{prefix}/{}", uuid::Uuid::new_v4().simple())
-}
-
-/// Waits until `check` holds, for at most `OPERATION`.
-async fn until<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + OPERATION;
-    while !check().await {
-        assert!(Instant::now() < deadline, "{what} within {OPERATION:?}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 #[tokio::test]
@@ -39,10 +27,10 @@ async fn a_release_hands_the_lock_to_the_head_of_the_queue_in_its_own_transactio
     let held = a.lock(&name).unwrap().acquire().await.unwrap();
     let b_lock = b.lock(&name).unwrap();
     let b_waiter = tokio::spawn(async move { b_lock.acquire().await });
-    until("b queued", || async { a.inspect(&name).await.unwrap().waiters == Some(1) }).await;
+    eventually(OPERATION, "b queued", || async { a.inspect(&name).await.unwrap().waiters == Some(1) }).await;
     let c_lock = c.lock(&name).unwrap();
     let c_waiter = tokio::spawn(async move { c_lock.acquire().await });
-    until("c queued", || async { a.inspect(&name).await.unwrap().waiters == Some(2) }).await;
+    eventually(OPERATION, "c queued", || async { a.inspect(&name).await.unwrap().waiters == Some(2) }).await;
     let admin = harness.admin().await;
     let head: String = admin
         .query_one("SELECT owner FROM lockkit.waiters WHERE name = $1 ORDER BY pos LIMIT 1", &[&stored])
@@ -86,7 +74,7 @@ async fn a_hand_over_to_a_waiter_that_gave_up_is_freed_for_the_next() {
         .unwrap();
     let c_lock = c.lock(&name).unwrap();
     let c_waiter = tokio::spawn(async move { c_lock.acquire().await });
-    until("c queued", || async { a.inspect(&name).await.unwrap().waiters == Some(2) }).await;
+    eventually(OPERATION, "c queued", || async { a.inspect(&name).await.unwrap().waiters == Some(2) }).await;
     held.release().await.unwrap();
     let owner: String =
         admin.query_one("SELECT owner FROM lockkit.locks WHERE name = $1", &[&stored]).await.unwrap().get(0);
@@ -115,7 +103,7 @@ async fn a_waiter_cancelled_after_the_hand_over_leaves_no_trace() {
     let held = a.lock(&name).unwrap().acquire().await.unwrap();
     let b_lock = b.lock(&name).unwrap();
     let b_waiter = tokio::spawn(async move { b_lock.acquire().await });
-    until("b queued", || async { a.inspect(&name).await.unwrap().waiters == Some(1) }).await;
+    eventually(OPERATION, "b queued", || async { a.inspect(&name).await.unwrap().waiters == Some(1) }).await;
     // The waiter's provider cannot confirm: the hand-over is made, then the wait is dropped.
     b_faults.0.blackhole();
     held.release().await.unwrap();
@@ -126,7 +114,7 @@ async fn a_waiter_cancelled_after_the_hand_over_leaves_no_trace() {
     let _ = b_waiter.await;
     b_faults.0.heal();
     // The dropped acquisition's abandon frees it once it gets through.
-    until("the hand-over freed", || async {
+    eventually(OPERATION, "the hand-over freed", || async {
         admin.query("SELECT 1 FROM lockkit.locks WHERE name = $1", &[&stored]).await.unwrap().is_empty()
     })
     .await;
@@ -191,7 +179,7 @@ async fn a_release_hands_a_run_of_readers_the_lock_and_stops_at_a_writer() {
     for (n, reader) in [true, true, false, true].into_iter().enumerate() {
         let rw = a.rw_lock(&name).unwrap();
         waiters.push(tokio::spawn(async move { if reader { rw.read().await } else { rw.write().await } }));
-        until("queued", || async { a.inspect(&name).await.unwrap().waiters == Some(n + 1) }).await;
+        eventually(OPERATION, "queued", || async { a.inspect(&name).await.unwrap().waiters == Some(n + 1) }).await;
     }
     written.release().await.unwrap();
     // The release's transaction granted the two readers at the head, and stopped at the writer.
@@ -234,7 +222,7 @@ async fn a_permit_freed_is_handed_to_the_next_waiter_and_kinds_do_not_mix() {
         let two = a.semaphore(&name, 2).unwrap();
         tokio::spawn(async move { two.acquire().await })
     };
-    until("queued", || async { a.inspect(&name).await.unwrap().waiters == Some(1) }).await;
+    eventually(OPERATION, "queued", || async { a.inspect(&name).await.unwrap().waiters == Some(1) }).await;
     for other in [a.lock(&name).unwrap().try_acquire().await, a.semaphore(&name, 3).unwrap().try_acquire().await] {
         assert!(matches!(other, Err(lockkit_core::Error::Conflict { .. })), "{other:?}");
     }
@@ -289,7 +277,7 @@ async fn a_confirmation_racing_the_hand_over_finds_it_and_keeps_it() {
         })
     };
     let watcher = harness.admin().await;
-    until("the confirmation waits for the advisory lock", || async {
+    eventually(OPERATION, "the confirmation waits for the advisory lock", || async {
         watcher
             .query_one("SELECT coalesce(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1", &[&pid])
             .await
@@ -329,7 +317,7 @@ async fn a_holds_and_b_waits(what: &str) -> Queued {
     let held = a.lock(&name).unwrap().acquire().await.unwrap();
     let b_lock = b.lock(&name).unwrap();
     let b_waiter = tokio::spawn(async move { b_lock.acquire().await });
-    until("b queued", || async { a.inspect(&name).await.unwrap().waiters == Some(1) }).await;
+    eventually(OPERATION, "b queued", || async { a.inspect(&name).await.unwrap().waiters == Some(1) }).await;
     Queued { harness, held, b_waiter, stored, _providers: [(a, fa), (b, fb)] }
 }
 
@@ -423,7 +411,7 @@ async fn queued_owner(admin: &tokio_postgres::Client, stored: &str) -> (String, 
             .get::<_, std::time::SystemTime>(0)
     };
     let first = place().await;
-    until("the waiter's provider listens on its channel", || async {
+    eventually(OPERATION, "the waiter's provider listens on its channel", || async {
         admin
             .query_one("SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN ' || $1 || '%'", &[&channel])
             .await
@@ -432,7 +420,7 @@ async fn queued_owner(admin: &tokio_postgres::Client, stored: &str) -> (String, 
             > 0
     })
     .await;
-    until("the waiter's try after its registration", || async { place().await > first }).await;
+    eventually(OPERATION, "the waiter's try after its registration", || async { place().await > first }).await;
     (owner, channel)
 }
 
@@ -486,7 +474,7 @@ async fn an_announcement_is_confirmed_by_a_try(what: &str, announce: fn(&str, &s
     let before = place().await;
     let (to, payload) = announce(&channel, &owner);
     admin.execute("SELECT pg_notify($1, $2)", &[&to, &payload]).await.unwrap();
-    until("b tried again", || async { place().await > before }).await;
+    eventually(OPERATION, "b tried again", || async { place().await > before }).await;
     assert!(!b_waiter.is_finished(), "b still waits: the token of the payload is not taken");
     held.release().await.unwrap();
     let guard = within(OPERATION, "the real hand-over", b_waiter).await.unwrap().unwrap();

@@ -159,62 +159,26 @@ impl ProviderBuilder for RedisLockProviderBuilder {
 }
 
 impl RedisLockProviderBuilder {
-    /// The settings given so far.
-    pub(crate) fn options(&self) -> &Options {
-        &self.options
-    }
-
-    /// A builder with the address, credentials and options of `url`
-    /// (`redis://[user[:password]@]host[:port][/db][?option=value&…]`, or `rediss://` for
-    /// TLS); the options are those of [`OPTIONS`], named as the methods that set them.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) for an unknown option or a
-    /// value that does not parse; the address and the values' ranges are checked by
-    /// [`build`](Self::build).
-    pub fn from_url(url: &StoreUrl) -> Result<Self> {
-        config::from_url(url)
-    }
-
-    /// Sets the option called `key` from its text, as a URL's query gives it: the names are
-    /// those of the methods ([`OPTIONS`]); durations are written with a unit (`500ms`, `10s`),
-    /// `fair` as `true` or `false`.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) for an unknown option or a
-    /// value that does not parse.
-    pub fn option(mut self, key: &str, value: &str) -> Result<Self> {
-        self.options.parse(key, value)?;
-        Ok(self)
-    }
-
-    /// The server: `redis://[user[:password]@]host[:port][/db]`, `rediss://` for TLS (feature
-    /// `tls`), or `redis+unix:///path/to/socket`. A user name selects an ACL user; a password
-    /// alone authenticates the default user.
-    ///
-    /// Or the sentinels of a Sentinel-managed primary:
-    /// `redis+sentinel://[user[:password]@]s1[:port],s2[:port]/MASTER_NAME` (port 26379 by
-    /// default; `rediss+sentinel://` for TLS to the sentinels and the servers). The provider
-    /// asks the sentinels, in the order written, for the primary's address whenever it
-    /// connects, and connects again (asking again) when the primary stops answering or
-    /// refuses writes as a replica after a failover. The credentials are the Redis servers';
-    /// the sentinels are asked without any. See "Sentinel" and "Tokens, restarts and failovers"
-    /// on the guide's Redis page (`src/guide/backends/redis.md`).
-    ///
-    /// Or some nodes of a Redis Cluster: `redis+cluster://[user[:password]@]h1[:port],h2[:port]`
-    /// (port 6379 by default; `rediss+cluster://` for TLS; any reachable nodes: the others and the
-    /// slot map are learnt from them). See "Redis Cluster" on the guide's Redis page
-    /// (`src/guide/backends/redis.md`), and [`cluster`](Self::cluster).
-    ///
-    /// The options in the URL's query ([`OPTIONS`]) are taken here, in order with the
-    /// builder's other settings: a setting given later replaces the URL's (see
-    /// `lockkit_core::config`). A URL that cannot be used, or an unknown option, is an error
-    /// at [`build`](Self::build).
-    pub fn url(self, url: impl AsRef<str>) -> Self {
-        config::with_url(self, url.as_ref())
-    }
+    lockkit_core::builder_methods!(
+        /// The server: `redis://[user[:password]@]host[:port][/db]`, `rediss://` for TLS (feature
+        /// `tls`), or `redis+unix:///path/to/socket`. A user name selects an ACL user; a password
+        /// alone authenticates the default user.
+        ///
+        /// Or the sentinels of a Sentinel-managed primary:
+        /// `redis+sentinel://[user[:password]@]s1[:port],s2[:port]/MASTER_NAME` (port 26379 by
+        /// default; `rediss+sentinel://` for TLS to the sentinels and the servers). The provider
+        /// asks the sentinels, in the order written, for the primary's address whenever it
+        /// connects, and connects again (asking again) when the primary stops answering or
+        /// refuses writes as a replica after a failover. The credentials are the Redis servers';
+        /// the sentinels are asked without any. See "Sentinel" and "Tokens, restarts and failovers"
+        /// on the guide's Redis page (`src/guide/backends/redis.md`).
+        ///
+        /// Or some nodes of a Redis Cluster: `redis+cluster://[user[:password]@]h1[:port],h2[:port]`
+        /// (port 6379 by default; `rediss+cluster://` for TLS; any reachable nodes: the others and the
+        /// slot map are learnt from them). See "Redis Cluster" on the guide's Redis page
+        /// (`src/guide/backends/redis.md`), and [`cluster`](Self::cluster).
+        url
+    );
 
     /// The nodes of a Redis Cluster, each `host[:port]` (port 6379 by default), without
     /// credentials: the same as [`url`](Self::url) with
@@ -237,173 +201,128 @@ impl RedisLockProviderBuilder {
         self.url(format!("redis+cluster://{}", nodes.join(",")))
     }
 
-    /// The prefix of every key and channel, so that several applications share one server
-    /// without colliding (default `lockkit`). Braces and control characters are refused:
-    /// braces would change the hash slot of the keys on Redis Cluster. URL option
-    /// `key_prefix`.
-    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.options.set(&KEY_PREFIX, prefix.into());
-        self
-    }
+    lockkit_core::option_setters! {
+        /// The prefix of every key and channel, so that several applications share one server
+        /// without colliding (default `lockkit`). Braces and control characters are refused:
+        /// braces would change the hash slot of the keys on Redis Cluster. URL option
+        /// `key_prefix`.
+        fn key_prefix(prefix: impl Into<String>) => KEY_PREFIX;
 
-    /// How long a hold survives without renewal (default 30 s, at least 100 ms, at most a
-    /// day): the time a dead holder keeps the lock, and the budget a live holder has to renew
-    /// it. URL option `lease`.
-    pub fn lease(mut self, lease: Duration) -> Self {
-        self.options.set(&LEASE, lease);
-        self
-    }
+        /// How long a hold survives without renewal (default 30 s, at least 100 ms, at most a
+        /// day): the time a dead holder keeps the lock, and the budget a live holder has to renew
+        /// it. URL option `lease`.
+        fn lease(lease: Duration) => LEASE;
 
-    /// How often the watchdog renews held locks (default a third of the lease; at least
-    /// 1 ms, and with the response timeout below the lease minus the drift margin). URL
-    /// option `renew_every`.
-    pub fn renew_every(mut self, every: Duration) -> Self {
-        self.options.set(&RENEW_EVERY, every);
-        self
-    }
+        /// How often the watchdog renews held locks (default a third of the lease; at least
+        /// 1 ms, and with the response timeout below the lease minus the drift margin). URL
+        /// option `renew_every`.
+        fn renew_every(every: Duration) => RENEW_EVERY;
 
-    /// How long one command may take before its outcome counts as unknown (default 2 s,
-    /// and never more than a fifth of the lease when the lease is short; at least 1 ms, and
-    /// with the renewal interval below the lease minus the drift margin). URL option
-    /// `response_timeout`.
-    pub fn response_timeout(mut self, timeout: Duration) -> Self {
-        self.options.set(&RESPONSE_TIMEOUT, timeout);
-        self
-    }
+        /// How long one command may take before its outcome counts as unknown (default 2 s,
+        /// and never more than a fifth of the lease when the lease is short; at least 1 ms, and
+        /// with the renewal interval below the lease minus the drift margin). URL option
+        /// `response_timeout`.
+        fn response_timeout(timeout: Duration) => RESPONSE_TIMEOUT;
 
-    /// The margin for clock rate differences between this host and the server: a hold's
-    /// local deadline is the send time of its last confirmed renewal plus the lease minus
-    /// this margin (default 1% of the lease plus 2 ms, as the Redlock analysis suggests; at
-    /// most just under half the lease). URL option `drift`.
-    pub fn drift(mut self, drift: Duration) -> Self {
-        self.options.set(&DRIFT, drift);
-        self
-    }
+        /// The margin for clock rate differences between this host and the server: a hold's
+        /// local deadline is the send time of its last confirmed renewal plus the lease minus
+        /// this margin (default 1% of the lease plus 2 ms, as the Redlock analysis suggests; at
+        /// most just under half the lease). URL option `drift`.
+        fn drift(drift: Duration) => DRIFT;
 
-    /// Whether waiters are granted the lock in the order they started waiting (default
-    /// `true`). URL option `fair`.
-    ///
-    /// A fair lock keeps a wait queue in Redis: a waiting acquisition joins it when it finds
-    /// the lock taken, and while the queue has entries a free lock belongs to its head alone,
-    /// so no waiter starves however busy the lock is. Its cost is paid only under
-    /// contention: a releaser that asks again goes to the back instead of winning at once,
-    /// and a waiter whose process dies stays in the queue until its entry expires (twice the
-    /// lease) or, when its turn comes, until its claim window of 200 ms closes.
-    ///
-    /// `false` makes every release a race between the woken waiters: a little more
-    /// throughput for a client that takes the same lock again and again, and a wait that,
-    /// for an unlucky waiter, has no bound.
-    ///
-    /// The same holds for every kind: fair, a read-write lock's readers that arrive after a
-    /// queued writer wait behind it, and a semaphore's permits go to its waiters in arrival
-    /// order; unfair, readers may overtake a waiting writer for as long as readers keep
-    /// coming.
-    pub fn fair(mut self, fair: bool) -> Self {
-        self.options.set(&FAIR, fair);
-        self
-    }
+        /// Whether waiters are granted the lock in the order they started waiting (default
+        /// `true`). URL option `fair`.
+        ///
+        /// A fair lock keeps a wait queue in Redis: a waiting acquisition joins it when it finds
+        /// the lock taken, and while the queue has entries a free lock belongs to its head alone,
+        /// so no waiter starves however busy the lock is. Its cost is paid only under
+        /// contention: a releaser that asks again goes to the back instead of winning at once,
+        /// and a waiter whose process dies stays in the queue until its entry expires (twice the
+        /// lease) or, when its turn comes, until its claim window of 200 ms closes.
+        ///
+        /// `false` makes every release a race between the woken waiters: a little more
+        /// throughput for a client that takes the same lock again and again, and a wait that,
+        /// for an unlucky waiter, has no bound.
+        ///
+        /// The same holds for every kind: fair, a read-write lock's readers that arrive after a
+        /// queued writer wait behind it, and a semaphore's permits go to its waiters in arrival
+        /// order; unfair, readers may overtake a waiting writer for as long as readers keep
+        /// coming.
+        fn fair(fair: bool) => FAIR;
 
-    /// How long a fair lock handed over to the head of its queue waits for the head to take
-    /// it (default 200 ms, at least 20 ms, at most the lease). URL option `claim_window`.
-    ///
-    /// A release grants the lock to the head of the queue for this long only, and tells the
-    /// head's provider; a live head confirms the hand-over within about one round trip, and a
-    /// head whose process died lets it expire, after which the next waiter's turn comes. So
-    /// this is what each dead waiter at the head of a queue costs the others, and it must
-    /// cover a few round trips of your network plus a pause of the waiting process: raise it
-    /// for servers far away, or for clients that stall. A head that misses its window loses
-    /// its place and queues again at the back.
-    pub fn claim_window(mut self, window: Duration) -> Self {
-        self.options.set(&CLAIM_WINDOW, window);
-        self
-    }
+        /// How long a fair lock handed over to the head of its queue waits for the head to take
+        /// it (default 200 ms, at least 20 ms, at most the lease). URL option `claim_window`.
+        ///
+        /// A release grants the lock to the head of the queue for this long only, and tells the
+        /// head's provider; a live head confirms the hand-over within about one round trip, and a
+        /// head whose process died lets it expire, after which the next waiter's turn comes. So
+        /// this is what each dead waiter at the head of a queue costs the others, and it must
+        /// cover a few round trips of your network plus a pause of the waiting process: raise it
+        /// for servers far away, or for clients that stall. A head that misses its window loses
+        /// its place and queues again at the back.
+        fn claim_window(window: Duration) => CLAIM_WINDOW;
 
-    /// How many replicas must acknowledge each grant and each renewal (default 0: none is
-    /// waited for; at most [`MAX_REPLICAS`]). URL option `replicas`.
-    ///
-    /// With `n` above 0, a grant is followed by `WAIT n` on the same connection and counts only
-    /// when `n` replicas acknowledged it within [`replicas_timeout`](Self::replicas_timeout);
-    /// otherwise the grant is released and the acquisition tries again, like after a failed call,
-    /// until it gives up with a retryable [`Error::Connection`](lockkit_core::Error::Connection)
-    /// saying how many replicas acknowledged. A hand-over from a fair lock's queue is acknowledged
-    /// with the renewal that confirms it. Each renewal round ends with the same `WAIT`: a renewal
-    /// that is not acknowledged leaves the hold's deadline where it was (the hold is not extended)
-    /// and is tried again, so a hold whose replicas stay behind runs out and is signalled lost.
-    ///
-    /// What it narrows: a failover to a replica that has acknowledged a grant keeps that grant
-    /// and its fence counter, so the new primary does not hand the lock to a second client
-    /// while the first still holds it. What it cannot promise: Redis replication stays
-    /// asynchronous. `WAIT` says that replicas received the writes, not that they wrote them
-    /// to disk, nor that the replica promoted at a failover is one of those that
-    /// acknowledged; a replica may still lose them in a restart. And a renewal that reached
-    /// the primary but not the replicas before a failover is lost with it: the hold ends
-    /// at the deadline of its last acknowledged renewal, which is what its local deadline
-    /// says. Tokens never go back across a failover either way (see "Tokens, restarts and
-    /// failovers" on the guide's Redis page (`src/guide/backends/redis.md`)).
-    ///
-    /// The primary must have at least `n` replicas connected: the provider checks it when it
-    /// connects, and a primary with fewer is an
-    /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) naming both numbers. `WAIT`
-    /// blocks the provider's shared command connection while it waits, so commands of other holds
-    /// queue behind it for up to `replicas_timeout` when a replica is slow.
-    pub fn replicas(mut self, n: u32) -> Self {
-        self.options.set(&REPLICAS, n);
-        self
-    }
+        /// How many replicas must acknowledge each grant and each renewal (default 0: none is
+        /// waited for; at most [`MAX_REPLICAS`]). URL option `replicas`.
+        ///
+        /// With `n` above 0, a grant is followed by `WAIT n` on the same connection and counts only
+        /// when `n` replicas acknowledged it within [`replicas_timeout`](Self::replicas_timeout);
+        /// otherwise the grant is released and the acquisition tries again, like after a failed call,
+        /// until it gives up with a retryable [`Error::Connection`](lockkit_core::Error::Connection)
+        /// saying how many replicas acknowledged. A hand-over from a fair lock's queue is acknowledged
+        /// with the renewal that confirms it. Each renewal round ends with the same `WAIT`: a renewal
+        /// that is not acknowledged leaves the hold's deadline where it was (the hold is not extended)
+        /// and is tried again, so a hold whose replicas stay behind runs out and is signalled lost.
+        ///
+        /// What it narrows: a failover to a replica that has acknowledged a grant keeps that grant
+        /// and its fence counter, so the new primary does not hand the lock to a second client
+        /// while the first still holds it. What it cannot promise: Redis replication stays
+        /// asynchronous. `WAIT` says that replicas received the writes, not that they wrote them
+        /// to disk, nor that the replica promoted at a failover is one of those that
+        /// acknowledged; a replica may still lose them in a restart. And a renewal that reached
+        /// the primary but not the replicas before a failover is lost with it: the hold ends
+        /// at the deadline of its last acknowledged renewal, which is what its local deadline
+        /// says. Tokens never go back across a failover either way (see "Tokens, restarts and
+        /// failovers" on the guide's Redis page (`src/guide/backends/redis.md`)).
+        ///
+        /// The primary must have at least `n` replicas connected: the provider checks it when it
+        /// connects, and a primary with fewer is an
+        /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) naming both numbers. `WAIT`
+        /// blocks the provider's shared command connection while it waits, so commands of other holds
+        /// queue behind it for up to `replicas_timeout` when a replica is slow.
+        fn replicas(n: u32) => REPLICAS;
 
-    /// How long a grant or a renewal waits for [`replicas`](Self::replicas) acknowledgements
-    /// (default 500 ms, and never more than a fifth of the lease when the lease is short; at
-    /// least 1 ms, and with `replicas` set, the renewal interval plus the response timeout
-    /// plus this below the lease minus the drift margin). URL option `replicas_timeout`.
-    pub fn replicas_timeout(mut self, timeout: Duration) -> Self {
-        self.options.set(&REPLICAS_TIMEOUT, timeout);
-        self
-    }
+        /// How long a grant or a renewal waits for [`replicas`](Self::replicas) acknowledgements
+        /// (default 500 ms, and never more than a fifth of the lease when the lease is short; at
+        /// least 1 ms, and with `replicas` set, the renewal interval plus the response timeout
+        /// plus this below the lease minus the drift margin). URL option `replicas_timeout`.
+        fn replicas_timeout(timeout: Duration) => REPLICAS_TIMEOUT;
 
-    /// How long a lock's fence counter outlives the lock's last use (default ten leases, at
-    /// least [`MIN_DEFAULT_FENCE_RETENTION`]; at least the lease plus the claim window, at
-    /// most a day, which is also the least for a lease of a day). URL option `fence_retention`.
-    ///
-    /// Every grant (and every renewal of a mutex, a writer or a leader) sets the counter to expire
-    /// this long after it, so a name nobody uses any more leaves no key behind once this time has
-    /// passed. Tokens still never go back: a grant issues `max(counter + 1, server time in µs)`, so
-    /// a counter made again later starts above every token issued before, as long as the server's
-    /// clock does not step back (see "Tokens, restarts and failovers" on the guide's Redis page
-    /// (`src/guide/backends/redis.md`)). A longer retention also covers a clock that steps back by
-    /// less than it between two uses of a name; the lease plus the claim window is the least,
-    /// because a grant whose reply was lost, or a hand-over, is confirmed within that time with the
-    /// token the counter holds.
-    pub fn fence_retention(mut self, retention: Duration) -> Self {
-        self.options.set(&FENCE_RETENTION, retention);
-        self
-    }
+        /// How long a lock's fence counter outlives the lock's last use (default ten leases, at
+        /// least [`MIN_DEFAULT_FENCE_RETENTION`]; at least the lease plus the claim window, at
+        /// most a day, which is also the least for a lease of a day). URL option `fence_retention`.
+        ///
+        /// Every grant (and every renewal of a mutex, a writer or a leader) sets the counter to expire
+        /// this long after it, so a name nobody uses any more leaves no key behind once this time has
+        /// passed. Tokens still never go back: a grant issues `max(counter + 1, server time in µs)`, so
+        /// a counter made again later starts above every token issued before, as long as the server's
+        /// clock does not step back (see "Tokens, restarts and failovers" on the guide's Redis page
+        /// (`src/guide/backends/redis.md`)). A longer retention also covers a clock that steps back by
+        /// less than it between two uses of a name; the lease plus the claim window is the least,
+        /// because a grant whose reply was lost, or a hand-over, is confirmed within that time with the
+        /// token the counter holds.
+        fn fence_retention(retention: Duration) => FENCE_RETENTION;
 
-    /// Trusts the certificate authority in `pem` (PEM-encoded) for `rediss://` servers,
-    /// instead of the system's trust store: for servers with a private CA.
-    #[cfg(feature = "tls")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
-    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
-        TLS_KEYS.set_root(&mut self.options, pem.into());
-        self
-    }
+        #[cfg(feature = "tls")]
+        #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+        tls(TLS_KEYS);
 
-    /// Presents a client certificate (`certificate` and `key`, PEM-encoded) to `rediss://`
-    /// servers that authenticate clients (`tls-auth-clients yes`).
-    #[cfg(feature = "tls")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
-    pub fn tls_client_certificate(mut self, certificate: impl Into<Vec<u8>>, key: impl Into<Vec<u8>>) -> Self {
-        TLS_KEYS.set_client(&mut self.options, certificate.into(), key.into());
-        self
-    }
-
-    /// The default maximum hold of the provider's acquisitions
-    /// ([`LockProvider::with_max_hold`](lockkit_core::LockProvider::with_max_hold)): past it,
-    /// renewal stops, the guard is told with
-    /// [`LossReason::MaxHoldReached`](lockkit_core::LossReason::MaxHoldReached) and the record expires with its lease. None
-    /// by default; at least `renew_every`. URL option `max_hold`.
-    pub fn max_hold(mut self, max_hold: Duration) -> Self {
-        self.options.set(&MAX_HOLD, max_hold);
-        self
+        /// The default maximum hold of the provider's acquisitions
+        /// ([`LockProvider::with_max_hold`](lockkit_core::LockProvider::with_max_hold)): past it,
+        /// renewal stops, the guard is told with
+        /// [`LossReason::MaxHoldReached`](lockkit_core::LossReason::MaxHoldReached) and the record expires with its lease. None
+        /// by default; at least `renew_every`. URL option `max_hold`.
+        fn max_hold(max_hold: Duration) => MAX_HOLD;
     }
 
     pub(crate) fn settings(&self) -> Result<Settings> {

@@ -49,9 +49,7 @@ impl RedisLockProviderBuilder {
     /// that does not leave time to renew within the lease), a bad key prefix.
     pub fn build(self) -> Result<RedisLockProvider> {
         let settings = self.settings()?;
-        TypedProvider::new(Arc::new(RedisBackend::new(settings)?))
-            .map(|provider| self.options().apply(provider))
-            .map(RedisLockProvider)
+        self.options().provider(Arc::new(RedisBackend::new(settings)?)).map(RedisLockProvider)
     }
 }
 

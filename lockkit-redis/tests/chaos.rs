@@ -12,57 +12,23 @@
 
 mod support;
 
-use std::time::Duration;
-
-use lockkit_testkit::chaos::{ChaosConfig, FaultKind, Primitive};
+use lockkit_testkit::chaos::{ChaosConfig, Primitive};
 use lockkit_testkit::fixture::Persistence;
 use support::RedisHarness;
 
-/// Every kind of fault but stopping one member of a replicated store (there is one server).
-const FAULTS: [FaultKind; 6] = [
-    FaultKind::Cut,
-    FaultKind::Blackhole,
-    FaultKind::Latency,
-    FaultKind::Kill,
-    FaultKind::PauseStore,
-    FaultKind::RestartStore,
-];
-
-fn config() -> ChaosConfig {
-    ChaosConfig::new(0).with_duration(Duration::from_secs(20)).with_faults(&FAULTS)
+lockkit_testkit::chaos_test! {
+    harness: RedisHarness::dedicated(Persistence::Aof).await;
+    chaos_with_aof([11]) => ChaosConfig::single_server().with_label("AOF");
+    chaos_read_write_locks_with_aof([13]) =>
+        ChaosConfig::single_server().with_primitive(Primitive::ReadWrite).with_label("AOF");
+    chaos_semaphores_of_three_with_aof([14]) =>
+        ChaosConfig::single_server().with_primitive(Primitive::Semaphore(3)).with_label("AOF");
+    chaos_elections_with_aof([15]) =>
+        ChaosConfig::single_server().with_primitive(Primitive::Election).with_label("AOF");
 }
 
-lockkit_testkit::chaos_test!(
-    chaos_with_aof,
-    harness: RedisHarness::dedicated(Persistence::Aof).await,
-    config: config().with_label("AOF"),
-    seeds: [11],
-);
-
-lockkit_testkit::chaos_test!(
-    chaos_without_persistence,
-    harness: RedisHarness::dedicated(Persistence::None).await,
-    config: config().with_restart_loses_data(true).with_label("no persistence"),
-    seeds: [12],
-);
-
-lockkit_testkit::chaos_test!(
-    chaos_read_write_locks_with_aof,
-    harness: RedisHarness::dedicated(Persistence::Aof).await,
-    config: config().with_primitive(Primitive::ReadWrite).with_label("AOF"),
-    seeds: [13],
-);
-
-lockkit_testkit::chaos_test!(
-    chaos_semaphores_of_three_with_aof,
-    harness: RedisHarness::dedicated(Persistence::Aof).await,
-    config: config().with_primitive(Primitive::Semaphore(3)).with_label("AOF"),
-    seeds: [14],
-);
-
-lockkit_testkit::chaos_test!(
-    chaos_elections_with_aof,
-    harness: RedisHarness::dedicated(Persistence::Aof).await,
-    config: config().with_primitive(Primitive::Election).with_label("AOF"),
-    seeds: [15],
-);
+lockkit_testkit::chaos_test! {
+    harness: RedisHarness::dedicated(Persistence::None).await;
+    chaos_without_persistence([12]) =>
+        ChaosConfig::single_server().with_restart_loses_data(true).with_label("no persistence");
+}

@@ -6,54 +6,20 @@
 
 use std::time::Duration;
 
-use lockkit_testkit::chaos::{self, ChaosConfig, FaultKind, Primitive};
+use lockkit_testkit::chaos::{ChaosConfig, FaultKind, Primitive};
 use lockkit_testkit::memory::MemoryHarness;
 
-#[test]
-fn chaos_memory_leased() {
-    lockkit_testkit::runtime().block_on(async {
-        let harness = MemoryHarness::with_lease();
-        let faults = [FaultKind::Blackhole, FaultKind::Kill, FaultKind::RestartStore];
-        let config = ChaosConfig::new(0).with_duration(Duration::from_secs(10)).with_faults(&faults);
-        chaos::check(&harness, config, &[1, 2]).await;
-    });
+/// `seconds` of the faults the leased memory harness has: a client blackholed past the
+/// lease, a client killed, the store restarted.
+fn config(seconds: u64) -> ChaosConfig {
+    let faults = [FaultKind::Blackhole, FaultKind::Kill, FaultKind::RestartStore];
+    ChaosConfig::new(0).with_duration(Duration::from_secs(seconds)).with_faults(&faults)
 }
 
-#[test]
-fn chaos_memory_read_write_locks() {
-    lockkit_testkit::runtime().block_on(async {
-        let harness = MemoryHarness::with_lease();
-        let faults = [FaultKind::Blackhole, FaultKind::Kill, FaultKind::RestartStore];
-        let config = ChaosConfig::new(0)
-            .with_duration(Duration::from_secs(8))
-            .with_faults(&faults)
-            .with_primitive(Primitive::ReadWrite);
-        chaos::check(&harness, config, &[3]).await;
-    });
-}
-
-#[test]
-fn chaos_memory_semaphores_of_three() {
-    lockkit_testkit::runtime().block_on(async {
-        let harness = MemoryHarness::with_lease();
-        let faults = [FaultKind::Blackhole, FaultKind::Kill, FaultKind::RestartStore];
-        let config = ChaosConfig::new(0)
-            .with_duration(Duration::from_secs(8))
-            .with_faults(&faults)
-            .with_primitive(Primitive::Semaphore(3));
-        chaos::check(&harness, config, &[4]).await;
-    });
-}
-
-#[test]
-fn chaos_memory_elections() {
-    lockkit_testkit::runtime().block_on(async {
-        let harness = MemoryHarness::with_lease();
-        let faults = [FaultKind::Blackhole, FaultKind::Kill, FaultKind::RestartStore];
-        let config = ChaosConfig::new(0)
-            .with_duration(Duration::from_secs(8))
-            .with_faults(&faults)
-            .with_primitive(Primitive::Election);
-        chaos::check(&harness, config, &[5]).await;
-    });
+lockkit_testkit::chaos_test! {
+    harness: MemoryHarness::with_lease();
+    chaos_memory_leased([1, 2]) => config(10);
+    chaos_memory_read_write_locks([3]) => config(8).with_primitive(Primitive::ReadWrite);
+    chaos_memory_semaphores_of_three([4]) => config(8).with_primitive(Primitive::Semaphore(3));
+    chaos_memory_elections([5]) => config(8).with_primitive(Primitive::Election);
 }

@@ -4,9 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use lockkit_core::config::{
-    self, Key, MAX_DURATION, MAX_HOLD, OptionKey, Options, ProviderBuilder, STORE_ID, StoreUrl,
-};
+use lockkit_core::config::{Key, MAX_DURATION, MAX_HOLD, OptionKey, Options, ProviderBuilder, STORE_ID, StoreUrl};
 use lockkit_core::{LockName, Result};
 use zookeeper_client as zk;
 
@@ -185,23 +183,7 @@ impl ProviderBuilder for ZkLockProviderBuilder {
 }
 
 impl ZkLockProviderBuilder {
-    /// The settings given so far.
-    pub(crate) fn options(&self) -> &Options {
-        &self.options
-    }
-
-    /// A builder with the servers, chroot, credentials and options of a `zk://` URL:
-    /// `zk://[user:password@]host[:port][,host[:port]…][/chroot][?option=value&…]`, the
-    /// options being those of [`option`](Self::option). The port defaults to 2181.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) for another scheme, a
-    /// user without a password, an unknown option or a bad value. The servers and the chroot
-    /// are checked by [`build`](Self::build).
-    pub fn from_url(url: &StoreUrl) -> Result<Self> {
-        config::from_url(url)
-    }
+    lockkit_core::builder_methods!();
 
     /// The servers, in ZooKeeper's own form, with an optional chroot:
     /// `h1:2181,h2:2181/app`. The port defaults to 2181; IPv6 hosts are written in brackets
@@ -219,26 +201,22 @@ impl ZkLockProviderBuilder {
         self
     }
 
-    /// The session timeout asked of the server; 10 s by default, at least 100 ms and at most
-    /// a day ([`MAX_DURATION`]). URL option `session_timeout`.
-    ///
-    /// It is the lease of every hold: a holder that dies frees its locks when its session
-    /// expires. The server clamps the timeout to its own `[minSessionTimeout,
-    /// maxSessionTimeout]`, by default `[2 × tickTime, 20 × tickTime]` (4 s to 40 s with the
-    /// default `tickTime` of 2 s); holds then use the timeout the server granted, which
-    /// [`ZkLockProvider::negotiated_session_timeout`](crate::ZkLockProvider::negotiated_session_timeout) reports (and a warning is logged when
-    /// it differs from the one asked).
-    pub fn session_timeout(mut self, timeout: Duration) -> Self {
-        self.options.set(&SESSION_TIMEOUT, timeout);
-        self
-    }
+    lockkit_core::option_setters! {
+        /// The session timeout asked of the server; 10 s by default, at least 100 ms and at most
+        /// a day ([`MAX_DURATION`]). URL option `session_timeout`.
+        ///
+        /// It is the lease of every hold: a holder that dies frees its locks when its session
+        /// expires. The server clamps the timeout to its own `[minSessionTimeout,
+        /// maxSessionTimeout]`, by default `[2 × tickTime, 20 × tickTime]` (4 s to 40 s with the
+        /// default `tickTime` of 2 s); holds then use the timeout the server granted, which
+        /// [`ZkLockProvider::negotiated_session_timeout`](crate::ZkLockProvider::negotiated_session_timeout) reports (and a warning is logged when
+        /// it differs from the one asked).
+        fn session_timeout(timeout: Duration) => SESSION_TIMEOUT;
 
-    /// How long one connection attempt may take; 2/5 of the session timeout by default, at
-    /// least 1 ms and at most the session timeout. Above 3/5 of the session timeout the
-    /// client uses 2/5 of it. URL option `connect_timeout`.
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.options.set(&CONNECT_TIMEOUT, timeout);
-        self
+        /// How long one connection attempt may take; 2/5 of the session timeout by default, at
+        /// least 1 ms and at most the session timeout. Above 3/5 of the session timeout the
+        /// client uses 2/5 of it. URL option `connect_timeout`.
+        fn connect_timeout(timeout: Duration) => CONNECT_TIMEOUT;
     }
 
     /// Digest credentials (`user:password`), sent on every (re)connect; the user and password
@@ -249,59 +227,33 @@ impl ZkLockProviderBuilder {
         self
     }
 
-    /// The znode under which each lock gets its znode; `/lockkit` by default. An absolute
-    /// znode path other than `/`, created (with its missing ancestors) when the first session
-    /// opens. URL option `base_path`.
-    pub fn base_path(mut self, path: impl Into<String>) -> Self {
-        self.options.set(&BASE_PATH, path.into());
-        self
-    }
+    lockkit_core::option_setters! {
+        /// The znode under which each lock gets its znode; `/lockkit` by default. An absolute
+        /// znode path other than `/`, created (with its missing ancestors) when the first session
+        /// opens. URL option `base_path`.
+        fn base_path(path: impl Into<String>) => BASE_PATH;
 
-    /// Who may touch the nodes lockkit creates; see [`LockAcl`]. URL option `acl`
-    /// (`auto`, `open`, `creator_only`, `creator_only_world_read`).
-    pub fn acl(mut self, acl: LockAcl) -> Self {
-        self.options.set(&ACL, acl);
-        self
-    }
+        /// Who may touch the nodes lockkit creates; see [`LockAcl`]. URL option `acl`
+        /// (`auto`, `open`, `creator_only`, `creator_only_world_read`).
+        fn acl(acl: LockAcl) => ACL;
 
-    /// How much earlier than the server a holder considers its session (and so its hold)
-    /// possibly gone; 5 % of the negotiated session timeout by default. At most just below a
-    /// third of the session timeout (holds are renewed every third of it), checked against
-    /// the timeout asked when building and the one granted when a session opens. URL option
-    /// `drift`.
-    pub fn drift(mut self, drift: Duration) -> Self {
-        self.options.set(&DRIFT, drift);
-        self
-    }
+        /// How much earlier than the server a holder considers its session (and so its hold)
+        /// possibly gone; 5 % of the negotiated session timeout by default. At most just below a
+        /// third of the session timeout (holds are renewed every third of it), checked against
+        /// the timeout asked when building and the one granted when a session opens. URL option
+        /// `drift`.
+        fn drift(drift: Duration) => DRIFT;
 
-    /// What a dropped connection does to the holds; see [`DisconnectPolicy`]. URL option
-    /// `disconnect_policy` (`suspend`, `lose_on_disconnect`).
-    pub fn disconnect_policy(mut self, policy: DisconnectPolicy) -> Self {
-        self.options.set(&DISCONNECT_POLICY, policy);
-        self
-    }
+        /// What a dropped connection does to the holds; see [`DisconnectPolicy`]. URL option
+        /// `disconnect_policy` (`suspend`, `lose_on_disconnect`).
+        fn disconnect_policy(policy: DisconnectPolicy) => DISCONNECT_POLICY;
 
-    /// Sets the option called `key` from its text, as a URL's query gives it: the same names
-    /// as the methods ([`OPTIONS`](crate::OPTIONS)). Durations are written with a unit
-    /// (`500ms`, `10s`, `2m`).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) for an unknown option or
-    /// a value that does not parse; ranges are checked by [`build`](Self::build).
-    pub fn option(mut self, key: &str, value: &str) -> Result<Self> {
-        self.options.parse(key, value)?;
-        Ok(self)
-    }
-
-    /// The default maximum hold of the provider's acquisitions
-    /// ([`LockProvider::with_max_hold`](lockkit_core::LockProvider::with_max_hold)): past it,
-    /// renewal stops, the guard is told with
-    /// [`LossReason::MaxHoldReached`](lockkit_core::LossReason::MaxHoldReached) and its node is deleted then (holds live with the session, which goes on for the provider's other holds, so there is no lease of its own to run out). None
-    /// by default; at least a third of the session timeout. URL option `max_hold`.
-    pub fn max_hold(mut self, max_hold: Duration) -> Self {
-        self.options.set(&MAX_HOLD, max_hold);
-        self
+        /// The default maximum hold of the provider's acquisitions
+        /// ([`LockProvider::with_max_hold`](lockkit_core::LockProvider::with_max_hold)): past it,
+        /// renewal stops, the guard is told with
+        /// [`LossReason::MaxHoldReached`](lockkit_core::LossReason::MaxHoldReached) and its node is deleted then (holds live with the session, which goes on for the provider's other holds, so there is no lease of its own to run out). None
+        /// by default; at least a third of the session timeout. URL option `max_hold`.
+        fn max_hold(max_hold: Duration) => MAX_HOLD;
     }
 
     /// Every check of [`build`](Self::build), and the checked configuration.

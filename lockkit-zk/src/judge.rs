@@ -19,7 +19,7 @@
 //!   earlier one while it exists).
 //!
 
-use crate::names::{Contender, NodeKind, Usage};
+use crate::names::{Contender, NodeKind};
 use crate::record;
 
 /// Up to how many nodes ahead of ours are all watched, so that the deletions that free our
@@ -105,7 +105,7 @@ pub(crate) fn judge(queue: &[Contender], position: usize) -> Verdict {
         return Verdict::Holds;
     };
     if let Some(other) = ahead.iter().find(|c| c.kind.usage() != me.kind.usage()) {
-        return Verdict::Conflict(conflict(me.kind.usage(), other.kind.usage()));
+        return Verdict::Conflict(me.kind.usage().conflict_with(other.kind.usage()));
     }
     let all = |ahead: &[Contender]| ahead.iter().map(|c| c.name.clone()).collect();
     let watch = |ahead: Vec<String>, may_remain: usize, complete: bool, rule: DataRule| {
@@ -153,34 +153,6 @@ pub(crate) fn holds(queue: &[Contender], position: usize, head_is_read: bool) ->
                 && queue.first().is_some_and(|head| watch.ahead == [head.name.as_str()])
         }
         _ => false,
-    }
-}
-
-/// What `Error::Conflict` says to a contender of use `asked` behind one of use `current`.
-fn conflict(asked: Usage, current: Usage) -> String {
-    match (asked, current) {
-        (Usage::Permits(asked), Usage::Permits(current)) => format!(
-            "the semaphore is in use with {current} permits and this handle asks for {asked}; every user of a semaphore must give the same count"
-        ),
-        (Usage::Permits(_), Usage::Lock) => {
-            "the name is in use as a lock (a mutex or a read-write lock); give the semaphore another name".to_owned()
-        }
-        (Usage::Lock, Usage::Permits(current)) => {
-            format!("the name is in use as a semaphore of {current} permits; give the lock another name")
-        }
-        (Usage::Election, Usage::Lock) => {
-            "the name is in use as a lock (a mutex or a read-write lock); give the election another name".to_owned()
-        }
-        (Usage::Election, Usage::Permits(current)) => {
-            format!("the name is in use as a semaphore of {current} permits; give the election another name")
-        }
-        (Usage::Lock, Usage::Election) => "the name is in use as an election; give the lock another name".to_owned(),
-        (Usage::Permits(_), Usage::Election) => {
-            "the name is in use as an election; give the semaphore another name".to_owned()
-        }
-        (Usage::Lock, Usage::Lock) | (Usage::Election, Usage::Election) => {
-            "the name is in use as another kind of lock; give this one another name".to_owned()
-        }
     }
 }
 

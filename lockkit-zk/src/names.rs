@@ -18,7 +18,7 @@
 use std::num::NonZeroU32;
 use std::sync::Arc;
 
-use lockkit_core::{HoldKind, LockName};
+use lockkit_core::{HoldKind, LockName, NameUse};
 use uuid::Uuid;
 
 use crate::record;
@@ -48,16 +48,6 @@ pub(crate) enum NodeKind {
     Permit(NonZeroU32),
     /// A candidate of an election: `-candidate-`. Its identity is in the node's data.
     Candidate,
-}
-
-/// How a name is used, as the kinds of its nodes say: as a lock (mutex or read-write lock), as
-/// a semaphore of a given count, or as an election. Two uses of one name at once are a
-/// conflict.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Usage {
-    Lock,
-    Permits(NonZeroU32),
-    Election,
 }
 
 impl NodeKind {
@@ -94,11 +84,11 @@ impl NodeKind {
     }
 
     /// How a node of this kind uses its lock's name.
-    pub(crate) fn usage(self) -> Usage {
+    pub(crate) fn usage(self) -> NameUse {
         match self {
-            Self::Permit(permits) => Usage::Permits(permits),
-            Self::Candidate => Usage::Election,
-            _ => Usage::Lock,
+            Self::Permit(permits) => NameUse::Permits(permits),
+            Self::Candidate => NameUse::Election,
+            _ => NameUse::Lock,
         }
     }
 
@@ -233,9 +223,9 @@ mod tests {
         for bad in ["permit-0", "permit-", "permit-x", "permit--3", "permit-+3", "share", "lock-x"] {
             assert_eq!(Contender::parse(&format!("_c_{attempt}-{bad}-0000000001")), None, "{bad}");
         }
-        assert_eq!(NodeKind::Permit(three).usage(), Usage::Permits(three));
+        assert_eq!(NodeKind::Permit(three).usage(), NameUse::Permits(three));
         assert_eq!(NodeKind::Read.usage(), NodeKind::Lock.usage());
-        assert_eq!(NodeKind::Candidate.usage(), Usage::Election);
+        assert_eq!(NodeKind::Candidate.usage(), NameUse::Election);
         assert_eq!(node_prefix("/b", attempt, NodeKind::Candidate), format!("/b/_c_{attempt}-candidate-"));
         assert!(NodeKind::Write.is_exclusive() && NodeKind::Lock.is_exclusive() && !NodeKind::Read.is_exclusive());
         let order = queue(&[

@@ -59,7 +59,7 @@ impl ZkLockProviderBuilder {
     /// the user.
     pub fn build(self) -> Result<ZkLockProvider> {
         let config = self.check()?;
-        TypedProvider::new(ZkBackend::new(config)).map(|provider| self.options().apply(provider)).map(ZkLockProvider)
+        self.options().provider(ZkBackend::new(config)).map(ZkLockProvider)
     }
 }
 

@@ -35,52 +35,19 @@ use lockkit_zk::ZkLockProvider;
 use support::ZkHarness;
 use tokio::sync::Mutex;
 
-/// One chaos run at a time in this test binary.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::const_new(());
-
-lockkit_testkit::chaos_test!(
-    chaos_on_a_dedicated_server,
-    harness: ZkHarness::dedicated().await,
-    config: ChaosConfig::new(0)
-        .with_duration(Duration::from_secs(25))
-        .with_faults(&chaos::SINGLE_SERVER_FAULTS),
-    seeds: [21],
-);
-
-lockkit_testkit::chaos_test!(
-    chaos_read_write_locks_on_a_dedicated_server,
-    harness: ZkHarness::dedicated().await,
-    config: ChaosConfig::new(0)
-        .with_duration(Duration::from_secs(20))
-        .with_faults(&chaos::SINGLE_SERVER_FAULTS)
-        .with_primitive(Primitive::ReadWrite),
-    seeds: [23],
-);
-
-lockkit_testkit::chaos_test!(
-    chaos_semaphores_of_three_on_a_dedicated_server,
-    harness: ZkHarness::dedicated().await,
-    config: ChaosConfig::new(0)
-        .with_duration(Duration::from_secs(20))
-        .with_faults(&chaos::SINGLE_SERVER_FAULTS)
-        .with_primitive(Primitive::Semaphore(3)),
-    seeds: [24],
-);
-
-lockkit_testkit::chaos_test!(
-    chaos_elections_on_a_dedicated_server,
-    harness: ZkHarness::dedicated().await,
-    config: ChaosConfig::new(0)
-        .with_duration(Duration::from_secs(20))
-        .with_faults(&chaos::SINGLE_SERVER_FAULTS)
-        .with_primitive(Primitive::Election),
-    seeds: [25],
-);
+lockkit_testkit::chaos_test! {
+    harness: ZkHarness::dedicated().await;
+    chaos_on_a_dedicated_server([21]) => ChaosConfig::single_server().with_duration(Duration::from_secs(25));
+    chaos_read_write_locks_on_a_dedicated_server([23]) => ChaosConfig::single_server().with_primitive(Primitive::ReadWrite);
+    chaos_semaphores_of_three_on_a_dedicated_server([24]) =>
+        ChaosConfig::single_server().with_primitive(Primitive::Semaphore(3));
+    chaos_elections_on_a_dedicated_server([25]) => ChaosConfig::single_server().with_primitive(Primitive::Election);
+}
 
 #[test]
 fn chaos_on_an_ensemble() {
     lockkit_testkit::runtime().block_on(async {
-        let _turn = ONE_AT_A_TIME.lock().await;
+        let _turn = chaos::one_at_a_time().await;
         let harness = EnsembleHarness::start().await;
         let faults =
             [FaultKind::StopServer, FaultKind::Cut, FaultKind::Latency, FaultKind::StopServer, FaultKind::Blackhole];
@@ -100,7 +67,7 @@ fn chaos_on_an_ensemble() {
 #[test]
 fn chaos_observers_see_every_term_or_a_gap() {
     lockkit_testkit::runtime().block_on(async {
-        let _turn = ONE_AT_A_TIME.lock().await;
+        let _turn = chaos::one_at_a_time().await;
         let harness = ZkHarness::dedicated().await;
         let config = ObserverChaos::new(26, Duration::from_secs(20)).seed_from_env();
         let report = observer_chaos::run(&harness, config).await;

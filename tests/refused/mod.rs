@@ -13,3 +13,16 @@ pub(crate) fn refused_port() -> (tokio::net::TcpSocket, u16) {
     let port = socket.local_addr().expect("the bound port").port();
     (socket, port)
 }
+
+/// The error of `lockkit::connect` to the URL `url` makes of a port where nothing listens
+/// ([`refused_port`]), which must come within ten seconds (no connect may wait for a timeout
+/// longer than that).
+pub(crate) async fn unreachable(url: impl FnOnce(u16) -> String) -> lockkit::Error {
+    let (_bound, port) = refused_port();
+    let url = url(port);
+    match tokio::time::timeout(std::time::Duration::from_secs(10), lockkit::connect(&url)).await {
+        Ok(Ok(_)) => panic!("a connect where nothing listens succeeded"),
+        Ok(Err(error)) => error,
+        Err(_) => panic!("a connect where nothing listens did not fail within 10 s"),
+    }
+}

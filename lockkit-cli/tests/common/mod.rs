@@ -121,22 +121,6 @@ pub async fn line_in(path: &Path, within: Duration) -> String {
     }
 }
 
-/// Polls `check` until it returns `Some`, for at most `within`.
-pub async fn eventually<T, F, Fut>(within: Duration, what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "{what} did not happen within {within:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// `lockkit status NAME --url URL --json`, parsed.
 pub async fn status_json(name: &str, url: &str) -> serde_json::Value {
     let out = run(&["status", name, "--url", url, "--json"], Duration::from_secs(20)).await;

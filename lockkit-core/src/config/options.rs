@@ -8,7 +8,10 @@ use std::time::Duration;
 use super::key::{GivenValue, Key, MAX_HOLD, OptionKey, STORE_ID};
 use super::url::StoreUrl;
 use super::value::OptionValue;
-use crate::{Error, LockProvider, Result};
+use std::sync::Arc;
+
+use crate::backend::LockBackend;
+use crate::{Error, LockProvider, Result, TypedProvider};
 
 /// The settings a builder was given: by its methods, by `option(key, value)`, and by the
 /// query of a URL. **The last value given for a setting wins**, whichever way it came, so a
@@ -186,6 +189,16 @@ impl Options {
             Some(store_id) => provider.with_store_id(&store_id),
             None => Ok(provider),
         }
+    }
+
+    /// The typed provider over `backend` with the settings every backend takes applied
+    /// ([`apply`](Self::apply)): how a builder's `build` makes its provider.
+    ///
+    /// # Errors
+    ///
+    /// As for [`apply`](Self::apply).
+    pub fn provider<B: LockBackend + 'static>(&self, backend: Arc<B>) -> Result<TypedProvider<B>> {
+        TypedProvider::new(backend).map(|provider| self.apply(provider))
     }
 
     /// An [`Error::InvalidConfig`] of this backend.

@@ -44,18 +44,8 @@ impl EtcdHarness {
     ///
     /// When no member can be started, with the fixture's message (which says how to install etcd).
     pub async fn shared() -> Self {
-        let shared = match EtcdServer::shared().await {
-            Ok(shared) => shared,
-            Err(error) => panic!("the etcd tests need etcd: {error}"),
-        };
-        let upstream = match shared.server() {
-            Some(server) => server.addr(),
-            None => {
-                let url = shared.url();
-                let host = url.trim_start_matches("etcd://").trim_end_matches('/');
-                tokio::net::lookup_host(host).await.unwrap().next().unwrap()
-            }
-        };
+        let shared = EtcdServer::shared().await.unwrap_or_else(|error| panic!("the etcd tests need etcd: {error}"));
+        let upstream = shared.upstream().await.unwrap_or_else(|error| panic!("the etcd tests need etcd: {error}"));
         Self { name: "etcd", upstream, server: DedicatedServer::none() }
     }
 

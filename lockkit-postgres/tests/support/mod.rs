@@ -52,18 +52,13 @@ pub fn url_of(addr: SocketAddr) -> String {
 impl PostgresHarness {
     /// A harness on the test process's shared server.
     pub async fn shared() -> Self {
-        let shared = match PostgresServer::shared().await {
-            Ok(shared) => shared,
-            Err(error) => panic!("the PostgreSQL tests need a PostgreSQL server: {error}"),
-        };
-        let upstream = match shared.server() {
-            Some(server) => server.addr(),
-            None => {
-                let url = shared.url();
-                let hosts = url.split('@').next_back().unwrap().split('/').next().unwrap().to_owned();
-                tokio::net::lookup_host(hosts).await.unwrap().next().unwrap()
-            }
-        };
+        let shared = PostgresServer::shared()
+            .await
+            .unwrap_or_else(|error| panic!("the PostgreSQL tests need a PostgreSQL server: {error}"));
+        let upstream = shared
+            .upstream()
+            .await
+            .unwrap_or_else(|error| panic!("the PostgreSQL tests need a PostgreSQL server: {error}"));
         Self { name: "postgres", upstream, server: DedicatedServer::none(), crash: false }
     }
 

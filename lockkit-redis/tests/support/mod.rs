@@ -49,14 +49,10 @@ impl RedisHarness {
     /// When no server can be started, with the fixture's message (which says how to install
     /// redis-server).
     pub async fn shared() -> Self {
-        let shared = match RedisServer::shared().await {
-            Ok(shared) => shared,
-            Err(error) => panic!("the Redis tests need a redis-server: {error}"),
-        };
-        let upstream = match shared.server() {
-            Some(server) => server.addr(),
-            None => resolve(&shared.url()).await,
-        };
+        let shared =
+            RedisServer::shared().await.unwrap_or_else(|error| panic!("the Redis tests need a redis-server: {error}"));
+        let upstream =
+            shared.upstream().await.unwrap_or_else(|error| panic!("the Redis tests need a redis-server: {error}"));
         Self { name: "redis", upstream, server: DedicatedServer::none() }
     }
 
@@ -93,14 +89,6 @@ impl RedisHarness {
     pub fn server(&self) -> Option<&Arc<Mutex<RedisServer>>> {
         self.server.get()
     }
-}
-
-async fn resolve(url: &str) -> SocketAddr {
-    let info = redis::IntoConnectionInfo::into_connection_info(url).unwrap();
-    let redis::ConnectionAddr::Tcp(host, port) = info.addr().clone() else {
-        panic!("LOCKKIT_REDIS_URL must name a TCP server, not {url}");
-    };
-    tokio::net::lookup_host((host.as_str(), port)).await.unwrap().next().unwrap()
 }
 
 #[async_trait]

@@ -51,6 +51,10 @@ impl FaultKind {
     /// The kinds that change which server holds a name: a failover and a resharding.
     pub const TOPOLOGY: [FaultKind; 2] = [FaultKind::Failover, FaultKind::Reshard];
 
+    /// Every kind but those that need several servers (stopping one member, a failover, a
+    /// resharding): the faults of a store with one server. `ALL` lists them first.
+    pub const SINGLE_SERVER: &'static [FaultKind] = FaultKind::ALL.split_at(6).0;
+
     /// The kinds that act on one client only, safe on a shared store.
     pub const CLIENT: [FaultKind; 4] = [FaultKind::Cut, FaultKind::Blackhole, FaultKind::Latency, FaultKind::Kill];
 
@@ -147,6 +151,13 @@ impl ChaosConfig {
             label: None,
             primitive: Primitive::Mutex,
         }
+    }
+
+    /// The defaults for a store of one server (or one member): twenty seconds of the
+    /// [`FaultKind::SINGLE_SERVER`] faults, seed 0 (a test gives its seeds to
+    /// [`check`](super::check)).
+    pub fn single_server() -> Self {
+        Self::new(0).with_duration(Duration::from_secs(20)).with_faults(FaultKind::SINGLE_SERVER)
     }
 
     /// Sets what the clients contend for.

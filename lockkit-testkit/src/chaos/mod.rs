@@ -71,15 +71,8 @@ use crate::sync::locked;
 use worker::Shared;
 
 /// Every kind of fault but stopping one member of a replicated store: the faults of a store
-/// with one server (or one member).
-pub const SINGLE_SERVER_FAULTS: [FaultKind; 6] = [
-    FaultKind::Cut,
-    FaultKind::Blackhole,
-    FaultKind::Latency,
-    FaultKind::Kill,
-    FaultKind::PauseStore,
-    FaultKind::RestartStore,
-];
+/// with one server (or one member), [`FaultKind::SINGLE_SERVER`].
+pub const SINGLE_SERVER_FAULTS: &[FaultKind] = FaultKind::SINGLE_SERVER;
 
 /// One chaos run at a time in a test binary: the turn [`chaos_test!`](crate::chaos_test)
 /// takes before its run, so that runs of one binary do not share the machine.
@@ -100,8 +93,22 @@ pub async fn one_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
 ///     seeds: [23],
 /// );
 /// ```
+///
+/// A table of runs on harnesses made alike, one `#[test]` a line: `name([seeds]) => config;`
+/// after the harness.
+///
+/// ```ignore
+/// lockkit_testkit::chaos_test! {
+///     harness: MyHarness::dedicated().await;
+///     chaos_mutex([21]) => ChaosConfig::single_server();
+///     chaos_elections([25]) => ChaosConfig::single_server().with_primitive(Primitive::Election);
+/// }
+/// ```
 #[macro_export]
 macro_rules! chaos_test {
+    (harness: $harness:expr; $($(#[$meta:meta])* $name:ident($seeds:expr) => $config:expr;)+) => {
+        $($crate::chaos_test!($(#[$meta])* $name, harness: $harness, config: $config, seeds: $seeds);)+
+    };
     ($(#[$meta:meta])* $name:ident, harness: $harness:expr, config: $config:expr, seeds: $seeds:expr $(,)?) => {
         $(#[$meta])*
         #[test]

@@ -1,0 +1,112 @@
+//! The methods every backend's builder has, written once: [`builder_methods!`] gives a
+//! [`ProviderBuilder`](super::ProviderBuilder) its `from_url`, `option` and `url`, and
+//! [`option_setters!`] turns a list of documented `name(value: Type) => KEY` lines into the
+//! setters that put a value in the builder's [`Options`](super::Options).
+//!
+//! Both expand inside an `impl XLockProviderBuilder { … }` block whose type has a field
+//! `options: Options`, so that a backend writes only what its builder does differently.
+
+/// The `options`, `from_url`, `option` (and, with `url`, `url`) methods of a backend's
+/// builder, inside its `impl` block. The builder implements
+/// [`ProviderBuilder`](crate::config::ProviderBuilder) and keeps its settings in a field
+/// `options`.
+///
+/// `url` takes the doc comment of the `url` method: the URL forms the backend reads.
+///
+/// ```ignore
+/// impl XLockProviderBuilder {
+///     lockkit_core::builder_methods!(
+///         /// The server: `x://host:port`.
+///         url
+///     );
+/// }
+/// ```
+#[macro_export]
+macro_rules! builder_methods {
+    () => {
+        /// The settings given so far.
+        #[allow(dead_code)]
+        pub(crate) fn options(&self) -> &$crate::config::Options {
+            &self.options
+        }
+
+        /// A builder with the address and every option of `url` (the options are the
+        /// backend's `OPTIONS`, named as the builder methods that set them).
+        ///
+        /// # Errors
+        ///
+        /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) for another scheme, an
+        /// address this backend cannot use, an unknown option or a value that does not parse;
+        /// the values' ranges are checked by `build`.
+        pub fn from_url(url: &$crate::config::StoreUrl) -> $crate::Result<Self> {
+            $crate::config::from_url(url)
+        }
+
+        /// Sets the option called `key` from its text, as a URL's query gives it: the names
+        /// are those of the builder methods (the backend's `OPTIONS`); durations are written
+        /// with a unit (`500ms`, `10s`), flags as `true` or `false`, TLS files as paths.
+        ///
+        /// # Errors
+        ///
+        /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) for an unknown option
+        /// or a value that does not parse.
+        pub fn option(mut self, key: &str, value: &str) -> $crate::Result<Self> {
+            self.options.parse(key, value)?;
+            Ok(self)
+        }
+    };
+    ($(#[$doc:meta])* url) => {
+        $crate::builder_methods!();
+
+        $(#[$doc])*
+        ///
+        /// The options of the URL's query are taken here, in order with the builder's other
+        /// settings: a setting given later replaces the URL's (see `lockkit_core::config`). A
+        /// URL that cannot be used, or an unknown option, is an error at `build`.
+        pub fn url(self, url: impl AsRef<str>) -> Self {
+            $crate::config::with_url(self, url.as_ref())
+        }
+    };
+}
+
+/// Setters of a backend's builder, inside its `impl` block: each line
+/// `fn name(value: Type) => KEY;`, with its doc comment and attributes, becomes
+/// `pub fn name(mut self, value: Type) -> Self` that sets the option `KEY` (a
+/// [`Key`](crate::config::Key)) in the builder's field `options`. `Type` may be
+/// `impl Into<T>` for a `Key<T>`.
+///
+/// A line `tls(KEYS);` (with attributes, such as a `cfg`, that apply to both) gives the
+/// PEM setters of core's [`TlsKeys`](crate::config::TlsKeys): `tls_root_certificate` and
+/// `tls_client_certificate`.
+#[macro_export]
+macro_rules! option_setters {
+    () => {};
+    ($(#[$attr:meta])* fn $name:ident($value:ident: $($ty:tt)+) => $key:expr; $($rest:tt)*) => {
+        $(#[$attr])*
+        pub fn $name(mut self, $value: $($ty)+) -> Self {
+            self.options.set(&$key, ::core::convert::Into::into($value));
+            self
+        }
+        $crate::option_setters!($($rest)*);
+    };
+    ($(#[$attr:meta])* tls($keys:expr); $($rest:tt)*) => {
+        /// Trusts the certificate authority in `pem` (PEM-encoded) for the servers'
+        /// certificates, instead of the system's trust store: for servers with a private CA.
+        /// As a URL option (see `OPTIONS`), the path of a PEM file.
+        $(#[$attr])*
+        pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+            $keys.set_root(&mut self.options, pem.into());
+            self
+        }
+
+        /// Presents a client certificate (`certificate` and `key`, PEM-encoded) to servers
+        /// that authenticate clients by certificate. As URL options (see `OPTIONS`), the
+        /// paths of PEM files.
+        $(#[$attr])*
+        pub fn tls_client_certificate(mut self, certificate: impl Into<Vec<u8>>, key: impl Into<Vec<u8>>) -> Self {
+            $keys.set_client(&mut self.options, certificate.into(), key.into());
+            self
+        }
+        $crate::option_setters!($($rest)*);
+    };
+}
