@@ -424,14 +424,8 @@ async fn lockkit_figures(
 async fn main() {
     let runs: usize = std::env::args().skip_while(|a| a != "--runs").nth(1).and_then(|n| n.parse().ok()).unwrap_or(1);
     let only: Option<String> = std::env::args().skip_while(|a| a != "--only").nth(1);
-    let (_server, url) = match std::env::var("LOCKKIT_REDIS_URL") {
-        Ok(url) if !url.is_empty() => (None, url),
-        _ => {
-            let server = RedisServer::start().await.unwrap_or_else(|e| panic!("{e}"));
-            let url = server.url();
-            (Some(server), url)
-        }
-    };
+    // A private server of the test kit's, or the one `LOCKKIT_REDIS_URL` names.
+    let url = RedisServer::shared().await.unwrap_or_else(|e| panic!("{e}")).url();
     let client = redis::Client::open(url.as_str()).unwrap();
     let mut admin = client.get_multiplexed_async_connection().await.unwrap();
     let mut con = client.get_multiplexed_async_connection().await.unwrap();

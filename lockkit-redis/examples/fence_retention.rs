@@ -45,14 +45,8 @@ async fn main() {
     let retention = arg("--retention")
         .and_then(|d| lockkit_core::config::parse_duration(&d).ok())
         .unwrap_or(Duration::from_secs(5));
-    let (_server, url) = match std::env::var("LOCKKIT_REDIS_URL") {
-        Ok(url) if !url.is_empty() => (None, url),
-        _ => {
-            let server = RedisServer::start().await.unwrap_or_else(|e| panic!("{e}"));
-            let url = server.url();
-            (Some(server), url)
-        }
-    };
+    // A private server of the test kit's, or the one `LOCKKIT_REDIS_URL` names.
+    let url = RedisServer::shared().await.unwrap_or_else(|e| panic!("{e}")).url();
     let mut admin = redis::Client::open(url.as_str()).unwrap().get_multiplexed_async_connection().await.unwrap();
     let prefix = format!("retention-{}", uuid::Uuid::new_v4().simple());
     let provider = RedisLockProvider::builder()

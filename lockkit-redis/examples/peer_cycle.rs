@@ -38,6 +38,17 @@ struct Figures {
     server_cpu: Duration,
 }
 
+impl Figures {
+    /// The figures of a contender: its cycles' `samples` and what [`measured`] returned.
+    fn of(
+        mut samples: Vec<Duration>,
+        (many, client_cpu, server, server_cpu): (Duration, Duration, Duration, Duration),
+    ) -> Self {
+        let (p50, p99) = (percentile(&mut samples, 0.5), percentile(&mut samples, 0.99));
+        Figures { p50, p99, many, client_cpu, server, server_cpu }
+    }
+}
+
 /// This process's CPU time so far, user and system, every thread (`/proc/self/stat`, in clock
 /// ticks of 10 ms: good to 1 % over the second or two of a `--locks` loop).
 fn process_cpu() -> Duration {
@@ -169,7 +180,7 @@ async fn run_ping(url: &str, options: &Options) -> Figures {
         let _: String = redis::cmd("PING").query_async(&mut connection).await.unwrap();
         samples.push(start.elapsed());
     }
-    let (many, client_cpu, server, server_cpu) = measured(url, options.locks, &["ping"], async {
+    let many = measured(url, options.locks, &["ping"], async {
         for _ in 0..options.locks {
             // Two round trips, as a cycle has.
             let _: String = redis::cmd("PING").query_async(&mut connection).await.unwrap();
@@ -177,14 +188,7 @@ async fn run_ping(url: &str, options: &Options) -> Figures {
         }
     })
     .await;
-    Figures {
-        p50: percentile(&mut samples, 0.5),
-        p99: percentile(&mut samples, 0.99),
-        many,
-        client_cpu,
-        server,
-        server_cpu,
-    }
+    Figures::of(samples, many)
 }
 
 async fn run_lockkit(url: &str, options: &Options, round: usize) -> Figures {
@@ -200,21 +204,14 @@ async fn run_lockkit(url: &str, options: &Options, round: usize) -> Figures {
     }
     let handles: Vec<_> =
         (0..options.locks).map(|i| provider.lock(&format!("peer-cycle/lockkit/{round}/{i}")).unwrap()).collect();
-    let (many, client_cpu, server, server_cpu) = measured(url, options.locks, &["evalsha", "eval"], async {
+    let many = measured(url, options.locks, &["evalsha", "eval"], async {
         for handle in &handles {
             let guard = handle.acquire().await.unwrap();
             guard.release().await.unwrap();
         }
     })
     .await;
-    Figures {
-        p50: percentile(&mut samples, 0.5),
-        p99: percentile(&mut samples, 0.99),
-        many,
-        client_cpu,
-        server,
-        server_cpu,
-    }
+    Figures::of(samples, many)
 }
 
 async fn run_rslock(url: &str, options: &Options, round: usize) -> Figures {
@@ -229,21 +226,14 @@ async fn run_rslock(url: &str, options: &Options, round: usize) -> Figures {
     }
     let names: Vec<String> = (0..options.locks).map(|i| format!("peer-cycle/rslock/{round}/{i}")).collect();
     // rslock sends a bare SET to lock and a script to unlock (whose GET and DEL its time holds).
-    let (many, client_cpu, server, server_cpu) = measured(url, options.locks, &["set", "evalsha", "eval"], async {
+    let many = measured(url, options.locks, &["set", "evalsha", "eval"], async {
         for name in &names {
             let lock = manager.lock(name.as_str(), LEASE).await.unwrap();
             manager.unlock(&lock).await;
         }
     })
     .await;
-    Figures {
-        p50: percentile(&mut samples, 0.5),
-        p99: percentile(&mut samples, 0.99),
-        many,
-        client_cpu,
-        server,
-        server_cpu,
-    }
+    Figures::of(samples, many)
 }
 
 fn median(mut values: Vec<f64>) -> f64 {

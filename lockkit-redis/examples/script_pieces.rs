@@ -232,14 +232,8 @@ const LUA_STEPS: [(&str, &str); 7] = [
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let (batches, calls, pipeline) = (option("--batches", 10), option("--calls", 300), option("--pipeline", 100));
-    let (_server, url) = match std::env::var("LOCKKIT_REDIS_URL") {
-        Ok(url) if !url.is_empty() => (None, url),
-        _ => {
-            let server = RedisServer::start().await.unwrap_or_else(|e| panic!("{e}"));
-            let url = server.url();
-            (Some(server), url)
-        }
-    };
+    // A private server of the test kit's, or the one `LOCKKIT_REDIS_URL` names.
+    let url = RedisServer::shared().await.unwrap_or_else(|e| panic!("{e}")).url();
     let mut admin = redis::Client::open(url.as_str()).unwrap().get_multiplexed_async_connection().await.unwrap();
     let mutex: Vec<usize> = (0..7).collect();
     let release_order = vec![0, 1, 0, 3, 4, 5, 6];
