@@ -10,26 +10,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs, clippy::print_stdout)]
 
+mod support;
+
 use std::time::{Duration, Instant};
+use support::evalsha_stats;
 
 use lockkit_redis::RedisLockProvider;
 use lockkit_testkit::fixture::RedisServer;
 
 const LOCKS: usize = 5_000;
-
-/// `(calls, usec)` of EVALSHA since the last reset.
-async fn evalsha(admin: &mut redis::aio::MultiplexedConnection) -> (u64, u64) {
-    let info: String = redis::cmd("INFO").arg("commandstats").query_async(admin).await.unwrap();
-    let line = info.lines().find(|l| l.starts_with("cmdstat_evalsha:")).unwrap_or("cmdstat_evalsha:calls=0,usec=0");
-    let field = |name: &str| -> u64 {
-        line.split(':')
-            .nth(1)
-            .and_then(|fields| fields.split(',').find_map(|f| f.strip_prefix(name)))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    (field("calls="), field("usec="))
-}
 
 async fn reset(admin: &mut redis::aio::MultiplexedConnection) {
     let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query_async(admin).await.unwrap();
@@ -69,27 +58,27 @@ async fn main() {
         for i in 0..LOCKS {
             guards.push(provider.lock(&format!("{prefix}/{i}")).unwrap().acquire().await.unwrap());
         }
-        show("acquire, free lock", evalsha(&mut admin).await, None);
+        show("acquire, free lock", evalsha_stats(&mut admin).await, None);
 
         let ticks = provider.renewal_stats().ticks;
         reset(&mut admin).await;
         while provider.renewal_stats().ticks == ticks {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        show("renew (one tick of 5000 holds)", evalsha(&mut admin).await, None);
+        show("renew (one tick of 5000 holds)", evalsha_stats(&mut admin).await, None);
 
         reset(&mut admin).await;
         for guard in guards {
             guard.release().await.unwrap();
         }
-        show("release, nobody waiting", evalsha(&mut admin).await, None);
+        show("release, nobody waiting", evalsha_stats(&mut admin).await, None);
 
         let lock = provider.lock(&format!("{prefix}/cycle")).unwrap();
         reset(&mut admin).await;
         for _ in 0..LOCKS {
             lock.acquire().await.unwrap().release().await.unwrap();
         }
-        show("acquire+release cycle, one lock", evalsha(&mut admin).await, Some(("cycle", LOCKS as u64)));
+        show("acquire+release cycle, one lock", evalsha_stats(&mut admin).await, Some(("cycle", LOCKS as u64)));
 
         // The same cycle on the other kinds: what a reader, a permit and a candidate cost
         // the server beyond the mutex (more keys, a sorted set, the election's journal).
@@ -98,19 +87,19 @@ async fn main() {
         for _ in 0..LOCKS {
             rw.read().await.unwrap().release().await.unwrap();
         }
-        show("read acquire+release cycle, one rw lock", evalsha(&mut admin).await, Some(("cycle", LOCKS as u64)));
+        show("read acquire+release cycle, one rw lock", evalsha_stats(&mut admin).await, Some(("cycle", LOCKS as u64)));
         let semaphore = provider.semaphore(&format!("{prefix}/permit-cycle"), 3).unwrap();
         reset(&mut admin).await;
         for _ in 0..LOCKS {
             semaphore.acquire().await.unwrap().release().await.unwrap();
         }
-        show("permit acquire+release cycle, 3 permits", evalsha(&mut admin).await, Some(("cycle", LOCKS as u64)));
+        show("permit acquire+release cycle, 3 permits", evalsha_stats(&mut admin).await, Some(("cycle", LOCKS as u64)));
         let election = provider.election(&format!("{prefix}/term-cycle")).unwrap();
         reset(&mut admin).await;
         for _ in 0..LOCKS {
             election.campaign("10.0.0.7:8080").await.unwrap().release().await.unwrap();
         }
-        show("campaign+resign cycle, one election", evalsha(&mut admin).await, Some(("cycle", LOCKS as u64)));
+        show("campaign+resign cycle, one election", evalsha_stats(&mut admin).await, Some(("cycle", LOCKS as u64)));
 
         let name = format!("{prefix}/contended");
         let providers: Vec<RedisLockProvider> = (0..8).map(|_| builder().build().unwrap()).collect();
@@ -139,7 +128,7 @@ async fn main() {
         }
         show(
             "8 providers contending for one lock, 3 s",
-            evalsha(&mut admin).await,
+            evalsha_stats(&mut admin).await,
             Some(("acquisition", acquisitions)),
         );
         println!("  ({acquisitions} acquisitions, {:.0}/s)", acquisitions as f64 / 3.0);

@@ -14,8 +14,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs, clippy::print_stdout)]
 
+mod support;
+
 use lockkit_testkit::fixture::RedisServer;
 use redis::aio::MultiplexedConnection;
+use support::evalsha_stats;
 
 /// The provider's acquire and release scripts as it sends them for every kind (thirteen keys;
 /// seven for a mutex), made from its sources as `store/scripts.rs` makes them.
@@ -102,20 +105,6 @@ fn evalsha(sha: &str, keys: &[String], order: &[usize], args: &[String]) -> redi
         cmd.arg(arg);
     }
     cmd
-}
-
-/// `(calls, usec)` of EVALSHA since the last reset.
-async fn evalsha_stats(admin: &mut MultiplexedConnection) -> (u64, u64) {
-    let info: String = redis::cmd("INFO").arg("commandstats").query_async(admin).await.unwrap();
-    let line = info.lines().find(|l| l.starts_with("cmdstat_evalsha:")).unwrap_or("cmdstat_evalsha:calls=0,usec=0");
-    let field = |name: &str| -> u64 {
-        line.split(':')
-            .nth(1)
-            .and_then(|fields| fields.split(',').find_map(|f| f.strip_prefix(name)))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    (field("calls="), field("usec="))
 }
 
 impl Variant {
