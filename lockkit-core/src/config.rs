@@ -30,9 +30,12 @@ mod builder;
 mod duration;
 mod key;
 mod options;
+#[cfg(feature = "rustls")]
+mod rustls;
 mod scheme;
 mod table;
 mod tls;
+mod tls_mode;
 mod url;
 mod value;
 
@@ -42,5 +45,6 @@ pub use options::{Options, ProviderBuilder, from_url, with_url};
 pub use scheme::{ConnectFuture, Scheme, url_docs};
 pub use table::{connect, lookup, register, registered};
 pub use tls::{ClientTls, Pem, TLS_KEYS, TlsKeys};
+pub use tls_mode::{ModeTlsKeys, TlsMode};
 pub use url::{StoreUrl, redact};
 pub use value::OptionValue;

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use lockkit_core::config::{
-    Key, MAX_DURATION, MAX_HOLD, OptionKey, Options, ProviderBuilder, STORE_ID, StoreUrl, TlsKeys,
+    Key, MAX_DURATION, MAX_HOLD, ModeTlsKeys, OptionKey, Options, ProviderBuilder, STORE_ID, StoreUrl, TlsKeys,
 };
 use lockkit_core::{Error, Result};
 
@@ -46,14 +46,15 @@ const DURABLE_GRANTS: Key<bool> = Key::new(
     "whether grants and renewals wait for the WAL flush (else the restart fence keeps them safe)",
 )
 .default(false);
-const SSLMODE: Key<SslMode> =
-    Key::new("sslmode", "how connections use TLS, as libpq names it").default(SslMode::Prefer);
-/// The certificates, under libpq's names.
-const SSL: TlsKeys = TlsKeys {
-    root: Key::new("sslrootcert", "the root certificate to check the server's with, instead of the system's"),
-    certificate: Key::new("sslcert", "a client certificate, for servers that authenticate clients")
-        .range_said("with sslkey"),
-    key: Key::new("sslkey", "the client certificate's private key").range_said("with sslcert"),
+/// The mode and the certificates, under libpq's names.
+const SSL: ModeTlsKeys = ModeTlsKeys {
+    mode: Key::new("sslmode", "how connections use TLS, as libpq names it").default(SslMode::Prefer),
+    files: TlsKeys {
+        root: Key::new("sslrootcert", "the root certificate to check the server's with, instead of the system's"),
+        certificate: Key::new("sslcert", "a client certificate, for servers that authenticate clients")
+            .range_said("with sslkey"),
+        key: Key::new("sslkey", "the client certificate's private key").range_said("with sslcert"),
+    },
 };
 
 /// The options a URL's query may carry, each the name of the builder method that sets it
@@ -68,10 +69,10 @@ pub const OPTIONS: &[&dyn OptionKey] = &[
     &DURABLE_GRANTS,
     &MAX_HOLD,
     &STORE_ID,
-    &SSLMODE,
-    &SSL.root,
-    &SSL.certificate,
-    &SSL.key,
+    &SSL.mode,
+    &SSL.files.root,
+    &SSL.files.certificate,
+    &SSL.files.key,
 ];
 
 /// Builds a [`PostgresLockProvider`](crate::PostgresLockProvider). `build()` checks every setting (reading the certificate
@@ -217,9 +218,9 @@ impl PostgresLockProviderBuilder {
 
         /// How the provider's connections use TLS ([`SslMode::Prefer`] by default, as libpq):
         /// the `sslmode` option. Every mode but `disable` and `prefer` needs the `tls` feature.
-        fn ssl_mode(mode: SslMode) => SSLMODE;
+        fn ssl_mode(mode: SslMode) => SSL.mode;
 
-        tls(SSL);
+        tls(SSL.files);
     }
 
     pub(crate) fn settings(&self) -> Result<Settings> {
@@ -283,7 +284,7 @@ impl PostgresLockProviderBuilder {
         }
         let schema = options.value(&SCHEMA)?;
         check_schema(&schema)?;
-        let tls = Tls::new(options.value(&SSLMODE)?, SSL.load(options)?, &mut config)?;
+        let tls = Tls::new(SSL, SSL.load(options)?, &mut config)?;
         let durable_grants = options.value(&DURABLE_GRANTS)?;
         // Every statement of this provider is bounded on the server too: a statement whose
         // reply was lost cannot take effect later than this after it was sent. Without durable

@@ -183,7 +183,7 @@ impl Store {
     /// A connection error, or a clear configuration error when the server refused us for
     /// a reason that retrying will not fix (authentication, a missing database).
     pub(crate) fn classify_connect(&self, error: tokio_postgres::Error) -> Error {
-        if let Some(message) = crate::tls::explain(&error, self.settings.tls.mode, &self.settings.address) {
+        if let Some(message) = self.settings.tls.explain(&error, &self.settings.address) {
             return Error::invalid_config(BACKEND, message);
         }
         match error.code().map(tokio_postgres::error::SqlState::code) {
