@@ -28,6 +28,7 @@
 
 mod builder;
 mod duration;
+mod hosts;
 mod key;
 mod options;
 #[cfg(feature = "rustls")]
@@ -40,6 +41,7 @@ mod url;
 mod value;
 
 pub use duration::{MAX_DURATION, parse_duration, show_duration};
+pub use hosts::{HostPort, parse_hosts};
 pub use key::{GivenValue, Key, MAX_HOLD, OptionKey, STORE_ID, options_table};
 pub use options::{Options, ProviderBuilder, from_url, with_url};
 pub use scheme::{ConnectFuture, Scheme, url_docs};

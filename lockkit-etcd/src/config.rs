@@ -56,6 +56,9 @@ pub const DEFAULT_PREFIX: &str = "lockkit";
 /// The longest key prefix accepted, in bytes.
 const MAX_PREFIX: usize = 512;
 
+/// The port of a member that names none: etcd's client port.
+const DEFAULT_PORT: u16 = 2379;
+
 /// The checked settings of one provider.
 #[derive(Clone, Debug)]
 pub(crate) struct EtcdConfig {
@@ -135,16 +138,7 @@ impl ProviderBuilder for EtcdLockProviderBuilder {
                  etcd://host:2379,host:2379 (or etcds://… for TLS, all members alike)"
             )));
         }
-        self.credentials = match (url.user(), url.password()) {
-            (None, None) => None,
-            (Some(user), Some(password)) => Some((user.to_owned(), password.to_owned())),
-            _ => {
-                return Err(self.options.invalid(format!(
-                    "the credentials in {} need both a user and a password: write etcd://user:password@host:2379",
-                    url.redacted()
-                )));
-            }
-        };
+        self.credentials = url.credentials(BACKEND)?;
         self.endpoints = Some(url.hosts().to_owned());
         let path = url.path().trim_start_matches('/');
         if !path.is_empty() {
@@ -220,10 +214,8 @@ impl EtcdLockProviderBuilder {
         };
         let tls = tls_settings(self.tls, options)?;
         let (scheme, http) = if tls.is_some() { ("etcds", "https") } else { ("etcd", "http") };
-        let mut endpoints = Vec::new();
-        for member in written.split(',').map(str::trim) {
-            endpoints.push(endpoint(member, http)?);
-        }
+        let members = lockkit_core::config::parse_hosts(BACKEND, &written, DEFAULT_PORT)?;
+        let endpoints = members.iter().map(|member| format!("{http}://{member}")).collect();
         let prefix = options.value(&PREFIX)?;
         check_prefix(&prefix)?;
         let ttl = options.within(&TTL, DEFAULT_TTL, MIN_TTL, MAX_DURATION)?;
@@ -304,40 +296,6 @@ fn tls_settings(enabled: bool, options: &Options) -> Result<Option<ClientTls>> {
 /// An `InvalidConfig` error of this backend.
 fn invalid(message: impl Into<String>) -> lockkit_core::Error {
     lockkit_core::Error::invalid_config(BACKEND, message)
-}
-
-/// `http://host:port` (or `https://`, as `http` says) for one member as written (`host`,
-/// `host:port`, `[::1]:port`).
-fn endpoint(member: &str, http: &str) -> Result<String> {
-    if member.contains("://") {
-        return Err(invalid(format!(
-            "member {member:?} carries its own scheme: every member of an etcd:// URL uses the URL's scheme, \
-             so write host:port only (and do not mix etcd:// and etcds:// members)"
-        )));
-    }
-    let bad = || invalid(format!("member {member:?} is not host:port"));
-    if member.is_empty() || member.contains(['/', '?', '@', ' ']) {
-        return Err(bad());
-    }
-    let (host, port) = if let Some(rest) = member.strip_prefix('[') {
-        let (host, after) = rest.split_once(']').ok_or_else(bad)?;
-        (format!("[{host}]"), after.strip_prefix(':'))
-    } else {
-        match member.rsplit_once(':') {
-            Some((host, port)) => (host.to_owned(), Some(port)),
-            None => (member.to_owned(), None),
-        }
-    };
-    if host.is_empty() || host == "[]" {
-        return Err(bad());
-    }
-    let port: u16 = match port {
-        None => 2379,
-        Some(port) => port.parse().ok().filter(|p| *p != 0).ok_or_else(|| {
-            invalid(format!("member {member:?} has port {port:?}; a port is a number from 1 to 65535"))
-        })?,
-    };
-    Ok(format!("{http}://{host}:{port}"))
 }
 
 fn check_prefix(prefix: &str) -> Result<()> {

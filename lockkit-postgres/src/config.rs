@@ -247,21 +247,8 @@ impl PostgresLockProviderBuilder {
                 options.invalid(format!("{} names no host; write postgres://user@host:5432/db", parsed.redacted()))
             );
         }
-        for host in parsed.hosts().split(',') {
-            let (name, port) = match host.rsplit_once(':') {
-                Some((name, port)) => {
-                    let port = port.parse::<u16>().map_err(|_| {
-                        options.invalid(format!("the port of {host:?} in {} is not a port number", parsed.redacted()))
-                    })?;
-                    (name, port)
-                }
-                None => (host, 5432),
-            };
-            let name = name.trim_start_matches('[').trim_end_matches(']');
-            if name.is_empty() {
-                return Err(options.invalid(format!("an empty host in {}", parsed.redacted())));
-            }
-            config.host(name).port(port);
+        for server in lockkit_core::config::parse_hosts(BACKEND, parsed.hosts(), 5432)? {
+            config.host(server.name()).port(server.port);
         }
         let lease = options.value(&LEASE)?;
         let renew_every = options.get(&RENEW_EVERY).unwrap_or(lease / 3);

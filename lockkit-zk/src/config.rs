@@ -166,16 +166,7 @@ impl ProviderBuilder for ZkLockProviderBuilder {
                 url.redacted()
             )));
         }
-        self.credentials = match (url.user(), url.password()) {
-            (None, None) => None,
-            (Some(user), Some(password)) => Some((user.to_owned(), password.to_owned())),
-            _ => {
-                return Err(self.options.invalid(format!(
-                    "the credentials in {} need both a user and a password: write zk://user:password@host:2181",
-                    url.redacted()
-                )));
-            }
-        };
+        self.credentials = url.credentials(BACKEND)?;
         self.servers = Some(url.hosts().to_owned());
         self.chroot = Some(url.path()).filter(|path| !path.is_empty() && *path != "/").map(str::to_owned);
         Ok(())
@@ -430,51 +421,10 @@ fn parse_servers(servers: &str) -> Result<Servers> {
             "{servers:?} names no server: give at least one host, as in zk1:2181,zk2:2181/app"
         )));
     }
-    let hosts = authority.split(',').map(|host| parse_host(host, servers)).collect::<Result<Vec<_>>>()?;
+    let hosts =
+        lockkit_core::config::parse_hosts(BACKEND, authority, DEFAULT_PORT)?.iter().map(ToString::to_string).collect();
     let chroot = if chroot.is_empty() { None } else { check_path(chroot, "the chroot")? };
     Ok(Servers { hosts, chroot })
-}
-
-fn parse_host(host: &str, servers: &str) -> Result<String> {
-    let host = host.trim();
-    if host.is_empty() {
-        return Err(invalid(format!("{servers:?} has an empty host between commas: remove the extra comma")));
-    }
-    let (name, port) = if let Some(v6) = host.strip_prefix('[') {
-        let Some((name, after)) = v6.split_once(']') else {
-            return Err(invalid(format!("the IPv6 host {host:?} in {servers:?} lacks its closing ']'")));
-        };
-        match after {
-            "" => (format!("[{name}]"), None),
-            _ => match after.strip_prefix(':') {
-                Some(port) => (format!("[{name}]"), Some(port)),
-                None => return Err(invalid(format!("unexpected {after:?} after the IPv6 host in {host:?}"))),
-            },
-        }
-    } else {
-        match host.rsplit_once(':') {
-            Some((name, port)) => (name.to_owned(), Some(port)),
-            None => (host.to_owned(), None),
-        }
-    };
-    if name.is_empty() || name == "[]" {
-        return Err(invalid(format!("the server {host:?} in {servers:?} has no host name")));
-    }
-    if name.contains(char::is_whitespace) || name.contains('/') {
-        return Err(invalid(format!("the host name {name:?} in {servers:?} is not valid")));
-    }
-    let port = match port {
-        None => DEFAULT_PORT,
-        Some(port) => match port.parse::<u16>() {
-            Ok(port) if port > 0 => port,
-            _ => {
-                return Err(invalid(format!(
-                    "the port {port:?} of {name} in {servers:?} is not a number between 1 and 65535"
-                )));
-            }
-        },
-    };
-    Ok(format!("{name}:{port}"))
 }
 
 /// Checks an absolute znode path; `None` for `/`.

@@ -103,6 +103,28 @@ impl StoreUrl {
         &self.hosts
     }
 
+    /// The user name and password, when both were given; `None` when neither was.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] of `backend` for a user without a password or a password
+    /// without a user.
+    pub fn credentials(&self, backend: &'static str) -> Result<Option<(String, String)>> {
+        match (self.user(), self.password()) {
+            (None, None) => Ok(None),
+            (Some(user), Some(password)) => Ok(Some((user.to_owned(), password.to_owned()))),
+            _ => Err(invalid(
+                backend,
+                format!(
+                    "the credentials in {} need both a user and a password: write {}://user:password@{}",
+                    self.redacted(),
+                    self.scheme,
+                    self.hosts
+                ),
+            )),
+        }
+    }
+
     /// The path, with its leading `/` (a database number, a chroot, a directory); empty
     /// when there is none.
     pub fn path(&self) -> &str {
