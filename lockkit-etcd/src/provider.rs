@@ -1,7 +1,7 @@
 //! The provider users hold: an etcd client handing out lock handles, and the `etcd` scheme.
 
-use lockkit_core::config::{ConnectFuture, Scheme, StoreUrl};
-use lockkit_core::{LockName, LockProvider, Result, TypedProvider};
+use lockkit_core::config::Scheme;
+use lockkit_core::{LockName, Result, TypedProvider};
 
 use crate::BACKEND;
 use crate::client::EtcdBackend;
@@ -18,10 +18,6 @@ pub const SCHEME: Scheme = Scheme::new(&["etcd", "etcds"], BACKEND, connect_url)
         ("etcds://…", "an etcd cluster over TLS (feature `etcd-tls`)"),
     ])
     .with_options(crate::OPTIONS);
-
-fn connect_url(url: StoreUrl) -> ConnectFuture {
-    Box::pin(async move { EtcdLockProvider::connect_to(&url).await.map(LockProvider::from) })
-}
 
 /// An etcd client that hands out lock handles: one client and one lease at a time (a new
 /// pair after the lease ended, or when the runtime it ran on shut down), shared by every
@@ -58,12 +54,8 @@ impl EtcdLockProviderBuilder {
     }
 }
 
-impl EtcdLockProvider {
-    /// A builder for every setting; its `build` is lazy (no I/O).
-    pub fn builder() -> EtcdLockProviderBuilder {
-        EtcdLockProviderBuilder::default()
-    }
-
+lockkit_core::provider_constructors! {
+    EtcdLockProvider, EtcdLockProviderBuilder;
     /// Connects to the store an `etcd://` URL names, eagerly: checks every setting, connects,
     /// and grants the provider's lease, so that a provider returned is one that reached its
     /// store.
@@ -81,16 +73,12 @@ impl EtcdLockProvider {
     ///
     /// Cancel safe: a lease granted before the future was dropped is left to expire after its
     /// TTL, with no key bound to it.
-    pub async fn connect(url: &str) -> Result<EtcdLockProvider> {
-        Self::connect_to(&StoreUrl::parse(url)?).await
-    }
-
-    async fn connect_to(url: &StoreUrl) -> Result<EtcdLockProvider> {
-        let provider = EtcdLockProviderBuilder::from_url(url)?.build()?;
+    connect(provider) {
         provider.backend().session().await?;
-        Ok(provider)
     }
+}
 
+impl EtcdLockProvider {
     fn backend(&self) -> &EtcdBackend {
         self.0.backend()
     }

@@ -3,8 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockkit_core::config::{ConnectFuture, StoreUrl};
-use lockkit_core::{LockProvider, Result, TypedProvider};
+use lockkit_core::{Result, TypedProvider};
 
 use crate::backend::PostgresBackend;
 use crate::config::PostgresLockProviderBuilder;
@@ -27,12 +26,8 @@ impl PostgresLockProviderBuilder {
     }
 }
 
-impl PostgresLockProvider {
-    /// A builder; `build()` checks every setting and does no network I/O.
-    pub fn builder() -> PostgresLockProviderBuilder {
-        PostgresLockProviderBuilder::default()
-    }
-
+lockkit_core::provider_constructors! {
+    PostgresLockProvider, PostgresLockProviderBuilder;
     /// Builds a provider from `url` and connects at once: checks every setting, opens the
     /// connection, checks (or creates) the schema and the role's privileges.
     ///
@@ -41,17 +36,12 @@ impl PostgresLockProvider {
     /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) naming what to change (the
     /// URL, the schema, the role's privileges); a retryable connection error when the server
     /// does not answer.
-    pub async fn connect(url: &str) -> Result<Self> {
-        Self::connect_to(&StoreUrl::parse(url)?).await
-    }
-
-    /// [`connect`](Self::connect) to a parsed URL: the scheme table's `connect` too.
-    async fn connect_to(url: &StoreUrl) -> Result<Self> {
-        let provider = PostgresLockProviderBuilder::from_url(url)?.build()?;
+    connect(provider) {
         provider.ping().await?;
-        Ok(provider)
     }
+}
 
+impl PostgresLockProvider {
     fn backend(&self) -> &PostgresBackend {
         self.0.backend()
     }
@@ -107,29 +97,10 @@ impl PostgresLockProvider {
     /// round trips per renewal tick).
     pub fn renewal_stats(&self) -> RenewalStats {
         use std::sync::atomic::Ordering::Relaxed;
-        let counters = &self.backend().inner.store.renewals;
-        RenewalStats {
-            ticks: counters.ticks.load(Relaxed),
-            round_trips: counters.round_trips.load(Relaxed),
-            renewed: counters.renewed.load(Relaxed),
-        }
+        let c = &self.backend().inner.store.renewals;
+        RenewalStats::new(c.ticks.load(Relaxed), c.round_trips.load(Relaxed), c.renewed.load(Relaxed))
     }
 }
 
-/// Counters of a provider's renewal rounds ([`PostgresLockProvider::renewal_stats`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct RenewalStats {
-    /// Renewal rounds confirmed by the server (one per `renew_every` while something is held,
-    /// plus quick retries after a failure).
-    pub ticks: u64,
-    /// Renewal statements sent: each is one round trip, one `UPDATE` of up to 1,000 holds.
-    pub round_trips: u64,
-    /// Holds renewed by the rounds.
-    pub renewed: u64,
-}
-
-/// The scheme table's `connect`: eager.
-pub(crate) fn connect_url(url: StoreUrl) -> ConnectFuture {
-    Box::pin(async move { PostgresLockProvider::connect_to(&url).await.map(LockProvider::from) })
-}
+/// What the renewal rounds of one provider have done since it started.
+pub use lockkit_core::RenewalStats;

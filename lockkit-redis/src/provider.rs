@@ -3,8 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockkit_core::config::{ConnectFuture, StoreUrl};
-use lockkit_core::{LockName, LockProvider, Result, TypedProvider};
+use lockkit_core::{LockName, Result, TypedProvider};
 
 use crate::backend::RedisBackend;
 use crate::config::RedisLockProviderBuilder;
@@ -53,12 +52,8 @@ impl RedisLockProviderBuilder {
     }
 }
 
-impl RedisLockProvider {
-    /// A builder for every setting; its `build` is synchronous and makes no connection.
-    pub fn builder() -> RedisLockProviderBuilder {
-        RedisLockProviderBuilder::default()
-    }
-
+lockkit_core::provider_constructors! {
+    RedisLockProvider, RedisLockProviderBuilder;
     /// Connects to the server that `url` names, with the URL's options
     /// (`redis://[user[:password]@]host[:port][/db][?lease=10s&…]`, see
     /// [`OPTIONS`](crate::OPTIONS)), and checks it answers one PING.
@@ -74,18 +69,13 @@ impl RedisLockProvider {
     ///
     /// Cancel safe: dropping the future leaves nothing behind but a connection, closed with
     /// the provider.
-    pub async fn connect(url: &str) -> Result<Self> {
-        Self::connect_to(&StoreUrl::parse(url)?).await
-    }
-
-    /// [`connect`](Self::connect) to a parsed URL: the scheme table's `connect` too.
-    async fn connect_to(url: &StoreUrl) -> Result<Self> {
-        let provider = RedisLockProviderBuilder::from_url(url)?.build()?;
+    connect(provider) {
         provider.ping().await?;
         provider.warn_if_evicting().await;
-        Ok(provider)
     }
+}
 
+impl RedisLockProvider {
     /// Logs a warning when the server may evict lock records (a `maxmemory` limit with a policy
     /// other than `noeviction`): an evicted record is a lock another client can take while its
     /// holder learns of the loss only at its next renewal. A warning and not an error, since
@@ -152,31 +142,10 @@ impl RedisLockProvider {
     /// Renewal counters of the watchdog: ticks run, pipelines sent, holds renewed.
     pub fn renewal_stats(&self) -> RenewalStats {
         use std::sync::atomic::Ordering::Relaxed;
-        let stats = self.backend().watchdog().stats();
-        RenewalStats {
-            ticks: stats.ticks.load(Relaxed),
-            round_trips: stats.round_trips.load(Relaxed),
-            renewed: stats.renewed.load(Relaxed),
-        }
+        let c = self.backend().watchdog().stats();
+        RenewalStats::new(c.ticks.load(Relaxed), c.round_trips.load(Relaxed), c.renewed.load(Relaxed))
     }
 }
 
-/// What the renewal watchdog of one provider has done since it started.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct RenewalStats {
-    /// Renewal rounds completed (one per interval while something is held, plus quick
-    /// retries after a failure).
-    pub ticks: u64,
-    /// Pipelines the rounds sent: each is one round trip carrying up to a thousand renewals.
-    pub round_trips: u64,
-    /// Holds renewed successfully, by the rounds and by the immediate confirmations of holds
-    /// handed over by a release (which have a round trip of their own, outside the rounds).
-    pub renewed: u64,
-}
-
-/// The `connect` of [`SCHEME`](crate::SCHEME): options from the URL, every setting checked,
-/// one PING.
-pub(crate) fn connect_url(url: StoreUrl) -> ConnectFuture {
-    Box::pin(async move { RedisLockProvider::connect_to(&url).await.map(LockProvider::from) })
-}
+/// What the renewal rounds of one provider have done since it started.
+pub use lockkit_core::RenewalStats;

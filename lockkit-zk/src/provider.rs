@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use lockkit_core::config::{ConnectFuture, Scheme, StoreUrl};
-use lockkit_core::{LockName, LockProvider, Result, TypedProvider};
+use lockkit_core::config::Scheme;
+use lockkit_core::{LockName, Result, TypedProvider};
 
 use crate::client::ZkBackend;
 use crate::config::ZkLockProviderBuilder;
@@ -16,10 +16,6 @@ pub const SCHEME: Scheme = Scheme::new(&["zk"], BACKEND, connect_url)
     .with_feature("zk")
     .with_urls(&[("zk://[user:password@]host:port[,host:port…][/chroot]", "a ZooKeeper ensemble")])
     .with_options(crate::OPTIONS);
-
-fn connect_url(url: StoreUrl) -> ConnectFuture {
-    Box::pin(async move { ZkLockProvider::connect_to(&url).await.map(LockProvider::from) })
-}
 
 /// A ZooKeeper client that hands out lock handles: one session at a time (a new one after
 /// an expiry, or when the runtime it ran on shut down), shared by every handle of the
@@ -63,12 +59,8 @@ impl ZkLockProviderBuilder {
     }
 }
 
-impl ZkLockProvider {
-    /// A builder for every setting; its `build` is lazy (no I/O).
-    pub fn builder() -> ZkLockProviderBuilder {
-        ZkLockProviderBuilder::default()
-    }
-
+lockkit_core::provider_constructors! {
+    ZkLockProvider, ZkLockProviderBuilder;
     /// Connects to the store a `zk://` URL names, eagerly:
     /// `zk://[user:password@]host:port[,host:port…][/chroot][?option=value&…]` with the
     /// options of [`ZkLockProviderBuilder::option`]. Checks every setting, opens the session
@@ -88,16 +80,12 @@ impl ZkLockProvider {
     ///
     /// Cancel safe: dropping the future drops the session being opened, which the server
     /// then expires; nothing else is left.
-    pub async fn connect(url: &str) -> Result<ZkLockProvider> {
-        Self::connect_to(&StoreUrl::parse(url)?).await
-    }
-
-    async fn connect_to(url: &StoreUrl) -> Result<ZkLockProvider> {
-        let provider = ZkLockProviderBuilder::from_url(url)?.build()?;
+    connect(provider) {
         provider.backend().session(None).await?;
-        Ok(provider)
     }
+}
 
+impl ZkLockProvider {
     fn backend(&self) -> &ZkBackend {
         self.0.backend()
     }

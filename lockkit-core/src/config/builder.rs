@@ -110,3 +110,47 @@ macro_rules! option_setters {
         $crate::option_setters!($($rest)*);
     };
 }
+
+/// The constructors of a backend's provider type, and the connect function of its
+/// [`Scheme`](crate::config::Scheme): `builder()`, `connect(url)` (with the doc comment given,
+/// which says the URL forms, `# Errors` and `# Cancel safety`), a private `connect_to` for a
+/// parsed URL, and `pub(crate) fn connect_url` for the scheme table. `connect` builds the
+/// provider from the URL with the builder's `from_url` and `build`, then runs the block given
+/// (its first contact with the store, with the provider under the name given) before it
+/// returns it.
+///
+/// ```ignore
+/// lockkit_core::provider_constructors! {
+///     XLockProvider, XLockProviderBuilder;
+///     /// Connects to the store `url` names … (# Errors, # Cancel safety)
+///     connect(provider) { provider.ping().await?; }
+/// }
+/// ```
+#[macro_export]
+macro_rules! provider_constructors {
+    ($provider:ident, $builder:ident; $(#[$doc:meta])* connect($p:ident) $check:block) => {
+        impl $provider {
+            /// A builder for every setting; its `build` is synchronous and makes no connection.
+            pub fn builder() -> $builder {
+                $builder::default()
+            }
+
+            $(#[$doc])*
+            pub async fn connect(url: &str) -> $crate::Result<Self> {
+                Self::connect_to(&$crate::config::StoreUrl::parse(url)?).await
+            }
+
+            /// [`connect`](Self::connect) to a parsed URL: the scheme table's `connect` too.
+            async fn connect_to(url: &$crate::config::StoreUrl) -> $crate::Result<Self> {
+                let $p = $builder::from_url(url)?.build()?;
+                $check
+                Ok($p)
+            }
+        }
+
+        /// The scheme table's connect function: [`connect`]($provider::connect) to a parsed URL.
+        pub(crate) fn connect_url(url: $crate::config::StoreUrl) -> $crate::config::ConnectFuture {
+            ::std::boxed::Box::pin(async move { $provider::connect_to(&url).await.map($crate::LockProvider::from) })
+        }
+    };
+}
