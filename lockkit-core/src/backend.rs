@@ -41,6 +41,7 @@ use uuid::Uuid;
 pub use futures_core::Stream;
 
 pub use crate::backoff::Backoff;
+pub use crate::journal_observer::{Journal, JournalRead, journal_observer};
 pub use crate::observer_task::{OUTBOX_CAPACITY, ObserverTask, Outbox, observer_task};
 pub use crate::options::Deadline;
 pub use crate::signal::{HoldSignal, deadline_after, lease_deadline};

@@ -107,6 +107,7 @@ mod guard;
 mod handle;
 mod handle_inner;
 pub mod home;
+mod journal_observer;
 mod kind;
 mod lock;
 pub mod memory;

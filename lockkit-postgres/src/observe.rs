@@ -9,9 +9,8 @@
 //! reads with `<schema>.observe_election(name, last id seen)`: the first time the state now,
 //! later the entries after the last one it saw. Nothing is read at an interval:
 //!
-//! - a notification of the election, or the listening connection breaking (notifications may
-//!   have been missed), makes it read again; so does having handed out what the last read
-//!   found (a notification may have come meanwhile);
+//! - a notification of the election (heard from before the read that came before it), or the
+//!   listening connection breaking (notifications may have been missed), makes it read again;
 //! - a leader whose lease runs out notifies nobody, so the observer also reads when the
 //!   leader's row expires on the server; that read journals the vacancy, once, so that every
 //!   observer sees the same vacancy;
@@ -21,20 +20,21 @@
 //! When entries after the last one it saw were trimmed (the journal keeps the last
 //! [`JOURNAL_RETAINED`](crate::election_sql::JOURNAL_RETAINED) entries of each election), the
 //! read returns the state now alone, and the observer reports [`LeaderEvent::Gap`] before it.
-//! The core's observer drops terms that do not go forward.
+//! The core's observer drops terms that do not go forward. The loop (reads, retries, gaps, the
+//! wait for the leader's expiry) is core's [`journal_observer`]; this file is the store's side.
 
-use std::collections::VecDeque;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lockkit_core::backend::{Backoff, LeaderEvents, deadline_after};
+use lockkit_core::backend::{Backoff, Journal, JournalRead, LeaderEvents, deadline_after, journal_observer};
 use lockkit_core::{Leader, LeaderEvent, LockName, Result};
+use tokio::sync::futures::OwnedNotified;
 use tokio_postgres::Row;
 use tokio_postgres::types::Type;
 
 use crate::client::Inner;
 use crate::listener::Slot;
-use crate::store::Failure;
 
 /// How often an observer reads while its provider's listening connection is down.
 const POLL: Duration = Duration::from_millis(100);
@@ -47,27 +47,21 @@ const RETRY_MAX: Duration = Duration::from_secs(1);
 /// The changes of leader of election `lock`, as
 /// [`LockBackend::observe`](lockkit_core::backend::LockBackend::observe) returns them.
 pub(crate) fn observe(inner: Arc<Inner>, lock: LockName) -> LeaderEvents {
-    let observing = Observing {
+    let lease = inner.store.settings.lease;
+    let journal = PostgresJournal {
         key: crate::election::wake_key(&lock),
         name: crate::stored_name(lock.as_str()),
         inner,
-        lock,
+        lock: lock.clone(),
         slot: None,
+        notified: None,
         seen: None,
-        pending: VecDeque::new(),
-        recheck: None,
-        failing_since: None,
-        reported: false,
-        backoff: Backoff::new(FIRST_DELAY, RETRY_MAX),
     };
-    Box::pin(futures_util::stream::unfold(observing, |mut observing| async move {
-        let event = observing.next().await;
-        Some((event, observing))
-    }))
+    journal_observer(crate::BACKEND, lock, journal, lease, Backoff::new(FIRST_DELAY, RETRY_MAX))
 }
 
-/// One observer's state.
-struct Observing {
+/// One observer's side of the database.
+struct PostgresJournal {
     inner: Arc<Inner>,
     lock: LockName,
     /// The stored name.
@@ -75,96 +69,63 @@ struct Observing {
     /// The wake-up key of the election.
     key: String,
     slot: Option<Slot>,
+    /// The notification of the election, armed before the last read.
+    notified: Option<Pin<Box<OwnedNotified>>>,
     /// The id of the last journal entry read (0 for an empty journal); `None` before the
     /// first read.
     seen: Option<i64>,
-    /// Events read and not handed out yet.
-    pending: VecDeque<LeaderEvent>,
-    /// When the current leader's row expires on the server unless renewed.
-    recheck: Option<Instant>,
-    failing_since: Option<Instant>,
-    /// Whether a failure was handed out since the reads began to fail.
-    reported: bool,
-    /// The pauses before the next read after failed ones: 50 ms, doubling up to
-    /// [`RETRY_MAX`].
-    backoff: Backoff,
 }
 
-impl Observing {
-    async fn next(&mut self) -> Result<LeaderEvent> {
-        loop {
-            if let Some(event) = self.pending.pop_front() {
-                return Ok(event);
+impl Journal for PostgresJournal {
+    /// Registers on the listening connection (reopened when it broke, so that no change after
+    /// the read goes unheard) and arms the election's notification.
+    async fn listen(&mut self) {
+        if self.slot.is_none() {
+            if let Ok(()) = self.inner.wakeups.ensure(&self.inner.store).await {
+                self.slot = Some(self.inner.wakeups.register(&self.key, None));
             }
-            if self.slot.is_none() {
-                if let Ok(()) = self.inner.wakeups.ensure(&self.inner.store).await {
-                    self.slot = Some(self.inner.wakeups.register(&self.key, None));
-                }
-            } else if !self.inner.wakeups.is_up().await {
-                // The listening connection broke: reopen it before reading, so that no change
-                // after the read goes unheard.
-                let _ = self.inner.wakeups.ensure(&self.inner.store).await;
-            }
-            let notify = self.slot.as_ref().map(Slot::notify);
-            let notified = notify.as_ref().map(|n| n.notified());
-            tokio::pin!(notified);
-            if let Some(notified) = notified.as_mut().as_pin_mut() {
-                notified.enable();
-            }
-            match self.read().await {
-                Ok(()) => {
-                    self.failing_since = None;
-                    self.reported = false;
-                    self.backoff.reset();
-                    if !self.pending.is_empty() {
-                        continue;
-                    }
-                }
-                Err(failure) => {
-                    let error = failure.into_error();
-                    let since = *self.failing_since.get_or_insert_with(Instant::now);
-                    tracing::debug!(%error, election = %self.lock, "reading the election failed; reading again");
-                    self.backoff.pause().await;
-                    // Hand out a failure that lasts, once: the journal lets the stream resume
-                    // where it was when the server answers again.
-                    if !error.is_retryable() || (since.elapsed() >= self.inner.store.settings.lease && !self.reported) {
-                        self.reported = true;
-                        return Err(error);
-                    }
-                    continue;
-                }
-            }
-            // Nothing new: wait for a notification, the leader's lease to run out, or (while
-            // the listening connection is down) the safety poll.
-            let mut until = self.recheck.unwrap_or_else(|| deadline_after(Instant::now(), Duration::from_secs(86_400)));
-            if self.slot.is_none() || !self.inner.wakeups.is_up().await {
-                until = until.min(Instant::now() + POLL);
-            }
-            match notified.as_mut().as_pin_mut() {
-                Some(notified) => {
-                    let _ = tokio::time::timeout_at(until.into(), notified).await;
-                }
-                None => tokio::time::sleep_until(until.into()).await,
-            }
+        } else if !self.inner.wakeups.is_up().await {
+            let _ = self.inner.wakeups.ensure(&self.inner.store).await;
         }
+        self.notified = self.slot.as_ref().map(|slot| {
+            let mut notified = Box::pin(slot.notify().notified_owned());
+            notified.as_mut().enable();
+            notified
+        });
     }
 
     /// Reads the journal after the last entry seen, or the state now.
-    async fn read(&mut self) -> std::result::Result<(), Failure> {
-        let store = &self.inner.store;
+    async fn read(&mut self) -> Result<JournalRead> {
+        let inner = Arc::clone(&self.inner);
+        let store = &inner.store;
         let rows = store
             .query(Some(&self.lock), &store.sql.election.observe, &[(&self.name, Type::TEXT), (&self.seen, Type::INT8)])
-            .await?;
+            .await
+            .map_err(|failure| failure.into_error())?;
+        let mut read = JournalRead::default();
         for row in rows {
-            if let Err(error) = self.take(&row) {
-                return Err(Failure::Refused(self.inner.store.store_error(Some(&self.lock), error)));
-            }
+            self.take(&row, &mut read).map_err(|error| store.store_error(Some(&self.lock), error))?;
         }
-        Ok(())
+        Ok(read)
     }
 
-    /// Turns one row of the read into events.
-    fn take(&mut self, row: &Row) -> std::result::Result<(), tokio_postgres::Error> {
+    /// Waits for a notification, `until` (the leader's lease runs out), or (while the
+    /// listening connection is down) the safety poll.
+    async fn wait(&mut self, until: Option<Instant>) {
+        let mut until = until.unwrap_or_else(|| deadline_after(Instant::now(), Duration::from_secs(86_400)));
+        if self.slot.is_none() || !self.inner.wakeups.is_up().await {
+            until = until.min(Instant::now() + POLL);
+        }
+        match self.notified.take() {
+            Some(notified) => drop(tokio::time::timeout_at(until.into(), notified).await),
+            None => tokio::time::sleep_until(until.into()).await,
+        }
+    }
+}
+
+impl PostgresJournal {
+    /// Adds one row of the read to `read`.
+    fn take(&mut self, row: &Row, read: &mut JournalRead) -> std::result::Result<(), tokio_postgres::Error> {
         let kind: String = row.try_get(0)?;
         let id: Option<i64> = row.try_get(1)?;
         let token: Option<i64> = row.try_get(2)?;
@@ -180,24 +141,13 @@ impl Observing {
             _ => LeaderEvent::Vacant,
         };
         match kind.as_str() {
-            "change" => self.pending.push_back(state),
+            "change" => read.changes.push(state),
             kind => {
                 if kind == "restart" {
-                    if self.seen.is_some() {
-                        tracing::debug!(seen = ?self.seen, election = %self.lock, "the journal lost entries this observer had not read");
-                        self.pending.push_back(LeaderEvent::Gap);
-                    }
-                    self.pending.push_back(state);
+                    read.restart = Some(state);
                 }
                 self.seen = Some(id.unwrap_or(0));
-                // Read again when the leader's row expires unless renewed (plus a millisecond:
-                // the server's expiry is exact to it).
-                self.recheck = left_ms.map(|ms| {
-                    deadline_after(
-                        Instant::now(),
-                        Duration::from_millis(u64::try_from(ms).unwrap_or(0).saturating_add(1)),
-                    )
-                });
+                read.leader_left = left_ms.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0)));
             }
         }
         Ok(())
