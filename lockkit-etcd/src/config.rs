@@ -247,50 +247,19 @@ impl EtcdLockProviderBuilder {
     }
 }
 
-/// Checks the TLS settings: certificates only with TLS, a client certificate with its key,
-/// PEM contents.
+/// The members' TLS: the certificates given, checked to be PEM; refused for plain members
+/// and, without the `tls` feature, at all.
 fn tls_settings(enabled: bool, options: &Options) -> Result<Option<ClientTls>> {
-    if !enabled {
-        if TLS_KEYS.any_given(options) {
-            return Err(invalid(
-                "TLS certificates were given but the members use etcd:// (plain TCP): \
-                 write the URL as etcds://host:2379 (or call tls(true))",
-            ));
-        }
-        return Ok(None);
-    }
     #[cfg(not(feature = "tls"))]
-    return Err(invalid(TLS_FEATURE));
-    #[cfg(feature = "tls")]
-    {
-        let tls = TLS_KEYS.load(options)?;
-        let is_pem = |pem: &[u8], what: &str| {
-            let text = String::from_utf8_lossy(pem);
-            text.contains("-----BEGIN ") && text.contains(what)
-        };
-        if let Some(root) = &tls.root
-            && !is_pem(root, "CERTIFICATE-----")
-        {
-            return Err(invalid(
-                "tls_root_certificate is not a PEM certificate: give the CA's certificate \
-                 (a file starting with -----BEGIN CERTIFICATE-----)",
-            ));
-        }
-        if let Some((certificate, key)) = &tls.client {
-            if !is_pem(certificate, "CERTIFICATE-----") {
-                return Err(invalid(
-                    "tls_client_certificate is not a PEM certificate \
-                     (a file starting with -----BEGIN CERTIFICATE-----)",
-                ));
-            }
-            if !is_pem(key, "PRIVATE KEY-----") {
-                return Err(invalid(
-                    "tls_client_key is not a PEM private key (a file starting with -----BEGIN PRIVATE KEY-----)",
-                ));
-            }
-        }
-        Ok(Some(tls))
+    if enabled {
+        return Err(invalid(TLS_FEATURE));
     }
+    let plain = "the members use etcd:// (plain TCP): write the URL as etcds://host:2379 (or call tls(true))";
+    let tls = TLS_KEYS.load_when(options, enabled, plain)?;
+    if let Some(tls) = &tls {
+        tls.check_pem(BACKEND, &TLS_KEYS)?;
+    }
+    Ok(tls)
 }
 
 /// An `InvalidConfig` error of this backend.

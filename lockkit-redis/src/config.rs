@@ -386,15 +386,11 @@ impl RedisLockProviderBuilder {
             least,
             MAX_DURATION,
         )?);
-        let tls = TLS_KEYS.load(options)?;
         // Without the `tls` feature a rediss:// URL is refused above, so certificates come
         // with a URL that does not use TLS, and are refused here.
-        if !tls.is_empty() && !matches!(connection.addr(), redis::ConnectionAddr::TcpTls { .. }) {
-            return Err(invalid(format!(
-                "TLS certificates were given but the URL {} does not use TLS; write it as rediss://",
-                config::redact(url)
-            )));
-        }
+        let uses_tls = matches!(connection.addr(), redis::ConnectionAddr::TcpTls { .. });
+        let plain = format!("the URL {} does not use TLS; write it as rediss://", config::redact(url));
+        let tls = TLS_KEYS.load_when(options, uses_tls, &plain)?.unwrap_or_default();
         Ok(Settings {
             address: match (&sentinel, &cluster) {
                 (Some(sentinel), _) => format!("{}://{}", StoreUrl::parse(url)?.scheme(), sentinel.shown()),

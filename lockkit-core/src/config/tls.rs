@@ -132,6 +132,26 @@ impl TlsKeys {
     }
 }
 
+impl TlsKeys {
+    /// The certificates of a client whose connections use TLS when `enabled` (the URL's
+    /// scheme said so): read as [`load`](Self::load) does; `None` when not `enabled`.
+    ///
+    /// # Errors
+    ///
+    /// As [`load`](Self::load); and certificates given to a client that does not use TLS,
+    /// with the message `TLS certificates were given but {plain}` (`plain` says what the
+    /// address is and how to turn TLS on).
+    pub fn load_when(&self, options: &Options, enabled: bool, plain: &str) -> Result<Option<ClientTls>> {
+        if !enabled {
+            if self.any_given(options) {
+                return Err(options.invalid(format!("TLS certificates were given but {plain}")));
+            }
+            return Ok(None);
+        }
+        self.load(options).map(Some)
+    }
+}
+
 /// The certificates of a TLS client, read: PEM contents. `Debug` shows none of them.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct ClientTls {
@@ -145,6 +165,47 @@ impl ClientTls {
     /// Whether no certificate was given.
     pub fn is_empty(&self) -> bool {
         self.root.is_none() && self.client.is_none()
+    }
+}
+
+impl ClientTls {
+    /// Checks that each certificate given looks like PEM of its kind (`-----BEGIN
+    /// …CERTIFICATE-----`, `-----BEGIN …PRIVATE KEY-----`), for clients whose TLS library
+    /// would only refuse it at the first connection, with a vaguer message.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) of `backend` naming the
+    /// setting (its name in `keys`) that is not PEM of its kind.
+    pub fn check_pem(&self, backend: &'static str, keys: &TlsKeys) -> Result<()> {
+        let is_pem = |pem: &[u8], what: &str| {
+            let text = String::from_utf8_lossy(pem);
+            text.contains("-----BEGIN ") && text.contains(what)
+        };
+        let refuse = |message: String| Err(crate::Error::invalid_config(backend, message));
+        if let Some(root) = &self.root
+            && !is_pem(root, "CERTIFICATE-----")
+        {
+            return refuse(format!(
+                "{} is not a PEM certificate: give the CA's certificate (a file starting with -----BEGIN CERTIFICATE-----)",
+                keys.root.name()
+            ));
+        }
+        if let Some((certificate, key)) = &self.client {
+            if !is_pem(certificate, "CERTIFICATE-----") {
+                return refuse(format!(
+                    "{} is not a PEM certificate (a file starting with -----BEGIN CERTIFICATE-----)",
+                    keys.certificate.name()
+                ));
+            }
+            if !is_pem(key, "PRIVATE KEY-----") {
+                return refuse(format!(
+                    "{} is not a PEM private key (a file starting with -----BEGIN PRIVATE KEY-----)",
+                    keys.key.name()
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
