@@ -366,6 +366,20 @@ impl NameUse {
     }
 }
 
+/// `error` with its sources, `: `-separated: the whole story of a client library's error,
+/// whose `Display` often names only the kind, for a backend that reads it (a hint from a
+/// server's message) or shows it.
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

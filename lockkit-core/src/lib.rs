@@ -128,7 +128,7 @@ mod typed_provider;
 pub use backend::{HolderInfo, LockInfo};
 pub use capabilities::Capabilities;
 pub use election::{Election, Leader, LeaderEvent, MAX_IDENTITY_LEN, Observer};
-pub use error::{BoxError, Error, LossReason, NameUse, Result};
+pub use error::{BoxError, Error, LossReason, NameUse, Result, error_chain};
 pub use fence::{Fence, FenceMode, LockId};
 pub use guard::LockGuard;
 pub use handle::LockHandle;

@@ -2,7 +2,9 @@
 //! [`Outbox`] the task fills and the consumer drains, and the stream that starts the task at
 //! its first poll, aborts it when dropped, and starts it again when it ended with its runtime.
 //! A backend writes only the task (what its store's watches tell); [`observer_task`] does the
-//! rest, the same for every backend.
+//! rest, the same for every backend. A task that follows its store in attempts (a session or
+//! a watch each, started again after a pause when it breaks) is [`follow_task`]: the backend
+//! writes one attempt ([`Follow`]).
 //!
 //! The task handles the store's notifications as they come, so their order is kept even when
 //! the consumer is slow, and queues the events for the consumer, up to [`OUTBOX_CAPACITY`]; a
@@ -14,10 +16,13 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 
 use futures_core::Stream;
 use tokio::task::JoinHandle;
+use tracing::Instrument;
 
+use crate::backoff::Backoff;
 use crate::{Error, LeaderEvent, LockName, Result};
 
 /// How many events wait for a slow consumer before they give way to a gap and the state.
@@ -207,6 +212,72 @@ impl Drop for Observation {
     fn drop(&mut self) {
         if let Some(task) = self.task.take() {
             task.abort();
+        }
+    }
+}
+
+/// The first pause of a [`follow_task`] after an attempt that failed or broke.
+pub const FOLLOW_FIRST_PAUSE: Duration = Duration::from_millis(50);
+
+/// The longest pause of a [`follow_task`] between attempts that failed or broke.
+pub const FOLLOW_MAX_PAUSE: Duration = Duration::from_secs(2);
+
+/// How one attempt of a [`Follow`] ended.
+#[derive(Debug)]
+pub enum FollowEnd {
+    /// Follow again at once, with the pauses reset: what the attempt followed is gone (a
+    /// session expired, history compacted) and the backend owes the consumer a gap, which it
+    /// noted.
+    Again,
+    /// Follow again after a pause: the attempt broke (a watch cut) and the next one goes on
+    /// from where it was.
+    Pause,
+    /// The attempt failed: the consumer gets the error; follow again after a pause.
+    Failed(Error),
+}
+
+/// One attempt at following an election: what a backend writes for a [`follow_task`]. An
+/// attempt opens what it needs (a session, a client, a watch), pushes the events it learns
+/// to the outbox, and returns when that ends.
+pub trait Follow: Send + 'static {
+    /// Follows until the session or the watch ends.
+    fn follow_once(&mut self, outbox: &Outbox) -> impl Future<Output = FollowEnd> + Send;
+}
+
+/// The observer of election `lock` of `backend` whose task follows the store in attempts,
+/// with pauses growing from [`FOLLOW_FIRST_PAUSE`] to [`FOLLOW_MAX_PAUSE`] after attempts
+/// that break or fail, until the stream is dropped; `start` makes the follower of each task
+/// (see [`observer_task`]: a new one after a task ended with its runtime).
+pub fn follow_task<F: Follow>(
+    backend: &'static str,
+    lock: LockName,
+    mut start: impl FnMut() -> F + Send + 'static,
+) -> Pin<Box<dyn Stream<Item = Result<LeaderEvent>> + Send>> {
+    observer_task(backend, lock.clone(), move |outbox| {
+        let follower = start();
+        let span = tracing::debug_span!("lockkit.observe", backend, lock = %lock);
+        Box::pin(follow(backend, outbox, follower).instrument(span))
+    })
+}
+
+/// The task of a [`follow_task`].
+async fn follow<F: Follow>(backend: &'static str, outbox: Arc<Outbox>, mut follower: F) {
+    let mut backoff = Backoff::new(FOLLOW_FIRST_PAUSE, FOLLOW_MAX_PAUSE);
+    loop {
+        match follower.follow_once(&outbox).await {
+            FollowEnd::Again => {
+                tracing::debug!(backend, "the observer follows again from a new start");
+                backoff.reset();
+            }
+            FollowEnd::Pause => {
+                tracing::debug!(backend, pause = ?backoff.peek(), "the observer's watch broke; following again");
+                backoff.pause().await;
+            }
+            FollowEnd::Failed(error) => {
+                tracing::debug!(backend, %error, pause = ?backoff.peek(), "the observer failed; trying again");
+                outbox.push(Err(error));
+                backoff.pause().await;
+            }
         }
     }
 }

@@ -75,23 +75,11 @@ pub(crate) fn unreachable(config: &EtcdConfig, lock: Option<&LockName>) -> Error
     .with_server(Some(&config.address))
 }
 
-/// The text of `error` and every source under it, for recognising what failed.
-fn chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
-
 /// The lockkit error for an etcd-client error while the provider connects (connecting,
 /// authenticating, granting the lease): [`to_error`]'s, with what to change when TLS or the
 /// credentials are what failed.
 pub(crate) fn connect_error(error: etcd_client::Error, config: &EtcdConfig) -> Error {
-    let text = chain(&error);
+    let text = lockkit_core::error_chain(&error);
     let address = Some(config.address.as_str());
     if let Some(hint) = auth_hint(&text, config) {
         return Error::backend(BACKEND, None, error).with_server(address).with_context(hint);

@@ -40,31 +40,27 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
 
 use etcd_client::{Client, EventType, GetOptions, SortOrder, SortTarget, WatchOptions};
-use lockkit_core::backend::{Backoff, LeaderEvents, Outbox, observer_task};
+use lockkit_core::backend::{Follow, FollowEnd, LeaderEvents, Outbox, follow_task};
 use lockkit_core::sync::lock_or_recover;
-use lockkit_core::{Error, LeaderEvent, LockName, Result};
-use tracing::Instrument;
+use lockkit_core::{LeaderEvent, LockName, Result};
 
 use crate::BACKEND;
 use crate::client::EtcdBackend;
 use crate::election::leader_of;
 use crate::error::{to_error, unreachable};
 
-/// The first pause before the observer tries again after a failure.
-const FIRST_PAUSE: Duration = Duration::from_millis(50);
-
-/// The longest pause between two tries after failures.
-const MAX_PAUSE: Duration = Duration::from_secs(2);
-
 /// The changes of leader of election `lock`, followed through `backend`'s clients.
 pub(crate) fn observe(backend: Arc<EtcdBackend>, lock: LockName) -> LeaderEvents {
     // What the tasks learnt so far, kept for the next task when one ends with its runtime.
     let progress: Arc<Mutex<Progress>> = Arc::default();
-    observer_task(BACKEND, lock.clone(), move |outbox| {
-        Box::pin(follow(Arc::clone(&backend), lock.clone(), outbox, Arc::clone(&progress)))
+    let prefix = backend.config.lock_prefix(&lock);
+    follow_task(BACKEND, lock.clone(), move || Follower {
+        backend: Arc::clone(&backend),
+        lock: lock.clone(),
+        prefix: prefix.clone(),
+        progress: Arc::clone(&progress),
     })
 }
 
@@ -198,76 +194,40 @@ impl View {
     }
 }
 
-/// Why one watch ended.
-enum WatchEnd {
-    /// The revisions after the view's were compacted: a gap, then read again.
-    Compacted,
-    /// The watch broke or was cancelled: watch again from the view's revision.
-    Broken,
-    /// The watch could not be made; the error is for the consumer.
-    Failed(Error),
+/// One task's following of the election: a read of the view when it has none, then a watch
+/// from the view's revision.
+struct Follower {
+    backend: Arc<EtcdBackend>,
+    lock: LockName,
+    prefix: String,
+    progress: Arc<Mutex<Progress>>,
 }
 
-/// The task: follows the election until the stream is dropped.
-async fn follow(backend: Arc<EtcdBackend>, lock: LockName, outbox: Arc<Outbox>, progress: Arc<Mutex<Progress>>) {
-    let span = tracing::debug_span!("lockkit.etcd.observe", lock = %lock);
-    async move {
-        let prefix = backend.config.lock_prefix(&lock);
-        let mut backoff = Backoff::new(FIRST_PAUSE, MAX_PAUSE);
-        loop {
-            let client = match backend.client().await {
-                Ok(client) => client,
-                Err(error) => {
-                    tracing::debug!(backend = BACKEND, %error, pause = ?backoff.peek(), "the observer has no client; trying again");
-                    outbox.push(Err(error));
-                    backoff.pause().await;
-                    continue;
-                }
-            };
-            let read_at = lock_progress(&progress).view.as_ref().map(|view| view.revision);
-            let after = match read_at {
-                Some(revision) => revision,
-                None => match read(client.clone(), &prefix, &lock, &backend).await {
-                    Ok(mut fresh) => {
-                        let mut progress = lock_progress(&progress);
-                        if std::mem::take(&mut progress.gap) {
-                            outbox.push(Ok(LeaderEvent::Gap));
-                        }
-                        fresh.settle(true, &outbox);
-                        let revision = fresh.revision;
-                        progress.view = Some(fresh);
-                        revision
+impl Follow for Follower {
+    async fn follow_once(&mut self, outbox: &Outbox) -> FollowEnd {
+        let client = match self.backend.client().await {
+            Ok(client) => client,
+            Err(error) => return FollowEnd::Failed(error),
+        };
+        let read_at = lock_progress(&self.progress).view.as_ref().map(|view| view.revision);
+        let after = match read_at {
+            Some(revision) => revision,
+            None => match read(client.clone(), &self.prefix, &self.lock, &self.backend).await {
+                Ok(mut fresh) => {
+                    let mut progress = lock_progress(&self.progress);
+                    if std::mem::take(&mut progress.gap) {
+                        outbox.push(Ok(LeaderEvent::Gap));
                     }
-                    Err(error) => {
-                        tracing::debug!(backend = BACKEND, %error, pause = ?backoff.peek(), "the observer cannot read the election; trying again");
-                        outbox.push(Err(error));
-                        backoff.pause().await;
-                        continue;
-                    }
-                },
-            };
-            match watch(client, &prefix, after, &progress, &outbox, &lock, &backend).await {
-                WatchEnd::Compacted => {
-                    tracing::debug!(backend = BACKEND, after, "the revisions the observer missed were compacted: a gap");
-                    let mut progress = lock_progress(&progress);
-                    progress.view = None;
-                    progress.gap = true;
-                    backoff.reset();
+                    fresh.settle(true, outbox);
+                    let revision = fresh.revision;
+                    progress.view = Some(fresh);
+                    revision
                 }
-                WatchEnd::Broken => {
-                    tracing::debug!(backend = BACKEND, after, "the observer's watch broke; watching again from where it was");
-                    backoff.pause().await;
-                }
-                WatchEnd::Failed(error) => {
-                    tracing::debug!(backend = BACKEND, %error, pause = ?backoff.peek(), "the observer cannot watch; trying again");
-                    outbox.push(Err(error));
-                    backoff.pause().await;
-                }
-            }
-        }
+                Err(error) => return FollowEnd::Failed(error),
+            },
+        };
+        watch(client, self, after, outbox).await
     }
-    .instrument(span)
-    .await;
 }
 
 /// Reads every key under `prefix`: the view at the read's revision.
@@ -286,31 +246,34 @@ async fn read(mut client: Client, prefix: &str, lock: &LockName, backend: &EtcdB
     Ok(View::read(reply.kvs(), revision))
 }
 
-/// Watches `prefix` from the revision after `after` (the view's), applying what comes to the
-/// view, until the watch ends.
-async fn watch(
-    mut client: Client,
-    prefix: &str,
-    after: i64,
-    progress: &Mutex<Progress>,
-    outbox: &Outbox,
-    lock: &LockName,
-    backend: &EtcdBackend,
-) -> WatchEnd {
+/// Watches the election's prefix from the revision after `after` (the view's), applying
+/// what comes to the view, until the watch ends: compacted revisions are a gap and a new
+/// read (`Again`), a broken or cancelled watch is watched again from the view (`Pause`).
+async fn watch(mut client: Client, follower: &Follower, after: i64, outbox: &Outbox) -> FollowEnd {
+    let Follower { backend, lock, prefix, progress } = follower;
     let timeout = backend.config.connect_timeout;
     let options = WatchOptions::new().with_prefix().with_start_revision(after + 1);
-    let (mut watcher, mut stream) = match tokio::time::timeout(timeout, client.watch(prefix, Some(options))).await {
-        Ok(Ok(watch)) => watch,
-        Ok(Err(error)) => {
-            return WatchEnd::Failed(to_error(error, Some(lock)).with_server(Some(&backend.config.address)));
-        }
-        Err(_) => return WatchEnd::Failed(unreachable(&backend.config, Some(lock))),
-    };
+    let (mut watcher, mut stream) =
+        match tokio::time::timeout(timeout, client.watch(prefix.as_str(), Some(options))).await {
+            Ok(Ok(watch)) => watch,
+            Ok(Err(error)) => {
+                return FollowEnd::Failed(to_error(error, Some(lock)).with_server(Some(&backend.config.address)));
+            }
+            Err(_) => return FollowEnd::Failed(unreachable(&backend.config, Some(lock))),
+        };
     let end = loop {
         match stream.message().await {
             Ok(Some(reply)) => {
                 if reply.compact_revision() != 0 {
-                    break WatchEnd::Compacted;
+                    tracing::debug!(
+                        backend = BACKEND,
+                        after,
+                        "the revisions the observer missed were compacted: a gap"
+                    );
+                    let mut progress = lock_progress(progress);
+                    progress.view = None;
+                    progress.gap = true;
+                    break FollowEnd::Again;
                 }
                 if let Some(view) = lock_progress(progress).view.as_mut() {
                     view.apply(reply.events().iter().filter_map(Change::of), outbox);
@@ -322,10 +285,10 @@ async fn watch(
                         // The stream's token may have expired: the next stream takes a new one.
                         session.renew_token().await;
                     }
-                    break WatchEnd::Broken;
+                    break FollowEnd::Pause;
                 }
             }
-            Ok(None) | Err(_) => break WatchEnd::Broken,
+            Ok(None) | Err(_) => break FollowEnd::Pause,
         }
     };
     let _ = tokio::time::timeout(timeout, watcher.cancel()).await;

@@ -57,11 +57,9 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Duration;
 
 use lockkit_core::LockName;
-use lockkit_core::backend::{Backoff, LeaderEvents, Outbox, observer_task};
-use tracing::Instrument;
+use lockkit_core::backend::{Follow, FollowEnd, LeaderEvents, Outbox, follow_task};
 use zookeeper_client as zk;
 
 use crate::client::ZkBackend;
@@ -73,64 +71,52 @@ mod view;
 
 use view::{End, Listing, View, collect};
 
-/// The first pause before the observer tries again after a failure.
-const FIRST_PAUSE: Duration = Duration::from_millis(50);
-
-/// The longest pause between two tries after failures.
-const MAX_PAUSE: Duration = Duration::from_secs(2);
-
 /// The changes of leader of election `lock`, followed through `backend`'s sessions.
 pub(crate) fn observe(backend: Arc<ZkBackend>, lock: LockName) -> LeaderEvents {
     // Whether a task was started before: a new one starts with a gap.
     let mut started = false;
-    observer_task(BACKEND, lock.clone(), move |outbox| {
-        let gap = std::mem::replace(&mut started, true);
-        Box::pin(follow(Arc::clone(&backend), lock.clone(), outbox, gap))
+    let (parent, address) = (backend.config.lock_path(&lock), backend.config.address());
+    follow_task(BACKEND, lock.clone(), move || SessionFollower {
+        backend: Arc::clone(&backend),
+        lock: lock.clone(),
+        parent: parent.clone(),
+        address: address.clone(),
+        gap: std::mem::replace(&mut started, true),
     })
 }
 
-/// The task: follows the election on the provider's session, and on a new one whenever that
-/// one ends, until the stream is dropped.
-async fn follow(backend: Arc<ZkBackend>, lock: LockName, outbox: Arc<Outbox>, gap: bool) {
-    let span = tracing::debug_span!("lockkit.zk.observe", lock = %lock);
-    async move {
-        let parent = backend.config.lock_path(&lock);
-        let address = backend.config.address();
-        let mut gap = gap;
-        let mut backoff = Backoff::new(FIRST_PAUSE, MAX_PAUSE);
-        loop {
-            let session = match backend.session(Some(&lock)).await {
-                Ok(session) => session,
-                Err(error) => {
-                    tracing::debug!(backend = BACKEND, %error, pause = ?backoff.peek(), "the observer cannot open a session; trying again");
-                    outbox.push(Err(error.with_server(Some(&address))));
-                    backoff.pause().await;
-                    continue;
-                }
-            };
-            let owes_gap = gap || outbox.has_state();
-            let end = Follower::new(&session, &lock, &parent, &outbox, owes_gap).run().await;
-            gap = true;
-            match end {
-                End::Session(state) => {
-                    tracing::debug!(backend = BACKEND, ?state, "the observer's session ended; following on a new one after a gap");
-                    backoff.reset();
-                }
-                End::Gone => {
-                    session.mark_broken();
-                    tracing::debug!(backend = BACKEND, "the observer's session went with its runtime; following on a new one after a gap");
-                    backoff.reset();
-                }
-                End::Failed(error) => {
-                    tracing::debug!(backend = BACKEND, %error, pause = ?backoff.peek(), "the observer failed; following again after a gap");
-                    outbox.push(Err(error.with_server(Some(&address))));
-                    backoff.pause().await;
-                }
+/// One task's following of the election: on the provider's session, and on a new one
+/// whenever that one ends.
+struct SessionFollower {
+    backend: Arc<ZkBackend>,
+    lock: LockName,
+    parent: String,
+    address: String,
+    /// Whether the next session's first state comes after a gap.
+    gap: bool,
+}
+
+impl Follow for SessionFollower {
+    async fn follow_once(&mut self, outbox: &Outbox) -> FollowEnd {
+        let session = match self.backend.session(Some(&self.lock)).await {
+            Ok(session) => session,
+            Err(error) => return FollowEnd::Failed(error.with_server(Some(&self.address))),
+        };
+        let owes_gap = self.gap || outbox.has_state();
+        let end = Follower::new(&session, &self.lock, &self.parent, outbox, owes_gap).run().await;
+        self.gap = true;
+        match end {
+            End::Session(state) => {
+                tracing::debug!(backend = BACKEND, ?state, "the observer's session ended; a new one after a gap");
+                FollowEnd::Again
             }
+            End::Gone => {
+                session.mark_broken();
+                FollowEnd::Again
+            }
+            End::Failed(error) => FollowEnd::Failed(error.with_server(Some(&self.address))),
         }
     }
-    .instrument(span)
-    .await;
 }
 
 /// Follows one election on one session.
