@@ -23,8 +23,8 @@ pub const SCHEME: Scheme = Scheme::new(&["etcd", "etcds"], BACKEND, connect_url)
 /// pair after the lease ended, or when the runtime it ran on shut down), shared by every
 /// handle of the provider. Cheap to clone; clones share the lease.
 ///
-/// It dereferences to [`LockProvider`], so `provider.lock(name)` works directly, and converts
-/// into one with `LockProvider::from`.
+/// It dereferences to [`LockProvider`](lockkit_core::LockProvider), so `provider.lock(name)` works directly, and
+/// converts into one with `LockProvider::from`.
 ///
 /// ```no_run
 /// use lockkit_etcd::EtcdLockProvider;

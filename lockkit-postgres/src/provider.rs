@@ -8,7 +8,7 @@ use lockkit_core::{Result, TypedProvider};
 use crate::backend::PostgresBackend;
 use crate::config::PostgresLockProviderBuilder;
 
-/// A client of one PostgreSQL database. It dereferences to [`LockProvider`], so `lock`,
+/// A client of one PostgreSQL database. It dereferences to [`LockProvider`](lockkit_core::LockProvider), so `lock`,
 /// `inspect` and the rest are its methods; see the crate docs.
 #[derive(Clone, Debug)]
 pub struct PostgresLockProvider(TypedProvider<PostgresBackend>);

@@ -10,10 +10,10 @@ use crate::config::RedisLockProviderBuilder;
 use crate::keys::LockKeys;
 
 /// A client of one Redis server (or one Redis Cluster slot owner per lock): a
-/// [`LockProvider`] with the Redis extras.
+/// [`LockProvider`](lockkit_core::LockProvider) with the Redis extras.
 ///
-/// It dereferences to [`LockProvider`], so `provider.lock(name)` works directly, and converts
-/// into one with `LockProvider::from` (for code that picks its backend at run time).
+/// It dereferences to [`LockProvider`](lockkit_core::LockProvider), so `provider.lock(name)` works directly, and
+/// converts into one with `LockProvider::from` (for code that picks its backend at run time).
 /// Cheap to clone: clones share one command connection, one pub/sub connection for the
 /// wake-ups of all their waiters, and one watchdog renewing all their holds. Separate
 /// providers are separate owners, as separate processes would be.
