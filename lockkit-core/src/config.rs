@@ -40,7 +40,7 @@ mod tls_mode;
 mod url;
 mod value;
 
-pub use duration::{MAX_DURATION, parse_duration, show_duration};
+pub use duration::{MAX_DURATION, millis, parse_duration, show_duration, whole_millis};
 pub use hosts::{HostPort, parse_hosts};
 pub use key::{GivenValue, Key, MAX_HOLD, OptionKey, STORE_ID, options_table};
 pub use options::{Options, ProviderBuilder, from_url, with_url};

@@ -344,8 +344,8 @@ impl RedisLockProviderBuilder {
         }
         let prefix = options.value(&KEY_PREFIX)?;
         check_prefix(&prefix)?;
-        let lease = whole_millis(options.value(&LEASE)?);
-        let renew_every = whole_millis(options.within(&RENEW_EVERY, lease / 3, MIN_INTERVAL, lease)?);
+        let lease = config::whole_millis(options.value(&LEASE)?);
+        let renew_every = config::whole_millis(options.within(&RENEW_EVERY, lease / 3, MIN_INTERVAL, lease)?);
         let response_timeout =
             options.within(&RESPONSE_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT.min(lease / 5), MIN_INTERVAL, lease)?;
         let drift = options.within(
@@ -366,7 +366,7 @@ impl RedisLockProviderBuilder {
                 "replicas is {replicas}, more than {MAX_REPLICAS}: it is the number of replicas that must acknowledge each grant, which the primary must have; write the number your primary has (or fewer)"
             )));
         }
-        let replicas_timeout = whole_millis(options.within(
+        let replicas_timeout = config::whole_millis(options.within(
             &REPLICAS_TIMEOUT,
             DEFAULT_REPLICAS_TIMEOUT.min(lease / 5),
             MIN_INTERVAL,
@@ -377,10 +377,14 @@ impl RedisLockProviderBuilder {
                 "renew_every ({renew_every:?}) plus response_timeout ({response_timeout:?}) plus replicas_timeout ({replicas_timeout:?}) must stay below the lease minus the drift margin ({budget:?}), or a hold expires before its renewal is acknowledged; lower replicas_timeout or raise the lease"
             )));
         }
-        let claim_window =
-            whole_millis(options.within(&CLAIM_WINDOW, DEFAULT_CLAIM_WINDOW.min(lease), MIN_CLAIM_WINDOW, lease)?);
+        let claim_window = config::whole_millis(options.within(
+            &CLAIM_WINDOW,
+            DEFAULT_CLAIM_WINDOW.min(lease),
+            MIN_CLAIM_WINDOW,
+            lease,
+        )?);
         let least = lease.saturating_add(claim_window).min(MAX_DURATION);
-        let fence_retention = whole_millis(options.within(
+        let fence_retention = config::whole_millis(options.within(
             &FENCE_RETENTION,
             lease.saturating_mul(10).max(MIN_DEFAULT_FENCE_RETENTION).min(MAX_DURATION).max(least),
             least,
@@ -422,12 +426,6 @@ impl std::fmt::Debug for RedisLockProviderBuilder {
             .field("options", &self.options)
             .finish()
     }
-}
-
-/// `duration` without its sub-millisecond part: Redis counts expiries in milliseconds, and
-/// the local deadlines must count the same lease as the server.
-fn whole_millis(duration: Duration) -> Duration {
-    Duration::from_millis(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX))
 }
 
 #[cfg(test)]

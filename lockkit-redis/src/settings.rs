@@ -65,10 +65,8 @@ impl Settings {
     }
 }
 
-/// `duration` in whole milliseconds (every setting is at most a day, far below the cap).
-pub(crate) fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
-}
+/// `duration` in whole milliseconds, as Redis takes it (core's).
+pub(crate) use lockkit_core::config::millis;
 
 /// What a server URL names: a server (or, for sentinels and clusters, the connection info
 /// the connections are made from), and the sentinels or the cluster nodes.

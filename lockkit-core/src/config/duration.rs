@@ -10,6 +10,18 @@ use std::time::Duration;
 /// lower (ZooKeeper servers clamp session timeouts to their own range, say).
 pub const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
 
+/// `duration` in whole milliseconds, saturating: what a store that counts milliseconds
+/// (Redis's `PX` and `WAIT`, PostgreSQL's `statement_timeout`) is sent.
+pub fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// `duration` with its sub-millisecond part dropped, for a backend that counts whole
+/// milliseconds and checks settings as the store will see them.
+pub fn whole_millis(duration: Duration) -> Duration {
+    Duration::from_millis(millis(duration))
+}
+
 /// Parses a duration written as a number and a unit: `500ms`, `10s`, `1.5s`, `2m`, `1h`
 /// (also `us` and `d`). A bare number is refused, so that `--wait 5` is never mistaken for
 /// milliseconds.
