@@ -15,13 +15,28 @@ use super::tls::{ClientTls, TlsKeys};
 use super::tls_mode::{ModeTlsKeys, TlsMode};
 use crate::{Error, Result};
 
+#[cfg_attr(docsrs, doc(cfg(feature = "rustls")))]
+impl ModeTlsKeys {
+    /// The rustls configuration of `mode` with the certificates `tls` (ring provider).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] of `backend` for a certificate or key that is not PEM or
+    /// cannot be used, or a verifying mode without root certificates anywhere.
+    pub fn rustls_config(&self, backend: &'static str, mode: TlsMode, tls: ClientTls) -> Result<rustls::ClientConfig> {
+        client_config(backend, &self.files, mode, tls)
+    }
+
+    /// Why a connection failed, when a TLS error in `error`'s source chain is the reason: a
+    /// message that says what to change (a certificate that does not name the host, one
+    /// that no trusted root signed), with `address` the server's.
+    pub fn explain(&self, error: &(dyn std::error::Error + 'static), mode: TlsMode, address: &str) -> Option<String> {
+        explain(self, error, mode, address)
+    }
+}
+
 /// The rustls configuration of `mode`.
-pub(super) fn client_config(
-    backend: &'static str,
-    keys: &TlsKeys,
-    mode: TlsMode,
-    tls: ClientTls,
-) -> Result<ClientConfig> {
+fn client_config(backend: &'static str, keys: &TlsKeys, mode: TlsMode, tls: ClientTls) -> Result<ClientConfig> {
     let invalid = |message: String| Error::invalid_config(backend, message);
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ClientConfig::builder_with_provider(Arc::clone(&provider))
@@ -89,7 +104,7 @@ fn roots(keys: &TlsKeys, pem: Option<&[u8]>) -> std::result::Result<RootCertStor
 }
 
 /// The TLS cause in `error`'s source chain, said with what to change.
-pub(super) fn explain(
+fn explain(
     keys: &ModeTlsKeys,
     error: &(dyn std::error::Error + 'static),
     mode: TlsMode,

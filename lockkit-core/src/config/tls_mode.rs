@@ -2,9 +2,9 @@
 //! (libpq's five modes, which say it for any store), with the certificates of [`TlsKeys`],
 //! under the names the backend gives them ([`ModeTlsKeys`]).
 //!
-//! With core's `rustls` feature, [`ModeTlsKeys::rustls_config`] turns a mode and its
+//! With core's `rustls` feature, `ModeTlsKeys::rustls_config` turns a mode and its
 //! certificates into a rustls `ClientConfig` (ring provider, set on the configuration, not
-//! installed as the process default) and [`ModeTlsKeys::explain`] says what to change when a
+//! installed as the process default) and `ModeTlsKeys::explain` says what to change when a
 //! handshake fails: a backend whose driver takes a rustls configuration writes only the glue.
 
 use std::fmt;
@@ -111,26 +111,5 @@ impl ModeTlsKeys {
             return Ok(());
         };
         Err(Error::invalid_config(backend, format!("{what} needs TLS: {feature}")))
-    }
-}
-
-#[cfg(feature = "rustls")]
-#[cfg_attr(docsrs, doc(cfg(feature = "rustls")))]
-impl ModeTlsKeys {
-    /// The rustls configuration of `mode` with the certificates `tls` (ring provider).
-    ///
-    /// # Errors
-    ///
-    /// [`Error::InvalidConfig`] of `backend` for a certificate or key that is not PEM or
-    /// cannot be used, or a verifying mode without root certificates anywhere.
-    pub fn rustls_config(&self, backend: &'static str, mode: TlsMode, tls: ClientTls) -> Result<rustls::ClientConfig> {
-        super::rustls::client_config(backend, &self.files, mode, tls)
-    }
-
-    /// Why a connection failed, when a TLS error in `error`'s source chain is the reason: a
-    /// message that says what to change (a certificate that does not name the host, one
-    /// that no trusted root signed), with `address` the server's.
-    pub fn explain(&self, error: &(dyn std::error::Error + 'static), mode: TlsMode, address: &str) -> Option<String> {
-        super::rustls::explain(self, error, mode, address)
     }
 }
