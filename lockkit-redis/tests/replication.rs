@@ -26,6 +26,19 @@ fn plain_provider(url: String) -> RedisLockProvider {
     test_builder().url(url).build().unwrap()
 }
 
+/// A primary with one replica, and a provider on the primary whose writes count once the
+/// replica acknowledged them (it waits 200 ms for that).
+async fn acknowledged() -> (RedisReplicated, RedisLockProvider) {
+    let fixture = replicated(1).await;
+    let provider = test_builder()
+        .url(fixture.primary().url())
+        .replicas(1)
+        .replicas_timeout(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    (fixture, provider)
+}
+
 /// Acquires and releases the mutex `name` `times` times; returns the greatest token granted.
 async fn grants(provider: &RedisLockProvider, name: &str, times: usize) -> u64 {
     let mut last = 0;
@@ -92,13 +105,7 @@ async fn more_replicas_than_the_primary_has_is_refused_at_first_use() {
 /// lock free; with it running again, the lock is granted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_counts_only_when_the_replicas_acknowledge_it() {
-    let mut fixture = replicated(1).await;
-    let provider = test_builder()
-        .url(fixture.primary().url())
-        .replicas(1)
-        .replicas_timeout(Duration::from_millis(200))
-        .build()
-        .unwrap();
+    let (mut fixture, provider) = acknowledged().await;
     let name = unique("grant");
     // `acquire`, not `try_acquire`: on a loaded machine the replica's first acknowledgement can
     // take longer than the 200 ms this provider waits, which is a retryable refusal.
@@ -128,13 +135,7 @@ async fn a_grant_counts_only_when_the_replicas_acknowledge_it() {
 /// where it was: the hold runs out and is signalled lost, although the primary renewed it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unacknowledged_renewal_does_not_extend_the_hold() {
-    let mut fixture = replicated(1).await;
-    let provider = test_builder()
-        .url(fixture.primary().url())
-        .replicas(1)
-        .replicas_timeout(Duration::from_millis(200))
-        .build()
-        .unwrap();
+    let (mut fixture, provider) = acknowledged().await;
     let guard =
         within(OPERATION, "an acknowledged grant", provider.lock(&unique("renew")).unwrap().acquire()).await.unwrap();
     fixture.replicas_mut()[0].pause().unwrap();
@@ -151,13 +152,7 @@ async fn an_unacknowledged_renewal_does_not_extend_the_hold() {
 /// applied it: nothing is held), and with the replica back it succeeds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_break_counts_only_when_the_replicas_acknowledge_it() {
-    let mut fixture = replicated(1).await;
-    let provider = test_builder()
-        .url(fixture.primary().url())
-        .replicas(1)
-        .replicas_timeout(Duration::from_millis(200))
-        .build()
-        .unwrap();
+    let (mut fixture, provider) = acknowledged().await;
     let name = unique("break");
     let held = within(OPERATION, "a grant", provider.lock(&name).unwrap().acquire()).await.unwrap();
     let broken = within(OPERATION, "an acknowledged break", provider.break_lock(&name)).await.unwrap();
