@@ -18,7 +18,7 @@ use async_trait::async_trait;
 use lockkit_redis::{RedisLockProvider, RedisLockProviderBuilder};
 use lockkit_testkit::fixture::RedisCluster;
 use lockkit_testkit::{FaultResult, Harness, NoFaults, TestClient, Timing, Unsupported};
-use support::{LEASE, OPERATION, closed_port, hold_keys, test_builder, within};
+use support::{LEASE, OPERATION, closed_port, hold_keys, refused_config, test_builder, within};
 use tokio::sync::OnceCell;
 
 /// The environment variable that hands the cluster URL of the parent test process to the
@@ -142,20 +142,12 @@ async fn bad_cluster_urls_say_what_to_change() {
     let single = lockkit_testkit::fixture::RedisServer::shared().await.unwrap();
     let address = single.url().trim_start_matches("redis://").trim_end_matches('/').to_owned();
     let not_cluster = test_builder().url(format!("redis+cluster://{address}")).build().unwrap();
-    let error = within(OPERATION, "a refused acquisition", not_cluster.lock(&unique("single")).unwrap().try_acquire())
-        .await
-        .unwrap_err();
-    let message = error.to_string();
-    assert!(matches!(error, lockkit_core::Error::InvalidConfig { .. }), "{error:?}");
+    let message = refused_config(&not_cluster, &unique("single")).await;
     assert!(message.contains("not a Redis Cluster") && message.contains("redis://"), "{message}");
 
     let fixture = shared().await;
     let too_many: RedisLockProvider = test_builder().url(fixture.url()).replicas(2).build().unwrap();
-    let error = within(OPERATION, "a refused acquisition", too_many.lock(&unique("replicas")).unwrap().try_acquire())
-        .await
-        .unwrap_err();
-    let message = error.to_string();
-    assert!(matches!(error, lockkit_core::Error::InvalidConfig { .. }), "{error:?}");
+    let message = refused_config(&too_many, &unique("replicas")).await;
     assert!(message.contains("replicas=2") && message.contains("lower replicas to 1"), "{message}");
 
     let one: RedisLockProvider = test_builder().url(fixture.url()).replicas(1).build().unwrap();

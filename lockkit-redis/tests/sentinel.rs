@@ -19,7 +19,7 @@ use async_trait::async_trait;
 use lockkit_redis::{RedisLockProvider, RedisLockProviderBuilder};
 use lockkit_testkit::fixture::RedisSentinels;
 use lockkit_testkit::{FaultResult, Harness, NoFaults, TestClient, Timing, Unsupported};
-use support::{LEASE, closed_port, hold_keys, test_builder, within};
+use support::{LEASE, closed_port, hold_keys, refused_config, test_builder, within};
 use tokio::sync::OnceCell;
 
 /// The environment variable that hands the sentinel URL of the parent test process to the
@@ -151,20 +151,12 @@ async fn bad_sentinel_urls_say_what_to_change() {
     let fixture = shared().await;
     let hosts = fixture.url().trim_start_matches("redis+sentinel://").split('/').next().unwrap().to_owned();
     let unknown = test_builder().url(format!("redis+sentinel://{hosts}/nosuchmaster")).build().unwrap();
-    let error = within(OPERATION, "a refused acquisition", unknown.lock(&unique("unknown")).unwrap().try_acquire())
-        .await
-        .unwrap_err();
-    let message = error.to_string();
-    assert!(matches!(error, lockkit_core::Error::InvalidConfig { .. }), "{error:?}");
+    let message = refused_config(&unknown, &unique("unknown")).await;
     assert!(message.contains("\"nosuchmaster\"") && message.contains("SENTINEL MASTERS"), "{message}");
 
     let server = fixture.primary_addr().await.unwrap();
     let not_sentinel = test_builder().url(format!("redis+sentinel://{server}/lockkit")).build().unwrap();
-    let error = within(OPERATION, "a refused acquisition", not_sentinel.lock(&unique("server")).unwrap().try_acquire())
-        .await
-        .unwrap_err();
-    let message = error.to_string();
-    assert!(matches!(error, lockkit_core::Error::InvalidConfig { .. }), "{error:?}");
+    let message = refused_config(&not_sentinel, &unique("server")).await;
     assert!(message.contains("not sentinels") && message.contains("redis://"), "{message}");
 }
 

@@ -28,6 +28,15 @@ pub const RENEW_EVERY: Duration = Duration::from_millis(500);
 pub const RESPONSE_TIMEOUT: Duration = Duration::from_millis(400);
 pub const DRIFT: Duration = Duration::from_millis(50);
 
+/// The message of the `InvalidConfig` error with which `provider` refuses to acquire `name`:
+/// a server that is not what the URL says is found out when the connection is made.
+pub async fn refused_config(provider: &RedisLockProvider, name: &str) -> String {
+    let error =
+        within(OPERATION, "a refused acquisition", provider.lock(name).unwrap().try_acquire()).await.unwrap_err();
+    assert!(matches!(error, lockkit_core::Error::InvalidConfig { .. }), "{error:?}");
+    error.to_string()
+}
+
 /// The settings of a test client; `url` is filled in per client.
 pub fn test_builder() -> RedisLockProviderBuilder {
     RedisLockProvider::builder().lease(LEASE).renew_every(RENEW_EVERY).response_timeout(RESPONSE_TIMEOUT).drift(DRIFT)
