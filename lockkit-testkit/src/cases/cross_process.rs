@@ -53,10 +53,7 @@ fn start_bound(h: &dyn Harness) -> Duration {
 /// greater token.
 pub async fn holder_in_another_process_excludes_this_one(h: &dyn Harness) {
     let cx = Ctx::new(h, "holder_in_another_process_excludes_this_one");
-    let a = cx.client().await;
-    if !a.provider.capabilities().cross_process {
-        return cx.not_applicable("the backend does not declare `cross_process`");
-    }
+    let Some([a]) = cx.clients_declaring("cross_process", |c| c.cross_process).await else { return };
     let Some(mut child) = ChildContender::spawn(&cx).await else { return };
     let child_token = child.acquired(&cx).await;
     let lock = cx.lock(&a);
@@ -97,10 +94,7 @@ pub async fn holder_in_another_process_excludes_this_one(h: &dyn Harness) {
 /// greater.
 pub async fn killed_process_frees_its_lock(h: &dyn Harness) {
     let cx = Ctx::new(h, "killed_process_frees_its_lock");
-    let a = cx.client().await;
-    if !a.provider.capabilities().cross_process {
-        return cx.not_applicable("the backend does not declare `cross_process`");
-    }
+    let Some([a]) = cx.clients_declaring("cross_process", |c| c.cross_process).await else { return };
     let Some(mut child) = ChildContender::spawn(&cx).await else { return };
     let child_token = child.acquired(&cx).await;
     let lock = cx.lock(&a);
