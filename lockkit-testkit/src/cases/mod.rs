@@ -24,7 +24,7 @@ use std::fmt::Debug;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use lockkit_core::{Capabilities, FencingToken, HoldKind, LockGuard, LockHandle, LockInfo, Result};
+use lockkit_core::{Capabilities, Error, FencingToken, HoldKind, LockGuard, LockHandle, LockInfo, Result};
 use tokio::task::JoinHandle;
 
 use crate::harness::{FaultResult, Harness, TestClient};
@@ -111,6 +111,30 @@ impl<'h> Ctx<'h> {
     pub(crate) fn spawn_acquire(&self, client: &TestClient) -> JoinHandle<Result<FencingToken>> {
         let lock = self.lock(client);
         tokio::spawn(async move { lock.acquire().await.map(|guard| guard.token()) })
+    }
+
+    /// The guard of `lock` once the holder that died at `died_at` no longer keeps it: with a
+    /// lease, the lock stays held for half of it and frees within it; without one, the store
+    /// frees it as soon as it notices the death.
+    pub(crate) async fn acquire_after_death(&self, lock: &LockHandle, died_at: Instant) -> LockGuard {
+        let operation = self.h.timing().operation;
+        match self.h.timing().lease {
+            Some(lease) => {
+                let early = lease.mul_f32(0.5);
+                let outcome = lock.acquire_timeout(early).await;
+                let after = died_at.elapsed();
+                self.check(
+                    matches!(outcome, Err(Error::Timeout { .. })),
+                    &format!("the lock was free {after:?} after the holder died, under half the lease {lease:?}"),
+                );
+                let got = self.within(lease + operation * 2, "the lock frees after the lease", lock.acquire()).await;
+                self.ok(got, "acquire after the lease")
+            }
+            None => {
+                let got = self.within(operation * 2, "the lock frees when the holder dies", lock.acquire()).await;
+                self.ok(got, "acquire after the holder died")
+            }
+        }
     }
 
     /// Awaits `future`, failing the case when it takes longer than `bound`.

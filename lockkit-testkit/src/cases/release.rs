@@ -202,25 +202,6 @@ pub async fn dead_holder_frees_the_lock_after_the_lease_not_before(h: &dyn Harne
     if !cx.applied(a.faults.kill().await, "kill") {
         return;
     }
-    let lock_b = cx.lock(&b);
-    match h.timing().lease {
-        Some(lease) => {
-            let early = lease.mul_f32(0.5);
-            let outcome = lock_b.acquire_timeout(early).await;
-            let after = killed_at.elapsed();
-            cx.check(
-                matches!(outcome, Err(Error::Timeout { .. })),
-                &format!("the lock was free within {after:?} of the holder's death, under half the lease {lease:?}"),
-            );
-            let got =
-                cx.within(lease + h.timing().operation * 2, "the lock frees after the lease", lock_b.acquire()).await;
-            drop(cx.ok(got, "acquire after the lease"));
-        }
-        None => {
-            let got =
-                cx.within(h.timing().operation * 2, "the lock frees when the holder dies", lock_b.acquire()).await;
-            drop(cx.ok(got, "acquire after the holder died"));
-        }
-    }
+    drop(cx.acquire_after_death(&cx.lock(&b), killed_at).await);
     drop(guard);
 }
