@@ -12,7 +12,9 @@ use lockkit_core::{FencingToken, HoldKind, LeaderEvent, LockName, LossReason};
 use lockkit_redis::RedisLockProvider;
 use lockkit_testkit::fixture::Persistence;
 use lockkit_testkit::wait::next_leader_event;
-use support::{LEASE, OPERATION, RedisHarness, eventually, server_with_keyspace_events, test_builder, within};
+use support::{
+    LEASE, LateReplies, OPERATION, RedisHarness, eventually, server_with_keyspace_events, test_builder, within,
+};
 
 fn unique(case: &str) -> String {
     format!("election/{case}/{}", uuid::Uuid::new_v4().simple())
@@ -34,36 +36,26 @@ fn journal_key(provider: &RedisLockProvider, name: &str) -> String {
 /// term in the journal, nothing left once it resigns.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_campaign_whose_reply_was_lost_finds_its_candidacy() {
-    let harness = RedisHarness::shared().await;
-    let (client, faults) = harness.client_with(test_builder()).await.unwrap();
-    client.ping().await.unwrap();
     let name = unique("lost_reply");
-    let key = client.record_key(&LockName::new(&name).unwrap());
-    faults.0.set_latency(Duration::from_millis(300));
-    let election = client.election(&name).unwrap();
+    let late = LateReplies::new(&name).await;
+    let election = late.client.election(&name).unwrap();
     let campaigning = {
         let election = election.clone();
         tokio::spawn(async move { election.campaign_timeout("me:1", Duration::from_secs(10)).await })
     };
-    let mut admin = harness.admin().await;
-    eventually(OPERATION, "the leader's record exists on the server", || {
-        let (mut admin, key) = (admin.clone(), key.clone());
-        async move { redis::cmd("EXISTS").arg(&key).query_async::<i64>(&mut admin).await.unwrap() == 1 }
-    })
-    .await;
-    faults.0.set_latency(Duration::ZERO);
+    late.heal_once_recorded("the leader's record exists on the server").await;
     let leadership = within(LEASE / 2, "the campaign finds its candidacy", campaigning).await.unwrap().unwrap();
-    let counter: u64 = redis::cmd("GET").arg(format!("{key}:fence")).query_async(&mut admin).await.unwrap();
-    assert_eq!(leadership.token().get(), counter, "the term the candidacy was granted with");
-    let info = client.inspect(&name).await.unwrap();
+    assert_eq!(leadership.token().get(), late.counter().await, "the term the candidacy was granted with");
+    let info = late.client.inspect(&name).await.unwrap();
     assert_eq!(info.holders.len(), 1, "one candidacy: {info:?}");
     assert!(matches!(&info.holders[0].kind, HoldKind::Candidate { identity } if &identity[..] == b"me:1"));
     let leader = election.leader().await.unwrap().unwrap();
     assert_eq!((leader.term, leader.identity_str()), (leadership.token(), Some("me:1")));
-    let entries: i64 = redis::cmd("XLEN").arg(journal_key(&client, &name)).query_async(&mut admin).await.unwrap();
+    let mut admin = late.admin.clone();
+    let entries: i64 = redis::cmd("XLEN").arg(journal_key(&late.client, &name)).query_async(&mut admin).await.unwrap();
     assert_eq!(entries, 1, "one term in the journal");
     leadership.resign().await.unwrap();
-    assert!(client.inspect(&name).await.unwrap().is_idle(), "no trace is left");
+    assert!(late.client.inspect(&name).await.unwrap().is_idle(), "no trace is left");
 }
 
 /// An operator deletes the leader's record: the leader learns of it at once (keyspace events)
