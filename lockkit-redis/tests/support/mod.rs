@@ -3,6 +3,8 @@
 
 #![allow(dead_code, unused_imports, unreachable_pub, missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod multi_host;
+
 pub use lockkit_testkit::wait::{eventually, within};
 
 pub use lockkit_testkit::proxy::{ProxyFaults, closed_port};
