@@ -9,7 +9,7 @@ use lockkit::etcd::{EtcdLockProvider, EtcdLockProviderBuilder};
 
 use crate::bench::profile::{Boxed, Floor, FloorFigure, Profile, Targets, floor_failure};
 use crate::bench::url::{Url, run_id};
-use crate::exit::{Failure, UNAVAILABLE};
+use crate::exit::Failure;
 
 /// The etcd profile.
 pub(crate) struct Etcd;
