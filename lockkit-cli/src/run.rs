@@ -30,7 +30,6 @@ enum Outcome {
 
 /// Runs `lockkit run`; returns the exit code.
 pub(crate) async fn run(args: RunArgs) -> Result<Code, Failure> {
-    crate::metrics::serve(args.hold.metrics_addr)?;
     let what = |shown: &str| format!("lock {:?} on {shown}", args.name);
     let mut session = match Session::open(&args.hold, &args.name, what).await? {
         Ok(session) => session,
@@ -48,7 +47,6 @@ pub(crate) async fn run(args: RunArgs) -> Result<Code, Failure> {
 /// Runs `lockkit elect`: campaigns, runs the command while leading, and with `--rejoin`
 /// campaigns again after a loss.
 pub(crate) async fn elect(args: ElectArgs) -> Result<Code, Failure> {
-    crate::metrics::serve(args.hold.metrics_addr)?;
     let what = |shown: &str| format!("the leadership of election {:?} on {shown}", args.name);
     let mut session = match Session::open(&args.hold, &args.name, what).await? {
         Ok(session) => session,
@@ -79,9 +77,11 @@ struct Session {
 }
 
 impl Session {
-    /// Resolves the store, installs the signal handlers and connects; `Err` with the exit
-    /// code when a signal came first (nothing to undo: connecting is cancel safe).
+    /// Serves the metrics when asked (`--metrics-addr`), resolves the store, installs the
+    /// signal handlers and connects; `Err` with the exit code when a signal came first
+    /// (nothing to undo: connecting is cancel safe).
     async fn open(hold: &HoldArgs, name: &str, what: impl Fn(&str) -> String) -> Result<Result<Self, Code>, Failure> {
+        crate::metrics::serve(hold.metrics_addr)?;
         let mut target = Target::resolve(hold.url.clone());
         if let Some(lease) = &hold.lease {
             target = target.with_lease(lease);

@@ -26,6 +26,16 @@ fn number(json: &Value, section: &str, key: &str) -> f64 {
     json[section][key].as_f64().unwrap_or_else(|| panic!("{section}.{key} missing in {json:#}"))
 }
 
+/// What every run against a server shows: each of the floor's `figures` measured, the
+/// uncontended cycle's ratio to the floor, and what [`check_common`] checks.
+fn check_floored(json: &Value, figures: &[&str]) {
+    for key in figures {
+        assert!(number(json, "floor", key) > 0.0, "{key}");
+    }
+    assert!(number(json, "uncontended", "cycle_p50_ratio") > 0.0);
+    check_common(json, 50.0);
+}
+
 /// The figures every backend reports.
 fn check_common(json: &Value, locks: f64) {
     assert_eq!(json["settings"]["clients"], 2);
@@ -53,16 +63,13 @@ async fn bench_on_redis_reports_every_figure_with_its_ratio_to_ping() {
     let json = bench_json(&url).await;
     assert_eq!(json["backend"], "redis");
     assert!(json["floor_kind"].as_str().is_some_and(|floor| floor.contains("PING")), "{json:#}");
-    assert!(number(&json, "floor", "ping_p50_us") > 0.0);
-    assert!(number(&json, "floor", "scripts_raw_p50_us") > 0.0);
-    assert!(number(&json, "uncontended", "cycle_p50_ratio") > 0.0);
     assert!(number(&json, "contended", "handoff_p50_ratio") >= 0.0);
     assert!(number(&json, "upkeep", "round_trips_per_tick") >= 1.0);
     // The server's time per script, each from a phase that runs that script only.
     for key in ["acquire_script_new_name_us", "acquire_script_us", "release_script_us", "renew_script_us"] {
         assert!(number(&json, "server", key) > 0.0, "{key}");
     }
-    check_common(&json, 50.0);
+    check_floored(&json, &["ping_p50_us", "scripts_raw_p50_us"]);
     let targets: Vec<&str> = json["targets"].as_array().unwrap().iter().filter_map(|t| t["figure"].as_str()).collect();
     for figure in [
         "uncontended.cycle_p50_us",
@@ -87,12 +94,9 @@ async fn bench_on_a_redis_cluster_reports_every_figure_with_its_ratio_to_ping() 
     let json = bench_json(&cluster.url()).await;
     assert_eq!(json["backend"], "redis");
     assert!(json["floor_kind"].as_str().is_some_and(|floor| floor.contains("slot")), "{json:#}");
-    assert!(number(&json, "floor", "ping_p50_us") > 0.0);
-    assert!(number(&json, "floor", "scripts_raw_p50_us") > 0.0);
-    assert!(number(&json, "uncontended", "cycle_p50_ratio") > 0.0);
     assert!(number(&json, "contended", "handoff_p50_ratio") >= 0.0);
     assert!(number(&json, "upkeep", "round_trips_per_tick") >= 1.0);
-    check_common(&json, 50.0);
+    check_floored(&json, &["ping_p50_us", "scripts_raw_p50_us"]);
     let notes = json["notes"].to_string();
     assert!(!notes.contains("could not be deleted"), "{notes}");
 }
@@ -102,11 +106,7 @@ async fn bench_on_zookeeper_reports_both_floors() {
     let url = format!("zk://{}", ZkServer::shared().await.expect("ZooKeeper starts").connect_string());
     let json = bench_json(&url).await;
     assert_eq!(json["backend"], "zk");
-    for key in ["exists_p50_us", "create_delete_p50_us", "recipe_raw_p50_us", "delete_notify_p50_us"] {
-        assert!(number(&json, "floor", key) > 0.0, "{key}");
-    }
-    assert!(number(&json, "uncontended", "cycle_p50_ratio") > 0.0);
-    check_common(&json, 50.0);
+    check_floored(&json, &["exists_p50_us", "create_delete_p50_us", "recipe_raw_p50_us", "delete_notify_p50_us"]);
     assert!(json["targets"].as_array().unwrap().iter().any(|t| t["figure"] == "many_locks.speedup"));
 }
 
@@ -117,11 +117,7 @@ async fn bench_on_etcd_reports_its_floors_and_the_lock_service_beside() {
     let json = bench_json(&url).await;
     assert_eq!(json["backend"], "etcd");
     assert!(json["floor_kind"].as_str().is_some_and(|floor| floor.contains("put+delete")), "{json:#}");
-    for key in ["get_p50_us", "put_delete_p50_us", "lock_service_p50_us"] {
-        assert!(number(&json, "floor", key) > 0.0, "{key}");
-    }
-    assert!(number(&json, "uncontended", "cycle_p50_ratio") > 0.0);
-    check_common(&json, 50.0);
+    check_floored(&json, &["get_p50_us", "put_delete_p50_us", "lock_service_p50_us"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -129,11 +125,7 @@ async fn bench_on_postgres_reports_select_1_and_the_one_row_commits_beside() {
     let server = PostgresServer::shared().await.expect("PostgreSQL starts");
     let json = bench_json(&server.url()).await;
     assert_eq!(json["backend"], "postgres");
-    for key in ["select1_p50_us", "commit_p50_us", "commit_async_p50_us"] {
-        assert!(number(&json, "floor", key) > 0.0, "{key}");
-    }
-    assert!(number(&json, "uncontended", "cycle_p50_ratio") > 0.0);
-    check_common(&json, 50.0);
+    check_floored(&json, &["select1_p50_us", "commit_p50_us", "commit_async_p50_us"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

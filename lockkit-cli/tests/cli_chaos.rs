@@ -46,22 +46,9 @@ async fn run(config: ProcessChaosConfig) -> ProcessChaosReport {
     // Which kills land depends on the interleaving as well as on the seed (a drawn target may
     // have exited): `a_killed_lockkit_takes_its_command_with_it_*` in cli.rs proves the
     // guarantee on every backend deterministically; here some kill must have landed.
-    let kills: u64 = [ProcessFault::Kill, ProcessFault::KillCommand]
-        .iter()
-        .map(|kind| report.faults.get(kind).copied().unwrap_or(0))
-        .sum();
+    let kills = report.faults_of(&[ProcessFault::Kill, ProcessFault::KillCommand]);
     assert!(kills > 0, "no kill was applied:\n{report}");
     report
-}
-
-/// The store was faulted: the first store fault drawn always finds the store free (a later one
-/// is skipped while another still runs, so how many restarts land depends on the timing).
-fn assert_store_faulted(report: &ProcessChaosReport) {
-    let store: u64 = [ProcessFault::PauseStore, ProcessFault::RestartStore]
-        .iter()
-        .map(|kind| report.faults.get(kind).copied().unwrap_or(0))
-        .sum();
-    assert!(store > 0, "no store fault was applied:\n{report}");
 }
 
 /// The lease of the Redis run: short, so that pauses of `lockkit` of up to two leases outlive it.
@@ -78,7 +65,7 @@ async fn cli_chaos_on_redis_with_aof() {
         .with_store(process_chaos::control(server))
         .with_label("lockkit run, redis, AOF, lease 1s");
     let report = run(config).await;
-    assert_store_faulted(&report);
+    report.assert_store_faulted();
     // Every run pauses a holding lockkit past its lease (the schedule's closing draw makes sure).
     assert!(report.pauses_outliving_lease > 0, "no pause of lockkit outlived the lease:\n{report}");
 }
@@ -103,7 +90,7 @@ async fn cli_chaos_on_zookeeper() {
         .with_store(process_chaos::control(server))
         .with_label("lockkit run, zookeeper, session 2s");
     let report = run(config).await;
-    assert_store_faulted(&report);
+    report.assert_store_faulted();
 }
 
 /// The planted bug: the command runs in the background of a shell, which the parent-death

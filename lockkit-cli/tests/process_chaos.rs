@@ -25,16 +25,6 @@ fn process_chaos_worker() {
     process_chaos::worker_if_requested(connect);
 }
 
-/// The store was faulted: the first store fault drawn always finds the store free (a later one
-/// is skipped while another still runs, so how many restarts land depends on the timing).
-fn assert_store_faulted(report: &ProcessChaosReport) {
-    let store: u64 = [ProcessFault::PauseStore, ProcessFault::RestartStore]
-        .iter()
-        .map(|kind| report.faults.get(kind).copied().unwrap_or(0))
-        .sum();
-    assert!(store > 0, "no store fault was applied:\n{report}");
-}
-
 /// The lease of the Redis runs: short, so that pauses of up to two leases outlive it.
 const LEASE: Duration = Duration::from_secs(1);
 
@@ -69,7 +59,7 @@ async fn process_chaos_on_redis_with_aof() {
         .with_store(process_chaos::control(server))
         .with_label("redis, AOF, lease 1s");
     let report = run(config).await;
-    assert_store_faulted(&report);
+    report.assert_store_faulted();
 }
 
 /// Redis without persistence: a restart empties the store while holders still believe they
@@ -86,7 +76,7 @@ async fn process_chaos_on_redis_without_persistence() {
         .with_restart_loses_data(true)
         .with_label("redis, no persistence, lease 1s");
     let report = run(config).await;
-    assert_store_faulted(&report);
+    report.assert_store_faulted();
     if report.store_restarts() == 0 {
         assert!(report.by_design.is_empty() && report.lost_by_design == 0, "{report}");
     }
@@ -113,7 +103,7 @@ async fn process_chaos_on_zookeeper() {
         .with_store(process_chaos::control(server))
         .with_label("zookeeper, session 2s");
     let report = run(config).await;
-    assert_store_faulted(&report);
+    report.assert_store_faulted();
 }
 
 /// A three-member ensemble of the test's own; the store faults pause a member, or stop one
@@ -127,7 +117,7 @@ async fn process_chaos_on_a_zookeeper_ensemble() {
         .with_store(process_chaos::control(ensemble))
         .with_label("zookeeper ensemble of 3, session 2s");
     let report = run(config).await;
-    assert_store_faulted(&report);
+    report.assert_store_faulted();
 }
 
 /// The planted bug: workers skip the loss deadline, so a worker paused past its lease goes on

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use lockkit_core::{LeaderEvent, LockGuard, Observer};
 use lockkit_etcd::EtcdLockProvider;
+use lockkit_testkit::wait::next_leader_event;
 use support::{EtcdHarness, ProxyFaults, TIMEOUT, test_builder, within};
 
 fn fresh_name(what: &str) -> String {
@@ -19,20 +20,6 @@ fn fresh_name(what: &str) -> String {
 
 /// How long an observer may take to report a change, reconnecting included.
 const BOUND: Duration = Duration::from_secs(10);
-
-/// The next event that is not an error (an observer cut off reports its failures to connect).
-async fn next_state(observer: &mut Observer, what: &str) -> LeaderEvent {
-    within(BOUND, what, async {
-        loop {
-            match observer.next().await {
-                Some(Ok(event)) => break event,
-                Some(Err(error)) => assert!(error.is_retryable(), "{what}: {error}"),
-                None => panic!("{what}: the observer's stream ended"),
-            }
-        }
-    })
-    .await
-}
 
 fn term_of(event: &LeaderEvent) -> Option<(u64, String)> {
     match event {
@@ -59,9 +46,9 @@ async fn observe_a_first_term(h: &EtcdHarness, name: &str) -> ObservedTerm {
     let (a, a_faults) = h.client_with(test_builder()).await.unwrap();
     let (b, b_faults) = h.client_with(test_builder()).await.unwrap();
     let mut observer = o.election(name).unwrap().observe().unwrap();
-    assert_eq!(next_state(&mut observer, "the first state").await, LeaderEvent::Vacant);
+    assert_eq!(next_leader_event(&mut observer, BOUND, "the first state").await, LeaderEvent::Vacant);
     let first = a.election(name).unwrap().campaign("first").await.unwrap();
-    let seen = next_state(&mut observer, "the first leader").await;
+    let seen = next_leader_event(&mut observer, BOUND, "the first leader").await;
     assert_eq!(term_of(&seen), Some((first.token().get(), "first".to_owned())));
     ObservedTerm { o_faults, a, b, observer, first, _kept: (o, a_faults, b_faults) }
 }
@@ -91,7 +78,7 @@ async fn an_observer_cut_off_replays_every_term_it_missed() {
 
     let mut missed = Vec::new();
     while missed.last() != Some(&LeaderEvent::Vacant) {
-        missed.push(next_state(&mut observer, &format!("the replay after {missed:?}")).await);
+        missed.push(next_leader_event(&mut observer, BOUND, &format!("the replay after {missed:?}")).await);
     }
     assert_eq!(missed.len(), 2, "the second term and the vacancy, replayed with no gap: {missed:?}");
     assert_eq!(term_of(&missed[0]), Some((second_term, "second".to_owned())), "{missed:?}");
@@ -117,12 +104,12 @@ async fn a_compaction_while_cut_off_is_a_gap_then_the_current_leader() {
     o_faults.proxy().heal();
     o_faults.reconnect();
 
-    let gap = next_state(&mut observer, "the gap").await;
+    let gap = next_leader_event(&mut observer, BOUND, "the gap").await;
     assert_eq!(gap, LeaderEvent::Gap, "the missed terms are a gap");
-    let now = next_state(&mut observer, "the current leader after the gap").await;
+    let now = next_leader_event(&mut observer, BOUND, "the current leader after the gap").await;
     assert_eq!(term_of(&now), Some((current.token().get(), "current".to_owned())));
     current.resign().await.unwrap();
-    assert_eq!(next_state(&mut observer, "the vacancy").await, LeaderEvent::Vacant);
+    assert_eq!(next_leader_event(&mut observer, BOUND, "the vacancy").await, LeaderEvent::Vacant);
 }
 
 /// The member applies a campaign whose reply is lost (the client's connection is silently
@@ -173,16 +160,16 @@ fn an_observer_moved_to_another_runtime_replays_what_passed() {
     });
     let mut observer = o.0.election(&name).unwrap().observe().unwrap();
     let first = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let state = first.block_on(next_state(&mut observer, "the first state, on a runtime of its own"));
+    let state = first.block_on(next_leader_event(&mut observer, BOUND, "the first state, on a runtime of its own"));
     assert_eq!(state, LeaderEvent::Vacant);
     drop(first);
     main.block_on(async {
         let leadership = a.0.election(&name).unwrap().campaign("meanwhile").await.unwrap();
         let term = leadership.token().get();
         leadership.resign().await.unwrap();
-        let replayed = next_state(&mut observer, "the term that passed meanwhile").await;
+        let replayed = next_leader_event(&mut observer, BOUND, "the term that passed meanwhile").await;
         assert_eq!(term_of(&replayed), Some((term, "meanwhile".to_owned())), "no gap: {replayed:?}");
-        assert_eq!(next_state(&mut observer, "the vacancy after it").await, LeaderEvent::Vacant);
+        assert_eq!(next_leader_event(&mut observer, BOUND, "the vacancy after it").await, LeaderEvent::Vacant);
         assert_eq!(h.keys_of(&name).await, 0);
     });
 }

@@ -35,8 +35,7 @@ async fn lease_revoked_behind_the_holder_is_a_loss() {
     b_guard.release().await.unwrap();
     let again = within(Duration::from_secs(5), "a's next grant", a.lock(&name).unwrap().acquire()).await.unwrap();
     assert_ne!(a.lease_id().await.unwrap(), lease, "a new lease");
-    again.release().await.unwrap();
-    assert_eq!(h.keys_of(&name).await, 0);
+    h.release_leaving_no_key(again, &name).await;
 }
 
 /// The holder's own key is deleted behind its back: the loss is signalled by the session's
@@ -56,8 +55,7 @@ async fn own_key_deleted_behind_the_holder_is_signalled() {
     let b_guard = b.lock(&name).unwrap().try_acquire().await.unwrap().expect("free after the delete");
     assert!(matches!(guard.release().await, Err(Error::LockLost { .. })));
     assert_eq!(h.keys_of(&name).await, 1, "b's key stays");
-    b_guard.release().await.unwrap();
-    assert_eq!(h.keys_of(&name).await, 0);
+    h.release_leaving_no_key(b_guard, &name).await;
 }
 
 /// The member is paused (SIGSTOP) beyond the TTL: the holder is signalled lost by its local
@@ -185,8 +183,7 @@ async fn a_retry_after_a_lost_reply_finds_its_own_key() {
     // A round trip of 1.4 s outlives the 1 s request timeout: the first reply was given up on.
     assert!(took > Duration::from_millis(1400), "granted after {took:?}, so the first reply was not lost");
     assert_eq!(h.keys_of(&name).await, 1, "one key: the retry found the first");
-    guard.release().await.unwrap();
-    assert_eq!(h.keys_of(&name).await, 0);
+    h.release_leaving_no_key(guard, &name).await;
 }
 
 /// A put held by a partition and delivered after its acquisition gave up is refused: the give

@@ -52,8 +52,7 @@ async fn a_downgrade_rewrites_the_own_key_in_place() {
     assert!(after[0].0.ends_with(" kind=read"), "the downgrade landed: {after:?}");
     assert_eq!((after[0].1, after[0].2), (before[0].1, before[0].2), "same create revision and lease");
     assert_eq!(read.token().get(), u64::try_from(before[0].1).unwrap());
-    read.release().await.unwrap();
-    assert_eq!(h.keys_of(&name).await, 0);
+    h.release_leaving_no_key(read, &name).await;
 }
 
 /// A key with a bare owner line (what every mutex key writes, and all keys of the first
@@ -142,8 +141,7 @@ async fn another_use_of_a_name_is_a_conflict_that_says_what_to_change() {
         other => panic!("expected Conflict from try_acquire, got {other:?}"),
     }
     assert_eq!(h.keys_of(&name).await, 1, "only the permit's key");
-    permit.release().await.unwrap();
-    assert_eq!(h.keys_of(&name).await, 0);
+    h.release_leaving_no_key(permit, &name).await;
 }
 
 /// Breaking a read-write lock held by two readers deletes both readers' keys, leaves the

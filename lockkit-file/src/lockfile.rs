@@ -82,10 +82,60 @@ fn flock_waiting(file: &File, operation: FlockOperation) -> io::Result<()> {
 /// An open lock file whose flock (shared or exclusive) this process holds. Dropping it closes
 /// the file, which frees the flock.
 #[derive(Debug)]
-pub(crate) struct LockedFile {
+pub(crate) struct LockedFile(OpenFile);
+
+/// An open file, the path it was opened at and its identity: what a lock file and a record
+/// file both are.
+#[derive(Debug)]
+pub(crate) struct OpenFile {
     file: File,
     path: PathBuf,
     id: FileId,
+}
+
+impl OpenFile {
+    fn new(file: File, path: PathBuf) -> io::Result<Self> {
+        let id = FileId::of(&file.metadata()?);
+        Ok(Self { file, path, id })
+    }
+
+    /// Another descriptor of the same open file, through which a test can let go of the flock
+    /// as the death of the process would (the `kill` fault hook).
+    #[cfg(feature = "test-util")]
+    pub(crate) fn duplicate(&self) -> io::Result<File> {
+        self.file.try_clone()
+    }
+
+    /// The identity of the file.
+    pub(crate) fn id(&self) -> FileId {
+        self.id
+    }
+
+    /// The path the file was opened at.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether the path still names the file.
+    pub(crate) fn is_linked(&self) -> io::Result<bool> {
+        self.id.is_at(&self.path)
+    }
+}
+
+impl std::ops::Deref for LockedFile {
+    type Target = OpenFile;
+
+    fn deref(&self) -> &OpenFile {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for HolderFile {
+    type Target = OpenFile;
+
+    fn deref(&self) -> &OpenFile {
+        &self.0
+    }
 }
 
 /// The identity of a file: device and inode.
@@ -134,9 +184,9 @@ pub(crate) fn try_lock(path: &Path, mode: Mode) -> io::Result<Option<LockedFile>
         if !try_flock(&file, mode.try_operation())? {
             return Ok(None);
         }
-        let id = FileId::of(&file.metadata()?);
-        if id.is_at(path)? {
-            return Ok(Some(LockedFile { file, path: path.to_path_buf(), id }));
+        let opened = OpenFile::new(file, path.to_path_buf())?;
+        if opened.is_linked()? {
+            return Ok(Some(LockedFile(opened)));
         }
         // The file was deleted or replaced between our open and our flock: the lock we
         // hold guards nothing. Let it go (drop) and lock the file the path names now.
@@ -145,23 +195,6 @@ pub(crate) fn try_lock(path: &Path, mode: Mode) -> io::Result<Option<LockedFile>
 }
 
 impl LockedFile {
-    /// Another descriptor of the same open file, through which a test can let go of the flock
-    /// as the death of the process would.
-    #[cfg(feature = "test-util")]
-    pub(crate) fn duplicate(&self) -> io::Result<File> {
-        self.file.try_clone()
-    }
-
-    /// The identity of the locked file.
-    pub(crate) fn id(&self) -> FileId {
-        self.id
-    }
-
-    /// The path this file was locked under.
-    pub(crate) fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// Reads the record of the locked file.
     pub(crate) fn read_record(&self) -> io::Result<Record> {
         Ok(Record::parse(&read_head(&self.file)?))
@@ -174,11 +207,6 @@ impl LockedFile {
     pub(crate) fn write_record(&self, record: &Record) -> io::Result<()> {
         let size = usize::try_from(self.file.metadata()?.len()).unwrap_or(MAX_RECORD_LEN);
         self.file.write_all_at(&record.render_at_least(size.clamp(RECORD_LEN, MAX_RECORD_LEN)), 0)
-    }
-
-    /// Whether the path still names the locked file.
-    pub(crate) fn is_linked(&self) -> io::Result<bool> {
-        self.id.is_at(&self.path)
     }
 
     /// Turns the exclusive flock into a shared one, in place (same open file). `Ok(false)`
@@ -256,11 +284,7 @@ impl FenceLock {
 /// The record file of one reader or permit holder, exclusively locked by it. Dropping it
 /// unlinks the file (if its path still names it), then closes it.
 #[derive(Debug)]
-pub(crate) struct HolderFile {
-    file: File,
-    path: PathBuf,
-    id: FileId,
-}
+pub(crate) struct HolderFile(OpenFile);
 
 /// The length of a record file's name: a UUID in simple form.
 const HOLDER_NAME_LEN: usize = 32;
@@ -283,9 +307,8 @@ impl HolderFile {
             }
             other => other?,
         };
-        let id = FileId::of(&file.metadata()?);
         // From here on, dropping `created` removes the file (an error below included).
-        let created = Self { file, path, id };
+        let created = Self(OpenFile::new(file, path)?);
         if !try_flock(&created.file, FlockOperation::NonBlockingLockExclusive)? {
             return Err(io::Error::other(format!(
                 "the new record file {} was locked by someone else",
@@ -294,27 +317,6 @@ impl HolderFile {
         }
         created.file.write_all_at(&record.render(), 0)?;
         Ok(created)
-    }
-
-    /// Another descriptor of the same open file, for the `kill` fault hook.
-    #[cfg(feature = "test-util")]
-    pub(crate) fn duplicate(&self) -> io::Result<File> {
-        self.file.try_clone()
-    }
-
-    /// The identity of the record file.
-    pub(crate) fn id(&self) -> FileId {
-        self.id
-    }
-
-    /// The record file's path.
-    pub(crate) fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// Whether the path still names the record file.
-    pub(crate) fn is_linked(&self) -> io::Result<bool> {
-        self.id.is_at(&self.path)
     }
 }
 

@@ -82,13 +82,7 @@ impl Record {
 
     /// Parses a record's bytes; anything unexpected yields a record without a token.
     pub(crate) fn parse(bytes: &[u8]) -> Self {
-        let Ok(text) = std::str::from_utf8(bytes) else { return Self::default() };
-        let mut lines = text.lines().map(str::trim_end);
-        if lines.next() != Some(HEADER) {
-            return Self::default();
-        }
-        let token = lines.next().and_then(|l| l.strip_prefix("token ")).and_then(|t| t.parse::<u64>().ok());
-        let Some(token) = token else { return Self::default() };
+        let Some((token, mut lines)) = token_after(bytes, HEADER) else { return Self::default() };
         let holder = lines.next().and_then(|l| l.strip_prefix("held ")).and_then(OwnerMeta::decode);
         let kind = match lines.next().and_then(|l| l.strip_prefix("kind ")) {
             Some("candidate") => lines
@@ -211,6 +205,17 @@ fn parse_kind(text: &str) -> Option<HoldKind> {
     }
 }
 
+/// The token of a record or fence file whose first line is `header` and second `token N`,
+/// and the lines after them; `None` for anything else (not text, another header, no token).
+fn token_after<'a>(bytes: &'a [u8], header: &str) -> Option<(u64, impl Iterator<Item = &'a str>)> {
+    let mut lines = std::str::from_utf8(bytes).ok()?.lines().map(str::trim_end);
+    if lines.next() != Some(header) {
+        return None;
+    }
+    let token = lines.next()?.strip_prefix("token ")?.parse::<u64>().ok()?;
+    Some((token, lines))
+}
+
 /// A parsed fence record.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Fence {
@@ -223,13 +228,7 @@ pub(crate) struct Fence {
 impl Fence {
     /// Parses a fence file's bytes; anything unexpected yields an empty fence.
     pub(crate) fn parse(bytes: &[u8]) -> Self {
-        let Ok(text) = std::str::from_utf8(bytes) else { return Self::default() };
-        let mut lines = text.lines().map(str::trim_end);
-        if lines.next() != Some(FENCE_HEADER) {
-            return Self::default();
-        }
-        let token = lines.next().and_then(|l| l.strip_prefix("token ")).and_then(|t| t.parse::<u64>().ok());
-        let Some(token) = token else { return Self::default() };
+        let Some((token, mut lines)) = token_after(bytes, FENCE_HEADER) else { return Self::default() };
         let permits = lines.next().and_then(|l| l.strip_prefix("permits ")).and_then(|p| p.parse().ok());
         Self { token: Some(token), permits }
     }

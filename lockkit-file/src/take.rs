@@ -186,20 +186,13 @@ pub(crate) fn semaphore_in_use(permits: Option<NonZeroU32>, asking: &HoldKind) -
 /// What `inspect` reports: the writer of the lock file and the live readers and permits,
 /// seen under the fence.
 pub(crate) fn look(files: &LockFiles) -> io::Result<Vec<HolderInfo>> {
-    let used = [&files.fence, &files.lock, &files.readers, &files.permits].iter().any(|path| path.exists());
-    if !used {
-        // Never used: look without creating anything.
-        return Ok(Vec::new());
-    }
-    let fence = FenceLock::lock(&files.fence)?;
-    let counter = fence.read()?;
+    let Some((fence, permit)) = fenced_if_used(files)? else { return Ok(Vec::new()) };
     let mut holders = Vec::new();
     if let Probe::Found { record: Record { token: Some(token), holder: Some(holder), kind }, held: true } =
         lockfile::probe(&files.lock)?
     {
         holders.push((token, holder, kind.unwrap_or(HoldKind::Exclusive)));
     }
-    let permit = HoldKind::Permit { permits: counter.permits.unwrap_or(NonZeroU32::MIN) };
     for (dir, kind) in [(&files.readers, HoldKind::Read), (&files.permits, permit)] {
         for record in lockfile::live_holders(dir)? {
             if let Record { token: Some(token), holder: Some(holder), kind: recorded } = record {
@@ -208,11 +201,7 @@ pub(crate) fn look(files: &LockFiles) -> io::Result<Vec<HolderInfo>> {
         }
     }
     drop(fence);
-    holders.sort_by_key(|(token, ..)| *token);
-    Ok(holders
-        .into_iter()
-        .map(|(token, holder, kind)| holder.holder(FencingToken::new(token)).with_kind(kind))
-        .collect())
+    Ok(in_token_order(holders))
 }
 
 /// The file backend's break, under the fence: the lock file is deleted when a mutex, a writer
@@ -223,12 +212,7 @@ pub(crate) fn look(files: &LockFiles) -> io::Result<Vec<HolderInfo>> {
 /// file and draws its token from the fence, which stays. A broken leader's term is closed in
 /// the election's journal. Returns the holds broken, as [`look`] shows them.
 pub(crate) fn break_holds(files: &LockFiles) -> io::Result<Vec<HolderInfo>> {
-    let used = [&files.fence, &files.lock, &files.readers, &files.permits].iter().any(|path| path.exists());
-    if !used {
-        return Ok(Vec::new());
-    }
-    let fence = FenceLock::lock(&files.fence)?;
-    let counter = fence.read()?;
+    let Some((fence, permit)) = fenced_if_used(files)? else { return Ok(Vec::new()) };
     let mut broken = Vec::new();
     let mut lock_file_held = false;
     if let Probe::Found { record, held: true } = lockfile::probe(&files.lock)? {
@@ -245,7 +229,6 @@ pub(crate) fn break_holds(files: &LockFiles) -> io::Result<Vec<HolderInfo>> {
     if lock_file_held || !readers.is_empty() {
         remove_if_there(&files.lock)?;
     }
-    let permit = HoldKind::Permit { permits: counter.permits.unwrap_or(NonZeroU32::MIN) };
     for (records, kind) in [(readers, HoldKind::Read), (permits, permit)] {
         for (path, record) in records {
             remove_if_there(&path)?;
@@ -260,11 +243,25 @@ pub(crate) fn break_holds(files: &LockFiles) -> io::Result<Vec<HolderInfo>> {
         wakeups::notify(&files.lock);
         wakeups::notify(&files.election);
     }
-    broken.sort_by_key(|(token, ..)| *token);
-    Ok(broken
-        .into_iter()
-        .map(|(token, holder, kind)| holder.holder(FencingToken::new(token)).with_kind(kind))
-        .collect())
+    Ok(in_token_order(broken))
+}
+
+/// The name's fence, locked, and the kind of its permits (from its counter), when the name
+/// was ever used; `None`, with nothing created, when it never was.
+fn fenced_if_used(files: &LockFiles) -> io::Result<Option<(FenceLock, HoldKind)>> {
+    let used = [&files.fence, &files.lock, &files.readers, &files.permits].iter().any(|path| path.exists());
+    if !used {
+        return Ok(None);
+    }
+    let fence = FenceLock::lock(&files.fence)?;
+    let permits = fence.read()?.permits.unwrap_or(NonZeroU32::MIN);
+    Ok(Some((fence, HoldKind::Permit { permits })))
+}
+
+/// The holds `(token, holder, kind)` as [`HolderInfo`]s, in token order.
+fn in_token_order(mut holds: Vec<(u64, OwnerMeta, HoldKind)>) -> Vec<HolderInfo> {
+    holds.sort_by_key(|(token, ..)| *token);
+    holds.into_iter().map(|(token, holder, kind)| holder.holder(FencingToken::new(token)).with_kind(kind)).collect()
 }
 
 pub(crate) fn remove_if_there(path: &Path) -> io::Result<()> {

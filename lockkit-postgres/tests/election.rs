@@ -9,26 +9,12 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use lockkit_core::{Error, LeaderEvent, Observer};
+use lockkit_core::{Error, LeaderEvent};
+use lockkit_testkit::wait::next_leader_event;
 use support::{LEASE, OPERATION, PostgresHarness, test_builder, within};
 
 fn unique(prefix: &str) -> String {
     format!("election/{prefix}/{}", uuid::Uuid::new_v4().simple())
-}
-
-/// The next event of `observer` that is not an error (a cut-off observer may report its
-/// failing reads), within `bound`.
-async fn next_event(observer: &mut Observer, bound: Duration, what: &str) -> LeaderEvent {
-    within(bound, what, async {
-        loop {
-            match observer.next().await {
-                Some(Ok(event)) => return event,
-                Some(Err(error)) => assert!(error.is_retryable(), "{what}: {error}"),
-                None => panic!("{what}: the observer's stream ended"),
-            }
-        }
-    })
-    .await
 }
 
 fn elected(term: lockkit_core::FencingToken, identity: &str) -> impl Fn(&LeaderEvent) -> bool + '_ {
@@ -42,7 +28,7 @@ async fn an_observer_cut_off_while_terms_pass_replays_every_term() {
     let (o, fo) = harness.client_with(test_builder()).await.unwrap();
     let name = unique("replay");
     let mut observer = o.election(&name).unwrap().observe().unwrap();
-    assert_eq!(next_event(&mut observer, OPERATION, "the first state").await, LeaderEvent::Vacant);
+    assert_eq!(next_leader_event(&mut observer, OPERATION, "the first state").await, LeaderEvent::Vacant);
     fo.cut_off();
     let election = a.election(&name).unwrap();
     let mut terms = Vec::new();
@@ -54,14 +40,14 @@ async fn an_observer_cut_off_while_terms_pass_replays_every_term() {
     fo.reconnect();
     // Every term and every vacancy, in term order, no gap: the journal kept them.
     for (term, identity) in &terms {
-        let event = next_event(&mut observer, OPERATION * 2, "a replayed term").await;
+        let event = next_leader_event(&mut observer, OPERATION * 2, "a replayed term").await;
         assert!(elected(*term, identity)(&event), "term {term} of {identity}, got {event:?}");
-        let event = next_event(&mut observer, OPERATION, "a replayed vacancy").await;
+        let event = next_leader_event(&mut observer, OPERATION, "a replayed vacancy").await;
         assert_eq!(event, LeaderEvent::Vacant, "after term {term}");
     }
     // And it follows the changes after that, as before.
     let leader = election.campaign("four").await.unwrap();
-    let event = next_event(&mut observer, OPERATION, "the next term").await;
+    let event = next_leader_event(&mut observer, OPERATION, "the next term").await;
     assert!(elected(leader.token(), "four")(&event), "{event:?}");
     leader.resign().await.unwrap();
 }
@@ -75,7 +61,7 @@ async fn an_observer_cut_off_while_the_journal_is_trimmed_reports_a_gap() {
     let election = a.election(&name).unwrap();
     let first = election.campaign("first").await.unwrap();
     let mut observer = o.election(&name).unwrap().observe().unwrap();
-    let event = next_event(&mut observer, OPERATION, "the first state").await;
+    let event = next_leader_event(&mut observer, OPERATION, "the first state").await;
     assert!(elected(first.token(), "first")(&event), "{event:?}");
     fo.cut_off();
     first.resign().await.unwrap();
@@ -97,12 +83,12 @@ async fn an_observer_cut_off_while_the_journal_is_trimmed_reports_a_gap() {
     let last = election.campaign("last").await.unwrap();
     fo.reconnect();
     // A gap, then the leader now: never a silent skip.
-    let event = next_event(&mut observer, OPERATION * 2, "the gap").await;
+    let event = next_leader_event(&mut observer, OPERATION * 2, "the gap").await;
     assert_eq!(event, LeaderEvent::Gap);
-    let event = next_event(&mut observer, OPERATION, "the leader after the gap").await;
+    let event = next_leader_event(&mut observer, OPERATION, "the leader after the gap").await;
     assert!(elected(last.token(), "last")(&event), "{event:?}");
     last.resign().await.unwrap();
-    let event = next_event(&mut observer, OPERATION, "the vacancy after the gap").await;
+    let event = next_leader_event(&mut observer, OPERATION, "the vacancy after the gap").await;
     assert_eq!(event, LeaderEvent::Vacant);
 }
 
@@ -114,12 +100,12 @@ async fn a_dead_leaders_vacancy_is_observed_when_its_lease_runs_out() {
     let name = unique("dead");
     let leader = a.election(&name).unwrap().campaign("doomed").await.unwrap();
     let mut observer = o.election(&name).unwrap().observe().unwrap();
-    let event = next_event(&mut observer, OPERATION, "the first state").await;
+    let event = next_leader_event(&mut observer, OPERATION, "the first state").await;
     assert!(elected(leader.token(), "doomed")(&event), "{event:?}");
     fa.0.blackhole();
     let silent = Instant::now();
     // Nobody resigns or campaigns: the observer reads when the leader's row expires.
-    let event = next_event(&mut observer, LEASE + OPERATION, "the vacancy").await;
+    let event = next_leader_event(&mut observer, LEASE + OPERATION, "the vacancy").await;
     assert_eq!(event, LeaderEvent::Vacant);
     assert!(
         silent.elapsed() + Duration::from_millis(100) >= LEASE - support::RENEW_EVERY,
@@ -245,18 +231,18 @@ async fn a_role_with_the_documented_grants_campaigns_and_observes() {
     let a = lockkit_postgres::PostgresLockProvider::connect(&url).await.unwrap();
     let b = lockkit_postgres::PostgresLockProvider::connect(&url).await.unwrap();
     let mut observer = b.election("jobs").unwrap().observe().unwrap();
-    assert_eq!(next_event(&mut observer, OPERATION, "the first state").await, LeaderEvent::Vacant);
+    assert_eq!(next_leader_event(&mut observer, OPERATION, "the first state").await, LeaderEvent::Vacant);
     let leader = a.election("jobs").unwrap().campaign("a").await.unwrap();
     let waiting = b.election("jobs").unwrap();
     let next = tokio::spawn(async move { waiting.campaign("b").await });
     tokio::time::sleep(LEASE).await;
     assert!(leader.is_held(), "renewed by the role");
-    let event = next_event(&mut observer, OPERATION, "the first leader").await;
+    let event = next_leader_event(&mut observer, OPERATION, "the first leader").await;
     assert!(elected(leader.token(), "a")(&event), "{event:?}");
     leader.resign().await.unwrap();
     let second = within(OPERATION, "the hand-over", next).await.unwrap().unwrap();
-    assert_eq!(next_event(&mut observer, OPERATION, "the vacancy").await, LeaderEvent::Vacant);
-    let event = next_event(&mut observer, OPERATION, "the second leader").await;
+    assert_eq!(next_leader_event(&mut observer, OPERATION, "the vacancy").await, LeaderEvent::Vacant);
+    let event = next_leader_event(&mut observer, OPERATION, "the second leader").await;
     assert!(elected(second.token(), "b")(&event), "{event:?}");
     second.resign().await.unwrap();
     drop((a, b, observer));

@@ -9,11 +9,28 @@ mod support;
 
 use std::time::Duration;
 
+use lockkit_core::{LockGuard, LockHandle};
+use lockkit_postgres::PostgresLockProvider;
 use lockkit_testkit::wait::eventually;
 use support::{OPERATION, PostgresHarness, test_builder, url_of, within};
+use tokio::task::JoinHandle;
 
 fn unique(prefix: &str) -> String {
     format!("handover/{prefix}/{}", uuid::Uuid::new_v4().simple())
+}
+
+/// `lock`'s acquisition, spawned, once `holder` sees it queued on `name` as waiter number
+/// `position`.
+async fn queued(
+    holder: &PostgresLockProvider,
+    name: &str,
+    lock: LockHandle,
+    position: usize,
+) -> JoinHandle<lockkit_core::Result<LockGuard>> {
+    let waiter = tokio::spawn(async move { lock.acquire().await });
+    let what = format!("waiter {position} queued");
+    eventually(OPERATION, &what, || async { holder.inspect(name).await.unwrap().waiters == Some(position) }).await;
+    waiter
 }
 
 #[tokio::test]
@@ -25,12 +42,8 @@ async fn a_release_hands_the_lock_to_the_head_of_the_queue_in_its_own_transactio
     let name = unique("head");
     let stored = lockkit_postgres::stored_name(&name);
     let held = a.lock(&name).unwrap().acquire().await.unwrap();
-    let b_lock = b.lock(&name).unwrap();
-    let b_waiter = tokio::spawn(async move { b_lock.acquire().await });
-    eventually(OPERATION, "b queued", || async { a.inspect(&name).await.unwrap().waiters == Some(1) }).await;
-    let c_lock = c.lock(&name).unwrap();
-    let c_waiter = tokio::spawn(async move { c_lock.acquire().await });
-    eventually(OPERATION, "c queued", || async { a.inspect(&name).await.unwrap().waiters == Some(2) }).await;
+    let b_waiter = queued(&a, &name, b.lock(&name).unwrap(), 1).await;
+    let c_waiter = queued(&a, &name, c.lock(&name).unwrap(), 2).await;
     let admin = harness.admin().await;
     let head: String = admin
         .query_one("SELECT owner FROM lockkit.waiters WHERE name = $1 ORDER BY pos LIMIT 1", &[&stored])
@@ -72,9 +85,7 @@ async fn a_hand_over_to_a_waiter_that_gave_up_is_freed_for_the_next() {
         )
         .await
         .unwrap();
-    let c_lock = c.lock(&name).unwrap();
-    let c_waiter = tokio::spawn(async move { c_lock.acquire().await });
-    eventually(OPERATION, "c queued", || async { a.inspect(&name).await.unwrap().waiters == Some(2) }).await;
+    let c_waiter = queued(&a, &name, c.lock(&name).unwrap(), 2).await;
     held.release().await.unwrap();
     let owner: String =
         admin.query_one("SELECT owner FROM lockkit.locks WHERE name = $1", &[&stored]).await.unwrap().get(0);
@@ -101,9 +112,7 @@ async fn a_waiter_cancelled_after_the_hand_over_leaves_no_trace() {
     let name = unique("cancelled");
     let stored = lockkit_postgres::stored_name(&name);
     let held = a.lock(&name).unwrap().acquire().await.unwrap();
-    let b_lock = b.lock(&name).unwrap();
-    let b_waiter = tokio::spawn(async move { b_lock.acquire().await });
-    eventually(OPERATION, "b queued", || async { a.inspect(&name).await.unwrap().waiters == Some(1) }).await;
+    let b_waiter = queued(&a, &name, b.lock(&name).unwrap(), 1).await;
     // The waiter's provider cannot confirm: the hand-over is made, then the wait is dropped.
     b_faults.0.blackhole();
     held.release().await.unwrap();
@@ -301,7 +310,7 @@ async fn a_confirmation_racing_the_hand_over_finds_it_and_keeps_it() {
 struct Queued {
     harness: PostgresHarness,
     held: lockkit_core::LockGuard,
-    b_waiter: tokio::task::JoinHandle<lockkit_core::Result<lockkit_core::LockGuard>>,
+    b_waiter: JoinHandle<lockkit_core::Result<LockGuard>>,
     stored: String,
     _providers: [(lockkit_postgres::PostgresLockProvider, std::sync::Arc<support::ProxyFaults>); 2],
 }
@@ -315,9 +324,7 @@ async fn a_holds_and_b_waits(what: &str) -> Queued {
     let name = unique(what);
     let stored = lockkit_postgres::stored_name(&name);
     let held = a.lock(&name).unwrap().acquire().await.unwrap();
-    let b_lock = b.lock(&name).unwrap();
-    let b_waiter = tokio::spawn(async move { b_lock.acquire().await });
-    eventually(OPERATION, "b queued", || async { a.inspect(&name).await.unwrap().waiters == Some(1) }).await;
+    let b_waiter = queued(&a, &name, b.lock(&name).unwrap(), 1).await;
     Queued { harness, held, b_waiter, stored, _providers: [(a, fa), (b, fb)] }
 }
 

@@ -12,18 +12,12 @@
 
 mod support;
 
-use std::sync::Arc;
-
 use async_trait::async_trait;
-use lockkit_redis::{RedisLockProvider, RedisLockProviderBuilder};
+use lockkit_redis::RedisLockProvider;
 use lockkit_testkit::fixture::RedisCluster;
-use lockkit_testkit::{FaultResult, Harness, NoFaults, TestClient, Timing, Unsupported};
-use support::{LEASE, OPERATION, closed_port, hold_keys, test_builder, within};
+use support::multi_host::{MultiHostHarness, Setup};
+use support::{LEASE, OPERATION, refused_config, test_builder, within};
 use tokio::sync::OnceCell;
-
-/// The environment variable that hands the cluster URL of the parent test process to the
-/// child processes of the cross-process cases, which use the parent's cluster.
-const CLUSTER_URL_ENV: &str = "LOCKKIT_REDIS_CLUSTER_URL";
 
 /// The cluster shared by the conformance cases of this process.
 async fn shared() -> &'static RedisCluster {
@@ -45,73 +39,40 @@ async fn admin(url: &str) -> redis::cluster_async::ClusterConnection {
     redis::cluster::ClusterClient::new(nodes).unwrap().get_async_connection().await.unwrap()
 }
 
-/// Runs the kit through a cluster URL.
-pub struct ClusterHarness {
-    url: String,
+/// A Redis Cluster, reached through its nodes' URL.
+pub struct Cluster;
+
+#[async_trait]
+impl Setup for Cluster {
+    const NAME: &'static str = "redis (cluster)";
+    const SCHEME: &'static str = "redis+cluster";
+    const PATH: &'static str = "";
+    const URL_ENV: &'static str = "LOCKKIT_REDIS_CLUSTER_URL";
+
+    async fn delete(&self, url: &str, keys: &[String]) -> i64 {
+        // Every key of a lock is in the slot of its hash tag: one DEL reaches them all.
+        redis::cmd("DEL").arg(keys).query_async(&mut admin(url).await).await.unwrap()
+    }
+
+    fn bad_urls(hosts: &str) -> Vec<(&'static str, String)> {
+        vec![
+            ("a cluster URL with a database", format!("redis+cluster://{hosts}/2")),
+            ("a cluster URL with an empty host", format!("redis+cluster://{hosts},")),
+            // Options in the URL are settings like the builder's methods (core's one rule); one
+            // that is not a setting of this backend is refused.
+            ("a cluster URL with an unknown option", format!("redis+cluster://{hosts}?leese=1s")),
+            ("a mixed scheme", format!("redis+cluster+sentinel://{hosts}")),
+            ("a node with a scheme of its own", format!("redis+cluster://{hosts},redis://127.0.0.1:1")),
+        ]
+    }
 }
+
+/// Runs the kit through a cluster URL.
+pub type ClusterHarness = MultiHostHarness<Cluster>;
 
 impl ClusterHarness {
     pub async fn shared() -> Self {
-        match std::env::var(CLUSTER_URL_ENV) {
-            Ok(url) if !url.is_empty() => Self { url },
-            _ => Self { url: shared().await.url() },
-        }
-    }
-
-    fn builder(&self) -> RedisLockProviderBuilder {
-        test_builder().url(&self.url)
-    }
-
-    /// `host:port,host:port` of the nodes.
-    fn hosts(&self) -> String {
-        self.url.trim_start_matches("redis+cluster://").to_owned()
-    }
-}
-
-#[async_trait]
-impl Harness for ClusterHarness {
-    fn name(&self) -> &str {
-        "redis (cluster)"
-    }
-
-    async fn client(&self) -> lockkit_core::Result<TestClient> {
-        Ok(TestClient::new(self.builder().build()?, Arc::new(NoFaults)))
-    }
-
-    fn timing(&self) -> Timing {
-        Timing::new().with_lease(LEASE)
-    }
-
-    async fn unreachable_client(&self) -> Result<TestClient, Unsupported> {
-        let url = format!("redis+cluster://{}", closed_port());
-        let provider = test_builder().url(url).build().map_err(|_| Unsupported)?;
-        Ok(TestClient::new(provider, Arc::new(NoFaults)))
-    }
-
-    async fn delete_record(&self, name: &str) -> FaultResult {
-        let keys = hold_keys(name);
-        // Every key of a lock is in the slot of its hash tag: one DEL reaches them all.
-        let deleted: i64 = redis::cmd("DEL").arg(&keys).query_async(&mut admin(&self.url).await).await.unwrap();
-        assert!(deleted >= 1, "a record of the held lock exists among {keys:?}");
-        Ok(())
-    }
-
-    fn child_env(&self) -> Result<Vec<(String, String)>, Unsupported> {
-        Ok(vec![(CLUSTER_URL_ENV.to_owned(), self.url.clone())])
-    }
-
-    async fn invalid_configs(&self) -> Vec<(String, lockkit_core::Result<()>)> {
-        let hosts = self.hosts();
-        let attempt = |what: &str, url: String| (what.to_owned(), test_builder().url(url).build().map(drop));
-        vec![
-            attempt("a cluster URL with a database", format!("redis+cluster://{hosts}/2")),
-            attempt("a cluster URL with an empty host", format!("redis+cluster://{hosts},")),
-            // Options in the URL are settings like the builder's methods (core's one rule); one
-            // that is not a setting of this backend is refused.
-            attempt("a cluster URL with an unknown option", format!("redis+cluster://{hosts}?leese=1s")),
-            attempt("a mixed scheme", format!("redis+cluster+sentinel://{hosts}")),
-            attempt("a node with a scheme of its own", format!("redis+cluster://{hosts},redis://127.0.0.1:1")),
-        ]
+        Self::handed_down_or(Cluster, async { (shared().await.url(), Cluster) }).await
     }
 }
 
@@ -142,20 +103,12 @@ async fn bad_cluster_urls_say_what_to_change() {
     let single = lockkit_testkit::fixture::RedisServer::shared().await.unwrap();
     let address = single.url().trim_start_matches("redis://").trim_end_matches('/').to_owned();
     let not_cluster = test_builder().url(format!("redis+cluster://{address}")).build().unwrap();
-    let error = within(OPERATION, "a refused acquisition", not_cluster.lock(&unique("single")).unwrap().try_acquire())
-        .await
-        .unwrap_err();
-    let message = error.to_string();
-    assert!(matches!(error, lockkit_core::Error::InvalidConfig { .. }), "{error:?}");
+    let message = refused_config(&not_cluster, &unique("single")).await;
     assert!(message.contains("not a Redis Cluster") && message.contains("redis://"), "{message}");
 
     let fixture = shared().await;
     let too_many: RedisLockProvider = test_builder().url(fixture.url()).replicas(2).build().unwrap();
-    let error = within(OPERATION, "a refused acquisition", too_many.lock(&unique("replicas")).unwrap().try_acquire())
-        .await
-        .unwrap_err();
-    let message = error.to_string();
-    assert!(matches!(error, lockkit_core::Error::InvalidConfig { .. }), "{error:?}");
+    let message = refused_config(&too_many, &unique("replicas")).await;
     assert!(message.contains("replicas=2") && message.contains("lower replicas to 1"), "{message}");
 
     let one: RedisLockProvider = test_builder().url(fixture.url()).replicas(1).build().unwrap();

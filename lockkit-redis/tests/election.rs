@@ -8,27 +8,16 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use lockkit_core::{FencingToken, HoldKind, LeaderEvent, LockName, LossReason, Observer};
+use lockkit_core::{FencingToken, HoldKind, LeaderEvent, LockName, LossReason};
 use lockkit_redis::RedisLockProvider;
 use lockkit_testkit::fixture::Persistence;
-use support::{LEASE, OPERATION, RedisHarness, eventually, server_with_keyspace_events, test_builder, within};
+use lockkit_testkit::wait::next_leader_event;
+use support::{
+    LEASE, LateReplies, OPERATION, RedisHarness, eventually, server_with_keyspace_events, test_builder, within,
+};
 
 fn unique(case: &str) -> String {
     format!("election/{case}/{}", uuid::Uuid::new_v4().simple())
-}
-
-/// The next event of `observer` that is not a failure (a cut-off observer may report one),
-/// within `bound`.
-async fn next_event(observer: &mut Observer, bound: Duration, what: &str) -> LeaderEvent {
-    let deadline = Instant::now() + bound;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match within(left, what, observer.next()).await {
-            Some(Ok(event)) => return event,
-            Some(Err(error)) => println!("{what}: the observer reported {error}"),
-            None => panic!("{what}: the observer's stream ended"),
-        }
-    }
 }
 
 fn term_of(event: &LeaderEvent) -> Option<FencingToken> {
@@ -47,36 +36,26 @@ fn journal_key(provider: &RedisLockProvider, name: &str) -> String {
 /// term in the journal, nothing left once it resigns.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_campaign_whose_reply_was_lost_finds_its_candidacy() {
-    let harness = RedisHarness::shared().await;
-    let (client, faults) = harness.client_with(test_builder()).await.unwrap();
-    client.ping().await.unwrap();
     let name = unique("lost_reply");
-    let key = client.record_key(&LockName::new(&name).unwrap());
-    faults.0.set_latency(Duration::from_millis(300));
-    let election = client.election(&name).unwrap();
+    let late = LateReplies::new(&name).await;
+    let election = late.client.election(&name).unwrap();
     let campaigning = {
         let election = election.clone();
         tokio::spawn(async move { election.campaign_timeout("me:1", Duration::from_secs(10)).await })
     };
-    let mut admin = harness.admin().await;
-    eventually(OPERATION, "the leader's record exists on the server", || {
-        let (mut admin, key) = (admin.clone(), key.clone());
-        async move { redis::cmd("EXISTS").arg(&key).query_async::<i64>(&mut admin).await.unwrap() == 1 }
-    })
-    .await;
-    faults.0.set_latency(Duration::ZERO);
+    late.heal_once_recorded("the leader's record exists on the server").await;
     let leadership = within(LEASE / 2, "the campaign finds its candidacy", campaigning).await.unwrap().unwrap();
-    let counter: u64 = redis::cmd("GET").arg(format!("{key}:fence")).query_async(&mut admin).await.unwrap();
-    assert_eq!(leadership.token().get(), counter, "the term the candidacy was granted with");
-    let info = client.inspect(&name).await.unwrap();
+    assert_eq!(leadership.token().get(), late.counter().await, "the term the candidacy was granted with");
+    let info = late.client.inspect(&name).await.unwrap();
     assert_eq!(info.holders.len(), 1, "one candidacy: {info:?}");
     assert!(matches!(&info.holders[0].kind, HoldKind::Candidate { identity } if &identity[..] == b"me:1"));
     let leader = election.leader().await.unwrap().unwrap();
     assert_eq!((leader.term, leader.identity_str()), (leadership.token(), Some("me:1")));
-    let entries: i64 = redis::cmd("XLEN").arg(journal_key(&client, &name)).query_async(&mut admin).await.unwrap();
+    let mut admin = late.admin.clone();
+    let entries: i64 = redis::cmd("XLEN").arg(journal_key(&late.client, &name)).query_async(&mut admin).await.unwrap();
     assert_eq!(entries, 1, "one term in the journal");
     leadership.resign().await.unwrap();
-    assert!(client.inspect(&name).await.unwrap().is_idle(), "no trace is left");
+    assert!(late.client.inspect(&name).await.unwrap().is_idle(), "no trace is left");
 }
 
 /// An operator deletes the leader's record: the leader learns of it at once (keyspace events)
@@ -92,7 +71,7 @@ async fn a_deleted_leader_record_is_learnt_promptly_and_observers_see_vacant_the
     let name = unique("deleted");
     let leadership = within(OPERATION, "a campaigns", a.election(&name).unwrap().campaign("a")).await.unwrap();
     let mut observer = c.election(&name).unwrap().observe().unwrap();
-    let first = next_event(&mut observer, OPERATION, "the current leader").await;
+    let first = next_leader_event(&mut observer, OPERATION, "the current leader").await;
     assert_eq!(term_of(&first), Some(leadership.token()));
     let election_b = b.election(&name).unwrap();
     let campaign_b = tokio::spawn(async move { election_b.campaign("b").await });
@@ -108,9 +87,9 @@ async fn a_deleted_leader_record_is_learnt_promptly_and_observers_see_vacant_the
     let reason = within(Duration::from_secs(2), "the leader's loss signal", leadership.lost()).await;
     // Gone, or the next candidate's already: an observer's read may hand over first.
     assert!(matches!(reason, LossReason::RecordGone | LossReason::OwnedByAnother), "{reason:?}");
-    let vacant = next_event(&mut observer, Duration::from_secs(2), "the vacancy").await;
+    let vacant = next_leader_event(&mut observer, Duration::from_secs(2), "the vacancy").await;
     assert_eq!(vacant, LeaderEvent::Vacant);
-    let next = next_event(&mut observer, Duration::from_secs(5), "the next term").await;
+    let next = next_leader_event(&mut observer, Duration::from_secs(5), "the next term").await;
     let leader_b = within(Duration::from_secs(5), "b leads", campaign_b).await.unwrap().unwrap();
     println!("b leads {:?} after the DEL", deleted_at.elapsed());
     assert!(deleted_at.elapsed() < Duration::from_secs(5), "long before the 30 s lease");
@@ -148,7 +127,7 @@ async fn an_observer_cut_off_while_terms_pass_gets_every_term_or_a_gap_then_the_
     let (runner, _runner_faults) = harness.client_with(test_builder()).await.unwrap();
     let name = unique("cut_off");
     let mut observer = watcher.election(&name).unwrap().observe().unwrap();
-    assert_eq!(next_event(&mut observer, OPERATION, "the first state").await, LeaderEvent::Vacant);
+    assert_eq!(next_leader_event(&mut observer, OPERATION, "the first state").await, LeaderEvent::Vacant);
     let mut admin = harness.admin().await;
 
     // The subscriber connection killed while five terms pass: every term, in order.
@@ -157,7 +136,7 @@ async fn an_observer_cut_off_while_terms_pass_gets_every_term_or_a_gap_then_the_
     let last = pass_terms(&runner, &name, 5).await;
     let mut terms = Vec::new();
     while terms.last() != Some(&last) {
-        let event = next_event(&mut observer, OPERATION, &format!("the terms after {terms:?}")).await;
+        let event = next_leader_event(&mut observer, OPERATION, &format!("the terms after {terms:?}")).await;
         assert_ne!(event, LeaderEvent::Gap, "the journal replays what the killed subscriber missed");
         terms.extend(term_of(&event));
     }
@@ -172,7 +151,8 @@ async fn an_observer_cut_off_while_terms_pass_gets_every_term_or_a_gap_then_the_
     faults.0.heal();
     let mut after = Vec::new();
     loop {
-        let event = next_event(&mut observer, Duration::from_secs(15), &format!("the events after {after:?}")).await;
+        let event =
+            next_leader_event(&mut observer, Duration::from_secs(15), &format!("the events after {after:?}")).await;
         let done = term_of(&event) == Some(current.token());
         after.push(event);
         if done {
@@ -186,7 +166,7 @@ async fn an_observer_cut_off_while_terms_pass_gets_every_term_or_a_gap_then_the_
     assert!(seen.windows(2).all(|pair| pair[0] < pair[1]), "in order: {after:?}");
     assert!(matches!(after.last(), Some(LeaderEvent::Elected(leader)) if leader.identity_str() == Some("current")));
     current.resign().await.unwrap();
-    assert_eq!(next_event(&mut observer, OPERATION, "the vacancy").await, LeaderEvent::Vacant);
+    assert_eq!(next_leader_event(&mut observer, OPERATION, "the vacancy").await, LeaderEvent::Vacant);
 }
 
 /// A leader whose renewals stall (its connection blackholed) stops leading before its record
@@ -200,13 +180,13 @@ async fn a_leader_whose_renewals_stall_is_reported_vacant_within_about_a_lease()
     let name = unique("stalled");
     let leadership = within(OPERATION, "campaign", leader.election(&name).unwrap().campaign("stalling")).await.unwrap();
     let mut observer = watcher.election(&name).unwrap().observe().unwrap();
-    let first = next_event(&mut observer, OPERATION, "the current leader").await;
+    let first = next_leader_event(&mut observer, OPERATION, "the current leader").await;
     assert_eq!(term_of(&first), Some(leadership.token()));
     faults.0.blackhole();
     let stalled_at = Instant::now();
     within(LEASE + OPERATION, "the leader's loss signal", leadership.lost()).await;
     let lost_after = stalled_at.elapsed();
-    let vacant = next_event(&mut observer, LEASE + Duration::from_secs(2), "the vacancy").await;
+    let vacant = next_leader_event(&mut observer, LEASE + Duration::from_secs(2), "the vacancy").await;
     let vacant_after = stalled_at.elapsed();
     println!("lost after {lost_after:?}, reported vacant after {vacant_after:?}");
     assert_eq!(vacant, LeaderEvent::Vacant);

@@ -13,7 +13,7 @@ use lockkit_redis::RedisLockProvider;
 use lockkit_testkit::fixture::Persistence;
 use lockkit_testkit::{ClientFaults, History};
 use support::{
-    LEASE, OPERATION, RENEW_EVERY, RedisHarness, eventually, server_with_keyspace_events, test_builder,
+    LEASE, LateReplies, OPERATION, RENEW_EVERY, RedisHarness, eventually, server_with_keyspace_events, test_builder,
     wait_for_subscriber, within,
 };
 
@@ -328,27 +328,16 @@ async fn sixteen_clients_on_one_lock_never_overlap() {
 /// own record, and returns the token that record was granted with. One grant, one token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_acquire_reply_is_recovered_by_owner_id() {
-    let harness = RedisHarness::shared().await;
-    let (client, faults) = harness.client_with(test_builder()).await.unwrap();
-    client.ping().await.unwrap();
     let name = unique("lost_reply");
-    let key = client.record_key(&LockName::new(&name).unwrap());
     // The request arrives, the reply comes back after the response timeout.
-    faults.0.set_latency(Duration::from_millis(300));
-    let lock = client.lock(&name).unwrap();
+    let late = LateReplies::new(&name).await;
+    let lock = late.client.lock(&name).unwrap();
     let acquiring = tokio::spawn(async move { lock.acquire_timeout(Duration::from_secs(10)).await.map(|g| (g, lock)) });
-    let mut admin = harness.admin().await;
-    eventually(OPERATION, "the record exists on the server", || {
-        let mut admin = admin.clone();
-        let key = key.clone();
-        async move { redis::cmd("EXISTS").arg(&key).query_async::<i64>(&mut admin).await.unwrap() == 1 }
-    })
-    .await;
-    faults.0.set_latency(Duration::ZERO);
+    late.heal_once_recorded("the record exists on the server").await;
     // Far sooner than the lease: the retry finds its own record instead of waiting it out.
     let (guard, _lock) =
         within(LEASE / 2, "the acquisition completes by recovering its record", acquiring).await.unwrap().unwrap();
-    let counter: u64 = redis::cmd("GET").arg(format!("{key}:fence")).query_async(&mut admin).await.unwrap();
+    let counter = late.counter().await;
     assert_eq!(guard.token().get(), counter, "the recovered grant carries the token the record was granted with");
     guard.release().await.unwrap();
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use lockkit_redis::RedisLockProvider;
 use lockkit_testkit::fixture::RedisReplicated;
-use support::{OPERATION, test_builder, within};
+use support::{OPERATION, refused_config, test_builder, within};
 
 fn unique(case: &str) -> String {
     format!("replication/{case}/{}", uuid::Uuid::new_v4().simple())
@@ -24,6 +24,19 @@ async fn replicated(replicas: usize) -> RedisReplicated {
 
 fn plain_provider(url: String) -> RedisLockProvider {
     test_builder().url(url).build().unwrap()
+}
+
+/// A primary with one replica, and a provider on the primary whose writes count once the
+/// replica acknowledged them (it waits 200 ms for that).
+async fn acknowledged() -> (RedisReplicated, RedisLockProvider) {
+    let fixture = replicated(1).await;
+    let provider = test_builder()
+        .url(fixture.primary().url())
+        .replicas(1)
+        .replicas_timeout(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    (fixture, provider)
 }
 
 /// Acquires and releases the mutex `name` `times` times; returns the greatest token granted.
@@ -75,11 +88,7 @@ async fn a_promoted_lagging_replica_never_reissues_a_token() {
 async fn more_replicas_than_the_primary_has_is_refused_at_first_use() {
     let fixture = replicated(1).await;
     let provider = test_builder().url(fixture.primary().url()).replicas(2).build().unwrap();
-    let error = within(OPERATION, "a refused acquisition", provider.lock(&unique("too-many")).unwrap().try_acquire())
-        .await
-        .unwrap_err();
-    let message = error.to_string();
-    assert!(matches!(error, lockkit_core::Error::InvalidConfig { .. }), "{error:?}");
+    let message = refused_config(&provider, &unique("too-many")).await;
     assert!(message.contains("replicas=2") && message.contains("has 1 replica"), "{message}");
     // A replica is no primary to wait on.
     let on_replica = test_builder().url(fixture.replicas()[0].url()).replicas(1).build().unwrap();
@@ -92,13 +101,7 @@ async fn more_replicas_than_the_primary_has_is_refused_at_first_use() {
 /// lock free; with it running again, the lock is granted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_counts_only_when_the_replicas_acknowledge_it() {
-    let mut fixture = replicated(1).await;
-    let provider = test_builder()
-        .url(fixture.primary().url())
-        .replicas(1)
-        .replicas_timeout(Duration::from_millis(200))
-        .build()
-        .unwrap();
+    let (mut fixture, provider) = acknowledged().await;
     let name = unique("grant");
     // `acquire`, not `try_acquire`: on a loaded machine the replica's first acknowledgement can
     // take longer than the 200 ms this provider waits, which is a retryable refusal.
@@ -128,13 +131,7 @@ async fn a_grant_counts_only_when_the_replicas_acknowledge_it() {
 /// where it was: the hold runs out and is signalled lost, although the primary renewed it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unacknowledged_renewal_does_not_extend_the_hold() {
-    let mut fixture = replicated(1).await;
-    let provider = test_builder()
-        .url(fixture.primary().url())
-        .replicas(1)
-        .replicas_timeout(Duration::from_millis(200))
-        .build()
-        .unwrap();
+    let (mut fixture, provider) = acknowledged().await;
     let guard =
         within(OPERATION, "an acknowledged grant", provider.lock(&unique("renew")).unwrap().acquire()).await.unwrap();
     fixture.replicas_mut()[0].pause().unwrap();
@@ -151,13 +148,7 @@ async fn an_unacknowledged_renewal_does_not_extend_the_hold() {
 /// applied it: nothing is held), and with the replica back it succeeds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_break_counts_only_when_the_replicas_acknowledge_it() {
-    let mut fixture = replicated(1).await;
-    let provider = test_builder()
-        .url(fixture.primary().url())
-        .replicas(1)
-        .replicas_timeout(Duration::from_millis(200))
-        .build()
-        .unwrap();
+    let (mut fixture, provider) = acknowledged().await;
     let name = unique("break");
     let held = within(OPERATION, "a grant", provider.lock(&name).unwrap().acquire()).await.unwrap();
     let broken = within(OPERATION, "an acknowledged break", provider.break_lock(&name)).await.unwrap();

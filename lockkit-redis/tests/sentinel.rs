@@ -12,19 +12,14 @@
 
 mod support;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lockkit_redis::{RedisLockProvider, RedisLockProviderBuilder};
+use lockkit_redis::RedisLockProvider;
 use lockkit_testkit::fixture::RedisSentinels;
-use lockkit_testkit::{FaultResult, Harness, NoFaults, TestClient, Timing, Unsupported};
-use support::{LEASE, closed_port, hold_keys, test_builder, within};
+use support::multi_host::{MultiHostHarness, Setup};
+use support::{LEASE, refused_config, test_builder, within};
 use tokio::sync::OnceCell;
-
-/// The environment variable that hands the sentinel URL of the parent test process to the
-/// child processes of the cross-process cases, which use the parent's setup.
-const SENTINEL_URL_ENV: &str = "LOCKKIT_REDIS_SENTINEL_URL";
 
 /// The sentinel setup shared by the conformance cases of this process.
 async fn shared() -> &'static RedisSentinels {
@@ -39,84 +34,48 @@ async fn shared() -> &'static RedisSentinels {
         .await
 }
 
-/// Runs the kit through the sentinels.
-pub struct SentinelHarness {
-    url: String,
-    /// The setup, unless this is the child process of a cross-process case.
-    fixture: Option<&'static RedisSentinels>,
+/// A primary, its replicas and the sentinels that name it, reached through the sentinels' URL:
+/// the setup, unless this is the child process of a cross-process case.
+pub struct Sentinels(Option<&'static RedisSentinels>);
+
+#[async_trait]
+impl Setup for Sentinels {
+    const NAME: &'static str = "redis (sentinel)";
+    const SCHEME: &'static str = "redis+sentinel";
+    const PATH: &'static str = "/lockkit";
+    const URL_ENV: &'static str = "LOCKKIT_REDIS_SENTINEL_URL";
+
+    /// On the primary the sentinels name now.
+    async fn delete(&self, _url: &str, keys: &[String]) -> i64 {
+        let fixture = self.0.expect("the parent process has the setup");
+        let primary = fixture.primary_addr().await.unwrap();
+        let client = redis::Client::open(format!("redis://{primary}/")).unwrap();
+        let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+        redis::cmd("DEL").arg(keys).query_async(&mut admin).await.unwrap()
+    }
+
+    fn bad_urls(hosts: &str) -> Vec<(&'static str, String)> {
+        vec![
+            ("a sentinel URL without a master name", format!("redis+sentinel://{hosts}")),
+            ("a sentinel URL with an empty host", format!("redis+sentinel://{hosts},/lockkit")),
+            // Options in the URL are settings like the builder's methods (core's one rule); one
+            // that is not a setting of this backend is refused.
+            ("a sentinel URL with an unknown option", format!("redis+sentinel://{hosts}/lockkit?leese=1s")),
+            ("a mixed scheme", format!("redis+cluster+sentinel://{hosts}/lockkit")),
+        ]
+    }
 }
+
+/// Runs the kit through the sentinels.
+pub type SentinelHarness = MultiHostHarness<Sentinels>;
 
 impl SentinelHarness {
     pub async fn shared() -> Self {
-        match std::env::var(SENTINEL_URL_ENV) {
-            Ok(url) if !url.is_empty() => Self { url, fixture: None },
-            _ => {
-                let fixture = shared().await;
-                Self { url: fixture.url(), fixture: Some(fixture) }
-            }
-        }
-    }
-
-    fn builder(&self) -> RedisLockProviderBuilder {
-        test_builder().url(&self.url)
-    }
-
-    /// A plain connection to the primary the sentinels name now.
-    async fn admin(&self) -> redis::aio::MultiplexedConnection {
-        let fixture = self.fixture.expect("the parent process has the setup");
-        let primary = fixture.primary_addr().await.unwrap();
-        let client = redis::Client::open(format!("redis://{primary}/")).unwrap();
-        client.get_multiplexed_async_connection().await.unwrap()
-    }
-
-    /// `host:port,host:port` of the sentinels.
-    fn hosts(&self) -> String {
-        self.url.trim_start_matches("redis+sentinel://").split('/').next().unwrap_or_default().to_owned()
-    }
-}
-
-#[async_trait]
-impl Harness for SentinelHarness {
-    fn name(&self) -> &str {
-        "redis (sentinel)"
-    }
-
-    async fn client(&self) -> lockkit_core::Result<TestClient> {
-        Ok(TestClient::new(self.builder().build()?, Arc::new(NoFaults)))
-    }
-
-    fn timing(&self) -> Timing {
-        Timing::new().with_lease(LEASE)
-    }
-
-    async fn unreachable_client(&self) -> Result<TestClient, Unsupported> {
-        let url = format!("redis+sentinel://{}/lockkit", closed_port());
-        let provider = test_builder().url(url).build().map_err(|_| Unsupported)?;
-        Ok(TestClient::new(provider, Arc::new(NoFaults)))
-    }
-
-    async fn delete_record(&self, name: &str) -> FaultResult {
-        let keys = hold_keys(name);
-        let deleted: i64 = redis::cmd("DEL").arg(&keys).query_async(&mut self.admin().await).await.unwrap();
-        assert!(deleted >= 1, "a record of the held lock exists among {keys:?}");
-        Ok(())
-    }
-
-    fn child_env(&self) -> Result<Vec<(String, String)>, Unsupported> {
-        Ok(vec![(SENTINEL_URL_ENV.to_owned(), self.url.clone())])
-    }
-
-    async fn invalid_configs(&self) -> Vec<(String, lockkit_core::Result<()>)> {
-        let hosts = self.hosts();
-        let attempt = |what: &str, url: String| (what.to_owned(), test_builder().url(url).build().map(drop));
-        vec![
-            attempt("a sentinel URL without a master name", format!("redis+sentinel://{hosts}")),
-            attempt("a sentinel URL with an empty host", format!("redis+sentinel://{hosts},/lockkit")),
-            // Options in the URL are settings like the builder's methods (core's one rule); one
-            // that is not a setting of this backend is refused.
-            attempt("a sentinel URL with an unknown option", format!("redis+sentinel://{hosts}/lockkit?leese=1s")),
-            attempt("a mixed scheme", format!("redis+cluster+sentinel://{hosts}/lockkit")),
-        ]
+        Self::handed_down_or(Sentinels(None), async {
+            let fixture = shared().await;
+            (fixture.url(), Sentinels(Some(fixture)))
+        })
+        .await
     }
 }
 
@@ -151,20 +110,12 @@ async fn bad_sentinel_urls_say_what_to_change() {
     let fixture = shared().await;
     let hosts = fixture.url().trim_start_matches("redis+sentinel://").split('/').next().unwrap().to_owned();
     let unknown = test_builder().url(format!("redis+sentinel://{hosts}/nosuchmaster")).build().unwrap();
-    let error = within(OPERATION, "a refused acquisition", unknown.lock(&unique("unknown")).unwrap().try_acquire())
-        .await
-        .unwrap_err();
-    let message = error.to_string();
-    assert!(matches!(error, lockkit_core::Error::InvalidConfig { .. }), "{error:?}");
+    let message = refused_config(&unknown, &unique("unknown")).await;
     assert!(message.contains("\"nosuchmaster\"") && message.contains("SENTINEL MASTERS"), "{message}");
 
     let server = fixture.primary_addr().await.unwrap();
     let not_sentinel = test_builder().url(format!("redis+sentinel://{server}/lockkit")).build().unwrap();
-    let error = within(OPERATION, "a refused acquisition", not_sentinel.lock(&unique("server")).unwrap().try_acquire())
-        .await
-        .unwrap_err();
-    let message = error.to_string();
-    assert!(matches!(error, lockkit_core::Error::InvalidConfig { .. }), "{error:?}");
+    let message = refused_config(&not_sentinel, &unique("server")).await;
     assert!(message.contains("not sentinels") && message.contains("redis://"), "{message}");
 }
 

@@ -71,6 +71,20 @@ struct Slot<T> {
     rejected: usize,
 }
 
+impl<T> Slot<T> {
+    /// Refuses `token`, and counts the refusal, when a write with a greater token was accepted
+    /// before.
+    fn admit(&mut self, token: FencingToken) -> Result<(), StaleToken> {
+        match self.highest {
+            Some(highest) if token < highest => {
+                self.rejected += 1;
+                Err(StaleToken { offered: token, highest })
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
 impl<T> Default for Slot<T> {
     fn default() -> Self {
         Self { lock: None, highest: None, accepted: Vec::new(), rejected: 0 }
@@ -98,12 +112,7 @@ impl<T: Clone> FencedResource<T> {
     pub fn write(&self, token: FencingToken, value: impl Into<T>) -> Result<(), StaleToken> {
         let mut state = self.state();
         let slot = state.entry(UNNAMED.to_owned()).or_default();
-        if let Some(highest) = slot.highest
-            && token < highest
-        {
-            slot.rejected += 1;
-            return Err(StaleToken { offered: token, highest });
-        }
+        slot.admit(token)?;
         slot.highest = Some(token);
         slot.accepted.push((token, value.into()));
         Ok(())
@@ -120,12 +129,7 @@ impl<T: Clone> FencedResource<T> {
     pub fn read(&self, token: FencingToken) -> Result<Option<T>, StaleToken> {
         let mut state = self.state();
         let slot = state.entry(UNNAMED.to_owned()).or_default();
-        if let Some(highest) = slot.highest
-            && token < highest
-        {
-            slot.rejected += 1;
-            return Err(StaleToken { offered: token, highest });
-        }
+        slot.admit(token)?;
         Ok(slot.accepted.last().map(|(_, value)| value.clone()))
     }
 

@@ -44,22 +44,15 @@ impl Timing {
         }
     }
 
-    /// Sets the lease or session timeout after which a dead holder's hold ends.
-    pub fn with_lease(mut self, lease: Duration) -> Self {
-        self.lease = Some(lease);
-        self
-    }
+    crate::setters::with_setters! {
+        /// Sets the lease or session timeout after which a dead holder's hold ends.
+        fn with_lease(lease: Duration) => lease = Some(lease);
 
-    /// Sets the bound on a single operation.
-    pub fn with_operation(mut self, operation: Duration) -> Self {
-        self.operation = operation;
-        self
-    }
+        /// Sets the bound on a single operation.
+        fn with_operation(operation: Duration) => operation = operation;
 
-    /// Sets the bound on a release reaching a waiter.
-    pub fn with_wake(mut self, wake: Duration) -> Self {
-        self.wake = wake;
-        self
+        /// Sets the bound on a release reaching a waiter.
+        fn with_wake(wake: Duration) => wake = wake;
     }
 }
 

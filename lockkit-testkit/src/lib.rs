@@ -37,6 +37,7 @@ pub mod panics;
 pub mod process_chaos;
 pub mod proxy;
 mod rng;
+mod setters;
 mod sync;
 pub mod wait;
 

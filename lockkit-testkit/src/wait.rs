@@ -15,6 +15,7 @@
 use std::future::Future;
 use std::time::Duration;
 
+use lockkit_core::{LeaderEvent, Observer};
 use tokio::time::Instant;
 
 /// How often [`eventually`] asks its condition again.
@@ -73,6 +74,26 @@ where
         Ok(value) => value,
         Err(()) => panic!("{what} did not happen within {bound:?}"),
     }
+}
+
+/// The next event of an election's `observer` within `bound`, passing over the failures an
+/// observer reports while it is cut off from its store (each must be retryable).
+///
+/// # Panics
+///
+/// When no event comes within `bound`, when the observer fails with an error that is not
+/// retryable, or when its stream ends.
+pub async fn next_leader_event(observer: &mut Observer, bound: Duration, what: &str) -> LeaderEvent {
+    within(bound, what, async {
+        loop {
+            match observer.next().await {
+                Some(Ok(event)) => return event,
+                Some(Err(error)) => assert!(error.is_retryable(), "{what}: the observer failed: {error}"),
+                None => panic!("{what}: the observer's stream ended"),
+            }
+        }
+    })
+    .await
 }
 
 /// Asks `probe` every `every` until it returns `Ok`, and returns that; returns the last `Err`

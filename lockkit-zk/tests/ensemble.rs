@@ -26,19 +26,31 @@ const SESSION_TIMEOUT: Duration = Duration::from_secs(6);
 /// One ensemble at a time in this test binary.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+/// The test's turn (hold it to the end), a fresh ensemble, and a base path of its own.
+async fn fresh_ensemble() -> (tokio::sync::MutexGuard<'static, ()>, ZkEnsemble, String) {
+    let turn = ONE_AT_A_TIME.lock().await;
+    let ensemble = ZkEnsemble::start().await.expect("the ensemble starts");
+    (turn, ensemble, format!("/lockkit-ensemble-{}", uuid::Uuid::new_v4().simple()))
+}
+
+/// A proxy in front of each member of `ensemble`, and the connect string that reaches the
+/// members through them.
+async fn proxied(ensemble: &ZkEnsemble) -> (Vec<FaultProxy>, String) {
+    let mut proxies = Vec::new();
+    for i in 0..ensemble.member_count() {
+        proxies.push(FaultProxy::start(ensemble.member_addr(i)).await.unwrap());
+    }
+    let through = proxies.iter().map(|p| p.addr().to_string()).collect::<Vec<_>>().join(",");
+    (proxies, through)
+}
+
 #[test]
 fn holder_survives_losing_its_server_or_is_told_and_there_are_never_two_holders() {
     run(async {
-        let _turn = ONE_AT_A_TIME.lock().await;
-        let mut ensemble = ZkEnsemble::start().await.expect("the ensemble starts");
-        let base = format!("/lockkit-ensemble-{}", uuid::Uuid::new_v4().simple());
+        let (_turn, mut ensemble, base) = fresh_ensemble().await;
         // The holder reaches each member through a proxy of its own, so we can tell which
         // member it is connected to.
-        let mut proxies = Vec::new();
-        for i in 0..ensemble.member_count() {
-            proxies.push(FaultProxy::start(ensemble.member_addr(i)).await.unwrap());
-        }
-        let holder_target = proxies.iter().map(|p| p.addr().to_string()).collect::<Vec<_>>().join(",");
+        let (proxies, holder_target) = proxied(&ensemble).await;
         let holder = ZkLockProvider::builder()
             .connect_string(holder_target)
             .base_path(base.clone())
@@ -155,17 +167,12 @@ async fn end(history: &History, index: usize, guard: LockGuard) {
 #[test]
 fn an_observer_follows_the_election_from_another_member_when_its_own_stops() {
     run(async {
-        let _turn = ONE_AT_A_TIME.lock().await;
-        let mut ensemble = ZkEnsemble::start().await.expect("the ensemble starts");
-        let base = format!("/lockkit-ensemble-{}", uuid::Uuid::new_v4().simple());
-        let mut proxies = Vec::new();
-        for i in 0..ensemble.member_count() {
-            proxies.push(FaultProxy::start(ensemble.member_addr(i)).await.unwrap());
-        }
+        let (_turn, mut ensemble, base) = fresh_ensemble().await;
+        let (proxies, through_proxies) = proxied(&ensemble).await;
         let builder = |servers: String| {
             ZkLockProvider::builder().connect_string(servers).base_path(base.clone()).session_timeout(SESSION_TIMEOUT)
         };
-        let observer_side = builder(proxies.iter().map(|p| p.addr().to_string()).collect::<Vec<_>>().join(","));
+        let observer_side = builder(through_proxies);
         let observing = observer_side.build().unwrap();
         let a = builder(ensemble.connect_string()).build().unwrap();
         let b = builder(ensemble.connect_string()).build().unwrap();

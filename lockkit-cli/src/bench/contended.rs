@@ -17,13 +17,7 @@ impl Bench {
     pub(super) async fn contended(&mut self) -> Result<(), Failure> {
         let name = self.name("contended");
         let clients = usize::try_from(self.args.clients).unwrap_or(usize::MAX);
-        let mut locks = Vec::with_capacity(clients);
-        let mut providers = Vec::with_capacity(clients);
-        for _ in 0..clients {
-            let provider = self.target.connect(&name, false).await?;
-            locks.push(self.lock(&provider, &name)?);
-            providers.push(provider);
-        }
+        let (locks, providers) = self.clients(&name, clients, |provider, _| self.lock(provider, &name)).await?;
         /// The last release: by which client, when it started.
         struct Last {
             client: usize,
@@ -118,10 +112,7 @@ impl Bench {
             Unit::Micros,
             self.ratio(r50),
         );
-        let (w50, w99, wmax) = (wait.micros(0.5), wait.micros(0.99), wait.max_micros());
-        self.report.add_ratio(section, "wait_p50", "wait p50", w50, Unit::Micros, self.ratio(w50));
-        self.report.add_ratio(section, "wait_p99", "wait p99", w99, Unit::Micros, self.ratio(w99));
-        self.report.add_ratio(section, "wait_max", "wait max", wmax, Unit::Micros, self.ratio(wmax));
+        let (w50, _, wmax) = self.add_wait(section, "wait", "wait", wait.spread());
         let starvation = if w50 > 0.0 { wmax / w50 } else { 0.0 };
         self.report.add(section, "wait_max_over_p50", "wait max ÷ wait p50", starvation, Unit::Times);
         if let Some(most) = self.targets.wait_spread {

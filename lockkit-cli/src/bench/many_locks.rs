@@ -1,7 +1,7 @@
 //! The many-locks phase: `--locks` distinct locks acquired and released one after another,
 //! then all at once on one client.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::report::Unit;
 use super::state::Bench;
@@ -30,25 +30,15 @@ impl Bench {
             done.map_err(|e| Failure::new(crate::exit::BACKEND, format!("a task failed: {e}")))??;
         }
         let concurrent = started.elapsed();
-        let per = |d: Duration| d.as_secs_f64() * 1e6 / count.max(1) as f64;
-        self.report.add(
-            section,
-            "sequential",
-            format!("{count} locks one after another"),
-            sequential.as_secs_f64(),
-            Unit::Seconds,
-        );
-        let s = per(sequential);
-        self.report.add_ratio(section, "sequential_per_lock", "… per lock", s, Unit::Micros, self.ratio(s));
-        self.report.add(
-            section,
-            "concurrent",
-            format!("{count} locks at once, one client"),
-            concurrent.as_secs_f64(),
-            Unit::Seconds,
-        );
-        let c = per(concurrent);
-        self.report.add_ratio(section, "concurrent_per_lock", "… per lock", c, Unit::Micros, self.ratio(c));
+        for (key, label, took) in [
+            ("sequential", format!("{count} locks one after another"), sequential),
+            ("concurrent", format!("{count} locks at once, one client"), concurrent),
+        ] {
+            self.report.add(section, key, label, took.as_secs_f64(), Unit::Seconds);
+            let per_lock = took.as_secs_f64() * 1e6 / count.max(1) as f64;
+            let ratio = self.ratio(per_lock);
+            self.report.add_ratio(section, format!("{key}_per_lock"), "… per lock", per_lock, Unit::Micros, ratio);
+        }
         let speedup = sequential.as_secs_f64() / concurrent.as_secs_f64().max(1e-9);
         self.report.add(section, "speedup", "at once ÷ one after another (speed-up)", speedup, Unit::Times);
         if let Some(least) = self.targets.many_locks_speedup {

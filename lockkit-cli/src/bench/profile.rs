@@ -69,6 +69,28 @@ pub(crate) struct FloorFigure {
     pub(crate) p99: bool,
 }
 
+impl FloorFigure {
+    /// The floor of every ratio, reported with its p50 and p99.
+    pub(crate) const fn main(key: &'static str, label: &'static str) -> Self {
+        Self { main: true, key, label, p99: true }
+    }
+
+    /// Another round trip, reported with its p50 and p99.
+    pub(crate) const fn other(key: &'static str, label: &'static str) -> Self {
+        Self { main: false, key, label, p99: true }
+    }
+
+    /// Another round trip, reported with its p50 only.
+    pub(crate) const fn other_p50(key: &'static str, label: &'static str) -> Self {
+        Self { main: false, key, label, p99: false }
+    }
+}
+
+/// A floor's round trip to the server at `url` failed: the store is unavailable.
+pub(crate) fn floor_failure(url: &Url, error: impl std::fmt::Display) -> Failure {
+    Failure::new(crate::exit::UNAVAILABLE, format!("floor: {} failed: {error}", url.shown))
+}
+
 /// A floor: raw round trips of the backend's own client library to the store, on connections
 /// of its own.
 pub(crate) trait Floor: Send {
@@ -105,6 +127,12 @@ pub(crate) trait Floor: Send {
 
 /// Renewal rounds and round trips of one provider so far.
 pub(crate) type Renewals = Box<dyn Fn() -> (u64, u64) + Send + Sync>;
+
+/// The [`Renewals`] of `provider`, a backend's typed provider, as `counters` reads them from
+/// its renewal statistics.
+pub(crate) fn renewals<P: Send + Sync + 'static>(provider: P, counters: fn(&P) -> (u64, u64)) -> Renewals {
+    Box::new(move || counters(&provider))
+}
 
 /// A provider with quick renewals for the upkeep phase, and its renewal counters.
 pub(crate) struct Upkeep {

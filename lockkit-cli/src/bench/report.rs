@@ -45,6 +45,11 @@ impl Latency {
     pub(crate) fn max_micros(&self) -> f64 {
         if self.0.is_empty() { 0.0 } else { self.0.max() as f64 / 1e3 }
     }
+
+    /// The p50, the p99 and the largest sample, in microseconds.
+    pub(crate) fn spread(&self) -> (f64, f64, f64) {
+        (self.micros(0.5), self.micros(0.99), self.max_micros())
+    }
 }
 
 /// How a figure's value reads.

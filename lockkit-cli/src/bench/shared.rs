@@ -85,13 +85,7 @@ impl Bench {
 
     async fn readers_at_once(&mut self) -> Result<(), Failure> {
         let name = self.name("readers");
-        let mut handles = Vec::with_capacity(READERS);
-        let mut providers = Vec::with_capacity(READERS);
-        for _ in 0..READERS {
-            let provider = self.target.connect(&name, false).await?;
-            handles.push(self.rw_reader(&provider, &name)?);
-            providers.push(provider);
-        }
+        let (handles, providers) = self.clients(&name, READERS, |provider, _| self.rw_reader(provider, &name)).await?;
         let window = self.args.duration / 2;
         let alone = self.timed(&name, handles[..1].to_vec(), window, None).await?;
         let together = self.timed(&name, handles, window, None).await?;
@@ -119,16 +113,13 @@ impl Bench {
 
     async fn read_heavy(&mut self) -> Result<(), Failure> {
         let name = self.name("read-heavy");
-        let mut handles = Vec::with_capacity(READERS);
-        let mut providers = Vec::with_capacity(READERS);
-        for client in 0..READERS {
-            let provider = self.target.connect(&name, false).await?;
-            let fail = self.fail(&name, "a read-write lock");
-            let rw = provider.rw_lock(&name).map_err(fail)?;
-            // The last client writes; the others read.
-            handles.push(if client + 1 == READERS { rw.writer().clone() } else { rw.reader().clone() });
-            providers.push(provider);
-        }
+        let (handles, providers) = self
+            .clients(&name, READERS, |provider, client| {
+                let rw = provider.rw_lock(&name).map_err(self.fail(&name, "a read-write lock"))?;
+                // The last client writes; the others read.
+                Ok(if client + 1 == READERS { rw.writer().clone() } else { rw.reader().clone() })
+            })
+            .await?;
         let tallies = self.timed(&name, handles, self.args.duration, None).await?;
         drop(providers);
         let (readers, writer) = tallies.split_at(READERS - 1);
@@ -154,15 +145,10 @@ impl Bench {
             Unit::PerSecond,
             self.rate_ratio(writes),
         );
-        let (r50, r99, rmax) = (read_wait.micros(0.5), read_wait.micros(0.99), read_wait.max_micros());
-        self.report.add_ratio(section, "read_wait_p50", "read wait p50", r50, Unit::Micros, self.ratio(r50));
-        self.report.add_ratio(section, "read_wait_p99", "read wait p99", r99, Unit::Micros, self.ratio(r99));
-        self.report.add_ratio(section, "read_wait_max", "read wait max", rmax, Unit::Micros, self.ratio(rmax));
+        self.add_wait(section, "read_wait", "read wait", read_wait.spread());
         let write_wait = writer.first().map(|t| &t.wait);
-        let (w50, w99, wmax) = write_wait.map_or((0.0, 0.0, 0.0), |w| (w.micros(0.5), w.micros(0.99), w.max_micros()));
-        self.report.add_ratio(section, "write_wait_p50", "writer's wait p50", w50, Unit::Micros, self.ratio(w50));
-        self.report.add_ratio(section, "write_wait_p99", "writer's wait p99", w99, Unit::Micros, self.ratio(w99));
-        self.report.add_ratio(section, "write_wait_max", "writer's wait max", wmax, Unit::Micros, self.ratio(wmax));
+        let (w50, _, wmax) =
+            self.add_wait(section, "write_wait", "writer's wait", write_wait.map_or((0.0, 0.0, 0.0), Latency::spread));
         let spread = if w50 > 0.0 { wmax / w50 } else { 0.0 };
         self.report.add(section, "write_wait_max_over_p50", "writer's wait max ÷ p50", spread, Unit::Times);
         if self.provider.capabilities().fair {
@@ -178,13 +164,11 @@ impl Bench {
             return Ok(());
         }
         let name = self.name("semaphore");
-        let mut handles = Vec::with_capacity(SEMAPHORE_CLIENTS);
-        let mut providers = Vec::with_capacity(SEMAPHORE_CLIENTS);
-        for _ in 0..SEMAPHORE_CLIENTS {
-            let provider = self.target.connect(&name, false).await?;
-            handles.push(provider.semaphore(&name, PERMITS).map_err(self.fail(&name, "a semaphore"))?);
-            providers.push(provider);
-        }
+        let (handles, providers) = self
+            .clients(&name, SEMAPHORE_CLIENTS, |provider, _| {
+                provider.semaphore(&name, PERMITS).map_err(self.fail(&name, "a semaphore"))
+            })
+            .await?;
         let in_use = Arc::new((AtomicUsize::new(0), AtomicUsize::new(0)));
         let tallies = self.timed(&name, handles, self.args.duration, Some(Arc::clone(&in_use))).await?;
         drop(providers);
@@ -201,10 +185,7 @@ impl Bench {
             Unit::PerSecond,
             self.rate_ratio(rate),
         );
-        let (w50, w99, wmax) = (wait.micros(0.5), wait.micros(0.99), wait.max_micros());
-        self.report.add_ratio(section, "wait_p50", "wait p50", w50, Unit::Micros, self.ratio(w50));
-        self.report.add_ratio(section, "wait_p99", "wait p99", w99, Unit::Micros, self.ratio(w99));
-        self.report.add_ratio(section, "wait_max", "wait max", wmax, Unit::Micros, self.ratio(wmax));
+        self.add_wait(section, "wait", "wait", wait.spread());
         let most = in_use.1.load(Ordering::SeqCst) as f64;
         self.report.add(section, "most_in_use", "most permits in use at once (a check)", most, Unit::Count);
         self.report.target("≤ 3", |v, _| v <= f64::from(PERMITS));

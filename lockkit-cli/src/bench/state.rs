@@ -4,7 +4,7 @@
 use lockkit::{LockHandle, LockProvider};
 
 use super::profile::{Floor, Profile, Targets};
-use super::report::Report;
+use super::report::{Report, Unit};
 use super::url::Url;
 use crate::cli::BenchArgs;
 use crate::exit::Failure;
@@ -44,6 +44,24 @@ impl Bench {
         provider.lock(name).map_err(|e| Failure::from_lock_error(&e, &format!("lock {name:?}")))
     }
 
+    /// `count` clients of their own on the lock `name`: the handle `handle` makes on each
+    /// client's provider (given the client's index), and the providers, which must live as
+    /// long as the handles are used.
+    pub(crate) async fn clients<H>(
+        &self,
+        name: &str,
+        count: usize,
+        handle: impl Fn(&LockProvider, usize) -> Result<H, Failure>,
+    ) -> Result<(Vec<H>, Vec<LockProvider>), Failure> {
+        let (mut handles, mut providers) = (Vec::with_capacity(count), Vec::with_capacity(count));
+        for client in 0..count {
+            let provider = self.target.connect(name, false).await?;
+            handles.push(handle(&provider, client)?);
+            providers.push(provider);
+        }
+        Ok((handles, providers))
+    }
+
     /// Turns an error of `what` on lock `name` into the run's failure.
     pub(crate) fn fail(&self, name: &str, what: &str) -> impl Fn(lockkit::Error) -> Failure + use<> {
         let context = format!("{what} lock {name:?} on {}", self.target.shown());
@@ -53,6 +71,31 @@ impl Bench {
     /// `value ÷ floor p50`, when there is a floor.
     pub(crate) fn ratio(&self, micros: f64) -> Option<f64> {
         self.floor_p50.filter(|f| *f > 0.0).map(|f| micros / f)
+    }
+
+    /// Adds a wait's p50, p99 and max (µs, from [`Latency::spread`](super::report::Latency::spread), each with its ratio to the
+    /// floor) as `{key}_p50`, `{key}_p99` and `{key}_max`, labelled `{label} p50`…; returns
+    /// them.
+    pub(crate) fn add_wait(
+        &mut self,
+        section: &'static str,
+        key: &str,
+        label: &str,
+        spread: (f64, f64, f64),
+    ) -> (f64, f64, f64) {
+        let (p50, p99, max) = spread;
+        for (suffix, value) in [("p50", p50), ("p99", p99), ("max", max)] {
+            let ratio = self.ratio(value);
+            self.report.add_ratio(
+                section,
+                format!("{key}_{suffix}"),
+                format!("{label} {suffix}"),
+                value,
+                Unit::Micros,
+                ratio,
+            );
+        }
+        spread
     }
 
     /// For a rate: the rate times the floor's p50 (the share of one connection's raw round

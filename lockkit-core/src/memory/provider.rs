@@ -83,35 +83,25 @@ impl MemoryLockProviderBuilder {
         self
     }
 
-    /// Gives holds a lease, renewed automatically: a client that stops renewing (killed or
-    /// partitioned) loses its holds when the lease runs out. No lease by default; at most
-    /// [`MAX_DURATION`](crate::config::MAX_DURATION). URL option `lease`.
-    pub fn lease(mut self, lease: Duration) -> Self {
-        self.options.set(&LEASE, lease);
-        self
-    }
+    crate::option_setters! {
+        /// Gives holds a lease, renewed automatically: a client that stops renewing (killed or
+        /// partitioned) loses its holds when the lease runs out. No lease by default; at most
+        /// [`MAX_DURATION`](crate::config::MAX_DURATION). URL option `lease`.
+        fn lease(lease: Duration) => LEASE;
 
-    /// How often the watchdog renews the lease; a third of the lease by default. URL option
-    /// `renew_every`.
-    pub fn renew_every(mut self, every: Duration) -> Self {
-        self.options.set(&RENEW_EVERY, every);
-        self
-    }
+        /// How often the watchdog renews the lease; a third of the lease by default. URL option
+        /// `renew_every`.
+        fn renew_every(every: Duration) => RENEW_EVERY;
 
-    /// How much earlier than the store the client considers its lease ended; 2 % of the
-    /// lease by default. URL option `drift`.
-    pub fn drift(mut self, drift: Duration) -> Self {
-        self.options.set(&DRIFT, drift);
-        self
-    }
+        /// How much earlier than the store the client considers its lease ended; 2 % of the
+        /// lease by default. URL option `drift`.
+        fn drift(drift: Duration) => DRIFT;
 
-    /// The default maximum hold of the client's acquisitions
-    /// ([`LockProvider::with_max_hold`](crate::LockProvider::with_max_hold)): without a lease
-    /// the store frees a hold at its maximum; with one, renewal stops there and the hold
-    /// expires with its lease. None by default. URL option `max_hold`.
-    pub fn max_hold(mut self, max_hold: Duration) -> Self {
-        self.options.set(&MAX_HOLD, max_hold);
-        self
+        /// The default maximum hold of the client's acquisitions
+        /// ([`LockProvider::with_max_hold`](crate::LockProvider::with_max_hold)): without a lease
+        /// the store frees a hold at its maximum; with one, renewal stops there and the hold
+        /// expires with its lease. None by default. URL option `max_hold`.
+        fn max_hold(max_hold: Duration) => MAX_HOLD;
     }
 
     /// Sets the option called `key` from its text, as a URL's query gives it: the same

@@ -89,6 +89,13 @@ impl EtcdHarness {
         reply.kvs().first().map(|kv| kv.key().to_vec())
     }
 
+    /// Releases `guard`, a hold of lock `name`, and checks that no key is left under the
+    /// lock's prefix.
+    pub async fn release_leaving_no_key(&self, guard: lockkit_core::LockGuard, name: &str) {
+        guard.release().await.unwrap();
+        assert_eq!(self.keys_of(name).await, 0, "no key is left under {name:?}");
+    }
+
     /// Every key under lock `name`'s prefix.
     pub async fn keys_of(&self, name: &str) -> usize {
         let prefix = test_builder().endpoints("unused:1").build().unwrap().lock_prefix(name).unwrap();

@@ -37,14 +37,7 @@ impl PgFencedRows {
     /// Dropping the future leaves the table created and fenced, or not.
     pub async fn open(client: Client, fence: PgFence) -> Result<Self, FenceError> {
         let name = format!("{}.fenced_rows", fence.schema());
-        fence.migrate(&client).await?;
-        client
-            .batch_execute(&format!(
-                "SELECT pg_advisory_xact_lock(hashtext('{name} creation'));
-                 CREATE TABLE IF NOT EXISTS {name} (resource text PRIMARY KEY, value bytea NOT NULL);"
-            ))
-            .await
-            .map_err(|error| FenceError::store(SINK, format!("creating {name} failed"), error))?;
+        fence.create_value_table(&client, &name).await?;
         let table = PgFencedTable::new(&fence, &name)?;
         client
             .batch_execute(&table.migration())

@@ -25,6 +25,19 @@ enum Check<'a> {
 }
 
 impl PgFence {
+    /// Runs the fence's migration, then creates the value table `table` (`resource`, `value`)
+    /// of a ready-made sink when it is missing; two sinks opening at once create it once.
+    pub(super) async fn create_value_table(&self, client: &impl GenericClient, table: &str) -> Result<(), FenceError> {
+        self.migrate(client).await?;
+        client
+            .batch_execute(&format!(
+                "SELECT pg_advisory_xact_lock(hashtext('{table} creation'));
+                 CREATE TABLE IF NOT EXISTS {table} (resource text PRIMARY KEY, value bytea NOT NULL);"
+            ))
+            .await
+            .map_err(|error| FenceError::store(SINK, format!("creating {table} failed"), error))
+    }
+
     /// Creates the schema, the table and the function (the SQL of
     /// [`migration`](Self::migration)), in one transaction; safe to run again and from several
     /// processes at once.

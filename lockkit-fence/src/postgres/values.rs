@@ -39,16 +39,8 @@ impl PgFencedValues {
     ///
     /// Dropping the future leaves the table created or not.
     pub async fn open(client: Client, fence: PgFence) -> Result<Self, FenceError> {
-        let schema = fence.schema().to_owned();
-        fence.migrate(&client).await?;
-        let table = format!("{schema}.fenced_values");
-        client
-            .batch_execute(&format!(
-                "SELECT pg_advisory_xact_lock(hashtext('{table} creation'));
-                 CREATE TABLE IF NOT EXISTS {table} (resource text PRIMARY KEY, value bytea NOT NULL);"
-            ))
-            .await
-            .map_err(|error| FenceError::store(SINK, format!("creating {table} failed"), error))?;
+        let table = format!("{}.fenced_values", fence.schema());
+        fence.create_value_table(&client, &table).await?;
         let fence = fence.prepare(&client).await?;
         Ok(Self {
             client: Mutex::new(client),

@@ -3,6 +3,8 @@
 
 #![allow(dead_code, unused_imports, unreachable_pub, missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod multi_host;
+
 pub use lockkit_testkit::wait::{eventually, within};
 
 pub use lockkit_testkit::proxy::{ProxyFaults, closed_port};
@@ -27,6 +29,54 @@ pub const LEASE: Duration = Duration::from_secs(2);
 pub const RENEW_EVERY: Duration = Duration::from_millis(500);
 pub const RESPONSE_TIMEOUT: Duration = Duration::from_millis(400);
 pub const DRIFT: Duration = Duration::from_millis(50);
+
+/// A client on the shared server whose requests arrive but whose replies come back after its
+/// response timeout (a proxy delays them 300 ms): a reply lost on a slow link, for the lock
+/// name `name`.
+pub struct LateReplies {
+    pub client: RedisLockProvider,
+    faults: Arc<ProxyFaults>,
+    /// A plain connection to the server.
+    pub admin: redis::aio::MultiplexedConnection,
+    /// The record key of the name.
+    key: String,
+}
+
+impl LateReplies {
+    pub async fn new(name: &str) -> Self {
+        let harness = RedisHarness::shared().await;
+        let (client, faults) = harness.client_with(test_builder()).await.unwrap();
+        client.ping().await.unwrap();
+        let key = client.record_key(&LockName::new(name).unwrap());
+        faults.0.set_latency(Duration::from_millis(300));
+        Self { client, faults, admin: harness.admin().await, key }
+    }
+
+    /// Waits until the name's record exists on the server (`what`: the request arrived), then
+    /// lets the replies through at once again.
+    pub async fn heal_once_recorded(&self, what: &str) {
+        eventually(OPERATION, what, || {
+            let (mut admin, key) = (self.admin.clone(), self.key.clone());
+            async move { redis::cmd("EXISTS").arg(&key).query_async::<i64>(&mut admin).await.unwrap() == 1 }
+        })
+        .await;
+        self.faults.0.set_latency(Duration::ZERO);
+    }
+
+    /// The name's fence counter: the token of its last grant.
+    pub async fn counter(&self) -> u64 {
+        redis::cmd("GET").arg(format!("{}:fence", self.key)).query_async(&mut self.admin.clone()).await.unwrap()
+    }
+}
+
+/// The message of the `InvalidConfig` error with which `provider` refuses to acquire `name`:
+/// a server that is not what the URL says is found out when the connection is made.
+pub async fn refused_config(provider: &RedisLockProvider, name: &str) -> String {
+    let error =
+        within(OPERATION, "a refused acquisition", provider.lock(name).unwrap().try_acquire()).await.unwrap_err();
+    assert!(matches!(error, lockkit_core::Error::InvalidConfig { .. }), "{error:?}");
+    error.to_string()
+}
 
 /// The settings of a test client; `url` is filled in per client.
 pub fn test_builder() -> RedisLockProviderBuilder {

@@ -135,8 +135,7 @@ pub async fn dropped_acquire_leaves_no_trace(h: &dyn Harness) {
     let cx = Ctx::new(h, "dropped_acquire_leaves_no_trace");
     let (a, b, c) = (cx.client().await, cx.client().await, cx.client().await);
     let guard = cx.acquire(&cx.lock(&a), "holder acquires").await;
-    let lock_b = cx.lock(&b);
-    let waiter = tokio::spawn(async move { lock_b.acquire().await.map(|g| g.token()) });
+    let waiter = cx.spawn_acquire(&b);
     if !cx.await_waiters(&a, 1).await {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -154,13 +153,11 @@ pub async fn cancelled_waiter_does_not_block_others(h: &dyn Harness) {
     let cx = Ctx::new(h, "cancelled_waiter_does_not_block_others");
     let (a, b, c) = (cx.client().await, cx.client().await, cx.client().await);
     let guard = cx.acquire(&cx.lock(&a), "holder acquires").await;
-    let lock_b = cx.lock(&b);
-    let cancelled = tokio::spawn(async move { lock_b.acquire().await.map(|g| g.token()) });
+    let cancelled = cx.spawn_acquire(&b);
     if !cx.await_waiters(&a, 1).await {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let lock_c = cx.lock(&c);
-    let next = tokio::spawn(async move { lock_c.acquire().await.map(|g| g.token()) });
+    let next = cx.spawn_acquire(&c);
     if !cx.await_waiters(&a, 2).await {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -240,10 +237,7 @@ async fn futures_poll_once<F: std::future::Future + Unpin>(future: F) -> Option<
 /// Contract 8 (capability `fair`): waiters are granted in arrival order.
 pub async fn waiters_are_granted_in_arrival_order(h: &dyn Harness) {
     let cx = Ctx::new(h, "waiters_are_granted_in_arrival_order");
-    let a = cx.client().await;
-    if !a.provider.capabilities().fair {
-        return cx.not_applicable("the backend does not declare `fair`");
-    }
+    let Some([a]) = cx.clients_declaring("fair", |c| c.fair).await else { return };
     if !a.provider.capabilities().waiter_count {
         return cx.unchecked("arrival order needs `waiter_count` to know each waiter is queued");
     }

@@ -8,27 +8,17 @@ use lockkit_core::{Error, HoldEnd};
 use super::Ctx;
 use crate::harness::{Harness, TestClient};
 
-/// Whether the backend claims the behaviour; says why not otherwise.
-fn applies(cx: &Ctx<'_>, client: &TestClient) -> bool {
-    let capabilities = client.provider.capabilities();
-    if !capabilities.break_lock || !capabilities.inspect {
-        cx.not_applicable("the backend does not declare `break_lock` and `inspect`");
-        return false;
-    }
-    true
-}
-
 /// A lock broken while held: the break reports the holder (its token), the holder's guard is
 /// signalled lost within a bounded time (at once, or by its next renewal or check) and its
 /// release fails with `LockLost`; a waiter queued behind it is handed the lock as by a
 /// release, with a greater token; and another client acquires after that one, greater still.
 pub async fn breaking_a_held_lock_signals_the_holder_and_admits_another(h: &dyn Harness) {
     let cx = Ctx::new(h, "breaking_a_held_lock_signals_the_holder_and_admits_another");
-    let (holder, operator, waiter, later) =
-        (cx.client().await, cx.client().await, cx.client().await, cx.client().await);
-    if !applies(&cx, &holder) {
+    let Some([holder, operator, waiter, later]) =
+        cx.clients_declaring("break_lock` and `inspect", |c| c.break_lock && c.inspect).await
+    else {
         return;
-    }
+    };
     let guard = cx.acquire(&cx.lock(&holder), "the holder acquires").await;
     let broken_token = guard.token();
     let watcher = guard.watcher();
@@ -67,10 +57,10 @@ pub async fn breaking_a_held_lock_signals_the_holder_and_admits_another(h: &dyn 
 /// name never used and on one released before.
 pub async fn breaking_a_free_lock_finds_nothing_to_break(h: &dyn Harness) {
     let cx = Ctx::new(h, "breaking_a_free_lock_finds_nothing_to_break");
-    let (a, operator) = (cx.client().await, cx.client().await);
-    if !applies(&cx, &a) {
+    let Some([a, operator]) = cx.clients_declaring("break_lock` and `inspect", |c| c.break_lock && c.inspect).await
+    else {
         return;
-    }
+    };
     let bound = h.timing().operation;
     let never =
         cx.ok(cx.within(bound, "break a never used lock", operator.provider.break_lock(&cx.name)).await, "break");
@@ -87,10 +77,10 @@ pub async fn breaking_a_free_lock_finds_nothing_to_break(h: &dyn Harness) {
 /// (or a new permit holder) is granted with a token greater than all of them.
 pub async fn breaking_shared_holds_breaks_every_holder(h: &dyn Harness) {
     let cx = Ctx::new(h, "breaking_shared_holds_breaks_every_holder");
-    let (a, b, operator) = (cx.client().await, cx.client().await, cx.client().await);
-    if !applies(&cx, &a) {
+    let Some([a, b, operator]) = cx.clients_declaring("break_lock` and `inspect", |c| c.break_lock && c.inspect).await
+    else {
         return;
-    }
+    };
     let capabilities = a.provider.capabilities();
     let lost_bound = h.timing().lease.unwrap_or(Duration::ZERO) + h.timing().operation * 2;
     let bound = h.timing().operation;
@@ -141,10 +131,10 @@ pub async fn breaking_shared_holds_breaks_every_holder(h: &dyn Harness) {
 /// lost, and the candidate waiting behind it leads with a greater term.
 pub async fn breaking_the_leader_hands_the_election_on(h: &dyn Harness) {
     let cx = Ctx::new(h, "breaking_the_leader_hands_the_election_on");
-    let (a, b, operator) = (cx.client().await, cx.client().await, cx.client().await);
-    if !applies(&cx, &a) {
+    let Some([a, b, operator]) = cx.clients_declaring("break_lock` and `inspect", |c| c.break_lock && c.inspect).await
+    else {
         return;
-    }
+    };
     if !a.provider.capabilities().election {
         return cx.not_applicable("the backend does not declare `election`");
     }

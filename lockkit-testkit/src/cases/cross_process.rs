@@ -26,7 +26,7 @@ use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::mpsc;
 
 use super::Ctx;
-use crate::harness::Harness;
+use crate::harness::{Harness, TestClient};
 
 /// The environment variable that makes the child entry take a lock: the lock's name.
 pub const CHILD_LOCK_ENV: &str = "LOCKKIT_KIT_CHILD_LOCK";
@@ -53,12 +53,7 @@ fn start_bound(h: &dyn Harness) -> Duration {
 /// greater token.
 pub async fn holder_in_another_process_excludes_this_one(h: &dyn Harness) {
     let cx = Ctx::new(h, "holder_in_another_process_excludes_this_one");
-    let a = cx.client().await;
-    if !a.provider.capabilities().cross_process {
-        return cx.not_applicable("the backend does not declare `cross_process`");
-    }
-    let Some(mut child) = ChildContender::spawn(&cx).await else { return };
-    let child_token = child.acquired(&cx).await;
+    let Some((a, mut child, child_token)) = ChildContender::holding(&cx).await else { return };
     let lock = cx.lock(&a);
     cx.check(
         cx.try_acquire(&lock, "try while the child holds").await.is_none(),
@@ -97,34 +92,12 @@ pub async fn holder_in_another_process_excludes_this_one(h: &dyn Harness) {
 /// greater.
 pub async fn killed_process_frees_its_lock(h: &dyn Harness) {
     let cx = Ctx::new(h, "killed_process_frees_its_lock");
-    let a = cx.client().await;
-    if !a.provider.capabilities().cross_process {
-        return cx.not_applicable("the backend does not declare `cross_process`");
-    }
-    let Some(mut child) = ChildContender::spawn(&cx).await else { return };
-    let child_token = child.acquired(&cx).await;
+    let Some((a, mut child, child_token)) = ChildContender::holding(&cx).await else { return };
     let lock = cx.lock(&a);
     cx.check(cx.try_acquire(&lock, "try while the child holds").await.is_none(), "the child holds the lock");
     child.kill(&cx).await;
     let killed_at = Instant::now();
-    let operation = h.timing().operation;
-    let guard = match h.timing().lease {
-        Some(lease) => {
-            let early = lease.mul_f32(0.5);
-            let outcome = lock.acquire_timeout(early).await;
-            let after = killed_at.elapsed();
-            cx.check(
-                matches!(outcome, Err(Error::Timeout { .. })),
-                &format!("the lock was free {after:?} after the holder was killed, under half the lease {lease:?}"),
-            );
-            let got = cx.within(lease + operation * 2, "the lock frees after the lease", lock.acquire()).await;
-            cx.ok(got, "acquire after the lease")
-        }
-        None => {
-            let got = cx.within(operation * 2, "the lock frees when the holder process dies", lock.acquire()).await;
-            cx.ok(got, "acquire after the holder process died")
-        }
-    };
+    let guard = cx.acquire_after_death(&lock, killed_at).await;
     cx.check(guard.token() > child_token, &format!("token {} follows the killed child's {child_token}", guard.token()));
     cx.release(guard, "release").await;
 }
@@ -187,6 +160,16 @@ struct ChildContender {
 }
 
 impl ChildContender {
+    /// A client of this process, and a child that holds the case's lock with its token; `None`
+    /// (after saying why) when the backend does not declare `cross_process` or the harness
+    /// cannot make a child.
+    async fn holding(cx: &Ctx<'_>) -> Option<(TestClient, Self, FencingToken)> {
+        let [client] = cx.clients_declaring("cross_process", |c| c.cross_process).await?;
+        let mut child = Self::spawn(cx).await?;
+        let token = child.acquired(cx).await;
+        Some((client, child, token))
+    }
+
     /// Starts a child that acquires the case's lock; `None` (after saying why) when the
     /// harness cannot make one.
     async fn spawn(cx: &Ctx<'_>) -> Option<Self> {

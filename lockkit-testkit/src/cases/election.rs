@@ -5,25 +5,38 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use lockkit_core::{Election, Error, LeaderEvent, MAX_IDENTITY_LEN, Observer};
+use lockkit_core::{Election, Error, LeaderEvent, LockGuard, MAX_IDENTITY_LEN, Observer, Result};
+use tokio::task::JoinHandle;
 
 use super::Ctx;
 use crate::harness::{Harness, TestClient};
-
-/// Whether the backend runs elections; says so and returns `false` when not.
-async fn applies(cx: &Ctx<'_>, client: &TestClient) -> bool {
-    if client.provider.capabilities().election {
-        return true;
-    }
-    cx.not_applicable("the backend does not declare `election`");
-    false
-}
 
 impl Ctx<'_> {
     /// The election of this case on `client`.
     #[track_caller]
     fn election(&self, client: &TestClient) -> Election {
         self.ok(client.provider.election(&self.name), "make an election")
+    }
+
+    /// `client`'s campaign as `identity`, spawned, once `leader_client` sees it wait behind
+    /// the leader.
+    async fn campaign_behind(
+        &self,
+        client: &TestClient,
+        identity: &'static str,
+        leader_client: &TestClient,
+    ) -> JoinHandle<Result<LockGuard>> {
+        let election = self.election(client);
+        let campaign = tokio::spawn(async move { election.campaign(identity).await });
+        self.await_waiters(leader_client, 1).await;
+        campaign
+    }
+
+    /// The guard of a spawned `campaign` once it leads, within the wake-up bound.
+    async fn elected(&self, campaign: JoinHandle<Result<LockGuard>>, step: &str) -> LockGuard {
+        let bound = self.h.timing().wake + self.h.timing().operation;
+        let joined = self.within(bound, step, campaign).await.unwrap_or_else(|e| self.fail("join", e));
+        self.ok(joined, step)
     }
 
     /// The next event of `observer`, within the wake-up bound.
@@ -41,10 +54,7 @@ impl Ctx<'_> {
 /// (the leadership guard's token) and since when; after it resigns, nobody.
 pub async fn the_leader_is_published_while_it_leads(h: &dyn Harness) {
     let cx = Ctx::new(h, "the_leader_is_published_while_it_leads");
-    let (a, b) = (cx.client().await, cx.client().await);
-    if !applies(&cx, &a).await {
-        return;
-    }
+    let Some([a, b]) = cx.clients_declaring("election", |c| c.election).await else { return };
     cx.check(cx.ok(cx.election(&b).leader().await, "ask who leads").is_none(), "nobody leads at first");
     let before = std::time::SystemTime::now();
     let leadership = cx.ok(cx.election(&a).campaign("10.0.0.7:8080").await, "campaign");
@@ -76,25 +86,15 @@ pub async fn the_leader_is_published_while_it_leads(h: &dyn Harness) {
 /// a gap may not, on a healthy connection.
 pub async fn observers_see_every_change_in_term_order(h: &dyn Harness) {
     let cx = Ctx::new(h, "observers_see_every_change_in_term_order");
-    let (a, b, c) = (cx.client().await, cx.client().await, cx.client().await);
-    if !applies(&cx, &a).await {
-        return;
-    }
+    let Some([a, b, c]) = cx.clients_declaring("election", |c| c.election).await else { return };
     let mut observer = cx.ok(cx.election(&c).observe(), "observe");
     let first = cx.next_event(&mut observer, "the first event").await;
     cx.check(first == LeaderEvent::Vacant, &format!("nobody leads at first: {first:?}"));
     let leader_a = cx.ok(cx.election(&a).campaign("a").await, "a campaigns");
-    let election_b = cx.election(&b);
-    let campaign_b = tokio::spawn(async move { election_b.campaign("b").await });
-    cx.await_waiters(&a, 1).await;
+    let campaign_b = cx.campaign_behind(&b, "b", &a).await;
     let term_a = leader_a.token();
     cx.ok(leader_a.resign().await, "a resigns");
-    let leader_b = cx.ok(
-        cx.within(h.timing().wake + h.timing().operation, "b comes to lead", campaign_b)
-            .await
-            .unwrap_or_else(|e| cx.fail("join", e)),
-        "b's campaign",
-    );
+    let leader_b = cx.elected(campaign_b, "b comes to lead").await;
     let term_b = leader_b.token();
     cx.ok(leader_b.resign().await, "b resigns");
     let mut seen = Vec::new();
@@ -124,10 +124,7 @@ pub async fn observers_see_every_change_in_term_order(h: &dyn Harness) {
 /// Contract 28: an observer that starts while a candidate leads hears of that leader first.
 pub async fn observing_starts_with_the_current_state(h: &dyn Harness) {
     let cx = Ctx::new(h, "observing_starts_with_the_current_state");
-    let (a, b) = (cx.client().await, cx.client().await);
-    if !applies(&cx, &a).await {
-        return;
-    }
+    let Some([a, b]) = cx.clients_declaring("election", |c| c.election).await else { return };
     let leadership = cx.ok(cx.election(&a).campaign("the leader").await, "campaign");
     let mut observer = cx.ok(cx.election(&b).observe(), "observe");
     match cx.next_event(&mut observer, "the first event").await {
@@ -146,10 +143,7 @@ pub async fn observing_starts_with_the_current_state(h: &dyn Harness) {
 /// `InvalidConfig` saying what to give, and nothing is left in the store.
 pub async fn bad_identities_are_refused(h: &dyn Harness) {
     let cx = Ctx::new(h, "bad_identities_are_refused");
-    let a = cx.client().await;
-    if !applies(&cx, &a).await {
-        return;
-    }
+    let Some([a]) = cx.clients_declaring("election", |c| c.election).await else { return };
     let election = cx.election(&a);
     for identity in [Vec::new(), vec![b'x'; MAX_IDENTITY_LEN + 1]] {
         match election.campaign(&identity).await {
@@ -170,25 +164,15 @@ pub async fn bad_identities_are_refused(h: &dyn Harness) {
 /// before the previous leader resigned: not the start of its candidacy.
 pub async fn a_new_terms_since_is_not_before_the_previous_term_ended(h: &dyn Harness) {
     let cx = Ctx::new(h, "a_new_terms_since_is_not_before_the_previous_term_ended");
-    let (a, b, c) = (cx.client().await, cx.client().await, cx.client().await);
-    if !applies(&cx, &a).await {
-        return;
-    }
+    let Some([a, b, c]) = cx.clients_declaring("election", |c| c.election).await else { return };
     let mut observer = cx.ok(cx.election(&c).observe(), "observe");
     let leader_a = cx.ok(cx.election(&a).campaign("a").await, "a campaigns");
-    let election_b = cx.election(&b);
-    let campaign_b = tokio::spawn(async move { election_b.campaign("b").await });
-    cx.await_waiters(&a, 1).await;
+    let campaign_b = cx.campaign_behind(&b, "b", &a).await;
     // b's candidacy is a second old when a's term ends.
     tokio::time::sleep(CANDIDACY_AGE).await;
     let ended = SystemTime::now();
     cx.ok(leader_a.resign().await, "a resigns");
-    let leader_b = cx.ok(
-        cx.within(h.timing().wake + h.timing().operation, "b comes to lead", campaign_b)
-            .await
-            .unwrap_or_else(|e| cx.fail("join", e)),
-        "b's campaign",
-    );
+    let leader_b = cx.elected(campaign_b, "b comes to lead").await;
     let not_before_the_end = |since: Option<SystemTime>, step: &str| {
         if let Some(since) = since {
             cx.check(

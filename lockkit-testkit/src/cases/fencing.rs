@@ -2,11 +2,21 @@
 
 use std::sync::Arc;
 
-use lockkit_core::FencingToken;
+use lockkit_core::{FencingToken, LockGuard};
 
 use super::Ctx;
 use crate::fenced::FencedResource;
 use crate::harness::Harness;
+
+/// Checks that `guard`'s token is above `last` (when there is one), makes it the last, and
+/// releases the guard.
+async fn release_above(cx: &Ctx<'_>, guard: LockGuard, last: &mut Option<FencingToken>) {
+    if let Some(last) = *last {
+        cx.check(guard.token() > last, &format!("token {} follows {last}", guard.token()));
+    }
+    *last = Some(guard.token());
+    cx.release(guard, "release").await;
+}
 
 /// Contract 10: each fresh acquisition gets a token strictly greater than the one before,
 /// whichever client acquires.
@@ -16,11 +26,7 @@ pub async fn tokens_increase_with_every_acquisition(h: &dyn Harness) {
     let mut last: Option<FencingToken> = None;
     for round in 0..10 {
         let guard = cx.acquire(&cx.lock(&clients[round % 2]), "acquire").await;
-        if let Some(last) = last {
-            cx.check(guard.token() > last, &format!("token {} follows {last}", guard.token()));
-        }
-        last = Some(guard.token());
-        cx.release(guard, "release").await;
+        release_above(&cx, guard, &mut last).await;
     }
 }
 
@@ -31,11 +37,7 @@ pub async fn tokens_increase_across_clients(h: &dyn Harness) {
     for _ in 0..4 {
         let client = cx.client().await;
         let guard = cx.acquire(&cx.lock(&client), "acquire on a fresh client").await;
-        if let Some(last) = last {
-            cx.check(guard.token() > last, &format!("token {} follows {last}", guard.token()));
-        }
-        last = Some(guard.token());
-        cx.release(guard, "release").await;
+        release_above(&cx, guard, &mut last).await;
     }
 }
 
@@ -48,10 +50,9 @@ pub async fn tokens_increase_across_store_restart(h: &dyn Harness) {
     };
     let h = &*isolated;
     let cx = Ctx { h, ..cx };
-    let a = cx.client().await;
-    if !a.provider.capabilities().fencing_survives_restart {
-        return cx.not_applicable("the backend does not declare `fencing_survives_restart`");
-    }
+    let Some([a]) = cx.clients_declaring("fencing_survives_restart", |c| c.fencing_survives_restart).await else {
+        return;
+    };
     let guard = cx.acquire(&cx.lock(&a), "acquire before the restart").await;
     let before = guard.token();
     drop(guard);

@@ -98,10 +98,7 @@ pub async fn loss_is_signalled_before_another_owner_can_acquire(h: &dyn Harness)
 /// lives, its deadline moves forward, and nobody else can take it meanwhile.
 pub async fn lease_is_renewed_while_the_guard_lives(h: &dyn Harness) {
     let cx = Ctx::new(h, "lease_is_renewed_while_the_guard_lives");
-    let (a, b) = (cx.client().await, cx.client().await);
-    if !a.provider.capabilities().lease_renewal {
-        return cx.not_applicable("the backend does not declare `lease_renewal`");
-    }
+    let Some([a, b]) = cx.clients_declaring("lease_renewal", |c| c.lease_renewal).await else { return };
     let Some(lease) = h.timing().lease else {
         return cx.unchecked("the harness gives no lease");
     };

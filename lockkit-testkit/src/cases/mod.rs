@@ -24,7 +24,8 @@ use std::fmt::Debug;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use lockkit_core::{HoldKind, LockGuard, LockHandle, LockInfo, Result};
+use lockkit_core::{Capabilities, Error, FencingToken, HoldKind, LockGuard, LockHandle, LockInfo, Result};
+use tokio::task::JoinHandle;
 
 use crate::harness::{FaultResult, Harness, TestClient};
 
@@ -71,6 +72,28 @@ impl<'h> Ctx<'h> {
         }
     }
 
+    /// `N` fresh clients, or `None` when the backend does not declare `capability` (which
+    /// `declared` reads from its capabilities): the case is then reported not applicable.
+    pub(crate) async fn clients_declaring<const N: usize>(
+        &self,
+        capability: &str,
+        declared: impl FnOnce(&Capabilities) -> bool,
+    ) -> Option<[TestClient; N]> {
+        let mut clients = Vec::with_capacity(N);
+        for _ in 0..N {
+            clients.push(self.client().await);
+        }
+        let clients: [TestClient; N] = match clients.try_into() {
+            Ok(clients) => clients,
+            Err(_) => self.fail("connect the clients", "fewer clients than asked for"),
+        };
+        if clients.first().is_some_and(|client| !declared(&client.provider.capabilities())) {
+            self.not_applicable(&format!("the backend does not declare `{capability}`"));
+            return None;
+        }
+        Some(clients)
+    }
+
     #[track_caller]
     pub(crate) fn lock(&self, client: &TestClient) -> LockHandle {
         self.lock_named(client, &self.name)
@@ -81,6 +104,37 @@ impl<'h> Ctx<'h> {
     #[track_caller]
     pub(crate) fn lock_named(&self, client: &TestClient, name: &str) -> LockHandle {
         self.ok(client.provider.handle(name, self.kind.clone()), "make a lock handle")
+    }
+
+    /// `client`'s acquisition of the case's lock, spawned: a waiter behind the holder, which
+    /// resolves to the token it was granted (its guard dropped).
+    pub(crate) fn spawn_acquire(&self, client: &TestClient) -> JoinHandle<Result<FencingToken>> {
+        let lock = self.lock(client);
+        tokio::spawn(async move { lock.acquire().await.map(|guard| guard.token()) })
+    }
+
+    /// The guard of `lock` once the holder that died at `died_at` no longer keeps it: with a
+    /// lease, the lock stays held for half of it and frees within it; without one, the store
+    /// frees it as soon as it notices the death.
+    pub(crate) async fn acquire_after_death(&self, lock: &LockHandle, died_at: Instant) -> LockGuard {
+        let operation = self.h.timing().operation;
+        match self.h.timing().lease {
+            Some(lease) => {
+                let early = lease.mul_f32(0.5);
+                let outcome = lock.acquire_timeout(early).await;
+                let after = died_at.elapsed();
+                self.check(
+                    matches!(outcome, Err(Error::Timeout { .. })),
+                    &format!("the lock was free {after:?} after the holder died, under half the lease {lease:?}"),
+                );
+                let got = self.within(lease + operation * 2, "the lock frees after the lease", lock.acquire()).await;
+                self.ok(got, "acquire after the lease")
+            }
+            None => {
+                let got = self.within(operation * 2, "the lock frees when the holder dies", lock.acquire()).await;
+                self.ok(got, "acquire after the holder died")
+            }
+        }
     }
 
     /// Awaits `future`, failing the case when it takes longer than `bound`.

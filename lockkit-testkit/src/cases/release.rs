@@ -26,8 +26,7 @@ pub async fn release_admits_next_waiter(h: &dyn Harness) {
     let cx = Ctx::new(h, "release_admits_next_waiter");
     let (a, b) = (cx.client().await, cx.client().await);
     let guard = cx.acquire(&cx.lock(&a), "holder acquires").await;
-    let lock_b = cx.lock(&b);
-    let waiter = tokio::spawn(async move { lock_b.acquire().await.map(|g| g.token()) });
+    let waiter = cx.spawn_acquire(&b);
     cx.await_waiters(&a, 1).await;
     let token = guard.token();
     cx.release(guard, "holder releases").await;
@@ -65,8 +64,7 @@ pub async fn dropped_guard_frees_the_lock_promptly(h: &dyn Harness) {
     let cx = Ctx::new(h, "dropped_guard_frees_the_lock_promptly");
     let (a, b) = (cx.client().await, cx.client().await);
     let guard = cx.acquire(&cx.lock(&a), "acquire").await;
-    let lock_b = cx.lock(&b);
-    let waiter = tokio::spawn(async move { lock_b.acquire().await.map(|g| g.token()) });
+    let waiter = cx.spawn_acquire(&b);
     cx.await_waiters(&a, 1).await;
     drop(guard);
     let got = cx.within(h.timing().wake + h.timing().operation, "a waiter acquires after the drop", waiter).await;
@@ -93,8 +91,7 @@ pub async fn guard_dropped_on_a_plain_thread_is_released_promptly(h: &dyn Harnes
     let cx = Ctx::new(h, "guard_dropped_on_a_plain_thread_is_released_promptly");
     let (a, b) = (cx.client().await, cx.client().await);
     let guard = cx.acquire(&cx.lock(&a), "acquire").await;
-    let lock_b = cx.lock(&b);
-    let waiter = tokio::spawn(async move { lock_b.acquire().await.map(|g| g.token()) });
+    let waiter = cx.spawn_acquire(&b);
     cx.await_waiters(&a, 1).await;
     let dropped_at = Instant::now();
     let dropped = std::thread::spawn(move || drop(guard)).join();
@@ -205,25 +202,6 @@ pub async fn dead_holder_frees_the_lock_after_the_lease_not_before(h: &dyn Harne
     if !cx.applied(a.faults.kill().await, "kill") {
         return;
     }
-    let lock_b = cx.lock(&b);
-    match h.timing().lease {
-        Some(lease) => {
-            let early = lease.mul_f32(0.5);
-            let outcome = lock_b.acquire_timeout(early).await;
-            let after = killed_at.elapsed();
-            cx.check(
-                matches!(outcome, Err(Error::Timeout { .. })),
-                &format!("the lock was free within {after:?} of the holder's death, under half the lease {lease:?}"),
-            );
-            let got =
-                cx.within(lease + h.timing().operation * 2, "the lock frees after the lease", lock_b.acquire()).await;
-            drop(cx.ok(got, "acquire after the lease"));
-        }
-        None => {
-            let got =
-                cx.within(h.timing().operation * 2, "the lock frees when the holder dies", lock_b.acquire()).await;
-            drop(cx.ok(got, "acquire after the holder died"));
-        }
-    }
+    drop(cx.acquire_after_death(&cx.lock(&b), killed_at).await);
     drop(guard);
 }

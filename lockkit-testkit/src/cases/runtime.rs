@@ -138,8 +138,7 @@ pub async fn a_guard_dropped_after_its_runtime_and_provider_frees_the_lock_promp
     let (a, b) = (cx.client().await, cx.client().await);
     let lock = cx.lock(&a);
     let (guard, _) = acquire_on_a_private_runtime(&cx, lock, false).await;
-    let lock_b = cx.lock(&b);
-    let waiter = tokio::spawn(async move { lock_b.acquire().await.map(|g| g.token()) });
+    let waiter = cx.spawn_acquire(&b);
     cx.await_waiters(&b, 1).await;
     let token = guard.token();
     // The harness's fault hooks stay: they may carry the client's network path (a proxy).

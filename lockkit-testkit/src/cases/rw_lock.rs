@@ -8,15 +8,6 @@ use lockkit_core::{Error, HoldKind, RwLock};
 use super::Ctx;
 use crate::harness::{Harness, TestClient};
 
-/// Whether the backend grants read-write locks; says so and returns `false` when not.
-async fn applies(cx: &Ctx<'_>, client: &TestClient) -> bool {
-    if client.provider.capabilities().rw_lock {
-        return true;
-    }
-    cx.not_applicable("the backend does not declare `rw_lock`");
-    false
-}
-
 impl Ctx<'_> {
     /// The read-write lock of this case on `client`.
     #[track_caller]
@@ -29,10 +20,7 @@ impl Ctx<'_> {
 /// with its own token, and a writer cannot get in meanwhile.
 pub async fn readers_share_the_lock(h: &dyn Harness) {
     let cx = Ctx::new(h, "readers_share_the_lock");
-    let clients = [cx.client().await, cx.client().await, cx.client().await];
-    if !applies(&cx, &clients[0]).await {
-        return;
-    }
+    let Some(clients) = cx.clients_declaring::<3>("rw_lock", |c| c.rw_lock).await else { return };
     let mut readers = Vec::new();
     for (i, client) in clients.iter().enumerate() {
         match cx.try_acquire(cx.rw(client).reader(), &format!("reader {i} tries")).await {
@@ -58,10 +46,7 @@ pub async fn readers_share_the_lock(h: &dyn Harness) {
 /// the lock once it is gone.
 pub async fn a_writer_excludes_readers_and_writers(h: &dyn Harness) {
     let cx = Ctx::new(h, "a_writer_excludes_readers_and_writers");
-    let (a, b) = (cx.client().await, cx.client().await);
-    if !applies(&cx, &a).await {
-        return;
-    }
+    let Some([a, b]) = cx.clients_declaring("rw_lock", |c| c.rw_lock).await else { return };
     let write = cx.acquire(cx.rw(&a).writer(), "the writer acquires").await;
     cx.check(*write.kind() == HoldKind::Write, "the guard is a write guard");
     cx.check(cx.try_acquire(cx.rw(&b).reader(), "a reader tries").await.is_none(), "a reader is refused");
@@ -78,10 +63,7 @@ pub async fn a_writer_excludes_readers_and_writers(h: &dyn Harness) {
 /// the lock before it.
 pub async fn a_queued_writer_is_not_overtaken_by_later_readers(h: &dyn Harness) {
     let cx = Ctx::new(h, "a_queued_writer_is_not_overtaken_by_later_readers");
-    let (a, b, c) = (cx.client().await, cx.client().await, cx.client().await);
-    if !applies(&cx, &a).await {
-        return;
-    }
+    let Some([a, b, c]) = cx.clients_declaring("rw_lock", |c| c.rw_lock).await else { return };
     if !a.provider.capabilities().fair {
         return cx.not_applicable("the backend does not declare `fair`: a waiting writer may be overtaken");
     }
@@ -116,10 +98,7 @@ pub async fn a_queued_writer_is_not_overtaken_by_later_readers(h: &dyn Harness) 
 /// than every token issued before it for the name.
 pub async fn every_grant_carries_a_greater_token(h: &dyn Harness) {
     let cx = Ctx::new(h, "every_grant_carries_a_greater_token");
-    let (a, b) = (cx.client().await, cx.client().await);
-    if !applies(&cx, &a).await {
-        return;
-    }
+    let Some([a, b]) = cx.clients_declaring("rw_lock", |c| c.rw_lock).await else { return };
     let mut last = 0;
     for round in 0..3 {
         let write = cx.acquire(cx.rw(&a).writer(), &format!("write #{round}")).await;
@@ -140,10 +119,7 @@ pub async fn every_grant_carries_a_greater_token(h: &dyn Harness) {
 /// (same token), and keeps other owners out like the write.
 pub async fn a_read_from_a_write_guard_is_the_same_hold(h: &dyn Harness) {
     let cx = Ctx::new(h, "a_read_from_a_write_guard_is_the_same_hold");
-    let (a, b) = (cx.client().await, cx.client().await);
-    if !applies(&cx, &a).await {
-        return;
-    }
+    let Some([a, b]) = cx.clients_declaring("rw_lock", |c| c.rw_lock).await else { return };
     let write = cx.acquire(cx.rw(&a).writer(), "write").await;
     let read = cx.ok(write.read(), "read from the write guard");
     cx.check(read.token() == write.token(), "the read carries the write's token");
@@ -161,10 +137,7 @@ pub async fn a_read_from_a_write_guard_is_the_same_hold(h: &dyn Harness) {
 /// the read hold is left as it was.
 pub async fn an_upgrade_from_a_read_guard_is_refused_at_once(h: &dyn Harness) {
     let cx = Ctx::new(h, "an_upgrade_from_a_read_guard_is_refused_at_once");
-    let a = cx.client().await;
-    if !applies(&cx, &a).await {
-        return;
-    }
+    let Some([a]) = cx.clients_declaring("rw_lock", |c| c.rw_lock).await else { return };
     let read = cx.acquire(cx.rw(&a).reader(), "read").await;
     let started = Instant::now();
     match read.write() {
@@ -183,10 +156,7 @@ pub async fn an_upgrade_from_a_read_guard_is_refused_at_once(h: &dyn Harness) {
 /// not slip in before the last read goes.
 pub async fn releasing_the_write_guard_under_live_reads_downgrades_in_place(h: &dyn Harness) {
     let cx = Ctx::new(h, "releasing_the_write_guard_under_live_reads_downgrades_in_place");
-    let (a, b, c) = (cx.client().await, cx.client().await, cx.client().await);
-    if !applies(&cx, &a).await {
-        return;
-    }
+    let Some([a, b, c]) = cx.clients_declaring("rw_lock", |c| c.rw_lock).await else { return };
     let write = cx.acquire(cx.rw(&a).writer(), "write").await;
     let token = write.token();
     let read = cx.ok(write.read(), "read from the write guard");
@@ -225,10 +195,7 @@ pub async fn releasing_the_write_guard_under_live_reads_downgrades_in_place(h: &
 /// timeout, and not before: a writer waits for it, then gets the lock.
 pub async fn a_dead_readers_share_returns_after_the_lease(h: &dyn Harness) {
     let cx = Ctx::new(h, "a_dead_readers_share_returns_after_the_lease");
-    let (a, b) = (cx.client().await, cx.client().await);
-    if !applies(&cx, &a).await {
-        return;
-    }
+    let Some([a, b]) = cx.clients_declaring("rw_lock", |c| c.rw_lock).await else { return };
     let read = cx.acquire(cx.rw(&a).reader(), "the reader acquires").await;
     if !cx.applied(a.faults.kill().await, "kill") {
         return;

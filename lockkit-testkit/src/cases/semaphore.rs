@@ -8,15 +8,6 @@ use lockkit_core::{Error, HoldKind, LockHandle, MAX_PERMITS};
 use super::Ctx;
 use crate::harness::{Harness, TestClient};
 
-/// Whether the backend grants semaphores; says so and returns `false` when not.
-async fn applies(cx: &Ctx<'_>, client: &TestClient) -> bool {
-    if client.provider.capabilities().semaphore {
-        return true;
-    }
-    cx.not_applicable("the backend does not declare `semaphore`");
-    false
-}
-
 impl Ctx<'_> {
     /// The semaphore of this case, of `permits` permits, on `client`.
     #[track_caller]
@@ -29,10 +20,7 @@ impl Ctx<'_> {
 /// permit when one is given back.
 pub async fn at_most_n_permits_are_held(h: &dyn Harness) {
     let cx = Ctx::new(h, "at_most_n_permits_are_held");
-    let clients = [cx.client().await, cx.client().await, cx.client().await, cx.client().await];
-    if !applies(&cx, &clients[0]).await {
-        return;
-    }
+    let Some(clients) = cx.clients_declaring::<4>("semaphore", |c| c.semaphore).await else { return };
     let mut held = Vec::new();
     for (i, client) in clients.iter().take(3).enumerate() {
         match cx.try_acquire(&cx.semaphore(client, 3), &format!("client {i} takes a permit")).await {
@@ -56,10 +44,7 @@ pub async fn at_most_n_permits_are_held(h: &dyn Harness) {
 /// least never admitted beyond the count in use).
 pub async fn permit_counts_must_agree(h: &dyn Harness) {
     let cx = Ctx::new(h, "permit_counts_must_agree");
-    let (a, b) = (cx.client().await, cx.client().await);
-    if !applies(&cx, &a).await {
-        return;
-    }
+    let Some([a, b]) = cx.clients_declaring("semaphore", |c| c.semaphore).await else { return };
     let one = cx.acquire(&cx.semaphore(&a, 1), "take the one permit").await;
     match cx.semaphore(&b, 2).try_acquire().await {
         Err(Error::Conflict { .. }) | Ok(None) => {}
@@ -75,10 +60,7 @@ pub async fn permit_counts_must_agree(h: &dyn Harness) {
 /// `InvalidConfig` naming the range, and nothing is left in the store.
 pub async fn out_of_range_permit_counts_are_refused(h: &dyn Harness) {
     let cx = Ctx::new(h, "out_of_range_permit_counts_are_refused");
-    let a = cx.client().await;
-    if !applies(&cx, &a).await {
-        return;
-    }
+    let Some([a]) = cx.clients_declaring("semaphore", |c| c.semaphore).await else { return };
     for permits in [0, MAX_PERMITS + 1, u32::MAX] {
         match a.provider.semaphore(&cx.name, permits) {
             Err(error @ Error::InvalidConfig { .. }) => {
@@ -93,10 +75,7 @@ pub async fn out_of_range_permit_counts_are_refused(h: &dyn Harness) {
 /// Contract 23 and 8: on a fair backend, waiters for a permit are granted in arrival order.
 pub async fn permits_are_granted_in_arrival_order(h: &dyn Harness) {
     let cx = Ctx::new(h, "permits_are_granted_in_arrival_order");
-    let a = cx.client().await;
-    if !applies(&cx, &a).await {
-        return;
-    }
+    let Some([a]) = cx.clients_declaring("semaphore", |c| c.semaphore).await else { return };
     if !a.provider.capabilities().fair {
         return cx.not_applicable("the backend does not declare `fair`");
     }
@@ -145,10 +124,7 @@ pub async fn permits_are_granted_in_arrival_order(h: &dyn Harness) {
 /// issued before it.
 pub async fn every_permit_carries_a_greater_token(h: &dyn Harness) {
     let cx = Ctx::new(h, "every_permit_carries_a_greater_token");
-    let (a, b) = (cx.client().await, cx.client().await);
-    if !applies(&cx, &a).await {
-        return;
-    }
+    let Some([a, b]) = cx.clients_declaring("semaphore", |c| c.semaphore).await else { return };
     let mut last = 0;
     for round in 0..3 {
         let p1 = cx.acquire(&cx.semaphore(&a, 2), &format!("permit #{round} on one client")).await;
@@ -165,10 +141,7 @@ pub async fn every_permit_carries_a_greater_token(h: &dyn Harness) {
 /// exclude each other: never two locks that ignore each other.
 pub async fn a_name_in_use_as_another_kind_conflicts_or_excludes(h: &dyn Harness) {
     let cx = Ctx::new(h, "a_name_in_use_as_another_kind_conflicts_or_excludes");
-    let (a, b) = (cx.client().await, cx.client().await);
-    if !applies(&cx, &a).await {
-        return;
-    }
+    let Some([a, b]) = cx.clients_declaring("semaphore", |c| c.semaphore).await else { return };
     let mutex = cx.acquire(&cx.ok(a.provider.lock(&cx.name), "a mutex handle"), "the mutex is held").await;
     match cx.semaphore(&b, 2).try_acquire().await {
         Err(Error::Conflict { .. }) | Ok(None) => {}

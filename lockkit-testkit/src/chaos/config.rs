@@ -160,70 +160,39 @@ impl ChaosConfig {
         Self::new(0).with_duration(Duration::from_secs(20)).with_faults(FaultKind::SINGLE_SERVER)
     }
 
-    /// Sets what the clients contend for.
-    pub fn with_primitive(mut self, primitive: Primitive) -> Self {
-        self.primitive = primitive;
-        self
-    }
+    crate::setters::with_setters! {
+        /// Sets what the clients contend for.
+        fn with_primitive(primitive: Primitive) => primitive = primitive;
 
-    /// Sets the seed.
-    pub fn with_seed(mut self, seed: u64) -> Self {
-        self.seed = seed;
-        self
-    }
+        /// Sets the seed.
+        fn with_seed(seed: u64) => seed = seed;
 
-    /// Sets the number of clients.
-    pub fn with_clients(mut self, clients: usize) -> Self {
-        self.clients = clients.max(1);
-        self
-    }
+        /// Sets the number of clients.
+        fn with_clients(clients: usize) => clients = clients.max(1);
 
-    /// Sets the number of lock names.
-    pub fn with_names(mut self, names: usize) -> Self {
-        self.names = names.max(1);
-        self
-    }
+        /// Sets the number of lock names.
+        fn with_names(names: usize) => names = names.max(1);
 
-    /// Sets how long faults are injected.
-    pub fn with_duration(mut self, duration: Duration) -> Self {
-        self.duration = duration;
-        self
-    }
+        /// Sets how long faults are injected.
+        fn with_duration(duration: Duration) => duration = duration;
 
-    /// Sets the kinds of fault to draw from.
-    pub fn with_faults(mut self, faults: &[FaultKind]) -> Self {
-        self.faults = faults.to_vec();
-        self
-    }
+        /// Sets the kinds of fault to draw from.
+        fn with_faults(faults: &[FaultKind]) => faults = faults.to_vec();
 
-    /// Sets the longest hold.
-    pub fn with_max_hold(mut self, max_hold: Duration) -> Self {
-        self.max_hold = max_hold;
-        self
-    }
+        /// Sets the longest hold.
+        fn with_max_hold(max_hold: Duration) => max_hold = max_hold;
 
-    /// Sets how often a hold is long (one in `every`; 0 for never).
-    pub fn with_long_hold_every(mut self, every: u64) -> Self {
-        self.long_hold_every = every;
-        self
-    }
+        /// Sets how often a hold is long (one in `every`; 0 for never).
+        fn with_long_hold_every(every: u64) => long_hold_every = every;
 
-    /// Declares that a store restart loses the lock records (see the field).
-    pub fn with_restart_loses_data(mut self, loses: bool) -> Self {
-        self.restart_loses_data = loses;
-        self
-    }
+        /// Declares that a store restart loses the lock records (see the field).
+        fn with_restart_loses_data(loses: bool) => restart_loses_data = loses;
 
-    /// Sets the report's label.
-    pub fn with_label(mut self, label: impl Into<String>) -> Self {
-        self.label = Some(label.into());
-        self
-    }
+        /// Sets the report's label.
+        fn with_label(label: impl Into<String>) => label = Some(label.into());
 
-    /// Sets the liveness bound.
-    pub fn with_liveness_bound(mut self, bound: Duration) -> Self {
-        self.liveness_bound = Some(bound);
-        self
+        /// Sets the liveness bound.
+        fn with_liveness_bound(bound: Duration) => liveness_bound = Some(bound);
     }
 }
 

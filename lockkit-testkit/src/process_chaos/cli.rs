@@ -438,17 +438,19 @@ where
         };
         let held = lock(&state).holds_now(target.id);
         let started = now_ns();
+        let pausing = matches!(kind, ProcessFault::Pause | ProcessFault::PauseCommand);
+        // A target that is gone already (`Ok(false)`) is passed over.
+        match send(pid, if pausing { "STOP" } else { "KILL" }).await {
+            Ok(true) => {}
+            Ok(false) => continue,
+            Err(error) => {
+                fail(error);
+                continue;
+            }
+        }
+        *lock(&state).report.faults.entry(kind).or_insert(0) += 1;
         match kind {
             ProcessFault::Pause | ProcessFault::PauseCommand => {
-                match send(pid, "STOP").await {
-                    Ok(true) => {}
-                    Ok(false) => continue,
-                    Err(error) => {
-                        fail(error);
-                        continue;
-                    }
-                }
-                *lock(&state).report.faults.entry(kind).or_insert(0) += 1;
                 if on_lockkit {
                     // Bounds the validity of the hold this lockkit has or is about to report
                     // (`State::capped`).
@@ -475,15 +477,6 @@ where
                 }
             }
             _ => {
-                match send(pid, "KILL").await {
-                    Ok(true) => {}
-                    Ok(false) => continue,
-                    Err(error) => {
-                        fail(error);
-                        continue;
-                    }
-                }
-                *lock(&state).report.faults.entry(kind).or_insert(0) += 1;
                 if on_lockkit && let Some(command) = target.command {
                     // The command must die with its lockkit.
                     let gone_within = |pid: u32, within: Duration| async move {

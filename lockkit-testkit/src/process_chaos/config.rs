@@ -143,46 +143,27 @@ impl ProcessChaosConfig {
         config
     }
 
-    /// Sets the store's lease.
-    pub fn with_lease(mut self, lease: Duration) -> Self {
-        self.lease = Some(lease);
-        self
-    }
+    crate::setters::with_setters! {
+        /// Sets the store's lease.
+        fn with_lease(lease: Duration) => lease = Some(lease);
 
-    /// Sets how many workers run at once.
-    pub fn with_workers(mut self, workers: usize) -> Self {
-        self.workers = workers.max(1);
-        self
-    }
+        /// Sets how many workers run at once.
+        fn with_workers(workers: usize) => workers = workers.max(1);
 
-    /// Sets how many names they contend for.
-    pub fn with_names(mut self, names: usize) -> Self {
-        self.names = names.max(1);
-        self
-    }
+        /// Sets how many names they contend for.
+        fn with_names(names: usize) => names = names.max(1);
 
-    /// Sets how long faults are injected.
-    pub fn with_duration(mut self, duration: Duration) -> Self {
-        self.duration = duration;
-        self
-    }
+        /// Sets how long faults are injected.
+        fn with_duration(duration: Duration) => duration = duration;
 
-    /// Sets the faults to draw from.
-    pub fn with_faults(mut self, faults: impl Into<Vec<ProcessFault>>) -> Self {
-        self.faults = faults.into();
-        self
-    }
+        /// Sets the faults to draw from.
+        fn with_faults(faults: impl Into<Vec<ProcessFault>>) => faults = faults.into();
 
-    /// Sets the range a pause's length is drawn from.
-    pub fn with_pause(mut self, shortest: Duration, longest: Duration) -> Self {
-        self.pause = Some((shortest, longest));
-        self
-    }
+        /// Sets the range a pause's length is drawn from.
+        fn with_pause(shortest: Duration, longest: Duration) => pause = Some((shortest, longest));
 
-    /// Plants the bug (workers skip the loss deadline).
-    pub fn with_planted_bug(mut self, planted: bool) -> Self {
-        self.planted_bug = planted;
-        self
+        /// Plants the bug (workers skip the loss deadline).
+        fn with_planted_bug(planted: bool) => planted_bug = planted;
     }
 
     /// Sets the store's process ([`StorePid`]: pauses only) and adds
@@ -202,10 +183,9 @@ impl ProcessChaosConfig {
         self
     }
 
-    /// Declares that a restart of the store loses its records (see the field).
-    pub fn with_restart_loses_data(mut self, loses: bool) -> Self {
-        self.restart_loses_data = loses;
-        self
+    crate::setters::with_setters! {
+        /// Declares that a restart of the store loses its records (see the field).
+        fn with_restart_loses_data(loses: bool) => restart_loses_data = loses;
     }
 
     fn add_faults(&mut self, kinds: &[ProcessFault]) {
@@ -216,24 +196,17 @@ impl ProcessChaosConfig {
         }
     }
 
-    /// Makes the workers write through a real fence to `target` (see the field
-    /// [`sink`](Self::sink)); run it with [`run_fenced`](super::run_fenced) or
-    /// [`run_cli_fenced`](super::run_cli_fenced).
-    pub fn with_sink(mut self, target: impl Into<String>) -> Self {
-        self.sink = Some(target.into());
-        self
-    }
+    crate::setters::with_setters! {
+        /// Makes the workers write through a real fence to `target` (see the field
+        /// [`sink`](Self::sink)); run it with [`run_fenced`](super::run_fenced) or
+        /// [`run_cli_fenced`](super::run_cli_fenced).
+        fn with_sink(target: impl Into<String>) => sink = Some(target.into());
 
-    /// Plants the fenced run's bug: the fence bypassed (see the field
-    /// [`fence_bypassed`](Self::fence_bypassed)).
-    pub fn with_fence_bypassed(mut self, bypassed: bool) -> Self {
-        self.fence_bypassed = bypassed;
-        self
-    }
+        /// Plants the fenced run's bug: the fence bypassed (see the field
+        /// [`fence_bypassed`](Self::fence_bypassed)).
+        fn with_fence_bypassed(bypassed: bool) => fence_bypassed = bypassed;
 
-    /// Sets the report's label.
-    pub fn with_label(mut self, label: impl Into<String>) -> Self {
-        self.label = label.into();
-        self
+        /// Sets the report's label.
+        fn with_label(label: impl Into<String>) => label = label.into();
     }
 }

@@ -111,6 +111,23 @@ impl ProcessChaosReport {
             panic!("{self}\nreplay with {SEED_ENV}={}", self.seed);
         }
     }
+
+    /// How many faults of the `kinds` the run applied.
+    pub fn faults_of(&self, kinds: &[ProcessFault]) -> u64 {
+        kinds.iter().map(|kind| self.faults.get(kind).copied().unwrap_or(0)).sum()
+    }
+
+    /// Panics unless the store was faulted (paused or restarted): the first store fault drawn
+    /// always finds the store free (a later one is skipped while another still runs, so how
+    /// many land depends on the timing).
+    ///
+    /// # Panics
+    ///
+    /// When no store fault was applied.
+    pub fn assert_store_faulted(&self) {
+        let store = self.faults_of(&[ProcessFault::PauseStore, ProcessFault::RestartStore]);
+        assert!(store > 0, "no store fault was applied:\n{self}");
+    }
 }
 
 impl fmt::Display for ProcessChaosReport {

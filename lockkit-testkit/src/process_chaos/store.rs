@@ -4,12 +4,12 @@
 //! beside the rest of its schedule.
 //!
 //! The kit implements the hook for its fixtures behind a `tokio::sync::Mutex` (the run holds
-//! the store for the length of a fault): [`PostgresServer`] (a pause stops the postmaster and
-//! every backend; a restart is a fast shutdown, which keeps every committed write, and a
-//! start), [`RedisServer`] (a restart is the fixture's, stop
-//! and start at once; without persistence the restarted server is empty), [`ZkServer`]
-//! (standalone: the same, its data directory kept) and [`ZkEnsemble`] (one member, drawn,
-//! paused, or stopped for the drawn time and started again; the run waits until it rejoined).
+//! the store for the length of a fault): every single server (a [`ServerControl`]) through its
+//! fixture's own pause, resume and restart, and [`ZkEnsemble`] (one member, drawn, paused, or
+//! stopped for the drawn time and started again; the run waits until it rejoined). A
+//! PostgreSQL restart is a fast shutdown, which keeps every committed write, and a start; a
+//! Redis restart without persistence leaves an empty server; ZooKeeper keeps its data
+//! directory.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -20,10 +20,13 @@ use super::analysis::{State, lock};
 use super::config::ProcessFault;
 use super::protocol::now_ns;
 use super::store_control::StoreControl;
-use crate::fixture::{PostgresServer, RedisServer, ZkEnsemble, ZkServer};
+use crate::fixture::{ServerControl, ZkEnsemble};
 
+/// A single server: its fixture's own pause, resume and restart ([`ServerControl`]); a restart
+/// stops it and starts it again at once on the same port and data (`pick` and `down` are not
+/// used: the stop and the start take their own time).
 #[async_trait]
-impl StoreControl for tokio::sync::Mutex<RedisServer> {
+impl<S: ServerControl + std::fmt::Debug + 'static> StoreControl for tokio::sync::Mutex<S> {
     async fn pause(&self, _pick: u64) -> Result<(), String> {
         self.lock().await.pause().map_err(|error| error.to_string())
     }
@@ -32,42 +35,6 @@ impl StoreControl for tokio::sync::Mutex<RedisServer> {
         self.lock().await.resume().map_err(|error| error.to_string())
     }
 
-    /// The fixture's restart: `SIGTERM`, then started again at once on the same port and
-    /// directory (`down` is not used: the stop and the start take their own time).
-    async fn restart(&self, _pick: u64, _down: Duration) -> Result<(), String> {
-        self.lock().await.restart().await.map_err(|error| error.to_string())
-    }
-}
-
-#[async_trait]
-impl StoreControl for tokio::sync::Mutex<PostgresServer> {
-    async fn pause(&self, _pick: u64) -> Result<(), String> {
-        self.lock().await.pause().map_err(|error| error.to_string())
-    }
-
-    async fn resume(&self, _pick: u64) -> Result<(), String> {
-        self.lock().await.resume().map_err(|error| error.to_string())
-    }
-
-    /// The fixture's restart: a fast shutdown (every committed write kept), then started
-    /// again at once on the same port and cluster (`down` is not used).
-    async fn restart(&self, _pick: u64, _down: Duration) -> Result<(), String> {
-        self.lock().await.restart().await.map_err(|error| error.to_string())
-    }
-}
-
-#[async_trait]
-impl StoreControl for tokio::sync::Mutex<ZkServer> {
-    async fn pause(&self, _pick: u64) -> Result<(), String> {
-        self.lock().await.pause().map_err(|error| error.to_string())
-    }
-
-    async fn resume(&self, _pick: u64) -> Result<(), String> {
-        self.lock().await.resume().map_err(|error| error.to_string())
-    }
-
-    /// The fixture's restart: stopped and started again at once on the same port and data
-    /// directory (`down` is not used: the JVM's start takes its own time).
     async fn restart(&self, _pick: u64, _down: Duration) -> Result<(), String> {
         self.lock().await.restart().await.map_err(|error| error.to_string())
     }
@@ -150,7 +117,7 @@ pub(crate) async fn apply(
 }
 
 /// The control of a fixture the run owns from now on (it is stopped when the run's config
-/// is dropped): `control(server)` for a [`PostgresServer`], [`RedisServer`], [`ZkServer`] or
+/// is dropped): `control(server)` for a single server (a [`ServerControl`]) or
 /// [`ZkEnsemble`].
 pub fn control<S>(store: S) -> Arc<dyn StoreControl>
 where

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 use lockkit::etcd::etcd_client::{self, LockOptions, PutOptions};
 use lockkit::etcd::{EtcdLockProvider, EtcdLockProviderBuilder};
 
-use crate::bench::profile::{Boxed, Floor, FloorFigure, Profile, Targets};
+use crate::bench::profile::{Boxed, Floor, FloorFigure, Profile, Targets, floor_failure};
 use crate::bench::url::{Url, run_id};
-use crate::exit::{Failure, UNAVAILABLE};
+use crate::exit::Failure;
 
 /// The etcd profile.
 pub(crate) struct Etcd;
@@ -74,27 +74,25 @@ impl EtcdFloor {
     }
 }
 
+/// The round trips the floor times, in the order of its samples.
+const FIGURES: &[FloorFigure] = &[
+    FloorFigure::other("get", "Get"),
+    FloorFigure::main("put_delete", "put+delete bound to a lease"),
+    FloorFigure::other_p50("lock_service", "etcd's own Lock+Unlock service cycle, no lockkit,"),
+];
+
 impl Floor for EtcdFloor {
     fn describe(&self) -> &'static str {
         "etcd put+delete of a key bound to a lease (etcd-client, one client)"
     }
 
     fn figures(&self) -> &'static [FloorFigure] {
-        &[
-            FloorFigure { main: false, key: "get", label: "Get", p99: true },
-            FloorFigure { main: true, key: "put_delete", label: "put+delete bound to a lease", p99: true },
-            FloorFigure {
-                main: false,
-                key: "lock_service",
-                label: "etcd's own Lock+Unlock service cycle, no lockkit,",
-                p99: false,
-            },
-        ]
+        FIGURES
     }
 
     fn sample<'a>(&'a mut self, url: &'a Url) -> Boxed<'a, Result<Vec<Option<Duration>>, Failure>> {
         Box::pin(async move {
-            let failed = |e: etcd_client::Error| Failure::new(UNAVAILABLE, format!("floor: {} failed: {e}", url.shown));
+            let failed = |e: etcd_client::Error| floor_failure(url, e);
             let start = Instant::now();
             self.client.get(self.key.as_str(), None).await.map_err(failed)?;
             let get = start.elapsed();

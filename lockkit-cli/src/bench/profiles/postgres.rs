@@ -10,7 +10,7 @@ use lockkit::LockProvider;
 use lockkit::postgres::tokio_postgres;
 use lockkit::postgres::{PostgresLockProvider, PostgresLockProviderBuilder};
 
-use crate::bench::profile::{Boxed, Floor, FloorFigure, Profile, Renewals, Targets, Upkeep};
+use crate::bench::profile::{Boxed, Floor, FloorFigure, Profile, Renewals, Targets, Upkeep, renewals};
 use crate::bench::url::{Url, run_id};
 use crate::exit::{Failure, UNAVAILABLE};
 
@@ -44,11 +44,7 @@ impl Profile for Postgres {
         let builder = PostgresLockProviderBuilder::from_url(&url.store).map_err(upkeep)?;
         let provider =
             builder.lease(Duration::from_secs(5)).renew_every(Duration::from_secs(1)).build().map_err(upkeep)?;
-        let (stats, ping) = (provider.clone(), provider.clone());
-        let renewals = Box::new(move || {
-            let stats = stats.renewal_stats();
-            (stats.ticks, stats.round_trips)
-        });
+        let (renewals, ping) = (renewals(provider.clone(), counters), provider.clone());
         let reach =
             Box::pin(async move { ping.ping().await.map_err(|e| Failure::from_lock_error(&e, "upkeep: SELECT 1")) });
         Ok(Some(Upkeep { provider: provider.into(), renewals, reach }))
@@ -59,11 +55,7 @@ impl Profile for Postgres {
     }
 
     fn renewal_counters(&self, provider: &LockProvider) -> Option<Renewals> {
-        let provider = PostgresLockProvider::try_from(provider.clone()).ok()?;
-        Some(Box::new(move || {
-            let stats = provider.renewal_stats();
-            (stats.ticks, stats.round_trips)
-        }))
+        Some(renewals(PostgresLockProvider::try_from(provider.clone()).ok()?, counters))
     }
 
     fn upkeep_note(&self) -> Option<&'static str> {
@@ -99,22 +91,26 @@ impl PostgresFloor {
     }
 }
 
+/// Renewal rounds and round trips of `provider` so far.
+fn counters(provider: &PostgresLockProvider) -> (u64, u64) {
+    let stats = provider.renewal_stats();
+    (stats.ticks, stats.round_trips)
+}
+
+/// The round trips the floor times, in the order of its samples.
+const FIGURES: &[FloorFigure] = &[
+    FloorFigure::main("select1", "SELECT 1"),
+    FloorFigure::other_p50("commit", "one-row commit (WAL flush)"),
+    FloorFigure::other_p50("commit_async", "one-row commit, synchronous_commit off,"),
+];
+
 impl Floor for PostgresFloor {
     fn describe(&self) -> &'static str {
         "PostgreSQL SELECT 1 on a plain tokio-postgres connection"
     }
 
     fn figures(&self) -> &'static [FloorFigure] {
-        &[
-            FloorFigure { main: true, key: "select1", label: "SELECT 1", p99: true },
-            FloorFigure { main: false, key: "commit", label: "one-row commit (WAL flush)", p99: false },
-            FloorFigure {
-                main: false,
-                key: "commit_async",
-                label: "one-row commit, synchronous_commit off,",
-                p99: false,
-            },
-        ]
+        FIGURES
     }
 
     fn sample<'a>(&'a mut self, url: &'a Url) -> Boxed<'a, Result<Vec<Option<Duration>>, Failure>> {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use lockkit::LockProvider;
 use lockkit::redis::{RedisLockProvider, RedisLockProviderBuilder};
 
-use crate::bench::profile::{Boxed, Floor, FloorFigure, Profile, Renewals, Targets, Upkeep};
+use crate::bench::profile::{Boxed, Floor, FloorFigure, Profile, Renewals, Targets, Upkeep, floor_failure, renewals};
 use crate::bench::url::{Url, run_id};
 use crate::exit::{Failure, UNAVAILABLE};
 
@@ -51,11 +51,7 @@ impl Profile for Redis {
 
     fn upkeep(&self, url: &Url) -> Result<Option<Upkeep>, Failure> {
         let provider = provider(url, Duration::from_secs(5), Duration::from_secs(1), "upkeep: a Redis provider")?;
-        let (stats, ping) = (provider.clone(), provider.clone());
-        let renewals = Box::new(move || {
-            let stats = stats.renewal_stats();
-            (stats.ticks, stats.round_trips)
-        });
+        let (renewals, ping) = (renewals(provider.clone(), counters), provider.clone());
         let reach =
             Box::pin(async move { ping.ping().await.map_err(|e| Failure::from_lock_error(&e, "upkeep: PING")) });
         Ok(Some(Upkeep { provider: provider.into(), renewals, reach }))
@@ -72,11 +68,7 @@ impl Profile for Redis {
     }
 
     fn renewal_counters(&self, provider: &LockProvider) -> Option<Renewals> {
-        let provider = RedisLockProvider::try_from(provider.clone()).ok()?;
-        Some(Box::new(move || {
-            let stats = provider.renewal_stats();
-            (stats.ticks, stats.round_trips)
-        }))
+        Some(renewals(RedisLockProvider::try_from(provider.clone()).ok()?, counters))
     }
 
     fn quiet_provider(&self, url: &Url) -> Result<Option<LockProvider>, Failure> {
@@ -188,6 +180,18 @@ impl RedisFloor {
     }
 }
 
+/// Renewal rounds and round trips of `provider` so far.
+fn counters(provider: &RedisLockProvider) -> (u64, u64) {
+    let stats = provider.renewal_stats();
+    (stats.ticks, stats.round_trips)
+}
+
+/// The round trips the floor times, in the order of its samples.
+const FIGURES: &[FloorFigure] = &[
+    FloorFigure::main("ping", "PING"),
+    FloorFigure::other_p50("scripts_raw", "acquire+release scripts raw, no lockkit,"),
+];
+
 impl Floor for RedisFloor {
     fn describe(&self) -> &'static str {
         match self.connection {
@@ -199,20 +203,12 @@ impl Floor for RedisFloor {
     }
 
     fn figures(&self) -> &'static [FloorFigure] {
-        &[
-            FloorFigure { main: true, key: "ping", label: "PING", p99: true },
-            FloorFigure {
-                main: false,
-                key: "scripts_raw",
-                label: "acquire+release scripts raw, no lockkit,",
-                p99: false,
-            },
-        ]
+        FIGURES
     }
 
     fn sample<'a>(&'a mut self, url: &'a Url) -> Boxed<'a, Result<Vec<Option<Duration>>, Failure>> {
         Box::pin(async move {
-            let failed = |e: redis::RedisError| Failure::new(UNAVAILABLE, format!("floor: {} failed: {e}", url.shown));
+            let failed = |e: redis::RedisError| floor_failure(url, e);
             let (connection, key) = (&mut self.connection, self.key.as_str());
             let start = Instant::now();
             let _: String = connection.query_at(key, redis::cmd("PING")).await.map_err(failed)?;

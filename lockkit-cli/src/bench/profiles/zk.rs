@@ -97,28 +97,21 @@ impl ZkFloor {
     }
 }
 
+/// The round trips the floor times, in the order of its samples.
+const FIGURES: &[FloorFigure] = &[
+    FloorFigure::other("exists", "exists"),
+    FloorFigure::main("create_delete", "create+delete"),
+    FloorFigure::other_p50("recipe_raw", "recipe's requests raw (create+list, delete)"),
+    FloorFigure::other_p50("delete_notify", "raw hand-off: delete → notification on another session"),
+];
+
 impl Floor for ZkFloor {
     fn describe(&self) -> &'static str {
         "ZooKeeper create+delete of an ephemeral node (zookeeper-client, one session)"
     }
 
     fn figures(&self) -> &'static [FloorFigure] {
-        &[
-            FloorFigure { main: false, key: "exists", label: "exists", p99: true },
-            FloorFigure { main: true, key: "create_delete", label: "create+delete", p99: true },
-            FloorFigure {
-                main: false,
-                key: "recipe_raw",
-                label: "recipe's requests raw (create+list, delete)",
-                p99: false,
-            },
-            FloorFigure {
-                main: false,
-                key: "delete_notify",
-                label: "raw hand-off: delete → notification on another session",
-                p99: false,
-            },
-        ]
+        FIGURES
     }
 
     fn sample<'a>(&'a mut self, url: &'a Url) -> Boxed<'a, Result<Vec<Option<Duration>>, Failure>> {
