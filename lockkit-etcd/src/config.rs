@@ -1,5 +1,6 @@
 //! The settings of an etcd provider: the builder, URL reading and the checks `build` makes.
 
+use std::fmt;
 use std::time::Duration;
 
 use lockkit_core::config::{
@@ -60,7 +61,7 @@ const MAX_PREFIX: usize = 512;
 const DEFAULT_PORT: u16 = 2379;
 
 /// The checked settings of one provider.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub(crate) struct EtcdConfig {
     /// `http://host:port` for each member.
     pub(crate) endpoints: Vec<String>,
@@ -73,6 +74,19 @@ pub(crate) struct EtcdConfig {
     pub(crate) credentials: Option<(String, String)>,
     /// The certificates of an `etcds://` provider; `None` for plain `etcd://`.
     pub(crate) tls: Option<ClientTls>,
+}
+
+/// Shows the user but never the password.
+impl fmt::Debug for EtcdConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdConfig")
+            .field("address", &self.address)
+            .field("prefix", &self.prefix)
+            .field("ttl", &self.ttl)
+            .field("user", &self.credentials.as_ref().map(|(user, _)| user))
+            .field("tls", &self.tls.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl EtcdConfig {
@@ -98,7 +112,7 @@ pub(crate) fn escape(name: &str) -> String {
 
 /// Every setting of an [`EtcdLockProvider`](crate::EtcdLockProvider); [`build`](Self::build) checks them and does no
 /// I/O.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct EtcdLockProviderBuilder {
     endpoints: Option<String>,
     credentials: Option<(String, String)>,
@@ -109,6 +123,18 @@ pub struct EtcdLockProviderBuilder {
 impl Default for EtcdLockProviderBuilder {
     fn default() -> Self {
         Self { endpoints: None, credentials: None, tls: false, options: Options::new(BACKEND, OPTIONS) }
+    }
+}
+
+/// Shows the user but never the password.
+impl fmt::Debug for EtcdLockProviderBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdLockProviderBuilder")
+            .field("endpoints", &self.endpoints)
+            .field("user", &self.credentials.as_ref().map(|(user, _)| user))
+            .field("tls", &self.tls)
+            .field("options", &self.options)
+            .finish()
     }
 }
 
