@@ -110,6 +110,7 @@ mod client;
 mod config;
 mod error;
 mod held;
+mod holds;
 mod judge;
 mod names;
 mod observe;

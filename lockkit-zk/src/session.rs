@@ -10,6 +10,17 @@
 //! the one asked to its own range). While holds are live, the session task sends a cheap
 //! `exists` on the base path every `T/3` and extends every hold from its send time.
 //!
+//! # How a hold's deletion is seen
+//!
+//! The session watches its base path with one persistent recursive watch (ZooKeeper 3.6 and
+//! later), set when it opens: the deletion of any node below it reaches the session task,
+//! which loses the hold of that node, if it is one's. A hold then costs an entry in the
+//! session's [`HoldTable`] and no request, task or watch of its own. The price: the session
+//! hears of every change below its base path, other clients' included. Events that happen
+//! while the connection is down are not replayed when it comes back (ZOOKEEPER-4698), so
+//! after a reconnection the session asks once whether each hold's node still exists. On a
+//! server without persistent watches each hold watches its own node (see the held module).
+//!
 //! Session states drive the rest: `Disconnected` suspends the holds (no renewal can be
 //! answered, so the deadline keeps running; with [`DisconnectPolicy::LoseOnDisconnect`] they
 //! are lost at once), `SyncConnected` renews at once, and the terminal states (`Expired`,
@@ -27,10 +38,9 @@
 //! `JoinHandle` tells: [`Session::is_alive`] is false once it finished, the holds of the session
 //! are lost at that moment ([`LossReason::ClientClosed`]), and the provider opens a new session.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::task::{Context, Waker};
 use std::time::{Duration, Instant};
@@ -42,13 +52,20 @@ use tokio::task::JoinHandle;
 use zookeeper_client as zk;
 
 use crate::config::{DisconnectPolicy, ZkConfig, check_drift};
-use crate::error::{BACKEND, Failure, is_connection, loss_for_state, map};
+use crate::error::{BACKEND, Failure, is_connection, is_loss, loss_for_state, map};
+use crate::holds::{HoldTable, leaves_node};
 
 /// How long the probe waits for a TCP connection to one server at most.
 const PROBE_LIMIT: Duration = Duration::from_secs(2);
 
 /// The shortest renewal period, whatever the server granted.
 const MIN_RENEW_EVERY: Duration = Duration::from_millis(1);
+
+/// How many times one step is retried after a lost connection before giving up.
+pub(crate) const RETRIES: usize = 8;
+
+/// How many `exists` requests on the holds' nodes are in flight at once after a reconnection.
+const CHECKS_IN_FLIGHT: usize = 1000;
 
 /// One ZooKeeper session and the holds it carries.
 pub(crate) struct Session {
@@ -64,8 +81,9 @@ pub(crate) struct Session {
     /// The base path, renewed against.
     root: String,
     policy: DisconnectPolicy,
-    holds: Mutex<HashMap<u64, HoldSignal>>,
-    next_hold: AtomicU64,
+    holds: Mutex<HoldTable>,
+    /// Whether the session's recursive watch on the base path tells the holds' deletions.
+    watches_holds: bool,
     /// The session task: finished when the session ended or its runtime shut down.
     task: OnceLock<JoinHandle<()>>,
     /// Set when a request or watch failed as only a session whose tasks are gone fails.
@@ -130,6 +148,13 @@ impl Session {
         let acls = config.acls();
         let root = config.root.clone();
         ensure_path(&client, &root, &acls, lock).await?;
+        let recursive = match client.watch(&root, zk::AddWatchMode::PersistentRecursive).await {
+            Ok(watcher) => Some(watcher),
+            Err(error) => {
+                tracing::debug!(backend = BACKEND, %error, "no persistent recursive watch: each hold watches its node");
+                None
+            }
+        };
         let session = Arc::new(Session {
             client,
             timeout,
@@ -138,13 +163,13 @@ impl Session {
             acls,
             root,
             policy: config.disconnect_policy,
-            holds: Mutex::new(HashMap::new()),
-            next_hold: AtomicU64::new(0),
+            holds: Mutex::new(HoldTable::default()),
+            watches_holds: recursive.is_some(),
             task: OnceLock::new(),
             broken: AtomicBool::new(false),
         });
         let states = session.client.state_watcher();
-        let task = runtime.spawn(watch_session(Arc::downgrade(&session), states));
+        let task = runtime.spawn(watch_session(Arc::downgrade(&session), states, recursive));
         let _ = session.task.set(task);
         tracing::debug!(backend = BACKEND, session = %session.client.session_id(), ?timeout, "zk session opened");
         Ok(session)
@@ -196,14 +221,26 @@ impl Session {
         lease_deadline(sent_at, self.timeout, self.drift)
     }
 
-    fn holds(&self) -> std::sync::MutexGuard<'_, HashMap<u64, HoldSignal>> {
+    fn holds(&self) -> std::sync::MutexGuard<'_, HoldTable> {
         self.holds.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Adds a live hold, to be renewed and told of session loss; returns its id.
-    pub(crate) fn register(&self, signal: HoldSignal) -> u64 {
-        let id = self.next_hold.fetch_add(1, Ordering::Relaxed);
-        self.holds().insert(id, signal);
+    /// Whether the session's recursive watch tells the deletion of its holds' nodes: when
+    /// not, each hold watches its own node.
+    pub(crate) fn watches_holds(&self) -> bool {
+        self.watches_holds
+    }
+
+    /// Adds a live hold of the node at `path`, to be renewed and told of its node's deletion
+    /// and of the session's loss; returns its id.
+    pub(crate) fn register(&self, signal: HoldSignal, path: &Arc<str>) -> u64 {
+        let watched = self.watches_holds.then_some(path);
+        let (id, gone) = self.holds().insert(signal.clone(), watched);
+        if gone {
+            // Deleted by someone else between our create and this grant.
+            self.unregister(id);
+            signal.lose(LossReason::RecordGone);
+        }
         if !self.is_alive() {
             // The session ended while the grant was being made: nothing will renew the hold.
             self.lose_all(&LossReason::ClientClosed);
@@ -213,7 +250,7 @@ impl Session {
 
     /// Forgets a hold (released or lost).
     pub(crate) fn unregister(&self, id: u64) {
-        self.holds().remove(&id);
+        self.holds().remove(id);
     }
 
     /// How many holds are live.
@@ -224,18 +261,85 @@ impl Session {
     /// Extends every live hold to the deadline of a request sent at `sent_at` and answered.
     fn renew_all(&self, sent_at: Instant) {
         let deadline = self.deadline_from(sent_at);
-        let holds: Vec<HoldSignal> = self.holds().values().cloned().collect();
+        let holds = self.holds().signals();
         for signal in holds {
             signal.extend(deadline);
         }
     }
 
-    /// Declares every live hold lost.
-    fn lose_all(&self, reason: &LossReason) {
-        let holds: Vec<(u64, HoldSignal)> = self.holds().drain().collect();
-        for (_, signal) in holds {
+    /// Declares every live hold lost; the nodes of watched holds that this leaves behind are
+    /// returned, to be deleted once the session answers again.
+    fn lose_all(&self, reason: &LossReason) -> Vec<Arc<str>> {
+        let holds = self.holds().drain();
+        let mut left = Vec::new();
+        for (signal, path) in holds {
             signal.lose(reason.clone());
+            if let Some(path) = path
+                && leaves_node(Some(reason))
+            {
+                left.push(path);
+            }
         }
+        left
+    }
+
+    /// The node at `path` was deleted: its hold, if it is one's, is lost.
+    fn node_deleted(&self, path: &str) {
+        let signal = self.holds().node_deleted(path);
+        if let Some(signal) = signal {
+            tracing::debug!(backend = BACKEND, %path, "a held node was deleted");
+            signal.lose(LossReason::RecordGone);
+        }
+    }
+
+    /// Deletes one of our nodes, retrying while the connection breaks; a missing node is fine.
+    pub(crate) async fn delete_node(&self, path: &str) {
+        for _ in 0..RETRIES {
+            match self.client.delete(path, None).await {
+                Err(ref error) if is_loss(error) => continue,
+                Ok(()) => {
+                    tracing::debug!(backend = BACKEND, %path, "deleted an abandoned or lost node");
+                    return;
+                }
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// Deletes, in the background, nodes of holds lost while their nodes stayed.
+    fn free_nodes(self: &Arc<Self>, paths: Vec<Arc<str>>) {
+        if paths.is_empty() {
+            return;
+        }
+        let session = Arc::clone(self);
+        drop(self.runtime.spawn(async move {
+            for path in paths {
+                session.delete_node(&path).await;
+            }
+        }));
+    }
+
+    /// Asks whether each watched hold's node still exists, after a reconnection (the events
+    /// of the time the connection was down are not replayed): a hold whose node is gone is lost.
+    fn check_nodes(self: &Arc<Self>) {
+        let holds = self.holds().watched();
+        if holds.is_empty() {
+            return;
+        }
+        let session = Arc::clone(self);
+        drop(self.runtime.spawn(async move {
+            for chunk in holds.chunks(CHECKS_IN_FLIGHT) {
+                // zookeeper-client sends a request when its future is made: all go out at once.
+                let checks: Vec<_> = chunk.iter().map(|(path, _)| session.client.check_stat(path)).collect();
+                for (check, (path, signal)) in checks.into_iter().zip(chunk) {
+                    if let Ok(None) = check.await
+                        && signal.is_held()
+                    {
+                        session.node_deleted(path);
+                    }
+                }
+            }
+        }));
     }
 
     /// Runs `future` in the background on the session's runtime; when called on that runtime,
@@ -329,10 +433,23 @@ impl Drop for LoseOnDrop {
     }
 }
 
-/// The session task: follows the session state and renews the holds every third of the
-/// session timeout. Ends with the session, or when the session is dropped; dropped with the
-/// runtime it runs on, it loses the holds of the session.
-async fn watch_session(session: Weak<Session>, mut states: zk::StateWatcher) {
+/// The next event of the session's recursive watch; pending for ever without one.
+async fn next_node_event(recursive: &mut Option<zk::PersistentWatcher>) -> zk::WatchedEvent {
+    match recursive.as_mut() {
+        Some(watcher) => watcher.changed().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The session task: follows the session state, renews the holds every third of the session
+/// timeout, and, with the recursive watch on the base path, loses a hold whose node is
+/// deleted. Ends with the session, or when the session is dropped; dropped with the runtime
+/// it runs on, it loses the holds of the session.
+async fn watch_session(
+    session: Weak<Session>,
+    mut states: zk::StateWatcher,
+    mut recursive: Option<zk::PersistentWatcher>,
+) {
     let _lose_on_drop = LoseOnDrop(session.clone());
     let Some((every, policy, id)) =
         session.upgrade().map(|s| ((s.timeout / 3).max(MIN_RENEW_EVERY), s.policy, s.client.session_id().to_string()))
@@ -343,8 +460,22 @@ async fn watch_session(session: Weak<Session>, mut states: zk::StateWatcher) {
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut connected = true;
     let mut renewal: Option<Renewal> = None;
+    // Nodes of holds lost at a disconnection, deleted once the session is connected again.
+    let mut left_behind: Vec<Arc<str>> = Vec::new();
     loop {
         tokio::select! {
+            event = next_node_event(&mut recursive) => {
+                let Some(session) = session.upgrade() else { return };
+                match event.event_type {
+                    zk::EventType::NodeDeleted => session.node_deleted(&event.path),
+                    zk::EventType::Session if event.session_state.is_terminated() => {
+                        // The watcher panics when polled after a terminal event: end here.
+                        session.lose_all(&loss_for_state(event.session_state));
+                        return;
+                    }
+                    _ => {}
+                }
+            }
             state = states.changed() => {
                 let Some(session) = session.upgrade() else { return };
                 tracing::debug!(backend = BACKEND, session = %id, ?state, "zk session state");
@@ -354,11 +485,15 @@ async fn watch_session(session: Weak<Session>, mut states: zk::StateWatcher) {
                         connected = false;
                         renewal = None;
                         if policy == DisconnectPolicy::LoseOnDisconnect {
-                            session.lose_all(&LossReason::ConnectionLost);
+                            left_behind.extend(session.lose_all(&LossReason::ConnectionLost));
                         }
                     }
                     zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
+                        if !connected && session.watches_holds {
+                            session.check_nodes();
+                        }
                         connected = true;
+                        session.free_nodes(std::mem::take(&mut left_behind));
                         if session.hold_count() > 0 {
                             renewal = Some(start_renewal(&session));
                         }
@@ -377,6 +512,12 @@ async fn watch_session(session: Weak<Session>, mut states: zk::StateWatcher) {
                 if state.is_terminated() {
                     session.lose_all(&loss_for_state(state));
                     return;
+                }
+                let left = session.holds().sweep();
+                if connected {
+                    session.free_nodes(left);
+                } else {
+                    left_behind.extend(left);
                 }
                 if connected && renewal.is_none() && session.hold_count() > 0 {
                     renewal = Some(start_renewal(&session));
