@@ -349,8 +349,9 @@ impl HeldLock for ZkHeld {
     }
 }
 
-/// Watches a granted hold's own node, on a session without the recursive watch (a server
-/// before ZooKeeper 3.6): its deletion by someone else is a loss. Ends when the hold ends; a
+/// Watches a granted hold's own node, when the session's recursive watch does not cover it (a
+/// session with few holds, or a server before ZooKeeper 3.6): its deletion by someone else is
+/// a loss. Ends when the hold ends; a
 /// hold lost with its node still in place gets its node deleted. `watching` is a watch on the
 /// node set before the grant (by the wait), used first.
 pub(crate) async fn watch_hold(

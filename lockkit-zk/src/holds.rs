@@ -1,6 +1,7 @@
 //! The live holds of one session ([`HoldTable`]): their signals, renewed and lost together,
-//! and, where the session watches its base path recursively, the path of each hold's node,
-//! so that one watch tells every hold's deletion (see the session module). No I/O.
+//! and, while the session watches its base path recursively, the path of each hold's node
+//! registered meanwhile, so that one watch tells all their deletions (see the session
+//! module). No I/O.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -23,6 +24,8 @@ struct Entry {
 /// The live holds of a session.
 #[derive(Default)]
 pub(crate) struct HoldTable {
+    /// Whether the session's recursive watch is set: holds registered now are watched by it.
+    pub(crate) watching: bool,
     holds: HashMap<u64, Entry>,
     /// The hold of each watched node.
     paths: HashMap<Arc<str>, u64>,
@@ -32,17 +35,30 @@ pub(crate) struct HoldTable {
 }
 
 impl HoldTable {
-    /// Adds a live hold; `path` is its node when the session's recursive watch covers it.
-    /// Returns its id, and whether its node was deleted already (the hold is then lost).
-    pub(crate) fn insert(&mut self, signal: HoldSignal, path: Option<&Arc<str>>) -> (u64, bool) {
+    /// Adds a live hold of the node at `path`, watched by the session's recursive watch if it
+    /// is set. Returns its id, whether the recursive watch covers it, and whether its node was
+    /// deleted already (the hold is then lost).
+    pub(crate) fn insert(&mut self, signal: HoldSignal, path: &Arc<str>) -> (u64, bool, bool) {
         let id = self.next_id;
         self.next_id += 1;
-        let gone = path.is_some_and(|path| self.deleted.iter().any(|deleted| deleted == path));
-        if let Some(path) = path {
+        let watched = self.watching.then(|| Arc::clone(path));
+        let gone = watched.is_some() && self.deleted.iter().any(|deleted| deleted == path);
+        if let Some(path) = &watched {
             self.paths.insert(Arc::clone(path), id);
         }
-        self.holds.insert(id, Entry { signal, path: path.cloned() });
-        (id, gone)
+        let covered = watched.is_some();
+        self.holds.insert(id, Entry { signal, path: watched });
+        (id, covered, gone)
+    }
+
+    /// Stops covering new holds with the recursive watch when it covers none and fewer than
+    /// `below` holds are live; whether it did (the watch can go).
+    pub(crate) fn stop_watching(&mut self, below: usize) -> bool {
+        if self.watching && self.paths.is_empty() && self.holds.len() < below {
+            self.watching = false;
+            return true;
+        }
+        false
     }
 
     /// Forgets a hold (released or lost).

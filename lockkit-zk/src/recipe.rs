@@ -574,11 +574,11 @@ impl ZkBackend {
             .map_err(|_| Error::backend(BACKEND, Some(&lock), Failure::InvalidCzxid(node.czxid)))?;
         let signal = HoldSignal::new(BACKEND, lock.clone(), Some(session.deadline_from(confirmed)));
         let path: Arc<str> = Arc::from(node.path);
-        let id = session.register(signal.clone(), &path);
+        let (id, watched) = session.register(signal.clone(), &path);
         if marks_held {
             mark_held(session, &lock, &path, &pending.record, &signal);
         }
-        let held = if session.watches_holds() {
+        let held = if watched {
             pending.into_held(id, path, signal.clone(), own_watch)
         } else {
             let held = pending.into_held(id, Arc::clone(&path), signal.clone(), None);

@@ -12,14 +12,17 @@
 //!
 //! # How a hold's deletion is seen
 //!
-//! The session watches its base path with one persistent recursive watch (ZooKeeper 3.6 and
-//! later), set when it opens: the deletion of any node below it reaches the session task,
-//! which loses the hold of that node, if it is one's. A hold then costs an entry in the
-//! session's [`HoldTable`] and no request, task or watch of its own. The price: the session
-//! hears of every change below its base path, other clients' included. Events that happen
-//! while the connection is down are not replayed when it comes back (ZOOKEEPER-4698), so
-//! after a reconnection the session asks once whether each hold's node still exists. On a
-//! server without persistent watches each hold watches its own node (see the held module).
+//! A session with few holds lets each hold watch its own node (see the held module): a task
+//! and a data watch per hold, and no event about anyone else's nodes. Once a session has
+//! [`MANY_HOLDS`] holds at once, it sets one persistent recursive watch on its base path
+//! (ZooKeeper 3.6 and later), and the holds granted from then on cost an entry in its
+//! [`HoldTable`] and no request, task or watch of their own: the deletion of any node below
+//! the base path reaches the session task, which loses the hold of that node, if it is one's.
+//! The price is that the session hears of every change below its base path, other clients'
+//! included, which is why it is not set for a few holds; it is removed once no hold uses it
+//! and fewer than half as many holds are left. Events that happen while the connection is down
+//! are not replayed when it comes back (ZOOKEEPER-4698), so after a reconnection the session
+//! asks once whether each of those holds' nodes still exists.
 //!
 //! Session states drive the rest: `Disconnected` suspends the holds (no renewal can be
 //! answered, so the deadline keeps running; with [`DisconnectPolicy::LoseOnDisconnect`] they
@@ -67,6 +70,10 @@ pub(crate) const RETRIES: usize = 8;
 /// How many `exists` requests on the holds' nodes are in flight at once after a reconnection.
 const CHECKS_IN_FLIGHT: usize = 1000;
 
+/// How many holds at once make a session watch its base path recursively rather than let
+/// each hold watch its node (a task and a watch per hold: some 1.2 KB each).
+pub(crate) const MANY_HOLDS: usize = 256;
+
 /// One ZooKeeper session and the holds it carries.
 pub(crate) struct Session {
     pub(crate) client: zk::Client,
@@ -82,8 +89,8 @@ pub(crate) struct Session {
     root: String,
     policy: DisconnectPolicy,
     holds: Mutex<HoldTable>,
-    /// Whether the session's recursive watch on the base path tells the holds' deletions.
-    watches_holds: bool,
+    /// Tells the session task that the session has many holds: time for the recursive watch.
+    many_holds: Arc<tokio::sync::Notify>,
     /// The session task: finished when the session ended or its runtime shut down.
     task: OnceLock<JoinHandle<()>>,
     /// Set when a request or watch failed as only a session whose tasks are gone fails.
@@ -148,13 +155,6 @@ impl Session {
         let acls = config.acls();
         let root = config.root.clone();
         ensure_path(&client, &root, &acls, lock).await?;
-        let recursive = match client.watch(&root, zk::AddWatchMode::PersistentRecursive).await {
-            Ok(watcher) => Some(watcher),
-            Err(error) => {
-                tracing::debug!(backend = BACKEND, %error, "no persistent recursive watch: each hold watches its node");
-                None
-            }
-        };
         let session = Arc::new(Session {
             client,
             timeout,
@@ -164,12 +164,12 @@ impl Session {
             root,
             policy: config.disconnect_policy,
             holds: Mutex::new(HoldTable::default()),
-            watches_holds: recursive.is_some(),
+            many_holds: Arc::new(tokio::sync::Notify::new()),
             task: OnceLock::new(),
             broken: AtomicBool::new(false),
         });
         let states = session.client.state_watcher();
-        let task = runtime.spawn(watch_session(Arc::downgrade(&session), states, recursive));
+        let task = runtime.spawn(watch_session(Arc::downgrade(&session), states, Arc::clone(&session.many_holds)));
         let _ = session.task.set(task);
         tracing::debug!(backend = BACKEND, session = %session.client.session_id(), ?timeout, "zk session opened");
         Ok(session)
@@ -225,17 +225,18 @@ impl Session {
         self.holds.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Whether the session's recursive watch tells the deletion of its holds' nodes: when
-    /// not, each hold watches its own node.
-    pub(crate) fn watches_holds(&self) -> bool {
-        self.watches_holds
-    }
-
-    /// Adds a live hold of the node at `path`, to be renewed and told of its node's deletion
-    /// and of the session's loss; returns its id.
-    pub(crate) fn register(&self, signal: HoldSignal, path: &Arc<str>) -> u64 {
-        let watched = self.watches_holds.then_some(path);
-        let (id, gone) = self.holds().insert(signal.clone(), watched);
+    /// Adds a live hold of the node at `path`, to be renewed and told of the session's loss;
+    /// returns its id, and whether the session's recursive watch tells its node's deletion
+    /// (when not, the hold must watch its node itself).
+    pub(crate) fn register(&self, signal: HoldSignal, path: &Arc<str>) -> (u64, bool) {
+        let (id, watched, gone, count) = {
+            let mut holds = self.holds();
+            let (id, watched, gone) = holds.insert(signal.clone(), path);
+            (id, watched, gone, holds.len())
+        };
+        if !watched && count >= MANY_HOLDS {
+            self.many_holds.notify_one();
+        }
         if gone {
             // Deleted by someone else between our create and this grant.
             self.unregister(id);
@@ -245,7 +246,7 @@ impl Session {
             // The session ended while the grant was being made: nothing will renew the hold.
             self.lose_all(&LossReason::ClientClosed);
         }
-        id
+        (id, watched)
     }
 
     /// Forgets a hold (released or lost).
@@ -433,6 +434,21 @@ impl Drop for LoseOnDrop {
     }
 }
 
+type AddWatch = Pin<Box<dyn Future<Output = std::result::Result<zk::PersistentWatcher, zk::Error>> + Send>>;
+
+/// Sets the persistent recursive watch on the session's base path.
+fn add_recursive_watch(session: &Session) -> AddWatch {
+    let (client, root) = (session.client.clone(), session.root.clone());
+    Box::pin(async move { client.watch(&root, zk::AddWatchMode::PersistentRecursive).await })
+}
+
+async fn next_added(adding: &mut Option<AddWatch>) -> std::result::Result<zk::PersistentWatcher, zk::Error> {
+    match adding.as_mut() {
+        Some(future) => future.await,
+        None => std::future::pending().await,
+    }
+}
+
 /// The next event of the session's recursive watch; pending for ever without one.
 async fn next_node_event(recursive: &mut Option<zk::PersistentWatcher>) -> zk::WatchedEvent {
     match recursive.as_mut() {
@@ -445,11 +461,7 @@ async fn next_node_event(recursive: &mut Option<zk::PersistentWatcher>) -> zk::W
 /// timeout, and, with the recursive watch on the base path, loses a hold whose node is
 /// deleted. Ends with the session, or when the session is dropped; dropped with the runtime
 /// it runs on, it loses the holds of the session.
-async fn watch_session(
-    session: Weak<Session>,
-    mut states: zk::StateWatcher,
-    mut recursive: Option<zk::PersistentWatcher>,
-) {
+async fn watch_session(session: Weak<Session>, mut states: zk::StateWatcher, many_holds: Arc<tokio::sync::Notify>) {
     let _lose_on_drop = LoseOnDrop(session.clone());
     let Some((every, policy, id)) =
         session.upgrade().map(|s| ((s.timeout / 3).max(MIN_RENEW_EVERY), s.policy, s.client.session_id().to_string()))
@@ -462,8 +474,37 @@ async fn watch_session(
     let mut renewal: Option<Renewal> = None;
     // Nodes of holds lost at a disconnection, deleted once the session is connected again.
     let mut left_behind: Vec<Arc<str>> = Vec::new();
+    let mut recursive: Option<zk::PersistentWatcher> = None;
+    let mut adding: Option<AddWatch> = None;
+    // Not before this instant is the recursive watch asked for again (after a failure), and
+    // never again once the server said it has no such watch (before ZooKeeper 3.6).
+    let mut retry_at = Instant::now();
+    let mut refused = false;
     loop {
         tokio::select! {
+            () = many_holds.notified(), if recursive.is_none() && adding.is_none() => {
+                let Some(session) = session.upgrade() else { return };
+                if !refused && connected && Instant::now() >= retry_at {
+                    adding = Some(add_recursive_watch(&session));
+                }
+            }
+            added = next_added(&mut adding) => {
+                adding = None;
+                let Some(session) = session.upgrade() else { return };
+                match added {
+                    Ok(watcher) => {
+                        session.holds().watching = true;
+                        recursive = Some(watcher);
+                        tracing::debug!(backend = BACKEND, session = %id, "watching the base path recursively");
+                    }
+                    Err(error) => {
+                        // A server before 3.6 never will: holds keep watching their nodes.
+                        refused = matches!(error, zk::Error::Unimplemented);
+                        retry_at = Instant::now() + every;
+                        tracing::debug!(backend = BACKEND, session = %id, %error, "no recursive watch: holds watch their nodes");
+                    }
+                }
+            }
             event = next_node_event(&mut recursive) => {
                 let Some(session) = session.upgrade() else { return };
                 match event.event_type {
@@ -489,7 +530,7 @@ async fn watch_session(
                         }
                     }
                     zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
-                        if !connected && session.watches_holds {
+                        if !connected {
                             session.check_nodes();
                         }
                         connected = true;
@@ -514,6 +555,11 @@ async fn watch_session(
                     return;
                 }
                 let left = session.holds().sweep();
+                if recursive.is_some() && session.holds().stop_watching(MANY_HOLDS / 2) {
+                    // Dropped, the watcher asks the server to remove the watch.
+                    recursive = None;
+                    tracing::debug!(backend = BACKEND, session = %id, "no longer watching the base path");
+                }
                 if connected {
                     session.free_nodes(left);
                 } else {
