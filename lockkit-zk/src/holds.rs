@@ -130,8 +130,5 @@ impl HoldTable {
 /// node is gone, the session ended (its nodes with it) or the session's tasks are gone, nor
 /// for a hold released (no loss).
 pub(crate) fn leaves_node(reason: Option<&LossReason>) -> bool {
-    !matches!(
-        reason,
-        Some(LossReason::RecordGone | LossReason::SessionExpired | LossReason::ClientClosed) | None
-    )
+    !matches!(reason, Some(LossReason::RecordGone | LossReason::SessionExpired | LossReason::ClientClosed) | None)
 }

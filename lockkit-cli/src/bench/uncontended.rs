@@ -19,9 +19,10 @@ impl Bench {
         let figures = self.floor.as_ref().map_or(&[][..], |floor| floor.figures());
         // The rounds run in a task of the runtime, where an application's code runs: this
         // future is polled by `block_on` on the main thread, outside the runtime's workers,
-        // where every reply's wake-up crosses threads (ZooKeeper's cycle: 468 µs there, 395 µs
-        // in a task).
-        let rounds = Rounds { lock, fail, floor: self.floor.take(), url: self.url.clone(), duration: self.args.duration };
+        // where every reply's wake-up crosses threads (issue 36: ZooKeeper's cycle took 468 µs
+        // here against 395 µs through the API).
+        let rounds =
+            Rounds { lock, fail, floor: self.floor.take(), url: self.url.clone(), duration: self.args.duration };
         let (floor_box, outcome) = tokio::spawn(rounds.run(figures.len())).await.map_err(|error| {
             Failure::new(crate::exit::OS_ERROR, format!("the uncontended rounds' task failed: {error}"))
         })?;
