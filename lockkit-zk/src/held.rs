@@ -145,18 +145,11 @@ impl PendingNode {
 
     /// Turns the pending node into a hold: it is no longer deleted on drop. `own_watch`, the
     /// data watch a wait left on the node, is kept until the release's delete fires it.
-    pub(crate) fn into_held(
-        mut self,
-        id: u64,
-        path: Arc<str>,
-        signal: HoldSignal,
-        own_watch: Option<NodeEvent>,
-    ) -> ZkHeld {
+    pub(crate) fn into_held(mut self, path: Arc<str>, signal: HoldSignal, own_watch: Option<NodeEvent>) -> ZkHeld {
         self.disarm();
         ZkHeld {
             backend: self.backend.clone(),
             session: Arc::clone(&self.session),
-            id,
             path,
             lock: self.lock.clone(),
             kind: self.kind,
@@ -213,8 +206,7 @@ async fn remove_node(session: &Session, parent: &str, attempt: Uuid, path: Optio
 pub(crate) struct ZkHeld {
     backend: Weak<ZkBackend>,
     session: Arc<Session>,
-    id: u64,
-    /// The node's path, shared with the hold's watch task.
+    /// The node's path, shared with the hold's watch task and the session's table.
     path: Arc<str>,
     lock: LockName,
     kind: NodeKind,
@@ -288,7 +280,7 @@ impl HeldLock for ZkHeld {
     async fn release(self: Box<Self>) -> Result<()> {
         let span = tracing::debug_span!("lockkit.zk.release", lock = %self.lock, node = %self.path);
         async move {
-            self.session.unregister(self.id);
+            self.session.unregister(&self.path);
             let mut session = Arc::clone(&self.session);
             let mut retried = false;
             let mut last = Error::connection(BACKEND, Some(&self.lock), zk::Error::ConnectionLoss);
@@ -356,7 +348,6 @@ impl HeldLock for ZkHeld {
 /// node set before the grant (by the wait), used first.
 pub(crate) async fn watch_hold(
     session: Arc<Session>,
-    id: u64,
     path: Arc<str>,
     signal: HoldSignal,
     mut watching: Option<NodeEvent>,
@@ -367,7 +358,7 @@ pub(crate) async fn watch_hold(
     // Short holds end before the watch would be set: they cost no request at all. A deletion
     // in the first moments is found by the first `exists` (it answers "no node").
     if watching.is_none() && !Box::pin(sleep_while_held(&signal, WATCH_DELAY)).await {
-        session.unregister(id);
+        session.unregister(&path);
         Box::pin(free_lost_node(&session, &path, &signal)).await;
         return;
     }
@@ -406,7 +397,7 @@ pub(crate) async fn watch_hold(
             Watched::Changed => {}
         }
     }
-    session.unregister(id);
+    session.unregister(&path);
     Box::pin(free_lost_node(&session, &path, &signal)).await;
 }
 

@@ -17,55 +17,48 @@ const RECENT_DELETIONS: usize = 256;
 /// One live hold.
 struct Entry {
     signal: HoldSignal,
-    /// The hold's node, when the session's recursive watch tells its deletion.
-    path: Option<Arc<str>>,
+    /// Whether the session's recursive watch tells its node's deletion (else its own task does).
+    watched: bool,
 }
 
-/// The live holds of a session.
+/// The live holds of a session, by their node's path (unique: a node name carries its
+/// acquisition's id).
 #[derive(Default)]
 pub(crate) struct HoldTable {
     /// Whether the session's recursive watch is set: holds registered now are watched by it.
     pub(crate) watching: bool,
-    holds: HashMap<u64, Entry>,
-    /// The hold of each watched node.
-    paths: HashMap<Arc<str>, u64>,
+    holds: HashMap<Arc<str>, Entry>,
+    /// How many live holds the recursive watch covers.
+    watched: usize,
     /// The latest deletions of nodes that were no hold's, oldest first.
     deleted: VecDeque<Arc<str>>,
-    next_id: u64,
 }
 
 impl HoldTable {
     /// Adds a live hold of the node at `path`, watched by the session's recursive watch if it
-    /// is set. Returns its id, whether the recursive watch covers it, and whether its node was
+    /// is set. Returns whether the recursive watch covers it, and whether its node was
     /// deleted already (the hold is then lost).
-    pub(crate) fn insert(&mut self, signal: HoldSignal, path: &Arc<str>) -> (u64, bool, bool) {
-        let id = self.next_id;
-        self.next_id += 1;
-        let watched = self.watching.then(|| Arc::clone(path));
-        let gone = watched.is_some() && self.deleted.iter().any(|deleted| deleted == path);
-        if let Some(path) = &watched {
-            self.paths.insert(Arc::clone(path), id);
+    pub(crate) fn insert(&mut self, signal: HoldSignal, path: &Arc<str>) -> (bool, bool) {
+        let watched = self.watching;
+        let gone = watched && self.deleted.iter().any(|deleted| deleted == path);
+        if let Some(old) = self.holds.insert(Arc::clone(path), Entry { signal, watched })
+            && old.watched
+        {
+            self.watched -= 1;
         }
-        let covered = watched.is_some();
-        self.holds.insert(id, Entry { signal, path: watched });
-        (id, covered, gone)
-    }
-
-    /// Stops covering new holds with the recursive watch when it covers none and fewer than
-    /// `below` holds are live; whether it did (the watch can go).
-    pub(crate) fn stop_watching(&mut self, below: usize) -> bool {
-        if self.watching && self.paths.is_empty() && self.holds.len() < below {
-            self.watching = false;
-            return true;
+        if watched {
+            self.watched += 1;
         }
-        false
+        (watched, gone)
     }
 
     /// Forgets a hold (released or lost).
-    pub(crate) fn remove(&mut self, id: u64) {
-        if let Some(Entry { path: Some(path), .. }) = self.holds.remove(&id) {
-            self.paths.remove(&path);
+    pub(crate) fn remove(&mut self, path: &str) -> Option<HoldSignal> {
+        let entry = self.holds.remove(path)?;
+        if entry.watched {
+            self.watched -= 1;
         }
+        Some(entry.signal)
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -77,23 +70,29 @@ impl HoldTable {
         self.holds.values().map(|entry| entry.signal.clone()).collect()
     }
 
-    /// Every live hold whose node is watched, with its node.
+    /// Every live hold the recursive watch covers, with its node.
     pub(crate) fn watched(&self) -> Vec<(Arc<str>, HoldSignal)> {
-        self.holds.values().filter_map(|entry| Some((Arc::clone(entry.path.as_ref()?), entry.signal.clone()))).collect()
+        self.holds
+            .iter()
+            .filter(|(_, entry)| entry.watched)
+            .map(|(path, entry)| (Arc::clone(path), entry.signal.clone()))
+            .collect()
     }
 
-    /// Takes every hold out: the session lost them all. The nodes that may still exist (and
-    /// block their queue) are returned when `reason` leaves them behind.
+    /// Takes every hold out: the session lost them all. Each comes with its node when the
+    /// recursive watch covers it (the session deletes such nodes if the loss leaves them).
     pub(crate) fn drain(&mut self) -> Vec<(HoldSignal, Option<Arc<str>>)> {
-        self.paths.clear();
-        self.holds.drain().map(|(_, entry)| (entry.signal, entry.path)).collect()
+        self.watched = 0;
+        self.holds.drain().map(|(path, entry)| (entry.signal, entry.watched.then_some(path))).collect()
     }
 
-    /// The node at `path` was deleted: its hold, taken out, if it is one's; else remembered
-    /// for a registration that may come.
+    /// The node at `path` was deleted: its hold, taken out, if the recursive watch covers it
+    /// (a hold that watches its own node hears it there); remembered for a registration that
+    /// may come if it is no hold's.
     pub(crate) fn node_deleted(&mut self, path: &str) -> Option<HoldSignal> {
-        match self.paths.remove(path) {
-            Some(id) => self.holds.remove(&id).map(|entry| entry.signal),
+        match self.holds.get(path) {
+            Some(entry) if entry.watched => self.remove(path),
+            Some(_) => None,
             None => {
                 if self.deleted.len() == RECENT_DELETIONS {
                     self.deleted.pop_front();
@@ -107,22 +106,31 @@ impl HoldTable {
     /// Takes out the watched holds that ended on their own (a passed deadline, the maximum
     /// hold, a guard dropped after its loss); the nodes among them that may still exist.
     pub(crate) fn sweep(&mut self) -> Vec<Arc<str>> {
-        let ended: Vec<u64> = self
+        let ended: Vec<Arc<str>> = self
             .holds
             .iter()
-            .filter(|(_, entry)| entry.path.is_some() && !entry.signal.is_held())
-            .map(|(id, _)| *id)
+            .filter(|(_, entry)| entry.watched && !entry.signal.is_held())
+            .map(|(path, _)| Arc::clone(path))
             .collect();
         let mut left = Vec::new();
-        for id in ended {
-            if let Some(Entry { signal, path: Some(path) }) = self.holds.remove(&id) {
-                self.paths.remove(&path);
-                if leaves_node(signal.loss().as_ref()) {
-                    left.push(path);
-                }
+        for path in ended {
+            if let Some(signal) = self.remove(&path)
+                && leaves_node(signal.loss().as_ref())
+            {
+                left.push(path);
             }
         }
         left
+    }
+
+    /// Stops covering new holds with the recursive watch when it covers none and fewer than
+    /// `below` holds are live; whether it did (the watch can go).
+    pub(crate) fn stop_watching(&mut self, below: usize) -> bool {
+        if self.watching && self.watched == 0 && self.holds.len() < below {
+            self.watching = false;
+            return true;
+        }
+        false
     }
 }
 

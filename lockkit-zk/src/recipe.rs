@@ -574,15 +574,15 @@ impl ZkBackend {
             .map_err(|_| Error::backend(BACKEND, Some(&lock), Failure::InvalidCzxid(node.czxid)))?;
         let signal = HoldSignal::new(BACKEND, lock.clone(), Some(session.deadline_from(confirmed)));
         let path: Arc<str> = Arc::from(node.path);
-        let (id, watched) = session.register(signal.clone(), &path);
+        let watched = session.register(signal.clone(), &path);
         if marks_held {
             mark_held(session, &lock, &path, &pending.record, &signal);
         }
         let held = if watched {
-            pending.into_held(id, path, signal.clone(), own_watch)
+            pending.into_held(path, signal.clone(), own_watch)
         } else {
-            let held = pending.into_held(id, Arc::clone(&path), signal.clone(), None);
-            session.spawn_now(watch_hold(Arc::clone(session), id, path, signal.clone(), own_watch));
+            let held = pending.into_held(Arc::clone(&path), signal.clone(), None);
+            session.spawn_now(watch_hold(Arc::clone(session), path, signal.clone(), own_watch));
             held
         };
         Ok(Grant::new(FencingToken::new(token), signal, Box::new(held)))

@@ -226,32 +226,32 @@ impl Session {
     }
 
     /// Adds a live hold of the node at `path`, to be renewed and told of the session's loss;
-    /// returns its id, and whether the session's recursive watch tells its node's deletion
-    /// (when not, the hold must watch its node itself).
-    pub(crate) fn register(&self, signal: HoldSignal, path: &Arc<str>) -> (u64, bool) {
-        let (id, watched, gone, count) = {
+    /// returns whether the session's recursive watch tells its node's deletion (when not, the
+    /// hold must watch its node itself).
+    pub(crate) fn register(&self, signal: HoldSignal, path: &Arc<str>) -> bool {
+        let (watched, gone, count) = {
             let mut holds = self.holds();
-            let (id, watched, gone) = holds.insert(signal.clone(), path);
-            (id, watched, gone, holds.len())
+            let (watched, gone) = holds.insert(signal.clone(), path);
+            (watched, gone, holds.len())
         };
         if !watched && count >= MANY_HOLDS {
             self.many_holds.notify_one();
         }
         if gone {
             // Deleted by someone else between our create and this grant.
-            self.unregister(id);
+            self.unregister(path);
             signal.lose(LossReason::RecordGone);
         }
         if !self.is_alive() {
             // The session ended while the grant was being made: nothing will renew the hold.
             self.lose_all(&LossReason::ClientClosed);
         }
-        (id, watched)
+        watched
     }
 
-    /// Forgets a hold (released or lost).
-    pub(crate) fn unregister(&self, id: u64) {
-        self.holds().remove(id);
+    /// Forgets the hold of the node at `path` (released or lost).
+    pub(crate) fn unregister(&self, path: &str) {
+        self.holds().remove(path);
     }
 
     /// How many holds are live.
