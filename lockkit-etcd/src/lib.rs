@@ -77,6 +77,7 @@ mod acquire;
 mod backend;
 mod client;
 mod config;
+mod deletions;
 mod election;
 mod error;
 mod held;

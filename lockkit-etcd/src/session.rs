@@ -14,6 +14,13 @@
 //!   every key bound to the lease; when the holds' keys would not fit in one reply the client
 //!   decodes (4 MiB; some 40,000 holds of short names), the check reads the holds' keys
 //!   instead, in key order, by pages of up to 3 MiB, and a key not bound to the lease is gone.
+//!   With [`MANY_HOLDS`] holds or more, the session watches the deletions under its whole
+//!   prefix instead ([`PrefixWatch`]): once one listing sent after the watch was set found
+//!   the holds of then, the watch tells every later deletion, and the listing stops (a watch
+//!   set again after it ended needs one listing again). Every deletion under the prefix,
+//!   other providers' releases too, then reaches this provider; with fewer holds the listing
+//!   is one request and the watch not worth it. The watch goes when fewer than half as many
+//!   holds are left.
 //! - **A hold lost on its own** (its maximum hold reached) while the lease lives has its key
 //!   deleted at the next check, and again at each check until etcd answers: the lease, kept
 //!   alive by the provider's other holds, would otherwise keep the key, and a stuck holder
@@ -34,6 +41,7 @@ use tokio::runtime::Handle;
 use tracing::Instrument;
 
 use crate::config::EtcdConfig;
+use crate::deletions::PrefixWatch;
 use crate::error::{connect_error, is_token_refused};
 use crate::watch::LockWatches;
 
@@ -44,6 +52,10 @@ const REPLY_BUDGET: usize = 3 << 20;
 /// The bytes a key adds to a reply beyond its own (a reply of a range read carries its
 /// revisions, version and lease too).
 const KEY_OVERHEAD: usize = 48;
+
+/// How many holds at once make a session watch the deletions under its whole prefix rather
+/// than list its holds' keys after each keep-alive.
+pub(crate) const MANY_HOLDS: usize = 1000;
 
 /// How long the watchdog pauses before opening its keep-alive stream again after an error.
 const RETRY: Duration = Duration::from_millis(100);
@@ -65,6 +77,12 @@ pub(crate) struct Session {
     drift: Duration,
     /// The watches of the locks this session's waits and holds use, on one stream.
     pub(crate) keys: Arc<LockWatches>,
+    /// The watch of every deletion under the prefix, set while the session has many holds.
+    prefix_watch: Arc<PrefixWatch>,
+    /// The key the prefix watch names: the prefix and `/`.
+    watch_key: String,
+    /// The session itself, for the prefix watch's callback.
+    me: Weak<Session>,
     /// The runtime the client's connections and the watchdog run on.
     pub(crate) runtime: Handle,
     state: Mutex<State>,
@@ -96,6 +114,9 @@ struct State {
     holds: HashMap<u64, Hold>,
     /// The hold of each key (a key names one hold at a time: its slot is taken while held).
     by_key: HashMap<Arc<str>, u64>,
+    /// The generation of the prefix watch that a listing of the holds' keys sent after its
+    /// creation completed for: while that watch runs, no listing is needed.
+    covered: Option<u64>,
 }
 
 /// A hold bound to the lease: its signal, and its key with the create revision it was granted
@@ -167,15 +188,18 @@ impl Session {
         };
         let alive = Arc::new(AtomicBool::new(true));
         let session = Arc::new_cyclic(|me: &Weak<Session>| {
-            let me = me.clone();
+            let session_of_watch = me.clone();
             let deleted = move |key: &str, revision: i64| {
-                if let Some(session) = me.upgrade() {
+                if let Some(session) = session_of_watch.upgrade() {
                     session.key_deleted(key, revision);
                 }
             };
             let keys = Arc::new(LockWatches::new(client.clone(), &config.prefix, config.connect_timeout, deleted));
             Session {
                 keys,
+                prefix_watch: Arc::new(PrefixWatch::default()),
+                watch_key: format!("{}/", config.prefix),
+                me: me.clone(),
                 kv: client.kv_client(),
                 client,
                 lease,
@@ -188,6 +212,7 @@ impl Session {
                     next_id: 0,
                     holds: HashMap::new(),
                     by_key: HashMap::new(),
+                    covered: None,
                 }),
                 watchdog_alive: Arc::clone(&alive),
                 checking: AtomicBool::new(false),
@@ -300,7 +325,26 @@ impl Session {
         let hold = Hold { signal: signal.clone(), key: Arc::clone(key), revision, since: Instant::now() };
         state.holds.insert(id, hold);
         state.by_key.insert(Arc::clone(key), id);
+        let many = state.holds.len() >= MANY_HOLDS;
+        drop(state);
+        if many && !self.prefix_watch.is_running() {
+            let me = self.me.clone();
+            let deleted = move |key: &str, revision: i64| {
+                if let Some(session) = me.upgrade() {
+                    session.key_deleted(key, revision);
+                }
+            };
+            self.prefix_watch.start(&self.runtime, self.keys.hub(), self.watch_key.clone(), deleted);
+        }
         Some(id)
+    }
+
+    /// Stops the prefix watch when fewer than half of [`MANY_HOLDS`] holds are left.
+    fn few_holds_left(&self) {
+        if self.prefix_watch.is_running() && self.state().holds.len() < MANY_HOLDS / 2 {
+            self.prefix_watch.stop();
+            self.state().covered = None;
+        }
     }
 
     /// Unbinds a hold that was released (or whose key the session deleted).
@@ -408,6 +452,7 @@ async fn watchdog(session: Weak<Session>, mut keeper: LeaseKeeper, mut stream: L
                 Ok(Ok(Some(reply))) if reply.ttl() > 0 => {
                     s.renewed(lease_deadline(sent, s.ttl, s.drift));
                     s.keys.sweep();
+                    s.few_holds_left();
                     s.start_check();
                     break;
                 }
@@ -482,6 +527,12 @@ async fn check_holds(session: &Arc<Session>) {
             Err(_) => {}
         }
     }
+    // While the prefix watch runs and a listing after its creation found the holds of then,
+    // it tells every deletion: no listing.
+    let generation = session.prefix_watch.generation();
+    if generation.is_some() && session.state().covered == generation {
+        return;
+    }
     let sent = Instant::now();
     let mut keys: Vec<Arc<str>> = session.state().holds.values().map(|hold| Arc::clone(&hold.key)).collect();
     // One reply lists every key bound to the lease, a few bytes more than the key each: past
@@ -546,5 +597,8 @@ async fn check_holds(session: &Arc<Session>) {
         if signal.lose(LossReason::RecordGone) {
             tracing::debug!(backend = crate::BACKEND, %key, "a held key is no longer bound to the lease");
         }
+    }
+    if generation.is_some() && session.prefix_watch.generation() == generation {
+        session.state().covered = generation;
     }
 }

@@ -399,6 +399,11 @@ impl LockWatches {
         }
     }
 
+    /// The session's watch stream, for a watch of its own (the prefix watch, deletions.rs).
+    pub(crate) fn hub(&self) -> Arc<Watches> {
+        Arc::clone(&self.hub)
+    }
+
     fn locks(&self) -> MutexGuard<'_, HashMap<(String, bool), Arc<LockWatch>>> {
         // Nothing panics while holding this lock; recover the data if something ever did.
         self.locks.lock().unwrap_or_else(PoisonError::into_inner)

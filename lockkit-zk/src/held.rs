@@ -1,7 +1,7 @@
 //! What outlives an acquisition's future: the contender node of an acquisition in progress
 //! ([`PendingNode`], deleted if the acquisition is dropped), a granted hold ([`ZkHeld`], freed
 //! by one delete, downgraded from a write to a read by one `setData`), the task that watches a
-//! hold's node, and the data watches both use.
+//! hold's node where the session cannot (see the session module), and the data watches both use.
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -20,12 +20,12 @@ use zookeeper_client as zk;
 
 use crate::client::ZkBackend;
 use crate::error::{BACKEND, Failure, is_loss, loss_for_state};
+use crate::holds::leaves_node;
 use crate::names::{Contender, NodeKind, queue};
 use crate::record;
 use crate::session::{Session, spawn_now};
 
-/// How many times one step is retried after a lost connection before giving up.
-pub(crate) const RETRIES: usize = 8;
+pub(crate) use crate::session::RETRIES;
 
 /// How long the hold's watch task waits for the notification of our own delete after a
 /// release, so that the watch ends by firing instead of by a removal request.
@@ -143,19 +143,20 @@ impl PendingNode {
         }
     }
 
-    /// Turns the pending node into a hold: it is no longer deleted on drop.
-    pub(crate) fn into_held(mut self, id: u64, path: Arc<str>, signal: HoldSignal) -> ZkHeld {
+    /// Turns the pending node into a hold: it is no longer deleted on drop. `own_watch`, the
+    /// data watch a wait left on the node, is kept until the release's delete fires it.
+    pub(crate) fn into_held(mut self, path: Arc<str>, signal: HoldSignal, own_watch: Option<NodeEvent>) -> ZkHeld {
         self.disarm();
         ZkHeld {
             backend: self.backend.clone(),
             session: Arc::clone(&self.session),
-            id,
             path,
             lock: self.lock.clone(),
             kind: self.kind,
             // Only a write hold's downgrade reads it again: other holds keep no copy.
             record: if self.kind == NodeKind::Write { std::mem::take(&mut self.record) } else { String::new() },
             signal,
+            _own_watch: std::sync::Mutex::new(own_watch),
         }
     }
 }
@@ -185,13 +186,13 @@ impl Drop for PendingNode {
 /// children.
 async fn remove_node(session: &Session, parent: &str, attempt: Uuid, path: Option<&str>) {
     if let Some(path) = path {
-        return delete_node(session, path).await;
+        return session.delete_node(path).await;
     }
     for _ in 0..RETRIES {
         match session.client.list_children(parent).await {
             Ok(children) => {
                 if let Some(Contender { name, .. }) = queue(&children).into_iter().find(|c| c.attempt == attempt) {
-                    delete_node(session, &format!("{parent}/{name}")).await;
+                    session.delete_node(&format!("{parent}/{name}")).await;
                 }
                 return;
             }
@@ -201,26 +202,11 @@ async fn remove_node(session: &Session, parent: &str, attempt: Uuid, path: Optio
     }
 }
 
-/// Deletes one of our nodes, retrying while the connection breaks; a missing node is fine.
-async fn delete_node(session: &Session, path: &str) {
-    for _ in 0..RETRIES {
-        match session.client.delete(path, None).await {
-            Err(ref error) if is_loss(error) => continue,
-            Ok(()) => {
-                tracing::debug!(backend = BACKEND, %path, "deleted an abandoned or lost node");
-                return;
-            }
-            Err(_) => return,
-        }
-    }
-}
-
 /// One granted hold: its node, freed by one delete.
 pub(crate) struct ZkHeld {
     backend: Weak<ZkBackend>,
     session: Arc<Session>,
-    id: u64,
-    /// The node's path, shared with the hold's watch task.
+    /// The node's path, shared with the hold's watch task and the session's table.
     path: Arc<str>,
     lock: LockName,
     kind: NodeKind,
@@ -229,6 +215,10 @@ pub(crate) struct ZkHeld {
     record: String,
     /// The hold's signal: no longer held once released or lost.
     signal: HoldSignal,
+    /// A data watch the wait left on the node, when the session's recursive watch tells the
+    /// node's deletion: kept so that our own delete fires it (dropped unfired, the client would
+    /// send a request to remove it). In a mutex only because a hold is shared between threads.
+    _own_watch: std::sync::Mutex<Option<NodeEvent>>,
 }
 
 /// Writes `data` into a node we own, in place: a write hold downgraded to a read, or a
@@ -290,7 +280,7 @@ impl HeldLock for ZkHeld {
     async fn release(self: Box<Self>) -> Result<()> {
         let span = tracing::debug_span!("lockkit.zk.release", lock = %self.lock, node = %self.path);
         async move {
-            self.session.unregister(self.id);
+            self.session.unregister(&self.path);
             let mut session = Arc::clone(&self.session);
             let mut retried = false;
             let mut last = Error::connection(BACKEND, Some(&self.lock), zk::Error::ConnectionLoss);
@@ -351,12 +341,13 @@ impl HeldLock for ZkHeld {
     }
 }
 
-/// Watches a granted hold's own node: its deletion by someone else is a loss. Ends when the
-/// hold ends; a hold lost with its node still in place gets its node deleted. `watching` is a
-/// watch on the node set before the grant (by the wait), used first.
+/// Watches a granted hold's own node, when the session's recursive watch does not cover it (a
+/// session with few holds, or a server before ZooKeeper 3.6): its deletion by someone else is
+/// a loss. Ends when the hold ends; a
+/// hold lost with its node still in place gets its node deleted. `watching` is a watch on the
+/// node set before the grant (by the wait), used first.
 pub(crate) async fn watch_hold(
     session: Arc<Session>,
-    id: u64,
     path: Arc<str>,
     signal: HoldSignal,
     mut watching: Option<NodeEvent>,
@@ -367,7 +358,7 @@ pub(crate) async fn watch_hold(
     // Short holds end before the watch would be set: they cost no request at all. A deletion
     // in the first moments is found by the first `exists` (it answers "no node").
     if watching.is_none() && !Box::pin(sleep_while_held(&signal, WATCH_DELAY)).await {
-        session.unregister(id);
+        session.unregister(&path);
         Box::pin(free_lost_node(&session, &path, &signal)).await;
         return;
     }
@@ -406,7 +397,7 @@ pub(crate) async fn watch_hold(
             Watched::Changed => {}
         }
     }
-    session.unregister(id);
+    session.unregister(&path);
     Box::pin(free_lost_node(&session, &path, &signal)).await;
 }
 
@@ -462,12 +453,9 @@ fn is_broken(session: &Session, error: &zk::Error) -> bool {
 /// gave it up) must not keep blocking the queue until its guard is dropped: delete the node
 /// (once the session answers again; a session that expired took the node with it).
 async fn free_lost_node(session: &Session, path: &str, signal: &HoldSignal) {
-    match signal.loss() {
-        Some(LossReason::RecordGone | LossReason::SessionExpired | LossReason::ClientClosed) | None => {}
-        Some(reason) => {
-            tracing::debug!(backend = BACKEND, %path, %reason, "deleting the node of a lost hold");
-            delete_node(session, path).await;
-        }
+    if let Some(reason) = signal.loss().filter(|reason| leaves_node(Some(reason))) {
+        tracing::debug!(backend = BACKEND, %path, %reason, "deleting the node of a lost hold");
+        session.delete_node(path).await;
     }
 }
 

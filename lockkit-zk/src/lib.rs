@@ -73,7 +73,10 @@
 //! - **Loss**: a hold lives in the provider's session, renewed every third of the session
 //!   timeout and guaranteed until the send time of the last answered request plus the
 //!   granted timeout minus the drift; `Disconnected` suspends it, an expired session or the
-//!   deletion of its node loses it (see [`DisconnectPolicy`]).
+//!   deletion of its node loses it (see [`DisconnectPolicy`]). Each hold watches its node;
+//!   a session with 256 holds or more at once watches its base path recursively instead
+//!   (ZooKeeper 3.6 and later), so that a further hold costs no watch and no request of its
+//!   own, at the price of hearing every change under the base path while it has them.
 //! - **Cancel safety**: an acquisition dropped at any point deletes its node in the
 //!   background; `try_acquire` and timeouts leave no node behind.
 //! - **Housekeeping and security**: lock znodes are CONTAINER nodes, deleted by the server
@@ -110,6 +113,7 @@ mod client;
 mod config;
 mod error;
 mod held;
+mod holds;
 mod judge;
 mod names;
 mod observe;

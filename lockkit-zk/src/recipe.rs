@@ -573,13 +573,18 @@ impl ZkBackend {
         let token = u64::try_from(node.czxid)
             .map_err(|_| Error::backend(BACKEND, Some(&lock), Failure::InvalidCzxid(node.czxid)))?;
         let signal = HoldSignal::new(BACKEND, lock.clone(), Some(session.deadline_from(confirmed)));
-        let id = session.register(signal.clone());
-        if marks_held {
-            mark_held(session, &lock, &node.path, &pending.record, &signal);
-        }
         let path: Arc<str> = Arc::from(node.path);
-        let held = pending.into_held(id, Arc::clone(&path), signal.clone());
-        session.spawn_now(watch_hold(Arc::clone(session), id, path, signal.clone(), own_watch));
+        let watched = session.register(signal.clone(), &path);
+        if marks_held {
+            mark_held(session, &lock, &path, &pending.record, &signal);
+        }
+        let held = if watched {
+            pending.into_held(path, signal.clone(), own_watch)
+        } else {
+            let held = pending.into_held(Arc::clone(&path), signal.clone(), None);
+            session.spawn_now(watch_hold(Arc::clone(session), path, signal.clone(), own_watch));
+            held
+        };
         Ok(Grant::new(FencingToken::new(token), signal, Box::new(held)))
     }
 }

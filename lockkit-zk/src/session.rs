@@ -10,6 +10,20 @@
 //! the one asked to its own range). While holds are live, the session task sends a cheap
 //! `exists` on the base path every `T/3` and extends every hold from its send time.
 //!
+//! # How a hold's deletion is seen
+//!
+//! A session with few holds lets each hold watch its own node (see the held module): a task
+//! and a data watch per hold, and no event about anyone else's nodes. Once a session has
+//! [`MANY_HOLDS`] holds at once, it sets one persistent recursive watch on its base path
+//! (ZooKeeper 3.6 and later), and the holds granted from then on cost an entry in its
+//! [`HoldTable`] and no request, task or watch of their own: the deletion of any node below
+//! the base path reaches the session task, which loses the hold of that node, if it is one's.
+//! The price is that the session hears of every change below its base path, other clients'
+//! included, which is why it is not set for a few holds; it is removed once no hold uses it
+//! and fewer than half as many holds are left. Events that happen while the connection is down
+//! are not replayed when it comes back (ZOOKEEPER-4698), so after a reconnection the session
+//! asks once whether each of those holds' nodes still exists.
+//!
 //! Session states drive the rest: `Disconnected` suspends the holds (no renewal can be
 //! answered, so the deadline keeps running; with [`DisconnectPolicy::LoseOnDisconnect`] they
 //! are lost at once), `SyncConnected` renews at once, and the terminal states (`Expired`,
@@ -27,10 +41,9 @@
 //! `JoinHandle` tells: [`Session::is_alive`] is false once it finished, the holds of the session
 //! are lost at that moment ([`LossReason::ClientClosed`]), and the provider opens a new session.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::task::{Context, Waker};
 use std::time::{Duration, Instant};
@@ -42,13 +55,24 @@ use tokio::task::JoinHandle;
 use zookeeper_client as zk;
 
 use crate::config::{DisconnectPolicy, ZkConfig, check_drift};
-use crate::error::{BACKEND, Failure, is_connection, loss_for_state, map};
+use crate::error::{BACKEND, Failure, is_connection, is_loss, loss_for_state, map};
+use crate::holds::{HoldTable, leaves_node};
 
 /// How long the probe waits for a TCP connection to one server at most.
 const PROBE_LIMIT: Duration = Duration::from_secs(2);
 
 /// The shortest renewal period, whatever the server granted.
 const MIN_RENEW_EVERY: Duration = Duration::from_millis(1);
+
+/// How many times one step is retried after a lost connection before giving up.
+pub(crate) const RETRIES: usize = 8;
+
+/// How many `exists` requests on the holds' nodes are in flight at once after a reconnection.
+const CHECKS_IN_FLIGHT: usize = 1000;
+
+/// How many holds at once make a session watch its base path recursively rather than let
+/// each hold watch its node (a task and a watch per hold: some 1.2 KB each).
+pub(crate) const MANY_HOLDS: usize = 256;
 
 /// One ZooKeeper session and the holds it carries.
 pub(crate) struct Session {
@@ -64,8 +88,9 @@ pub(crate) struct Session {
     /// The base path, renewed against.
     root: String,
     policy: DisconnectPolicy,
-    holds: Mutex<HashMap<u64, HoldSignal>>,
-    next_hold: AtomicU64,
+    holds: Mutex<HoldTable>,
+    /// Tells the session task that the session has many holds: time for the recursive watch.
+    many_holds: Arc<tokio::sync::Notify>,
     /// The session task: finished when the session ended or its runtime shut down.
     task: OnceLock<JoinHandle<()>>,
     /// Set when a request or watch failed as only a session whose tasks are gone fails.
@@ -138,13 +163,13 @@ impl Session {
             acls,
             root,
             policy: config.disconnect_policy,
-            holds: Mutex::new(HashMap::new()),
-            next_hold: AtomicU64::new(0),
+            holds: Mutex::new(HoldTable::default()),
+            many_holds: Arc::new(tokio::sync::Notify::new()),
             task: OnceLock::new(),
             broken: AtomicBool::new(false),
         });
         let states = session.client.state_watcher();
-        let task = runtime.spawn(watch_session(Arc::downgrade(&session), states));
+        let task = runtime.spawn(watch_session(Arc::downgrade(&session), states, Arc::clone(&session.many_holds)));
         let _ = session.task.set(task);
         tracing::debug!(backend = BACKEND, session = %session.client.session_id(), ?timeout, "zk session opened");
         Ok(session)
@@ -196,24 +221,37 @@ impl Session {
         lease_deadline(sent_at, self.timeout, self.drift)
     }
 
-    fn holds(&self) -> std::sync::MutexGuard<'_, HashMap<u64, HoldSignal>> {
+    fn holds(&self) -> std::sync::MutexGuard<'_, HoldTable> {
         self.holds.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Adds a live hold, to be renewed and told of session loss; returns its id.
-    pub(crate) fn register(&self, signal: HoldSignal) -> u64 {
-        let id = self.next_hold.fetch_add(1, Ordering::Relaxed);
-        self.holds().insert(id, signal);
+    /// Adds a live hold of the node at `path`, to be renewed and told of the session's loss;
+    /// returns whether the session's recursive watch tells its node's deletion (when not, the
+    /// hold must watch its node itself).
+    pub(crate) fn register(&self, signal: HoldSignal, path: &Arc<str>) -> bool {
+        let (watched, gone, count) = {
+            let mut holds = self.holds();
+            let (watched, gone) = holds.insert(signal.clone(), path);
+            (watched, gone, holds.len())
+        };
+        if !watched && count >= MANY_HOLDS {
+            self.many_holds.notify_one();
+        }
+        if gone {
+            // Deleted by someone else between our create and this grant.
+            self.unregister(path);
+            signal.lose(LossReason::RecordGone);
+        }
         if !self.is_alive() {
             // The session ended while the grant was being made: nothing will renew the hold.
             self.lose_all(&LossReason::ClientClosed);
         }
-        id
+        watched
     }
 
-    /// Forgets a hold (released or lost).
-    pub(crate) fn unregister(&self, id: u64) {
-        self.holds().remove(&id);
+    /// Forgets the hold of the node at `path` (released or lost).
+    pub(crate) fn unregister(&self, path: &str) {
+        self.holds().remove(path);
     }
 
     /// How many holds are live.
@@ -224,18 +262,85 @@ impl Session {
     /// Extends every live hold to the deadline of a request sent at `sent_at` and answered.
     fn renew_all(&self, sent_at: Instant) {
         let deadline = self.deadline_from(sent_at);
-        let holds: Vec<HoldSignal> = self.holds().values().cloned().collect();
+        let holds = self.holds().signals();
         for signal in holds {
             signal.extend(deadline);
         }
     }
 
-    /// Declares every live hold lost.
-    fn lose_all(&self, reason: &LossReason) {
-        let holds: Vec<(u64, HoldSignal)> = self.holds().drain().collect();
-        for (_, signal) in holds {
+    /// Declares every live hold lost; the nodes of watched holds that this leaves behind are
+    /// returned, to be deleted once the session answers again.
+    fn lose_all(&self, reason: &LossReason) -> Vec<Arc<str>> {
+        let holds = self.holds().drain();
+        let mut left = Vec::new();
+        for (signal, path) in holds {
             signal.lose(reason.clone());
+            if let Some(path) = path
+                && leaves_node(Some(reason))
+            {
+                left.push(path);
+            }
         }
+        left
+    }
+
+    /// The node at `path` was deleted: its hold, if it is one's, is lost.
+    fn node_deleted(&self, path: &str) {
+        let signal = self.holds().node_deleted(path);
+        if let Some(signal) = signal {
+            tracing::debug!(backend = BACKEND, %path, "a held node was deleted");
+            signal.lose(LossReason::RecordGone);
+        }
+    }
+
+    /// Deletes one of our nodes, retrying while the connection breaks; a missing node is fine.
+    pub(crate) async fn delete_node(&self, path: &str) {
+        for _ in 0..RETRIES {
+            match self.client.delete(path, None).await {
+                Err(ref error) if is_loss(error) => continue,
+                Ok(()) => {
+                    tracing::debug!(backend = BACKEND, %path, "deleted an abandoned or lost node");
+                    return;
+                }
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// Deletes, in the background, nodes of holds lost while their nodes stayed.
+    fn free_nodes(self: &Arc<Self>, paths: Vec<Arc<str>>) {
+        if paths.is_empty() {
+            return;
+        }
+        let session = Arc::clone(self);
+        drop(self.runtime.spawn(async move {
+            for path in paths {
+                session.delete_node(&path).await;
+            }
+        }));
+    }
+
+    /// Asks whether each watched hold's node still exists, after a reconnection (the events
+    /// of the time the connection was down are not replayed): a hold whose node is gone is lost.
+    fn check_nodes(self: &Arc<Self>) {
+        let holds = self.holds().watched();
+        if holds.is_empty() {
+            return;
+        }
+        let session = Arc::clone(self);
+        drop(self.runtime.spawn(async move {
+            for chunk in holds.chunks(CHECKS_IN_FLIGHT) {
+                // zookeeper-client sends a request when its future is made: all go out at once.
+                let checks: Vec<_> = chunk.iter().map(|(path, _)| session.client.check_stat(path)).collect();
+                for (check, (path, signal)) in checks.into_iter().zip(chunk) {
+                    if let Ok(None) = check.await
+                        && signal.is_held()
+                    {
+                        session.node_deleted(path);
+                    }
+                }
+            }
+        }));
     }
 
     /// Runs `future` in the background on the session's runtime; when called on that runtime,
@@ -329,10 +434,34 @@ impl Drop for LoseOnDrop {
     }
 }
 
-/// The session task: follows the session state and renews the holds every third of the
-/// session timeout. Ends with the session, or when the session is dropped; dropped with the
-/// runtime it runs on, it loses the holds of the session.
-async fn watch_session(session: Weak<Session>, mut states: zk::StateWatcher) {
+type AddWatch = Pin<Box<dyn Future<Output = std::result::Result<zk::PersistentWatcher, zk::Error>> + Send>>;
+
+/// Sets the persistent recursive watch on the session's base path.
+fn add_recursive_watch(session: &Session) -> AddWatch {
+    let (client, root) = (session.client.clone(), session.root.clone());
+    Box::pin(async move { client.watch(&root, zk::AddWatchMode::PersistentRecursive).await })
+}
+
+async fn next_added(adding: &mut Option<AddWatch>) -> std::result::Result<zk::PersistentWatcher, zk::Error> {
+    match adding.as_mut() {
+        Some(future) => future.await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The next event of the session's recursive watch; pending for ever without one.
+async fn next_node_event(recursive: &mut Option<zk::PersistentWatcher>) -> zk::WatchedEvent {
+    match recursive.as_mut() {
+        Some(watcher) => watcher.changed().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The session task: follows the session state, renews the holds every third of the session
+/// timeout, and, with the recursive watch on the base path, loses a hold whose node is
+/// deleted. Ends with the session, or when the session is dropped; dropped with the runtime
+/// it runs on, it loses the holds of the session.
+async fn watch_session(session: Weak<Session>, mut states: zk::StateWatcher, many_holds: Arc<tokio::sync::Notify>) {
     let _lose_on_drop = LoseOnDrop(session.clone());
     let Some((every, policy, id)) =
         session.upgrade().map(|s| ((s.timeout / 3).max(MIN_RENEW_EVERY), s.policy, s.client.session_id().to_string()))
@@ -343,8 +472,51 @@ async fn watch_session(session: Weak<Session>, mut states: zk::StateWatcher) {
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut connected = true;
     let mut renewal: Option<Renewal> = None;
+    // Nodes of holds lost at a disconnection, deleted once the session is connected again.
+    let mut left_behind: Vec<Arc<str>> = Vec::new();
+    let mut recursive: Option<zk::PersistentWatcher> = None;
+    let mut adding: Option<AddWatch> = None;
+    // Not before this instant is the recursive watch asked for again (after a failure), and
+    // never again once the server said it has no such watch (before ZooKeeper 3.6).
+    let mut retry_at = Instant::now();
+    let mut refused = false;
     loop {
         tokio::select! {
+            () = many_holds.notified(), if recursive.is_none() && adding.is_none() => {
+                let Some(session) = session.upgrade() else { return };
+                if !refused && connected && Instant::now() >= retry_at {
+                    adding = Some(add_recursive_watch(&session));
+                }
+            }
+            added = next_added(&mut adding) => {
+                adding = None;
+                let Some(session) = session.upgrade() else { return };
+                match added {
+                    Ok(watcher) => {
+                        session.holds().watching = true;
+                        recursive = Some(watcher);
+                        tracing::debug!(backend = BACKEND, session = %id, "watching the base path recursively");
+                    }
+                    Err(error) => {
+                        // A server before 3.6 never will: holds keep watching their nodes.
+                        refused = matches!(error, zk::Error::Unimplemented);
+                        retry_at = Instant::now() + every;
+                        tracing::debug!(backend = BACKEND, session = %id, %error, "no recursive watch: holds watch their nodes");
+                    }
+                }
+            }
+            event = next_node_event(&mut recursive) => {
+                let Some(session) = session.upgrade() else { return };
+                match event.event_type {
+                    zk::EventType::NodeDeleted => session.node_deleted(&event.path),
+                    zk::EventType::Session if event.session_state.is_terminated() => {
+                        // The watcher panics when polled after a terminal event: end here.
+                        session.lose_all(&loss_for_state(event.session_state));
+                        return;
+                    }
+                    _ => {}
+                }
+            }
             state = states.changed() => {
                 let Some(session) = session.upgrade() else { return };
                 tracing::debug!(backend = BACKEND, session = %id, ?state, "zk session state");
@@ -354,11 +526,15 @@ async fn watch_session(session: Weak<Session>, mut states: zk::StateWatcher) {
                         connected = false;
                         renewal = None;
                         if policy == DisconnectPolicy::LoseOnDisconnect {
-                            session.lose_all(&LossReason::ConnectionLost);
+                            left_behind.extend(session.lose_all(&LossReason::ConnectionLost));
                         }
                     }
                     zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
+                        if !connected {
+                            session.check_nodes();
+                        }
                         connected = true;
+                        session.free_nodes(std::mem::take(&mut left_behind));
                         if session.hold_count() > 0 {
                             renewal = Some(start_renewal(&session));
                         }
@@ -377,6 +553,17 @@ async fn watch_session(session: Weak<Session>, mut states: zk::StateWatcher) {
                 if state.is_terminated() {
                     session.lose_all(&loss_for_state(state));
                     return;
+                }
+                let left = session.holds().sweep();
+                if recursive.is_some() && session.holds().stop_watching(MANY_HOLDS / 2) {
+                    // Dropped, the watcher asks the server to remove the watch.
+                    recursive = None;
+                    tracing::debug!(backend = BACKEND, session = %id, "no longer watching the base path");
+                }
+                if connected {
+                    session.free_nodes(left);
+                } else {
+                    left_behind.extend(left);
                 }
                 if connected && renewal.is_none() && session.hold_count() > 0 {
                     renewal = Some(start_renewal(&session));

@@ -1,0 +1,90 @@
+//! A provider with many holds (1,000 or more) watches the deletions under its whole prefix
+//! instead of listing its holds' keys after each keep-alive: a key deleted behind a hold's
+//! back is signalled at once, long before the next listing could find it, whether the hold
+//! was granted before or after the watch was set; a deletion made while the watch's stream is
+//! cut is found by the listing that a new watch needs.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::time::Duration;
+
+use lockkit_core::{Error, LockGuard, LossReason};
+use lockkit_etcd::EtcdLockProvider;
+use support::{EtcdHarness, TIMEOUT, within};
+
+/// A lease long enough that the listing after a keep-alive (every third of it) cannot explain
+/// a loss seen within a few seconds.
+const LONG_TTL: Duration = Duration::from_secs(30);
+
+fn fresh_prefix(what: &str) -> String {
+    format!("prefix-watch/{what}/{}", uuid::Uuid::new_v4().simple())
+}
+
+async fn hold_many(provider: &EtcdLockProvider, base: &str, count: usize) -> (Vec<String>, Vec<LockGuard>) {
+    let names: Vec<String> = (0..count).map(|i| format!("{base}/{i}")).collect();
+    let mut guards = Vec::with_capacity(count);
+    for name in &names {
+        guards.push(provider.lock(name).unwrap().acquire().await.unwrap());
+    }
+    (names, guards)
+}
+
+async fn release_all(h: &EtcdHarness, names: &[String], guards: Vec<LockGuard>, lost: &[usize]) {
+    for (i, guard) in guards.into_iter().enumerate() {
+        let released = guard.release().await;
+        if lost.contains(&i) {
+            assert!(matches!(released, Err(Error::LockLost { .. })), "hold {i}: {released:?}");
+        } else {
+            released.unwrap();
+        }
+    }
+    for name in names.iter().step_by(97) {
+        assert_eq!(h.keys_of(name).await, 0, "{name} left a key behind");
+    }
+}
+
+/// 1,200 holds with a 30 s lease; the keys of one hold granted before the watch was set and of
+/// one granted after are deleted by an administrator: both holds are lost within 3 s, no other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_key_among_many_holds_is_signalled_at_once() {
+    let h = EtcdHarness::shared().await;
+    let builder = EtcdLockProvider::builder().ttl(LONG_TTL).connect_timeout(TIMEOUT);
+    let (a, _proxy) = h.client_with(builder).await.unwrap();
+    let (names, guards) = hold_many(&a, &fresh_prefix("many"), 1200).await;
+    let victims = [5, 1150];
+    for victim in victims {
+        let key = h.holder_key(&names[victim]).await.unwrap();
+        h.admin().await.delete(key, None).await.unwrap();
+        let reason = within(Duration::from_secs(3), "the loss", guards[victim].lost()).await;
+        assert_eq!(reason, LossReason::RecordGone, "hold {victim}");
+    }
+    for (i, guard) in guards.iter().enumerate() {
+        assert_eq!(guard.is_held(), !victims.contains(&i), "hold {i}: {:?}", guard.watcher().loss());
+    }
+    release_all(&h, &names, guards, &victims).await;
+}
+
+/// The same provider's connection is cut while a hold's key is deleted: the watch ends with its
+/// stream, and the listing that the next watch needs finds the deletion (within a third of the
+/// lease and a round trip); the other holds are kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_deleted_while_the_stream_was_cut_is_found() {
+    let h = EtcdHarness::shared().await;
+    let builder = EtcdLockProvider::builder().ttl(LONG_TTL).connect_timeout(TIMEOUT);
+    let (a, proxy) = h.client_with(builder).await.unwrap();
+    let (names, guards) = hold_many(&a, &fresh_prefix("cut"), 1100).await;
+    let victim = 1050;
+    proxy.proxy().blackhole();
+    let key = h.holder_key(&names[victim]).await.unwrap();
+    h.admin().await.delete(key, None).await.unwrap();
+    proxy.proxy().cut_all();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.proxy().heal();
+    let reason = within(LONG_TTL / 3 + Duration::from_secs(5), "the loss", guards[victim].lost()).await;
+    assert_eq!(reason, LossReason::RecordGone);
+    for (i, guard) in guards.iter().enumerate() {
+        assert_eq!(guard.is_held(), i != victim, "hold {i}: {:?}", guard.watcher().loss());
+    }
+    release_all(&h, &names, guards, &[victim]).await;
+}

@@ -1,0 +1,94 @@
+//! How a session tells its holds' deletions: each of its first holds watches its node, and
+//! once it has many at once (256) one recursive watch on the base path serves the holds granted
+//! from then on. A deletion reaches the one hold it concerns among many, either way, and a
+//! deletion made while the holder's connection was cut (events the server does not replay to a
+//! recursive watch) is still found.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use lockkit_core::{Error, LossReason};
+use support::{SESSION_TIMEOUT, eventually, fresh_name, run, shared_harness};
+
+/// 400 holds on one provider; an administrator deletes the node of one of the first (watched
+/// by its own task) and of one of the last (watched by the session's recursive watch): those
+/// holds, and no other, are lost, at once; the others release normally.
+#[test]
+fn a_deleted_node_among_many_holds_loses_that_hold_only() {
+    run(async {
+        let h = shared_harness().await;
+        let (a, _proxy) = h.proxied_client().await;
+        let names: Vec<String> = (0..400).map(|i| fresh_name(&format!("many-{i}"))).collect();
+        let mut guards = Vec::new();
+        for name in &names {
+            guards.push(a.lock(name).unwrap().acquire().await.unwrap());
+        }
+        let victims = [17, 377];
+        for victim in victims {
+            let node = h.contenders(&names[victim]).await[0].clone();
+            h.admin().delete(&format!("{}/{node}", h.lock_znode(&names[victim])), None).await.unwrap();
+            let reason = tokio::time::timeout(Duration::from_secs(5), guards[victim].lost()).await.unwrap();
+            assert_eq!(reason, LossReason::RecordGone, "hold {victim}");
+        }
+        // Past a renewal, every other hold is still held.
+        tokio::time::sleep(SESSION_TIMEOUT / 2).await;
+        for (i, guard) in guards.iter().enumerate() {
+            assert_eq!(guard.is_held(), !victims.contains(&i), "hold {i}: {:?}", guard.watcher().loss());
+        }
+        for (i, guard) in guards.into_iter().enumerate() {
+            let released = guard.release().await;
+            if victims.contains(&i) {
+                assert!(matches!(released, Err(Error::LockLost { .. })), "{released:?}");
+            } else {
+                released.unwrap();
+            }
+        }
+        for name in &names {
+            assert!(h.contenders(name).await.is_empty(), "{name} left a node behind");
+        }
+    });
+}
+
+/// A provider with 300 holds (the last ones watched by the recursive watch) has its
+/// connection cut, shorter than the session timeout; the node of its last hold is deleted
+/// meanwhile, and the connection comes back: the server does not replay the deletion to the
+/// recursive watch, and the session finds it by looking: that hold is lost, the others kept.
+#[test]
+fn a_node_deleted_while_the_connection_was_cut_is_found_after_the_reconnection() {
+    run(async {
+        let h = shared_harness().await;
+        let (a, a_proxy) = h.proxied_client().await;
+        let names: Vec<String> = (0..300).map(|i| fresh_name(&format!("cut-{i}"))).collect();
+        let mut guards = Vec::new();
+        for name in &names {
+            guards.push(a.lock(name).unwrap().acquire().await.unwrap());
+        }
+        let victim = names.len() - 1;
+        a_proxy.proxy().cut_all();
+        a_proxy.proxy().blackhole();
+        let node = h.contenders(&names[victim]).await[0].clone();
+        h.admin().delete(&format!("{}/{node}", h.lock_znode(&names[victim])), None).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        a_proxy.proxy().heal();
+        let reason = tokio::time::timeout(SESSION_TIMEOUT, guards[victim].lost()).await.unwrap();
+        assert_eq!(reason, LossReason::RecordGone);
+        let kept = &guards[victim - 1];
+        eventually(SESSION_TIMEOUT, "the other holds are renewed after the reconnection", || async {
+            kept.is_held() && kept.valid_until().is_some_and(|until| until > Instant::now() + SESSION_TIMEOUT / 2)
+        })
+        .await;
+        for (i, guard) in guards.into_iter().enumerate() {
+            let released = guard.release().await;
+            if i == victim {
+                assert!(matches!(released, Err(Error::LockLost { .. })), "{released:?}");
+            } else {
+                released.unwrap();
+            }
+        }
+        for name in &names {
+            assert!(h.contenders(name).await.is_empty(), "{name} left a node behind");
+        }
+    });
+}
