@@ -175,7 +175,7 @@ impl Watchdog {
         let held: Vec<Due> = {
             let holds = lock_or_recover(&self.holds);
             let live = holds.iter().filter(|(_, entry)| {
-                entry.signal.is_held() && entry.target.watched().iter().any(|key| suspects.contains(key))
+                entry.signal.is_held() && suspects.iter().any(|key| entry.target.watches(key))
             });
             live.map(|(id, e)| (*id, Arc::clone(&e.target), e.signal.clone())).collect()
         };
