@@ -9,20 +9,33 @@ use super::connection::Connection;
 use crate::keys::LockKeys;
 
 /// The sources of the scripts of the wait queue: the names of their keys (`layout.lua`), the
-/// queue's functions (`queue.lua`), then the script's own body.
+/// fence counter's raise (`fence.lua`), the queue's functions (`queue.lua`), then the
+/// script's own body.
 /// The acquire and release scripts put their lean paths (the mutex's uncontended case, then
 /// the reader's and the permit's) between the layout and the queue's functions, so that they
 /// run before those are made.
 macro_rules! queue_script {
     ($layout:literal, $body:literal) => {
-        concat!(include_str!($layout), include_str!("scripts/queue.lua"), include_str!($body))
+        concat!(
+            include_str!($layout),
+            include_str!("scripts/fence.lua"),
+            include_str!("scripts/queue.lua"),
+            include_str!($body)
+        )
     };
     ($layout:literal, $lean:literal, $body:literal) => {
-        concat!(include_str!($layout), include_str!($lean), include_str!("scripts/queue.lua"), include_str!($body))
+        concat!(
+            include_str!($layout),
+            include_str!("scripts/fence.lua"),
+            include_str!($lean),
+            include_str!("scripts/queue.lua"),
+            include_str!($body)
+        )
     };
     ($layout:literal, $lean:literal, $shared_lean:literal, $body:literal) => {
         concat!(
             include_str!($layout),
+            include_str!("scripts/fence.lua"),
             include_str!($lean),
             include_str!($shared_lean),
             include_str!("scripts/queue.lua"),
