@@ -43,9 +43,9 @@ fn options() -> Options {
             "--clients" => options.clients = number(flag, value),
             "--seconds" => options.seconds = number(flag, value),
             "--permits" => options.permits = number(flag, value),
-            other => panic!(
-                "unknown option {other}: use --rounds N, --cycles N, --clients N, --seconds S, --permits N"
-            ),
+            other => {
+                panic!("unknown option {other}: use --rounds N, --cycles N, --clients N, --seconds S, --permits N")
+            }
         }
     }
     options
@@ -83,11 +83,8 @@ fn peers_dir() -> PathBuf {
 /// Fails with what to install when `node` or the peer's packages are missing.
 fn check_node() {
     let dir = peers_dir();
-    let probe = Command::new("node")
-        .arg("-e")
-        .arg("require('redis-semaphore'); require('ioredis')")
-        .current_dir(&dir)
-        .output();
+    let probe =
+        Command::new("node").arg("-e").arg("require('redis-semaphore'); require('ioredis')").current_dir(&dir).output();
     match probe {
         Err(error) => panic!(
             "`node` cannot be run ({error}): install Node.js 18 or later (Debian: apt-get install nodejs npm), then `npm install` in {}",

@@ -158,7 +158,8 @@ impl HeldLock for RedisHeld {
         if self.target.kind != Kind::Write {
             return None;
         }
-        let (store, lock, target, token) = (Arc::clone(&self.store), self.lock.clone(), Arc::clone(&self.target), self.token);
+        let (store, lock, target, token) =
+            (Arc::clone(&self.store), self.lock.clone(), Arc::clone(&self.target), self.token);
         Some(Box::pin(async move {
             let mut backoff = Backoff::up_to(RETRY_MAX);
             let mut tries = 0;

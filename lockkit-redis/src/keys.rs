@@ -199,8 +199,19 @@ mod tests {
         assert_eq!(k.key(WRITER), "app:{orders/42 é}:writer");
         assert_eq!(k.void("o1"), "app:{orders/42 é}:void:o1");
         let expected: Vec<String> = [
-            "", ":fence", ":void:v", ":queue", ":queue:expiry", ":released", ":kinds", ":writer", ":readers",
-            ":permits", ":tokens", ":permits:count", ":terms",
+            "",
+            ":fence",
+            ":void:v",
+            ":queue",
+            ":queue:expiry",
+            ":released",
+            ":kinds",
+            ":writer",
+            ":readers",
+            ":permits",
+            ":tokens",
+            ":permits:count",
+            ":terms",
         ]
         .iter()
         .map(|suffix| format!("app:{{orders/42 é}}{suffix}"))

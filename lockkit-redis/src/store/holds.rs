@@ -30,8 +30,7 @@ impl Store {
             let reply: AcquireCode = self
                 .run(Some(lock), |mut connection| async move {
                     let mut call = ScriptCall::queue(&ACQUIRE, keys, &contender.void, short);
-                    call
-                        .arg(&contender.owner)
+                    call.arg(&contender.owner)
                         .arg(lease_ms)
                         .arg(if queueing.join { "1" } else { "0" })
                         .arg(queueing.entry_ttl_ms)

@@ -104,9 +104,12 @@ impl<'a> ScriptCall<'a> {
     /// that void nothing).
     pub(super) fn queue(script: &'a Script, keys: &LockKeys, void: &str, short: bool) -> Self {
         let count = if short { 7 } else { 13 };
-        // EVALSHA, the hash, the key count, the keys and up to nine arguments; the bytes of
-        // a typical call, so that the buffer is not grown on the way.
-        let mut cmd = Cmd::with_capacity(3 + count + 9, 1024);
+        // EVALSHA, the hash, the key count, the keys and up to nine arguments: room for the
+        // keys and for the arguments of a typical call (an owner id, a queue member and a few
+        // numbers), so that the buffer is seldom grown on the way, and no more (it lives as
+        // long as the call is in flight).
+        let bytes = 64 + count * (keys.record().len() + 16) + void.len() + 256;
+        let mut cmd = Cmd::with_capacity(3 + count + 9, bytes);
         cmd.arg("EVALSHA").arg(script.get_hash()).arg(count);
         for key in keys.script_args(void, count) {
             cmd.arg(key);
