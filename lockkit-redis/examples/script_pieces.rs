@@ -24,6 +24,7 @@ use support::evalsha_stats;
 /// seven for a mutex), made from its sources as `store/scripts.rs` makes them.
 const PROVIDER_ACQUIRE: &str = concat!(
     include_str!("../src/store/scripts/layout.lua"),
+    include_str!("../src/store/scripts/fence.lua"),
     include_str!("../src/store/scripts/acquire_lean.lua"),
     include_str!("../src/store/scripts/acquire_shared_lean.lua"),
     include_str!("../src/store/scripts/queue.lua"),
@@ -31,6 +32,7 @@ const PROVIDER_ACQUIRE: &str = concat!(
 );
 const PROVIDER_RELEASE: &str = concat!(
     include_str!("../src/store/scripts/layout.lua"),
+    include_str!("../src/store/scripts/fence.lua"),
     include_str!("../src/store/scripts/release_lean.lua"),
     include_str!("../src/store/scripts/release_shared_lean.lua"),
     include_str!("../src/store/scripts/queue.lua"),

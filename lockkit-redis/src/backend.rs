@@ -44,7 +44,6 @@
 //! eats the window), the waiter asks again instead, and its try finds the record its own.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -156,7 +155,7 @@ impl RedisBackend {
             (true, None) => format!("{}\n{owner}", self.subscriber.wake_channel()),
             (true, Some(field)) => format!("{}\n{field}\n{owner}", self.subscriber.wake_channel()),
         };
-        Contender { owner, member, void: keys.void(&attempt.simple().to_string()), kind }
+        Contender { owner, member, void: keys.void(attempt.simple()), kind }
     }
 
     async fn acquire_inner(&self, request: &AcquireRequest) -> Result<Option<Grant>> {
@@ -171,9 +170,9 @@ impl RedisBackend {
             HoldKind::Candidate { identity } => Some(Arc::clone(identity)),
             _ => None,
         };
-        let mut contender = self.contender(&keys, request.attempt, kind, identity.as_deref(), queueing);
+        let mut contender = Arc::new(self.contender(&keys, request.attempt, kind, identity.as_deref(), queueing));
         let mut doubt =
-            Doubt::new(Arc::clone(&self.store), lock.clone(), keys.clone(), contender.clone(), &self.settings);
+            Doubt::new(Arc::clone(&self.store), lock.clone(), keys.clone(), Arc::clone(&contender), &self.settings);
         let mut interest: Option<Interest> = None;
         let mut failing_since: Option<Instant> = None;
         let mut backoff = Backoff::up_to(RETRY_MAX);
@@ -224,6 +223,7 @@ impl RedisBackend {
             let lease_left = match reply {
                 Ok(AcquireReply::Granted(token)) => {
                     doubt.settled();
+                    drop(doubt);
                     tracing::debug!(token = token.get(), "granted");
                     let valid_until = lease_deadline(sent_at, self.settings.lease, self.settings.drift);
                     let taken = Taken { token, valid_until, handed_over: false };
@@ -249,12 +249,12 @@ impl RedisBackend {
                     // voided one is left: the abandon freed its grant and its queue entry.
                     tracing::warn!("this acquisition's owner id was voided; asking again with a fresh one");
                     doubt.settled();
-                    contender = self.contender(&keys, Uuid::new_v4(), kind, identity.as_deref(), queueing);
+                    contender = Arc::new(self.contender(&keys, Uuid::new_v4(), kind, identity.as_deref(), queueing));
                     doubt = Doubt::new(
                         Arc::clone(&self.store),
                         lock.clone(),
                         keys.clone(),
-                        contender.clone(),
+                        Arc::clone(&contender),
                         &self.settings,
                     );
                     if queueing.join {
@@ -283,6 +283,7 @@ impl RedisBackend {
             // A hand-over may have come while the try was under way.
             if let Some(taken) = self.usable_handover(interest.as_ref(), refused) {
                 doubt.settled();
+                drop(doubt);
                 return Ok(Some(self.hold(lock, keys, contender, taken, contended)));
             }
             if !request.deadline.may_wait() || request.deadline.has_passed(Instant::now()) {
@@ -325,6 +326,7 @@ impl RedisBackend {
             .await;
             if let Some(taken) = self.usable_handover(Some(interest), refused) {
                 doubt.settled();
+                drop(doubt);
                 return Ok(Some(self.hold(lock, keys, contender, taken, contended)));
             }
         }
@@ -344,36 +346,41 @@ impl RedisBackend {
 
     /// Makes the hold of `contender`'s grant: its signal, registered with the watchdog, which
     /// renews a hand-over at once (it was granted for the claim window only).
-    fn hold(&self, lock: LockName, keys: LockKeys, contender: Contender, taken: Taken, contended: bool) -> Grant {
+    /// The contender is no longer shared once its doubt was dropped (its owner id is taken,
+    /// not copied).
+    fn hold(&self, lock: LockName, keys: LockKeys, contender: Arc<Contender>, taken: Taken, contended: bool) -> Grant {
         let Taken { token, valid_until, handed_over } = taken;
         let signal = HoldSignal::new(BACKEND, lock.clone(), Some(valid_until));
-        let target = Arc::new(HoldTarget::new(contender.kind, &keys, contender.owner));
+        let (kind, owner) = match Arc::try_unwrap(contender) {
+            Ok(contender) => (contender.kind, contender.owner),
+            Err(shared) => (shared.kind, shared.owner.clone()),
+        };
+        let target = Arc::new(HoldTarget::new(kind, keys, owner));
         let id = self.watchdog.register(Arc::clone(&target), signal.clone());
         if handed_over {
             self.watchdog.confirm(id);
         }
-        let record = self.watch_record(target.watched());
+        let record = self.watch_record(&target);
         let held = RedisHeld {
             store: Arc::clone(&self.store),
             watchdog: Arc::clone(&self.watchdog),
             record,
             yielding: (contended && !self.settings.fair).then(|| Arc::clone(&self.yielding)),
             lock,
-            keys,
             target,
             token,
             id,
-            released: Arc::new(AtomicBool::new(false)),
         };
         Grant::new(token, signal, Box::new(held))
     }
 
     /// Subscribes the keyspace channels of a hold's records in the background, when the server
     /// publishes deletions (see the `keyspace` module); nothing when it is known not to.
-    fn watch_record(&self, keys: &[String]) -> Option<Arc<RecordWatch>> {
+    fn watch_record(&self, target: &HoldTarget) -> Option<Arc<RecordWatch>> {
         if self.keyspace.fresh() == Some(false) {
             return None;
         }
+        let keys = target.watched();
         let watch = Arc::new(RecordWatch::default());
         let (keyspace, store, subscriber) =
             (Arc::clone(&self.keyspace), Arc::clone(&self.store), Arc::clone(&self.subscriber));
@@ -387,7 +394,7 @@ impl RedisBackend {
                 slot.keep(subscriber.watch(&channel).await);
             }
         };
-        let span = tracing::debug_span!("lockkit.redis.watch_record", key = keys.first().map(String::as_str));
+        let span = tracing::debug_span!("lockkit.redis.watch_record", key = target.keys.record());
         lockkit_core::home::spawn(task.instrument(span));
         Some(watch)
     }
@@ -522,7 +529,7 @@ struct Doubt {
     store: Arc<Store>,
     lock: LockName,
     keys: LockKeys,
-    contender: Contender,
+    contender: Arc<Contender>,
     void_ms: u64,
     in_flight: bool,
     ambiguous: bool,
@@ -531,7 +538,7 @@ struct Doubt {
 }
 
 impl Doubt {
-    fn new(store: Arc<Store>, lock: LockName, keys: LockKeys, contender: Contender, settings: &Settings) -> Self {
+    fn new(store: Arc<Store>, lock: LockName, keys: LockKeys, contender: Arc<Contender>, settings: &Settings) -> Self {
         // The void marker outlives any try that can still be on its way: several leases,
         // and at least a minute.
         let void_ms = settings.lease_millis().saturating_mul(4).max(60_000);
@@ -578,7 +585,7 @@ impl Drop for Doubt {
             Arc::clone(&self.store),
             self.lock.clone(),
             self.keys.clone(),
-            self.contender.clone(),
+            Arc::clone(&self.contender),
             self.void_for(),
             Duration::from_millis(self.void_ms / 4),
         );

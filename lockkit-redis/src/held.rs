@@ -14,7 +14,6 @@ use lockkit_core::sync::lock_or_recover;
 use lockkit_core::{Error, FencingToken, LockName, LossReason, Result};
 
 use crate::BACKEND;
-use crate::keys::LockKeys;
 use crate::store::connection::Store;
 use crate::store::kinds::{HoldTarget, Kind, Ownership};
 use crate::subscriber::Interest;
@@ -109,19 +108,16 @@ pub(crate) struct RedisHeld {
     /// acquisition of the lock queue up behind the waiters.
     pub(crate) yielding: Option<Arc<Yielding>>,
     pub(crate) lock: LockName,
-    pub(crate) keys: LockKeys,
-    /// The hold's kind and owner id, shared with the watchdog.
+    /// The hold's kind, owner id and keys, shared with the watchdog.
     pub(crate) target: Arc<HoldTarget>,
     pub(crate) token: FencingToken,
     pub(crate) id: u64,
-    /// Set when the release starts, so that a downgrade not sent yet is not sent at all.
-    pub(crate) released: Arc<AtomicBool>,
 }
 
 #[async_trait]
 impl HeldLock for RedisHeld {
     async fn release(self: Box<Self>) -> Result<()> {
-        self.released.store(true, Ordering::Release);
+        self.target.released.store(true, Ordering::Release);
         self.watchdog.forget(self.id);
         if let Some(record) = &self.record {
             record.end();
@@ -131,10 +127,10 @@ impl HeldLock for RedisHeld {
         let mut tries = 0;
         loop {
             tries += 1;
-            match self.store.release(&self.lock, &self.keys, &self.target.owner, self.target.kind).await {
+            match self.store.release(&self.lock, &self.target.keys, &self.target.owner, self.target.kind).await {
                 Ok(Ownership::Ours) => {
                     if let Some(yielding) = &self.yielding {
-                        yielding.released_contended(self.keys.record());
+                        yielding.released_contended(self.target.keys.record());
                     }
                     return Ok(());
                 }
@@ -162,20 +158,20 @@ impl HeldLock for RedisHeld {
         if self.target.kind != Kind::Write {
             return None;
         }
-        let (store, lock, keys) = (Arc::clone(&self.store), self.lock.clone(), self.keys.clone());
-        let (target, token, released) = (Arc::clone(&self.target), self.token, Arc::clone(&self.released));
+        let (store, lock, target, token) =
+            (Arc::clone(&self.store), self.lock.clone(), Arc::clone(&self.target), self.token);
         Some(Box::pin(async move {
             let mut backoff = Backoff::up_to(RETRY_MAX);
             let mut tries = 0;
             loop {
-                if released.load(Ordering::Acquire) {
+                if target.released.load(Ordering::Acquire) {
                     return Ok(());
                 }
                 tries += 1;
-                match store.downgrade(&lock, &keys, &target.owner, token).await {
+                match store.downgrade(&lock, &target.keys, &target.owner, token).await {
                     Ok(Ownership::Ours) => return Ok(()),
                     // The release started after the check above and got there first.
-                    Ok(_) if released.load(Ordering::Acquire) => return Ok(()),
+                    Ok(_) if target.released.load(Ordering::Acquire) => return Ok(()),
                     Ok(Ownership::Gone) => return Err(Error::lost(BACKEND, &lock, LossReason::RecordGone)),
                     Ok(Ownership::Other) => return Err(Error::lost(BACKEND, &lock, LossReason::OwnedByAnother)),
                     Err(error) if error.is_retryable() && tries < RELEASE_TRIES => {

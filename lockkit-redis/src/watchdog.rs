@@ -174,9 +174,9 @@ impl Watchdog {
         let suspects = self.suspects.take();
         let held: Vec<Due> = {
             let holds = lock_or_recover(&self.holds);
-            let live = holds.iter().filter(|(_, entry)| {
-                entry.signal.is_held() && entry.target.watched().iter().any(|key| suspects.contains(key))
-            });
+            let live = holds
+                .iter()
+                .filter(|(_, entry)| entry.signal.is_held() && suspects.iter().any(|key| entry.target.watches(key)));
             live.map(|(id, e)| (*id, Arc::clone(&e.target), e.signal.clone())).collect()
         };
         if held.is_empty() {

@@ -7,7 +7,7 @@ use lockkit_core::{Error, FencingToken, LockName, Result};
 
 use super::connection::Store;
 use super::kinds::{AcquireReply, Conflict, Contender, Kind, Ownership, QueueMark, Queueing, Refusal};
-use super::scripts::{ABANDON, ACQUIRE, DOWNGRADE, RELEASE, queue_script};
+use super::scripts::{ABANDON, ACQUIRE, DOWNGRADE, RELEASE, ScriptCall};
 use crate::BACKEND;
 use crate::error::Failure;
 use crate::keys::LockKeys;
@@ -29,9 +29,8 @@ impl Store {
         let (code, value, fence, server_ms) = loop {
             let reply: AcquireCode = self
                 .run(Some(lock), |mut connection| async move {
-                    let mut invocation = queue_script(&ACQUIRE, keys, &contender.void, short);
-                    invocation
-                        .arg(&contender.owner)
+                    let mut call = ScriptCall::queue(&ACQUIRE, keys, &contender.void, short);
+                    call.arg(&contender.owner)
                         .arg(lease_ms)
                         .arg(if queueing.join { "1" } else { "0" })
                         .arg(queueing.entry_ttl_ms)
@@ -39,9 +38,9 @@ impl Store {
                         .arg(&contender.member)
                         .arg(self.fence_retention_ms);
                     if contender.kind != Kind::Exclusive {
-                        invocation.arg(contender.kind.letter()).arg(contender.kind.permits());
+                        call.arg(contender.kind.letter()).arg(contender.kind.permits());
                     }
-                    invocation.invoke_async(&mut connection).await
+                    call.invoke(&mut connection).await
                 })
                 .await?;
             if reply.0.0 == -3 && short {
@@ -90,12 +89,12 @@ impl Store {
         loop {
             let code: i64 = self
                 .run(Some(lock), |mut connection| async move {
-                    let mut invocation = queue_script(&RELEASE, keys, keys.record(), short);
-                    invocation.arg(owner).arg(self.claim_ms);
+                    let mut call = ScriptCall::queue(&RELEASE, keys, keys.record(), short);
+                    call.arg(owner).arg(self.claim_ms);
                     if kind != Kind::Exclusive {
-                        invocation.arg(kind.letter());
+                        call.arg(kind.letter());
                     }
-                    invocation.invoke_async(&mut connection).await
+                    call.invoke(&mut connection).await
                 })
                 .await?;
             if code == -3 && short {
@@ -117,11 +116,11 @@ impl Store {
     ) -> Result<Ownership> {
         let code: i64 = self
             .run(Some(lock), |mut connection| async move {
-                queue_script(&DOWNGRADE, keys, keys.record(), false)
+                ScriptCall::queue(&DOWNGRADE, keys, keys.record(), false)
                     .arg(owner)
                     .arg(self.claim_ms)
                     .arg(token.get())
-                    .invoke_async(&mut connection)
+                    .invoke(&mut connection)
                     .await
             })
             .await?;
@@ -140,13 +139,13 @@ impl Store {
     ) -> Result<bool> {
         let code: i64 = self
             .run(Some(lock), |mut connection| async move {
-                queue_script(&ABANDON, keys, &contender.void, false)
+                ScriptCall::queue(&ABANDON, keys, &contender.void, false)
                     .arg(&contender.owner)
                     .arg(void_ms)
                     .arg(self.claim_ms)
                     .arg(&contender.member)
                     .arg(contender.kind.letter())
-                    .invoke_async(&mut connection)
+                    .invoke(&mut connection)
                     .await
             })
             .await?;

@@ -4,13 +4,14 @@
 
 use std::num::NonZeroU32;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use lockkit_core::{FencingToken, HoldKind};
-use redis::Script;
+use redis::{RedisWrite, Script, ToRedisArgs};
 
 use super::scripts::{RENEW, RENEW_LEADER, RENEW_PERMIT, RENEW_RW};
-use crate::keys::LockKeys;
+use crate::keys::{FENCE, KINDS, LockKeys, PERMIT_COUNT, PERMITS, READERS, RECORD, TOKENS, WRITER};
 
 /// The kinds of hold the scripts grant, as they name them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,45 +88,62 @@ impl Kind {
     }
 }
 
-/// What the watchdog renews for one hold, and what keyspace notifications watch: the hold's
-/// owner id and kind, and the keys of its kind's renew script.
+/// The suffixes of the keys of each kind's renew script, in its order (see [`HoldTarget`]).
+const EXCLUSIVE_KEYS: [&str; 2] = [RECORD, FENCE];
+const READ_WRITE_KEYS: [&str; 5] = [WRITER, READERS, TOKENS, KINDS, FENCE];
+const PERMIT_KEYS: [&str; 4] = [PERMITS, TOKENS, PERMIT_COUNT, KINDS];
+
+/// One hold as the watchdog renews it, its release frees it and keyspace notifications watch
+/// it: the hold's owner id and kind, and the keys of its lock (made into the keys of its
+/// kind's renew script as each renewal is written).
 #[derive(Debug)]
 pub(crate) struct HoldTarget {
     pub(crate) kind: Kind,
     pub(crate) owner: String,
-    /// The keys of the renew script: the mutex record and the fence counter (`renew.lua`);
-    /// the writer record, the readers, their tokens, the marker of the other kinds (see
-    /// `layout.lua`) and the fence counter (`renew_rw.lua`, for a write hold and, after a
-    /// downgrade, a read hold); the permit holders, their tokens, the permit count and the
-    /// marker of the other kinds (`renew_permit.lua`); every key of the name for a leader
-    /// (`renew_leader.lua`, which writes the vacancy in the election's journal when it finds
-    /// the record gone). The counter of an exclusive hold is kept as long as the hold is
-    /// renewed, since its value is the hold's token.
-    pub(super) keys: Box<[String]>,
+    /// The keys of the lock. The renew script of a mutex takes the mutex record and the
+    /// fence counter (`renew.lua`); of a write hold and, after a downgrade, a read hold, the
+    /// writer record, the readers, their tokens, the marker of the other kinds (see
+    /// `layout.lua`) and the fence counter (`renew_rw.lua`); of a permit, the permit holders,
+    /// their tokens, the permit count and the marker of the other kinds (`renew_permit.lua`);
+    /// of a leader, every key of the name (`renew_leader.lua`, which writes the vacancy in
+    /// the election's journal when it finds the record gone). The counter of an exclusive
+    /// hold is kept as long as the hold is renewed, since its value is the hold's token.
+    pub(crate) keys: LockKeys,
+    /// Set when the release starts, so that a downgrade not sent yet is not sent at all.
+    pub(crate) released: AtomicBool,
 }
 
 impl HoldTarget {
     /// The target of `owner`'s hold of `kind` on the lock of `keys`.
-    pub(crate) fn new(kind: Kind, keys: &LockKeys, owner: String) -> Self {
-        let keys: Box<[String]> = match kind {
-            Kind::Exclusive => Box::new([keys.record().to_owned(), keys.fence()]),
-            Kind::Read | Kind::Write => {
-                Box::new([keys.writer(), keys.readers(), keys.tokens(), keys.kinds(), keys.fence()])
-            }
-            Kind::Permit(_) => Box::new([keys.permits(), keys.tokens(), keys.permit_count(), keys.kinds()]),
-            Kind::Candidate => Box::new(keys.script_keys(keys.record())),
-        };
-        Self { kind, owner, keys }
+    pub(crate) fn new(kind: Kind, keys: LockKeys, owner: String) -> Self {
+        Self { kind, owner, keys, released: AtomicBool::new(false) }
     }
 
     /// The keys whose deletion (a keyspace event) may end the hold: the mutex record; the
     /// writer record and the readers; the permit holders.
-    pub(crate) fn watched(&self) -> &[String] {
-        let watched = match self.kind {
-            Kind::Read | Kind::Write => 2,
-            _ => 1,
-        };
-        self.keys.get(..watched).unwrap_or(&self.keys)
+    pub(crate) fn watched(&self) -> Vec<String> {
+        match self.kind {
+            Kind::Read | Kind::Write => vec![self.keys.key(WRITER), self.keys.key(READERS)],
+            Kind::Permit(_) => vec![self.keys.key(PERMITS)],
+            Kind::Exclusive | Kind::Candidate => vec![self.keys.record().to_owned()],
+        }
+    }
+
+    /// Whether the deletion of `key` may end the hold (see [`watched`](Self::watched)).
+    pub(crate) fn watches(&self, key: &str) -> bool {
+        self.watched().iter().any(|watched| watched == key)
+    }
+
+    /// The keys of the renew script of the hold's kind, their count first, as command
+    /// arguments.
+    pub(super) fn renew_keys(&self) -> RenewKeys<'_> {
+        RenewKeys { target: self, counted: true }
+    }
+
+    /// The keys of a mutex's renewal (the record and the fence counter), without their count,
+    /// as command arguments (`renew_many.lua` takes them in pairs).
+    pub(super) fn mutex_keys(&self) -> RenewKeys<'_> {
+        RenewKeys { target: self, counted: false }
     }
 
     /// The renew script of the hold's kind.
@@ -136,6 +154,50 @@ impl HoldTarget {
             Kind::Permit(_) => &RENEW_PERMIT,
             Kind::Candidate => &RENEW_LEADER,
         }
+    }
+}
+
+/// The keys of a hold's renewal as command arguments, written into the command from the
+/// lock's keys (see [`HoldTarget::renew_keys`]).
+pub(super) struct RenewKeys<'a> {
+    target: &'a HoldTarget,
+    /// Whether their count comes first.
+    counted: bool,
+}
+
+impl RenewKeys<'_> {
+    /// The suffixes of the keys, or `None` for every key of the name (a leader's).
+    fn suffixes(&self) -> Option<&'static [&'static str]> {
+        match self.target.kind {
+            Kind::Exclusive => Some(&EXCLUSIVE_KEYS),
+            Kind::Read | Kind::Write => Some(&READ_WRITE_KEYS),
+            Kind::Permit(_) => Some(&PERMIT_KEYS),
+            Kind::Candidate => None,
+        }
+    }
+
+    fn count(&self) -> usize {
+        self.suffixes().map_or(13, <[&str]>::len)
+    }
+}
+
+impl ToRedisArgs for RenewKeys<'_> {
+    fn write_redis_args<W>(&self, out: &mut W)
+    where
+        W: ?Sized + RedisWrite,
+    {
+        if self.counted {
+            self.count().write_redis_args(out);
+        }
+        let keys = &self.target.keys;
+        match self.suffixes() {
+            Some(suffixes) => suffixes.iter().for_each(|suffix| keys.arg(suffix).write_redis_args(out)),
+            None => keys.script_args(keys.record(), 13).for_each(|key| key.write_redis_args(out)),
+        }
+    }
+
+    fn num_of_args(&self) -> usize {
+        self.count() + usize::from(self.counted)
     }
 }
 

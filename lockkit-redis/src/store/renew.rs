@@ -29,8 +29,11 @@ pub(crate) enum Group {
 impl Store {
     /// Where `hold`'s renewals go (see [`Group`]).
     pub(crate) fn group_of(&self, hold: &HoldTarget) -> Group {
-        let Some(key) = self.cluster.as_ref().and(hold.keys.first()) else { return Group::Server };
-        let slot = key_slot(key.as_bytes());
+        if self.cluster.is_none() {
+            return Group::Server;
+        }
+        // Every key of a lock is in the slot of its record (they share its hash tag).
+        let slot = key_slot(hold.keys.record().as_bytes());
         let map = lock_or_recover(&self.slot_map).clone();
         map.and_then(|map| {
             map.iter()
@@ -174,7 +177,7 @@ impl Store {
             for &at in &pending {
                 let Some(hold) = holds.get(at) else { continue };
                 let group = match self.group_of(hold) {
-                    Group::Node(..) if !by_node => Group::Slot(hold.keys.first().map_or(0, |k| key_slot(k.as_bytes()))),
+                    Group::Node(..) if !by_node => Group::Slot(key_slot(hold.keys.record().as_bytes())),
                     group => group,
                 };
                 groups.entry(group).or_default().push(at);
@@ -270,15 +273,13 @@ impl Store {
             own += 1;
             match (hold.kind, lease_ms) {
                 (Kind::Exclusive, None) => {
-                    pipeline.cmd("GET").arg(hold.keys.first());
+                    pipeline.cmd("GET").arg(hold.keys.record());
                 }
                 (_, lease_ms) => {
-                    let script = hold.renew_script();
                     pipeline
                         .cmd("EVALSHA")
-                        .arg(script.get_hash())
-                        .arg(hold.keys.len())
-                        .arg(&*hold.keys)
+                        .arg(hold.renew_script().get_hash())
+                        .arg(hold.renew_keys())
                         .arg(&hold.owner)
                         .arg(lease_ms.unwrap_or(0));
                     if hold.kind == Kind::Candidate {
@@ -293,7 +294,7 @@ impl Store {
         if !mutexes.is_empty() {
             let call = pipeline.cmd("EVALSHA").arg(RENEW_MANY.get_hash()).arg(mutexes.len() * 2);
             for hold in &mutexes {
-                call.arg(&*hold.keys);
+                call.arg(hold.mutex_keys());
             }
             call.arg(lease_ms.unwrap_or(0)).arg(self.fence_retention_ms);
             for hold in &mutexes {

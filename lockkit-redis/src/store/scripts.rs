@@ -3,25 +3,39 @@
 
 use std::sync::LazyLock;
 
-use redis::{Script, ScriptInvocation};
+use redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, Script, ServerErrorKind, ToRedisArgs};
 
+use super::connection::Connection;
 use crate::keys::LockKeys;
 
 /// The sources of the scripts of the wait queue: the names of their keys (`layout.lua`), the
-/// queue's functions (`queue.lua`), then the script's own body.
+/// fence counter's raise (`fence.lua`), the queue's functions (`queue.lua`), then the
+/// script's own body.
 /// The acquire and release scripts put their lean paths (the mutex's uncontended case, then
 /// the reader's and the permit's) between the layout and the queue's functions, so that they
 /// run before those are made.
 macro_rules! queue_script {
     ($layout:literal, $body:literal) => {
-        concat!(include_str!($layout), include_str!("scripts/queue.lua"), include_str!($body))
+        concat!(
+            include_str!($layout),
+            include_str!("scripts/fence.lua"),
+            include_str!("scripts/queue.lua"),
+            include_str!($body)
+        )
     };
     ($layout:literal, $lean:literal, $body:literal) => {
-        concat!(include_str!($layout), include_str!($lean), include_str!("scripts/queue.lua"), include_str!($body))
+        concat!(
+            include_str!($layout),
+            include_str!("scripts/fence.lua"),
+            include_str!($lean),
+            include_str!("scripts/queue.lua"),
+            include_str!($body)
+        )
     };
     ($layout:literal, $lean:literal, $shared_lean:literal, $body:literal) => {
         concat!(
             include_str!($layout),
+            include_str!("scripts/fence.lua"),
             include_str!($lean),
             include_str!($shared_lean),
             include_str!("scripts/queue.lua"),
@@ -75,20 +89,49 @@ pub(super) static RENEW_RW: LazyLock<Script> = LazyLock::new(|| Script::new(incl
 pub(super) static RENEW_PERMIT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/renew_permit.lua")));
 
-/// An invocation of `script`, one of the scripts of the wait queue, with the twelve keys of
-/// `layout.lua`, or only the first seven (`short`, for the mutex's acquire and release);
-/// `void` is the void marker of the acquisition (any key of the name for the scripts that
-/// void nothing).
-pub(super) fn queue_script<'a>(script: &'a Script, keys: &LockKeys, void: &str, short: bool) -> ScriptInvocation<'a> {
-    let mut invocation = script.prepare_invoke();
-    if short {
-        for key in keys.mutex_keys(void) {
-            invocation.key(key);
+/// One call of a script: `EVALSHA` with its keys and arguments written straight into the
+/// command it sends (no key is made as a string on the way), sent again after loading the
+/// script when the server does not have it (`NOSCRIPT`: a restart, `SCRIPT FLUSH`).
+pub(super) struct ScriptCall<'a> {
+    script: &'a Script,
+    cmd: Cmd,
+}
+
+impl<'a> ScriptCall<'a> {
+    /// A call of `script`, one of the scripts of the wait queue, with the thirteen keys of
+    /// `layout.lua`, or only the first seven (`short`, for the mutex's acquire and release);
+    /// `void` is the void marker of the acquisition (any key of the name for the scripts
+    /// that void nothing).
+    pub(super) fn queue(script: &'a Script, keys: &LockKeys, void: &str, short: bool) -> Self {
+        let count = if short { 7 } else { 13 };
+        // EVALSHA, the hash, the key count, the keys and up to nine arguments: room for the
+        // keys and for the arguments of a typical call (an owner id, a queue member and a few
+        // numbers), so that the buffer is seldom grown on the way, and no more (it lives as
+        // long as the call is in flight).
+        let bytes = 64 + count * (keys.record().len() + 16) + void.len() + 256;
+        let mut cmd = Cmd::with_capacity(3 + count + 9, bytes);
+        cmd.arg("EVALSHA").arg(script.get_hash()).arg(count);
+        for key in keys.script_args(void, count) {
+            cmd.arg(key);
         }
-    } else {
-        for key in keys.script_keys(void) {
-            invocation.key(key);
+        Self { script, cmd }
+    }
+
+    /// Appends an argument.
+    pub(super) fn arg<T: ToRedisArgs>(&mut self, arg: T) -> &mut Self {
+        self.cmd.arg(arg);
+        self
+    }
+
+    /// Sends the call on `connection`; loads the script and sends it again when the server
+    /// does not have it.
+    pub(super) async fn invoke<T: FromRedisValue>(&self, connection: &mut Connection) -> RedisResult<T> {
+        match self.cmd.query_async(connection).await {
+            Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                self.script.load_async(connection).await?;
+                self.cmd.query_async(connection).await
+            }
+            other => other,
         }
     }
-    invocation
 }

@@ -34,12 +34,7 @@ if (SHARED_KIND == 'r' or SHARED_KIND == 'p') and not SHORT then
       room = total == tonumber(ARGV[9]) and redis.call('ZCARD', K_PERMITS) < total
     end
     if room and redis.call('ZADD', set, 'NX', string.format('%d', now + lease), ARGV[1]) == 1 then
-      local token = now_us
-      local last = tonumber(redis.call('SET', K_FENCE, string.format('%d', token), 'PX', ARGV[7], 'GET'))
-      if last and last >= token then
-        token = last + 1
-        redis.call('SET', K_FENCE, string.format('%d', token), 'PX', ARGV[7])
-      end
+      local token = raise_fence(K_FENCE, now_us, ARGV[7])
       redis.call('HSET', K_TOKENS, ARGV[1], string.format('%d', token))
       if fresh then
         redis.call('PEXPIRE', set, lease * 2)

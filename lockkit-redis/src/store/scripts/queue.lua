@@ -52,26 +52,13 @@ end
 -- of its old primary (as long as the server clock, and the promoted server's clock, is not
 -- behind the last grant's time; see "Fencing tokens and server restarts" in lib.rs). The
 -- counter term keeps tokens increasing when grants come faster than the clock's
--- microseconds. One TIME and one SET (which replies with the counter's old value) per grant,
--- a second SET when the counter was at or above the clock. The counter expires FENCE_TTL ms
+-- microseconds. One TIME and raise_fence (fence.lua) per grant. The counter expires FENCE_TTL ms
 -- after the grant in the scripts that know the retention (acquire; every renewal of an
 -- exclusive hold extends it); a hand-over from another script keeps the counter's expiry as
 -- it was (the head's confirmation, an acquire call, extends it within a claim window).
 local function next_token(fence)
   local t = redis.call('TIME')
-  local token = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local function set(value, ...)
-    if FENCE_TTL then
-      return redis.call('SET', fence, string.format('%d', value), 'PX', FENCE_TTL, ...)
-    end
-    return redis.call('SET', fence, string.format('%d', value), 'KEEPTTL', ...)
-  end
-  local last = tonumber(set(token, 'GET'))
-  if last and last >= token then
-    token = last + 1
-    set(token)
-  end
-  return token
+  return raise_fence(fence, tonumber(t[1]) * 1000000 + tonumber(t[2]), FENCE_TTL)
 end
 
 -- The mutex's hand-over, for a name that no other kind uses (the marker of the other kinds
