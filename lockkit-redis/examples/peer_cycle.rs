@@ -15,6 +15,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs, clippy::print_stdout)]
 
+mod support;
+
 use std::time::{Duration, Instant};
 
 use lockkit_redis::RedisLockProvider;
@@ -133,16 +135,18 @@ fn options() -> Options {
                 Some("lockkit") => Contender::Lockkit,
                 Some("rslock") => Contender::Rslock,
                 Some("ping") => Contender::Ping,
-                other => panic!("--only takes lockkit, rslock or ping, not {other:?}"),
+                other => support::usage(&format!("--only takes lockkit, rslock or ping, not {other:?}")),
             });
             continue;
         }
-        let value = pair.get(1).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{} needs a number", pair[0]));
+        let value = support::number(&pair[0], pair.get(1).map(String::as_str));
         match pair[0].as_str() {
             "--rounds" => options.rounds = value,
             "--cycles" => options.cycles = value,
             "--locks" => options.locks = value,
-            other => panic!("unknown option {other}: use --rounds N, --cycles N, --locks N"),
+            other => {
+                support::usage(&format!("unknown option {other}: use --rounds N, --cycles N, --locks N, --only WHO"))
+            }
         }
     }
     options

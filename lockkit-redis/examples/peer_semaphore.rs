@@ -15,6 +15,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs, clippy::print_stdout)]
 
+mod support;
+
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
@@ -36,23 +38,19 @@ fn options() -> Options {
     let mut options = Options { rounds: 3, cycles: 3_000, clients: 8, seconds: 3.0, permits: 3 };
     let args: Vec<String> = std::env::args().skip(1).collect();
     for pair in args.chunks(2) {
-        let (flag, value) = (pair[0].as_str(), pair.get(1).map(String::as_str).unwrap_or(""));
+        let (flag, value) = (pair[0].as_str(), pair.get(1).map(String::as_str));
         match flag {
-            "--rounds" => options.rounds = number(flag, value),
-            "--cycles" => options.cycles = number(flag, value),
-            "--clients" => options.clients = number(flag, value),
-            "--seconds" => options.seconds = number(flag, value),
-            "--permits" => options.permits = number(flag, value),
-            other => {
-                panic!("unknown option {other}: use --rounds N, --cycles N, --clients N, --seconds S, --permits N")
-            }
+            "--rounds" => options.rounds = support::number(flag, value),
+            "--cycles" => options.cycles = support::number(flag, value),
+            "--clients" => options.clients = support::number(flag, value),
+            "--seconds" => options.seconds = support::number(flag, value),
+            "--permits" => options.permits = support::number(flag, value),
+            other => support::usage(&format!(
+                "unknown option {other}: use --rounds N, --cycles N, --clients N, --seconds S, --permits N"
+            )),
         }
     }
     options
-}
-
-fn number<T: std::str::FromStr>(flag: &str, value: &str) -> T {
-    value.parse().unwrap_or_else(|_| panic!("{flag} needs a number, not {value:?}"))
 }
 
 /// One contender's figures of one round.

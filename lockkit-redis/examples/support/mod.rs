@@ -1,4 +1,8 @@
-//! What the cost examples share: the server's own count of script calls and their time.
+//! What the benchmark examples share: the server's own count of script calls and their time,
+//! and the refusal of a command line they cannot use.
+
+// Each example uses part of this module.
+#![allow(dead_code)]
 
 use redis::aio::MultiplexedConnection;
 
@@ -15,4 +19,18 @@ pub(crate) async fn evalsha_stats(admin: &mut MultiplexedConnection) -> (u64, u6
             .unwrap_or(0)
     };
     (field("calls="), field("usec="))
+}
+
+/// Ends a benchmark whose command line cannot be used: the message, then exit status 2
+/// (bad input is not a panic).
+pub(crate) fn usage(message: &str) -> ! {
+    eprintln!("{message}");
+    std::process::exit(2)
+}
+
+/// The number a flag's value gives, or [`usage`] naming the flag.
+pub(crate) fn number<T: std::str::FromStr>(flag: &str, value: Option<&str>) -> T {
+    value
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| usage(&format!("{flag} needs a number, not {:?}", value.unwrap_or(""))))
 }
