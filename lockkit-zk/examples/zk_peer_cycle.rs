@@ -40,8 +40,17 @@ fn main() {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     let block_on = args.iter().any(|arg| arg == "--block-on");
     args.retain(|arg| arg != "--block-on");
-    let rounds: usize = args.first().map_or(10, |arg| arg.parse().expect("ROUNDS is a number"));
-    let cycles: usize = args.get(1).map_or(300, |arg| arg.parse().expect("CYCLES is a number"));
+    let number = |index: usize, default: usize, what: &str| match args.get(index) {
+        None => default,
+        Some(arg) => arg.parse().unwrap_or_else(|_| {
+            eprintln!(
+                "zk_peer_cycle: {what} must be a number, not {arg:?}: zk_peer_cycle [ROUNDS [CYCLES]] [--block-on]"
+            );
+            std::process::exit(2)
+        }),
+    };
+    let rounds = number(0, 10, "ROUNDS");
+    let cycles = number(1, 300, "CYCLES");
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let measured = async move { measure(rounds, cycles, block_on).await };
     let result = if block_on { runtime.block_on(measured) } else { runtime.block_on(runtime.spawn(measured)).unwrap() };
