@@ -27,6 +27,7 @@
 //! fit together, are checked by `build`, which does no I/O.
 
 mod builder;
+mod credentials;
 mod duration;
 mod hosts;
 mod key;
@@ -40,6 +41,7 @@ mod tls_mode;
 mod url;
 mod value;
 
+pub use credentials::Credentials;
 pub use duration::{MAX_DURATION, millis, parse_duration, show_duration, whole_millis};
 pub use hosts::{HostPort, parse_hosts};
 pub use key::{GivenValue, Key, MAX_HOLD, OptionKey, STORE_ID, options_table};

@@ -1,10 +1,10 @@
 //! The settings of an etcd provider: the builder, URL reading and the checks `build` makes.
 
-use std::fmt;
 use std::time::Duration;
 
 use lockkit_core::config::{
-    ClientTls, Key, MAX_DURATION, MAX_HOLD, OptionKey, Options, ProviderBuilder, STORE_ID, StoreUrl, TLS_KEYS,
+    ClientTls, Credentials, Key, MAX_DURATION, MAX_HOLD, OptionKey, Options, ProviderBuilder, STORE_ID, StoreUrl,
+    TLS_KEYS,
 };
 use lockkit_core::{LockName, Result};
 
@@ -61,7 +61,7 @@ const MAX_PREFIX: usize = 512;
 const DEFAULT_PORT: u16 = 2379;
 
 /// The checked settings of one provider.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub(crate) struct EtcdConfig {
     /// `http://host:port` for each member.
     pub(crate) endpoints: Vec<String>,
@@ -71,22 +71,9 @@ pub(crate) struct EtcdConfig {
     pub(crate) ttl: Duration,
     pub(crate) drift: Duration,
     pub(crate) connect_timeout: Duration,
-    pub(crate) credentials: Option<(String, String)>,
+    pub(crate) credentials: Option<Credentials>,
     /// The certificates of an `etcds://` provider; `None` for plain `etcd://`.
     pub(crate) tls: Option<ClientTls>,
-}
-
-/// Shows the user but never the password.
-impl fmt::Debug for EtcdConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("EtcdConfig")
-            .field("address", &self.address)
-            .field("prefix", &self.prefix)
-            .field("ttl", &self.ttl)
-            .field("user", &self.credentials.as_ref().map(|(user, _)| user))
-            .field("tls", &self.tls.is_some())
-            .finish_non_exhaustive()
-    }
 }
 
 impl EtcdConfig {
@@ -112,10 +99,10 @@ pub(crate) fn escape(name: &str) -> String {
 
 /// Every setting of an [`EtcdLockProvider`](crate::EtcdLockProvider); [`build`](Self::build) checks them and does no
 /// I/O.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct EtcdLockProviderBuilder {
     endpoints: Option<String>,
-    credentials: Option<(String, String)>,
+    credentials: Option<Credentials>,
     tls: bool,
     options: Options,
 }
@@ -123,18 +110,6 @@ pub struct EtcdLockProviderBuilder {
 impl Default for EtcdLockProviderBuilder {
     fn default() -> Self {
         Self { endpoints: None, credentials: None, tls: false, options: Options::new(BACKEND, OPTIONS) }
-    }
-}
-
-/// Shows the user but never the password.
-impl fmt::Debug for EtcdLockProviderBuilder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("EtcdLockProviderBuilder")
-            .field("endpoints", &self.endpoints)
-            .field("user", &self.credentials.as_ref().map(|(user, _)| user))
-            .field("tls", &self.tls)
-            .field("options", &self.options)
-            .finish()
     }
 }
 
@@ -207,7 +182,7 @@ impl EtcdLockProviderBuilder {
 
     /// A user name and password for etcd's authentication.
     pub fn credentials(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
-        self.credentials = Some((user.into(), password.into()));
+        self.credentials = Some(Credentials::new(user, password));
         self
     }
 
@@ -255,7 +230,7 @@ impl EtcdLockProviderBuilder {
             return Err(invalid(format!("drift is {drift:?}; it must be below half the ttl ({:?})", ttl / 2)));
         }
         let connect_timeout = options.value(&CONNECT_TIMEOUT)?;
-        if let Some((user, _)) = &self.credentials
+        if let Some(user) = self.credentials.as_ref().map(Credentials::user)
             && user.is_empty()
         {
             return Err(invalid("the user name of the credentials is empty"));
@@ -320,7 +295,7 @@ mod tests {
         assert_eq!(c.endpoints, ["http://a:1", "http://b:2379", "http://[::1]:3"]);
         assert_eq!(c.prefix, "app/x");
         assert_eq!((c.ttl, c.drift), (Duration::from_secs(4), Duration::from_millis(200)));
-        assert_eq!(c.credentials, Some(("u".into(), "p".into())));
+        assert_eq!(c.credentials, Some(Credentials::new("u", "p")));
         assert_eq!(config("etcd://h:2379").unwrap().prefix, DEFAULT_PREFIX);
     }
 

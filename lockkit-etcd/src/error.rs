@@ -1,5 +1,6 @@
 //! Mapping etcd-client's errors onto lockkit's.
 
+use lockkit_core::config::Credentials;
 use lockkit_core::{Error, LockName};
 
 use crate::BACKEND;
@@ -116,7 +117,7 @@ pub(crate) fn connect_error(error: etcd_client::Error, config: &EtcdConfig) -> E
 /// What to change when etcd refused the credentials or the permissions, from the text of its
 /// error; `None` for other errors.
 fn auth_hint(text: &str, config: &EtcdConfig) -> Option<String> {
-    let user = config.credentials.as_ref().map_or("", |(user, _)| user.as_str());
+    let user = config.credentials.as_ref().map_or("", Credentials::user);
     if text.contains("authentication failed") || text.contains("invalid user ID or password") {
         return Some(format!(
             "etcd refused the credentials of user {user:?} (an unknown user or a wrong password): \

@@ -36,6 +36,7 @@ use etcd_client::{
     TxnOp,
 };
 use lockkit_core::backend::{HoldSignal, lease_deadline};
+use lockkit_core::config::Credentials;
 use lockkit_core::{LossReason, Result};
 use tokio::runtime::Handle;
 use tracing::Instrument;
@@ -94,7 +95,7 @@ pub(crate) struct Session {
     timeout: Duration,
     /// The user and password the client authenticated with, for a new token
     /// ([`Session::renew_token`]); `None` without authentication.
-    credentials: Option<(String, String)>,
+    credentials: Option<Credentials>,
     /// When the token was last renewed, or a renewal last failed; taken while a renewal runs,
     /// so that one runs at a time.
     token_renewal: tokio::sync::Mutex<TokenRenewal>,
@@ -153,8 +154,8 @@ impl Session {
             .with_connect_timeout(config.connect_timeout)
             .with_timeout(config.connect_timeout)
             .with_keep_alive(Duration::from_secs(1).min(config.ttl / 4), config.connect_timeout);
-        if let Some((user, password)) = &config.credentials {
-            options = options.with_user(user.clone(), password.clone());
+        if let Some(credentials) = &config.credentials {
+            options = options.with_user(credentials.user(), credentials.password());
         }
         #[cfg(feature = "tls")]
         if let Some(tls) = &config.tls {
@@ -250,7 +251,7 @@ impl Session {
     /// Authenticates again with the session's credentials and hands the new token to every
     /// service of the client (they share it): once for all the requests refused together.
     pub(crate) async fn renew_token(&self) -> bool {
-        let Some((user, password)) = &self.credentials else { return false };
+        let Some(credentials) = &self.credentials else { return false };
         let mut last = self.token_renewal.lock().await;
         let recent = |at: Option<Instant>| at.is_some_and(|at| at.elapsed() < TOKEN_RENEWAL_SPACING);
         if recent(last.renewed) {
@@ -265,7 +266,7 @@ impl Session {
         // the request goes without one. Requests sent meanwhile are refused as anonymous
         // ("user name is empty", see token_refused) and sent again with the new token.
         auth.remove_client_auth();
-        let renewal = auth.set_client_auth(user.clone(), password.clone());
+        let renewal = auth.set_client_auth(credentials.user().to_owned(), credentials.password().to_owned());
         match tokio::time::timeout(self.timeout, renewal).instrument(span).await {
             Ok(Ok(())) => {
                 tracing::info!(backend = crate::BACKEND, "etcd refused the authentication token; authenticated again");

@@ -4,7 +4,9 @@
 use std::fmt;
 use std::time::Duration;
 
-use lockkit_core::config::{Key, MAX_DURATION, MAX_HOLD, OptionKey, Options, ProviderBuilder, STORE_ID, StoreUrl};
+use lockkit_core::config::{
+    Credentials, Key, MAX_DURATION, MAX_HOLD, OptionKey, Options, ProviderBuilder, STORE_ID, StoreUrl,
+};
 use lockkit_core::{LockName, Result};
 use zookeeper_client as zk;
 
@@ -127,29 +129,18 @@ lockkit_core::option_choices!(DisconnectPolicy { Suspend => "suspend", LoseOnDis
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 #[must_use = "a builder does nothing until `build` is called"]
 pub struct ZkLockProviderBuilder {
     servers: Option<String>,
     chroot: Option<String>,
-    credentials: Option<(String, String)>,
+    credentials: Option<Credentials>,
     options: Options,
 }
 
 impl Default for ZkLockProviderBuilder {
     fn default() -> Self {
         Self { servers: None, chroot: None, credentials: None, options: Options::new(BACKEND, OPTIONS) }
-    }
-}
-
-impl fmt::Debug for ZkLockProviderBuilder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ZkLockProviderBuilder")
-            .field("servers", &self.servers)
-            .field("chroot", &self.chroot)
-            .field("user", &self.credentials.as_ref().map(|(user, _)| user))
-            .field("options", &self.options)
-            .finish()
     }
 }
 
@@ -214,7 +205,7 @@ impl ZkLockProviderBuilder {
     /// of a `zk://` URL. With credentials, lock nodes are created readable and deletable by
     /// that user only (see [`LockAcl`]). The user must not be empty or contain `:`.
     pub fn credentials(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
-        self.credentials = Some((user.into(), password.into()));
+        self.credentials = Some(Credentials::new(user, password));
         self
     }
 
@@ -267,7 +258,7 @@ impl ZkLockProviderBuilder {
             (None, Some(chroot)) => check_path(chroot, "the chroot")?,
             (None, None) => None,
         };
-        if let Some((user, _)) = &self.credentials {
+        if let Some(user) = self.credentials.as_ref().map(Credentials::user) {
             if user.is_empty() {
                 return Err(invalid("the digest user name is empty: give credentials as user and password"));
             }
@@ -339,7 +330,7 @@ pub(crate) struct ZkConfig {
     /// The session timeout asked of the server.
     pub(crate) session_timeout: Duration,
     pub(crate) connect_timeout: Option<Duration>,
-    pub(crate) credentials: Option<(String, String)>,
+    pub(crate) credentials: Option<Credentials>,
     pub(crate) acl: LockAcl,
     /// The drift margin given, if any; 5 % of the negotiated session timeout otherwise.
     pub(crate) drift: Option<Duration>,
@@ -494,7 +485,7 @@ mod tests {
                 .check()
                 .unwrap();
         assert_eq!(c.connect_string(), "[::1]:2181,h2:2181");
-        assert_eq!(c.credentials, Some(("u".into(), "p@ss".into())));
+        assert_eq!(c.credentials, Some(Credentials::new("u", "p@ss")));
         assert_eq!((c.root.as_str(), c.session_timeout), ("/app/locks", Duration::from_secs(6)));
         assert_eq!(c.acl, LockAcl::CreatorOnlyWorldRead);
         assert_eq!(c.address(), "zk://[::1]:2181,h2:2181/app", "the address carries no credentials");

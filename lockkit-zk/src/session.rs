@@ -130,8 +130,9 @@ impl Session {
         if let Some(timeout) = config.connect_timeout {
             connector = connector.with_connection_timeout(timeout);
         }
-        if let Some((user, password)) = &config.credentials {
-            connector = connector.with_auth("digest", format!("{user}:{password}").as_bytes());
+        if let Some(credentials) = &config.credentials {
+            let digest = format!("{}:{}", credentials.user(), credentials.password());
+            connector = connector.with_auth("digest", digest.as_bytes());
         }
         // The client's connection task is spawned on the current runtime, the session's home.
         let client = connector

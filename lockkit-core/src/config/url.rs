@@ -4,6 +4,7 @@ use std::collections::HashSet;
 
 use percent_encoding::percent_decode_str;
 
+use super::Credentials;
 use crate::{Error, Result};
 
 /// A store URL split into its parts: the one parser behind [`connect`](super::connect) and every
@@ -109,10 +110,10 @@ impl StoreUrl {
     ///
     /// [`Error::InvalidConfig`] of `backend` for a user without a password or a password
     /// without a user.
-    pub fn credentials(&self, backend: &'static str) -> Result<Option<(String, String)>> {
+    pub fn credentials(&self, backend: &'static str) -> Result<Option<Credentials>> {
         match (self.user(), self.password()) {
             (None, None) => Ok(None),
-            (Some(user), Some(password)) => Ok(Some((user.to_owned(), password.to_owned()))),
+            (Some(user), Some(password)) => Ok(Some(Credentials::new(user, password))),
             _ => Err(invalid(
                 backend,
                 format!(
