@@ -1,7 +1,7 @@
 //! The backend: grant, wait, release, abandon, inspect, and the renewal task.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use lockkit_core::backend::{
@@ -14,7 +14,7 @@ use tokio_postgres::types::Type;
 use crate::BACKEND;
 use crate::client::{Holds, Inner, RETRY, SAFETY_POLL, wait_turn};
 use crate::config::Settings;
-use crate::held::PostgresHold;
+use crate::held::{PostgresHold, stored_holder};
 use crate::listener::Wakeups;
 use crate::store::{Failure, Store};
 
@@ -388,18 +388,10 @@ impl LockBackend for PostgresBackend {
             ) else {
                 continue;
             };
-            let token = FencingToken::new(u64::try_from(token).unwrap_or(0));
-            let since = SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(since_ms).unwrap_or(0));
-            let holder = match OwnerMeta::decode(&meta) {
-                Some(meta) => meta.holder(token),
-                None => lockkit_core::backend::HolderInfo::new(token, meta),
-            };
             let kind: Option<String> = row.try_get(5).map_err(get)?;
             let permits: Option<i32> = row.try_get(6).map_err(get)?;
-            let holder = holder.with_kind(stored_kind(kind.as_deref(), permits));
-            holders.push(
-                holder.with_since(since).with_lease_left(Duration::from_millis(u64::try_from(left_ms).unwrap_or(0))),
-            );
+            let kind = stored_kind(kind.as_deref(), permits);
+            holders.push(stored_holder(meta, token, since_ms, left_ms).with_kind(kind));
         }
         Ok(LockInfo::new(holders, Some(usize::try_from(waiters).unwrap_or(0))))
     }
@@ -421,20 +413,13 @@ impl LockBackend for PostgresBackend {
         for row in rows {
             let get = |e| store.store_error(Some(lock), e);
             let meta: String = row.try_get(0).map_err(get)?;
-            let token = FencingToken::new(u64::try_from(row.try_get::<_, i64>(1).map_err(get)?).unwrap_or(0));
+            let token: i64 = row.try_get(1).map_err(get)?;
             let since_ms: i64 = row.try_get(2).map_err(get)?;
             let left_ms: i64 = row.try_get(3).map_err(get)?;
-            let holder = match OwnerMeta::decode(&meta) {
-                Some(meta) => meta.holder(token),
-                None => lockkit_core::backend::HolderInfo::new(token, meta),
-            };
             let kind: Option<String> = row.try_get(4).map_err(get)?;
             let permits: Option<i32> = row.try_get(5).map_err(get)?;
-            let holder = holder.with_kind(stored_kind(kind.as_deref(), permits));
-            let since = SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(since_ms).unwrap_or(0));
-            broken.push(
-                holder.with_since(since).with_lease_left(Duration::from_millis(u64::try_from(left_ms).unwrap_or(0))),
-            );
+            let kind = stored_kind(kind.as_deref(), permits);
+            broken.push(stored_holder(meta, token, since_ms, left_ms).with_kind(kind));
         }
         Ok(broken)
     }

@@ -18,18 +18,19 @@
 //! takes the leadership (one round trip after the notification).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use lockkit_core::backend::{
-    AcquireRequest, Deadline, Grant, HeldLock, HoldSignal, HolderInfo, LockInfo, OwnerMeta, lease_deadline,
+    AcquireRequest, Deadline, Grant, HeldLock, HoldSignal, LockInfo, OwnerMeta, lease_deadline,
 };
-use lockkit_core::{Error, FencingToken, HoldKind, LockName, LossReason, Result};
+use lockkit_core::{Error, FencingToken, HoldKind, LockName, Result};
 use tokio_postgres::types::Type;
 
 use crate::BACKEND;
 use crate::client::{Inner, RETRY, SAFETY_POLL, wait_turn};
 use crate::election_sql::{KIND_CONFLICT, PAYLOAD_PREFIX};
+use crate::held::{delete_row, stored_holder};
 use crate::store::Failure;
 
 /// The key under which the waiting candidates and the observers of election `lock` are woken.
@@ -244,27 +245,8 @@ struct Leadership {
 impl HeldLock for Leadership {
     async fn release(self: Box<Self>) -> Result<()> {
         self.inner.untrack(self.id);
-        let mut in_doubt = false;
-        let mut tries = 0;
-        loop {
-            match call(&self.inner, &self.inner.store.sql.election.resign, &self.lock, &self.owner).await {
-                Ok(true) => return Ok(()),
-                Ok(false) => {
-                    return match self.signal.loss() {
-                        Some(reason) => Err(Error::lost(BACKEND, &self.lock, reason)),
-                        None if in_doubt => Ok(()),
-                        None => Err(Error::lost(BACKEND, &self.lock, LossReason::RecordGone)),
-                    };
-                }
-                Err(Failure::Unknown(error) | Failure::NotSent(error)) if tries < 3 => {
-                    tries += 1;
-                    in_doubt = true;
-                    tracing::debug!(%error, "resignation failed; retrying");
-                    tokio::time::sleep(RETRY).await;
-                }
-                Err(failure) => return Err(failure.into_error()),
-            }
-        }
+        let resign = &self.inner.store.sql.election.resign;
+        delete_row(&self.lock, &self.signal, || call(&self.inner, resign, &self.lock, &self.owner)).await
     }
 }
 
@@ -290,22 +272,8 @@ pub(crate) async fn inspect(inner: &Inner, lock: &LockName) -> Result<LockInfo> 
         ) else {
             continue;
         };
-        let token = FencingToken::new(u64::try_from(token).unwrap_or(0));
-        let holder = match OwnerMeta::decode(&meta) {
-            Some(meta) => meta.holder(token),
-            None => HolderInfo::new(token, meta),
-        };
-        holders.push(
-            holder
-                .with_kind(HoldKind::Candidate { identity: Arc::from(identity) })
-                .with_since(since_of(since_ms))
-                .with_lease_left(Duration::from_millis(u64::try_from(left_ms).unwrap_or(0))),
-        );
+        let kind = HoldKind::Candidate { identity: Arc::from(identity) };
+        holders.push(stored_holder(meta, token, since_ms, left_ms).with_kind(kind));
     }
     Ok(LockInfo::new(holders, Some(usize::try_from(waiters).unwrap_or(0))))
-}
-
-/// A server time in milliseconds since the epoch.
-pub(crate) fn since_of(ms: i64) -> SystemTime {
-    SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
 }

@@ -136,7 +136,7 @@ impl PostgresJournal {
             (Some(token), Some(identity)) => LeaderEvent::Elected(Leader::new(
                 Arc::from(identity),
                 lockkit_core::FencingToken::new(u64::try_from(token).unwrap_or(0)),
-                since_ms.map(crate::election::since_of),
+                since_ms.map(crate::held::since_of),
             )),
             _ => LeaderEvent::Vacant,
         };
