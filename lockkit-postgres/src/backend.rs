@@ -12,7 +12,7 @@ use tokio::sync::Notify;
 use tokio_postgres::types::Type;
 
 use crate::BACKEND;
-use crate::client::{Holds, Inner, RETRY, SAFETY_POLL, wait_turn};
+use crate::client::{Holds, Inner, SAFETY_POLL, after_failure, wait_turn};
 use crate::config::Settings;
 use crate::held::{PostgresHold, stored_holder};
 use crate::listener::Wakeups;
@@ -319,22 +319,12 @@ impl LockBackend for PostgresBackend {
                     left + Duration::from_millis(5)
                 }
                 Err(Failure::Refused(error)) => return Err(crate::election::kind_conflict(error, &request.lock)),
-                Err(Failure::NotSent(error)) => {
-                    if matches!(request.deadline, Deadline::Now) || !error.is_retryable() {
-                        return Err(error);
+                Err(failure) => {
+                    if matches!(failure, Failure::Unknown(_)) {
+                        // The grant may have committed: the next try finds the row ours.
+                        attempt.lost_reply = Some(sent);
                     }
-                    request.note_failure(error);
-                    RETRY
-                }
-                Err(Failure::Unknown(error)) => {
-                    attempt.lost_reply = Some(sent);
-                    // The grant may have committed: the next try, with the same owner id,
-                    // finds it (the row is ours) or is refused; a drop abandons it.
-                    if matches!(request.deadline, Deadline::Now) {
-                        return Err(error);
-                    }
-                    request.note_failure(error);
-                    Duration::ZERO
+                    after_failure(&request, failure)?
                 }
             };
             if slot.is_none() {

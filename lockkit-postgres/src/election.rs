@@ -28,7 +28,7 @@ use lockkit_core::{Error, FencingToken, HoldKind, LockName, Result};
 use tokio_postgres::types::Type;
 
 use crate::BACKEND;
-use crate::client::{Inner, RETRY, SAFETY_POLL, wait_turn};
+use crate::client::{Inner, SAFETY_POLL, after_failure, wait_turn};
 use crate::election_sql::{KIND_CONFLICT, PAYLOAD_PREFIX};
 use crate::held::{delete_row, stored_holder};
 use crate::store::Failure;
@@ -197,22 +197,12 @@ pub(crate) async fn campaign(
                 attempt.trace = had_trace;
                 return Err(error);
             }
-            Err(Failure::NotSent(error)) => {
-                attempt.trace = had_trace;
-                if matches!(request.deadline, Deadline::Now) || !error.is_retryable() {
-                    return Err(error);
+            Err(failure) => {
+                if matches!(failure, Failure::NotSent(_)) {
+                    attempt.trace = had_trace;
                 }
-                request.note_failure(error);
-                RETRY
-            }
-            Err(Failure::Unknown(error)) => {
-                // The try may have committed: the next one, with the same owner id, finds its
-                // candidacy; a drop abandons it.
-                if matches!(request.deadline, Deadline::Now) {
-                    return Err(error);
-                }
-                request.note_failure(error);
-                Duration::ZERO
+                // A lost reply: the try may have committed, and the next one finds the candidacy.
+                after_failure(&request, failure)?
             }
         };
         if slot.is_none() {
