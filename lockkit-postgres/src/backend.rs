@@ -277,12 +277,7 @@ impl LockBackend for PostgresBackend {
                 let token = FencingToken::new(handed.token);
                 return Ok(Some(inner.grant(&request, owner, token, sent, settings.lease)));
             }
-            let notify = slot.as_ref().map(crate::listener::Slot::notify);
-            let notified = notify.as_ref().map(|n| n.notified());
-            tokio::pin!(notified);
-            if let Some(notified) = notified.as_mut().as_pin_mut() {
-                notified.enable();
-            }
+            let notified = slot.as_ref().map(crate::listener::Slot::armed);
             let sent = Instant::now();
             attempt.in_flight = Some(sent);
             let queue = !matches!(request.deadline, Deadline::Now);
@@ -345,7 +340,7 @@ impl LockBackend for PostgresBackend {
                     continue;
                 }
             }
-            if !wait_turn(inner, &request, wait, slot.is_some(), notified.as_mut().as_pin_mut()).await {
+            if !wait_turn(inner, &request, wait, slot.is_some(), notified).await {
                 return Ok(None);
             }
         }

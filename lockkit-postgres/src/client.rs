@@ -114,7 +114,7 @@ pub(crate) async fn wait_turn(
     request: &AcquireRequest,
     wait: Duration,
     registered: bool,
-    notified: Option<std::pin::Pin<&mut tokio::sync::futures::Notified<'_>>>,
+    notified: Option<std::pin::Pin<Box<tokio::sync::futures::OwnedNotified>>>,
 ) -> bool {
     let mut pause = wait.min(SAFETY_POLL);
     if !registered || !inner.wakeups.is_up().await {

@@ -151,12 +151,7 @@ pub(crate) async fn campaign(
     };
     let mut slot = None;
     loop {
-        let notify = slot.as_ref().map(crate::listener::Slot::notify);
-        let notified = notify.as_ref().map(|n| n.notified());
-        tokio::pin!(notified);
-        if let Some(notified) = notified.as_mut().as_pin_mut() {
-            notified.enable();
-        }
+        let notified = slot.as_ref().map(crate::listener::Slot::armed);
         let sent = Instant::now();
         let queue = !matches!(request.deadline, Deadline::Now);
         // From here until an answer, the campaign may have left a row behind.
@@ -216,7 +211,7 @@ pub(crate) async fn campaign(
         } else if !inner.wakeups.is_up().await && inner.wakeups.ensure(&inner.store).await.is_ok() {
             continue;
         }
-        if !wait_turn(inner, &request, wait, slot.is_some(), notified.as_mut().as_pin_mut()).await {
+        if !wait_turn(inner, &request, wait, slot.is_some(), notified).await {
             return Ok(None);
         }
     }

@@ -87,11 +87,7 @@ impl Journal for PostgresJournal {
         } else if !self.inner.wakeups.is_up().await {
             let _ = self.inner.wakeups.ensure(&self.inner.store).await;
         }
-        self.notified = self.slot.as_ref().map(|slot| {
-            let mut notified = Box::pin(slot.notify().notified_owned());
-            notified.as_mut().enable();
-            notified
-        });
+        self.notified = self.slot.as_ref().map(Slot::armed);
     }
 
     /// Reads the journal after the last entry seen, or the state now.
