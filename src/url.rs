@@ -18,28 +18,30 @@ pub const URL_ENV: &str = "LOCKKIT_URL";
 /// which works across the processes of one machine with no server.
 pub const DEFAULT_URL: &str = "file://";
 
+/// `(feature, Some(crate::SCHEME))` when the cargo feature is on, `(feature, None)` when off
+/// (the backend's crate is then not built).
+macro_rules! optional {
+    ($feature:literal, $krate:ident) => {
+        ($feature, {
+            #[cfg(feature = $feature)]
+            let scheme = Some($krate::SCHEME);
+            #[cfg(not(feature = $feature))]
+            let scheme = None;
+            scheme
+        })
+    };
+}
+
 /// The backends this crate builds in by cargo feature, each feature named as its backend:
 /// `Some` with the backend's [`Scheme`] when the feature is on. Every URL scheme of such a
 /// backend starts with the feature's name (`rediss+cluster`, `postgresql`, `etcds`), which a
 /// test checks, so a URL whose backend is not built in is told its feature without any
 /// scheme being named here.
 const OPTIONAL: [(&str, Option<Scheme>); 4] = [
-    #[cfg(feature = "redis")]
-    ("redis", Some(lockkit_redis::SCHEME)),
-    #[cfg(not(feature = "redis"))]
-    ("redis", None),
-    #[cfg(feature = "zk")]
-    ("zk", Some(lockkit_zk::SCHEME)),
-    #[cfg(not(feature = "zk"))]
-    ("zk", None),
-    #[cfg(feature = "postgres")]
-    ("postgres", Some(lockkit_postgres::SCHEME)),
-    #[cfg(not(feature = "postgres"))]
-    ("postgres", None),
-    #[cfg(feature = "etcd")]
-    ("etcd", Some(lockkit_etcd::SCHEME)),
-    #[cfg(not(feature = "etcd"))]
-    ("etcd", None),
+    optional!("redis", lockkit_redis),
+    optional!("zk", lockkit_zk),
+    optional!("postgres", lockkit_postgres),
+    optional!("etcd", lockkit_etcd),
 ];
 
 /// The schemes of every backend this build has: memory, files (on Unix) and those of the

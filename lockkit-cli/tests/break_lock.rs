@@ -126,26 +126,33 @@ async fn break_of_a_bad_name_is_a_usage_error() {
     assert!(out.stderr.contains("name"), "{out:?}");
 }
 
+/// `lockkit break name --url url` on a terminal (a pty from `script(1)`, a failure when it is
+/// missing), its input and output piped to the test.
+fn break_on_a_terminal(name: &str, url: &str) -> tokio::process::Command {
+    assert!(
+        Path::new("/usr/bin/script").exists(),
+        "the terminal tests need script(1): install it (Debian: `apt-get install bsdutils`)"
+    );
+    let inner = format!("{} break {name} --url '{url}'", env!("CARGO_BIN_EXE_lockkit"));
+    let mut command = tokio::process::Command::new("script");
+    command
+        .args(["-qec", &inner, "/dev/null"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    command
+}
+
 /// On a terminal (a pty from `script(1)`), `break` asks first: "n" leaves the holder alone
 /// (exit 2), "y" breaks the lock (exit 0) and the holder's `lockkit run` exits 70.
 #[tokio::test]
 async fn break_on_a_terminal_asks_first() {
-    if !Path::new("/usr/bin/script").exists() {
-        eprintln!("skipped: script(1) is not installed");
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let url = file_url(dir.path());
     let name = unique("tty");
     let (holder, token) = hold(&name, &url, &[], dir.path()).await;
     let on_a_terminal = |answer: &'static str| {
-        let inner = format!("{} break {name} --url '{url}'", env!("CARGO_BIN_EXE_lockkit"));
-        let mut command = tokio::process::Command::new("script");
-        command
-            .args(["-qec", &inner, "/dev/null"])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .kill_on_drop(true);
+        let mut command = break_on_a_terminal(&name, &url);
         async move {
             let mut child = command.spawn().unwrap();
             let mut stdin = child.stdin.take().unwrap();
@@ -172,23 +179,12 @@ async fn break_on_a_terminal_asks_first() {
 #[tokio::test]
 async fn break_on_a_terminal_spares_a_new_owner_that_came_while_asking() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    if !Path::new("/usr/bin/script").exists() {
-        eprintln!("skipped: script(1) is not installed");
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let url = file_url(dir.path());
     let name = unique("tty-moved");
     let (first, first_token) = hold(&name, &url, &[], dir.path()).await;
 
-    let inner = format!("{} break {name} --url '{url}'", env!("CARGO_BIN_EXE_lockkit"));
-    let mut breaker = tokio::process::Command::new("script")
-        .args(["-qec", &inner, "/dev/null"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let mut breaker = break_on_a_terminal(&name, &url).spawn().unwrap();
     let mut stdin = breaker.stdin.take().unwrap();
     let mut stdout = breaker.stdout.take().unwrap();
     let mut shown = String::new();

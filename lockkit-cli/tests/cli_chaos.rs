@@ -9,11 +9,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use lockkit::LockProvider;
 use lockkit_testkit::fixture::{Persistence, RedisConfig, RedisServer, ZkServer};
-use lockkit_testkit::process_chaos::{self, ProcessChaosConfig, ProcessChaosReport, ProcessFault};
+use lockkit_testkit::process_chaos::{self, ProcessChaosConfig, ProcessChaosReport, ProcessFault, StoreControl};
 
 /// The test every command runs: it does nothing unless a `lockkit run` of the run started
 /// this process as its command.
@@ -51,6 +52,14 @@ async fn run(config: ProcessChaosConfig) -> ProcessChaosReport {
     report
 }
 
+/// Runs `config` on a store of the test's own that the run pauses and restarts (`store`,
+/// whose lease or session is `lease`), as [`run`] does, and checks that the store was faulted.
+async fn run_faulting(config: ProcessChaosConfig, lease: Duration, store: Arc<dyn StoreControl>) -> ProcessChaosReport {
+    let report = run(config.with_lease(lease).with_store(store)).await;
+    report.assert_store_faulted();
+    report
+}
+
 /// The lease of the Redis run: short, so that pauses of `lockkit` of up to two leases outlive it.
 const LEASE: Duration = Duration::from_secs(1);
 
@@ -60,12 +69,8 @@ async fn cli_chaos_on_redis_with_aof() {
     let server = RedisServer::start_with(config).await.unwrap_or_else(|error| panic!("{error}"));
     let url = format!("{}?lease={}ms", server.url(), LEASE.as_millis());
     // The run pauses and restarts the server (its own) beside the process faults.
-    let config = chaos_config(0x195, url)
-        .with_lease(LEASE)
-        .with_store(process_chaos::control(server))
-        .with_label("lockkit run, redis, AOF, lease 1s");
-    let report = run(config).await;
-    report.assert_store_faulted();
+    let config = chaos_config(0x195, url).with_label("lockkit run, redis, AOF, lease 1s");
+    let report = run_faulting(config, LEASE, process_chaos::control(server)).await;
     // Every run pauses a holding lockkit past its lease (the schedule's closing draw makes sure).
     assert!(report.pauses_outliving_lease > 0, "no pause of lockkit outlived the lease:\n{report}");
 }
@@ -85,12 +90,8 @@ async fn cli_chaos_on_zookeeper() {
     // A server of the test's own: the run pauses and restarts it.
     let server = ZkServer::start().await.unwrap_or_else(|error| panic!("{error}"));
     let url = format!("zk://{}?session_timeout={}ms", server.connect_string(), SESSION.as_millis());
-    let config = chaos_config(0x1a5, url)
-        .with_lease(SESSION)
-        .with_store(process_chaos::control(server))
-        .with_label("lockkit run, zookeeper, session 2s");
-    let report = run(config).await;
-    report.assert_store_faulted();
+    let config = chaos_config(0x1a5, url).with_label("lockkit run, zookeeper, session 2s");
+    run_faulting(config, SESSION, process_chaos::control(server)).await;
 }
 
 /// The planted bug: the command runs in the background of a shell, which the parent-death

@@ -6,11 +6,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use lockkit::LockProvider;
 use lockkit_testkit::fixture::{Persistence, RedisConfig, RedisServer, ZkEnsemble, ZkServer};
-use lockkit_testkit::process_chaos::{self, ProcessChaosConfig, ProcessChaosReport, ProcessFault};
+use lockkit_testkit::process_chaos::{self, ProcessChaosConfig, ProcessChaosReport, ProcessFault, StoreControl};
 
 /// The test every worker process runs: it does nothing unless the run started this process
 /// as a worker.
@@ -46,6 +47,14 @@ async fn run(config: ProcessChaosConfig) -> ProcessChaosReport {
     report
 }
 
+/// Runs `config` on a store of the test's own that the run pauses and restarts (`store`,
+/// whose lease or session is `lease`), as [`run`] does, and checks that the store was faulted.
+async fn run_faulting(config: ProcessChaosConfig, lease: Duration, store: Arc<dyn StoreControl>) -> ProcessChaosReport {
+    let report = run(config.with_lease(lease).with_store(store)).await;
+    report.assert_store_faulted();
+    report
+}
+
 fn redis_url(server: &RedisServer) -> String {
     format!("{}?lease={}ms", server.url(), LEASE.as_millis())
 }
@@ -53,13 +62,8 @@ fn redis_url(server: &RedisServer) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn process_chaos_on_redis_with_aof() {
     let server = redis_with_aof().await;
-    let url = redis_url(&server);
-    let config = ProcessChaosConfig::from_env(0x1c, url, WORKER)
-        .with_lease(LEASE)
-        .with_store(process_chaos::control(server))
-        .with_label("redis, AOF, lease 1s");
-    let report = run(config).await;
-    report.assert_store_faulted();
+    let config = ProcessChaosConfig::from_env(0x1c, redis_url(&server), WORKER).with_label("redis, AOF, lease 1s");
+    run_faulting(config, LEASE, process_chaos::control(server)).await;
 }
 
 /// Redis without persistence: a restart empties the store while holders still believe they
@@ -69,14 +73,10 @@ async fn process_chaos_on_redis_with_aof() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn process_chaos_on_redis_without_persistence() {
     let server = redis_with(Persistence::None).await;
-    let url = redis_url(&server);
-    let config = ProcessChaosConfig::from_env(0x19, url, WORKER)
-        .with_lease(LEASE)
-        .with_store(process_chaos::control(server))
+    let config = ProcessChaosConfig::from_env(0x19, redis_url(&server), WORKER)
         .with_restart_loses_data(true)
         .with_label("redis, no persistence, lease 1s");
-    let report = run(config).await;
-    report.assert_store_faulted();
+    let report = run_faulting(config, LEASE, process_chaos::control(server)).await;
     if report.store_restarts() == 0 {
         assert!(report.by_design.is_empty() && report.lost_by_design == 0, "{report}");
     }
@@ -93,17 +93,18 @@ async fn process_chaos_on_files() {
 /// (and its lock node) to the server.
 const SESSION: Duration = Duration::from_secs(2);
 
+/// The URL of the ZooKeeper run on the servers of `connect` (a connect string).
+fn zk_url(connect: &str) -> String {
+    format!("zk://{connect}?session_timeout={}ms", SESSION.as_millis())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn process_chaos_on_zookeeper() {
     // A server of the test's own: the run pauses and restarts it.
     let server = ZkServer::start().await.unwrap_or_else(|error| panic!("{error}"));
-    let url = format!("zk://{}?session_timeout={}ms", server.connect_string(), SESSION.as_millis());
-    let config = ProcessChaosConfig::from_env(0x198, url, WORKER)
-        .with_lease(SESSION)
-        .with_store(process_chaos::control(server))
+    let config = ProcessChaosConfig::from_env(0x198, zk_url(&server.connect_string()), WORKER)
         .with_label("zookeeper, session 2s");
-    let report = run(config).await;
-    report.assert_store_faulted();
+    run_faulting(config, SESSION, process_chaos::control(server)).await;
 }
 
 /// A three-member ensemble of the test's own; the store faults pause a member, or stop one
@@ -111,13 +112,9 @@ async fn process_chaos_on_zookeeper() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn process_chaos_on_a_zookeeper_ensemble() {
     let ensemble = ZkEnsemble::start().await.unwrap_or_else(|error| panic!("{error}"));
-    let url = format!("zk://{}?session_timeout={}ms", ensemble.connect_string(), SESSION.as_millis());
-    let config = ProcessChaosConfig::from_env(0x18e, url, WORKER)
-        .with_lease(SESSION)
-        .with_store(process_chaos::control(ensemble))
+    let config = ProcessChaosConfig::from_env(0x18e, zk_url(&ensemble.connect_string()), WORKER)
         .with_label("zookeeper ensemble of 3, session 2s");
-    let report = run(config).await;
-    report.assert_store_faulted();
+    run_faulting(config, SESSION, process_chaos::control(ensemble)).await;
 }
 
 /// The planted bug: workers skip the loss deadline, so a worker paused past its lease goes on

@@ -5,28 +5,16 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::Arc;
-
-use lockkit_core::{Fence, FenceMode, FencingToken, LockId, LockName};
-use lockkit_fence::postgres::{PgFence, PgFencedRows, PgFencedTable, STALE_SQLSTATE};
-use lockkit_fence::{FenceError, FenceSink};
+use lockkit_core::{Fence, FenceMode, FencingToken};
+use lockkit_fence::FenceError;
+use lockkit_fence::postgres::{PgFence, PgFencedTable, STALE_SQLSTATE};
 use tokio_postgres::Client;
 
 mod support;
 
-use support::{PgHarness, connect, runtime, server};
+use support::{PgHarness, connect, run_psql, runtime, server, write_fence};
 
-/// The sink under test on a connection.
-fn open(client: Client, fence: PgFence) -> futures_util::future::BoxFuture<'static, Arc<dyn FenceSink>> {
-    Box::pin(async move { Arc::new(PgFencedRows::open(client, fence).await.unwrap()) as Arc<dyn FenceSink> })
-}
-
-lockkit_testkit::fence_conformance!(crate::PgHarness::start("postgres fenced table", crate::open).await);
-
-fn fence_of(lock: &str, token: u64) -> Fence {
-    let lock = LockId::new("fence-tests://table", LockName::new(lock).unwrap()).unwrap();
-    Fence::new(lock, FencingToken::new(token), FenceMode::Write)
-}
+lockkit_testkit::fence_conformance!(crate::PgHarness::start("postgres fenced table", crate::support::open_rows).await);
 
 /// A fresh fenced `accounts` table with one row never fenced (id 1, balance 100).
 async fn accounts(client: &Client) -> PgFencedTable {
@@ -73,23 +61,27 @@ fn the_application_s_update_is_fenced_on_its_own_row() {
         let table = accounts(&client).await;
         // An unfenced write of a fenced table is refused, even of a row never fenced.
         let bare = client.execute(&format!("UPDATE {} SET balance = 1 WHERE id = 1", table.table()), &[]).await;
-        let bare = table.error(bare.unwrap_err(), "accounts/1", &fence_of("a", 1));
+        let bare = table.error(bare.unwrap_err(), "accounts/1", &write_fence("a", 1));
         assert!(matches!(&bare, FenceError::InvalidInput { message } if message.contains("must set")), "{bare}");
-        assert_eq!(set_balance(&client, &table, 1, 90, &fence_of("a", 5)).await.unwrap(), 1);
-        assert_eq!(set_balance(&client, &table, 1, 80, &fence_of("a", 5)).await.unwrap(), 1, "an equal token writes");
-        match set_balance(&client, &table, 1, 70, &fence_of("a", 4)).await {
+        assert_eq!(set_balance(&client, &table, 1, 90, &write_fence("a", 5)).await.unwrap(), 1);
+        assert_eq!(
+            set_balance(&client, &table, 1, 80, &write_fence("a", 5)).await.unwrap(),
+            1,
+            "an equal token writes"
+        );
+        match set_balance(&client, &table, 1, 70, &write_fence("a", 4)).await {
             Err(FenceError::Stale { token, highest, .. }) => {
                 assert_eq!((token.get(), highest.get()), (4, 5));
             }
             other => panic!("a stale update: {other:?}"),
         }
-        let foreign = set_balance(&client, &table, 1, 60, &fence_of("b", 9)).await;
+        let foreign = set_balance(&client, &table, 1, 60, &write_fence("b", 9)).await;
         assert!(
             matches!(&foreign, Err(FenceError::ForeignLock { expected, .. }) if expected.ends_with("#a")),
             "{foreign:?}"
         );
         assert_eq!(balance(&client, &table, 1).await, Some(80), "refused writes changed nothing");
-        assert_eq!(set_balance(&client, &table, 1, 50, &fence_of("a", 7)).await.unwrap(), 1);
+        assert_eq!(set_balance(&client, &table, 1, 50, &write_fence("a", 7)).await.unwrap(), 1);
         assert_eq!(balance(&client, &table, 1).await, Some(50));
     });
 }
@@ -100,27 +92,27 @@ fn inserts_upserts_and_deletes_are_fenced() {
         let client = connect(&server().await).await;
         let table = accounts(&client).await;
         let (name, lock_col, token_col) = (table.table(), table.lock_column(), table.token_column());
-        let (lock, token) = table.values(&fence_of("a", 10)).unwrap();
+        let (lock, token) = table.values(&write_fence("a", 10)).unwrap();
         let insert = format!("INSERT INTO {name} (id, balance, {lock_col}, {token_col}) VALUES ($1, $2, $3, $4)");
         client.execute(&insert, &[&2_i32, &5_i64, &lock, &token]).await.unwrap();
         let bare = client.execute(&format!("INSERT INTO {name} VALUES (3, 1)"), &[]).await.unwrap_err();
-        assert!(matches!(table.error(bare, "accounts/3", &fence_of("a", 1)), FenceError::InvalidInput { .. }));
+        assert!(matches!(table.error(bare, "accounts/3", &write_fence("a", 1)), FenceError::InvalidInput { .. }));
         // The upsert's UPDATE is checked against the row.
         let upsert = format!(
             "{insert} ON CONFLICT (id) DO UPDATE SET balance = excluded.balance, {lock_col} = excluded.{lock_col}, {token_col} = excluded.{token_col}"
         );
-        let (_, stale) = table.values(&fence_of("a", 9)).unwrap();
+        let (_, stale) = table.values(&write_fence("a", 9)).unwrap();
         let refused = client.execute(&upsert, &[&2_i32, &6_i64, &lock, &stale]).await.unwrap_err();
-        assert!(table.error(refused, "accounts/2", &fence_of("a", 9)).is_stale());
+        assert!(table.error(refused, "accounts/2", &write_fence("a", 9)).is_stale());
         assert_eq!(balance(&client, &table, 2).await, Some(5));
 
         // A delete needs the transaction's fence, and a fence that admits the row.
         let bare = client.execute(&format!("DELETE FROM {name} WHERE id = 2"), &[]).await.unwrap_err();
-        assert!(matches!(table.error(bare, "accounts/2", &fence_of("a", 1)), FenceError::InvalidInput { .. }));
+        assert!(matches!(table.error(bare, "accounts/2", &write_fence("a", 1)), FenceError::InvalidInput { .. }));
         let mut client = client;
         for (token, deleted) in [(9_u64, false), (10, true)] {
             let tx = client.transaction().await.unwrap();
-            let (lock, _) = table.values(&fence_of("a", token)).unwrap();
+            let (lock, _) = table.values(&write_fence("a", token)).unwrap();
             tx.execute(table.delete_fence_statement(), &[&lock, &token.to_string()]).await.unwrap();
             let outcome = tx.execute(&format!("DELETE FROM {name} WHERE id = 2"), &[]).await;
             match outcome {
@@ -131,7 +123,7 @@ fn inserts_upserts_and_deletes_are_fenced() {
                 }
                 Err(error) => {
                     assert!(!deleted, "{error}");
-                    assert!(table.error(error, "accounts/2", &fence_of("a", token)).is_stale());
+                    assert!(table.error(error, "accounts/2", &write_fence("a", token)).is_stale());
                 }
             }
         }
@@ -144,12 +136,13 @@ fn a_read_with_a_token_is_checked_against_the_row() {
     runtime().block_on(async {
         let client = connect(&server().await).await;
         let table = accounts(&client).await;
-        set_balance(&client, &table, 1, 90, &fence_of("a", 5)).await.unwrap();
+        set_balance(&client, &table, 1, 90, &write_fence("a", 5)).await.unwrap();
         let select =
             format!("SELECT {}, {} FROM {} WHERE id = 1", table.lock_column(), table.token_column(), table.table());
         let row = client.query_one(&select, &[]).await.unwrap();
         let (lock, token): (Option<String>, Option<i64>) = (row.get(0), row.get(1));
-        let reader = |token| Fence::new(fence_of("a", token).lock().clone(), FencingToken::new(token), FenceMode::Read);
+        let reader =
+            |token| Fence::new(write_fence("a", token).lock().clone(), FencingToken::new(token), FenceMode::Read);
         table.check_read("accounts/1", lock.as_deref(), token, &reader(5)).unwrap();
         let stale = table.check_read("accounts/1", lock.as_deref(), token, &reader(4));
         assert!(matches!(stale, Err(FenceError::Stale { .. })), "{stale:?}");
@@ -168,7 +161,7 @@ fn writers_of_one_row_commit_in_token_order() {
         // The newer holder's transaction writes first and holds the row; the older one's write
         // waits for it, then sees its token and is refused.
         let tx = first.transaction().await.unwrap();
-        let (lock, token) = table.values(&fence_of("a", 8)).unwrap();
+        let (lock, token) = table.values(&write_fence("a", 8)).unwrap();
         let update = format!(
             "UPDATE {} SET balance = $2, {} = $3, {} = $4 WHERE id = $1",
             table.table(),
@@ -179,7 +172,7 @@ fn writers_of_one_row_commit_in_token_order() {
         let older = {
             let table = table.clone();
             tokio::spawn(async move {
-                let outcome = set_balance(&second, &table, 1, 7, &fence_of("a", 7)).await;
+                let outcome = set_balance(&second, &table, 1, 7, &write_fence("a", 7)).await;
                 (outcome, second)
             })
         };
@@ -206,11 +199,6 @@ fn writers_of_one_row_commit_in_token_order() {
 
 #[test]
 fn the_documented_psql_update_is_fenced() {
-    let Some(psql) =
-        ["/usr/bin/psql", "/usr/lib/postgresql/15/bin/psql"].into_iter().find(|p| std::path::Path::new(p).exists())
-    else {
-        panic!("psql not found: install it (Debian: `apt-get install postgresql-client`)");
-    };
     runtime().block_on(async {
         let url = server().await;
         let client = connect(&url).await;
@@ -222,16 +210,7 @@ fn the_documented_psql_update_is_fenced() {
             table.table()
         );
         std::fs::write(&script, sql).unwrap();
-        let run = |token: u64, balance: i64| {
-            let fence = fence_of("psql", token);
-            let mut command = std::process::Command::new(psql);
-            command.arg(&url).args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-v", "VERBOSITY=verbose"]);
-            command.arg("-v").arg(format!("lock_id={}", fence.lock()));
-            command.arg("-v").arg(format!("token={}", fence.token()));
-            command.arg("-v").arg(format!("balance={balance}"));
-            command.arg("-f").arg(&script);
-            command.output().unwrap()
-        };
+        let run = |token: u64, balance: i64| run_psql(&url, &script, token, ("balance", &balance.to_string()));
         let first = run(30, 1);
         assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
         let stale = run(29, 2);

@@ -5,29 +5,18 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lockkit_core::{Fence, FenceMode, FencingToken, LockId, LockName};
-use lockkit_fence::postgres::{PgFence, PgFencedValues, STALE_SQLSTATE};
-use lockkit_fence::{FenceError, FenceSink};
+use lockkit_core::{Fence, FenceMode, FencingToken};
+use lockkit_fence::FenceError;
+use lockkit_fence::postgres::{PgFence, STALE_SQLSTATE};
 use tokio_postgres::Client;
 
 mod support;
 
-use support::{PgHarness, connect, runtime, server};
+use support::{PgHarness, connect, run_psql, runtime, server, write_fence};
 
-/// The sink under test on a connection.
-fn open(client: Client, fence: PgFence) -> futures_util::future::BoxFuture<'static, Arc<dyn FenceSink>> {
-    Box::pin(async move { Arc::new(PgFencedValues::open(client, fence).await.unwrap()) as Arc<dyn FenceSink> })
-}
-
-lockkit_testkit::fence_conformance!(crate::PgHarness::start("postgres fence", crate::open).await);
-
-fn fence(name: &str, token: u64) -> Fence {
-    let lock = LockId::new("fence-tests://postgres", LockName::new(name).unwrap()).unwrap();
-    Fence::new(lock, FencingToken::new(token), FenceMode::Write)
-}
+lockkit_testkit::fence_conformance!(crate::PgHarness::start("postgres fence", crate::support::open_values).await);
 
 fn unique(what: &str) -> String {
     format!("{what}_{}", uuid::Uuid::new_v4().simple())
@@ -61,14 +50,14 @@ fn a_refused_check_rolls_the_application_s_write_back() {
 
         let tx = client.transaction().await.unwrap();
         let write = tx.execute(&update, &[&"paid"]);
-        assert_eq!(pg.check_with(&tx, &resource, &fence("o", 8), write).await.unwrap(), 1);
+        assert_eq!(pg.check_with(&tx, &resource, &write_fence("o", 8), write).await.unwrap(), 1);
         tx.commit().await.unwrap();
 
         // A paused holder's transaction: the check is refused, the write fails with it, and the
         // transaction cannot commit.
         let tx = client.transaction().await.unwrap();
         let write = tx.execute(&update, &[&"stale"]);
-        match pg.check_with(&tx, &resource, &fence("o", 7), write).await {
+        match pg.check_with(&tx, &resource, &write_fence("o", 7), write).await {
             Err(FenceError::Stale { token, highest, .. }) => assert_eq!((token.get(), highest.get()), (7, 8)),
             other => panic!("expected Stale, got {other:?}"),
         }
@@ -78,11 +67,11 @@ fn a_refused_check_rolls_the_application_s_write_back() {
 
         // The same with the check first, then the write, as separate statements.
         let tx = client.transaction().await.unwrap();
-        let refused = pg.check(&tx, &resource, &fence("o", 7)).await;
+        let refused = pg.check(&tx, &resource, &write_fence("o", 7)).await;
         assert!(refused.as_ref().is_err_and(FenceError::is_stale), "{refused:?}");
         drop(tx);
         let tx = client.transaction().await.unwrap();
-        pg.check(&tx, &resource, &fence("o", 9)).await.unwrap();
+        pg.check(&tx, &resource, &write_fence("o", 9)).await.unwrap();
         tx.execute(&update, &[&"shipped"]).await.unwrap();
         tx.commit().await.unwrap();
         assert_eq!(status(&client, &table).await, "shipped");
@@ -102,11 +91,11 @@ fn concurrent_writers_of_one_resource_commit_in_token_order() {
         let resource = unique("contended");
         let pg = PgFence::new();
         let tx = first.transaction().await.unwrap();
-        pg.check(&tx, &resource, &fence("c", 20)).await.unwrap();
+        pg.check(&tx, &resource, &write_fence("c", 20)).await.unwrap();
         let waiting = tokio::spawn(async move {
             let mut second = second;
             let tx = second.transaction().await.unwrap();
-            PgFence::new().check(&tx, &resource, &fence("c", 19)).await
+            PgFence::new().check(&tx, &resource, &write_fence("c", 19)).await
         });
         let observer = connect(&url).await;
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -137,7 +126,7 @@ fn a_missing_migration_says_what_creates_it() {
         let mut client = connect(&server().await).await;
         let pg = PgFence::with_schema(&unique("never_migrated")).unwrap();
         let tx = client.transaction().await.unwrap();
-        match pg.check(&tx, "r", &fence("m", 1)).await {
+        match pg.check(&tx, "r", &write_fence("m", 1)).await {
             Err(FenceError::NotSetUp { how, .. }) => assert!(how.contains("PgFence::migrate"), "{how}"),
             other => panic!("expected NotSetUp, got {other:?}"),
         }
@@ -145,7 +134,7 @@ fn a_missing_migration_says_what_creates_it() {
         assert!(matches!(pg.state(&client, "r").await, Err(FenceError::NotSetUp { .. })));
         assert!(PgFence::with_schema("Bad-Name").unwrap_err().to_string().contains("plain identifier"));
         let tx = client.transaction().await.unwrap();
-        let huge = Fence::new(fence("m", 1).lock().clone(), FencingToken::new(u64::MAX), FenceMode::Write);
+        let huge = Fence::new(write_fence("m", 1).lock().clone(), FencingToken::new(u64::MAX), FenceMode::Write);
         assert!(matches!(PgFence::new().check(&tx, "r", &huge).await, Err(FenceError::InvalidInput { .. })));
     });
 }
@@ -178,11 +167,6 @@ fn the_sql_function_refuses_bad_input_with_its_own_sqlstate() {
 /// commits; a stale token makes psql fail with the fence's SQLSTATE and changes nothing.
 #[test]
 fn the_documented_psql_script_fences_the_update() {
-    let Some(psql) =
-        ["/usr/bin/psql", "/usr/lib/postgresql/15/bin/psql"].into_iter().find(|p| std::path::Path::new(p).exists())
-    else {
-        panic!("psql not found: install it (Debian: `apt-get install postgresql-client`)");
-    };
     runtime().block_on(async {
         let url = server().await;
         let client = connect(&url).await;
@@ -197,14 +181,7 @@ fn the_documented_psql_script_fences_the_update() {
         )
         .unwrap();
         let run = |token: u64, status: &str| {
-            let fence = fence("psql", token);
-            let mut command = std::process::Command::new(psql);
-            command.arg(&url).args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-v", "VERBOSITY=verbose"]);
-            command.arg("-v").arg(format!("lock_id={}", fence.lock()));
-            command.arg("-v").arg(format!("token={}", fence.token()));
-            command.arg("-v").arg(format!("status={status}"));
-            command.arg("-f").arg(&script);
-            command.output().unwrap()
+            run_psql(&url, &script, token, ("status", status))
         };
         let first = run(30, "shipped");
         assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
@@ -230,7 +207,7 @@ fn a_missing_migration_writes_nothing() {
         for pg in [PgFence::with_schema(&unique("never_migrated")).unwrap(), half_fence] {
             let tx = client.transaction().await.unwrap();
             let update = format!("UPDATE {table} SET status = 'shipped' WHERE id = 42");
-            let refused = pg.check_with(&tx, "orders/42", &fence("m", 1), tx.execute(&update, &[])).await;
+            let refused = pg.check_with(&tx, "orders/42", &write_fence("m", 1), tx.execute(&update, &[])).await;
             match refused {
                 Err(FenceError::NotSetUp { how, .. }) => {
                     assert!(how.contains(pg.schema()) && how.contains("PgFence::migrate"), "{how}");
@@ -259,7 +236,7 @@ fn the_sql_function_refuses_a_token_of_another_lock() {
                  UPDATE {table} SET status = '{status}' WHERE id = 42; COMMIT;"
             )
         };
-        let (guarding, other) = (fence("a", 5).lock().to_string(), fence("b", 99).lock().to_string());
+        let (guarding, other) = (write_fence("a", 5).lock().to_string(), write_fence("b", 99).lock().to_string());
         client.batch_execute(&script(&guarding, 5, "paid")).await.unwrap();
         let error = client.batch_execute(&script(&other, 99, "foreign")).await.unwrap_err();
         let _ = client.batch_execute("ROLLBACK").await;

@@ -1,7 +1,7 @@
 //! The backend: grant, wait, release, abandon, inspect, and the renewal task.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use lockkit_core::backend::{
@@ -12,9 +12,9 @@ use tokio::sync::Notify;
 use tokio_postgres::types::Type;
 
 use crate::BACKEND;
-use crate::client::{Holds, Inner, RETRY, SAFETY_POLL, wait_turn};
+use crate::client::{Holds, Inner, SAFETY_POLL, after_failure, wait_turn};
 use crate::config::Settings;
-use crate::held::PostgresHold;
+use crate::held::{PostgresHold, stored_holder};
 use crate::listener::Wakeups;
 use crate::store::{Failure, Store};
 
@@ -277,12 +277,7 @@ impl LockBackend for PostgresBackend {
                 let token = FencingToken::new(handed.token);
                 return Ok(Some(inner.grant(&request, owner, token, sent, settings.lease)));
             }
-            let notify = slot.as_ref().map(crate::listener::Slot::notify);
-            let notified = notify.as_ref().map(|n| n.notified());
-            tokio::pin!(notified);
-            if let Some(notified) = notified.as_mut().as_pin_mut() {
-                notified.enable();
-            }
+            let notified = slot.as_ref().map(crate::listener::Slot::armed);
             let sent = Instant::now();
             attempt.in_flight = Some(sent);
             let queue = !matches!(request.deadline, Deadline::Now);
@@ -319,22 +314,12 @@ impl LockBackend for PostgresBackend {
                     left + Duration::from_millis(5)
                 }
                 Err(Failure::Refused(error)) => return Err(crate::election::kind_conflict(error, &request.lock)),
-                Err(Failure::NotSent(error)) => {
-                    if matches!(request.deadline, Deadline::Now) || !error.is_retryable() {
-                        return Err(error);
+                Err(failure) => {
+                    if matches!(failure, Failure::Unknown(_)) {
+                        // The grant may have committed: the next try finds the row ours.
+                        attempt.lost_reply = Some(sent);
                     }
-                    request.note_failure(error);
-                    RETRY
-                }
-                Err(Failure::Unknown(error)) => {
-                    attempt.lost_reply = Some(sent);
-                    // The grant may have committed: the next try, with the same owner id,
-                    // finds it (the row is ours) or is refused; a drop abandons it.
-                    if matches!(request.deadline, Deadline::Now) {
-                        return Err(error);
-                    }
-                    request.note_failure(error);
-                    Duration::ZERO
+                    after_failure(&request, failure)?
                 }
             };
             if slot.is_none() {
@@ -355,7 +340,7 @@ impl LockBackend for PostgresBackend {
                     continue;
                 }
             }
-            if !wait_turn(inner, &request, wait, slot.is_some(), notified.as_mut().as_pin_mut()).await {
+            if !wait_turn(inner, &request, wait, slot.is_some(), notified).await {
                 return Ok(None);
             }
         }
@@ -388,18 +373,10 @@ impl LockBackend for PostgresBackend {
             ) else {
                 continue;
             };
-            let token = FencingToken::new(u64::try_from(token).unwrap_or(0));
-            let since = SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(since_ms).unwrap_or(0));
-            let holder = match OwnerMeta::decode(&meta) {
-                Some(meta) => meta.holder(token),
-                None => lockkit_core::backend::HolderInfo::new(token, meta),
-            };
             let kind: Option<String> = row.try_get(5).map_err(get)?;
             let permits: Option<i32> = row.try_get(6).map_err(get)?;
-            let holder = holder.with_kind(stored_kind(kind.as_deref(), permits));
-            holders.push(
-                holder.with_since(since).with_lease_left(Duration::from_millis(u64::try_from(left_ms).unwrap_or(0))),
-            );
+            let kind = stored_kind(kind.as_deref(), permits);
+            holders.push(stored_holder(meta, token, since_ms, left_ms).with_kind(kind));
         }
         Ok(LockInfo::new(holders, Some(usize::try_from(waiters).unwrap_or(0))))
     }
@@ -421,20 +398,13 @@ impl LockBackend for PostgresBackend {
         for row in rows {
             let get = |e| store.store_error(Some(lock), e);
             let meta: String = row.try_get(0).map_err(get)?;
-            let token = FencingToken::new(u64::try_from(row.try_get::<_, i64>(1).map_err(get)?).unwrap_or(0));
+            let token: i64 = row.try_get(1).map_err(get)?;
             let since_ms: i64 = row.try_get(2).map_err(get)?;
             let left_ms: i64 = row.try_get(3).map_err(get)?;
-            let holder = match OwnerMeta::decode(&meta) {
-                Some(meta) => meta.holder(token),
-                None => lockkit_core::backend::HolderInfo::new(token, meta),
-            };
             let kind: Option<String> = row.try_get(4).map_err(get)?;
             let permits: Option<i32> = row.try_get(5).map_err(get)?;
-            let holder = holder.with_kind(stored_kind(kind.as_deref(), permits));
-            let since = SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(since_ms).unwrap_or(0));
-            broken.push(
-                holder.with_since(since).with_lease_left(Duration::from_millis(u64::try_from(left_ms).unwrap_or(0))),
-            );
+            let kind = stored_kind(kind.as_deref(), permits);
+            broken.push(stored_holder(meta, token, since_ms, left_ms).with_kind(kind));
         }
         Ok(broken)
     }

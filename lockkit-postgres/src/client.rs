@@ -87,6 +87,24 @@ impl Inner {
     }
 }
 
+/// After a try of `request` that failed with `failure` that is not a refusal: the pause before
+/// the next try, or the error that ends the acquisition. A try not sent is sent again after
+/// [`RETRY`] (a try that cannot wait, or that retrying cannot fix, ends); a try whose reply was
+/// lost may have committed, so the next one, with the same owner id, goes at once and finds
+/// it (a drop abandons it). Lock waiters and election candidates share it.
+pub(crate) fn after_failure(request: &AcquireRequest, failure: Failure) -> lockkit_core::Result<Duration> {
+    let (error, pause) = match failure {
+        Failure::NotSent(error) if error.is_retryable() => (error, RETRY),
+        Failure::Unknown(error) => (error, Duration::ZERO),
+        Failure::NotSent(error) | Failure::Refused(error) => return Err(error),
+    };
+    if matches!(request.deadline, Deadline::Now) {
+        return Err(error);
+    }
+    request.note_failure(error);
+    Ok(pause)
+}
+
 /// Waits for a waiter's turn to look again: its wake-up (`notified`, when it is registered
 /// and the `LISTEN` connection is up) or a pause of at most `wait` (a safety poll of at most
 /// [`SAFETY_POLL`]; [`RETRY`] when a wake-up cannot come), never past the request's deadline.
@@ -96,7 +114,7 @@ pub(crate) async fn wait_turn(
     request: &AcquireRequest,
     wait: Duration,
     registered: bool,
-    notified: Option<std::pin::Pin<&mut tokio::sync::futures::Notified<'_>>>,
+    notified: Option<std::pin::Pin<Box<tokio::sync::futures::OwnedNotified>>>,
 ) -> bool {
     let mut pause = wait.min(SAFETY_POLL);
     if !registered || !inner.wakeups.is_up().await {

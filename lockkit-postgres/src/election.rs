@@ -18,18 +18,19 @@
 //! takes the leadership (one round trip after the notification).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use lockkit_core::backend::{
-    AcquireRequest, Deadline, Grant, HeldLock, HoldSignal, HolderInfo, LockInfo, OwnerMeta, lease_deadline,
+    AcquireRequest, Deadline, Grant, HeldLock, HoldSignal, LockInfo, OwnerMeta, lease_deadline,
 };
-use lockkit_core::{Error, FencingToken, HoldKind, LockName, LossReason, Result};
+use lockkit_core::{Error, FencingToken, HoldKind, LockName, Result};
 use tokio_postgres::types::Type;
 
 use crate::BACKEND;
-use crate::client::{Inner, RETRY, SAFETY_POLL, wait_turn};
+use crate::client::{Inner, SAFETY_POLL, after_failure, wait_turn};
 use crate::election_sql::{KIND_CONFLICT, PAYLOAD_PREFIX};
+use crate::held::{delete_row, stored_holder};
 use crate::store::Failure;
 
 /// The key under which the waiting candidates and the observers of election `lock` are woken.
@@ -150,12 +151,7 @@ pub(crate) async fn campaign(
     };
     let mut slot = None;
     loop {
-        let notify = slot.as_ref().map(crate::listener::Slot::notify);
-        let notified = notify.as_ref().map(|n| n.notified());
-        tokio::pin!(notified);
-        if let Some(notified) = notified.as_mut().as_pin_mut() {
-            notified.enable();
-        }
+        let notified = slot.as_ref().map(crate::listener::Slot::armed);
         let sent = Instant::now();
         let queue = !matches!(request.deadline, Deadline::Now);
         // From here until an answer, the campaign may have left a row behind.
@@ -196,22 +192,12 @@ pub(crate) async fn campaign(
                 attempt.trace = had_trace;
                 return Err(error);
             }
-            Err(Failure::NotSent(error)) => {
-                attempt.trace = had_trace;
-                if matches!(request.deadline, Deadline::Now) || !error.is_retryable() {
-                    return Err(error);
+            Err(failure) => {
+                if matches!(failure, Failure::NotSent(_)) {
+                    attempt.trace = had_trace;
                 }
-                request.note_failure(error);
-                RETRY
-            }
-            Err(Failure::Unknown(error)) => {
-                // The try may have committed: the next one, with the same owner id, finds its
-                // candidacy; a drop abandons it.
-                if matches!(request.deadline, Deadline::Now) {
-                    return Err(error);
-                }
-                request.note_failure(error);
-                Duration::ZERO
+                // A lost reply: the try may have committed, and the next one finds the candidacy.
+                after_failure(&request, failure)?
             }
         };
         if slot.is_none() {
@@ -225,7 +211,7 @@ pub(crate) async fn campaign(
         } else if !inner.wakeups.is_up().await && inner.wakeups.ensure(&inner.store).await.is_ok() {
             continue;
         }
-        if !wait_turn(inner, &request, wait, slot.is_some(), notified.as_mut().as_pin_mut()).await {
+        if !wait_turn(inner, &request, wait, slot.is_some(), notified).await {
             return Ok(None);
         }
     }
@@ -244,27 +230,8 @@ struct Leadership {
 impl HeldLock for Leadership {
     async fn release(self: Box<Self>) -> Result<()> {
         self.inner.untrack(self.id);
-        let mut in_doubt = false;
-        let mut tries = 0;
-        loop {
-            match call(&self.inner, &self.inner.store.sql.election.resign, &self.lock, &self.owner).await {
-                Ok(true) => return Ok(()),
-                Ok(false) => {
-                    return match self.signal.loss() {
-                        Some(reason) => Err(Error::lost(BACKEND, &self.lock, reason)),
-                        None if in_doubt => Ok(()),
-                        None => Err(Error::lost(BACKEND, &self.lock, LossReason::RecordGone)),
-                    };
-                }
-                Err(Failure::Unknown(error) | Failure::NotSent(error)) if tries < 3 => {
-                    tries += 1;
-                    in_doubt = true;
-                    tracing::debug!(%error, "resignation failed; retrying");
-                    tokio::time::sleep(RETRY).await;
-                }
-                Err(failure) => return Err(failure.into_error()),
-            }
-        }
+        let resign = &self.inner.store.sql.election.resign;
+        delete_row(&self.lock, &self.signal, || call(&self.inner, resign, &self.lock, &self.owner)).await
     }
 }
 
@@ -290,22 +257,8 @@ pub(crate) async fn inspect(inner: &Inner, lock: &LockName) -> Result<LockInfo> 
         ) else {
             continue;
         };
-        let token = FencingToken::new(u64::try_from(token).unwrap_or(0));
-        let holder = match OwnerMeta::decode(&meta) {
-            Some(meta) => meta.holder(token),
-            None => HolderInfo::new(token, meta),
-        };
-        holders.push(
-            holder
-                .with_kind(HoldKind::Candidate { identity: Arc::from(identity) })
-                .with_since(since_of(since_ms))
-                .with_lease_left(Duration::from_millis(u64::try_from(left_ms).unwrap_or(0))),
-        );
+        let kind = HoldKind::Candidate { identity: Arc::from(identity) };
+        holders.push(stored_holder(meta, token, since_ms, left_ms).with_kind(kind));
     }
     Ok(LockInfo::new(holders, Some(usize::try_from(waiters).unwrap_or(0))))
-}
-
-/// A server time in milliseconds since the epoch.
-pub(crate) fn since_of(ms: i64) -> SystemTime {
-    SystemTime::UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
 }

@@ -14,10 +14,12 @@
 //! ([`lockkit_core::home`]), whatever runtime the waiters run on.
 
 use std::collections::HashMap;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use lockkit_core::Result;
 use tokio::sync::Notify;
+use tokio::sync::futures::OwnedNotified;
 use tokio::task::JoinHandle;
 use tokio_postgres::{AsyncMessage, Client};
 
@@ -129,6 +131,14 @@ impl Slot {
     /// kept (a permit), so none is lost between two waits.
     pub(crate) fn notify(&self) -> Arc<Notify> {
         Arc::clone(&self.notify)
+    }
+
+    /// The next wake-up of this waiter, armed now: one that comes from here on completes it,
+    /// even before it is awaited.
+    pub(crate) fn armed(&self) -> Pin<Box<OwnedNotified>> {
+        let mut notified = Box::pin(self.notify().notified_owned());
+        notified.as_mut().enable();
+        notified
     }
 }
 

@@ -87,11 +87,7 @@ impl Journal for PostgresJournal {
         } else if !self.inner.wakeups.is_up().await {
             let _ = self.inner.wakeups.ensure(&self.inner.store).await;
         }
-        self.notified = self.slot.as_ref().map(|slot| {
-            let mut notified = Box::pin(slot.notify().notified_owned());
-            notified.as_mut().enable();
-            notified
-        });
+        self.notified = self.slot.as_ref().map(Slot::armed);
     }
 
     /// Reads the journal after the last entry seen, or the state now.
@@ -136,7 +132,7 @@ impl PostgresJournal {
             (Some(token), Some(identity)) => LeaderEvent::Elected(Leader::new(
                 Arc::from(identity),
                 lockkit_core::FencingToken::new(u64::try_from(token).unwrap_or(0)),
-                since_ms.map(crate::election::since_of),
+                since_ms.map(crate::held::since_of),
             )),
             _ => LeaderEvent::Vacant,
         };

@@ -7,12 +7,13 @@
 
 mod support;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use lockkit_core::{LockGuard, LockHandle};
 use lockkit_postgres::PostgresLockProvider;
 use lockkit_testkit::wait::eventually;
-use support::{OPERATION, PostgresHarness, test_builder, url_of, within};
+use support::{OPERATION, PostgresHarness, ProxyFaults, test_builder, url_of, within};
 use tokio::task::JoinHandle;
 
 fn unique(prefix: &str) -> String {
@@ -33,15 +34,31 @@ async fn queued(
     waiter
 }
 
-#[tokio::test]
-async fn a_release_hands_the_lock_to_the_head_of_the_queue_in_its_own_transaction() {
+/// A client `a` of the shared server (its proxy kept by `_a_faults`: bind it, not `..`)
+/// holding a fresh lock named after `what`, with the name's stored form.
+struct Holding {
+    harness: PostgresHarness,
+    a: PostgresLockProvider,
+    _a_faults: Arc<ProxyFaults>,
+    name: String,
+    stored: String,
+    held: LockGuard,
+}
+
+async fn a_holds(what: &str) -> Holding {
     let harness = PostgresHarness::shared().await;
-    let (a, _fa) = harness.client_with(test_builder()).await.unwrap();
-    let (b, _fb) = harness.client_with(test_builder()).await.unwrap();
-    let (c, _fc) = harness.client_with(test_builder()).await.unwrap();
-    let name = unique("head");
+    let (a, _a_faults) = harness.client_with(test_builder()).await.unwrap();
+    let name = unique(what);
     let stored = lockkit_postgres::stored_name(&name);
     let held = a.lock(&name).unwrap().acquire().await.unwrap();
+    Holding { harness, a, _a_faults, name, stored, held }
+}
+
+#[tokio::test]
+async fn a_release_hands_the_lock_to_the_head_of_the_queue_in_its_own_transaction() {
+    let Holding { harness, a, _a_faults, name, stored, held } = a_holds("head").await;
+    let (b, _fb) = harness.client_with(test_builder()).await.unwrap();
+    let (c, _fc) = harness.client_with(test_builder()).await.unwrap();
     let b_waiter = queued(&a, &name, b.lock(&name).unwrap(), 1).await;
     let c_waiter = queued(&a, &name, c.lock(&name).unwrap(), 2).await;
     let admin = harness.admin().await;
@@ -67,12 +84,8 @@ async fn a_release_hands_the_lock_to_the_head_of_the_queue_in_its_own_transactio
 
 #[tokio::test]
 async fn a_hand_over_to_a_waiter_that_gave_up_is_freed_for_the_next() {
-    let harness = PostgresHarness::shared().await;
-    let (a, _fa) = harness.client_with(test_builder()).await.unwrap();
+    let Holding { harness, a, _a_faults, name, stored, held } = a_holds("gave-up").await;
     let (c, _fc) = harness.client_with(test_builder()).await.unwrap();
-    let name = unique("gave-up");
-    let stored = lockkit_postgres::stored_name(&name);
-    let held = a.lock(&name).unwrap().acquire().await.unwrap();
     // A waiter at the head whose owner never confirms (it gave up as the release ran), with a
     // lease far beyond the test: only its abandon can free the hand-over.
     let admin = harness.admin().await;
@@ -106,12 +119,8 @@ async fn a_hand_over_to_a_waiter_that_gave_up_is_freed_for_the_next() {
 
 #[tokio::test]
 async fn a_waiter_cancelled_after_the_hand_over_leaves_no_trace() {
-    let harness = PostgresHarness::shared().await;
-    let (a, _fa) = harness.client_with(test_builder()).await.unwrap();
+    let Holding { harness, a, _a_faults, name, stored, held } = a_holds("cancelled").await;
     let (b, b_faults) = harness.client_with(test_builder()).await.unwrap();
-    let name = unique("cancelled");
-    let stored = lockkit_postgres::stored_name(&name);
-    let held = a.lock(&name).unwrap().acquire().await.unwrap();
     let b_waiter = queued(&a, &name, b.lock(&name).unwrap(), 1).await;
     // The waiter's provider cannot confirm: the hand-over is made, then the wait is dropped.
     b_faults.0.blackhole();
@@ -245,11 +254,7 @@ async fn a_permit_freed_is_handed_to_the_next_waiter_and_kinds_do_not_mix() {
 
 #[tokio::test]
 async fn a_confirmation_racing_the_hand_over_finds_it_and_keeps_it() {
-    let harness = PostgresHarness::shared().await;
-    let (a, _fa) = harness.client_with(test_builder()).await.unwrap();
-    let name = unique("race");
-    let stored = lockkit_postgres::stored_name(&name);
-    let held = a.lock(&name).unwrap().acquire().await.unwrap();
+    let Holding { harness, a: _a, _a_faults, name: _, stored, held } = a_holds("race").await;
     let owner = "racing-waiter";
     let releaser = harness.admin().await;
     releaser
@@ -404,19 +409,18 @@ async fn a_hand_over_is_announced_on_the_new_owners_provider_channel_only() {
     guard.release().await.unwrap();
 }
 
+/// When the place of the waiter queued on `stored` expires: each try of the waiter moves it.
+async fn waiter_expiry(admin: &tokio_postgres::Client, stored: &str) -> std::time::SystemTime {
+    admin.query_one("SELECT expires_at FROM lockkit.waiters WHERE name = $1", &[&stored]).await.unwrap().get(0)
+}
+
 /// The waiter of `name` (the one queued), its owner id and its provider's hand-over channel,
 /// once its provider listens there and the waiter has tried again after registering.
 async fn queued_owner(admin: &tokio_postgres::Client, stored: &str) -> (String, String) {
     let owner: String =
         admin.query_one("SELECT owner FROM lockkit.waiters WHERE name = $1", &[&stored]).await.unwrap().get(0);
     let channel = format!("lockkit_g_{}", owner.split_once('.').expect("a tagged owner id").0);
-    let place = || async {
-        admin
-            .query_one("SELECT expires_at FROM lockkit.waiters WHERE name = $1", &[&stored])
-            .await
-            .unwrap()
-            .get::<_, std::time::SystemTime>(0)
-    };
+    let place = || waiter_expiry(admin, stored);
     let first = place().await;
     eventually(OPERATION, "the waiter's provider listens on its channel", || async {
         admin
@@ -471,13 +475,7 @@ async fn an_announcement_is_confirmed_by_a_try(what: &str, announce: fn(&str, &s
     let Queued { harness, held, b_waiter, stored, _providers } = a_holds_and_b_waits(what).await;
     let admin = harness.admin().await;
     let (owner, channel) = queued_owner(&admin, &stored).await;
-    let place = || async {
-        admin
-            .query_one("SELECT expires_at FROM lockkit.waiters WHERE name = $1", &[&stored])
-            .await
-            .unwrap()
-            .get::<_, std::time::SystemTime>(0)
-    };
+    let place = || waiter_expiry(&admin, &stored);
     let before = place().await;
     let (to, payload) = announce(&channel, &owner);
     admin.execute("SELECT pg_notify($1, $2)", &[&to, &payload]).await.unwrap();

@@ -17,19 +17,10 @@ use lockkit_redis::RedisLockProvider;
 use lockkit_testkit::fixture::RedisCluster;
 use support::multi_host::{MultiHostHarness, Setup};
 use support::{LEASE, OPERATION, refused_config, test_builder, within};
-use tokio::sync::OnceCell;
 
 /// The cluster shared by the conformance cases of this process.
 async fn shared() -> &'static RedisCluster {
-    static SHARED: OnceCell<RedisCluster> = OnceCell::const_new();
-    SHARED
-        .get_or_init(|| async {
-            match RedisCluster::start().await {
-                Ok(fixture) => fixture,
-                Err(error) => panic!("the cluster tests need redis-server: {error}"),
-            }
-        })
-        .await
+    RedisCluster::shared().await.unwrap_or_else(|error| panic!("the cluster tests need redis-server: {error}"))
 }
 
 /// A cluster connection of the redis crate, for the tests' own commands.
@@ -58,10 +49,6 @@ impl Setup for Cluster {
         vec![
             ("a cluster URL with a database", format!("redis+cluster://{hosts}/2")),
             ("a cluster URL with an empty host", format!("redis+cluster://{hosts},")),
-            // Options in the URL are settings like the builder's methods (core's one rule); one
-            // that is not a setting of this backend is refused.
-            ("a cluster URL with an unknown option", format!("redis+cluster://{hosts}?leese=1s")),
-            ("a mixed scheme", format!("redis+cluster+sentinel://{hosts}")),
             ("a node with a scheme of its own", format!("redis+cluster://{hosts},redis://127.0.0.1:1")),
         ]
     }

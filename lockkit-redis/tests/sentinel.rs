@@ -19,19 +19,12 @@ use lockkit_redis::RedisLockProvider;
 use lockkit_testkit::fixture::RedisSentinels;
 use support::multi_host::{MultiHostHarness, Setup};
 use support::{LEASE, refused_config, test_builder, within};
-use tokio::sync::OnceCell;
 
 /// The sentinel setup shared by the conformance cases of this process.
 async fn shared() -> &'static RedisSentinels {
-    static SHARED: OnceCell<RedisSentinels> = OnceCell::const_new();
-    SHARED
-        .get_or_init(|| async {
-            match RedisSentinels::start().await {
-                Ok(fixture) => fixture,
-                Err(error) => panic!("the Sentinel tests need redis-server (which runs the sentinels too): {error}"),
-            }
-        })
+    RedisSentinels::shared()
         .await
+        .unwrap_or_else(|error| panic!("the Sentinel tests need redis-server (which runs the sentinels too): {error}"))
 }
 
 /// A primary, its replicas and the sentinels that name it, reached through the sentinels' URL:
@@ -58,10 +51,6 @@ impl Setup for Sentinels {
         vec![
             ("a sentinel URL without a master name", format!("redis+sentinel://{hosts}")),
             ("a sentinel URL with an empty host", format!("redis+sentinel://{hosts},/lockkit")),
-            // Options in the URL are settings like the builder's methods (core's one rule); one
-            // that is not a setting of this backend is refused.
-            ("a sentinel URL with an unknown option", format!("redis+sentinel://{hosts}/lockkit?leese=1s")),
-            ("a mixed scheme", format!("redis+cluster+sentinel://{hosts}/lockkit")),
         ]
     }
 }

@@ -22,6 +22,16 @@ fn url(addr: SocketAddr) -> String {
     format!("redis://{addr}/")
 }
 
+/// A server of its own, a proxy in front of it, and a [`manager`] through the proxy that
+/// answered a `PING`.
+async fn managed() -> (RedisServer, FaultProxy, ConnectionManager) {
+    let server = server().await;
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let mut conn = manager(proxy.addr()).await;
+    assert_eq!(ping(&mut conn).await.unwrap(), "PONG");
+    (server, proxy, conn)
+}
+
 /// A multiplexed connection whose commands time out after 300 ms.
 async fn connect(addr: SocketAddr) -> redis::RedisResult<MultiplexedConnection> {
     let config = AsyncConnectionConfig::new()
@@ -81,10 +91,7 @@ async fn bytes_pass_through() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cut_all_fails_the_connection_and_the_client_reconnects() {
-    let server = server().await;
-    let proxy = FaultProxy::start(server.addr()).await.unwrap();
-    let mut conn = manager(proxy.addr()).await;
-    assert_eq!(ping(&mut conn).await.unwrap(), "PONG");
+    let (_server, proxy, mut conn) = managed().await;
 
     proxy.cut_all();
     let err = ping(&mut conn).await.expect_err("the command after cut_all must fail");
@@ -106,10 +113,7 @@ async fn cut_all_fails_the_connection_and_the_client_reconnects() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blackhole_silences_until_heal_delivers() {
-    let server = server().await;
-    let proxy = FaultProxy::start(server.addr()).await.unwrap();
-    let mut conn = manager(proxy.addr()).await;
-    assert_eq!(ping(&mut conn).await.unwrap(), "PONG");
+    let (_server, proxy, mut conn) = managed().await;
 
     proxy.blackhole();
     assert!(proxy.is_blackholed());

@@ -161,8 +161,7 @@ impl Report {
         value: f64,
         unit: Unit,
     ) {
-        let (key, label) = (key.into(), label.into());
-        self.figures.push(Figure { section, key, label, value, unit, ratio: None, target: None });
+        self.add_ratio(section, key, label, value, unit, None);
     }
 
     /// Adds a figure with its ratio to the floor.

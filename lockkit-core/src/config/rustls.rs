@@ -49,14 +49,15 @@ fn client_config(backend: &'static str, keys: &TlsKeys, mode: TlsMode, tls: Clie
         TlsMode::Require if tls.root.is_some() => Some(false),
         _ => None,
     };
+    let algorithms = provider.signature_verification_algorithms;
     let verifier: Arc<dyn ServerCertVerifier> = match verify {
-        None => Arc::new(AnyCertificate { algorithms: provider.signature_verification_algorithms }),
+        None => Arc::new(Lenient { chain: None, algorithms }),
         Some(check_name) => {
             let roots = roots(keys, tls.root.as_deref()).map_err(invalid)?;
             let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), Arc::clone(&provider))
                 .build()
                 .map_err(|e| invalid(format!("the root certificates cannot be used: {e}")))?;
-            if check_name { webpki } else { Arc::new(AnyName { inner: webpki }) }
+            if check_name { webpki } else { Arc::new(Lenient { chain: Some(webpki), algorithms }) }
         }
     };
     let builder = builder.dangerous().with_custom_certificate_verifier(verifier);
@@ -136,13 +137,18 @@ fn explain(
     })
 }
 
-/// `verify-ca`: the chain is checked, the host name is not.
+/// The modes that do not check everything: `verify-ca` checks the chain but not the host
+/// name; `prefer` and `require` without a root certificate check no certificate (libpq's
+/// meaning of these modes). The handshake's signatures are checked in every mode.
 #[derive(Debug)]
-struct AnyName {
-    inner: Arc<WebPkiServerVerifier>,
+struct Lenient {
+    /// The chain's checker for `verify-ca`; `None`: the certificate is not checked.
+    chain: Option<Arc<WebPkiServerVerifier>>,
+    /// The provider's signature algorithms, which the chain's checker uses too.
+    algorithms: WebPkiSupportedAlgorithms,
 }
 
-impl ServerCertVerifier for AnyName {
+impl ServerCertVerifier for Lenient {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -151,54 +157,13 @@ impl ServerCertVerifier for AnyName {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        match self.inner.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
+        let Some(chain) = &self.chain else { return Ok(ServerCertVerified::assertion()) };
+        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
             )) => Ok(ServerCertVerified::assertion()),
             other => other,
         }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.inner.supported_verify_schemes()
-    }
-}
-
-/// `prefer` and `require` without a root certificate: encrypted, the certificate not
-/// checked (libpq's meaning of these modes); the handshake's signatures still are.
-#[derive(Debug)]
-struct AnyCertificate {
-    algorithms: WebPkiSupportedAlgorithms,
-}
-
-impl ServerCertVerifier for AnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
     }
 
     fn verify_tls12_signature(

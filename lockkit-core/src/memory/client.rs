@@ -91,19 +91,13 @@ impl LockBackend for MemoryClient {
     }
 
     fn capabilities(&self) -> Capabilities {
+        // Everything but another process (its store is this process's memory), and a lease
+        // only when it has one.
         Capabilities {
-            fair: true,
-            fencing_survives_restart: true,
             lease: self.lease.is_some(),
             lease_renewal: self.lease.is_some(),
-            loss_notification: true,
-            inspect: true,
-            waiter_count: true,
-            rw_lock: true,
-            semaphore: true,
-            election: true,
-            break_lock: true,
-            ..Capabilities::NONE
+            cross_process: false,
+            ..Capabilities::ALL
         }
     }
 

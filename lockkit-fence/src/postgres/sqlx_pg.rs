@@ -10,7 +10,7 @@ use std::future::Future;
 use lockkit_core::{Fence, FencingToken};
 use sqlx::postgres::{PgConnection, PgDatabaseError};
 
-use super::sql;
+use super::sql::{self, FenceSql};
 use super::{PgFence, PgFencedTable};
 use crate::{FenceError, FenceState, check_resource};
 
@@ -32,13 +32,7 @@ impl PgFence {
         conn: &'a mut PgConnection,
     ) -> impl Future<Output = Result<(), FenceError>> + Send + 'a {
         let migration = self.migration();
-        async move {
-            // A query without arguments goes as one simple query (statements and all).
-            let applied = sqlx::Executor::execute(conn, migration.as_str()).await;
-            applied.map(drop).map_err(|error| {
-                FenceError::store(SINK, format!("the migration of schema {} failed", self.schema()), error)
-            })
-        }
+        async move { apply(conn, &migration, || format!("the migration of schema {} failed", self.schema())).await }
     }
 
     /// [`check`](Self::check) on a sqlx connection inside a transaction (`&mut *tx` of a
@@ -63,20 +57,8 @@ impl PgFence {
                 .bind(mode)
                 .execute(conn)
                 .await;
-            sent.map(drop).map_err(|error| self.sqlx_refusal(error, resource, fence))
+            sent.map(drop).map_err(|error| typed_error(&self.sql, error, resource, fence, "the fence check"))
         }
-    }
-
-    fn sqlx_refusal(&self, error: sqlx::Error, resource: &str, fence: &Fence) -> FenceError {
-        if let sqlx::Error::Database(db) = &error
-            && let Some(code) = db.code()
-        {
-            let detail = db.try_downcast_ref::<PgDatabaseError>().and_then(PgDatabaseError::detail);
-            if let Some(refused) = sql::refusal(&self.sql, &code, db.message(), detail, resource, fence) {
-                return refused;
-            }
-        }
-        FenceError::store(SINK, format!("the fence check of {resource:?} failed"), error)
     }
 
     /// [`state`](Self::state) on a sqlx connection.
@@ -125,24 +107,34 @@ impl PgFencedTable {
         let migration = self.migration();
         async move {
             self.fence().sqlx_migrate(&mut *conn).await?;
-            let applied = sqlx::Executor::execute(conn, migration.as_str()).await;
-            applied
-                .map(drop)
-                .map_err(|error| FenceError::store(SINK, format!("fencing the table {} failed", self.table()), error))
+            apply(conn, &migration, || format!("fencing the table {} failed", self.table())).await
         }
     }
 
     /// [`error`](Self::error) for sqlx: the typed error for what a write of the table
     /// returned.
     pub fn sqlx_error(&self, error: sqlx::Error, resource: &str, fence: &Fence) -> FenceError {
-        if let sqlx::Error::Database(db) = &error
-            && let Some(code) = db.code()
-        {
-            let detail = db.try_downcast_ref::<PgDatabaseError>().and_then(PgDatabaseError::detail);
-            if let Some(refused) = self.refusal(&code, db.message(), detail, resource, fence) {
-                return refused;
-            }
-        }
-        FenceError::store(SINK, format!("the fenced write of {resource:?} failed"), error)
+        typed_error(self.fence().sql(), error, resource, fence, "the fenced write")
     }
+}
+
+/// Runs `migration`'s statements as one simple query (a query without arguments goes as one,
+/// statements and all, in one transaction); a refusal is a store error that says `failed()`.
+async fn apply(conn: &mut PgConnection, migration: &str, failed: impl FnOnce() -> String) -> Result<(), FenceError> {
+    let applied = sqlx::Executor::execute(conn, migration).await;
+    applied.map(drop).map_err(|error| FenceError::store(SINK, failed(), error))
+}
+
+/// The typed error for a database error of the fence's SQL in `error` (see [`sql::refusal`]),
+/// else a store error that says `what` (`the fence check`) of `resource` failed.
+fn typed_error(sql: &FenceSql, error: sqlx::Error, resource: &str, fence: &Fence, what: &str) -> FenceError {
+    if let sqlx::Error::Database(db) = &error
+        && let Some(code) = db.code()
+    {
+        let detail = db.try_downcast_ref::<PgDatabaseError>().and_then(PgDatabaseError::detail);
+        if let Some(refused) = sql::refusal(sql, &code, db.message(), detail, resource, fence) {
+            return refused;
+        }
+    }
+    FenceError::store(SINK, format!("{what} of {resource:?} failed"), error)
 }

@@ -188,19 +188,6 @@ impl PgFencedTable {
         let state = row_state(lock, token);
         decide(resource, state.as_ref(), fence, FenceMode::Read).map(drop)
     }
-
-    /// The typed error for a database error's `code`, `message` and `detail`, or `None` when
-    /// it is not the fence's.
-    pub(super) fn refusal(
-        &self,
-        code: &str,
-        message: &str,
-        detail: Option<&str>,
-        resource: &str,
-        fence: &Fence,
-    ) -> Option<FenceError> {
-        sql::refusal(self.fence.sql(), code, message, detail, resource, fence)
-    }
 }
 
 /// What a row's two columns say, as a [`FenceState`]; `None` for a row never fenced.

@@ -10,7 +10,7 @@ use lockkit_core::{Fence, FenceMode, FencingToken};
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{GenericClient, Statement, Transaction};
 
-use super::sql;
+use super::sql::{self, FenceSql};
 use super::{PgFence, PgFencedTable};
 use crate::{FenceError, FenceState, check_resource};
 
@@ -169,17 +169,7 @@ impl PgFence {
                 tx.query_typed(self.check_statement(), &params).await
             }
         };
-        sent.map(drop).map_err(|error| self.refusal(error, resource, fence))
-    }
-
-    /// The typed error for what the check statement returned.
-    fn refusal(&self, error: tokio_postgres::Error, resource: &str, fence: &Fence) -> FenceError {
-        if let Some(db) = error.as_db_error()
-            && let Some(refused) = sql::refusal(&self.sql, db.code().code(), db.message(), db.detail(), resource, fence)
-        {
-            return refused;
-        }
-        FenceError::store(SINK, format!("the fence check of {resource:?} failed"), error)
+        sent.map(drop).map_err(|error| typed_error(&self.sql, error, resource, fence, "the fence check"))
     }
 
     /// What the table holds for `resource`, without a check.
@@ -303,11 +293,17 @@ impl PgFencedTable {
     /// [`FenceError::Store`] for any other error. `resource` names the row in the error and
     /// `fence` is the fence the write carried.
     pub fn error(&self, error: tokio_postgres::Error, resource: &str, fence: &Fence) -> FenceError {
-        if let Some(db) = error.as_db_error()
-            && let Some(refused) = self.refusal(db.code().code(), db.message(), db.detail(), resource, fence)
-        {
-            return refused;
-        }
-        FenceError::store(SINK, format!("the fenced write of {resource:?} failed"), error)
+        typed_error(self.fence().sql(), error, resource, fence, "the fenced write")
     }
+}
+
+/// The typed error for a database error of the fence's SQL in `error` (see [`sql::refusal`]),
+/// else a store error that says `what` (`the fence check`) of `resource` failed.
+fn typed_error(sql: &FenceSql, error: tokio_postgres::Error, resource: &str, fence: &Fence, what: &str) -> FenceError {
+    if let Some(db) = error.as_db_error()
+        && let Some(refused) = sql::refusal(sql, db.code().code(), db.message(), db.detail(), resource, fence)
+    {
+        return refused;
+    }
+    FenceError::store(SINK, format!("{what} of {resource:?} failed"), error)
 }

@@ -5,17 +5,55 @@
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+use std::path::Path;
+use std::process::{Command, Output};
 use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
+use futures_util::future::BoxFuture;
+use lockkit_core::{Fence, FenceMode, FencingToken, LockId, LockName};
 use lockkit_fence::FenceSink;
-use lockkit_fence::postgres::PgFence;
+use lockkit_fence::postgres::{PgFence, PgFencedRows, PgFencedValues};
 use lockkit_testkit::fixture::PostgresServer;
 use lockkit_testkit::{FaultResult, FenceHarness, Unsupported};
 use tokio_postgres::{Client, NoTls};
 
 /// Opens the sink under test over a connection, with the fence's migration.
-pub(crate) type OpenSink = fn(Client, PgFence) -> futures_util::future::BoxFuture<'static, Arc<dyn FenceSink>>;
+pub(crate) type OpenSink = fn(Client, PgFence) -> BoxFuture<'static, Arc<dyn FenceSink>>;
+
+/// [`OpenSink`] for [`PgFencedValues`], the fence's own table of resources.
+pub(crate) fn open_values(client: Client, fence: PgFence) -> BoxFuture<'static, Arc<dyn FenceSink>> {
+    Box::pin(async move { Arc::new(PgFencedValues::open(client, fence).await.unwrap()) as Arc<dyn FenceSink> })
+}
+
+/// [`OpenSink`] for [`PgFencedRows`], the fence on an application's rows.
+pub(crate) fn open_rows(client: Client, fence: PgFence) -> BoxFuture<'static, Arc<dyn FenceSink>> {
+    Box::pin(async move { Arc::new(PgFencedRows::open(client, fence).await.unwrap()) as Arc<dyn FenceSink> })
+}
+
+/// A write fence of lock `name` with `token`.
+pub(crate) fn write_fence(name: &str, token: u64) -> Fence {
+    let lock = LockId::new("fence-tests://postgres", LockName::new(name).unwrap()).unwrap();
+    Fence::new(lock, FencingToken::new(token), FenceMode::Write)
+}
+
+/// Runs `script` with `psql` against `url` as `lockkit run` would for the holder of lock `psql`
+/// with `token`: `lock_id` and `token` set, and `variable` as given; stops at the first error
+/// and shows its SQLSTATE.
+pub(crate) fn run_psql(url: &str, script: &Path, token: u64, (variable, value): (&str, &str)) -> Output {
+    let Some(psql) = ["/usr/bin/psql", "/usr/lib/postgresql/15/bin/psql"].into_iter().find(|p| Path::new(p).exists())
+    else {
+        panic!("psql not found: install it (Debian: `apt-get install postgresql-client`)");
+    };
+    let fence = write_fence("psql", token);
+    let mut command = Command::new(psql);
+    command.arg(url).args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-v", "VERBOSITY=verbose"]);
+    command.arg("-v").arg(format!("lock_id={}", fence.lock()));
+    command.arg("-v").arg(format!("token={}", fence.token()));
+    command.arg("-v").arg(format!("{variable}={value}"));
+    command.arg("-f").arg(script);
+    command.output().unwrap()
+}
 
 /// The fence cases' harness: a dedicated server and the sink `open` makes on it.
 pub(crate) struct PgHarness {

@@ -26,7 +26,8 @@ pub trait Setup: Send + Sync + 'static {
     /// were.
     async fn delete(&self, url: &str, keys: &[String]) -> i64;
 
-    /// URLs of the setup on `hosts` that a builder refuses, each with what is wrong with it.
+    /// URLs of the setup on `hosts` that a builder refuses, each with what is wrong with it,
+    /// besides those of every setup (an unknown option, a mixed scheme).
     fn bad_urls(hosts: &str) -> Vec<(&'static str, String)>;
 }
 
@@ -88,7 +89,12 @@ impl<S: Setup> Harness for MultiHostHarness<S> {
     }
 
     async fn invalid_configs(&self) -> Vec<(String, lockkit_core::Result<()>)> {
-        let bad = S::bad_urls(&self.hosts());
+        let hosts = self.hosts();
+        let mut bad = S::bad_urls(&hosts);
+        // Options in the URL are settings like the builder's methods (core's one rule); one
+        // that is not a setting of this backend is refused.
+        bad.push(("a URL with an unknown option", format!("{}://{hosts}{}?leese=1s", S::SCHEME, S::PATH)));
+        bad.push(("a mixed scheme", format!("redis+cluster+sentinel://{hosts}{}", S::PATH)));
         bad.into_iter().map(|(what, url)| (what.to_owned(), test_builder().url(url).build().map(drop))).collect()
     }
 }

@@ -343,13 +343,18 @@ mod tests {
 
     const SECOND: u64 = 1_000_000_000;
 
+    /// One worker, a lease of a second, and restarts that lose the store's records or not.
+    fn restarting(loses_data: bool) -> ProcessChaosConfig {
+        ProcessChaosConfig::new(1, "redis://unused", "unused")
+            .with_lease(Duration::from_secs(1))
+            .with_restart_loses_data(loses_data)
+    }
+
     /// Worker 1 holds from before a restart (valid long after it), worker 2 is granted after the
     /// restart while worker 1 still writes: an overlap and a lost write, both involving a hold
     /// the restart may have lost.
     fn across_a_restart(loses_data: bool) -> ProcessChaosReport {
-        let config = ProcessChaosConfig::new(1, "redis://unused", "unused")
-            .with_lease(Duration::from_secs(1))
-            .with_restart_loses_data(loses_data);
+        let config = restarting(loses_data);
         let mut state = State::new(&config);
         let base = now_ns();
         let far = base + 60 * SECOND;
@@ -381,9 +386,7 @@ mod tests {
 
     #[test]
     fn a_hold_granted_after_the_restart_is_not_excused() {
-        let config = ProcessChaosConfig::new(1, "redis://unused", "unused")
-            .with_lease(Duration::from_secs(1))
-            .with_restart_loses_data(true);
+        let config = restarting(true);
         let mut state = State::new(&config);
         let base = now_ns();
         let far = base + 60 * SECOND;
