@@ -240,11 +240,6 @@ async fn run_rslock(url: &str, options: &Options, round: usize) -> Figures {
     Figures::of(samples, many)
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
 #[tokio::main]
 async fn main() {
     let options = options();
@@ -303,7 +298,11 @@ async fn main() {
         return;
     }
     println!("medians over the rounds:");
-    println!("  lockkit cycle p50 ÷ rslock's: {:.2}x (ratios {:?})", median(ratio_rslock.clone()), ratio_rslock);
-    println!("  lockkit cycle p50 ÷ PING p50: {:.2}x", median(ratio_ping));
-    println!("  lockkit {} locks one by one ÷ rslock's: {:.2}x", options.locks, median(ratio_many));
+    println!(
+        "  lockkit cycle p50 ÷ rslock's: {:.2}x (ratios {:?})",
+        support::median(ratio_rslock.clone()),
+        ratio_rslock
+    );
+    println!("  lockkit cycle p50 ÷ PING p50: {:.2}x", support::median(ratio_ping));
+    println!("  lockkit {} locks one by one ÷ rslock's: {:.2}x", options.locks, support::median(ratio_many));
 }

@@ -180,11 +180,6 @@ async fn run_lockkit(url: &str, round: usize, options: &Options) -> Figures {
     }
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
 #[tokio::main]
 async fn main() {
     let options = options();
@@ -229,7 +224,7 @@ async fn main() {
         max.push(ours.wait_max_us / theirs.wait_max_us);
     }
     println!("medians over the rounds (lockkit ÷ redis-semaphore):");
-    println!("  uncontended cycle p50: {:.2}x (ratios {cycle:.2?})", median(cycle.clone()));
-    println!("  permits/s with {} clients: {:.2}x (ratios {rate:.2?})", options.clients, median(rate.clone()));
-    println!("  wait max: {:.3}x (ratios {max:.3?})", median(max.clone()));
+    println!("  uncontended cycle p50: {:.2}x (ratios {cycle:.2?})", support::median(cycle.clone()));
+    println!("  permits/s with {} clients: {:.2}x (ratios {rate:.2?})", options.clients, support::median(rate.clone()));
+    println!("  wait max: {:.3}x (ratios {max:.3?})", support::median(max.clone()));
 }

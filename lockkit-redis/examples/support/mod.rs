@@ -34,3 +34,9 @@ pub(crate) fn number<T: std::str::FromStr>(flag: &str, value: Option<&str>) -> T
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| usage(&format!("{flag} needs a number, not {:?}", value.unwrap_or(""))))
 }
+
+/// The median of `values` (the upper one of an even count).
+pub(crate) fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
