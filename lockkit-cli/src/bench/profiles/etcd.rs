@@ -32,7 +32,7 @@ impl Profile for Etcd {
 
     fn renewal_note(&self) -> Option<&'static str> {
         Some(
-            "etcd renews the provider's one lease, not each hold: per third of the TTL, one keep-alive and one LeaseTimeToLive that lists the lease's keys (loss of a deleted key), whatever the number of holds (not counted)",
+            "etcd renews the provider's one lease, not each hold: per third of the TTL, one keep-alive and, below 1,000 holds, one LeaseTimeToLive that lists the lease's keys (loss of a deleted key); from 1,000 holds a watch on the prefix tells deletions instead (not counted)",
         )
     }
 
