@@ -4,7 +4,8 @@
 //! Each round runs every contender once, in a shuffled order, each on its own connection (the
 //! peers' harness): a `PING` on a plain connection of the redis crate (the floor), lockkit's
 //! uncontended cycle (acquire, then release, of one name), rslock's (lock, then unlock), and
-//! `--locks` distinct names taken and released one after another by each. It prints p50 and
+//! `--locks` distinct names taken and released one after another by each, and the same for
+//! lockkit's reader (of a read-write lock) and permit (of a semaphore of 3). It prints p50 and
 //! p99 per contender and round, and for the `--locks` loop its wall time, this process's CPU
 //! time per name (the client's work: run the server elsewhere, as the fixture does) and the
 //! server's time per name (`INFO commandstats` of the commands it sends, each script with the
@@ -116,6 +117,10 @@ enum Contender {
     Ping,
     Lockkit,
     Rslock,
+    /// lockkit's read lock (shared hold of a read-write lock).
+    Read,
+    /// lockkit's semaphore permit (3 permits).
+    Permit,
 }
 
 struct Options {
@@ -135,7 +140,9 @@ fn options() -> Options {
                 Some("lockkit") => Contender::Lockkit,
                 Some("rslock") => Contender::Rslock,
                 Some("ping") => Contender::Ping,
-                other => support::usage(&format!("--only takes lockkit, rslock or ping, not {other:?}")),
+                Some("read") => Contender::Read,
+                Some("permit") => Contender::Permit,
+                other => support::usage(&format!("--only takes lockkit, rslock, ping, read or permit, not {other:?}")),
             });
             continue;
         }
@@ -164,7 +171,7 @@ fn micros(d: Duration) -> f64 {
 
 /// A cheap shuffle for the order of the contenders in a round (xorshift on the clock).
 fn shuffled(round: usize) -> Vec<Contender> {
-    let mut order = vec![Contender::Ping, Contender::Lockkit, Contender::Rslock];
+    let mut order = vec![Contender::Ping, Contender::Lockkit, Contender::Rslock, Contender::Read, Contender::Permit];
     let mut state = (Instant::now().elapsed().as_nanos() as u64) ^ (0x9e37_79b9_7f4a_7c15 ^ round as u64);
     for i in (1..order.len()).rev() {
         state ^= state << 13;
@@ -208,6 +215,34 @@ async fn run_lockkit(url: &str, options: &Options, round: usize) -> Figures {
     }
     let handles: Vec<_> =
         (0..options.locks).map(|i| provider.lock(&format!("peer-cycle/lockkit/{round}/{i}")).unwrap()).collect();
+    let many = measured(url, options.locks, &["evalsha", "eval"], async {
+        for handle in &handles {
+            let guard = handle.acquire().await.unwrap();
+            guard.release().await.unwrap();
+        }
+    })
+    .await;
+    Figures::of(samples, many)
+}
+
+/// lockkit's shared kinds: a reader of a read-write lock, or a permit of a semaphore of 3.
+async fn run_shared(url: &str, options: &Options, round: usize, contender: Contender) -> Figures {
+    let provider = RedisLockProvider::builder().url(url).lease(LEASE).build().unwrap();
+    provider.ping().await.unwrap();
+    let handle = |name: &str| match contender {
+        Contender::Read => provider.rw_lock(name).unwrap().reader().clone(),
+        _ => provider.semaphore(name, 3).unwrap(),
+    };
+    let who = format!("{contender:?}").to_lowercase();
+    let lock = handle(&format!("peer-cycle/{who}/{round}"));
+    let mut samples = Vec::with_capacity(options.cycles);
+    for _ in 0..options.cycles {
+        let start = Instant::now();
+        let guard = lock.acquire().await.unwrap();
+        guard.release().await.unwrap();
+        samples.push(start.elapsed());
+    }
+    let handles: Vec<_> = (0..options.locks).map(|i| handle(&format!("peer-cycle/{who}/{round}/{i}"))).collect();
     let many = measured(url, options.locks, &["evalsha", "eval"], async {
         for handle in &handles {
             let guard = handle.acquire().await.unwrap();
@@ -262,6 +297,7 @@ async fn main() {
         "round", "who", "p50 µs", "p99 µs", "locks s", "client CPU µs", "server µs", "server CPU µs"
     );
     let (mut ratio_rslock, mut ratio_ping, mut ratio_many) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut ratio_read, mut ratio_permit) = (Vec::new(), Vec::new());
     for round in 0..options.rounds {
         let mut figures = Vec::new();
         for contender in shuffled(round) {
@@ -272,6 +308,7 @@ async fn main() {
                 Contender::Ping => run_ping(&url, &options).await,
                 Contender::Lockkit => run_lockkit(&url, &options, round).await,
                 Contender::Rslock => run_rslock(&url, &options, round).await,
+                Contender::Read | Contender::Permit => run_shared(&url, &options, round, contender).await,
             };
             println!(
                 "{round:<6} {:<8} {:>9.1} {:>9.1} {:>9.3} {:>14.1} {:>10.1} {:>14.1}",
@@ -293,6 +330,8 @@ async fn main() {
         ratio_rslock.push(micros(lockkit.p50) / micros(rslock.p50));
         ratio_ping.push(micros(lockkit.p50) / micros(ping.p50));
         ratio_many.push(lockkit.many.as_secs_f64() / rslock.many.as_secs_f64());
+        ratio_read.push(micros(of(Contender::Read).p50) / micros(lockkit.p50));
+        ratio_permit.push(micros(of(Contender::Permit).p50) / micros(lockkit.p50));
     }
     if options.only.is_some() {
         return;
@@ -305,4 +344,12 @@ async fn main() {
     );
     println!("  lockkit cycle p50 ÷ PING p50: {:.2}x", support::median(ratio_ping));
     println!("  lockkit {} locks one by one ÷ rslock's: {:.2}x", options.locks, support::median(ratio_many));
+    println!(
+        "  read cycle p50 ÷ lockkit mutex cycle p50: {:.2}x (ratios {ratio_read:?})",
+        support::median(ratio_read.clone())
+    );
+    println!(
+        "  permit cycle p50 ÷ lockkit mutex cycle p50: {:.2}x (ratios {ratio_permit:?})",
+        support::median(ratio_permit.clone())
+    );
 }

@@ -10,28 +10,34 @@
 local SHARED_KIND = ARGV[8]
 if (SHARED_KIND == 'r' or SHARED_KIND == 'p') and not SHORT then
   -- Who keeps this kind out: the mutex, a writer, and readers for a permit, permit holders
-  -- and a semaphore's count (the name is in use as a semaphore) for a reader.
+  -- and a semaphore's count (the name is in use as a semaphore) for a reader; asked with the
+  -- holders' set itself, so that one EXISTS says whether the set is fresh too: 0, nothing in
+  -- the way and nobody holds; 1, either the set alone (the ZRANGE below finds a holder) or
+  -- something in the way (it finds none, and this falls through).
   local set, out
   if SHARED_KIND == 'r' then
     set = K_READERS
-    out = redis.call('EXISTS', K_RECORD, K_WRITER, K_PERMITS, K_COUNT, K_QUEUE, K_VOID)
+    out = redis.call('EXISTS', K_READERS, K_RECORD, K_WRITER, K_PERMITS, K_COUNT, K_QUEUE, K_VOID)
   else
     set = K_PERMITS
-    out = redis.call('EXISTS', K_RECORD, K_WRITER, K_READERS, K_QUEUE, K_VOID)
+    out = redis.call('EXISTS', K_PERMITS, K_RECORD, K_WRITER, K_READERS, K_QUEUE, K_VOID)
   end
-  if out == 0 then
+  local fresh = out == 0
+  if fresh or out == 1 then
     local t = redis.call('TIME')
     local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
     local now = math.floor(now_us / 1000)
     local lease = tonumber(ARGV[2])
-    local first = redis.call('ZRANGE', set, 0, 0, 'WITHSCORES')
-    local fresh = first[2] == nil
-    local room = fresh or tonumber(first[2]) > now
-    if room and not fresh and SHARED_KIND == 'p' then
-      -- Live permit holders only: one more fits when the semaphore has this count and a
-      -- permit is free.
-      local total = tonumber(redis.call('GET', K_COUNT))
-      room = total == tonumber(ARGV[9]) and redis.call('ZCARD', K_PERMITS) < total
+    local room = fresh
+    if not fresh then
+      local first = redis.call('ZRANGE', set, 0, 0, 'WITHSCORES')
+      room = first[2] ~= nil and tonumber(first[2]) > now
+      if room and SHARED_KIND == 'p' then
+        -- Live permit holders only: one more fits when the semaphore has this count and a
+        -- permit is free.
+        local total = tonumber(redis.call('GET', K_COUNT))
+        room = total == tonumber(ARGV[9]) and redis.call('ZCARD', K_PERMITS) < total
+      end
     end
     if room and redis.call('ZADD', set, 'NX', string.format('%d', now + lease), ARGV[1]) == 1 then
       local token = raise_fence(K_FENCE, now_us, ARGV[7])
