@@ -5,7 +5,8 @@
 //! peers' harness): a `PING` on a plain connection of the redis crate (the floor), lockkit's
 //! uncontended cycle (acquire, then release, of one name), rslock's (lock, then unlock), and
 //! `--locks` distinct names taken and released one after another by each, and the same for
-//! lockkit's reader (of a read-write lock) and permit (of a semaphore of 3). It prints p50 and
+//! lockkit's reader (of a read-write lock) and permit (of a semaphore of 3), then those two
+//! and the mutex cycle by cycle in turn (the steadier ratio on a busy machine). It prints p50 and
 //! p99 per contender and round, and for the `--locks` loop its wall time, this process's CPU
 //! time per name (the client's work: run the server elsewhere, as the fixture does) and the
 //! server's time per name (`INFO commandstats` of the commands it sends, each script with the
@@ -253,6 +254,37 @@ async fn run_shared(url: &str, options: &Options, round: usize, contender: Conte
     Figures::of(samples, many)
 }
 
+/// lockkit's mutex, reader and permit cycles taken in turn, one cycle of each after the other
+/// (each on its own provider and name), so that all three see the same machine at the same
+/// moments: the p50 of each, in µs.
+async fn interleaved(url: &str, cycles: usize, round: usize) -> [f64; 3] {
+    let mut handles = Vec::new();
+    for who in ["mutex", "read", "permit"] {
+        let provider = RedisLockProvider::builder().url(url).lease(LEASE).build().unwrap();
+        provider.ping().await.unwrap();
+        let name = format!("peer-cycle/interleaved/{who}/{round}");
+        handles.push(match who {
+            "mutex" => provider.lock(&name).unwrap(),
+            "read" => provider.rw_lock(&name).unwrap().reader().clone(),
+            _ => provider.semaphore(&name, 3).unwrap(),
+        });
+    }
+    let mut samples = vec![Vec::with_capacity(cycles); 3];
+    for _ in 0..cycles {
+        for (handle, samples) in handles.iter().zip(&mut samples) {
+            let start = Instant::now();
+            let guard = handle.acquire().await.unwrap();
+            guard.release().await.unwrap();
+            samples.push(start.elapsed());
+        }
+    }
+    let mut p50 = [0.0; 3];
+    for (p50, samples) in p50.iter_mut().zip(&mut samples) {
+        *p50 = micros(percentile(samples, 0.5));
+    }
+    p50
+}
+
 async fn run_rslock(url: &str, options: &Options, round: usize) -> Figures {
     let manager = rslock::LockManager::new(vec![url.to_owned()]);
     let name = format!("peer-cycle/rslock/{round}");
@@ -336,6 +368,15 @@ async fn main() {
     if options.only.is_some() {
         return;
     }
+    // The shared kinds against the mutex, cycle by cycle in turn (steadier on a busy machine
+    // than the rounds above, whose contenders run at different moments).
+    let (mut turn_read, mut turn_permit) = (Vec::new(), Vec::new());
+    for round in 0..options.rounds {
+        let [mutex, read, permit] = interleaved(&url, options.cycles, round).await;
+        println!("in turn {round}: mutex {mutex:.1} µs, read {read:.1} µs, permit {permit:.1} µs (p50)");
+        turn_read.push(read / mutex);
+        turn_permit.push(permit / mutex);
+    }
     println!("medians over the rounds:");
     println!(
         "  lockkit cycle p50 ÷ rslock's: {:.2}x (ratios {:?})",
@@ -351,5 +392,10 @@ async fn main() {
     println!(
         "  permit cycle p50 ÷ lockkit mutex cycle p50: {:.2}x (ratios {ratio_permit:?})",
         support::median(ratio_permit.clone())
+    );
+    println!(
+        "  in turn: read ÷ mutex {:.2}x (ratios {turn_read:?}), permit ÷ mutex {:.2}x (ratios {turn_permit:?})",
+        support::median(turn_read.clone()),
+        support::median(turn_permit.clone())
     );
 }
