@@ -5,8 +5,10 @@
 -- one TIME for the holder's expiry and its token; the holders' set, the tokens and the
 -- marker of the other kinds (and the permit count) are made to live 2 × the lease as
 -- keep_for and mark_kinds do: unconditionally when the set was empty (nothing else lives
--- in them that they must outlive), after a PTTL otherwise. Anything else falls through,
--- having changed nothing, to the whole script below.
+-- in them that they must outlive; the first holder's grant is EXISTS, TIME, ZADD, the
+-- fence's SET, HSET, two PEXPIRE and the marker's SET), after a ZRANGE of the first holder
+-- and a PTTL of each otherwise. Anything else falls through, having changed nothing, to the
+-- whole script below.
 local SHARED_KIND = ARGV[8]
 if (SHARED_KIND == 'r' or SHARED_KIND == 'p') and not SHORT then
   -- Who keeps this kind out: the mutex, a writer, and readers for a permit, permit holders
