@@ -269,7 +269,7 @@ async fn interleaved(url: &str, cycles: usize, round: usize) -> [f64; 3] {
             _ => provider.semaphore(&name, 3).unwrap(),
         });
     }
-    let mut samples = vec![Vec::with_capacity(cycles); 3];
+    let mut samples: Vec<Vec<Duration>> = (0..3).map(|_| Vec::with_capacity(cycles)).collect();
     for _ in 0..cycles {
         for (handle, samples) in handles.iter().zip(&mut samples) {
             let start = Instant::now();
