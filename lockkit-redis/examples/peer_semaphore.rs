@@ -8,7 +8,8 @@
 //! a permit of a semaphore of `--permits` and releases it, `--cycles` times; p50 and p99), then
 //! `--clients` clients, each on its own connection (lockkit: its own provider), acquiring and
 //! releasing permits of one semaphore for `--seconds`: permits per second, and each
-//! acquisition's wait p50 and max. Then the ratios lockkit ÷ redis-semaphore, medians over the
+//! acquisition's wait p50 and max, and for lockkit the server's scripts, their time, the
+//! PUBLISHes and the main thread's CPU per permit (`INFO commandstats`, `cpu`). Then the ratios lockkit ÷ redis-semaphore, medians over the
 //! rounds. redis-semaphore is not fair (a waiter polls every 10 ms and the fastest poller
 //! wins), gives no fencing token and no loss signal: the wait max shows what fairness buys.
 //! On a private redis-server (or `LOCKKIT_REDIS_URL`).
@@ -145,6 +146,8 @@ async fn run_lockkit(url: &str, round: usize, options: &Options) -> Figures {
         provider.ping().await.unwrap();
         providers.push(provider);
     }
+    let mut admin = redis::Client::open(url).unwrap().get_multiplexed_async_connection().await.unwrap();
+    let before = contended_stats(&mut admin).await;
     let stop = Arc::new(AtomicBool::new(false));
     let started = Instant::now();
     let tasks: Vec<_> = providers
@@ -171,6 +174,17 @@ async fn run_lockkit(url: &str, round: usize, options: &Options) -> Figures {
         waits.extend(task.await.unwrap());
     }
     let elapsed = started.elapsed().as_secs_f64();
+    let after = contended_stats(&mut admin).await;
+    // Where a contended permit's time goes on the server: how many scripts (acquire tries,
+    // confirmations of hand-overs, releases) and wake-up messages each permit took.
+    let per = |i: usize| (after[i] - before[i]) / waits.len().max(1) as f64;
+    println!(
+        "       lockkit, 8 clients, per permit: {:.2} scripts ({:.1} µs of server time), {:.2} PUBLISH, server main thread CPU {:.1} µs",
+        per(0),
+        per(1),
+        per(2),
+        per(3)
+    );
     Figures {
         cycle_p50_us: percentile(&mut cycles, 0.5),
         cycle_p99_us: percentile(&mut cycles, 0.99),
@@ -178,6 +192,25 @@ async fn run_lockkit(url: &str, round: usize, options: &Options) -> Figures {
         wait_p50_us: percentile(&mut waits, 0.5),
         wait_max_us: percentile(&mut waits, 1.0),
     }
+}
+
+/// `[EVALSHA calls, EVALSHA µs, PUBLISH calls, server main thread CPU µs]` so far (`INFO
+/// commandstats` and `cpu`; a script's PUBLISH counts under PUBLISH).
+async fn contended_stats(admin: &mut redis::aio::MultiplexedConnection) -> [f64; 4] {
+    let info: String = redis::cmd("INFO").arg("commandstats").arg("cpu").query_async(admin).await.unwrap();
+    let stat = |command: &str, field: &str| -> f64 {
+        info.lines()
+            .find_map(|line| line.strip_prefix(&format!("cmdstat_{command}:")))
+            .and_then(|fields| fields.split(',').find_map(|f| f.strip_prefix(field)))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    };
+    let cpu: f64 = info
+        .lines()
+        .filter(|line| line.starts_with("used_cpu_sys_main_thread:") || line.starts_with("used_cpu_user_main_thread:"))
+        .filter_map(|line| line.split_once(':').and_then(|(_, seconds)| seconds.trim().parse::<f64>().ok()))
+        .sum();
+    [stat("evalsha", "calls="), stat("evalsha", "usec="), stat("publish", "calls="), cpu * 1e6]
 }
 
 #[tokio::main]
