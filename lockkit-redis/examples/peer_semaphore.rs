@@ -9,8 +9,8 @@
 //! `--clients` clients, each on its own connection (lockkit: its own provider), acquiring and
 //! releasing permits of one semaphore for `--seconds`: permits per second, and each
 //! acquisition's wait p50 and max, and for lockkit the server's scripts, their time, the
-//! PUBLISHes and the main thread's CPU per permit (`INFO commandstats`, `cpu`). Then the ratios lockkit ÷ redis-semaphore, medians over the
-//! rounds. redis-semaphore is not fair (a waiter polls every 10 ms and the fastest poller
+//! PUBLISHes and the main thread's CPU per permit (`INFO commandstats`, `cpu`). Then the
+//! ratios lockkit ÷ redis-semaphore, medians over the rounds. redis-semaphore is not fair (a waiter polls every 10 ms and the fastest poller
 //! wins), gives no fencing token and no loss signal: the wait max shows what fairness buys.
 //! On a private redis-server (or `LOCKKIT_REDIS_URL`).
 
