@@ -3,8 +3,7 @@
 use std::time::Duration;
 
 use lockkit_core::config::{
-    ClientTls, Credentials, Key, MAX_DURATION, MAX_HOLD, OptionKey, Options, ProviderBuilder, STORE_ID, StoreUrl,
-    TLS_KEYS,
+    ClientTls, Credentials, Key, MAX_DURATION, MAX_HOLD, OptionKey, Options, STORE_ID, TLS_KEYS,
 };
 use lockkit_core::{LockName, Result};
 
@@ -97,30 +96,17 @@ pub(crate) fn escape(name: &str) -> String {
     out
 }
 
-/// Every setting of an [`EtcdLockProvider`](crate::EtcdLockProvider); [`build`](Self::build) checks them and does no
-/// I/O.
-#[derive(Clone, Debug)]
-pub struct EtcdLockProviderBuilder {
-    endpoints: Option<String>,
-    credentials: Option<Credentials>,
-    tls: bool,
-    options: Options,
-}
-
-impl Default for EtcdLockProviderBuilder {
-    fn default() -> Self {
-        Self { endpoints: None, credentials: None, tls: false, options: Options::new(BACKEND, OPTIONS) }
+lockkit_core::provider_builder! {
+    /// Every setting of an [`EtcdLockProvider`](crate::EtcdLockProvider); [`build`](Self::build) checks them and does no
+    /// I/O.
+    pub struct EtcdLockProviderBuilder(BACKEND, OPTIONS) {
+        endpoints: Option<String>,
+        credentials: Option<Credentials>,
+        tls: bool,
     }
-}
-
-impl ProviderBuilder for EtcdLockProviderBuilder {
-    fn options_mut(&mut self) -> &mut Options {
-        &mut self.options
-    }
-
     /// The members, TLS (`etcds://`), the prefix (the path) and the credentials of an
     /// `etcd://` URL.
-    fn address(&mut self, url: &StoreUrl) -> Result<()> {
+    address(self, url) {
         self.tls = match url.scheme() {
             "etcd" => false,
             "etcds" => true,
@@ -283,6 +269,8 @@ fn check_prefix(prefix: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
+    use lockkit_core::config::StoreUrl;
+
     use super::*;
 
     fn config(url: &str) -> Result<EtcdConfig> {

@@ -42,20 +42,16 @@ pub const SCHEME: Scheme = Scheme::new(&["etcd", "etcds"], BACKEND, connect_url)
 pub struct EtcdLockProvider(TypedProvider<EtcdBackend>);
 lockkit_core::typed_provider!(EtcdLockProvider);
 
-impl EtcdLockProviderBuilder {
+lockkit_core::provider_constructors! {
+    EtcdLockProvider, EtcdLockProviderBuilder;
     /// Checks every setting and makes the provider, without I/O: it connects on first use.
     ///
     /// # Errors
     ///
     /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) naming what to change.
-    pub fn build(self) -> Result<EtcdLockProvider> {
-        let config = self.config()?;
-        self.options().provider(EtcdBackend::new(config)).map(EtcdLockProvider)
+    build(builder) {
+        EtcdBackend::new(builder.config()?)
     }
-}
-
-lockkit_core::provider_constructors! {
-    EtcdLockProvider, EtcdLockProviderBuilder;
     /// Connects to the store an `etcd://` URL names, eagerly: checks every setting, connects,
     /// and grants the provider's lease, so that a provider returned is one that reached its
     /// store.

@@ -3,9 +3,7 @@
 
 use std::time::Duration;
 
-use lockkit_core::config::{
-    Key, MAX_DURATION, MAX_HOLD, ModeTlsKeys, OptionKey, Options, ProviderBuilder, STORE_ID, StoreUrl, TlsKeys,
-};
+use lockkit_core::config::{Key, MAX_DURATION, MAX_HOLD, ModeTlsKeys, OptionKey, STORE_ID, StoreUrl, TlsKeys};
 use lockkit_core::{Error, Result};
 
 use crate::BACKEND;
@@ -75,19 +73,24 @@ pub const OPTIONS: &[&dyn OptionKey] = &[
     &SSL.files.key,
 ];
 
-/// Builds a [`PostgresLockProvider`](crate::PostgresLockProvider). `build()` checks every setting (reading the certificate
-/// files a URL names) and does no network I/O; the provider connects on first use.
-#[derive(Clone, Debug)]
-#[must_use]
-pub struct PostgresLockProviderBuilder {
-    /// The server's address, without the query.
-    address: Option<StoreUrl>,
-    options: Options,
-}
-
-impl Default for PostgresLockProviderBuilder {
-    fn default() -> Self {
-        Self { address: None, options: Options::new(BACKEND, OPTIONS) }
+lockkit_core::provider_builder! {
+    /// Builds a [`PostgresLockProvider`](crate::PostgresLockProvider). `build()` checks every setting (reading the certificate
+    /// files a URL names) and does no network I/O; the provider connects on first use.
+    pub struct PostgresLockProviderBuilder(BACKEND, OPTIONS) {
+        /// The server's address, without the query.
+        address: Option<StoreUrl>,
+    }
+    /// The server of a `postgres://` URL: its hosts, user, password and database, read by
+    /// `build`.
+    address(self, url) {
+        if !crate::SCHEME.serves(url.scheme()) {
+            return Err(self.options.invalid(format!(
+                "{} is not a PostgreSQL URL; write postgres://user@host:5432/database",
+                url.redacted()
+            )));
+        }
+        self.address = Some(url.clone());
+        Ok(())
     }
 }
 
@@ -137,25 +140,6 @@ impl Settings {
             Ok(url) => url.identity(&[("schema", &self.schema)]),
             Err(_) => address,
         }
-    }
-}
-
-impl ProviderBuilder for PostgresLockProviderBuilder {
-    fn options_mut(&mut self) -> &mut Options {
-        &mut self.options
-    }
-
-    /// The server of a `postgres://` URL: its hosts, user, password and database, read by
-    /// `build`.
-    fn address(&mut self, url: &StoreUrl) -> Result<()> {
-        if !crate::SCHEME.serves(url.scheme()) {
-            return Err(self.options.invalid(format!(
-                "{} is not a PostgreSQL URL; write postgres://user@host:5432/database",
-                url.redacted()
-            )));
-        }
-        self.address = Some(url.clone());
-        Ok(())
     }
 }
 

@@ -14,20 +14,16 @@ use crate::config::PostgresLockProviderBuilder;
 pub struct PostgresLockProvider(TypedProvider<PostgresBackend>);
 lockkit_core::typed_provider!(PostgresLockProvider);
 
-impl PostgresLockProviderBuilder {
+lockkit_core::provider_constructors! {
+    PostgresLockProvider, PostgresLockProviderBuilder;
     /// Checks every setting and builds the provider; connects on first use.
     ///
     /// # Errors
     ///
     /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) naming what to change.
-    pub fn build(self) -> Result<PostgresLockProvider> {
-        let settings = self.settings()?;
-        self.options().provider(Arc::new(PostgresBackend::new(settings))).map(PostgresLockProvider)
+    build(builder) {
+        Arc::new(PostgresBackend::new(builder.settings()?))
     }
-}
-
-lockkit_core::provider_constructors! {
-    PostgresLockProvider, PostgresLockProviderBuilder;
     /// Builds a provider from `url` and connects at once: checks every setting, opens the
     /// connection, checks (or creates) the schema and the role's privileges.
     ///

@@ -40,7 +40,8 @@ pub const SCHEME: Scheme = Scheme::new(&["zk"], BACKEND, connect_url)
 pub struct ZkLockProvider(TypedProvider<ZkBackend>);
 lockkit_core::typed_provider!(ZkLockProvider);
 
-impl ZkLockProviderBuilder {
+lockkit_core::provider_constructors! {
+    ZkLockProvider, ZkLockProviderBuilder;
     /// Checks every setting and makes the provider, without any I/O: the first session is
     /// opened (and the base path created) when the provider is first used. Use
     /// [`ZkLockProvider::connect`] to connect at once.
@@ -53,14 +54,9 @@ impl ZkLockProviderBuilder {
     /// session timeout, connect timeout or drift margin out of its range (see each method), an
     /// ACL that needs credentials without them, credentials with an empty user or a `:` in
     /// the user.
-    pub fn build(self) -> Result<ZkLockProvider> {
-        let config = self.check()?;
-        self.options().provider(ZkBackend::new(config)).map(ZkLockProvider)
+    build(builder) {
+        ZkBackend::new(builder.check()?)
     }
-}
-
-lockkit_core::provider_constructors! {
-    ZkLockProvider, ZkLockProviderBuilder;
     /// Connects to the store a `zk://` URL names, eagerly:
     /// `zk://[user:password@]host:port[,host:port…][/chroot][?option=value&…]` with the
     /// options of [`ZkLockProviderBuilder::option`]. Checks every setting, opens the session

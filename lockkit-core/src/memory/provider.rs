@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::BACKEND;
 use super::client::MemoryClient;
 use super::store::{Lease, MemoryStore};
-use crate::config::{self, Key, MAX_HOLD, OptionKey, Options, ProviderBuilder, STORE_ID, StoreUrl};
+use crate::config::{self, Key, MAX_HOLD, OptionKey, STORE_ID, StoreUrl};
 #[cfg(any(test, feature = "test-util"))]
 use crate::{LockName, LossReason};
 use crate::{Result, TypedProvider};
@@ -42,27 +42,13 @@ const DRIFT: Key<Duration> = Key::new("drift", "how much earlier than the store 
 /// The options a `mem://` URL and [`MemoryLockProviderBuilder::option`] take.
 pub const OPTIONS: &[&dyn OptionKey] = &[&LEASE, &RENEW_EVERY, &DRIFT, &MAX_HOLD, &STORE_ID];
 
-/// Builds a [`MemoryLockProvider`]; every setting is checked by [`build`](Self::build).
-#[derive(Clone, Debug)]
-#[must_use = "a builder does nothing until `build` is called"]
-pub struct MemoryLockProviderBuilder {
-    store: Option<MemoryStore>,
-    options: Options,
-}
-
-impl Default for MemoryLockProviderBuilder {
-    fn default() -> Self {
-        Self { store: None, options: Options::new(BACKEND, OPTIONS) }
+crate::provider_builder! {
+    /// Builds a [`MemoryLockProvider`]; every setting is checked by [`build`](Self::build).
+    pub struct MemoryLockProviderBuilder(BACKEND, OPTIONS) {
+        store: Option<MemoryStore>,
     }
-}
-
-impl ProviderBuilder for MemoryLockProviderBuilder {
-    fn options_mut(&mut self) -> &mut Options {
-        &mut self.options
-    }
-
     /// `mem://NAME` is the process-wide store called NAME, and `mem://` the one called "".
-    fn address(&mut self, url: &StoreUrl) -> Result<()> {
+    address(self, url) {
         if url.scheme() != "mem" {
             return Err(self.options.invalid(format!("{} is not a mem:// URL", url.redacted())));
         }
