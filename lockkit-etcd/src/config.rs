@@ -37,11 +37,6 @@ pub const OPTIONS: &[&dyn OptionKey] = &[
     &TLS_KEYS.key,
 ];
 
-/// What an `etcds://` URL says when the `tls` feature is not built in.
-#[cfg(not(feature = "tls"))]
-const TLS_FEATURE: &str = "etcds:// (TLS) is not built in: enable the `tls` feature of lockkit-etcd \
-    (the `etcd-tls` feature of the lockkit crate) in your Cargo.toml";
-
 /// The shortest lease etcd grants with its default timing (a heartbeat of 100 ms and an
 /// election timeout of 1 s): it raises shorter leases to this silently, so a shorter TTL is
 /// refused rather than quietly lengthened.
@@ -107,16 +102,8 @@ lockkit_core::provider_builder! {
     /// The members, TLS (`etcds://`), the prefix (the path) and the credentials of an
     /// `etcd://` URL.
     address(self, url) {
-        self.tls = match url.scheme() {
-            "etcd" => false,
-            "etcds" => true,
-            _ => {
-                return Err(self.options.invalid(format!(
-                    "{} is not an etcd:// URL; write etcd://[user:password@]host:2379[,host:2379…][/prefix]",
-                    url.redacted()
-                )));
-            }
-        };
+        let form = "etcd://[user:password@]host:2379[,host:2379…][/prefix]";
+        self.tls = url.expect_scheme(BACKEND, &["etcd", "etcds"], form)? == "etcds";
         let shown = url.redacted();
         let members = shown.split_once("://").map_or("", |(_, rest)| rest);
         if members.contains("etcd://") || members.contains("etcds://") {
@@ -239,7 +226,7 @@ impl EtcdLockProviderBuilder {
 fn tls_settings(enabled: bool, options: &Options) -> Result<Option<ClientTls>> {
     #[cfg(not(feature = "tls"))]
     if enabled {
-        return Err(invalid(TLS_FEATURE));
+        return Err(invalid(lockkit_core::config::tls_not_built(BACKEND)));
     }
     let plain = "the members use etcd:// (plain TCP): write the URL as etcds://host:2379 (or call tls(true))";
     let tls = TLS_KEYS.load_when(options, enabled, plain)?;

@@ -40,7 +40,7 @@ pub const SCHEME: Scheme = Scheme::new(&["etcd", "etcds"], BACKEND, connect_url)
 /// ```
 #[derive(Clone, Debug)]
 pub struct EtcdLockProvider(TypedProvider<EtcdBackend>);
-lockkit_core::typed_provider!(EtcdLockProvider);
+lockkit_core::typed_provider!(EtcdLockProvider, EtcdBackend);
 
 lockkit_core::provider_constructors! {
     EtcdLockProvider, EtcdLockProviderBuilder;
@@ -75,10 +75,6 @@ lockkit_core::provider_constructors! {
 }
 
 impl EtcdLockProvider {
-    fn backend(&self) -> &EtcdBackend {
-        self.0.backend()
-    }
-
     /// The etcd client of the provider's current lease (a new client and lease if there is
     /// none, it ended, or its runtime shut down), for requests of your own: a transaction
     /// guarded by the lock key's create revision, say, or a measurement of the raw round trip.

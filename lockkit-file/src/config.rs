@@ -77,9 +77,7 @@ lockkit_core::provider_builder! {
     }
     /// `file:///path/to/dir`, or `file://` for the default directory.
     address(self, url) {
-        if url.scheme() != "file" {
-            return Err(self.options.invalid(format!("{} is not a file:// URL", url.redacted())));
-        }
+        url.expect_scheme(BACKEND, &["file"], "file:///path/to/dir")?;
         self.dir = Some(match (url.hosts(), url.path()) {
             ("", "") => default_dir(),
             ("", path) => PathBuf::from(path),

@@ -83,12 +83,7 @@ lockkit_core::provider_builder! {
     /// The server of a `postgres://` URL: its hosts, user, password and database, read by
     /// `build`.
     address(self, url) {
-        if !crate::SCHEME.serves(url.scheme()) {
-            return Err(self.options.invalid(format!(
-                "{} is not a PostgreSQL URL; write postgres://user@host:5432/database",
-                url.redacted()
-            )));
-        }
+        url.expect_scheme(BACKEND, &["postgres", "postgresql"], "a PostgreSQL URL: postgres://user@host:5432/database")?;
         self.address = Some(url.clone());
         Ok(())
     }

@@ -12,7 +12,7 @@ use crate::config::PostgresLockProviderBuilder;
 /// `inspect` and the rest are its methods; see the crate docs.
 #[derive(Clone, Debug)]
 pub struct PostgresLockProvider(TypedProvider<PostgresBackend>);
-lockkit_core::typed_provider!(PostgresLockProvider);
+lockkit_core::typed_provider!(PostgresLockProvider, PostgresBackend);
 
 lockkit_core::provider_constructors! {
     PostgresLockProvider, PostgresLockProviderBuilder;
@@ -38,10 +38,6 @@ lockkit_core::provider_constructors! {
 }
 
 impl PostgresLockProvider {
-    fn backend(&self) -> &PostgresBackend {
-        self.0.backend()
-    }
-
     /// One `SELECT 1` round trip (connecting first, with the schema checked, if need be).
     ///
     /// # Errors

@@ -33,7 +33,7 @@ use crate::keys::LockKeys;
 /// ```
 #[derive(Clone, Debug)]
 pub struct RedisLockProvider(TypedProvider<RedisBackend>);
-lockkit_core::typed_provider!(RedisLockProvider);
+lockkit_core::typed_provider!(RedisLockProvider, RedisBackend);
 
 lockkit_core::provider_constructors! {
     RedisLockProvider, RedisLockProviderBuilder;
@@ -88,10 +88,6 @@ impl RedisLockProvider {
                  set maxmemory-policy to noeviction"
             );
         }
-    }
-
-    fn backend(&self) -> &RedisBackend {
-        self.0.backend()
     }
 
     /// The lease of this provider's holds.

@@ -12,11 +12,6 @@ use crate::BACKEND;
 use crate::cluster::ClusterSettings;
 use crate::sentinel::SentinelSettings;
 
-/// What `rediss://` needs when it is not built in.
-#[cfg(not(feature = "tls"))]
-const TLS_FEATURE: &str = "rediss:// (TLS) is not built in: enable the `tls` feature of lockkit-redis \
-    (the `redis-tls` feature of the lockkit crate) in your Cargo.toml";
-
 /// Settings that passed every check.
 #[derive(Clone, Debug)]
 pub(crate) struct Settings {
@@ -89,7 +84,7 @@ pub(crate) fn parse_target(url: &str) -> Result<Target> {
         #[cfg(feature = "tls")]
         "rediss+cluster" => (true, true),
         #[cfg(not(feature = "tls"))]
-        "rediss+sentinel" | "rediss+cluster" => return Err(invalid(TLS_FEATURE)),
+        "rediss+sentinel" | "rediss+cluster" => return Err(invalid(config::tls_not_built(BACKEND))),
         _ => return Ok((parse_url(url)?, None, None)),
     };
     if cluster {
@@ -127,7 +122,7 @@ fn parse_url(url: &str) -> Result<redis::ConnectionInfo> {
         #[cfg(feature = "tls")]
         "rediss" => {}
         #[cfg(not(feature = "tls"))]
-        "rediss" => return Err(invalid(TLS_FEATURE)),
+        "rediss" => return Err(invalid(config::tls_not_built(BACKEND))),
         other => {
             return Err(invalid(format!(
                 "the URL {shown} has the scheme {other:?}; use redis:// (or rediss:// for TLS), redis+sentinel://sentinel:26379,…/MASTER_NAME for a Sentinel-managed primary, or redis+cluster://node:6379,node:6379 for a Redis Cluster"

@@ -135,12 +135,7 @@ lockkit_core::provider_builder! {
     }
     /// The servers, the chroot (the path) and the credentials of a `zk://` URL.
     address(self, url) {
-        if url.scheme() != "zk" {
-            return Err(self.options.invalid(format!(
-                "{} is not a zk:// URL; write zk://[user:password@]host:2181[,host:2181…][/chroot]",
-                url.redacted()
-            )));
-        }
+        url.expect_scheme(BACKEND, &["zk"], "zk://[user:password@]host:2181[,host:2181…][/chroot]")?;
         self.credentials = url.credentials(BACKEND)?;
         self.servers = Some(url.hosts().to_owned());
         self.chroot = Some(url.path()).filter(|path| !path.is_empty() && *path != "/").map(str::to_owned);

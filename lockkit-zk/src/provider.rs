@@ -38,7 +38,7 @@ pub const SCHEME: Scheme = Scheme::new(&["zk"], BACKEND, connect_url)
 /// ```
 #[derive(Clone, Debug)]
 pub struct ZkLockProvider(TypedProvider<ZkBackend>);
-lockkit_core::typed_provider!(ZkLockProvider);
+lockkit_core::typed_provider!(ZkLockProvider, ZkBackend);
 
 lockkit_core::provider_constructors! {
     ZkLockProvider, ZkLockProviderBuilder;
@@ -82,10 +82,6 @@ lockkit_core::provider_constructors! {
 }
 
 impl ZkLockProvider {
-    fn backend(&self) -> &ZkBackend {
-        self.0.backend()
-    }
-
     /// The ZooKeeper client of the provider's current session (a new session if there is
     /// none, the last one ended, or its runtime shut down), for requests of your own on the
     /// same session: for instance a multi-op guarded by a check of the lock node, or a

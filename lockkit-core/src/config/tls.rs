@@ -152,6 +152,16 @@ impl TlsKeys {
     }
 }
 
+/// What a backend built without its `tls` feature says of a URL or a setting that needs TLS:
+/// which feature to enable, of the backend's crate (`lockkit-BACKEND`) and of the facade
+/// (`BACKEND-tls`).
+pub fn tls_not_built(backend: &str) -> String {
+    format!(
+        "TLS is not built in: enable the `tls` feature of lockkit-{backend} (the `{backend}-tls` feature of the \
+         lockkit crate) in your Cargo.toml"
+    )
+}
+
 /// The certificates of a TLS client, read: PEM contents. `Debug` shows none of them.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct ClientTls {

@@ -228,6 +228,24 @@ fn escape_identity(text: &str) -> String {
     escaped
 }
 
+impl StoreUrl {
+    /// The URL's scheme when it is one of `names` (a backend's schemes, lower case), for the
+    /// `address` of a backend's builder.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] of `backend` for another scheme: "URL is not a NAME:// URL;
+    /// write `form`".
+    pub fn expect_scheme(&self, backend: &'static str, names: &[&str], form: &str) -> Result<&str> {
+        if names.contains(&self.scheme.as_str()) {
+            return Ok(&self.scheme);
+        }
+        let name = names.first().unwrap_or(&backend);
+        let article = if name.starts_with(['a', 'e', 'i', 'o', 'u']) { "an" } else { "a" };
+        Err(invalid(backend, format!("{} is not {article} {name}:// URL; write {form}", self.redacted())))
+    }
+}
+
 impl std::fmt::Debug for StoreUrl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_tuple("StoreUrl").field(&self.redacted()).finish()

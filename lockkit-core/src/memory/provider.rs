@@ -49,9 +49,7 @@ crate::provider_builder! {
     }
     /// `mem://NAME` is the process-wide store called NAME, and `mem://` the one called "".
     address(self, url) {
-        if url.scheme() != "mem" {
-            return Err(self.options.invalid(format!("{} is not a mem:// URL", url.redacted())));
-        }
+        url.expect_scheme(BACKEND, &["mem"], "mem://NAME")?;
         if url.user().is_some() {
             return Err(self.options.invalid(format!("{} carries credentials; mem:// takes none", url.redacted())));
         }
