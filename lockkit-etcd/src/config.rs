@@ -198,10 +198,7 @@ impl EtcdLockProviderBuilder {
                 "ttl is {ttl:?}; etcd counts leases in whole seconds: give a whole number of seconds"
             )));
         }
-        let drift = options.get(&DRIFT).unwrap_or(ttl / 10);
-        if drift >= ttl / 2 {
-            return Err(invalid(format!("drift is {drift:?}; it must be below half the ttl ({:?})", ttl / 2)));
-        }
+        let drift = options.below(&DRIFT, ttl / 10, ttl / 2, "half the ttl")?;
         let connect_timeout = options.value(&CONNECT_TIMEOUT)?;
         if let Some(user) = self.credentials.as_ref().map(Credentials::user)
             && user.is_empty()

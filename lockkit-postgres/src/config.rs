@@ -230,24 +230,14 @@ impl PostgresLockProviderBuilder {
             config.host(server.name()).port(server.port);
         }
         let lease = options.value(&LEASE)?;
-        let renew_every = options.get(&RENEW_EVERY).unwrap_or(lease / 3);
-        if renew_every.is_zero() || renew_every >= lease {
-            return Err(options.invalid(format!(
-                "renew_every is {renew_every:?}; it must be above zero and below the lease ({lease:?}), a third of it by default"
-            )));
-        }
+        let renew_every = options.interval_below(&RENEW_EVERY, lease / 3, lease, "the lease")?;
         let response_timeout = options.within(
             &RESPONSE_TIMEOUT,
             DEFAULT_RESPONSE_TIMEOUT.min(lease / 2),
             Duration::from_millis(10),
             MAX_DURATION,
         )?;
-        let drift = options.get(&DRIFT).unwrap_or(lease / 60);
-        if drift >= lease / 3 {
-            return Err(
-                options.invalid(format!("drift is {drift:?}; it must be below a third of the lease ({lease:?})"))
-            );
-        }
+        let drift = options.below(&DRIFT, lease / 60, lease / 3, "a third of the lease")?;
         let schema = options.value(&SCHEMA)?;
         check_schema(&schema)?;
         let tls = Tls::new(SSL, SSL.load(options)?, &mut config)?;

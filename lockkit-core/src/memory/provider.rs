@@ -117,18 +117,9 @@ impl MemoryLockProviderBuilder {
             }
         } else {
             let lease = options.value(&LEASE)?;
-            let renew = options.get(&RENEW_EVERY).unwrap_or(lease / 3);
-            if renew.is_zero() || renew >= lease {
-                return Err(options.invalid(format!(
-                    "renew_every ({renew:?}) must be above zero and below the lease ({lease:?}); a third of the lease is a good choice"
-                )));
-            }
-            let drift = options.get(&DRIFT).unwrap_or(lease / 50);
-            if drift.saturating_add(renew) >= lease {
-                return Err(options.invalid(format!(
-                    "drift ({drift:?}) plus renew_every ({renew:?}) must stay below the lease ({lease:?}), or holds expire between renewals"
-                )));
-            }
+            let renew = options.interval_below(&RENEW_EVERY, lease / 3, lease, "the lease")?;
+            let room = lease.saturating_sub(renew);
+            options.below(&DRIFT, lease / 50, room, "the lease minus renew_every, or holds expire between renewals")?;
         }
         let options = self.options.clone();
         Ok(MemoryLockProvider(self.build_unchecked().0.map(|provider| options.apply(provider))?))
