@@ -105,36 +105,16 @@ pub(crate) struct Settings {
     /// crash. Off by default: the restart fence keeps grants lost in a crash safe.
     pub(crate) durable_grants: bool,
     pub(crate) tls: Tls,
+    /// The store's identity, made by `settings`.
+    identity: String,
 }
 
 impl Settings {
     /// The store's identity (fences, the order of multi-locks), through
-    /// [`StoreUrl::identity`]: `postgres://host:port,…/database?schema=…`, every host with
-    /// its port (5432 when none is given; a socket directory percent-escaped), never the user.
+    /// [`StoreUrl::identity_with_port`]: `postgres://host:port,…/database?schema=…`, every
+    /// host with its port (5432 when none is given), never the user.
     pub(crate) fn store_identity(&self) -> String {
-        let ports = self.config.get_ports();
-        let hosts: Vec<String> = self
-            .config
-            .get_hosts()
-            .iter()
-            .enumerate()
-            .map(|(at, host)| {
-                let port = ports.get(at).or(ports.first()).copied().unwrap_or(5432);
-                match host {
-                    tokio_postgres::config::Host::Tcp(name) if name.contains(':') => format!("[{name}]:{port}"),
-                    tokio_postgres::config::Host::Tcp(name) => format!("{name}:{port}"),
-                    #[cfg(unix)]
-                    tokio_postgres::config::Host::Unix(dir) => {
-                        format!("{}:{port}", dir.display().to_string().replace('%', "%25").replace('/', "%2F"))
-                    }
-                }
-            })
-            .collect();
-        let address = format!("postgres://{}/{}", hosts.join(","), self.config.get_dbname().unwrap_or_default());
-        match StoreUrl::parse(&address) {
-            Ok(url) => url.identity(&[("schema", &self.schema)]),
-            Err(_) => address,
-        }
+        self.identity.clone()
     }
 }
 
@@ -250,6 +230,7 @@ impl PostgresLockProviderBuilder {
         config
             .options(format!("-c statement_timeout={}{synchronous}", response_timeout.as_millis()))
             .connect_timeout(response_timeout);
+        let identity = parsed.identity_with_port(5432, &[("schema", &schema)]);
         Ok(Settings {
             config,
             address: parsed.shown_address(),
@@ -261,6 +242,7 @@ impl PostgresLockProviderBuilder {
             migrate: options.value(&MIGRATE)?,
             durable_grants,
             tls,
+            identity,
         })
     }
 }

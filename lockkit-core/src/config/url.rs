@@ -205,6 +205,27 @@ impl StoreUrl {
     }
 }
 
+impl StoreUrl {
+    /// [`identity`](Self::identity) with every host given its port, `default_port` where the
+    /// URL names none, so that `h` and `h:5432` are one store. Hosts that do not parse (which
+    /// `build` refuses anyway) are taken as written.
+    ///
+    /// ```
+    /// use lockkit_core::config::StoreUrl;
+    ///
+    /// let url = StoreUrl::parse("postgresql://app:pw@B,a:6543/locks")?;
+    /// assert_eq!(url.identity_with_port(5432, &[]), "postgres://a:6543,b:5432/locks");
+    /// # Ok::<(), lockkit_core::Error>(())
+    /// ```
+    pub fn identity_with_port(&self, default_port: u16, keyspace: &[(&str, &str)]) -> String {
+        let Ok(hosts) = super::parse_hosts("lockkit", &self.hosts, default_port) else {
+            return self.identity(keyspace);
+        };
+        let hosts: Vec<String> = hosts.iter().map(ToString::to_string).collect();
+        Self { hosts: hosts.join(","), ..self.clone() }.identity(keyspace)
+    }
+}
+
 /// The plain scheme of a TLS one, and one spelling of PostgreSQL's.
 fn plain_scheme(scheme: &str) -> &str {
     match scheme {
