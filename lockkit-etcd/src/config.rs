@@ -2,9 +2,7 @@
 
 use std::time::Duration;
 
-use lockkit_core::config::{
-    ClientTls, Credentials, Key, MAX_DURATION, MAX_HOLD, OptionKey, Options, STORE_ID, TLS_KEYS,
-};
+use lockkit_core::config::{ClientTls, Credentials, Key, MAX_DURATION, MAX_HOLD, OptionKey, STORE_ID, TLS_KEYS};
 use lockkit_core::{LockName, Result};
 
 use crate::BACKEND;
@@ -186,7 +184,8 @@ impl EtcdLockProviderBuilder {
         let Some(written) = self.endpoints.clone().filter(|e| !e.trim().is_empty()) else {
             return Err(invalid("no members: call endpoints(\"host:2379[,host:2379…]\") or use an etcd:// URL"));
         };
-        let tls = tls_settings(self.tls, options)?;
+        let plain = "the members use etcd:// (plain TCP): write the URL as etcds://host:2379 (or call tls(true))";
+        let tls = TLS_KEYS.load_checked(options, self.tls, cfg!(feature = "tls"), plain)?;
         let (scheme, http) = if tls.is_some() { ("etcds", "https") } else { ("etcd", "http") };
         let members = lockkit_core::config::parse_hosts(BACKEND, &written, DEFAULT_PORT)?;
         let endpoints = members.iter().map(|member| format!("{http}://{member}")).collect();
@@ -200,11 +199,7 @@ impl EtcdLockProviderBuilder {
         }
         let drift = options.below(&DRIFT, ttl / 10, ttl / 2, "half the ttl")?;
         let connect_timeout = options.value(&CONNECT_TIMEOUT)?;
-        if let Some(user) = self.credentials.as_ref().map(Credentials::user)
-            && user.is_empty()
-        {
-            return Err(invalid("the user name of the credentials is empty"));
-        }
+        Credentials::check(self.credentials.as_ref(), BACKEND, &[])?;
         Ok(EtcdConfig {
             endpoints,
             address: format!("{scheme}://{written}/{prefix}"),
@@ -216,21 +211,6 @@ impl EtcdLockProviderBuilder {
             tls,
         })
     }
-}
-
-/// The members' TLS: the certificates given, checked to be PEM; refused for plain members
-/// and, without the `tls` feature, at all.
-fn tls_settings(enabled: bool, options: &Options) -> Result<Option<ClientTls>> {
-    #[cfg(not(feature = "tls"))]
-    if enabled {
-        return Err(invalid(lockkit_core::config::tls_not_built(BACKEND)));
-    }
-    let plain = "the members use etcd:// (plain TCP): write the URL as etcds://host:2379 (or call tls(true))";
-    let tls = TLS_KEYS.load_when(options, enabled, plain)?;
-    if let Some(tls) = &tls {
-        tls.check_pem(BACKEND, &TLS_KEYS)?;
-    }
-    Ok(tls)
 }
 
 /// An `InvalidConfig` error of this backend.

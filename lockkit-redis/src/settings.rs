@@ -72,10 +72,7 @@ pub(crate) type Target = (redis::ConnectionInfo, Option<SentinelSettings>, Optio
 /// its address), or the nodes of a `redis+cluster://` URL (with the first node's).
 pub(crate) fn parse_target(url: &str) -> Result<Target> {
     let shown = config::redact(url);
-    let parsed = StoreUrl::parse(url).map_err(|error| match error {
-        Error::InvalidConfig { message, .. } => invalid(message),
-        other => other,
-    })?;
+    let parsed = StoreUrl::parse_for(BACKEND, url)?;
     let (tls, cluster) = match parsed.scheme() {
         "redis+sentinel" => (false, false),
         "redis+cluster" => (false, true),
@@ -113,10 +110,7 @@ pub(crate) fn parse_target(url: &str) -> Result<Target> {
 /// Reads the URL of one server.
 fn parse_url(url: &str) -> Result<redis::ConnectionInfo> {
     let shown = config::redact(url);
-    let parsed = StoreUrl::parse(url).map_err(|error| match error {
-        Error::InvalidConfig { message, .. } => invalid(message),
-        other => other,
-    })?;
+    let parsed = StoreUrl::parse_for(BACKEND, url)?;
     match parsed.scheme() {
         "redis" | "redis+unix" | "unix" => {}
         #[cfg(feature = "tls")]

@@ -237,16 +237,7 @@ impl ZkLockProviderBuilder {
             (None, Some(chroot)) => check_path(chroot, "the chroot")?,
             (None, None) => None,
         };
-        if let Some(user) = self.credentials.as_ref().map(Credentials::user) {
-            if user.is_empty() {
-                return Err(invalid("the digest user name is empty: give credentials as user and password"));
-            }
-            if user.contains(':') {
-                return Err(invalid(format!(
-                    "the digest user name {user:?} contains ':', which a ZooKeeper digest user name cannot contain"
-                )));
-            }
-        }
+        Credentials::check(self.credentials.as_ref(), BACKEND, &[':'])?;
         let session_timeout = options.value(&SESSION_TIMEOUT)?;
         let connect_timeout = match options.get(&CONNECT_TIMEOUT) {
             Some(timeout) => Some(options.within(&CONNECT_TIMEOUT, timeout, MIN_CONNECT_TIMEOUT, session_timeout)?),

@@ -250,6 +250,19 @@ fn escape_identity(text: &str) -> String {
 }
 
 impl StoreUrl {
+    /// As [`parse`](Self::parse), with the error of `backend` (for a backend that reads its
+    /// URL forms itself).
+    ///
+    /// # Errors
+    ///
+    /// As for [`parse`](Self::parse).
+    pub fn parse_for(backend: &'static str, url: &str) -> Result<Self> {
+        Self::parse(url).map_err(|error| match error {
+            Error::InvalidConfig { message, .. } => invalid(backend, message),
+            other => other,
+        })
+    }
+
     /// The URL's scheme when it is one of `names` (a backend's schemes, lower case), for the
     /// `address` of a backend's builder.
     ///
