@@ -43,8 +43,8 @@ pub use futures_core::Stream;
 pub use crate::backoff::Backoff;
 pub use crate::journal_observer::{Journal, JournalRead, journal_observer};
 pub use crate::observer_task::{
-    FOLLOW_FIRST_PAUSE, FOLLOW_MAX_PAUSE, Follow, FollowEnd, OUTBOX_CAPACITY, ObserverTask, Outbox, follow_task,
-    observer_task,
+    FOLLOW_FIRST_PAUSE, FOLLOW_MAX_PAUSE, Follow, FollowEnd, LastShown, OUTBOX_CAPACITY, ObserverTask, Outbox,
+    follow_task, observer_task,
 };
 pub use crate::options::Deadline;
 pub use crate::signal::{HoldSignal, deadline_after, lease_deadline};

@@ -48,7 +48,7 @@ pub use key::{GivenValue, Key, MAX_HOLD, OptionKey, STORE_ID, options_table};
 pub use options::{Options, ProviderBuilder, from_url, with_url};
 pub use scheme::{ConnectFuture, Scheme, url_docs};
 pub use table::{connect, lookup, register, registered};
-pub use tls::{ClientTls, Pem, TLS_KEYS, TlsKeys};
+pub use tls::{ClientTls, Pem, TLS_KEYS, TlsKeys, tls_not_built};
 pub use tls_mode::{ModeTlsKeys, TlsMode};
 pub use url::{StoreUrl, redact};
 pub use value::OptionValue;

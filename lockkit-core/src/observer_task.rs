@@ -23,7 +23,7 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use crate::backoff::Backoff;
-use crate::{Error, LeaderEvent, LockName, Result};
+use crate::{Error, FencingToken, LeaderEvent, LockName, Result};
 
 /// How many events wait for a slow consumer before they give way to a gap and the state.
 pub const OUTBOX_CAPACITY: usize = 256;
@@ -109,6 +109,34 @@ impl Outbox {
         if let Some(waker) = state.waker.take() {
             waker.wake();
         }
+    }
+}
+
+/// What a follower last pushed to its [`Outbox`] (a leader's term, or a vacancy), so that it
+/// pushes only changes: the bookkeeping of every observer that works out the leader from a
+/// view of the store.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LastShown(Option<Option<FencingToken>>);
+
+impl LastShown {
+    /// Pushes `event` (an `Elected` or a `Vacant`) unless it shows the same term, or the same
+    /// vacancy, as the last one pushed; with `restate`, pushes it anyway, as it is (after a
+    /// gap, or as the first state of a new view). A change that follows an earlier state is
+    /// one this follower saw happen: its `since` is made no earlier than now
+    /// ([`not_before_now`](crate::backend::not_before_now)).
+    pub fn push(&mut self, mut event: LeaderEvent, restate: bool, outbox: &Outbox) {
+        let now = match &event {
+            LeaderEvent::Elected(leader) => Some(leader.term),
+            _ => None,
+        };
+        if !restate && self.0 == Some(now) {
+            return;
+        }
+        if !restate && self.0.is_some() {
+            crate::backend::not_before_now(&mut event);
+        }
+        self.0 = Some(now);
+        outbox.push(Ok(event));
     }
 }
 

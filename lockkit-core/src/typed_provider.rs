@@ -129,8 +129,22 @@ impl<B: ?Sized> From<TypedProvider<B>> for LockProvider {
 /// (so `provider.lock(name)` and every other [`LockProvider`] method work on it),
 /// `From<…> for LockProvider`, `AsRef<LockProvider>` and `TryFrom<LockProvider>` (the way
 /// back from a plain provider, [`TypedProvider::downcast`]). See [`TypedProvider`].
+///
+/// `typed_provider!(XLockProvider, XBackend)` also gives it a private `backend()`, the
+/// backend with its type, for its extras.
 #[macro_export]
 macro_rules! typed_provider {
+    ($provider:ty, $backend:ty) => {
+        $crate::typed_provider!($provider);
+
+        impl $provider {
+            /// The backend, with its type: for this provider's extras.
+            #[allow(dead_code)]
+            fn backend(&self) -> &$backend {
+                $crate::TypedProvider::backend(&self.0)
+            }
+        }
+    };
     ($provider:ty) => {
         impl ::std::ops::Deref for $provider {
             type Target = $crate::LockProvider;

@@ -2,10 +2,7 @@
 
 use std::time::Duration;
 
-use lockkit_core::config::{
-    ClientTls, Credentials, Key, MAX_DURATION, MAX_HOLD, OptionKey, Options, ProviderBuilder, STORE_ID, StoreUrl,
-    TLS_KEYS,
-};
+use lockkit_core::config::{ClientTls, Credentials, Key, MAX_DURATION, MAX_HOLD, OptionKey, STORE_ID, TLS_KEYS};
 use lockkit_core::{LockName, Result};
 
 use crate::BACKEND;
@@ -37,11 +34,6 @@ pub const OPTIONS: &[&dyn OptionKey] = &[
     &TLS_KEYS.certificate,
     &TLS_KEYS.key,
 ];
-
-/// What an `etcds://` URL says when the `tls` feature is not built in.
-#[cfg(not(feature = "tls"))]
-const TLS_FEATURE: &str = "etcds:// (TLS) is not built in: enable the `tls` feature of lockkit-etcd \
-    (the `etcd-tls` feature of the lockkit crate) in your Cargo.toml";
 
 /// The shortest lease etcd grants with its default timing (a heartbeat of 100 ms and an
 /// election timeout of 1 s): it raises shorter leases to this silently, so a shorter TTL is
@@ -97,40 +89,19 @@ pub(crate) fn escape(name: &str) -> String {
     out
 }
 
-/// Every setting of an [`EtcdLockProvider`](crate::EtcdLockProvider); [`build`](Self::build) checks them and does no
-/// I/O.
-#[derive(Clone, Debug)]
-pub struct EtcdLockProviderBuilder {
-    endpoints: Option<String>,
-    credentials: Option<Credentials>,
-    tls: bool,
-    options: Options,
-}
-
-impl Default for EtcdLockProviderBuilder {
-    fn default() -> Self {
-        Self { endpoints: None, credentials: None, tls: false, options: Options::new(BACKEND, OPTIONS) }
+lockkit_core::provider_builder! {
+    /// Every setting of an [`EtcdLockProvider`](crate::EtcdLockProvider); [`build`](Self::build) checks them and does no
+    /// I/O.
+    pub struct EtcdLockProviderBuilder(BACKEND, OPTIONS) {
+        endpoints: Option<String>,
+        credentials: Option<Credentials>,
+        tls: bool,
     }
-}
-
-impl ProviderBuilder for EtcdLockProviderBuilder {
-    fn options_mut(&mut self) -> &mut Options {
-        &mut self.options
-    }
-
     /// The members, TLS (`etcds://`), the prefix (the path) and the credentials of an
     /// `etcd://` URL.
-    fn address(&mut self, url: &StoreUrl) -> Result<()> {
-        self.tls = match url.scheme() {
-            "etcd" => false,
-            "etcds" => true,
-            _ => {
-                return Err(self.options.invalid(format!(
-                    "{} is not an etcd:// URL; write etcd://[user:password@]host:2379[,host:2379…][/prefix]",
-                    url.redacted()
-                )));
-            }
-        };
+    address(self, url) {
+        let form = "etcd://[user:password@]host:2379[,host:2379…][/prefix]";
+        self.tls = url.expect_scheme(BACKEND, &["etcd", "etcds"], form)? == "etcds";
         let shown = url.redacted();
         let members = shown.split_once("://").map_or("", |(_, rest)| rest);
         if members.contains("etcd://") || members.contains("etcds://") {
@@ -213,7 +184,8 @@ impl EtcdLockProviderBuilder {
         let Some(written) = self.endpoints.clone().filter(|e| !e.trim().is_empty()) else {
             return Err(invalid("no members: call endpoints(\"host:2379[,host:2379…]\") or use an etcd:// URL"));
         };
-        let tls = tls_settings(self.tls, options)?;
+        let plain = "the members use etcd:// (plain TCP): write the URL as etcds://host:2379 (or call tls(true))";
+        let tls = TLS_KEYS.load_checked(options, self.tls, cfg!(feature = "tls"), plain)?;
         let (scheme, http) = if tls.is_some() { ("etcds", "https") } else { ("etcd", "http") };
         let members = lockkit_core::config::parse_hosts(BACKEND, &written, DEFAULT_PORT)?;
         let endpoints = members.iter().map(|member| format!("{http}://{member}")).collect();
@@ -225,16 +197,9 @@ impl EtcdLockProviderBuilder {
                 "ttl is {ttl:?}; etcd counts leases in whole seconds: give a whole number of seconds"
             )));
         }
-        let drift = options.get(&DRIFT).unwrap_or(ttl / 10);
-        if drift >= ttl / 2 {
-            return Err(invalid(format!("drift is {drift:?}; it must be below half the ttl ({:?})", ttl / 2)));
-        }
+        let drift = options.below(&DRIFT, ttl / 10, ttl / 2, "half the ttl")?;
         let connect_timeout = options.value(&CONNECT_TIMEOUT)?;
-        if let Some(user) = self.credentials.as_ref().map(Credentials::user)
-            && user.is_empty()
-        {
-            return Err(invalid("the user name of the credentials is empty"));
-        }
+        Credentials::check(self.credentials.as_ref(), BACKEND, &[])?;
         Ok(EtcdConfig {
             endpoints,
             address: format!("{scheme}://{written}/{prefix}"),
@@ -246,21 +211,6 @@ impl EtcdLockProviderBuilder {
             tls,
         })
     }
-}
-
-/// The members' TLS: the certificates given, checked to be PEM; refused for plain members
-/// and, without the `tls` feature, at all.
-fn tls_settings(enabled: bool, options: &Options) -> Result<Option<ClientTls>> {
-    #[cfg(not(feature = "tls"))]
-    if enabled {
-        return Err(invalid(TLS_FEATURE));
-    }
-    let plain = "the members use etcd:// (plain TCP): write the URL as etcds://host:2379 (or call tls(true))";
-    let tls = TLS_KEYS.load_when(options, enabled, plain)?;
-    if let Some(tls) = &tls {
-        tls.check_pem(BACKEND, &TLS_KEYS)?;
-    }
-    Ok(tls)
 }
 
 /// An `InvalidConfig` error of this backend.
@@ -283,6 +233,8 @@ fn check_prefix(prefix: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
+    use lockkit_core::config::StoreUrl;
+
     use super::*;
 
     fn config(url: &str) -> Result<EtcdConfig> {

@@ -42,7 +42,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use etcd_client::{Client, EventType, GetOptions, SortOrder, SortTarget, WatchOptions};
-use lockkit_core::backend::{Follow, FollowEnd, LeaderEvents, Outbox, follow_task};
+use lockkit_core::backend::{Follow, FollowEnd, LastShown, LeaderEvents, Outbox, follow_task};
 use lockkit_core::sync::lock_or_recover;
 use lockkit_core::{LeaderEvent, LockName, Result};
 
@@ -78,15 +78,6 @@ fn lock_progress(progress: &Mutex<Progress>) -> MutexGuard<'_, Progress> {
     lock_or_recover(progress)
 }
 
-/// What the head of the view stood for when it was last handed out.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Shown {
-    /// A candidate led, for the term of this create revision.
-    Term(i64),
-    /// Nobody led.
-    Vacant,
-}
-
 /// One put or delete under the election's prefix, as the watch reports it.
 #[derive(Clone, Debug)]
 struct Change {
@@ -119,7 +110,7 @@ struct View {
     /// The revision the view is complete up to.
     revision: i64,
     /// What was handed out last.
-    shown: Option<Shown>,
+    shown: LastShown,
 }
 
 impl View {
@@ -147,29 +138,13 @@ impl View {
         }
     }
 
-    /// The state the head stands for now.
-    fn now(&self) -> (Shown, LeaderEvent) {
-        let head = self.keys.first_key_value();
-        match head.and_then(|(created, value)| Some((*created, leader_of(value, *created)?))) {
-            Some((created, leader)) => (Shown::Term(created), LeaderEvent::Elected(leader)),
-            None => (Shown::Vacant, LeaderEvent::Vacant),
-        }
-    }
-
-    /// Hands out the current state if it is not what was handed out last (or always, when
-    /// `restate`).
+    /// Hands out the state the head stands for now (its term, the create revision, or a
+    /// vacancy) if it is not what was handed out last (or always, when `restate`). A change
+    /// this observer saw happen is dated not before now: a leader that waited rewrites its
+    /// `since` as it comes to lead, which may come after.
     fn settle(&mut self, restate: bool, outbox: &Outbox) {
-        let (shown, mut event) = self.now();
-        if restate || self.shown != Some(shown) {
-            if !restate && self.shown.is_some() {
-                // A change this observer saw happen: the term began after the state shown
-                // last ended, so not before now, whatever the value says yet (a leader that
-                // waited rewrites its `since` as it comes to lead, which may come after).
-                lockkit_core::backend::not_before_now(&mut event);
-            }
-            self.shown = Some(shown);
-            outbox.push(Ok(event));
-        }
+        let head = self.keys.first_key_value().and_then(|(created, value)| leader_of(value, *created));
+        self.shown.push(head.map_or(LeaderEvent::Vacant, LeaderEvent::Elected), restate, outbox);
     }
 
     /// Applies the events of one watch reply (in revision order), handing out the state after

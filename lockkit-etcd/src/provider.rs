@@ -40,22 +40,18 @@ pub const SCHEME: Scheme = Scheme::new(&["etcd", "etcds"], BACKEND, connect_url)
 /// ```
 #[derive(Clone, Debug)]
 pub struct EtcdLockProvider(TypedProvider<EtcdBackend>);
-lockkit_core::typed_provider!(EtcdLockProvider);
+lockkit_core::typed_provider!(EtcdLockProvider, EtcdBackend);
 
-impl EtcdLockProviderBuilder {
+lockkit_core::provider_constructors! {
+    EtcdLockProvider, EtcdLockProviderBuilder;
     /// Checks every setting and makes the provider, without I/O: it connects on first use.
     ///
     /// # Errors
     ///
     /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) naming what to change.
-    pub fn build(self) -> Result<EtcdLockProvider> {
-        let config = self.config()?;
-        self.options().provider(EtcdBackend::new(config)).map(EtcdLockProvider)
+    build(builder) {
+        EtcdBackend::new(builder.config()?)
     }
-}
-
-lockkit_core::provider_constructors! {
-    EtcdLockProvider, EtcdLockProviderBuilder;
     /// Connects to the store an `etcd://` URL names, eagerly: checks every setting, connects,
     /// and grants the provider's lease, so that a provider returned is one that reached its
     /// store.
@@ -79,10 +75,6 @@ lockkit_core::provider_constructors! {
 }
 
 impl EtcdLockProvider {
-    fn backend(&self) -> &EtcdBackend {
-        self.0.backend()
-    }
-
     /// The etcd client of the provider's current lease (a new client and lease if there is
     /// none, it ended, or its runtime shut down), for requests of your own: a transaction
     /// guarded by the lock key's create revision, say, or a measurement of the raw round trip.

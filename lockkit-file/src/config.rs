@@ -5,7 +5,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use lockkit_core::config::{Key, MAX_HOLD, OptionKey, Options, ProviderBuilder, STORE_ID, StoreUrl};
+use lockkit_core::config::{Key, MAX_HOLD, OptionKey, STORE_ID};
 use lockkit_core::{Error, Result};
 
 use crate::BACKEND;
@@ -70,30 +70,14 @@ pub(crate) struct SplitDowngrade {
     pub(crate) gate: bool,
 }
 
-/// Builds a [`FileLockProvider`](crate::FileLockProvider); every setting is checked by [`build`](Self::build).
-#[derive(Clone, Debug)]
-#[must_use = "a builder does nothing until `build` is called"]
-pub struct FileLockProviderBuilder {
-    dir: Option<PathBuf>,
-    options: Options,
-}
-
-impl Default for FileLockProviderBuilder {
-    fn default() -> Self {
-        Self { dir: None, options: Options::new(BACKEND, OPTIONS) }
+lockkit_core::provider_builder! {
+    /// Builds a [`FileLockProvider`](crate::FileLockProvider); every setting is checked by [`build`](Self::build).
+    pub struct FileLockProviderBuilder(BACKEND, OPTIONS) {
+        dir: Option<PathBuf>,
     }
-}
-
-impl ProviderBuilder for FileLockProviderBuilder {
-    fn options_mut(&mut self) -> &mut Options {
-        &mut self.options
-    }
-
     /// `file:///path/to/dir`, or `file://` for the default directory.
-    fn address(&mut self, url: &StoreUrl) -> Result<()> {
-        if url.scheme() != "file" {
-            return Err(self.options.invalid(format!("{} is not a file:// URL", url.redacted())));
-        }
+    address(self, url) {
+        url.expect_scheme(BACKEND, &["file"], "file:///path/to/dir")?;
         self.dir = Some(match (url.hosts(), url.path()) {
             ("", "") => default_dir(),
             ("", path) => PathBuf::from(path),

@@ -30,7 +30,7 @@ fn connect_url(url: StoreUrl) -> ConnectFuture {
 /// `provider.lock(name)` works directly, and converts into one with `LockProvider::from`.
 #[derive(Clone, Debug)]
 pub struct FileLockProvider(TypedProvider<FileBackend>);
-lockkit_core::typed_provider!(FileLockProvider);
+lockkit_core::typed_provider!(FileLockProvider, FileBackend);
 
 impl FileLockProvider {
     /// Opens the lock directory `dir`, creating it (and its parents) when missing, with
@@ -66,10 +66,6 @@ impl FileLockProvider {
     /// `$XDG_RUNTIME_DIR/lockkit`, or `lockkit-$USER` in the system's temporary directory.
     pub fn default_dir() -> PathBuf {
         default_dir()
-    }
-
-    fn backend(&self) -> &FileBackend {
-        self.0.backend()
     }
 
     /// The lock directory (canonical: symbolic links resolved).

@@ -3,9 +3,7 @@
 
 use std::time::Duration;
 
-use lockkit_core::config::{
-    Key, MAX_DURATION, MAX_HOLD, ModeTlsKeys, OptionKey, Options, ProviderBuilder, STORE_ID, StoreUrl, TlsKeys,
-};
+use lockkit_core::config::{Key, MAX_DURATION, MAX_HOLD, ModeTlsKeys, OptionKey, STORE_ID, StoreUrl, TlsKeys};
 use lockkit_core::{Error, Result};
 
 use crate::BACKEND;
@@ -75,19 +73,19 @@ pub const OPTIONS: &[&dyn OptionKey] = &[
     &SSL.files.key,
 ];
 
-/// Builds a [`PostgresLockProvider`](crate::PostgresLockProvider). `build()` checks every setting (reading the certificate
-/// files a URL names) and does no network I/O; the provider connects on first use.
-#[derive(Clone, Debug)]
-#[must_use]
-pub struct PostgresLockProviderBuilder {
-    /// The server's address, without the query.
-    address: Option<StoreUrl>,
-    options: Options,
-}
-
-impl Default for PostgresLockProviderBuilder {
-    fn default() -> Self {
-        Self { address: None, options: Options::new(BACKEND, OPTIONS) }
+lockkit_core::provider_builder! {
+    /// Builds a [`PostgresLockProvider`](crate::PostgresLockProvider). `build()` checks every setting (reading the certificate
+    /// files a URL names) and does no network I/O; the provider connects on first use.
+    pub struct PostgresLockProviderBuilder(BACKEND, OPTIONS) {
+        /// The server's address, without the query.
+        address: Option<StoreUrl>,
+    }
+    /// The server of a `postgres://` URL: its hosts, user, password and database, read by
+    /// `build`.
+    address(self, url) {
+        url.expect_scheme(BACKEND, &["postgres", "postgresql"], "a PostgreSQL URL: postgres://user@host:5432/database")?;
+        self.address = Some(url.clone());
+        Ok(())
     }
 }
 
@@ -107,55 +105,16 @@ pub(crate) struct Settings {
     /// crash. Off by default: the restart fence keeps grants lost in a crash safe.
     pub(crate) durable_grants: bool,
     pub(crate) tls: Tls,
+    /// The store's identity, made by `settings`.
+    identity: String,
 }
 
 impl Settings {
     /// The store's identity (fences, the order of multi-locks), through
-    /// [`StoreUrl::identity`]: `postgres://host:port,…/database?schema=…`, every host with
-    /// its port (5432 when none is given; a socket directory percent-escaped), never the user.
+    /// [`StoreUrl::identity_with_port`]: `postgres://host:port,…/database?schema=…`, every
+    /// host with its port (5432 when none is given), never the user.
     pub(crate) fn store_identity(&self) -> String {
-        let ports = self.config.get_ports();
-        let hosts: Vec<String> = self
-            .config
-            .get_hosts()
-            .iter()
-            .enumerate()
-            .map(|(at, host)| {
-                let port = ports.get(at).or(ports.first()).copied().unwrap_or(5432);
-                match host {
-                    tokio_postgres::config::Host::Tcp(name) if name.contains(':') => format!("[{name}]:{port}"),
-                    tokio_postgres::config::Host::Tcp(name) => format!("{name}:{port}"),
-                    #[cfg(unix)]
-                    tokio_postgres::config::Host::Unix(dir) => {
-                        format!("{}:{port}", dir.display().to_string().replace('%', "%25").replace('/', "%2F"))
-                    }
-                }
-            })
-            .collect();
-        let address = format!("postgres://{}/{}", hosts.join(","), self.config.get_dbname().unwrap_or_default());
-        match StoreUrl::parse(&address) {
-            Ok(url) => url.identity(&[("schema", &self.schema)]),
-            Err(_) => address,
-        }
-    }
-}
-
-impl ProviderBuilder for PostgresLockProviderBuilder {
-    fn options_mut(&mut self) -> &mut Options {
-        &mut self.options
-    }
-
-    /// The server of a `postgres://` URL: its hosts, user, password and database, read by
-    /// `build`.
-    fn address(&mut self, url: &StoreUrl) -> Result<()> {
-        if !crate::SCHEME.serves(url.scheme()) {
-            return Err(self.options.invalid(format!(
-                "{} is not a PostgreSQL URL; write postgres://user@host:5432/database",
-                url.redacted()
-            )));
-        }
-        self.address = Some(url.clone());
-        Ok(())
+        self.identity.clone()
     }
 }
 
@@ -251,24 +210,14 @@ impl PostgresLockProviderBuilder {
             config.host(server.name()).port(server.port);
         }
         let lease = options.value(&LEASE)?;
-        let renew_every = options.get(&RENEW_EVERY).unwrap_or(lease / 3);
-        if renew_every.is_zero() || renew_every >= lease {
-            return Err(options.invalid(format!(
-                "renew_every is {renew_every:?}; it must be above zero and below the lease ({lease:?}), a third of it by default"
-            )));
-        }
+        let renew_every = options.interval_below(&RENEW_EVERY, lease / 3, lease, "the lease")?;
         let response_timeout = options.within(
             &RESPONSE_TIMEOUT,
             DEFAULT_RESPONSE_TIMEOUT.min(lease / 2),
             Duration::from_millis(10),
             MAX_DURATION,
         )?;
-        let drift = options.get(&DRIFT).unwrap_or(lease / 60);
-        if drift >= lease / 3 {
-            return Err(
-                options.invalid(format!("drift is {drift:?}; it must be below a third of the lease ({lease:?})"))
-            );
-        }
+        let drift = options.below(&DRIFT, lease / 60, lease / 3, "a third of the lease")?;
         let schema = options.value(&SCHEMA)?;
         check_schema(&schema)?;
         let tls = Tls::new(SSL, SSL.load(options)?, &mut config)?;
@@ -281,6 +230,7 @@ impl PostgresLockProviderBuilder {
         config
             .options(format!("-c statement_timeout={}{synchronous}", response_timeout.as_millis()))
             .connect_timeout(response_timeout);
+        let identity = parsed.identity_with_port(5432, &[("schema", &schema)]);
         Ok(Settings {
             config,
             address: parsed.shown_address(),
@@ -292,6 +242,7 @@ impl PostgresLockProviderBuilder {
             migrate: options.value(&MIGRATE)?,
             durable_grants,
             tls,
+            identity,
         })
     }
 }

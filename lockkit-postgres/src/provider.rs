@@ -12,22 +12,18 @@ use crate::config::PostgresLockProviderBuilder;
 /// `inspect` and the rest are its methods; see the crate docs.
 #[derive(Clone, Debug)]
 pub struct PostgresLockProvider(TypedProvider<PostgresBackend>);
-lockkit_core::typed_provider!(PostgresLockProvider);
+lockkit_core::typed_provider!(PostgresLockProvider, PostgresBackend);
 
-impl PostgresLockProviderBuilder {
+lockkit_core::provider_constructors! {
+    PostgresLockProvider, PostgresLockProviderBuilder;
     /// Checks every setting and builds the provider; connects on first use.
     ///
     /// # Errors
     ///
     /// [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) naming what to change.
-    pub fn build(self) -> Result<PostgresLockProvider> {
-        let settings = self.settings()?;
-        self.options().provider(Arc::new(PostgresBackend::new(settings))).map(PostgresLockProvider)
+    build(builder) {
+        Arc::new(PostgresBackend::new(builder.settings()?))
     }
-}
-
-lockkit_core::provider_constructors! {
-    PostgresLockProvider, PostgresLockProviderBuilder;
     /// Builds a provider from `url` and connects at once: checks every setting, opens the
     /// connection, checks (or creates) the schema and the role's privileges.
     ///
@@ -42,10 +38,6 @@ lockkit_core::provider_constructors! {
 }
 
 impl PostgresLockProvider {
-    fn backend(&self) -> &PostgresBackend {
-        self.0.backend()
-    }
-
     /// One `SELECT 1` round trip (connecting first, with the schema checked, if need be).
     ///
     /// # Errors

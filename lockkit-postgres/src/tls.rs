@@ -17,11 +17,6 @@ use tokio_postgres::tls::MakeTlsConnect;
 /// How a connection uses TLS, with libpq's names and meanings (core's [`TlsMode`]).
 pub use lockkit_core::config::TlsMode as SslMode;
 
-/// The message of a TLS setting when the feature is off.
-#[cfg(not(feature = "tls"))]
-const TLS_FEATURE: &str = "TLS is not built in: enable the `tls` feature of lockkit-postgres (the `postgres-tls` \
-     feature of the lockkit crate) in your Cargo.toml";
-
 /// The driver's `sslmode`: the checking modes are `require` to it, the checks are rustls's.
 fn driver_mode(mode: TlsMode) -> tokio_postgres::config::SslMode {
     match mode {
@@ -71,7 +66,12 @@ impl Tls {
             tokio_postgres_rustls::MakeRustlsConnect::new(keys.rustls_config(crate::BACKEND, mode, certificates)?);
         #[cfg(not(feature = "tls"))]
         let connector = {
-            keys.refuse_without_tls(crate::BACKEND, mode, &certificates, TLS_FEATURE)?;
+            keys.refuse_without_tls(
+                crate::BACKEND,
+                mode,
+                &certificates,
+                &lockkit_core::config::tls_not_built(crate::BACKEND),
+            )?;
             tokio_postgres::NoTls
         };
         Ok(Self { mode, keys, connector })
@@ -90,16 +90,12 @@ impl Tls {
     /// Why a connection failed, when TLS is the reason: a message that says what to change.
     pub(crate) fn explain(&self, error: &tokio_postgres::Error, address: &str) -> Option<String> {
         // The driver's own message is in its source chain (its Display names only the kind).
-        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
-        while let Some(current) = source {
-            if current.to_string().contains("server does not support TLS") {
-                let mode = self.mode;
-                return Some(format!(
-                    "{address} does not accept TLS connections, and sslmode={mode} requires TLS; turn TLS on at the \
-                     server (ssl=on) or choose sslmode=prefer or sslmode=disable"
-                ));
-            }
-            source = current.source();
+        if lockkit_core::error_chain(error).contains("server does not support TLS") {
+            let mode = self.mode;
+            return Some(format!(
+                "{address} does not accept TLS connections, and sslmode={mode} requires TLS; turn TLS on at the \
+                 server (ssl=on) or choose sslmode=prefer or sslmode=disable"
+            ));
         }
         #[cfg(feature = "tls")]
         return self.keys.explain(error, self.mode, address);

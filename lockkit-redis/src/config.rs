@@ -5,9 +5,7 @@
 use std::time::Duration;
 
 use lockkit_core::Result;
-use lockkit_core::config::{
-    self, Key, MAX_DURATION, MAX_HOLD, OptionKey, Options, ProviderBuilder, STORE_ID, StoreUrl, TLS_KEYS,
-};
+use lockkit_core::config::{self, Key, MAX_DURATION, MAX_HOLD, OptionKey, STORE_ID, StoreUrl, TLS_KEYS};
 
 use crate::BACKEND;
 use crate::settings::{Settings, check_prefix, invalid, parse_target, shown_address};
@@ -107,53 +105,39 @@ pub const OPTIONS: &[&dyn OptionKey] = &[
     &DB,
 ];
 
-/// Builds a [`RedisLockProvider`](crate::RedisLockProvider); every setting is checked by [`build`](Self::build), which
-/// makes no connection.
-///
-/// Each setting has one name: the builder method, and the URL option of
-/// [`from_url`](Self::from_url) and [`option`](Self::option) (see [`OPTIONS`]). Durations are
-/// counted in whole milliseconds, as Redis counts them (a sub-millisecond part is dropped), and
-/// none may exceed [`MAX_DURATION`](lockkit_core::config::MAX_DURATION), a day.
-///
-/// ```
-/// use std::time::Duration;
-/// use lockkit_redis::RedisLockProvider;
-///
-/// let provider = RedisLockProvider::builder()
-///     .url("redis://app:secret@127.0.0.1:6379/2")
-///     .key_prefix("billing")
-///     .lease(Duration::from_secs(10))
-///     .build()?; // checks every setting; connects on first use
-///
-/// let url = lockkit_core::config::StoreUrl::parse("redis://127.0.0.1:6379/2?lease=10s&fair=false")?;
-/// let same_settings = lockkit_redis::RedisLockProviderBuilder::from_url(&url)?.key_prefix("billing").build()?;
-/// // The options of a URL given to `url` count too; a setting given later wins.
-/// let also = RedisLockProvider::builder().url("redis://127.0.0.1:6379/2?lease=10s").key_prefix("billing").build()?;
-/// # let _ = (provider, same_settings, also);
-/// # Ok::<(), lockkit_core::Error>(())
-/// ```
-#[derive(Clone)]
-#[must_use = "a builder does nothing until `build` is called"]
-pub struct RedisLockProviderBuilder {
-    /// The server's URL without its query.
-    address: Option<String>,
-    options: Options,
-}
-
-impl Default for RedisLockProviderBuilder {
-    fn default() -> Self {
-        Self { address: None, options: Options::new(BACKEND, OPTIONS) }
+lockkit_core::provider_builder! {
+    /// Builds a [`RedisLockProvider`](crate::RedisLockProvider); every setting is checked by [`build`](Self::build), which
+    /// makes no connection.
+    ///
+    /// Each setting has one name: the builder method, and the URL option of
+    /// [`from_url`](Self::from_url) and [`option`](Self::option) (see [`OPTIONS`]). Durations are
+    /// counted in whole milliseconds, as Redis counts them (a sub-millisecond part is dropped), and
+    /// none may exceed [`MAX_DURATION`](lockkit_core::config::MAX_DURATION), a day.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lockkit_redis::RedisLockProvider;
+    ///
+    /// let provider = RedisLockProvider::builder()
+    ///     .url("redis://app:secret@127.0.0.1:6379/2")
+    ///     .key_prefix("billing")
+    ///     .lease(Duration::from_secs(10))
+    ///     .build()?; // checks every setting; connects on first use
+    ///
+    /// let url = lockkit_core::config::StoreUrl::parse("redis://127.0.0.1:6379/2?lease=10s&fair=false")?;
+    /// let same_settings = lockkit_redis::RedisLockProviderBuilder::from_url(&url)?.key_prefix("billing").build()?;
+    /// // The options of a URL given to `url` count too; a setting given later wins.
+    /// let also = RedisLockProvider::builder().url("redis://127.0.0.1:6379/2?lease=10s").key_prefix("billing").build()?;
+    /// # let _ = (provider, same_settings, also);
+    /// # Ok::<(), lockkit_core::Error>(())
+    /// ```
+    pub struct RedisLockProviderBuilder(BACKEND, OPTIONS) {
+        /// The server's URL (its query is taken as options).
+        address: Option<StoreUrl>,
     }
-}
-
-impl ProviderBuilder for RedisLockProviderBuilder {
-    fn options_mut(&mut self) -> &mut Options {
-        &mut self.options
-    }
-
     /// The server (or the sentinels, or the cluster nodes) of a URL, read by `build`.
-    fn address(&mut self, url: &StoreUrl) -> Result<()> {
-        self.address = Some(url.address());
+    address(self, url) {
+        self.address = Some(url.clone());
         Ok(())
     }
 }
@@ -328,10 +312,10 @@ impl RedisLockProviderBuilder {
     pub(crate) fn settings(&self) -> Result<Settings> {
         let options = &self.options;
         options.check()?;
-        let url = self
-            .address
-            .as_deref()
-            .ok_or_else(|| invalid("no server URL was given: call .url(\"redis://host:port\") or use from_url"))?;
+        let Some(url) = self.address.as_ref().map(StoreUrl::address) else {
+            return Err(invalid("no server URL was given: call .url(\"redis://host:port\") or use from_url"));
+        };
+        let url = url.as_str();
         let (mut connection, sentinel, cluster) = parse_target(url)?;
         if let Some(db) = options.get(&DB) {
             let redis::ConnectionAddr::Unix(_) = connection.addr() else {
@@ -416,15 +400,6 @@ impl RedisLockProviderBuilder {
             fence_retention,
             tls,
         })
-    }
-}
-
-impl std::fmt::Debug for RedisLockProviderBuilder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisLockProviderBuilder")
-            .field("url", &self.address.as_deref().map(config::redact))
-            .field("options", &self.options)
-            .finish()
     }
 }
 

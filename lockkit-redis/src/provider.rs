@@ -33,9 +33,10 @@ use crate::keys::LockKeys;
 /// ```
 #[derive(Clone, Debug)]
 pub struct RedisLockProvider(TypedProvider<RedisBackend>);
-lockkit_core::typed_provider!(RedisLockProvider);
+lockkit_core::typed_provider!(RedisLockProvider, RedisBackend);
 
-impl RedisLockProviderBuilder {
+lockkit_core::provider_constructors! {
+    RedisLockProvider, RedisLockProviderBuilder;
     /// Checks the settings and builds the provider. No connection is made here: the first
     /// operation connects, and a server that cannot be reached then gives a retryable
     /// [`Error::Connection`](lockkit_core::Error::Connection). [`RedisLockProvider::connect`] connects at once.
@@ -46,14 +47,9 @@ impl RedisLockProviderBuilder {
     /// that cannot be used (or `rediss://` without the `tls` feature), a duration outside its
     /// range, settings that do not fit together (a renewal interval plus response timeout
     /// that does not leave time to renew within the lease), a bad key prefix.
-    pub fn build(self) -> Result<RedisLockProvider> {
-        let settings = self.settings()?;
-        self.options().provider(Arc::new(RedisBackend::new(settings)?)).map(RedisLockProvider)
+    build(builder) {
+        Arc::new(RedisBackend::new(builder.settings()?)?)
     }
-}
-
-lockkit_core::provider_constructors! {
-    RedisLockProvider, RedisLockProviderBuilder;
     /// Connects to the server that `url` names, with the URL's options
     /// (`redis://[user[:password]@]host[:port][/db][?lease=10s&…]`, see
     /// [`OPTIONS`](crate::OPTIONS)), and checks it answers one PING.
@@ -92,10 +88,6 @@ impl RedisLockProvider {
                  set maxmemory-policy to noeviction"
             );
         }
-    }
-
-    fn backend(&self) -> &RedisBackend {
-        self.0.backend()
     }
 
     /// The lease of this provider's holds.

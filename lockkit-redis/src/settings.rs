@@ -12,11 +12,6 @@ use crate::BACKEND;
 use crate::cluster::ClusterSettings;
 use crate::sentinel::SentinelSettings;
 
-/// What `rediss://` needs when it is not built in.
-#[cfg(not(feature = "tls"))]
-const TLS_FEATURE: &str = "rediss:// (TLS) is not built in: enable the `tls` feature of lockkit-redis \
-    (the `redis-tls` feature of the lockkit crate) in your Cargo.toml";
-
 /// Settings that passed every check.
 #[derive(Clone, Debug)]
 pub(crate) struct Settings {
@@ -77,10 +72,7 @@ pub(crate) type Target = (redis::ConnectionInfo, Option<SentinelSettings>, Optio
 /// its address), or the nodes of a `redis+cluster://` URL (with the first node's).
 pub(crate) fn parse_target(url: &str) -> Result<Target> {
     let shown = config::redact(url);
-    let parsed = StoreUrl::parse(url).map_err(|error| match error {
-        Error::InvalidConfig { message, .. } => invalid(message),
-        other => other,
-    })?;
+    let parsed = StoreUrl::parse_for(BACKEND, url)?;
     let (tls, cluster) = match parsed.scheme() {
         "redis+sentinel" => (false, false),
         "redis+cluster" => (false, true),
@@ -89,7 +81,7 @@ pub(crate) fn parse_target(url: &str) -> Result<Target> {
         #[cfg(feature = "tls")]
         "rediss+cluster" => (true, true),
         #[cfg(not(feature = "tls"))]
-        "rediss+sentinel" | "rediss+cluster" => return Err(invalid(TLS_FEATURE)),
+        "rediss+sentinel" | "rediss+cluster" => return Err(invalid(config::tls_not_built(BACKEND))),
         _ => return Ok((parse_url(url)?, None, None)),
     };
     if cluster {
@@ -118,16 +110,13 @@ pub(crate) fn parse_target(url: &str) -> Result<Target> {
 /// Reads the URL of one server.
 fn parse_url(url: &str) -> Result<redis::ConnectionInfo> {
     let shown = config::redact(url);
-    let parsed = StoreUrl::parse(url).map_err(|error| match error {
-        Error::InvalidConfig { message, .. } => invalid(message),
-        other => other,
-    })?;
+    let parsed = StoreUrl::parse_for(BACKEND, url)?;
     match parsed.scheme() {
         "redis" | "redis+unix" | "unix" => {}
         #[cfg(feature = "tls")]
         "rediss" => {}
         #[cfg(not(feature = "tls"))]
-        "rediss" => return Err(invalid(TLS_FEATURE)),
+        "rediss" => return Err(invalid(config::tls_not_built(BACKEND))),
         other => {
             return Err(invalid(format!(
                 "the URL {shown} has the scheme {other:?}; use redis:// (or rediss:// for TLS), redis+sentinel://sentinel:26379,…/MASTER_NAME for a Sentinel-managed primary, or redis+cluster://node:6379,node:6379 for a Redis Cluster"

@@ -4,9 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use lockkit_core::config::{
-    Credentials, Key, MAX_DURATION, MAX_HOLD, OptionKey, Options, ProviderBuilder, STORE_ID, StoreUrl,
-};
+use lockkit_core::config::{Credentials, Key, MAX_DURATION, MAX_HOLD, OptionKey, STORE_ID};
 use lockkit_core::{LockName, Result};
 use zookeeper_client as zk;
 
@@ -107,56 +105,37 @@ lockkit_core::option_choices!(LockAcl {
 
 lockkit_core::option_choices!(DisconnectPolicy { Suspend => "suspend", LoseOnDisconnect => "lose_on_disconnect" });
 
-/// Builds a [`ZkLockProvider`](crate::ZkLockProvider): every setting is checked by [`build`](Self::build), which
-/// does no I/O. The first session is opened when the provider is first used (or at once by
-/// [`ZkLockProvider::connect`](crate::ZkLockProvider::connect)).
-///
-/// Each setting has one name: the builder method and the `zk://` URL option are spelled the
-/// same ([`OPTIONS`](crate::OPTIONS)).
-///
-/// ```
-/// use std::time::Duration;
-/// use lockkit_zk::ZkLockProvider;
-///
-/// # fn main() -> lockkit_core::Result<()> {
-/// let provider = ZkLockProvider::builder()
-///     .connect_string("zk1:2181,zk2:2181,zk3:2181/myapp")
-///     .session_timeout(Duration::from_secs(6))
-///     .credentials("locker", "secret")
-///     .base_path("/locks")
-///     .build()?;
-/// # let _ = provider;
-/// # Ok(())
-/// # }
-/// ```
-#[derive(Clone, Debug)]
-#[must_use = "a builder does nothing until `build` is called"]
-pub struct ZkLockProviderBuilder {
-    servers: Option<String>,
-    chroot: Option<String>,
-    credentials: Option<Credentials>,
-    options: Options,
-}
-
-impl Default for ZkLockProviderBuilder {
-    fn default() -> Self {
-        Self { servers: None, chroot: None, credentials: None, options: Options::new(BACKEND, OPTIONS) }
+lockkit_core::provider_builder! {
+    /// Builds a [`ZkLockProvider`](crate::ZkLockProvider): every setting is checked by [`build`](Self::build), which
+    /// does no I/O. The first session is opened when the provider is first used (or at once by
+    /// [`ZkLockProvider::connect`](crate::ZkLockProvider::connect)).
+    ///
+    /// Each setting has one name: the builder method and the `zk://` URL option are spelled the
+    /// same ([`OPTIONS`](crate::OPTIONS)).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lockkit_zk::ZkLockProvider;
+    ///
+    /// # fn main() -> lockkit_core::Result<()> {
+    /// let provider = ZkLockProvider::builder()
+    ///     .connect_string("zk1:2181,zk2:2181,zk3:2181/myapp")
+    ///     .session_timeout(Duration::from_secs(6))
+    ///     .credentials("locker", "secret")
+    ///     .base_path("/locks")
+    ///     .build()?;
+    /// # let _ = provider;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub struct ZkLockProviderBuilder(BACKEND, OPTIONS) {
+        servers: Option<String>,
+        chroot: Option<String>,
+        credentials: Option<Credentials>,
     }
-}
-
-impl ProviderBuilder for ZkLockProviderBuilder {
-    fn options_mut(&mut self) -> &mut Options {
-        &mut self.options
-    }
-
     /// The servers, the chroot (the path) and the credentials of a `zk://` URL.
-    fn address(&mut self, url: &StoreUrl) -> Result<()> {
-        if url.scheme() != "zk" {
-            return Err(self.options.invalid(format!(
-                "{} is not a zk:// URL; write zk://[user:password@]host:2181[,host:2181…][/chroot]",
-                url.redacted()
-            )));
-        }
+    address(self, url) {
+        url.expect_scheme(BACKEND, &["zk"], "zk://[user:password@]host:2181[,host:2181…][/chroot]")?;
         self.credentials = url.credentials(BACKEND)?;
         self.servers = Some(url.hosts().to_owned());
         self.chroot = Some(url.path()).filter(|path| !path.is_empty() && *path != "/").map(str::to_owned);
@@ -258,16 +237,7 @@ impl ZkLockProviderBuilder {
             (None, Some(chroot)) => check_path(chroot, "the chroot")?,
             (None, None) => None,
         };
-        if let Some(user) = self.credentials.as_ref().map(Credentials::user) {
-            if user.is_empty() {
-                return Err(invalid("the digest user name is empty: give credentials as user and password"));
-            }
-            if user.contains(':') {
-                return Err(invalid(format!(
-                    "the digest user name {user:?} contains ':', which a ZooKeeper digest user name cannot contain"
-                )));
-            }
-        }
+        Credentials::check(self.credentials.as_ref(), BACKEND, &[':'])?;
         let session_timeout = options.value(&SESSION_TIMEOUT)?;
         let connect_timeout = match options.get(&CONNECT_TIMEOUT) {
             Some(timeout) => Some(options.within(&CONNECT_TIMEOUT, timeout, MIN_CONNECT_TIMEOUT, session_timeout)?),
@@ -447,6 +417,7 @@ fn check_path(path: &str, what: &str) -> Result<Option<String>> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use lockkit_core::Error;
+    use lockkit_core::config::StoreUrl;
 
     use super::*;
 

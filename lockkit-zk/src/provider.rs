@@ -38,9 +38,10 @@ pub const SCHEME: Scheme = Scheme::new(&["zk"], BACKEND, connect_url)
 /// ```
 #[derive(Clone, Debug)]
 pub struct ZkLockProvider(TypedProvider<ZkBackend>);
-lockkit_core::typed_provider!(ZkLockProvider);
+lockkit_core::typed_provider!(ZkLockProvider, ZkBackend);
 
-impl ZkLockProviderBuilder {
+lockkit_core::provider_constructors! {
+    ZkLockProvider, ZkLockProviderBuilder;
     /// Checks every setting and makes the provider, without any I/O: the first session is
     /// opened (and the base path created) when the provider is first used. Use
     /// [`ZkLockProvider::connect`] to connect at once.
@@ -53,14 +54,9 @@ impl ZkLockProviderBuilder {
     /// session timeout, connect timeout or drift margin out of its range (see each method), an
     /// ACL that needs credentials without them, credentials with an empty user or a `:` in
     /// the user.
-    pub fn build(self) -> Result<ZkLockProvider> {
-        let config = self.check()?;
-        self.options().provider(ZkBackend::new(config)).map(ZkLockProvider)
+    build(builder) {
+        ZkBackend::new(builder.check()?)
     }
-}
-
-lockkit_core::provider_constructors! {
-    ZkLockProvider, ZkLockProviderBuilder;
     /// Connects to the store a `zk://` URL names, eagerly:
     /// `zk://[user:password@]host:port[,host:port…][/chroot][?option=value&…]` with the
     /// options of [`ZkLockProviderBuilder::option`]. Checks every setting, opens the session
@@ -86,10 +82,6 @@ lockkit_core::provider_constructors! {
 }
 
 impl ZkLockProvider {
-    fn backend(&self) -> &ZkBackend {
-        self.0.backend()
-    }
-
     /// The ZooKeeper client of the provider's current session (a new session if there is
     /// none, the last one ended, or its runtime shut down), for requests of your own on the
     /// same session: for instance a multi-op guarded by a check of the lock node, or a

@@ -5,6 +5,9 @@
 //!
 //! Both expand inside an `impl XLockProviderBuilder { … }` block whose type has a field
 //! `options: Options`, so that a backend writes only what its builder does differently.
+//! [`provider_builder!`] declares such a type: the struct, its `Default` and its
+//! [`ProviderBuilder`](super::ProviderBuilder) impl, from the address fields and the
+//! `address` body of the backend.
 
 /// The `options`, `from_url`, `option` (and, with `url`, `url`) methods of a backend's
 /// builder, inside its `impl` block. The builder implements
@@ -69,6 +72,65 @@ macro_rules! builder_methods {
     };
 }
 
+/// A backend's builder type: the struct with the backend's address fields (each `Default`
+/// when nothing is given) and `options: Options` of the backend's `OPTIONS`, `Clone`, `Debug`
+/// (the fields must not show a password: keep URLs as [`StoreUrl`](crate::config::StoreUrl) and
+/// credentials as [`Credentials`](crate::config::Credentials), whose `Debug` hide it),
+/// `#[must_use]`, `Default`, and its [`ProviderBuilder`](crate::config::ProviderBuilder) impl
+/// whose `address(self, url)` takes the body given (with its doc comment).
+///
+/// ```ignore
+/// lockkit_core::provider_builder! {
+///     /// Builds an [`XLockProvider`].
+///     pub struct XLockProviderBuilder(BACKEND, OPTIONS) {
+///         /// The server's URL.
+///         url: Option<StoreUrl>,
+///     }
+///     /// The server of a URL, read by `build`.
+///     address(self, url) {
+///         self.url = Some(url.clone());
+///         Ok(())
+///     }
+/// }
+/// ```
+#[macro_export]
+macro_rules! provider_builder {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident($backend:expr, $options:expr) {
+            $($(#[$field_meta:meta])* $field:ident: $field_ty:ty,)*
+        }
+        $(#[$address_meta:meta])*
+        address($self:ident, $url:ident) $address:block
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Debug)]
+        #[must_use = "a builder does nothing until `build` is called"]
+        pub struct $name {
+            $($(#[$field_meta])* $field: $field_ty,)*
+            options: $crate::config::Options,
+        }
+
+        impl ::core::default::Default for $name {
+            fn default() -> Self {
+                Self {
+                    $($field: ::core::default::Default::default(),)*
+                    options: $crate::config::Options::new($backend, $options),
+                }
+            }
+        }
+
+        impl $crate::config::ProviderBuilder for $name {
+            fn options_mut(&mut self) -> &mut $crate::config::Options {
+                &mut self.options
+            }
+
+            $(#[$address_meta])*
+            fn address(&mut $self, $url: &$crate::config::StoreUrl) -> $crate::Result<()> $address
+        }
+    };
+}
+
 /// Setters of a backend's builder, inside its `impl` block: each line
 /// `fn name(value: Type) => KEY;`, with its doc comment and attributes, becomes
 /// `pub fn name(mut self, value: Type) -> Self` that sets the option `KEY` (a
@@ -119,15 +181,38 @@ macro_rules! option_setters {
 /// (its first contact with the store, with the provider under the name given) before it
 /// returns it.
 ///
+/// With a `build(builder) { … }` line, it also gives the builder its `build(self)` (with the
+/// doc comment given, which says `# Errors`): the block reads the builder's settings (the
+/// builder under the name given) and makes the backend, and `build` wraps it in the
+/// provider type with the provider-wide options applied ([`Options::provider`](crate::config::Options::provider)).
+///
 /// ```ignore
 /// lockkit_core::provider_constructors! {
 ///     XLockProvider, XLockProviderBuilder;
+///     /// Checks the settings and builds the provider … (# Errors)
+///     build(builder) { Arc::new(XBackend::new(builder.settings()?)) }
 ///     /// Connects to the store `url` names … (# Errors, # Cancel safety)
 ///     connect(provider) { provider.ping().await?; }
 /// }
 /// ```
 #[macro_export]
 macro_rules! provider_constructors {
+    (
+        $provider:ident, $builder:ident;
+        $(#[$build_doc:meta])* build($b:ident) $make:block
+        $(#[$doc:meta])* connect($p:ident) $check:block
+    ) => {
+        impl $builder {
+            $(#[$build_doc])*
+            pub fn build(self) -> $crate::Result<$provider> {
+                let $b = &self;
+                let backend = $make;
+                self.options().provider(backend).map($provider)
+            }
+        }
+
+        $crate::provider_constructors!($provider, $builder; $(#[$doc])* connect($p) $check);
+    };
     ($provider:ident, $builder:ident; $(#[$doc:meta])* connect($p:ident) $check:block) => {
         impl $provider {
             /// A builder for every setting; its `build` is synchronous and makes no connection.

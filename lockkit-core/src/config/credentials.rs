@@ -25,6 +25,27 @@ impl Credentials {
     pub fn password(&self) -> &str {
         &self.password
     }
+
+    /// Checks the credentials a builder was given, if any: the user name must not be empty,
+    /// nor hold any of `refused` (a character the store's user names cannot hold).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) of `backend` naming the user
+    /// name and what to change.
+    pub fn check(given: Option<&Self>, backend: &'static str, refused: &[char]) -> crate::Result<()> {
+        let Some(user) = given.map(Self::user) else { return Ok(()) };
+        let invalid = |message: String| Err(crate::Error::invalid_config(backend, message));
+        if user.is_empty() {
+            return invalid("the user name of the credentials is empty: give credentials as user and password".into());
+        }
+        match user.chars().find(|c| refused.contains(c)) {
+            Some(c) => {
+                invalid(format!("the user name {user:?} contains {c:?}, which a {backend} user name cannot hold"))
+            }
+            None => Ok(()),
+        }
+    }
 }
 
 /// Shows the user and hides the password.

@@ -152,6 +152,43 @@ impl Options {
         self.check_range(key, value, Some(min), Some(max))
     }
 
+    /// What was given for `key`, else `default`; checked to lie below `limit`, a share of
+    /// another setting that `limit_said` names ("a third of the lease"): the check of a
+    /// margin, such as the drift, that must leave room inside the lease.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`]: "KEY is VALUE; it must be below LIMIT_SAID (LIMIT)".
+    pub fn below(&self, key: &Key<Duration>, default: Duration, limit: Duration, limit_said: &str) -> Result<Duration> {
+        let value = self.get(key).unwrap_or(default);
+        if value < limit {
+            return Ok(value);
+        }
+        Err(self.invalid(format!("{} is {value:?}; it must be below {limit_said} ({limit:?})", key.name())))
+    }
+
+    /// As [`below`](Self::below), and above zero: the check of an interval, such as the
+    /// renewal interval, that must fit inside the lease.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`]: "KEY is VALUE; it must be above zero and below LIMIT_SAID
+    /// (LIMIT)".
+    pub fn interval_below(
+        &self,
+        key: &Key<Duration>,
+        default: Duration,
+        limit: Duration,
+        limit_said: &str,
+    ) -> Result<Duration> {
+        let value = self.get(key).unwrap_or(default);
+        if !value.is_zero() && value < limit {
+            return Ok(value);
+        }
+        let name = key.name();
+        Err(self.invalid(format!("{name} is {value:?}; it must be above zero and below {limit_said} ({limit:?})")))
+    }
+
     /// Checks `value` of `key` against `min..=max` (a duration against [`MAX_DURATION`] too).
     fn check_range<T: OptionValue>(&self, key: &Key<T>, value: T, min: Option<T>, max: Option<T>) -> Result<T> {
         let max = match (max, T::cap()) {

@@ -150,6 +150,42 @@ impl TlsKeys {
         }
         self.load(options).map(Some)
     }
+
+    /// As [`load_when`](Self::load_when), for a backend whose TLS is a cargo feature: TLS
+    /// asked for without it (`built`: `cfg!(feature = "tls")`) is an error saying which
+    /// feature to enable ([`tls_not_built`]), and the certificates read are checked to be PEM
+    /// ([`ClientTls::check_pem`]) before any connection.
+    ///
+    /// # Errors
+    ///
+    /// As for [`load_when`](Self::load_when) and [`ClientTls::check_pem`], and
+    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) for TLS without the feature.
+    pub fn load_checked(
+        &self,
+        options: &Options,
+        enabled: bool,
+        built: bool,
+        plain: &str,
+    ) -> Result<Option<ClientTls>> {
+        if enabled && !built {
+            return Err(options.invalid(tls_not_built(options.backend())));
+        }
+        let tls = self.load_when(options, enabled, plain)?;
+        if let Some(tls) = &tls {
+            tls.check_pem(options.backend(), self)?;
+        }
+        Ok(tls)
+    }
+}
+
+/// What a backend built without its `tls` feature says of a URL or a setting that needs TLS:
+/// which feature to enable, of the backend's crate (`lockkit-BACKEND`) and of the facade
+/// (`BACKEND-tls`).
+pub fn tls_not_built(backend: &str) -> String {
+    format!(
+        "TLS is not built in: enable the `tls` feature of lockkit-{backend} (the `{backend}-tls` feature of the \
+         lockkit crate) in your Cargo.toml"
+    )
 }
 
 /// The certificates of a TLS client, read: PEM contents. `Debug` shows none of them.

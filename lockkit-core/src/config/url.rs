@@ -205,6 +205,27 @@ impl StoreUrl {
     }
 }
 
+impl StoreUrl {
+    /// [`identity`](Self::identity) with every host given its port, `default_port` where the
+    /// URL names none, so that `h` and `h:5432` are one store. Hosts that do not parse (which
+    /// `build` refuses anyway) are taken as written.
+    ///
+    /// ```
+    /// use lockkit_core::config::StoreUrl;
+    ///
+    /// let url = StoreUrl::parse("postgresql://app:pw@B,a:6543/locks")?;
+    /// assert_eq!(url.identity_with_port(5432, &[]), "postgres://a:6543,b:5432/locks");
+    /// # Ok::<(), lockkit_core::Error>(())
+    /// ```
+    pub fn identity_with_port(&self, default_port: u16, keyspace: &[(&str, &str)]) -> String {
+        let Ok(hosts) = super::parse_hosts("lockkit", &self.hosts, default_port) else {
+            return self.identity(keyspace);
+        };
+        let hosts: Vec<String> = hosts.iter().map(ToString::to_string).collect();
+        Self { hosts: hosts.join(","), ..self.clone() }.identity(keyspace)
+    }
+}
+
 /// The plain scheme of a TLS one, and one spelling of PostgreSQL's.
 fn plain_scheme(scheme: &str) -> &str {
     match scheme {
@@ -226,6 +247,37 @@ fn escape_identity(text: &str) -> String {
         }
     }
     escaped
+}
+
+impl StoreUrl {
+    /// As [`parse`](Self::parse), with the error of `backend` (for a backend that reads its
+    /// URL forms itself).
+    ///
+    /// # Errors
+    ///
+    /// As for [`parse`](Self::parse).
+    pub fn parse_for(backend: &'static str, url: &str) -> Result<Self> {
+        Self::parse(url).map_err(|error| match error {
+            Error::InvalidConfig { message, .. } => invalid(backend, message),
+            other => other,
+        })
+    }
+
+    /// The URL's scheme when it is one of `names` (a backend's schemes, lower case), for the
+    /// `address` of a backend's builder.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`] of `backend` for another scheme: "URL is not a NAME:// URL;
+    /// write `form`".
+    pub fn expect_scheme(&self, backend: &'static str, names: &[&str], form: &str) -> Result<&str> {
+        if names.contains(&self.scheme.as_str()) {
+            return Ok(&self.scheme);
+        }
+        let name = names.first().unwrap_or(&backend);
+        let article = if name.starts_with(['a', 'e', 'i', 'o', 'u']) { "an" } else { "a" };
+        Err(invalid(backend, format!("{} is not {article} {name}:// URL; write {form}", self.redacted())))
+    }
 }
 
 impl std::fmt::Debug for StoreUrl {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::BACKEND;
 use super::client::MemoryClient;
 use super::store::{Lease, MemoryStore};
-use crate::config::{self, Key, MAX_HOLD, OptionKey, Options, ProviderBuilder, STORE_ID, StoreUrl};
+use crate::config::{self, Key, MAX_HOLD, OptionKey, STORE_ID, StoreUrl};
 #[cfg(any(test, feature = "test-util"))]
 use crate::{LockName, LossReason};
 use crate::{Result, TypedProvider};
@@ -42,30 +42,14 @@ const DRIFT: Key<Duration> = Key::new("drift", "how much earlier than the store 
 /// The options a `mem://` URL and [`MemoryLockProviderBuilder::option`] take.
 pub const OPTIONS: &[&dyn OptionKey] = &[&LEASE, &RENEW_EVERY, &DRIFT, &MAX_HOLD, &STORE_ID];
 
-/// Builds a [`MemoryLockProvider`]; every setting is checked by [`build`](Self::build).
-#[derive(Clone, Debug)]
-#[must_use = "a builder does nothing until `build` is called"]
-pub struct MemoryLockProviderBuilder {
-    store: Option<MemoryStore>,
-    options: Options,
-}
-
-impl Default for MemoryLockProviderBuilder {
-    fn default() -> Self {
-        Self { store: None, options: Options::new(BACKEND, OPTIONS) }
+crate::provider_builder! {
+    /// Builds a [`MemoryLockProvider`]; every setting is checked by [`build`](Self::build).
+    pub struct MemoryLockProviderBuilder(BACKEND, OPTIONS) {
+        store: Option<MemoryStore>,
     }
-}
-
-impl ProviderBuilder for MemoryLockProviderBuilder {
-    fn options_mut(&mut self) -> &mut Options {
-        &mut self.options
-    }
-
     /// `mem://NAME` is the process-wide store called NAME, and `mem://` the one called "".
-    fn address(&mut self, url: &StoreUrl) -> Result<()> {
-        if url.scheme() != "mem" {
-            return Err(self.options.invalid(format!("{} is not a mem:// URL", url.redacted())));
-        }
+    address(self, url) {
+        url.expect_scheme(BACKEND, &["mem"], "mem://NAME")?;
         if url.user().is_some() {
             return Err(self.options.invalid(format!("{} carries credentials; mem:// takes none", url.redacted())));
         }
@@ -133,18 +117,9 @@ impl MemoryLockProviderBuilder {
             }
         } else {
             let lease = options.value(&LEASE)?;
-            let renew = options.get(&RENEW_EVERY).unwrap_or(lease / 3);
-            if renew.is_zero() || renew >= lease {
-                return Err(options.invalid(format!(
-                    "renew_every ({renew:?}) must be above zero and below the lease ({lease:?}); a third of the lease is a good choice"
-                )));
-            }
-            let drift = options.get(&DRIFT).unwrap_or(lease / 50);
-            if drift.saturating_add(renew) >= lease {
-                return Err(options.invalid(format!(
-                    "drift ({drift:?}) plus renew_every ({renew:?}) must stay below the lease ({lease:?}), or holds expire between renewals"
-                )));
-            }
+            let renew = options.interval_below(&RENEW_EVERY, lease / 3, lease, "the lease")?;
+            let room = lease.saturating_sub(renew);
+            options.below(&DRIFT, lease / 50, room, "the lease minus renew_every, or holds expire between renewals")?;
         }
         let options = self.options.clone();
         Ok(MemoryLockProvider(self.build_unchecked().0.map(|provider| options.apply(provider))?))
