@@ -122,7 +122,7 @@ async fn pass_terms(provider: &RedisLockProvider, name: &str, terms: usize) -> F
 /// what it saw gets a gap, then the current leader; never a term out of order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_observer_cut_off_while_terms_pass_gets_every_term_or_a_gap_then_the_current_leader() {
-    let harness = RedisHarness::dedicated(Persistence::None).await;
+    let harness = RedisHarness::dedicated_with(Persistence::None).await;
     let (watcher, faults) = harness.client_with(test_builder()).await.unwrap();
     let (runner, _runner_faults) = harness.client_with(test_builder()).await.unwrap();
     let name = unique("cut_off");

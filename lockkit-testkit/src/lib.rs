@@ -35,6 +35,7 @@ pub mod memory;
 pub mod observer_chaos;
 pub mod panics;
 pub mod process_chaos;
+pub mod proxied;
 pub mod proxy;
 mod rng;
 mod setters;
