@@ -31,6 +31,7 @@ mod fenced;
 pub mod fixture;
 mod harness;
 mod history;
+pub mod holds;
 pub mod memory;
 pub mod observer_chaos;
 pub mod panics;
