@@ -3,6 +3,7 @@
 
 #![allow(dead_code, unused_imports, unreachable_pub, missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod keys;
 pub mod multi_host;
 
 pub use lockkit_testkit::wait::{eventually, within};
