@@ -24,10 +24,12 @@ async fn long_lease_client(h: &EtcdHarness) -> (EtcdLockProvider, Arc<ProxyFault
     h.client_with(EtcdLockProvider::builder().ttl(LONG_TTL).connect_timeout(TIMEOUT)).await.unwrap()
 }
 
-/// `count` lock names under a fresh prefix.
-fn names_under(what: &str, count: usize) -> Vec<String> {
+/// Holds of `count` locks on `provider`, named under a fresh prefix: their names and guards.
+async fn hold_many(provider: &EtcdLockProvider, what: &str, count: usize) -> (Vec<String>, Vec<LockGuard>) {
     let base = format!("prefix-watch/{what}/{}", uuid::Uuid::new_v4().simple());
-    (0..count).map(|i| format!("{base}/{i}")).collect()
+    let names: Vec<String> = (0..count).map(|i| format!("{base}/{i}")).collect();
+    let guards = hold_all(provider, &names).await;
+    (names, guards)
 }
 
 /// Releases `guards`, the holds of `names` (those at the indices `lost` were lost), and checks
@@ -45,8 +47,7 @@ async fn release_all_leaving_no_key(h: &EtcdHarness, names: &[String], guards: V
 async fn a_deleted_key_among_many_holds_is_signalled_at_once() {
     let h = EtcdHarness::shared().await;
     let (a, _proxy) = long_lease_client(&h).await;
-    let names = names_under("many", 1200);
-    let guards = hold_all(&a, &names).await;
+    let (names, guards) = hold_many(&a, "many", 1200).await;
     let victims = [5, 1150];
     for victim in victims {
         h.delete_holder_key(&names[victim]).await;
@@ -66,8 +67,7 @@ async fn a_deleted_key_among_many_holds_is_signalled_at_once() {
 async fn a_key_deleted_while_the_stream_was_cut_is_found() {
     let h = EtcdHarness::shared().await;
     let (a, proxy) = long_lease_client(&h).await;
-    let names = names_under("cut", 1100);
-    let guards = hold_all(&a, &names).await;
+    let (names, guards) = hold_many(&a, "cut", 1100).await;
     let victim = 1050;
     proxy.proxy().blackhole();
     h.delete_holder_key(&names[victim]).await;

@@ -9,9 +9,16 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use lockkit_core::{LockGuard, LossReason};
+use lockkit_core::{LockGuard, LockProvider, LossReason};
 use lockkit_testkit::holds::{hold_all, release_all};
 use support::{SESSION_TIMEOUT, ZkHarness, eventually, fresh_name, run, shared_harness};
+
+/// Holds of `count` locks on `provider`, with fresh names: their names and guards.
+async fn hold_many(provider: &LockProvider, what: &str, count: usize) -> (Vec<String>, Vec<LockGuard>) {
+    let names: Vec<String> = (0..count).map(|i| fresh_name(&format!("{what}-{i}"))).collect();
+    let guards = hold_all(provider, &names).await;
+    (names, guards)
+}
 
 /// Deletes the node of the holder of lock `name`, as an administrator would.
 async fn delete_holder_node(h: &ZkHarness, name: &str) {
@@ -36,8 +43,7 @@ fn a_deleted_node_among_many_holds_loses_that_hold_only() {
     run(async {
         let h = shared_harness().await;
         let (a, _proxy) = h.proxied_client().await;
-        let names: Vec<String> = (0..400).map(|i| fresh_name(&format!("many-{i}"))).collect();
-        let guards = hold_all(&a, &names).await;
+        let (names, guards) = hold_many(&a, "many", 400).await;
         let victims = [17, 377];
         for victim in victims {
             delete_holder_node(h, &names[victim]).await;
@@ -62,8 +68,7 @@ fn a_node_deleted_while_the_connection_was_cut_is_found_after_the_reconnection()
     run(async {
         let h = shared_harness().await;
         let (a, a_proxy) = h.proxied_client().await;
-        let names: Vec<String> = (0..300).map(|i| fresh_name(&format!("cut-{i}"))).collect();
-        let guards = hold_all(&a, &names).await;
+        let (names, guards) = hold_many(&a, "cut", 300).await;
         let victim = names.len() - 1;
         a_proxy.proxy().cut_all();
         a_proxy.proxy().blackhole();
