@@ -77,11 +77,9 @@ macro_rules! observer_chaos_test {
         $(#[$meta])*
         #[test]
         fn $name() {
-            $crate::runtime().block_on(async {
-                let _turn = $crate::chaos::one_at_a_time().await;
-                let harness = $harness;
+            $crate::chaos::run_test(async { $harness }, async |harness| {
                 let config: $crate::observer_chaos::ObserverChaos = $config;
-                println!("{}", $crate::observer_chaos::run(&harness, config.seed_from_env()).await);
+                println!("{}", $crate::observer_chaos::run(harness, config.seed_from_env()).await);
             });
         }
     };
