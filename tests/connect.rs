@@ -8,6 +8,7 @@ use std::time::Duration;
 use lockkit::{Error, connect};
 use lockkit_testkit::fixture::{RedisSentinels, RedisServer, ZkServer};
 
+mod excludes;
 mod refused;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -23,10 +24,8 @@ async fn redis_urls_carry_their_options() {
     let left = guard.valid_until().unwrap().saturating_duration_since(std::time::Instant::now());
     assert!(left > Duration::from_secs(4) && left <= Duration::from_secs(5), "the 5 s lease: {left:?} left");
     let second = connect(&url).await.unwrap();
-    assert!(second.lock("connect/redis").unwrap().try_acquire().await.unwrap().is_none());
-    guard.release().await.unwrap();
-    let info = provider.inspect("connect/redis").await.unwrap();
-    assert!(info.is_idle());
+    excludes::holder_seen_by(&second, &guard, "connect/redis").await;
+    excludes::release_seen_by(&provider, guard, "connect/redis").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -57,10 +56,8 @@ async fn zk_urls_carry_their_options() {
     assert!(provider.capabilities().fair);
     let guard = provider.lock("connect/zk").unwrap().acquire().await.unwrap();
     let second = connect(&url).await.unwrap();
-    assert!(second.lock("connect/zk").unwrap().try_acquire().await.unwrap().is_none());
-    let info = second.inspect("connect/zk").await.unwrap();
-    assert_eq!(info.holder().map(|holder| holder.token), Some(guard.token()));
-    guard.release().await.unwrap();
+    excludes::holder_seen_by(&second, &guard, "connect/zk").await;
+    excludes::release_seen_by(&second, guard, "connect/zk").await;
     let bad = connect(&format!("zk://{}?session_timeout=0s", server.connect_string())).await;
     assert!(matches!(bad, Err(Error::InvalidConfig { .. })), "a zero session timeout is refused");
 }

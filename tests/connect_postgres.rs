@@ -9,6 +9,7 @@ use std::time::Duration;
 use lockkit::{Error, connect};
 use lockkit_testkit::fixture::PostgresServer;
 
+mod excludes;
 mod refused;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -21,11 +22,8 @@ async fn postgres_urls_carry_their_options() {
     let left = guard.valid_until().unwrap().saturating_duration_since(std::time::Instant::now());
     assert!(left > Duration::from_secs(4) && left <= Duration::from_secs(5), "the 5 s lease: {left:?} left");
     let second = connect(&url.replacen("postgres://", "postgresql://", 1)).await.unwrap();
-    assert!(second.lock("connect/postgres").unwrap().try_acquire().await.unwrap().is_none());
-    let info = second.inspect("connect/postgres").await.unwrap();
-    assert_eq!(info.holder().map(|h| h.token), Some(guard.token()));
-    guard.release().await.unwrap();
-    assert!(provider.inspect("connect/postgres").await.unwrap().is_idle());
+    excludes::holder_seen_by(&second, &guard, "connect/postgres").await;
+    excludes::release_seen_by(&provider, guard, "connect/postgres").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -117,7 +117,7 @@ impl Failure {
             UNAVAILABLE => " (is the server running, and is the URL right?)",
             _ => "",
         };
-        Self::new(code, format!("{context}: {}{hint}", chain(error)))
+        Self::new(code, format!("{context}: {}{hint}", lockkit::error_chain(error)))
     }
 }
 
@@ -141,22 +141,6 @@ pub(crate) fn code_of(error: &lockkit::Error) -> Code {
         Error::LockLost { .. } => LOST,
         _ => BACKEND,
     }
-}
-
-/// The error and its sources, one after the other: lockkit's messages do not repeat their
-/// source, so the cause (`Connection refused`) is only in the chain.
-pub(crate) fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut next = error.source();
-    while let Some(source) = next {
-        let line = source.to_string();
-        if !text.contains(&line) {
-            text.push_str(": ");
-            text.push_str(&line);
-        }
-        next = source.source();
-    }
-    text
 }
 
 #[cfg(test)]

@@ -12,17 +12,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockkit::LockProvider;
-use lockkit_testkit::fixture::{Persistence, RedisConfig, RedisServer, ZkServer};
+mod chaos_stores;
+
+use chaos_stores::{connect, redis_with, with_lease, zk_url, zookeeper};
+use lockkit_testkit::fixture::Persistence;
 use lockkit_testkit::process_chaos::{self, ProcessChaosConfig, ProcessChaosReport, ProcessFault, StoreControl};
 
 /// The test every command runs: it does nothing unless a `lockkit run` of the run started
 /// this process as its command.
 const WRITER: &str = "cli_chaos_writer";
-
-async fn connect(url: String) -> lockkit::Result<LockProvider> {
-    lockkit::connect(&url).await
-}
 
 #[test]
 fn cli_chaos_writer() {
@@ -65,9 +63,8 @@ const LEASE: Duration = Duration::from_secs(1);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cli_chaos_on_redis_with_aof() {
-    let config = RedisConfig { persistence: Persistence::Aof, ..RedisConfig::default() };
-    let server = RedisServer::start_with(config).await.unwrap_or_else(|error| panic!("{error}"));
-    let url = format!("{}?lease={}ms", server.url(), LEASE.as_millis());
+    let server = redis_with(Persistence::Aof).await;
+    let url = with_lease(&server.url(), LEASE);
     // The run pauses and restarts the server (its own) beside the process faults.
     let config = chaos_config(0x195, url).with_label("lockkit run, redis, AOF, lease 1s");
     let report = run_faulting(config, LEASE, process_chaos::control(server)).await;
@@ -88,8 +85,8 @@ const SESSION: Duration = Duration::from_secs(2);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cli_chaos_on_zookeeper() {
     // A server of the test's own: the run pauses and restarts it.
-    let server = ZkServer::start().await.unwrap_or_else(|error| panic!("{error}"));
-    let url = format!("zk://{}?session_timeout={}ms", server.connect_string(), SESSION.as_millis());
+    let server = zookeeper().await;
+    let url = zk_url(&server.connect_string(), SESSION);
     let config = chaos_config(0x1a5, url).with_label("lockkit run, zookeeper, session 2s");
     run_faulting(config, SESSION, process_chaos::control(server)).await;
 }

@@ -15,12 +15,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod chaos_stores;
 mod fenced_sinks;
 
 use std::time::Duration;
 
-use lockkit::LockProvider;
-use lockkit_testkit::fixture::{Persistence, PostgresServer, RedisConfig, RedisServer};
+use chaos_stores::{connect, postgres, redis_with, with_lease};
+use lockkit_testkit::fixture::{Persistence, PostgresServer, RedisServer};
 use lockkit_testkit::process_chaos::{self, ProcessChaosConfig, ProcessChaosReport, ProcessFault};
 
 /// The test every worker process runs: nothing unless the run started this process as one.
@@ -29,22 +30,13 @@ const WORKER: &str = "fenced_chaos_worker";
 /// The lease of every run: short, so that pauses of up to two leases outlive it.
 const LEASE: Duration = Duration::from_secs(1);
 
-async fn connect(url: String) -> lockkit::Result<LockProvider> {
-    lockkit::connect(&url).await
-}
-
 #[test]
 fn fenced_chaos_worker() {
     process_chaos::worker_if_requested_fenced(connect, fenced_sinks::open);
 }
 
 async fn redis_with_aof() -> RedisServer {
-    let config = RedisConfig { persistence: Persistence::Aof, ..RedisConfig::default() };
-    RedisServer::start_with(config).await.unwrap_or_else(|error| panic!("{error}"))
-}
-
-async fn postgres() -> PostgresServer {
-    PostgresServer::start().await.unwrap_or_else(|error| panic!("{error}"))
+    redis_with(Persistence::Aof).await
 }
 
 /// Runs `config` through the fence, prints the report and returns it.
@@ -82,7 +74,7 @@ fn long_pauses(mut config: ProcessChaosConfig) -> ProcessChaosConfig {
 /// restarts.
 fn postgres_config(seed: u64, server: PostgresServer, bypassed: bool) -> ProcessChaosConfig {
     let url = server.url();
-    let config = ProcessChaosConfig::from_env(seed, format!("{url}?lease={}ms", LEASE.as_millis()), WORKER)
+    let config = ProcessChaosConfig::from_env(seed, with_lease(&url, LEASE), WORKER)
         .with_sink(url)
         .with_fence_bypassed(bypassed)
         .with_store(process_chaos::control(server))
@@ -113,7 +105,7 @@ async fn fenced_chaos_on_a_postgres_fenced_table() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fenced_chaos_on_redis() {
     let server = redis_with_aof().await;
-    let locks = format!("{}?lease={}ms", server.url(), LEASE.as_millis());
+    let locks = with_lease(&server.url(), LEASE);
     let config = ProcessChaosConfig::from_env(0x32e, locks, WORKER)
         .with_sink(server.url())
         .with_store(process_chaos::control(server))
@@ -125,7 +117,7 @@ async fn fenced_chaos_on_redis() {
 async fn fenced_chaos_on_files() {
     let server = redis_with_aof().await;
     let dir = tempfile::tempdir().unwrap();
-    let locks = format!("{}?lease={}ms", server.url(), LEASE.as_millis());
+    let locks = with_lease(&server.url(), LEASE);
     let config = ProcessChaosConfig::from_env(0x32d, locks, WORKER)
         .with_sink(format!("file://{}", dir.path().display()))
         .with_store(process_chaos::control(server))

@@ -21,12 +21,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod chaos_stores;
 mod fenced_sinks;
 
 use std::time::Duration;
 
-use lockkit::LockProvider;
-use lockkit_testkit::fixture::PostgresServer;
+use chaos_stores::{connect, postgres, with_lease};
 use lockkit_testkit::process_chaos::{self, ProcessChaosConfig, ProcessChaosReport, ProcessFault};
 
 /// The test every command runs: nothing unless a `lockkit run` of the run started it.
@@ -49,10 +49,6 @@ const FAULTS: [ProcessFault; 7] = [
 /// The seed of both runs.
 const SEED: u64 = 0x32c;
 
-async fn connect(url: String) -> lockkit::Result<LockProvider> {
-    lockkit::connect(&url).await
-}
-
 #[test]
 fn fenced_cli_writer() {
     process_chaos::cli_writer_if_requested_fenced(fenced_sinks::open);
@@ -61,9 +57,9 @@ fn fenced_cli_writer() {
 /// Pauses and kills of `lockkit` and of its command, PostgreSQL paused, 40 s of faults unless
 /// the environment says otherwise.
 async fn config(bypassed: bool) -> ProcessChaosConfig {
-    let server = PostgresServer::start().await.unwrap_or_else(|error| panic!("{error}"));
+    let server = postgres().await;
     let url = server.url();
-    let mut config = ProcessChaosConfig::from_env(SEED, format!("{url}?lease={}ms", LEASE.as_millis()), WRITER)
+    let mut config = ProcessChaosConfig::from_env(SEED, with_lease(&url, LEASE), WRITER)
         .with_lease(LEASE)
         .with_pause(LEASE / 2, LEASE * 2)
         .with_sink(format!("{}{url}", fenced_sinks::SQL_PREFIX))

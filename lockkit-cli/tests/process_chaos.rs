@@ -9,17 +9,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockkit::LockProvider;
-use lockkit_testkit::fixture::{Persistence, RedisConfig, RedisServer, ZkEnsemble, ZkServer};
+mod chaos_stores;
+
+use chaos_stores::{connect, redis_with, with_lease, zk_url, zookeeper};
+use lockkit_testkit::fixture::{Persistence, RedisServer, ZkEnsemble};
 use lockkit_testkit::process_chaos::{self, ProcessChaosConfig, ProcessChaosReport, ProcessFault, StoreControl};
 
 /// The test every worker process runs: it does nothing unless the run started this process
 /// as a worker.
 const WORKER: &str = "process_chaos_worker";
-
-async fn connect(url: String) -> lockkit::Result<LockProvider> {
-    lockkit::connect(&url).await
-}
 
 #[test]
 fn process_chaos_worker() {
@@ -28,11 +26,6 @@ fn process_chaos_worker() {
 
 /// The lease of the Redis runs: short, so that pauses of up to two leases outlive it.
 const LEASE: Duration = Duration::from_secs(1);
-
-async fn redis_with(persistence: Persistence) -> RedisServer {
-    let config = RedisConfig { persistence, ..RedisConfig::default() };
-    RedisServer::start_with(config).await.unwrap_or_else(|error| panic!("{error}"))
-}
 
 async fn redis_with_aof() -> RedisServer {
     redis_with(Persistence::Aof).await
@@ -56,7 +49,7 @@ async fn run_faulting(config: ProcessChaosConfig, lease: Duration, store: Arc<dy
 }
 
 fn redis_url(server: &RedisServer) -> String {
-    format!("{}?lease={}ms", server.url(), LEASE.as_millis())
+    with_lease(&server.url(), LEASE)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -93,18 +86,18 @@ async fn process_chaos_on_files() {
 /// (and its lock node) to the server.
 const SESSION: Duration = Duration::from_secs(2);
 
-/// The URL of the ZooKeeper run on the servers of `connect` (a connect string).
-fn zk_url(connect: &str) -> String {
-    format!("zk://{connect}?session_timeout={}ms", SESSION.as_millis())
+/// Runs the ZooKeeper run of `seed` on servers of the test's own (`store`, reached at the
+/// connect string `connect`), which the run pauses and restarts, as [`run_faulting`] does.
+async fn run_on_zookeeper(seed: u64, label: &str, connect: &str, store: Arc<dyn StoreControl>) {
+    let config = ProcessChaosConfig::from_env(seed, zk_url(connect, SESSION), WORKER).with_label(label);
+    run_faulting(config, SESSION, store).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn process_chaos_on_zookeeper() {
     // A server of the test's own: the run pauses and restarts it.
-    let server = ZkServer::start().await.unwrap_or_else(|error| panic!("{error}"));
-    let config = ProcessChaosConfig::from_env(0x198, zk_url(&server.connect_string()), WORKER)
-        .with_label("zookeeper, session 2s");
-    run_faulting(config, SESSION, process_chaos::control(server)).await;
+    let server = zookeeper().await;
+    run_on_zookeeper(0x198, "zookeeper, session 2s", &server.connect_string(), process_chaos::control(server)).await;
 }
 
 /// A three-member ensemble of the test's own; the store faults pause a member, or stop one
@@ -112,9 +105,8 @@ async fn process_chaos_on_zookeeper() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn process_chaos_on_a_zookeeper_ensemble() {
     let ensemble = ZkEnsemble::start().await.unwrap_or_else(|error| panic!("{error}"));
-    let config = ProcessChaosConfig::from_env(0x18e, zk_url(&ensemble.connect_string()), WORKER)
-        .with_label("zookeeper ensemble of 3, session 2s");
-    run_faulting(config, SESSION, process_chaos::control(ensemble)).await;
+    let label = "zookeeper ensemble of 3, session 2s";
+    run_on_zookeeper(0x18e, label, &ensemble.connect_string(), process_chaos::control(ensemble)).await;
 }
 
 /// The planted bug: workers skip the loss deadline, so a worker paused past its lease goes on

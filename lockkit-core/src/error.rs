@@ -368,13 +368,17 @@ impl NameUse {
 
 /// `error` with its sources, `: `-separated: the whole story of a client library's error,
 /// whose `Display` often names only the kind, for a backend that reads it (a hint from a
-/// server's message) or shows it.
+/// server's message) or a program that shows it. A source whose message is already in the text
+/// (a wrapper that repeats its cause) is left out, so that nothing is said twice.
 pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
+        let said = cause.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
         source = cause.source();
     }
     text
@@ -395,6 +399,16 @@ mod tests {
             next = source.source();
         }
         out
+    }
+
+    #[test]
+    fn the_chain_says_each_cause_once() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("handshake failed: {0}")]
+        struct Repeats(#[source] std::io::Error);
+        let expired = std::io::Error::other("certificate expired");
+        let error = Error::connection("redis", None, Repeats(expired));
+        assert_eq!(error_chain(&error), "redis: connection problem: handshake failed: certificate expired");
     }
 
     #[test]

@@ -15,8 +15,8 @@ mod support;
 
 use std::time::Duration;
 
-use lockkit_testkit::chaos::{self, ChaosConfig, Primitive};
-use lockkit_testkit::observer_chaos::{self, ObserverChaos};
+use lockkit_testkit::chaos::{ChaosConfig, Primitive};
+use lockkit_testkit::observer_chaos::ObserverChaos;
 use support::EtcdHarness;
 lockkit_testkit::chaos_test! {
     harness: EtcdHarness::dedicated().await;
@@ -24,17 +24,12 @@ lockkit_testkit::chaos_test! {
         ChaosConfig::single_server().with_primitive(Primitive::Election).with_label("elections, one member");
 }
 
-/// Observers of an election under faults, on a member of its own (the kit's
-/// `observer_chaos`): every term granted reaches each observer, or a `Gap` comes between the
-/// terms shown around it (contract 28), while connections are cut, slowed, blackholed (past
-/// the lease too), cut off while the member compacts its history, and the member restarts once.
-#[test]
-fn chaos_observers_see_every_term_or_a_gap() {
-    lockkit_testkit::runtime().block_on(async {
-        let _turn = chaos::one_at_a_time().await;
-        let harness = EtcdHarness::dedicated().await;
-        let config = ObserverChaos::new(28, Duration::from_secs(20)).seed_from_env();
-        let report = observer_chaos::run(&harness, config).await;
-        println!("{report}");
-    });
-}
+lockkit_testkit::observer_chaos_test!(
+    /// Observers of an election under faults, on a member of its own (the kit's
+    /// `observer_chaos`): every term granted reaches each observer, or a `Gap` comes between the
+    /// terms shown around it (contract 28), while connections are cut, slowed, blackholed (past
+    /// the lease too), cut off while the member compacts its history, and the member restarts once.
+    chaos_observers_see_every_term_or_a_gap,
+    harness: EtcdHarness::dedicated().await,
+    config: ObserverChaos::new(28, Duration::from_secs(20)),
+);

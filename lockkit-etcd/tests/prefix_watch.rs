@@ -7,38 +7,35 @@
 
 mod support;
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use lockkit_core::{Error, LockGuard, LossReason};
+use lockkit_core::{LockGuard, LossReason};
 use lockkit_etcd::EtcdLockProvider;
-use support::{EtcdHarness, TIMEOUT, within};
+use lockkit_testkit::holds::{hold_all, release_all};
+use support::{EtcdHarness, ProxyFaults, TIMEOUT, within};
 
 /// A lease long enough that the listing after a keep-alive (every third of it) cannot explain
 /// a loss seen within a few seconds.
 const LONG_TTL: Duration = Duration::from_secs(30);
 
-fn fresh_prefix(what: &str) -> String {
-    format!("prefix-watch/{what}/{}", uuid::Uuid::new_v4().simple())
+/// A provider with a lease of [`LONG_TTL`], behind a proxy of its own.
+async fn long_lease_client(h: &EtcdHarness) -> (EtcdLockProvider, Arc<ProxyFaults>) {
+    h.client_with(EtcdLockProvider::builder().ttl(LONG_TTL).connect_timeout(TIMEOUT)).await.unwrap()
 }
 
-async fn hold_many(provider: &EtcdLockProvider, base: &str, count: usize) -> (Vec<String>, Vec<LockGuard>) {
+/// Holds of `count` locks on `provider`, named under a fresh prefix: their names and guards.
+async fn hold_many(provider: &EtcdLockProvider, what: &str, count: usize) -> (Vec<String>, Vec<LockGuard>) {
+    let base = format!("prefix-watch/{what}/{}", uuid::Uuid::new_v4().simple());
     let names: Vec<String> = (0..count).map(|i| format!("{base}/{i}")).collect();
-    let mut guards = Vec::with_capacity(count);
-    for name in &names {
-        guards.push(provider.lock(name).unwrap().acquire().await.unwrap());
-    }
+    let guards = hold_all(provider, &names).await;
     (names, guards)
 }
 
-async fn release_all(h: &EtcdHarness, names: &[String], guards: Vec<LockGuard>, lost: &[usize]) {
-    for (i, guard) in guards.into_iter().enumerate() {
-        let released = guard.release().await;
-        if lost.contains(&i) {
-            assert!(matches!(released, Err(Error::LockLost { .. })), "hold {i}: {released:?}");
-        } else {
-            released.unwrap();
-        }
-    }
+/// Releases `guards`, the holds of `names` (those at the indices `lost` were lost), and checks
+/// that no key is left behind (on a sample of the names).
+async fn release_all_leaving_no_key(h: &EtcdHarness, names: &[String], guards: Vec<LockGuard>, lost: &[usize]) {
+    release_all(guards, lost).await;
     for name in names.iter().step_by(97) {
         assert_eq!(h.keys_of(name).await, 0, "{name} left a key behind");
     }
@@ -49,20 +46,18 @@ async fn release_all(h: &EtcdHarness, names: &[String], guards: Vec<LockGuard>, 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_key_among_many_holds_is_signalled_at_once() {
     let h = EtcdHarness::shared().await;
-    let builder = EtcdLockProvider::builder().ttl(LONG_TTL).connect_timeout(TIMEOUT);
-    let (a, _proxy) = h.client_with(builder).await.unwrap();
-    let (names, guards) = hold_many(&a, &fresh_prefix("many"), 1200).await;
+    let (a, _proxy) = long_lease_client(&h).await;
+    let (names, guards) = hold_many(&a, "many", 1200).await;
     let victims = [5, 1150];
     for victim in victims {
-        let key = h.holder_key(&names[victim]).await.unwrap();
-        h.admin().await.delete(key, None).await.unwrap();
+        h.delete_holder_key(&names[victim]).await;
         let reason = within(Duration::from_secs(3), "the loss", guards[victim].lost()).await;
         assert_eq!(reason, LossReason::RecordGone, "hold {victim}");
     }
     for (i, guard) in guards.iter().enumerate() {
         assert_eq!(guard.is_held(), !victims.contains(&i), "hold {i}: {:?}", guard.watcher().loss());
     }
-    release_all(&h, &names, guards, &victims).await;
+    release_all_leaving_no_key(&h, &names, guards, &victims).await;
 }
 
 /// The same provider's connection is cut while a hold's key is deleted: the watch ends with its
@@ -71,13 +66,11 @@ async fn a_deleted_key_among_many_holds_is_signalled_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_deleted_while_the_stream_was_cut_is_found() {
     let h = EtcdHarness::shared().await;
-    let builder = EtcdLockProvider::builder().ttl(LONG_TTL).connect_timeout(TIMEOUT);
-    let (a, proxy) = h.client_with(builder).await.unwrap();
-    let (names, guards) = hold_many(&a, &fresh_prefix("cut"), 1100).await;
+    let (a, proxy) = long_lease_client(&h).await;
+    let (names, guards) = hold_many(&a, "cut", 1100).await;
     let victim = 1050;
     proxy.proxy().blackhole();
-    let key = h.holder_key(&names[victim]).await.unwrap();
-    h.admin().await.delete(key, None).await.unwrap();
+    h.delete_holder_key(&names[victim]).await;
     proxy.proxy().cut_all();
     tokio::time::sleep(Duration::from_millis(300)).await;
     proxy.proxy().heal();
@@ -86,5 +79,5 @@ async fn a_key_deleted_while_the_stream_was_cut_is_found() {
     for (i, guard) in guards.iter().enumerate() {
         assert_eq!(guard.is_held(), i != victim, "hold {i}: {:?}", guard.watcher().loss());
     }
-    release_all(&h, &names, guards, &[victim]).await;
+    release_all_leaving_no_key(&h, &names, guards, &[victim]).await;
 }

@@ -23,7 +23,7 @@ lockkit_testkit::chaos_test! {
 }
 
 lockkit_testkit::chaos_test! {
-    harness: PostgresHarness::dedicated_crashing().await;
+    harness: PostgresHarness::dedicated_with(support::Restarts::Crash).await;
     chaos_mutex_with_crashes([21]) =>
         ChaosConfig::single_server().with_label("crash restarts, grants without a flush");
 }

@@ -9,14 +9,11 @@ mod support;
 
 use std::time::Duration;
 
-use lockkit_testkit::observer_chaos::{self, ObserverChaos};
+use lockkit_testkit::observer_chaos::ObserverChaos;
 use support::PostgresHarness;
 
-#[test]
-fn chaos_observers_see_every_term_or_a_gap() {
-    lockkit_testkit::runtime().block_on(async {
-        let harness = PostgresHarness::dedicated().await;
-        let config = ObserverChaos::new(26, Duration::from_secs(20)).seed_from_env();
-        println!("{}", observer_chaos::run(&harness, config).await);
-    });
-}
+lockkit_testkit::observer_chaos_test!(
+    chaos_observers_see_every_term_or_a_gap,
+    harness: PostgresHarness::dedicated().await,
+    config: ObserverChaos::new(26, Duration::from_secs(20)),
+);

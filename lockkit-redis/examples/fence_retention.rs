@@ -11,32 +11,15 @@
 
 use std::time::{Duration, Instant};
 
+#[path = "../tests/support/keys.rs"]
+mod keys;
+
+use keys::keys_under;
 use lockkit_redis::RedisLockProvider;
 use lockkit_testkit::fixture::RedisServer;
 
 fn arg(name: &str) -> Option<String> {
     std::env::args().skip_while(|a| a != name).nth(1)
-}
-
-async fn keys_under(admin: &mut redis::aio::MultiplexedConnection, prefix: &str) -> usize {
-    let mut cursor = 0_u64;
-    let mut count = 0;
-    loop {
-        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(format!("{prefix}:*"))
-            .arg("COUNT")
-            .arg(10_000)
-            .query_async(admin)
-            .await
-            .unwrap();
-        count += keys.len();
-        if next == 0 {
-            return count;
-        }
-        cursor = next;
-    }
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]

@@ -17,7 +17,7 @@ use lockkit_testkit::fixture::Persistence;
 use support::RedisHarness;
 
 lockkit_testkit::chaos_test! {
-    harness: RedisHarness::dedicated(Persistence::Aof).await;
+    harness: RedisHarness::dedicated_with(Persistence::Aof).await;
     chaos_with_aof([11]) => ChaosConfig::single_server().with_label("AOF");
     chaos_read_write_locks_with_aof([13]) =>
         ChaosConfig::single_server().with_primitive(Primitive::ReadWrite).with_label("AOF");
@@ -28,7 +28,7 @@ lockkit_testkit::chaos_test! {
 }
 
 lockkit_testkit::chaos_test! {
-    harness: RedisHarness::dedicated(Persistence::None).await;
+    harness: RedisHarness::dedicated_with(Persistence::None).await;
     chaos_without_persistence([12]) =>
         ChaosConfig::single_server().with_restart_loses_data(true).with_label("no persistence");
 }

@@ -8,7 +8,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use lockkit_core::{FencingToken, HoldKind, LeaderEvent, LockName, LossReason};
+use lockkit_core::{FencingToken, HoldKind, LeaderEvent, LockGuard, LockName, LockProvider, LossReason, Observer};
 use lockkit_redis::RedisLockProvider;
 use lockkit_testkit::fixture::Persistence;
 use lockkit_testkit::wait::next_leader_event;
@@ -25,6 +25,22 @@ fn term_of(event: &LeaderEvent) -> Option<FencingToken> {
         LeaderEvent::Elected(leader) => Some(leader.term),
         _ => None,
     }
+}
+
+/// `leader` campaigns in election `name` as `identity`, and an observer on `watcher` sees its
+/// term first: the leadership and the observer.
+async fn lead_and_observe(
+    leader: &LockProvider,
+    watcher: &LockProvider,
+    name: &str,
+    identity: &str,
+) -> (LockGuard, Observer) {
+    let leadership =
+        within(OPERATION, "the campaign", leader.election(name).unwrap().campaign(identity)).await.unwrap();
+    let mut observer = watcher.election(name).unwrap().observe().unwrap();
+    let first = next_leader_event(&mut observer, OPERATION, "the current leader").await;
+    assert_eq!(term_of(&first), Some(leadership.token()));
+    (leadership, observer)
 }
 
 fn journal_key(provider: &RedisLockProvider, name: &str) -> String {
@@ -69,10 +85,7 @@ async fn a_deleted_leader_record_is_learnt_promptly_and_observers_see_vacant_the
     let (b, _fb) = harness.client_with(slow()).await.unwrap();
     let (c, _fc) = harness.client_with(slow()).await.unwrap();
     let name = unique("deleted");
-    let leadership = within(OPERATION, "a campaigns", a.election(&name).unwrap().campaign("a")).await.unwrap();
-    let mut observer = c.election(&name).unwrap().observe().unwrap();
-    let first = next_leader_event(&mut observer, OPERATION, "the current leader").await;
-    assert_eq!(term_of(&first), Some(leadership.token()));
+    let (leadership, mut observer) = lead_and_observe(&a, &c, &name, "a").await;
     let election_b = b.election(&name).unwrap();
     let campaign_b = tokio::spawn(async move { election_b.campaign("b").await });
     eventually(OPERATION, "b queues", || {
@@ -122,7 +135,7 @@ async fn pass_terms(provider: &RedisLockProvider, name: &str, terms: usize) -> F
 /// what it saw gets a gap, then the current leader; never a term out of order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_observer_cut_off_while_terms_pass_gets_every_term_or_a_gap_then_the_current_leader() {
-    let harness = RedisHarness::dedicated(Persistence::None).await;
+    let harness = RedisHarness::dedicated_with(Persistence::None).await;
     let (watcher, faults) = harness.client_with(test_builder()).await.unwrap();
     let (runner, _runner_faults) = harness.client_with(test_builder()).await.unwrap();
     let name = unique("cut_off");
@@ -178,10 +191,7 @@ async fn a_leader_whose_renewals_stall_is_reported_vacant_within_about_a_lease()
     let (leader, faults) = harness.client_with(test_builder()).await.unwrap();
     let (watcher, _watcher_faults) = harness.client_with(test_builder()).await.unwrap();
     let name = unique("stalled");
-    let leadership = within(OPERATION, "campaign", leader.election(&name).unwrap().campaign("stalling")).await.unwrap();
-    let mut observer = watcher.election(&name).unwrap().observe().unwrap();
-    let first = next_leader_event(&mut observer, OPERATION, "the current leader").await;
-    assert_eq!(term_of(&first), Some(leadership.token()));
+    let (leadership, mut observer) = lead_and_observe(&leader, &watcher, &name, "stalling").await;
     faults.0.blackhole();
     let stalled_at = Instant::now();
     within(LEASE + OPERATION, "the leader's loss signal", leadership.lost()).await;

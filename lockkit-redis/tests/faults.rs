@@ -155,7 +155,7 @@ async fn deleted_record_is_a_loss_at_the_next_renewal() {
 /// increase, because a missing fence counter starts from the server clock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restart_without_persistence_signals_loss_and_tokens_still_increase() {
-    let harness = RedisHarness::dedicated(Persistence::None).await;
+    let harness = RedisHarness::dedicated_with(Persistence::None).await;
     let (holder, _faults) = harness.client_with(test_builder()).await.unwrap();
     let names: Vec<String> = (0..3).map(|i| unique(&format!("restart_none_{i}"))).collect();
     let mut guards = Vec::new();
@@ -182,7 +182,7 @@ async fn restart_without_persistence_signals_loss_and_tokens_still_increase() {
 /// and tokens stay strictly increasing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restart_with_aof_keeps_holds_and_tokens_increase() {
-    let harness = RedisHarness::dedicated(Persistence::Aof).await;
+    let harness = RedisHarness::dedicated_with(Persistence::Aof).await;
     // A lease long enough to outlast the restart on a loaded machine.
     let builder = || test_builder().lease(Duration::from_secs(6)).renew_every(Duration::from_secs(1));
     let (holder, _faults) = harness.client_with(builder()).await.unwrap();

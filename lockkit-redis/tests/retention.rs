@@ -7,33 +7,12 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use support::keys::keys_under;
 use support::{OPERATION, RedisHarness, eventually, test_builder, within};
 
 /// The retention of these tests: the least the test lease allows (2 s plus the claim window)
 /// and a little more.
 const RETENTION: Duration = Duration::from_millis(2_500);
-
-/// How many keys under `prefix` the server holds.
-async fn keys_under(admin: &mut redis::aio::MultiplexedConnection, prefix: &str) -> usize {
-    let mut cursor = 0_u64;
-    let mut count = 0;
-    loop {
-        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(format!("{prefix}:*"))
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(admin)
-            .await
-            .unwrap();
-        count += keys.len();
-        if next == 0 {
-            return count;
-        }
-        cursor = next;
-    }
-}
 
 /// After 1,000 distinct locks are acquired and released once, the keys left fall to at most
 /// 1 % of them within the retention (and a bound for a loaded machine); a lock held all the

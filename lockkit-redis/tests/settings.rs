@@ -18,7 +18,7 @@ fn unique(case: &str) -> String {
 /// is a clear error, not a retryable one, and never a hang.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acl_user_limited_to_lockkit_keys_works_and_bad_passwords_are_refused() {
-    let harness = RedisHarness::dedicated(lockkit_testkit::fixture::Persistence::None).await;
+    let harness = RedisHarness::dedicated_with(lockkit_testkit::fixture::Persistence::None).await;
     let mut admin = harness.admin().await;
     let _: () = redis::cmd("ACL")
         .arg(&["SETUSER", "locker", "on", ">s3cret", "resetkeys", "~app:*", "resetchannels", "&app:*", "-@all"])
@@ -137,7 +137,7 @@ async fn database_and_prefix_are_honoured() {
 /// connection of its waiters, with no task left holding them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_a_provider_closes_its_connections() {
-    let harness = RedisHarness::dedicated(lockkit_testkit::fixture::Persistence::None).await;
+    let harness = RedisHarness::dedicated_with(lockkit_testkit::fixture::Persistence::None).await;
     let mut admin = harness.admin().await;
     let url = format!("redis://{}/", harness.upstream());
     let clients = |mut admin: redis::aio::MultiplexedConnection| async move {

@@ -58,6 +58,33 @@ impl ObserverChaos {
     }
 }
 
+/// The observers' chaos run as a `#[test]`, as [`chaos_test!`](crate::chaos_test) does for
+/// the chaos run: on the shared runtime, one run of the binary at a time
+/// ([`one_at_a_time`](crate::chaos::one_at_a_time)), `harness` made (an expression that may
+/// `.await`), then [`run`] with `config` (its seed replaced by `LOCKKIT_CHAOS_SEED` when set),
+/// the report printed.
+///
+/// ```ignore
+/// lockkit_testkit::observer_chaos_test!(
+///     chaos_observers_see_every_term_or_a_gap,
+///     harness: MyHarness::dedicated().await,
+///     config: ObserverChaos::new(26, Duration::from_secs(20)),
+/// );
+/// ```
+#[macro_export]
+macro_rules! observer_chaos_test {
+    ($(#[$meta:meta])* $name:ident, harness: $harness:expr, config: $config:expr $(,)?) => {
+        $(#[$meta])*
+        #[test]
+        fn $name() {
+            $crate::chaos::run_test(async { $harness }, async |harness| {
+                let config: $crate::observer_chaos::ObserverChaos = $config;
+                println!("{}", $crate::observer_chaos::run(harness, config.seed_from_env()).await);
+            });
+        }
+    };
+}
+
 /// An event an observer received, or a failure it reported.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Seen {

@@ -28,7 +28,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lockkit_testkit::chaos::{self, ChaosConfig, FaultKind, Primitive};
 use lockkit_testkit::fixture::zk::ZkEnsemble;
-use lockkit_testkit::observer_chaos::{self, ObserverChaos};
+use lockkit_testkit::observer_chaos::ObserverChaos;
 use lockkit_testkit::proxy::{MemberProxies, proxied_members};
 use lockkit_testkit::{ClientFaults, FaultResult, Harness, TestClient, Timing};
 use lockkit_zk::ZkLockProvider;
@@ -60,20 +60,15 @@ fn chaos_on_an_ensemble() {
     });
 }
 
-/// Observers of an election under faults, on a dedicated server (the kit's
-/// `observer_chaos`): every term granted reaches each observer, or a `Gap` comes between the
-/// terms shown around it (contract 28), while connections are cut, slowed and blackholed
-/// (past the session timeout too) and the server restarts once.
-#[test]
-fn chaos_observers_see_every_term_or_a_gap() {
-    lockkit_testkit::runtime().block_on(async {
-        let _turn = chaos::one_at_a_time().await;
-        let harness = ZkHarness::dedicated().await;
-        let config = ObserverChaos::new(26, Duration::from_secs(20)).seed_from_env();
-        let report = observer_chaos::run(&harness, config).await;
-        println!("{report}");
-    });
-}
+lockkit_testkit::observer_chaos_test!(
+    /// Observers of an election under faults, on a dedicated server (the kit's
+    /// `observer_chaos`): every term granted reaches each observer, or a `Gap` comes between the
+    /// terms shown around it (contract 28), while connections are cut, slowed and blackholed
+    /// (past the session timeout too) and the server restarts once.
+    chaos_observers_see_every_term_or_a_gap,
+    harness: ZkHarness::dedicated().await,
+    config: ObserverChaos::new(26, Duration::from_secs(20)),
+);
 
 /// Long enough to ride out a leader election on the loopback ensemble.
 const ENSEMBLE_SESSION_TIMEOUT: Duration = Duration::from_secs(6);

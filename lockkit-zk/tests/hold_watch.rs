@@ -9,8 +9,31 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use lockkit_core::{Error, LossReason};
-use support::{SESSION_TIMEOUT, eventually, fresh_name, run, shared_harness};
+use lockkit_core::{LockGuard, LockProvider, LossReason};
+use lockkit_testkit::holds::{hold_all, release_all};
+use support::{SESSION_TIMEOUT, ZkHarness, eventually, fresh_name, run, shared_harness};
+
+/// Holds of `count` locks on `provider`, with fresh names: their names and guards.
+async fn hold_many(provider: &LockProvider, what: &str, count: usize) -> (Vec<String>, Vec<LockGuard>) {
+    let names: Vec<String> = (0..count).map(|i| fresh_name(&format!("{what}-{i}"))).collect();
+    let guards = hold_all(provider, &names).await;
+    (names, guards)
+}
+
+/// Deletes the node of the holder of lock `name`, as an administrator would.
+async fn delete_holder_node(h: &ZkHarness, name: &str) {
+    let node = h.contenders(name).await[0].clone();
+    h.admin().delete(&format!("{}/{node}", h.lock_znode(name)), None).await.unwrap();
+}
+
+/// Releases `guards`, the holds of `names` (those at the indices `lost` were lost), and checks
+/// that no node is left behind.
+async fn release_leaving_no_node(h: &ZkHarness, names: &[String], guards: Vec<LockGuard>, lost: &[usize]) {
+    release_all(guards, lost).await;
+    for name in names {
+        assert!(h.contenders(name).await.is_empty(), "{name} left a node behind");
+    }
+}
 
 /// 400 holds on one provider; an administrator deletes the node of one of the first (watched
 /// by its own task) and of one of the last (watched by the session's recursive watch): those
@@ -20,15 +43,10 @@ fn a_deleted_node_among_many_holds_loses_that_hold_only() {
     run(async {
         let h = shared_harness().await;
         let (a, _proxy) = h.proxied_client().await;
-        let names: Vec<String> = (0..400).map(|i| fresh_name(&format!("many-{i}"))).collect();
-        let mut guards = Vec::new();
-        for name in &names {
-            guards.push(a.lock(name).unwrap().acquire().await.unwrap());
-        }
+        let (names, guards) = hold_many(&a, "many", 400).await;
         let victims = [17, 377];
         for victim in victims {
-            let node = h.contenders(&names[victim]).await[0].clone();
-            h.admin().delete(&format!("{}/{node}", h.lock_znode(&names[victim])), None).await.unwrap();
+            delete_holder_node(h, &names[victim]).await;
             let reason = tokio::time::timeout(Duration::from_secs(5), guards[victim].lost()).await.unwrap();
             assert_eq!(reason, LossReason::RecordGone, "hold {victim}");
         }
@@ -37,17 +55,7 @@ fn a_deleted_node_among_many_holds_loses_that_hold_only() {
         for (i, guard) in guards.iter().enumerate() {
             assert_eq!(guard.is_held(), !victims.contains(&i), "hold {i}: {:?}", guard.watcher().loss());
         }
-        for (i, guard) in guards.into_iter().enumerate() {
-            let released = guard.release().await;
-            if victims.contains(&i) {
-                assert!(matches!(released, Err(Error::LockLost { .. })), "{released:?}");
-            } else {
-                released.unwrap();
-            }
-        }
-        for name in &names {
-            assert!(h.contenders(name).await.is_empty(), "{name} left a node behind");
-        }
+        release_leaving_no_node(h, &names, guards, &victims).await;
     });
 }
 
@@ -60,16 +68,11 @@ fn a_node_deleted_while_the_connection_was_cut_is_found_after_the_reconnection()
     run(async {
         let h = shared_harness().await;
         let (a, a_proxy) = h.proxied_client().await;
-        let names: Vec<String> = (0..300).map(|i| fresh_name(&format!("cut-{i}"))).collect();
-        let mut guards = Vec::new();
-        for name in &names {
-            guards.push(a.lock(name).unwrap().acquire().await.unwrap());
-        }
+        let (names, guards) = hold_many(&a, "cut", 300).await;
         let victim = names.len() - 1;
         a_proxy.proxy().cut_all();
         a_proxy.proxy().blackhole();
-        let node = h.contenders(&names[victim]).await[0].clone();
-        h.admin().delete(&format!("{}/{node}", h.lock_znode(&names[victim])), None).await.unwrap();
+        delete_holder_node(h, &names[victim]).await;
         tokio::time::sleep(Duration::from_millis(300)).await;
         a_proxy.proxy().heal();
         let reason = tokio::time::timeout(SESSION_TIMEOUT, guards[victim].lost()).await.unwrap();
@@ -79,16 +82,6 @@ fn a_node_deleted_while_the_connection_was_cut_is_found_after_the_reconnection()
             kept.is_held() && kept.valid_until().is_some_and(|until| until > Instant::now() + SESSION_TIMEOUT / 2)
         })
         .await;
-        for (i, guard) in guards.into_iter().enumerate() {
-            let released = guard.release().await;
-            if i == victim {
-                assert!(matches!(released, Err(Error::LockLost { .. })), "{released:?}");
-            } else {
-                released.unwrap();
-            }
-        }
-        for name in &names {
-            assert!(h.contenders(name).await.is_empty(), "{name} left a node behind");
-        }
+        release_leaving_no_node(h, &names, guards, &[victim]).await;
     });
 }

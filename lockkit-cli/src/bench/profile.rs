@@ -9,7 +9,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use lockkit::LockProvider;
+use lockkit::{LockProvider, RenewalStats};
 
 use super::url::Url;
 use crate::exit::Failure;
@@ -128,10 +128,13 @@ pub(crate) trait Floor: Send {
 /// Renewal rounds and round trips of one provider so far.
 pub(crate) type Renewals = Box<dyn Fn() -> (u64, u64) + Send + Sync>;
 
-/// The [`Renewals`] of `provider`, a backend's typed provider, as `counters` reads them from
-/// its renewal statistics.
-pub(crate) fn renewals<P: Send + Sync + 'static>(provider: P, counters: fn(&P) -> (u64, u64)) -> Renewals {
-    Box::new(move || counters(&provider))
+/// The [`Renewals`] of `provider`, a backend's typed provider, read from the renewal
+/// statistics `stats` gives (its `renewal_stats` method).
+pub(crate) fn renewals<P: Send + Sync + 'static>(provider: P, stats: fn(&P) -> RenewalStats) -> Renewals {
+    Box::new(move || {
+        let stats = stats(&provider);
+        (stats.ticks, stats.round_trips)
+    })
 }
 
 /// A provider with quick renewals for the upkeep phase, and its renewal counters.

@@ -13,10 +13,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use etcd_client::{Client, GetOptions, SortOrder, SortTarget};
 use lockkit_etcd::{EtcdLockProvider, EtcdLockProviderBuilder};
-use lockkit_testkit::fixture::{DedicatedServer, ETCD_URL_ENV, EtcdServer};
-use lockkit_testkit::proxy::proxied;
-use lockkit_testkit::{FaultResult, Harness, NoFaults, TestClient, Timing, Unsupported};
-use tokio::sync::Mutex;
+use lockkit_testkit::FaultResult;
+use lockkit_testkit::fixture::{ETCD_URL_ENV, EtcdServer, FixtureError};
+use lockkit_testkit::proxied::{ProxiedHarness, ProxiedStore};
 
 /// The lease of test clients: etcd's shortest, so that the expiry cases take seconds.
 pub const TTL: Duration = Duration::from_secs(2);
@@ -29,53 +28,15 @@ pub fn test_builder() -> EtcdLockProviderBuilder {
     EtcdLockProvider::builder().ttl(TTL).connect_timeout(TIMEOUT)
 }
 
-/// Runs the kit against an etcd member.
-pub struct EtcdHarness {
-    name: &'static str,
+/// Runs the kit against an etcd member: the shared one, or a dedicated one.
+pub type EtcdHarness = ProxiedHarness<EtcdStore>;
+
+/// The etcd member a harness is on.
+pub struct EtcdStore {
     upstream: SocketAddr,
-    /// The dedicated member of an isolated harness, which may be restarted or paused.
-    server: DedicatedServer<EtcdServer>,
 }
 
-impl EtcdHarness {
-    /// A harness on the test process's shared member (`LOCKKIT_ETCD_URL` or a spawned one).
-    ///
-    /// # Panics
-    ///
-    /// When no member can be started, with the fixture's message (which says how to install etcd).
-    pub async fn shared() -> Self {
-        let shared = EtcdServer::shared().await.unwrap_or_else(|error| panic!("the etcd tests need etcd: {error}"));
-        let upstream = shared.upstream().await.unwrap_or_else(|error| panic!("the etcd tests need etcd: {error}"));
-        Self { name: "etcd", upstream, server: DedicatedServer::none() }
-    }
-
-    /// A harness on a dedicated member.
-    pub async fn dedicated() -> Self {
-        let server = match EtcdServer::start().await {
-            Ok(server) => server,
-            Err(error) => panic!("the etcd tests need etcd: {error}"),
-        };
-        Self { name: "etcd (dedicated)", upstream: server.addr(), server: DedicatedServer::new(server) }
-    }
-
-    /// The member's address, for admin connections that bypass every proxy.
-    pub fn upstream(&self) -> SocketAddr {
-        self.upstream
-    }
-
-    /// The dedicated member, if this harness has one.
-    pub fn server(&self) -> Option<&Arc<Mutex<EtcdServer>>> {
-        self.server.get()
-    }
-
-    /// A client with its own proxy and fault hooks, built from `builder` (the members are set here).
-    pub async fn client_with(
-        &self,
-        builder: EtcdLockProviderBuilder,
-    ) -> lockkit_core::Result<(EtcdLockProvider, Arc<ProxyFaults>)> {
-        proxied("etcd", self.upstream, |proxy| builder.endpoints(proxy.to_string()).build()).await
-    }
-
+impl EtcdStore {
     /// A plain client of the member, bypassing every proxy.
     pub async fn admin(&self) -> Client {
         Client::connect([format!("http://{}", self.upstream)], None).await.unwrap()
@@ -87,6 +48,17 @@ impl EtcdHarness {
         let options = GetOptions::new().with_prefix().with_sort(SortTarget::Create, SortOrder::Ascend).with_limit(1);
         let reply = self.admin().await.get(prefix, Some(options)).await.unwrap();
         reply.kvs().first().map(|kv| kv.key().to_vec())
+    }
+
+    /// Deletes the key of the holder of lock `name`, as an administrator would.
+    ///
+    /// # Panics
+    ///
+    /// When the lock has no holder.
+    pub async fn delete_holder_key(&self, name: &str) {
+        let key = self.holder_key(name).await.expect("the held lock has a key");
+        let deleted = self.admin().await.delete(key, None).await.unwrap().deleted();
+        assert_eq!(deleted, 1, "the holder's key was deleted");
     }
 
     /// Releases `guard`, a hold of lock `name`, and checks that no key is left under the
@@ -105,38 +77,47 @@ impl EtcdHarness {
 }
 
 #[async_trait]
-impl Harness for EtcdHarness {
-    fn name(&self) -> &str {
-        self.name
+impl ProxiedStore for EtcdStore {
+    type Server = EtcdServer;
+    type Setup = ();
+    type Builder = EtcdLockProviderBuilder;
+    type Provider = EtcdLockProvider;
+
+    const NAME: &'static str = "etcd";
+    const URL_ENV: &'static str = ETCD_URL_ENV;
+    const LEASE: Duration = TTL;
+
+    fn at(upstream: SocketAddr, (): ()) -> Self {
+        Self { upstream }
     }
 
-    async fn client(&self) -> lockkit_core::Result<TestClient> {
-        let (provider, faults) = self.client_with(test_builder()).await?;
-        Ok(TestClient::new(provider, faults))
+    fn upstream(&self) -> SocketAddr {
+        self.upstream
     }
 
-    fn timing(&self) -> Timing {
-        Timing::new().with_lease(TTL)
+    async fn shared_upstream() -> Result<SocketAddr, FixtureError> {
+        EtcdServer::shared().await?.upstream().await
     }
 
-    async fn unreachable_client(&self) -> Result<TestClient, Unsupported> {
-        let provider = test_builder().endpoints(closed_port().to_string()).build().map_err(|_| Unsupported)?;
-        Ok(TestClient::new(provider, Arc::new(NoFaults)))
+    async fn start((): &()) -> Result<EtcdServer, FixtureError> {
+        EtcdServer::start().await
+    }
+
+    fn test_builder() -> EtcdLockProviderBuilder {
+        test_builder()
+    }
+
+    fn build(builder: EtcdLockProviderBuilder, address: SocketAddr) -> lockkit_core::Result<EtcdLockProvider> {
+        builder.endpoints(address.to_string()).build()
+    }
+
+    fn url(address: SocketAddr) -> String {
+        format!("etcd://{address}")
     }
 
     async fn delete_record(&self, name: &str) -> FaultResult {
-        let key = self.holder_key(name).await.expect("the held lock has a key");
-        let deleted = self.admin().await.delete(key, None).await.unwrap().deleted();
-        assert_eq!(deleted, 1, "the holder's key was deleted");
+        self.delete_holder_key(name).await;
         Ok(())
-    }
-
-    async fn isolated(&self) -> Result<Arc<dyn Harness>, Unsupported> {
-        Ok(Arc::new(Self::dedicated().await))
-    }
-
-    async fn restart_store(&self) -> FaultResult {
-        self.server.restart().await
     }
 
     async fn compact_history(&self) -> FaultResult {
@@ -144,14 +125,6 @@ impl Harness for EtcdHarness {
         let revision = admin.get("unused", None).await.unwrap().header().unwrap().revision();
         admin.compact(revision, None).await.unwrap();
         Ok(())
-    }
-
-    async fn pause_store(&self, paused: bool) -> FaultResult {
-        self.server.pause(paused).await
-    }
-
-    fn child_env(&self) -> Result<Vec<(String, String)>, Unsupported> {
-        Ok(vec![(ETCD_URL_ENV.to_owned(), format!("etcd://{}", self.upstream))])
     }
 
     async fn invalid_configs(&self) -> Vec<(String, lockkit_core::Result<()>)> {

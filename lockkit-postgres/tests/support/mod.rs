@@ -12,10 +12,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lockkit_postgres::{PostgresLockProvider, PostgresLockProviderBuilder};
-use lockkit_testkit::fixture::{DedicatedServer, PostgresServer};
-use lockkit_testkit::proxy::proxied;
-use lockkit_testkit::{FaultResult, Harness, NoFaults, TestClient, Timing, Unsupported};
-use tokio::sync::Mutex;
+use lockkit_testkit::fixture::{DedicatedServer, FixtureError, PostgresServer};
+use lockkit_testkit::proxied::{ProxiedHarness, ProxiedStore};
+use lockkit_testkit::{FaultResult, Unsupported};
 
 /// A bound for things that take a few round trips on a loaded machine.
 pub const OPERATION: Duration = Duration::from_secs(3);
@@ -35,105 +34,117 @@ pub fn test_builder() -> PostgresLockProviderBuilder {
         .drift(DRIFT)
 }
 
-/// Runs the kit against a PostgreSQL server.
-pub struct PostgresHarness {
-    name: &'static str,
-    upstream: SocketAddr,
-    server: DedicatedServer<PostgresServer>,
-    /// The store's restarts are crashes (an immediate stop) instead of fast shutdowns.
-    crash: bool,
-}
-
 /// The URL of the server at `addr` as the test superuser.
 pub fn url_of(addr: SocketAddr) -> String {
     format!("postgres://postgres@{addr}/postgres")
 }
 
-impl PostgresHarness {
-    /// A harness on the test process's shared server.
-    pub async fn shared() -> Self {
-        let shared = PostgresServer::shared()
-            .await
-            .unwrap_or_else(|error| panic!("the PostgreSQL tests need a PostgreSQL server: {error}"));
-        let upstream = shared
-            .upstream()
-            .await
-            .unwrap_or_else(|error| panic!("the PostgreSQL tests need a PostgreSQL server: {error}"));
-        Self { name: "postgres", upstream, server: DedicatedServer::none(), crash: false }
-    }
+/// Runs the kit against a PostgreSQL server: the shared one, or a dedicated one
+/// (`PostgresHarness::dedicated_with(Restarts::Crash)` for one whose restarts are crashes).
+pub type PostgresHarness = ProxiedHarness<PostgresStore>;
 
-    /// A harness on a dedicated server.
-    pub async fn dedicated() -> Self {
-        let server = match PostgresServer::start().await {
-            Ok(server) => server,
-            Err(error) => panic!("the PostgreSQL tests need a PostgreSQL server: {error}"),
-        };
-        Self {
-            name: "postgres (dedicated)",
-            upstream: server.addr(),
-            server: DedicatedServer::new(server),
-            crash: false,
-        }
-    }
+/// How the restarts of a dedicated server are made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Restarts {
+    /// A fast shutdown, then a start.
+    #[default]
+    Clean,
+    /// A crash (an immediate stop: WAL not yet flushed is lost), then a start; the WAL writer
+    /// is slowed to its 10 s maximum so that a crash loses the asynchronous commits of the
+    /// last seconds.
+    Crash,
+}
 
-    /// A harness on a dedicated server whose restarts are crashes (an immediate stop: WAL not
-    /// yet flushed is lost), with the WAL writer slowed to its 10 s maximum so that a crash
-    /// loses the asynchronous commits of the last seconds.
-    pub async fn dedicated_crashing() -> Self {
-        let harness = Self { name: "postgres (dedicated, crash restarts)", crash: true, ..Self::dedicated().await };
-        let admin = harness.admin().await;
-        admin.batch_execute("ALTER SYSTEM SET wal_writer_delay = '10s'").await.unwrap();
-        admin.batch_execute("SELECT pg_reload_conf()").await.unwrap();
-        harness
-    }
+/// The PostgreSQL server a harness is on.
+pub struct PostgresStore {
+    upstream: SocketAddr,
+    restarts: Restarts,
+}
 
-    pub fn upstream(&self) -> SocketAddr {
-        self.upstream
-    }
-
-    pub fn server(&self) -> Option<&Arc<Mutex<PostgresServer>>> {
-        self.server.get()
-    }
-
-    /// A client with its own proxy and fault hooks, built from `builder`.
-    pub async fn client_with(
-        &self,
-        builder: PostgresLockProviderBuilder,
-    ) -> lockkit_core::Result<(PostgresLockProvider, Arc<ProxyFaults>)> {
-        proxied("postgres", self.upstream, |proxy| builder.url(url_of(proxy)).build()).await
-    }
-
+impl PostgresStore {
     /// A plain connection to the server as the superuser, bypassing every proxy.
     pub async fn admin(&self) -> tokio_postgres::Client {
-        let (client, connection) = tokio_postgres::connect(
-            &format!("host=127.0.0.1 port={} user=postgres dbname=postgres", self.upstream.port()),
-            tokio_postgres::NoTls,
-        )
-        .await
-        .unwrap();
-        tokio::spawn(connection);
-        client
+        admin_of(self.upstream).await
     }
 }
 
+/// A plain connection to the server at `addr` as the superuser.
+async fn admin_of(addr: SocketAddr) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(
+        &format!("host=127.0.0.1 port={} user=postgres dbname=postgres", addr.port()),
+        tokio_postgres::NoTls,
+    )
+    .await
+    .unwrap();
+    tokio::spawn(connection);
+    client
+}
+
 #[async_trait]
-impl Harness for PostgresHarness {
-    fn name(&self) -> &str {
-        self.name
+impl ProxiedStore for PostgresStore {
+    type Server = PostgresServer;
+    type Setup = Restarts;
+    type Builder = PostgresLockProviderBuilder;
+    type Provider = PostgresLockProvider;
+
+    const NAME: &'static str = "postgres";
+    const URL_ENV: &'static str = lockkit_testkit::fixture::POSTGRES_URL_ENV;
+    const LEASE: Duration = LEASE;
+
+    fn at(upstream: SocketAddr, restarts: Restarts) -> Self {
+        Self { upstream, restarts }
     }
 
-    async fn client(&self) -> lockkit_core::Result<TestClient> {
-        let (provider, faults) = self.client_with(test_builder()).await?;
-        Ok(TestClient::new(provider, faults))
+    fn upstream(&self) -> SocketAddr {
+        self.upstream
     }
 
-    fn timing(&self) -> Timing {
-        Timing::new().with_lease(LEASE)
+    async fn shared_upstream() -> Result<SocketAddr, FixtureError> {
+        PostgresServer::shared().await?.upstream().await
     }
 
-    async fn unreachable_client(&self) -> Result<TestClient, Unsupported> {
-        let provider = test_builder().url(url_of(closed_port())).build().map_err(|_| Unsupported)?;
-        Ok(TestClient::new(provider, Arc::new(NoFaults)))
+    async fn start(restarts: &Restarts) -> Result<PostgresServer, FixtureError> {
+        let server = PostgresServer::start().await?;
+        if *restarts == Restarts::Crash {
+            let admin = admin_of(server.addr()).await;
+            admin.batch_execute("ALTER SYSTEM SET wal_writer_delay = '10s'").await.unwrap();
+            admin.batch_execute("SELECT pg_reload_conf()").await.unwrap();
+        }
+        Ok(server)
+    }
+
+    fn test_builder() -> PostgresLockProviderBuilder {
+        test_builder()
+    }
+
+    fn build(builder: PostgresLockProviderBuilder, address: SocketAddr) -> lockkit_core::Result<PostgresLockProvider> {
+        builder.url(url_of(address)).build()
+    }
+
+    fn url(address: SocketAddr) -> String {
+        url_of(address)
+    }
+
+    fn dedicated_name(restarts: &Restarts) -> String {
+        match restarts {
+            Restarts::Clean => "postgres (dedicated)".to_owned(),
+            Restarts::Crash => "postgres (dedicated, crash restarts)".to_owned(),
+        }
+    }
+
+    fn isolated_setup(&self) -> Restarts {
+        self.restarts
+    }
+
+    async fn restart(&self, server: &DedicatedServer<PostgresServer>) -> FaultResult {
+        if self.restarts == Restarts::Clean {
+            return server.restart().await;
+        }
+        let server = server.get().ok_or(Unsupported)?;
+        if let Err(error) = server.lock().await.crash_restart().await {
+            panic!("restarting postgres after a crash failed: {error}");
+        }
+        Ok(())
     }
 
     async fn delete_record(&self, name: &str) -> FaultResult {
@@ -146,29 +157,6 @@ impl Harness for PostgresHarness {
                 .unwrap();
         assert_eq!(deleted, 1, "the held lock {name:?} (or the election's leader) has a row");
         Ok(())
-    }
-
-    async fn isolated(&self) -> Result<Arc<dyn Harness>, Unsupported> {
-        Ok(Arc::new(if self.crash { Self::dedicated_crashing().await } else { Self::dedicated().await }))
-    }
-
-    async fn restart_store(&self) -> FaultResult {
-        if !self.crash {
-            return self.server.restart().await;
-        }
-        let server = self.server.get().ok_or(Unsupported)?;
-        if let Err(error) = server.lock().await.crash_restart().await {
-            panic!("restarting postgres after a crash failed: {error}");
-        }
-        Ok(())
-    }
-
-    async fn pause_store(&self, paused: bool) -> FaultResult {
-        self.server.pause(paused).await
-    }
-
-    fn child_env(&self) -> Result<Vec<(String, String)>, Unsupported> {
-        Ok(vec![(lockkit_testkit::fixture::POSTGRES_URL_ENV.to_owned(), url_of(self.upstream))])
     }
 
     async fn invalid_configs(&self) -> Vec<(String, lockkit_core::Result<()>)> {

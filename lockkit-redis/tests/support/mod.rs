@@ -3,6 +3,7 @@
 
 #![allow(dead_code, unused_imports, unreachable_pub, missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod keys;
 pub mod multi_host;
 
 pub use lockkit_testkit::wait::{eventually, within};
@@ -15,10 +16,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lockkit_core::LockName;
 use lockkit_redis::{RedisLockProvider, RedisLockProviderBuilder};
-use lockkit_testkit::fixture::{DedicatedServer, Persistence, RedisConfig, RedisServer};
-use lockkit_testkit::proxy::proxied;
-use lockkit_testkit::{FaultResult, Harness, NoFaults, TestClient, Timing, Unsupported};
-use tokio::sync::Mutex;
+use lockkit_testkit::FaultResult;
+use lockkit_testkit::fixture::{FixtureError, Persistence, RedisConfig, RedisServer};
+use lockkit_testkit::proxied::{ProxiedHarness, ProxiedStore};
 
 /// A bound for things that take a few round trips on a loaded machine.
 pub const OPERATION: Duration = Duration::from_secs(3);
@@ -83,82 +83,65 @@ pub fn test_builder() -> RedisLockProviderBuilder {
     RedisLockProvider::builder().lease(LEASE).renew_every(RENEW_EVERY).response_timeout(RESPONSE_TIMEOUT).drift(DRIFT)
 }
 
-/// Runs the kit against a Redis server.
-pub struct RedisHarness {
-    name: &'static str,
+/// Runs the kit against a Redis server: the shared one, or a dedicated one
+/// (`RedisHarness::dedicated_with(persistence)`).
+pub type RedisHarness = ProxiedHarness<RedisStore>;
+
+/// The Redis server a harness is on.
+pub struct RedisStore {
     upstream: SocketAddr,
-    /// The dedicated server of an isolated harness, which may be restarted.
-    server: DedicatedServer<RedisServer>,
 }
 
-impl RedisHarness {
-    /// A harness on the test process's shared server (`LOCKKIT_REDIS_URL` or a spawned one).
-    ///
-    /// # Panics
-    ///
-    /// When no server can be started, with the fixture's message (which says how to install
-    /// redis-server).
-    pub async fn shared() -> Self {
-        let shared =
-            RedisServer::shared().await.unwrap_or_else(|error| panic!("the Redis tests need a redis-server: {error}"));
-        let upstream =
-            shared.upstream().await.unwrap_or_else(|error| panic!("the Redis tests need a redis-server: {error}"));
-        Self { name: "redis", upstream, server: DedicatedServer::none() }
-    }
-
-    /// A harness on a dedicated server with the given persistence.
-    pub async fn dedicated(persistence: Persistence) -> Self {
-        let config = RedisConfig { persistence, ..RedisConfig::default() };
-        let server = match RedisServer::start_with(config).await {
-            Ok(server) => server,
-            Err(error) => panic!("the Redis tests need a redis-server: {error}"),
-        };
-        Self { name: "redis (dedicated)", upstream: server.addr(), server: DedicatedServer::new(server) }
-    }
-
-    /// The server's address, for admin connections that bypass every proxy.
-    pub fn upstream(&self) -> SocketAddr {
-        self.upstream
-    }
-
-    /// A client with its own proxy and fault hooks, built from `builder` (the URL is set here).
-    pub async fn client_with(
-        &self,
-        builder: RedisLockProviderBuilder,
-    ) -> lockkit_core::Result<(RedisLockProvider, Arc<ProxyFaults>)> {
-        proxied("redis", self.upstream, |proxy| builder.url(format!("redis://{proxy}/")).build()).await
-    }
-
+impl RedisStore {
     /// A plain connection to the server, bypassing every proxy.
     pub async fn admin(&self) -> redis::aio::MultiplexedConnection {
         let client = redis::Client::open(format!("redis://{}/", self.upstream)).unwrap();
         client.get_multiplexed_async_connection().await.unwrap()
     }
-
-    /// The dedicated server, if this harness has one.
-    pub fn server(&self) -> Option<&Arc<Mutex<RedisServer>>> {
-        self.server.get()
-    }
 }
 
 #[async_trait]
-impl Harness for RedisHarness {
-    fn name(&self) -> &str {
-        self.name
+impl ProxiedStore for RedisStore {
+    type Server = RedisServer;
+    type Setup = Persistence;
+    type Builder = RedisLockProviderBuilder;
+    type Provider = RedisLockProvider;
+
+    const NAME: &'static str = "redis";
+    const URL_ENV: &'static str = lockkit_testkit::fixture::REDIS_URL_ENV;
+    const LEASE: Duration = LEASE;
+
+    fn at(upstream: SocketAddr, _: Persistence) -> Self {
+        Self { upstream }
     }
 
-    async fn client(&self) -> lockkit_core::Result<TestClient> {
-        let (provider, faults) = self.client_with(test_builder()).await?;
-        Ok(TestClient::new(provider, faults))
+    fn upstream(&self) -> SocketAddr {
+        self.upstream
     }
 
-    fn timing(&self) -> Timing {
-        Timing::new().with_lease(LEASE)
+    async fn shared_upstream() -> Result<SocketAddr, FixtureError> {
+        RedisServer::shared().await?.upstream().await
     }
 
-    async fn unreachable_client(&self) -> Result<TestClient, Unsupported> {
-        let provider = test_builder().url(format!("redis://{}/", closed_port())).build().map_err(|_| Unsupported)?;
-        Ok(TestClient::new(provider, Arc::new(NoFaults)))
+    async fn start(persistence: &Persistence) -> Result<RedisServer, FixtureError> {
+        RedisServer::start_with(RedisConfig { persistence: *persistence, ..RedisConfig::default() }).await
+    }
+
+    fn test_builder() -> RedisLockProviderBuilder {
+        test_builder()
+    }
+
+    fn build(builder: RedisLockProviderBuilder, address: SocketAddr) -> lockkit_core::Result<RedisLockProvider> {
+        builder.url(Self::url(address)).build()
+    }
+
+    fn url(address: SocketAddr) -> String {
+        format!("redis://{address}/")
+    }
+
+    /// An isolated store keeps every acknowledged write across its restarts.
+    fn isolated_setup(&self) -> Persistence {
+        Persistence::Aof
     }
 
     async fn delete_record(&self, name: &str) -> FaultResult {
@@ -170,24 +153,8 @@ impl Harness for RedisHarness {
         Ok(())
     }
 
-    async fn isolated(&self) -> Result<Arc<dyn Harness>, Unsupported> {
-        Ok(Arc::new(Self::dedicated(Persistence::Aof).await))
-    }
-
-    async fn restart_store(&self) -> FaultResult {
-        self.server.restart().await
-    }
-
-    async fn pause_store(&self, paused: bool) -> FaultResult {
-        self.server.pause(paused).await
-    }
-
-    fn child_env(&self) -> Result<Vec<(String, String)>, Unsupported> {
-        Ok(vec![(lockkit_testkit::fixture::REDIS_URL_ENV.to_owned(), format!("redis://{}/", self.upstream))])
-    }
-
     async fn invalid_configs(&self) -> Vec<(String, lockkit_core::Result<()>)> {
-        let url = format!("redis://{}/", self.upstream);
+        let url = Self::url(self.upstream);
         let attempt = |what: &str, builder: RedisLockProviderBuilder| (what.to_owned(), builder.build().map(drop));
         let from_url = |what: &str, query: &str| {
             let built = lockkit_core::config::StoreUrl::parse(&format!("{url}?{query}"))
@@ -244,7 +211,7 @@ pub async fn wait_for_subscriber(admin: &mut redis::aio::MultiplexedConnection, 
 
 /// A dedicated server that publishes keyspace events for every class of key event.
 pub async fn server_with_keyspace_events() -> RedisHarness {
-    let harness = RedisHarness::dedicated(Persistence::None).await;
+    let harness = RedisHarness::dedicated_with(Persistence::None).await;
     let _: () = redis::cmd("CONFIG")
         .arg("SET")
         .arg("notify-keyspace-events")

@@ -113,6 +113,28 @@ impl<'h> Ctx<'h> {
         tokio::spawn(async move { lock.acquire().await.map(|guard| guard.token()) })
     }
 
+    /// A hold of the case's lock by `holder`, and `waiter`'s acquisition queued behind it (the
+    /// store counts it, where it can tell): the hold and the waiting task.
+    pub(crate) async fn hold_with_waiter(
+        &self,
+        holder: &TestClient,
+        waiter: &TestClient,
+    ) -> (LockGuard, JoinHandle<Result<FencingToken>>) {
+        let guard = self.acquire(&self.lock(holder), "holder acquires").await;
+        let waiting = self.spawn_acquire(waiter);
+        self.await_waiters(holder, 1).await;
+        (guard, waiting)
+    }
+
+    /// The token granted to `waiting` (a task of [`spawn_acquire`](Self::spawn_acquire)),
+    /// which must come within the wake bound once the lock is freed.
+    pub(crate) async fn granted(&self, waiting: JoinHandle<Result<FencingToken>>, step: &str) -> FencingToken {
+        match self.within(self.h.timing().wake + self.h.timing().operation, step, waiting).await {
+            Ok(Ok(token)) => token,
+            other => self.fail(step, other),
+        }
+    }
+
     /// The guard of `lock` once the holder that died at `died_at` no longer keeps it: with a
     /// lease, the lock stays held for half of it and frees within it; without one, the store
     /// frees it as soon as it notices the death.

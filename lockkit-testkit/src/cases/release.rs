@@ -25,16 +25,11 @@ pub async fn release_frees_the_lock(h: &dyn Harness) {
 pub async fn release_admits_next_waiter(h: &dyn Harness) {
     let cx = Ctx::new(h, "release_admits_next_waiter");
     let (a, b) = (cx.client().await, cx.client().await);
-    let guard = cx.acquire(&cx.lock(&a), "holder acquires").await;
-    let waiter = cx.spawn_acquire(&b);
-    cx.await_waiters(&a, 1).await;
+    let (guard, waiter) = cx.hold_with_waiter(&a, &b).await;
     let token = guard.token();
     cx.release(guard, "holder releases").await;
-    let got = cx.within(h.timing().wake + h.timing().operation, "the waiter acquires", waiter).await;
-    match got {
-        Ok(Ok(next)) => cx.check(next > token, "the waiter's token is greater"),
-        other => cx.fail("the waiter acquires", other),
-    }
+    let next = cx.granted(waiter, "the waiter acquires").await;
+    cx.check(next > token, "the waiter's token is greater");
 }
 
 /// Contract 12: releasing a hold that was lost returns `LockLost` and leaves the new holder
@@ -63,12 +58,9 @@ pub async fn release_after_loss_fails_and_spares_the_new_holder(h: &dyn Harness)
 pub async fn dropped_guard_frees_the_lock_promptly(h: &dyn Harness) {
     let cx = Ctx::new(h, "dropped_guard_frees_the_lock_promptly");
     let (a, b) = (cx.client().await, cx.client().await);
-    let guard = cx.acquire(&cx.lock(&a), "acquire").await;
-    let waiter = cx.spawn_acquire(&b);
-    cx.await_waiters(&a, 1).await;
+    let (guard, waiter) = cx.hold_with_waiter(&a, &b).await;
     drop(guard);
-    let got = cx.within(h.timing().wake + h.timing().operation, "a waiter acquires after the drop", waiter).await;
-    cx.check(matches!(got, Ok(Ok(_))), &format!("the waiter acquires: {got:?}"));
+    cx.granted(waiter, "a waiter acquires after the drop").await;
 }
 
 /// Contract 13: dropping the guard and acquiring again on the same handle works at once
@@ -90,14 +82,11 @@ pub async fn reacquire_right_after_drop_succeeds(h: &dyn Harness) {
 pub async fn guard_dropped_on_a_plain_thread_is_released_promptly(h: &dyn Harness) {
     let cx = Ctx::new(h, "guard_dropped_on_a_plain_thread_is_released_promptly");
     let (a, b) = (cx.client().await, cx.client().await);
-    let guard = cx.acquire(&cx.lock(&a), "acquire").await;
-    let waiter = cx.spawn_acquire(&b);
-    cx.await_waiters(&a, 1).await;
+    let (guard, waiter) = cx.hold_with_waiter(&a, &b).await;
     let dropped_at = Instant::now();
     let dropped = std::thread::spawn(move || drop(guard)).join();
     cx.check(dropped.is_ok(), "dropping the guard on a plain thread does not panic");
-    let got = cx.within(h.timing().wake + h.timing().operation, "a waiter acquires after the drop", waiter).await;
-    cx.check(matches!(got, Ok(Ok(_))), &format!("the waiter acquires: {got:?}"));
+    cx.granted(waiter, "a waiter acquires after the drop").await;
     freed_by_the_release(&cx, dropped_at);
 }
 

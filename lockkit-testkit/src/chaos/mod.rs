@@ -81,6 +81,17 @@ pub async fn one_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
     TURN.lock().await
 }
 
+/// The body of a chaos `#[test]` ([`chaos_test!`](crate::chaos_test),
+/// [`observer_chaos_test!`](crate::observer_chaos_test)): on the shared runtime, one run of the
+/// binary at a time ([`one_at_a_time`]), `run` on the harness that `harness` makes.
+pub fn run_test<H>(harness: impl Future<Output = H>, run: impl AsyncFnOnce(&H)) {
+    crate::runtime().block_on(async {
+        let _turn = one_at_a_time().await;
+        let harness = harness.await;
+        run(&harness).await;
+    });
+}
+
 /// A chaos run as a `#[test]`: on the shared runtime, one run of the binary at a time
 /// ([`one_at_a_time`]), `harness` made (an expression that may `.await`), then
 /// [`check`] with `config` and the default `seeds`.
@@ -113,10 +124,8 @@ macro_rules! chaos_test {
         $(#[$meta])*
         #[test]
         fn $name() {
-            $crate::runtime().block_on(async {
-                let _turn = $crate::chaos::one_at_a_time().await;
-                let harness = $harness;
-                $crate::chaos::check(&harness, $config, &$seeds).await;
+            $crate::chaos::run_test(async { $harness }, async |harness| {
+                $crate::chaos::check(harness, $config, &$seeds).await;
             });
         }
     };

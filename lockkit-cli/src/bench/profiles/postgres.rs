@@ -44,7 +44,7 @@ impl Profile for Postgres {
         let builder = PostgresLockProviderBuilder::from_url(&url.store).map_err(upkeep)?;
         let provider =
             builder.lease(Duration::from_secs(5)).renew_every(Duration::from_secs(1)).build().map_err(upkeep)?;
-        let (renewals, ping) = (renewals(provider.clone(), counters), provider.clone());
+        let (renewals, ping) = (renewals(provider.clone(), PostgresLockProvider::renewal_stats), provider.clone());
         let reach =
             Box::pin(async move { ping.ping().await.map_err(|e| Failure::from_lock_error(&e, "upkeep: SELECT 1")) });
         Ok(Some(Upkeep { provider: provider.into(), renewals, reach }))
@@ -55,7 +55,7 @@ impl Profile for Postgres {
     }
 
     fn renewal_counters(&self, provider: &LockProvider) -> Option<Renewals> {
-        Some(renewals(PostgresLockProvider::try_from(provider.clone()).ok()?, counters))
+        Some(renewals(PostgresLockProvider::try_from(provider.clone()).ok()?, PostgresLockProvider::renewal_stats))
     }
 
     fn upkeep_note(&self) -> Option<&'static str> {
@@ -89,12 +89,6 @@ impl PostgresFloor {
                 .is_ok();
         Ok(Self { client, table })
     }
-}
-
-/// Renewal rounds and round trips of `provider` so far.
-fn counters(provider: &PostgresLockProvider) -> (u64, u64) {
-    let stats = provider.renewal_stats();
-    (stats.ticks, stats.round_trips)
 }
 
 /// The round trips the floor times, in the order of its samples.

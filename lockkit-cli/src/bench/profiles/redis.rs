@@ -51,7 +51,7 @@ impl Profile for Redis {
 
     fn upkeep(&self, url: &Url) -> Result<Option<Upkeep>, Failure> {
         let provider = provider(url, Duration::from_secs(5), Duration::from_secs(1), "upkeep: a Redis provider")?;
-        let (renewals, ping) = (renewals(provider.clone(), counters), provider.clone());
+        let (renewals, ping) = (renewals(provider.clone(), RedisLockProvider::renewal_stats), provider.clone());
         let reach =
             Box::pin(async move { ping.ping().await.map_err(|e| Failure::from_lock_error(&e, "upkeep: PING")) });
         Ok(Some(Upkeep { provider: provider.into(), renewals, reach }))
@@ -68,7 +68,7 @@ impl Profile for Redis {
     }
 
     fn renewal_counters(&self, provider: &LockProvider) -> Option<Renewals> {
-        Some(renewals(RedisLockProvider::try_from(provider.clone()).ok()?, counters))
+        Some(renewals(RedisLockProvider::try_from(provider.clone()).ok()?, RedisLockProvider::renewal_stats))
     }
 
     fn quiet_provider(&self, url: &Url) -> Result<Option<LockProvider>, Failure> {
@@ -178,12 +178,6 @@ impl RedisFloor {
         };
         Ok(Self { connection, key, keys })
     }
-}
-
-/// Renewal rounds and round trips of `provider` so far.
-fn counters(provider: &RedisLockProvider) -> (u64, u64) {
-    let stats = provider.renewal_stats();
-    (stats.ticks, stats.round_trips)
 }
 
 /// The round trips the floor times, in the order of its samples.
