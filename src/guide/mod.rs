@@ -49,6 +49,8 @@ pub mod backends {
 }
 
 #[doc = include_str!("fencing.md")]
+// Its links name the PostgreSQL sink's items, which exist with the feature only.
+#[cfg_attr(not(feature = "fence-postgres"), allow(rustdoc::broken_intra_doc_links))]
 pub mod fencing {}
 
 #[doc = include_str!("primitives.md")]
