@@ -5,9 +5,9 @@
 //! peers' harness): a `PING` on a plain connection of the redis crate (the floor), lockkit's
 //! uncontended cycle (acquire, then release, of one name), rslock's (lock, then unlock), and
 //! `--locks` distinct names taken and released one after another by each, and the same for
-//! lockkit's reader (of a read-write lock) and permit (of a semaphore of 3), then those two
-//! and the mutex cycle by cycle in turn (the steadier ratio on a busy machine). It prints p50 and
-//! p99 per contender and round, and for the `--locks` loop its wall time, this process's CPU
+//! lockkit's reader (of a read-write lock) and permit (of a semaphore of 3), then those two,
+//! the mutex, rslock's cycle and two PINGs cycle by cycle in turn (the steadier ratios: see
+//! [`interleaved`]). It prints p50 and p99 per contender and round, and for the `--locks` loop its wall time, this process's CPU
 //! time per name (the client's work: run the server elsewhere, as the fixture does) and the
 //! server's time per name (`INFO commandstats` of the commands it sends, each script with the
 //! commands it calls; and the main thread's CPU, `INFO cpu`); then the ratios lockkit ÷ rslock and ÷ PING,
@@ -254,10 +254,15 @@ async fn run_shared(url: &str, options: &Options, round: usize, contender: Conte
     Figures::of(samples, many)
 }
 
-/// lockkit's mutex, reader and permit cycles taken in turn, one cycle of each after the other
-/// (each on its own provider and name), so that all three see the same machine at the same
-/// moments: the p50 of each, in µs.
-async fn interleaved(url: &str, cycles: usize, round: usize) -> [f64; 3] {
+/// lockkit's mutex, reader and permit cycles, rslock's cycle and two PINGs taken in turn, one
+/// cycle of each after the other (each on its own connection and name), so that all see the
+/// same machine at the same moments: the p50 of each, in µs, in that order.
+///
+/// On a machine of few cores a cycle costs about 40 µs more per round trip when the client's
+/// threads and the redis-server run on different cores than when they share one (a wake-up
+/// across cores; measured with `taskset`), and which it is changes from run to run: taken in
+/// turn, every contender sees the same placement and the ratios stay put.
+async fn interleaved(url: &str, cycles: usize, round: usize) -> [f64; 5] {
     let mut handles = Vec::new();
     for who in ["mutex", "read", "permit"] {
         let provider = RedisLockProvider::builder().url(url).lease(LEASE).build().unwrap();
@@ -269,7 +274,11 @@ async fn interleaved(url: &str, cycles: usize, round: usize) -> [f64; 3] {
             _ => provider.semaphore(&name, 3).unwrap(),
         });
     }
+    let manager = rslock::LockManager::new(vec![url.to_owned()]);
+    let rslock_name = format!("peer-cycle/interleaved/rslock/{round}");
+    let mut ping = redis::Client::open(url).unwrap().get_multiplexed_async_connection().await.unwrap();
     let mut samples: Vec<Vec<Duration>> = (0..3).map(|_| Vec::with_capacity(cycles)).collect();
+    let (mut rslock_samples, mut ping_samples) = (Vec::with_capacity(cycles), Vec::with_capacity(cycles));
     for _ in 0..cycles {
         for (handle, samples) in handles.iter().zip(&mut samples) {
             let start = Instant::now();
@@ -277,8 +286,18 @@ async fn interleaved(url: &str, cycles: usize, round: usize) -> [f64; 3] {
             guard.release().await.unwrap();
             samples.push(start.elapsed());
         }
+        let start = Instant::now();
+        let lock = manager.lock(rslock_name.as_str(), LEASE).await.unwrap();
+        manager.unlock(&lock).await;
+        rslock_samples.push(start.elapsed());
+        let start = Instant::now();
+        // Two round trips, as a cycle has.
+        let _: String = redis::cmd("PING").query_async(&mut ping).await.unwrap();
+        let _: String = redis::cmd("PING").query_async(&mut ping).await.unwrap();
+        ping_samples.push(start.elapsed());
     }
-    let mut p50 = [0.0; 3];
+    samples.extend([rslock_samples, ping_samples]);
+    let mut p50 = [0.0; 5];
     for (p50, samples) in p50.iter_mut().zip(&mut samples) {
         *p50 = micros(percentile(samples, 0.5));
     }
@@ -370,12 +389,16 @@ async fn main() {
     }
     // The shared kinds against the mutex, cycle by cycle in turn (steadier on a busy machine
     // than the rounds above, whose contenders run at different moments).
-    let (mut turn_read, mut turn_permit) = (Vec::new(), Vec::new());
+    let (mut turn_read, mut turn_permit, mut turn_rslock) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..options.rounds {
-        let [mutex, read, permit] = interleaved(&url, options.cycles, round).await;
-        println!("in turn {round}: mutex {mutex:.1} µs, read {read:.1} µs, permit {permit:.1} µs (p50)");
+        let [mutex, read, permit, rslock, pings] = interleaved(&url, options.cycles, round).await;
+        println!(
+            "in turn {round}: mutex {mutex:.1} µs, read {read:.1} µs, permit {permit:.1} µs, \
+             rslock {rslock:.1} µs, 2 PINGs {pings:.1} µs (p50)"
+        );
         turn_read.push(read / mutex);
         turn_permit.push(permit / mutex);
+        turn_rslock.push(mutex / rslock);
     }
     println!("medians over the rounds:");
     println!(
@@ -393,6 +416,7 @@ async fn main() {
         "  permit cycle p50 ÷ lockkit mutex cycle p50: {:.2}x (ratios {ratio_permit:?})",
         support::median(ratio_permit.clone())
     );
+    println!("  in turn: mutex ÷ rslock {:.2}x (ratios {turn_rslock:?})", support::median(turn_rslock.clone()));
     println!(
         "  in turn: read ÷ mutex {:.2}x (ratios {turn_read:?}), permit ÷ mutex {:.2}x (ratios {turn_permit:?})",
         support::median(turn_read.clone()),
