@@ -12,7 +12,8 @@
 //! server's time per name (`INFO commandstats` of the commands it sends, each script with the
 //! commands it calls; and the main thread's CPU, `INFO cpu`); then the ratios lockkit ÷ rslock and ÷ PING,
 //! medians over the rounds. rslock gives no fencing token, no fairness, no loss signal and no renewal; the
-//! comparison prices what those cost on the uncontended path. On a private redis-server (or
+//! comparison prices what those cost on the uncontended path. `--runtime current` runs them all
+//! on a current-thread runtime. On a private redis-server (or
 //! `LOCKKIT_REDIS_URL`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs, clippy::print_stdout)]
@@ -130,10 +131,13 @@ struct Options {
     locks: usize,
     /// `--only lockkit|rslock|ping`: one contender alone (to profile it).
     only: Option<Contender>,
+    /// `--runtime current`: every contender on a current-thread runtime (one thread) rather
+    /// than the default multi-thread one.
+    current_thread: bool,
 }
 
 fn options() -> Options {
-    let mut options = Options { rounds: 3, cycles: 3_000, locks: 10_000, only: None };
+    let mut options = Options { rounds: 3, cycles: 3_000, locks: 10_000, only: None, current_thread: false };
     let args: Vec<String> = std::env::args().skip(1).collect();
     for pair in args.chunks(2) {
         if pair[0] == "--only" {
@@ -147,14 +151,22 @@ fn options() -> Options {
             });
             continue;
         }
+        if pair[0] == "--runtime" {
+            options.current_thread = match pair.get(1).map(String::as_str) {
+                Some("current") => true,
+                Some("multi") => false,
+                other => support::usage(&format!("--runtime takes current or multi, not {other:?}")),
+            };
+            continue;
+        }
         let value = support::number(&pair[0], pair.get(1).map(String::as_str));
         match pair[0].as_str() {
             "--rounds" => options.rounds = value,
             "--cycles" => options.cycles = value,
             "--locks" => options.locks = value,
-            other => {
-                support::usage(&format!("unknown option {other}: use --rounds N, --cycles N, --locks N, --only WHO"))
-            }
+            other => support::usage(&format!(
+                "unknown option {other}: use --rounds N, --cycles N, --locks N, --only WHO, --runtime current|multi"
+            )),
         }
     }
     options
@@ -326,9 +338,17 @@ async fn run_rslock(url: &str, options: &Options, round: usize) -> Figures {
     Figures::of(samples, many)
 }
 
-#[tokio::main]
-async fn main() {
+fn main() {
     let options = options();
+    let mut runtime = if options.current_thread {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    runtime.enable_all().build().unwrap().block_on(run(options));
+}
+
+async fn run(options: Options) {
     let _server;
     let url = match std::env::var("LOCKKIT_REDIS_URL") {
         Ok(url) if !url.is_empty() => url,
