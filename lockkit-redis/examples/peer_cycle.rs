@@ -5,14 +5,15 @@
 //! peers' harness): a `PING` on a plain connection of the redis crate (the floor), lockkit's
 //! uncontended cycle (acquire, then release, of one name), rslock's (lock, then unlock), and
 //! `--locks` distinct names taken and released one after another by each, and the same for
-//! lockkit's reader (of a read-write lock) and permit (of a semaphore of 3), then those two
-//! and the mutex cycle by cycle in turn (the steadier ratio on a busy machine). It prints p50 and
-//! p99 per contender and round, and for the `--locks` loop its wall time, this process's CPU
+//! lockkit's reader (of a read-write lock) and permit (of a semaphore of 3), then those two,
+//! the mutex, rslock's cycle and two PINGs cycle by cycle in turn (the steadier ratios: see
+//! [`interleaved`]). It prints p50 and p99 per contender and round, and for the `--locks` loop its wall time, this process's CPU
 //! time per name (the client's work: run the server elsewhere, as the fixture does) and the
 //! server's time per name (`INFO commandstats` of the commands it sends, each script with the
 //! commands it calls; and the main thread's CPU, `INFO cpu`); then the ratios lockkit ÷ rslock and ÷ PING,
 //! medians over the rounds. rslock gives no fencing token, no fairness, no loss signal and no renewal; the
-//! comparison prices what those cost on the uncontended path. On a private redis-server (or
+//! comparison prices what those cost on the uncontended path. `--runtime current` runs them all
+//! on a current-thread runtime. On a private redis-server (or
 //! `LOCKKIT_REDIS_URL`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs, clippy::print_stdout)]
@@ -130,10 +131,13 @@ struct Options {
     locks: usize,
     /// `--only lockkit|rslock|ping`: one contender alone (to profile it).
     only: Option<Contender>,
+    /// `--runtime current`: every contender on a current-thread runtime (one thread) rather
+    /// than the default multi-thread one.
+    current_thread: bool,
 }
 
 fn options() -> Options {
-    let mut options = Options { rounds: 3, cycles: 3_000, locks: 10_000, only: None };
+    let mut options = Options { rounds: 3, cycles: 3_000, locks: 10_000, only: None, current_thread: false };
     let args: Vec<String> = std::env::args().skip(1).collect();
     for pair in args.chunks(2) {
         if pair[0] == "--only" {
@@ -147,14 +151,22 @@ fn options() -> Options {
             });
             continue;
         }
+        if pair[0] == "--runtime" {
+            options.current_thread = match pair.get(1).map(String::as_str) {
+                Some("current") => true,
+                Some("multi") => false,
+                other => support::usage(&format!("--runtime takes current or multi, not {other:?}")),
+            };
+            continue;
+        }
         let value = support::number(&pair[0], pair.get(1).map(String::as_str));
         match pair[0].as_str() {
             "--rounds" => options.rounds = value,
             "--cycles" => options.cycles = value,
             "--locks" => options.locks = value,
-            other => {
-                support::usage(&format!("unknown option {other}: use --rounds N, --cycles N, --locks N, --only WHO"))
-            }
+            other => support::usage(&format!(
+                "unknown option {other}: use --rounds N, --cycles N, --locks N, --only WHO, --runtime current|multi"
+            )),
         }
     }
     options
@@ -254,10 +266,15 @@ async fn run_shared(url: &str, options: &Options, round: usize, contender: Conte
     Figures::of(samples, many)
 }
 
-/// lockkit's mutex, reader and permit cycles taken in turn, one cycle of each after the other
-/// (each on its own provider and name), so that all three see the same machine at the same
-/// moments: the p50 of each, in µs.
-async fn interleaved(url: &str, cycles: usize, round: usize) -> [f64; 3] {
+/// lockkit's mutex, reader and permit cycles, rslock's cycle and two PINGs taken in turn, one
+/// cycle of each after the other (each on its own connection and name), so that all see the
+/// same machine at the same moments: the p50 of each, in µs, in that order.
+///
+/// On a machine of few cores a cycle costs about 40 µs more per round trip when the client's
+/// threads and the redis-server run on different cores than when they share one (a wake-up
+/// across cores; measured with `taskset`), and which it is changes from run to run: taken in
+/// turn, every contender sees the same placement and the ratios stay put.
+async fn interleaved(url: &str, cycles: usize, round: usize) -> [f64; 5] {
     let mut handles = Vec::new();
     for who in ["mutex", "read", "permit"] {
         let provider = RedisLockProvider::builder().url(url).lease(LEASE).build().unwrap();
@@ -269,7 +286,11 @@ async fn interleaved(url: &str, cycles: usize, round: usize) -> [f64; 3] {
             _ => provider.semaphore(&name, 3).unwrap(),
         });
     }
+    let manager = rslock::LockManager::new(vec![url.to_owned()]);
+    let rslock_name = format!("peer-cycle/interleaved/rslock/{round}");
+    let mut ping = redis::Client::open(url).unwrap().get_multiplexed_async_connection().await.unwrap();
     let mut samples: Vec<Vec<Duration>> = (0..3).map(|_| Vec::with_capacity(cycles)).collect();
+    let (mut rslock_samples, mut ping_samples) = (Vec::with_capacity(cycles), Vec::with_capacity(cycles));
     for _ in 0..cycles {
         for (handle, samples) in handles.iter().zip(&mut samples) {
             let start = Instant::now();
@@ -277,8 +298,18 @@ async fn interleaved(url: &str, cycles: usize, round: usize) -> [f64; 3] {
             guard.release().await.unwrap();
             samples.push(start.elapsed());
         }
+        let start = Instant::now();
+        let lock = manager.lock(rslock_name.as_str(), LEASE).await.unwrap();
+        manager.unlock(&lock).await;
+        rslock_samples.push(start.elapsed());
+        let start = Instant::now();
+        // Two round trips, as a cycle has.
+        let _: String = redis::cmd("PING").query_async(&mut ping).await.unwrap();
+        let _: String = redis::cmd("PING").query_async(&mut ping).await.unwrap();
+        ping_samples.push(start.elapsed());
     }
-    let mut p50 = [0.0; 3];
+    samples.extend([rslock_samples, ping_samples]);
+    let mut p50 = [0.0; 5];
     for (p50, samples) in p50.iter_mut().zip(&mut samples) {
         *p50 = micros(percentile(samples, 0.5));
     }
@@ -307,9 +338,17 @@ async fn run_rslock(url: &str, options: &Options, round: usize) -> Figures {
     Figures::of(samples, many)
 }
 
-#[tokio::main]
-async fn main() {
+fn main() {
     let options = options();
+    let mut runtime = if options.current_thread {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    runtime.enable_all().build().unwrap().block_on(run(options));
+}
+
+async fn run(options: Options) {
     let _server;
     let url = match std::env::var("LOCKKIT_REDIS_URL") {
         Ok(url) if !url.is_empty() => url,
@@ -370,12 +409,16 @@ async fn main() {
     }
     // The shared kinds against the mutex, cycle by cycle in turn (steadier on a busy machine
     // than the rounds above, whose contenders run at different moments).
-    let (mut turn_read, mut turn_permit) = (Vec::new(), Vec::new());
+    let (mut turn_read, mut turn_permit, mut turn_rslock) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..options.rounds {
-        let [mutex, read, permit] = interleaved(&url, options.cycles, round).await;
-        println!("in turn {round}: mutex {mutex:.1} µs, read {read:.1} µs, permit {permit:.1} µs (p50)");
+        let [mutex, read, permit, rslock, pings] = interleaved(&url, options.cycles, round).await;
+        println!(
+            "in turn {round}: mutex {mutex:.1} µs, read {read:.1} µs, permit {permit:.1} µs, \
+             rslock {rslock:.1} µs, 2 PINGs {pings:.1} µs (p50)"
+        );
         turn_read.push(read / mutex);
         turn_permit.push(permit / mutex);
+        turn_rslock.push(mutex / rslock);
     }
     println!("medians over the rounds:");
     println!(
@@ -393,6 +436,7 @@ async fn main() {
         "  permit cycle p50 ÷ lockkit mutex cycle p50: {:.2}x (ratios {ratio_permit:?})",
         support::median(ratio_permit.clone())
     );
+    println!("  in turn: mutex ÷ rslock {:.2}x (ratios {turn_rslock:?})", support::median(turn_rslock.clone()));
     println!(
         "  in turn: read ÷ mutex {:.2}x (ratios {turn_read:?}), permit ÷ mutex {:.2}x (ratios {turn_permit:?})",
         support::median(turn_read.clone()),
