@@ -136,11 +136,18 @@ pub struct ZkLockProviderBuilder {
     chroot: Option<String>,
     credentials: Option<Credentials>,
     options: Options,
+    many_holds: usize,
 }
 
 impl Default for ZkLockProviderBuilder {
     fn default() -> Self {
-        Self { servers: None, chroot: None, credentials: None, options: Options::new(BACKEND, OPTIONS) }
+        Self {
+            servers: None,
+            chroot: None,
+            credentials: None,
+            options: Options::new(BACKEND, OPTIONS),
+            many_holds: crate::session::MANY_HOLDS,
+        }
     }
 }
 
@@ -199,6 +206,16 @@ impl ZkLockProviderBuilder {
         /// least 1 ms and at most the session timeout. Above 3/5 of the session timeout the
         /// client uses 2/5 of it. URL option `connect_timeout`.
         fn connect_timeout(timeout: Duration) => CONNECT_TIMEOUT;
+    }
+
+    /// How many holds at once make a session watch its base path with one recursive watch
+    /// instead of a watch per hold; 256 by default, 0 counts as 1. For tests, which run the
+    /// contract's loss cases on the recursive watch with 1: both ways keep the contract, and
+    /// the default is where the recursive watch costs less than a watch per hold.
+    #[doc(hidden)]
+    pub fn many_holds_threshold(mut self, holds: usize) -> Self {
+        self.many_holds = holds.max(1);
+        self
     }
 
     /// Digest credentials (`user:password`), sent on every (re)connect; the user and password
@@ -300,6 +317,7 @@ impl ZkLockProviderBuilder {
             acl,
             drift,
             disconnect_policy: options.value(&DISCONNECT_POLICY)?,
+            many_holds: self.many_holds,
         })
     }
 }
@@ -335,6 +353,8 @@ pub(crate) struct ZkConfig {
     /// The drift margin given, if any; 5 % of the negotiated session timeout otherwise.
     pub(crate) drift: Option<Duration>,
     pub(crate) disconnect_policy: DisconnectPolicy,
+    /// How many holds at once make a session watch its base path recursively.
+    pub(crate) many_holds: usize,
 }
 
 impl fmt::Debug for ZkConfig {

@@ -35,6 +35,8 @@ pub struct EtcdHarness {
     upstream: SocketAddr,
     /// The dedicated member of an isolated harness, which may be restarted or paused.
     server: DedicatedServer<EtcdServer>,
+    /// The clients' many-holds threshold, when not the default.
+    many_holds: Option<usize>,
 }
 
 impl EtcdHarness {
@@ -46,7 +48,7 @@ impl EtcdHarness {
     pub async fn shared() -> Self {
         let shared = EtcdServer::shared().await.unwrap_or_else(|error| panic!("the etcd tests need etcd: {error}"));
         let upstream = shared.upstream().await.unwrap_or_else(|error| panic!("the etcd tests need etcd: {error}"));
-        Self { name: "etcd", upstream, server: DedicatedServer::none() }
+        Self { name: "etcd", upstream, server: DedicatedServer::none(), many_holds: None }
     }
 
     /// A harness on a dedicated member.
@@ -55,7 +57,30 @@ impl EtcdHarness {
             Ok(server) => server,
             Err(error) => panic!("the etcd tests need etcd: {error}"),
         };
-        Self { name: "etcd (dedicated)", upstream: server.addr(), server: DedicatedServer::new(server) }
+        Self {
+            name: "etcd (dedicated)",
+            upstream: server.addr(),
+            server: DedicatedServer::new(server),
+            many_holds: None,
+        }
+    }
+
+    /// The same harness with clients that take the many-holds path (the prefix watch) from
+    /// `holds` holds at once.
+    pub fn with_many_holds_threshold(self, holds: usize) -> Self {
+        Self {
+            name: if self.server.get().is_some() { "etcd (dedicated, many holds)" } else { "etcd (many holds)" },
+            many_holds: Some(holds),
+            ..self
+        }
+    }
+
+    /// The settings of this harness's clients; the members are filled in per client.
+    pub fn builder(&self) -> EtcdLockProviderBuilder {
+        match self.many_holds {
+            Some(holds) => test_builder().many_holds_threshold(holds),
+            None => test_builder(),
+        }
     }
 
     /// The member's address, for admin connections that bypass every proxy.
@@ -111,7 +136,7 @@ impl Harness for EtcdHarness {
     }
 
     async fn client(&self) -> lockkit_core::Result<TestClient> {
-        let (provider, faults) = self.client_with(test_builder()).await?;
+        let (provider, faults) = self.client_with(self.builder()).await?;
         Ok(TestClient::new(provider, faults))
     }
 
@@ -120,7 +145,7 @@ impl Harness for EtcdHarness {
     }
 
     async fn unreachable_client(&self) -> Result<TestClient, Unsupported> {
-        let provider = test_builder().endpoints(closed_port().to_string()).build().map_err(|_| Unsupported)?;
+        let provider = self.builder().endpoints(closed_port().to_string()).build().map_err(|_| Unsupported)?;
         Ok(TestClient::new(provider, Arc::new(NoFaults)))
     }
 
@@ -132,7 +157,11 @@ impl Harness for EtcdHarness {
     }
 
     async fn isolated(&self) -> Result<Arc<dyn Harness>, Unsupported> {
-        Ok(Arc::new(Self::dedicated().await))
+        let dedicated = Self::dedicated().await;
+        Ok(Arc::new(match self.many_holds {
+            Some(holds) => dedicated.with_many_holds_threshold(holds),
+            None => dedicated,
+        }))
     }
 
     async fn restart_store(&self) -> FaultResult {
