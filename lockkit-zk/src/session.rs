@@ -308,8 +308,15 @@ impl Session {
         left
     }
 
-    /// The node at `path` was deleted: its hold, if it is one's, is lost.
+    /// The node at `path` was deleted: its hold, if it is one's, is lost. Only a contender
+    /// node (`root/lock/node`) can be a hold's: the deletion of anything else, such as the
+    /// server's clean-up of empty lock znodes (containers, up to 10,000 a minute after many
+    /// locks were used), is dropped here, without taking the table's lock or taking a place
+    /// among its recent deletions.
     fn node_deleted(&self, path: &str) {
+        if !is_contender_path(&self.root, path) {
+            return;
+        }
         let signal = self.holds().node_deleted(path);
         if let Some(signal) = signal {
             tracing::debug!(backend = BACKEND, %path, "a held node was deleted");
@@ -373,6 +380,14 @@ impl Session {
     pub(crate) fn spawn_now(&self, future: impl Future<Output = ()> + Send + 'static) {
         spawn_now(&self.runtime, future);
     }
+}
+
+/// Whether `path` names a contender node under `root`: `root/lock/node`.
+fn is_contender_path(root: &str, path: &str) -> bool {
+    path.strip_prefix(root)
+        .and_then(|rest| rest.strip_prefix('/'))
+        .and_then(|rest| rest.split_once('/'))
+        .is_some_and(|(lock, node)| !lock.is_empty() && !node.is_empty() && !node.contains('/'))
 }
 
 /// Runs `future` on `runtime`, polling it once right here first when the caller runs on that
@@ -609,5 +624,20 @@ async fn watch_session(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_contender_path;
+
+    #[test]
+    fn only_contender_nodes_can_be_holds() {
+        assert!(is_contender_path("/app/lockkit", "/app/lockkit/orders%2F42/lock-x-0000000001"));
+        assert!(!is_contender_path("/app/lockkit", "/app/lockkit/orders%2F42"));
+        assert!(!is_contender_path("/app/lockkit", "/app/lockkit"));
+        assert!(!is_contender_path("/app/lockkit", "/app/lockkitx/a/b"));
+        assert!(!is_contender_path("/app/lockkit", "/app/lockkit/a/b/c"));
+        assert!(!is_contender_path("/app/lockkit", "/other/a/b"));
     }
 }
