@@ -173,6 +173,8 @@ fn check_holds(json: &Value, holds: f64) {
         assert!(number(json, "holds", key) > 0.0, "{key}");
     }
     number(json, "holds", "memory_per_hold_bytes");
+    number(json, "holds", "memory_warm_up_bytes");
+    assert!(number(json, "holds", "client_cpu_per_s_ms") >= 0.0);
     // Within the lease (3 s where the backend has none): a deleted record is found among all.
     let lease_ms = json["holds"]["lease_s"].as_f64().unwrap_or(3.0) * 1e3;
     assert!(number(json, "holds", "broken_noticed_ms") <= lease_ms, "the broken hold's loss was seen: {json:#}");

@@ -32,6 +32,8 @@ pub(crate) struct PrefixWatch {
     /// Set while the task runs (the fast check of [`PrefixWatch::is_running`]).
     running: AtomicBool,
     task: Mutex<Option<JoinHandle<()>>>,
+    /// Woken each time a watch is created.
+    created: tokio::sync::Notify,
 }
 
 impl PrefixWatch {
@@ -42,6 +44,20 @@ impl PrefixWatch {
         let active = self.active.load(Ordering::SeqCst);
         let generation = self.generation.load(Ordering::SeqCst);
         active.then_some(generation)
+    }
+
+    /// Waits until a watch is set; its generation.
+    pub(crate) async fn created(&self) -> u64 {
+        loop {
+            let notified = self.created.notified();
+            let mut notified = std::pin::pin!(notified);
+            // Registered before the check, so that a creation between the two is not missed.
+            notified.as_mut().enable();
+            if let Some(generation) = self.generation() {
+                return generation;
+            }
+            notified.await;
+        }
     }
 
     pub(crate) fn is_running(&self) -> bool {
@@ -96,6 +112,7 @@ async fn follow(
                     let Some(watch) = me.upgrade() else { return };
                     watch.generation.fetch_add(1, Ordering::SeqCst);
                     watch.active.store(true, Ordering::SeqCst);
+                    watch.created.notify_waiters();
                     drop(watch);
                     tracing::debug!(backend = crate::BACKEND, %key, "watching the deletions of the whole prefix");
                     while let Notice::Events(events) = subscription.next().await {

@@ -20,7 +20,9 @@
 //!   set again after it ended needs one listing again). Every deletion under the prefix,
 //!   other providers' releases too, then reaches this provider; with fewer holds the listing
 //!   is one request and the watch not worth it. The watch goes when fewer than half as many
-//!   holds are left.
+//!   holds are left. A hidden builder setting lowers the threshold, for tests; at one, the
+//!   watch is set as the session opens, before any hold, so that it covers every hold with
+//!   no listing at all, and stays.
 //! - **A hold lost on its own** (its maximum hold reached) while the lease lives has its key
 //!   deleted at the next check, and again at each check until etcd answers: the lease, kept
 //!   alive by the provider's other holds, would otherwise keep the key, and a stuck holder
@@ -80,6 +82,9 @@ pub(crate) struct Session {
     pub(crate) keys: Arc<LockWatches>,
     /// The watch of every deletion under the prefix, set while the session has many holds.
     prefix_watch: Arc<PrefixWatch>,
+    /// How many holds at once make the session set the prefix watch ([`MANY_HOLDS`] unless the
+    /// builder says otherwise).
+    many_holds_at: usize,
     /// The key the prefix watch names: the prefix and `/`.
     watch_key: String,
     /// The session itself, for the prefix watch's callback.
@@ -199,6 +204,7 @@ impl Session {
             Session {
                 keys,
                 prefix_watch: Arc::new(PrefixWatch::default()),
+                many_holds_at: config.many_holds,
                 watch_key: format!("{}/", config.prefix),
                 me: me.clone(),
                 kv: client.kv_client(),
@@ -223,6 +229,18 @@ impl Session {
             }
         });
         lockkit_core::home::spawn(watchdog(Arc::downgrade(&session), keeper, stream, AliveFlag(alive)));
+        if session.many_holds_at <= 1 {
+            // Every hold is to be covered by the prefix watch, the first one too: the watch is
+            // set before the session serves any acquisition, and, there being no hold at its
+            // creation, no listing is needed for it (on a timeout, the listing covers).
+            session.start_prefix_watch();
+            if let Ok(generation) = tokio::time::timeout(config.connect_timeout, session.prefix_watch.created()).await {
+                let mut state = session.state();
+                if state.holds.is_empty() {
+                    state.covered = Some(generation);
+                }
+            }
+        }
         Ok(session)
     }
 
@@ -326,23 +344,30 @@ impl Session {
         let hold = Hold { signal: signal.clone(), key: Arc::clone(key), revision, since: Instant::now() };
         state.holds.insert(id, hold);
         state.by_key.insert(Arc::clone(key), id);
-        let many = state.holds.len() >= MANY_HOLDS;
+        let many = state.holds.len() >= self.many_holds_at;
         drop(state);
         if many && !self.prefix_watch.is_running() {
-            let me = self.me.clone();
-            let deleted = move |key: &str, revision: i64| {
-                if let Some(session) = me.upgrade() {
-                    session.key_deleted(key, revision);
-                }
-            };
-            self.prefix_watch.start(&self.runtime, self.keys.hub(), self.watch_key.clone(), deleted);
+            self.start_prefix_watch();
         }
         Some(id)
     }
 
-    /// Stops the prefix watch when fewer than half of [`MANY_HOLDS`] holds are left.
+    /// Starts the prefix watch, unless it runs: every deletion it hears goes to
+    /// [`Session::key_deleted`].
+    fn start_prefix_watch(&self) {
+        let me = self.me.clone();
+        let deleted = move |key: &str, revision: i64| {
+            if let Some(session) = me.upgrade() {
+                session.key_deleted(key, revision);
+            }
+        };
+        self.prefix_watch.start(&self.runtime, self.keys.hub(), self.watch_key.clone(), deleted);
+    }
+
+    /// Stops the prefix watch when fewer than half of the threshold's holds are left (never
+    /// with a threshold of one).
     fn few_holds_left(&self) {
-        if self.prefix_watch.is_running() && self.state().holds.len() < MANY_HOLDS / 2 {
+        if self.prefix_watch.is_running() && self.state().holds.len() < self.many_holds_at / 2 {
             self.prefix_watch.stop();
             self.state().covered = None;
         }

@@ -8,4 +8,16 @@
 //! and invalid configurations), so no case is declared in `without: [...]`.
 mod support;
 
+/// The cases that see a hold lost, released or ended, again with clients that follow every
+/// hold with the watch of deletions under the whole prefix (the many-holds path, from 1,000
+/// holds by default) instead of listing the holds' keys after each keep-alive.
+mod many_holds {
+    lockkit_testkit::conformance!(
+        crate::support::EtcdHarness::shared_with(crate::support::ClientSetup::many_holds(1)).await,
+        without: [],
+        only: [loss, release, reentrancy, fencing, max_hold, multi, break_lock],
+    );
+}
+
+// After the module above: the kit's helper macros of a run reach the modules that follow it.
 lockkit_testkit::conformance!(crate::support::EtcdHarness::shared().await, without: []);

@@ -136,6 +136,23 @@ pub mod __private {
 /// # }
 /// ```
 ///
+/// A run may be limited to some groups of cases with `only: [...]` (the modules' names),
+/// after `without`: a second run of the loss cases on another configuration of the same
+/// backend, say, in a module of its own. That module goes before the file's main run (or in
+/// a file of its own): the helper macros a run defines reach the modules that follow it, and
+/// two of them in reach fail to compile as ambiguous.
+///
+/// ```no_run
+/// mod many_holds {
+///     lockkit_testkit::conformance!(
+///         lockkit_testkit::memory::MemoryHarness::with_lease(),
+///         without: [],
+///         only: [loss, release],
+///     );
+/// }
+/// # fn main() {}
+/// ```
+///
 /// A case that cannot check its behaviour and is not declared prints why on stderr and
 /// passes; with `LOCKKIT_CONFORMANCE_STRICT=1` in the environment it fails instead. Cases
 /// whose behaviour the backend does not claim (a capability it does not declare) pass in
@@ -146,8 +163,14 @@ macro_rules! conformance {
         $crate::conformance!($harness, without: []);
     };
     ($harness:expr, without: [$($skip:ident),* $(,)?] $(,)?) => {
+        $crate::conformance!(@select ($harness) [$($skip),*] [] all);
+    };
+    ($harness:expr, without: [$($skip:ident),* $(,)?], only: [$($only:ident),* $(,)?] $(,)?) => {
+        $crate::conformance!(@select ($harness) [$($skip),*] [$($only),*] none);
+    };
+    (@select ($harness:expr) [$($skip:ident),*] [$($only:ident),*] $others:ident) => {
         $crate::__conformance_cases! {
-            ($) $harness; [$($skip),*];
+            ($) $harness; [$($skip),*]; [$($only),*] $others;
             mutex {
                 errors {
                     errors_name_the_backend_and_the_lock,
@@ -280,10 +303,19 @@ macro_rules! conformance {
 #[macro_export]
 macro_rules! __conformance_cases {
     (
-        ($d:tt) $harness:expr; [$($skip:ident),*];
+        ($d:tt) $harness:expr; [$($skip:ident),*]; [$($only:ident),*] $others:ident;
         mutex { $($group:ident { $($case:ident),* $(,)? })* }
         mutex_cases { $($mgroup:ident { $($mcase:ident),* $(,)? })* }
     ) => {
+        // Keeps a group of cases (`name mod name { … }`) that the run selects: one named in
+        // `only`, or any other when the run has no `only` (`$others` is `all`, else `none`).
+        macro_rules! __lockkit_group {
+            $( ($only $d($d body:tt)*) => { $d($d body)* }; )*
+            ($d group:ident $d($d body:tt)*) => { $crate::__conformance_others!($others $d($d body)*); };
+        }
+        // A name in `only` that is no group fails to compile here instead of selecting nothing.
+        $( #[allow(unused_imports)] use self::$only as _; )*
+
         static __LOCKKIT_HARNESS: $crate::__private::OnceCell<::std::sync::Arc<dyn $crate::Harness>> =
             $crate::__private::OnceCell::const_new();
 
@@ -310,38 +342,50 @@ macro_rules! __conformance_cases {
         }
 
         $(
-            mod $group {
+            __lockkit_group! { $group mod $group {
                 $( __lockkit_case!(Mutex, $group, $case); )*
-            }
+            } }
         )*
         $(
-            mod $mgroup {
+            __lockkit_group! { $mgroup mod $mgroup {
                 $( __lockkit_case!(Mutex, $mgroup, $mcase); )*
-            }
+            } }
         )*
         mod write_lock {
+            #[allow(unused_imports)]
             use super::__LOCKKIT_HARNESS;
             $(
-                mod $mgroup {
+                __lockkit_group! { $mgroup mod $mgroup {
                     $( __lockkit_case!(WriteLock, $mgroup, $mcase); )*
-                }
+                } }
             )*
         }
         mod one_permit {
+            #[allow(unused_imports)]
             use super::__LOCKKIT_HARNESS;
             $(
-                mod $mgroup {
+                __lockkit_group! { $mgroup mod $mgroup {
                     $( __lockkit_case!(OnePermit, $mgroup, $mcase); )*
-                }
+                } }
             )*
         }
         mod candidate {
+            #[allow(unused_imports)]
             use super::__LOCKKIT_HARNESS;
             $(
-                mod $mgroup {
+                __lockkit_group! { $mgroup mod $mgroup {
                     $( __lockkit_case!(Candidate, $mgroup, $mcase); )*
-                }
+                } }
             )*
         }
     };
+}
+
+/// The groups of cases a run does not name in `only`: all kept (`all`, a run without `only`)
+/// or none. Part of [`conformance!`]; not for direct use.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __conformance_others {
+    (all $($body:tt)*) => { $($body)* };
+    (none $($body:tt)*) => {};
 }

@@ -27,7 +27,8 @@ use crate::{FaultResult, Harness, NoFaults, TestClient, Timing, Unsupported};
 pub trait ProxiedStore: Sized + Send + Sync + 'static {
     /// The server fixture that a dedicated harness starts.
     type Server: ServerControl + 'static;
-    /// How a dedicated server is started (Redis: its persistence); the default is the usual one.
+    /// How a server is started (Redis: its persistence) and what its clients are built with
+    /// (etcd: the many-holds threshold); the default is the usual one.
     type Setup: Clone + Default + Send + Sync + 'static;
     /// The provider builder, with the test settings.
     type Builder: Send + 'static;
@@ -61,8 +62,8 @@ pub trait ProxiedStore: Sized + Send + Sync + 'static {
     /// When it cannot be started, with the fixture's message.
     async fn start(setup: &Self::Setup) -> Result<Self::Server, FixtureError>;
 
-    /// The builder with the test settings and no address.
-    fn test_builder() -> Self::Builder;
+    /// The builder with the test settings of this store's clients and no address.
+    fn test_builder(&self) -> Self::Builder;
 
     /// Builds a provider from `builder` on the server at `address`.
     ///
@@ -73,6 +74,12 @@ pub trait ProxiedStore: Sized + Send + Sync + 'static {
 
     /// The URL of the server at `address`, as a child process reads it from [`URL_ENV`](Self::URL_ENV).
     fn url(address: SocketAddr) -> String;
+
+    /// The harness's name on the shared server with `setup`.
+    fn shared_name(setup: &Self::Setup) -> String {
+        let _ = setup;
+        Self::NAME.to_owned()
+    }
 
     /// The harness's name on a dedicated server started with `setup`.
     fn dedicated_name(setup: &Self::Setup) -> String {
@@ -120,8 +127,18 @@ impl<S: ProxiedStore> ProxiedHarness<S> {
     ///
     /// When no server can be started, with the fixture's message (which says how to install it).
     pub async fn shared() -> Self {
+        Self::shared_with(S::Setup::default()).await
+    }
+
+    /// A harness on the test process's shared server with `setup` (which may set what its
+    /// clients are built with).
+    ///
+    /// # Panics
+    ///
+    /// As [`shared`](Self::shared).
+    pub async fn shared_with(setup: S::Setup) -> Self {
         let upstream = S::shared_upstream().await.unwrap_or_else(|error| Self::no_server(&error));
-        Self { name: S::NAME.to_owned(), store: S::at(upstream, S::Setup::default()), server: DedicatedServer::none() }
+        Self { name: S::shared_name(&setup), store: S::at(upstream, setup), server: DedicatedServer::none() }
     }
 
     /// A harness on a dedicated server of the usual setup.
@@ -186,7 +203,7 @@ impl<S: ProxiedStore> Harness for ProxiedHarness<S> {
     }
 
     async fn client(&self) -> lockkit_core::Result<TestClient> {
-        let (provider, faults) = self.client_with(S::test_builder()).await?;
+        let (provider, faults) = self.client_with(self.store.test_builder()).await?;
         Ok(TestClient::new(provider, faults))
     }
 
@@ -195,7 +212,7 @@ impl<S: ProxiedStore> Harness for ProxiedHarness<S> {
     }
 
     async fn unreachable_client(&self) -> Result<TestClient, Unsupported> {
-        let provider = S::build(S::test_builder(), closed_port()).map_err(|_| Unsupported)?;
+        let provider = S::build(self.store.test_builder(), closed_port()).map_err(|_| Unsupported)?;
         Ok(TestClient::new(provider, Arc::new(NoFaults)))
     }
 

@@ -132,6 +132,8 @@ lockkit_core::provider_builder! {
         servers: Option<String>,
         chroot: Option<String>,
         credentials: Option<Credentials>,
+        /// The many-holds threshold set for tests; the session's default otherwise.
+        many_holds: Option<usize>,
     }
     /// The servers, the chroot (the path) and the credentials of a `zk://` URL.
     address(self, url) {
@@ -178,6 +180,16 @@ impl ZkLockProviderBuilder {
         /// least 1 ms and at most the session timeout. Above 3/5 of the session timeout the
         /// client uses 2/5 of it. URL option `connect_timeout`.
         fn connect_timeout(timeout: Duration) => CONNECT_TIMEOUT;
+    }
+
+    /// How many holds at once make a session watch its base path with one recursive watch
+    /// instead of a watch per hold; 256 by default, 0 counts as 1. For tests, which run the
+    /// contract's loss cases on the recursive watch with 1: both ways keep the contract, and
+    /// the default is where the recursive watch costs less than a watch per hold.
+    #[doc(hidden)]
+    pub fn many_holds_threshold(mut self, holds: usize) -> Self {
+        self.many_holds = Some(holds.max(1));
+        self
     }
 
     /// Digest credentials (`user:password`), sent on every (re)connect; the user and password
@@ -270,6 +282,7 @@ impl ZkLockProviderBuilder {
             acl,
             drift,
             disconnect_policy: options.value(&DISCONNECT_POLICY)?,
+            many_holds: self.many_holds.unwrap_or(crate::session::MANY_HOLDS),
         })
     }
 }
@@ -305,6 +318,8 @@ pub(crate) struct ZkConfig {
     /// The drift margin given, if any; 5 % of the negotiated session timeout otherwise.
     pub(crate) drift: Option<Duration>,
     pub(crate) disconnect_policy: DisconnectPolicy,
+    /// How many holds at once make a session watch its base path recursively.
+    pub(crate) many_holds: usize,
 }
 
 impl fmt::Debug for ZkConfig {

@@ -22,7 +22,9 @@
 //! included, which is why it is not set for a few holds; it is removed once no hold uses it
 //! and fewer than half as many holds are left. Events that happen while the connection is down
 //! are not replayed when it comes back (ZOOKEEPER-4698), so after a reconnection the session
-//! asks once whether each of those holds' nodes still exists.
+//! asks once whether each of those holds' nodes still exists. A hidden builder setting lowers
+//! the threshold, for tests; at one, the watch is set as the session opens, so that it covers
+//! every hold, the first included, and stays.
 //!
 //! Session states drive the rest: `Disconnected` suspends the holds (no renewal can be
 //! answered, so the deadline keeps running; with [`DisconnectPolicy::LoseOnDisconnect`] they
@@ -88,6 +90,9 @@ pub(crate) struct Session {
     /// The base path, renewed against.
     root: String,
     policy: DisconnectPolicy,
+    /// How many holds at once make the session watch its base path recursively
+    /// ([`MANY_HOLDS`] unless the builder says otherwise).
+    many_holds_at: usize,
     holds: Mutex<HoldTable>,
     /// Tells the session task that the session has many holds: time for the recursive watch.
     many_holds: Arc<tokio::sync::Notify>,
@@ -164,13 +169,31 @@ impl Session {
             acls,
             root,
             policy: config.disconnect_policy,
+            many_holds_at: config.many_holds,
             holds: Mutex::new(HoldTable::default()),
             many_holds: Arc::new(tokio::sync::Notify::new()),
             task: OnceLock::new(),
             broken: AtomicBool::new(false),
         });
+        // With a threshold of one, every hold is to be covered, the first one too: the watch is
+        // set before the session serves any acquisition.
+        let recursive = if session.many_holds_at <= 1 {
+            match add_recursive_watch(&session).await {
+                Ok(watcher) => {
+                    session.holds().watching = true;
+                    Some(watcher)
+                }
+                Err(error) => {
+                    tracing::debug!(backend = BACKEND, %error, "no recursive watch: holds watch their nodes");
+                    None
+                }
+            }
+        } else {
+            None
+        };
         let states = session.client.state_watcher();
-        let task = runtime.spawn(watch_session(Arc::downgrade(&session), states, Arc::clone(&session.many_holds)));
+        let many = Arc::clone(&session.many_holds);
+        let task = runtime.spawn(watch_session(Arc::downgrade(&session), states, many, recursive));
         let _ = session.task.set(task);
         tracing::debug!(backend = BACKEND, session = %session.client.session_id(), ?timeout, "zk session opened");
         Ok(session)
@@ -235,7 +258,7 @@ impl Session {
             let (watched, gone) = holds.insert(signal.clone(), path);
             (watched, gone, holds.len())
         };
-        if !watched && count >= MANY_HOLDS {
+        if !watched && count >= self.many_holds_at {
             self.many_holds.notify_one();
         }
         if gone {
@@ -285,8 +308,15 @@ impl Session {
         left
     }
 
-    /// The node at `path` was deleted: its hold, if it is one's, is lost.
+    /// The node at `path` was deleted: its hold, if it is one's, is lost. Only a contender
+    /// node (`root/lock/node`) can be a hold's: the deletion of anything else, such as the
+    /// server's clean-up of empty lock znodes (containers, up to 10,000 a minute after many
+    /// locks were used), is dropped here, without taking the table's lock or taking a place
+    /// among its recent deletions.
     fn node_deleted(&self, path: &str) {
+        if !is_contender_path(&self.root, path) {
+            return;
+        }
         let signal = self.holds().node_deleted(path);
         if let Some(signal) = signal {
             tracing::debug!(backend = BACKEND, %path, "a held node was deleted");
@@ -350,6 +380,14 @@ impl Session {
     pub(crate) fn spawn_now(&self, future: impl Future<Output = ()> + Send + 'static) {
         spawn_now(&self.runtime, future);
     }
+}
+
+/// Whether `path` names a contender node under `root`: `root/lock/node`.
+fn is_contender_path(root: &str, path: &str) -> bool {
+    path.strip_prefix(root)
+        .and_then(|rest| rest.strip_prefix('/'))
+        .and_then(|rest| rest.split_once('/'))
+        .is_some_and(|(lock, node)| !lock.is_empty() && !node.is_empty() && !node.contains('/'))
 }
 
 /// Runs `future` on `runtime`, polling it once right here first when the caller runs on that
@@ -462,7 +500,12 @@ async fn next_node_event(recursive: &mut Option<zk::PersistentWatcher>) -> zk::W
 /// timeout, and, with the recursive watch on the base path, loses a hold whose node is
 /// deleted. Ends with the session, or when the session is dropped; dropped with the runtime
 /// it runs on, it loses the holds of the session.
-async fn watch_session(session: Weak<Session>, mut states: zk::StateWatcher, many_holds: Arc<tokio::sync::Notify>) {
+async fn watch_session(
+    session: Weak<Session>,
+    mut states: zk::StateWatcher,
+    many_holds: Arc<tokio::sync::Notify>,
+    mut recursive: Option<zk::PersistentWatcher>,
+) {
     let _lose_on_drop = LoseOnDrop(session.clone());
     let Some((every, policy, id)) =
         session.upgrade().map(|s| ((s.timeout / 3).max(MIN_RENEW_EVERY), s.policy, s.client.session_id().to_string()))
@@ -475,7 +518,6 @@ async fn watch_session(session: Weak<Session>, mut states: zk::StateWatcher, man
     let mut renewal: Option<Renewal> = None;
     // Nodes of holds lost at a disconnection, deleted once the session is connected again.
     let mut left_behind: Vec<Arc<str>> = Vec::new();
-    let mut recursive: Option<zk::PersistentWatcher> = None;
     let mut adding: Option<AddWatch> = None;
     // Not before this instant is the recursive watch asked for again (after a failure), and
     // never again once the server said it has no such watch (before ZooKeeper 3.6).
@@ -556,7 +598,7 @@ async fn watch_session(session: Weak<Session>, mut states: zk::StateWatcher, man
                     return;
                 }
                 let left = session.holds().sweep();
-                if recursive.is_some() && session.holds().stop_watching(MANY_HOLDS / 2) {
+                if recursive.is_some() && session.holds().stop_watching(session.many_holds_at / 2) {
                     // Dropped, the watcher asks the server to remove the watch.
                     recursive = None;
                     tracing::debug!(backend = BACKEND, session = %id, "no longer watching the base path");
@@ -582,5 +624,20 @@ async fn watch_session(session: Weak<Session>, mut states: zk::StateWatcher, man
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_contender_path;
+
+    #[test]
+    fn only_contender_nodes_can_be_holds() {
+        assert!(is_contender_path("/app/lockkit", "/app/lockkit/orders%2F42/lock-x-0000000001"));
+        assert!(!is_contender_path("/app/lockkit", "/app/lockkit/orders%2F42"));
+        assert!(!is_contender_path("/app/lockkit", "/app/lockkit"));
+        assert!(!is_contender_path("/app/lockkit", "/app/lockkitx/a/b"));
+        assert!(!is_contender_path("/app/lockkit", "/app/lockkit/a/b/c"));
+        assert!(!is_contender_path("/app/lockkit", "/other/a/b"));
     }
 }

@@ -124,15 +124,16 @@ pub(super) fn resident_bytes() -> Option<u64> {
     Some(kib * 1024)
 }
 
-/// User plus system CPU time of this process (/proc/self/stat; 10 ms resolution), zero
-/// where unknown.
-fn cpu_time() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let fields: Vec<&str> =
-        stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
-    let ticks: u64 = fields.get(11..13).map_or(0, |f| f.iter().filter_map(|v| v.parse::<u64>().ok()).sum());
-    // Linux reports clock ticks of 1/100 s on every supported architecture.
-    Duration::from_millis(ticks * 10)
+/// The CPU time of this process: the run time of each of its threads (`/proc/self/task/*/schedstat`,
+/// in nanoseconds; /proc/self/stat counts 10 ms ticks, too coarse for a few seconds of upkeep),
+/// zero where unknown. Threads that ended meanwhile are not counted.
+pub(super) fn cpu_time() -> Duration {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return Duration::ZERO };
+    let nanos: u64 = tasks
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok())
+        .filter_map(|stat| stat.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    Duration::from_nanos(nanos)
 }
 
 #[cfg(test)]
@@ -142,5 +143,6 @@ mod tests {
     #[test]
     fn proc_figures_are_read() {
         assert!(resident_bytes().is_some_and(|bytes| bytes > 0));
+        assert!(cpu_time() > Duration::ZERO);
     }
 }

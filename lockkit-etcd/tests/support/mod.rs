@@ -31,9 +31,25 @@ pub fn test_builder() -> EtcdLockProviderBuilder {
 /// Runs the kit against an etcd member: the shared one, or a dedicated one.
 pub type EtcdHarness = ProxiedHarness<EtcdStore>;
 
-/// The etcd member a harness is on.
+/// The etcd member a harness is on, and how its clients are built.
 pub struct EtcdStore {
     upstream: SocketAddr,
+    setup: ClientSetup,
+}
+
+/// How a harness's clients are built besides the test settings.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ClientSetup {
+    /// The clients' many-holds threshold (the prefix watch from that many holds), when not
+    /// the default.
+    pub many_holds: Option<usize>,
+}
+
+impl ClientSetup {
+    /// Clients that take the many-holds path (the prefix watch) from `holds` holds at once.
+    pub fn many_holds(holds: usize) -> Self {
+        Self { many_holds: Some(holds) }
+    }
 }
 
 impl EtcdStore {
@@ -79,7 +95,7 @@ impl EtcdStore {
 #[async_trait]
 impl ProxiedStore for EtcdStore {
     type Server = EtcdServer;
-    type Setup = ();
+    type Setup = ClientSetup;
     type Builder = EtcdLockProviderBuilder;
     type Provider = EtcdLockProvider;
 
@@ -87,8 +103,8 @@ impl ProxiedStore for EtcdStore {
     const URL_ENV: &'static str = ETCD_URL_ENV;
     const LEASE: Duration = TTL;
 
-    fn at(upstream: SocketAddr, (): ()) -> Self {
-        Self { upstream }
+    fn at(upstream: SocketAddr, setup: ClientSetup) -> Self {
+        Self { upstream, setup }
     }
 
     fn upstream(&self) -> SocketAddr {
@@ -99,12 +115,31 @@ impl ProxiedStore for EtcdStore {
         EtcdServer::shared().await?.upstream().await
     }
 
-    async fn start((): &()) -> Result<EtcdServer, FixtureError> {
+    async fn start(_: &ClientSetup) -> Result<EtcdServer, FixtureError> {
         EtcdServer::start().await
     }
 
-    fn test_builder() -> EtcdLockProviderBuilder {
-        test_builder()
+    fn shared_name(setup: &ClientSetup) -> String {
+        if setup.many_holds.is_some() { "etcd (many holds)".to_owned() } else { "etcd".to_owned() }
+    }
+
+    fn dedicated_name(setup: &ClientSetup) -> String {
+        if setup.many_holds.is_some() {
+            "etcd (dedicated, many holds)".to_owned()
+        } else {
+            "etcd (dedicated)".to_owned()
+        }
+    }
+
+    fn isolated_setup(&self) -> ClientSetup {
+        self.setup
+    }
+
+    fn test_builder(&self) -> EtcdLockProviderBuilder {
+        match self.setup.many_holds {
+            Some(holds) => test_builder().many_holds_threshold(holds),
+            None => test_builder(),
+        }
     }
 
     fn build(builder: EtcdLockProviderBuilder, address: SocketAddr) -> lockkit_core::Result<EtcdLockProvider> {

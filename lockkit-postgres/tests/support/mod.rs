@@ -113,7 +113,7 @@ impl ProxiedStore for PostgresStore {
         Ok(server)
     }
 
-    fn test_builder() -> PostgresLockProviderBuilder {
+    fn test_builder(&self) -> PostgresLockProviderBuilder {
         test_builder()
     }
 

@@ -127,7 +127,7 @@ impl ProxiedStore for RedisStore {
         RedisServer::start_with(RedisConfig { persistence: *persistence, ..RedisConfig::default() }).await
     }
 
-    fn test_builder() -> RedisLockProviderBuilder {
+    fn test_builder(&self) -> RedisLockProviderBuilder {
         test_builder()
     }
 

@@ -36,6 +36,8 @@ pub struct ZkHarness {
     connect_string: String,
     base: String,
     admin: zk::Client,
+    /// The clients' many-holds threshold, when not the default.
+    many_holds: Option<usize>,
 }
 
 impl ZkHarness {
@@ -66,7 +68,13 @@ impl ZkHarness {
             .ok()
             .filter(|base| !base.is_empty())
             .unwrap_or_else(|| format!("/lockkit-test-{}", uuid::Uuid::new_v4().simple()));
-        ZkHarness { store, upstream, connect_string, base, admin }
+        ZkHarness { store, upstream, connect_string, base, admin, many_holds: None }
+    }
+
+    /// The same harness with clients that take the many-holds path (the recursive watch on
+    /// the base path) from `holds` holds at once.
+    pub fn with_many_holds_threshold(self, holds: usize) -> ZkHarness {
+        ZkHarness { many_holds: Some(holds), ..self }
     }
 
     /// The base path of this harness's locks.
@@ -96,10 +104,14 @@ impl ZkHarness {
 
     /// A builder for a client of the server at `addr`, with the harness's base path and timeout.
     pub fn builder_at(&self, addr: SocketAddr) -> ZkLockProviderBuilder {
-        ZkLockProvider::builder()
+        let builder = ZkLockProvider::builder()
             .connect_string(addr.to_string())
             .base_path(self.base.clone())
-            .session_timeout(SESSION_TIMEOUT)
+            .session_timeout(SESSION_TIMEOUT);
+        match self.many_holds {
+            Some(holds) => builder.many_holds_threshold(holds),
+            None => builder,
+        }
     }
 
     /// A new client behind a proxy of its own, returned with its proxy's fault hooks. The
@@ -129,7 +141,7 @@ impl ZkHarness {
 #[async_trait]
 impl Harness for ZkHarness {
     fn name(&self) -> &str {
-        "zk"
+        if self.many_holds.is_some() { "zk (many holds)" } else { "zk" }
     }
 
     async fn client(&self) -> lockkit_core::Result<TestClient> {
@@ -155,7 +167,11 @@ impl Harness for ZkHarness {
     }
 
     async fn isolated(&self) -> Result<Arc<dyn Harness>, Unsupported> {
-        Ok(Arc::new(ZkHarness::dedicated().await))
+        let dedicated = ZkHarness::dedicated().await;
+        Ok(Arc::new(match self.many_holds {
+            Some(holds) => dedicated.with_many_holds_threshold(holds),
+            None => dedicated,
+        }))
     }
 
     async fn restart_store(&self) -> FaultResult {
