@@ -275,9 +275,11 @@ async fn run(watchdog: Weak<Watchdog>, renew_every: std::time::Duration) {
                 store.refresh_slot_map().await;
             }
             let batches = batches(&store, &due);
+            let failed = renew_all(&dog, &store, &batches).instrument(span).await;
+            // Counted together once the round is done, so that a reader between two rounds
+            // (`lockkit bench`) never sees a round's round trips without the round.
             let round_trips = u64::try_from(batches.len() + usize::from(store.is_cluster())).unwrap_or(u64::MAX);
             dog.stats.round_trips.fetch_add(round_trips, Ordering::Relaxed);
-            let failed = renew_all(&dog, &store, &batches).instrument(span).await;
             dog.stats.ticks.fetch_add(1, Ordering::Relaxed);
             drop((dog, store));
             if failed.is_empty() {
