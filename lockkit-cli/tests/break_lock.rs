@@ -11,21 +11,13 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::*;
-use lockkit_testkit::fixture::{PostgresServer, RedisServer, ZkServer};
+use lockkit_testkit::fixture::PostgresServer;
 
 const LONG: Duration = Duration::from_secs(30);
 
 /// Exit codes of `lockkit break`.
 const NOTHING_TO_BREAK: i32 = 1;
 const DECLINED: i32 = 2;
-
-async fn redis_url() -> String {
-    RedisServer::shared().await.expect("redis-server starts").url()
-}
-
-async fn zk_url() -> String {
-    format!("zk://{}", ZkServer::shared().await.expect("ZooKeeper starts").connect_string())
-}
 
 fn file_url(dir: &Path) -> String {
     format!("file://{}?check_every=200ms", dir.display())
