@@ -469,6 +469,14 @@ mod tests {
             Sim { view: View::new(false), outbox: Outbox::new(BACKEND), parent: 7 }
         }
 
+        /// A view that listed one candidate, node 0, which leads (its election drained).
+        fn led_by_node_0() -> Self {
+            let mut sim = Self::new();
+            sim.list(&[&candidate(0)], 1, &[], &[], &[]);
+            drain(&sim.outbox);
+            sim
+        }
+
         /// A list of `names` at `cversion`, with `with_reply` notified alongside its reply,
         /// every new node read but `vanished` (gone before its read), then `during_reads`
         /// notified. Returns whether another list is needed.
@@ -602,10 +610,7 @@ mod tests {
 
     #[test]
     fn an_empty_view_is_vacant_only_once_no_node_can_have_come() {
-        let mut sim = Sim::new();
-        let a = candidate(0);
-        sim.list(&[&a], 1, &[], &[], &[]);
-        drain(&sim.outbox);
+        let mut sim = Sim::led_by_node_0();
         // a goes, and the children watch fired: only a list can tell whether someone leads.
         assert!(sim.notified(&[0]));
         assert_eq!(drain(&sim.outbox), []);
@@ -629,10 +634,7 @@ mod tests {
 
     #[test]
     fn a_znode_made_again_unseen_is_a_gap_and_a_clean_deletion_is_not() {
-        let mut sim = Sim::new();
-        let a = candidate(0);
-        sim.list(&[&a], 1, &[], &[], &[]);
-        drain(&sim.outbox);
+        let mut sim = Sim::led_by_node_0();
         sim.parent = 9;
         let b = candidate(0);
         sim.notified(&[]);
