@@ -11,7 +11,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::*;
-use lockkit_testkit::fixture::{PostgresServer, RedisServer, ZkServer};
+use lockkit_testkit::fixture::PostgresServer;
 
 const LONG: Duration = Duration::from_secs(30);
 
@@ -19,16 +19,27 @@ const LONG: Duration = Duration::from_secs(30);
 const NOTHING_TO_BREAK: i32 = 1;
 const DECLINED: i32 = 2;
 
-async fn redis_url() -> String {
-    RedisServer::shared().await.expect("redis-server starts").url()
-}
-
-async fn zk_url() -> String {
-    format!("zk://{}", ZkServer::shared().await.expect("ZooKeeper starts").connect_string())
-}
-
 fn file_url(dir: &Path) -> String {
     format!("file://{}?check_every=200ms", dir.display())
+}
+
+/// A lock held by `lockkit run` on a `file://` store in a directory of its own.
+struct FileHold {
+    /// The store's directory, kept as long as the test runs.
+    _dir: tempfile::TempDir,
+    url: String,
+    name: String,
+    holder: Lockkit,
+    token: u64,
+}
+
+/// A fresh lock named after `what`, held on a `file://` store of its own.
+async fn held_on_file(what: &str) -> FileHold {
+    let dir = tempfile::tempdir().unwrap();
+    let url = file_url(dir.path());
+    let name = unique(what);
+    let (holder, token) = hold(&name, &url, &[], dir.path()).await;
+    FileHold { _dir: dir, url, name, holder, token }
 }
 
 /// Holds a lock with `lockkit run`, breaks it with `lockkit break --yes`, and checks what the
@@ -104,10 +115,7 @@ async fn break_frees_a_held_lock_on_postgres() {
 /// holder alone.
 #[tokio::test]
 async fn break_without_a_terminal_needs_yes() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = file_url(dir.path());
-    let name = unique("ask");
-    let (holder, token) = hold(&name, &url, &[], dir.path()).await;
+    let FileHold { _dir, url, name, holder, token } = held_on_file("ask").await;
     let out = run(&["break", &name, "--url", &url], LONG).await;
     assert_eq!(out.code, Some(USAGE), "{out:?}");
     assert!(out.stderr.contains("--yes") && out.stderr.contains("terminal"), "{out:?}");
@@ -147,10 +155,7 @@ fn break_on_a_terminal(name: &str, url: &str) -> tokio::process::Command {
 /// (exit 2), "y" breaks the lock (exit 0) and the holder's `lockkit run` exits 70.
 #[tokio::test]
 async fn break_on_a_terminal_asks_first() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = file_url(dir.path());
-    let name = unique("tty");
-    let (holder, token) = hold(&name, &url, &[], dir.path()).await;
+    let FileHold { _dir, url, name, holder, token } = held_on_file("tty").await;
     let on_a_terminal = |answer: &'static str| {
         let mut command = break_on_a_terminal(&name, &url);
         async move {
@@ -179,10 +184,7 @@ async fn break_on_a_terminal_asks_first() {
 #[tokio::test]
 async fn break_on_a_terminal_spares_a_new_owner_that_came_while_asking() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let dir = tempfile::tempdir().unwrap();
-    let url = file_url(dir.path());
-    let name = unique("tty-moved");
-    let (first, first_token) = hold(&name, &url, &[], dir.path()).await;
+    let FileHold { _dir, url, name, holder: first, token: first_token } = held_on_file("tty-moved").await;
 
     let mut breaker = break_on_a_terminal(&name, &url).spawn().unwrap();
     let mut stdin = breaker.stdin.take().unwrap();

@@ -9,18 +9,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::*;
-use lockkit_testkit::fixture::{RedisServer, ZkServer, free_port};
+use lockkit_testkit::fixture::free_port;
 use rustix::process::{Pid, Signal, test_kill_process};
 
 const LONG: Duration = Duration::from_secs(30);
-
-async fn redis_url() -> String {
-    RedisServer::shared().await.expect("redis-server starts").url()
-}
-
-async fn zk_url() -> String {
-    format!("zk://{}", ZkServer::shared().await.expect("ZooKeeper starts").connect_string())
-}
 
 fn file_url(dir: &Path) -> String {
     format!("file://{}", dir.display())

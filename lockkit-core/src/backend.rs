@@ -307,6 +307,55 @@ impl OwnerMeta {
     }
 }
 
+/// The key of the identity field a candidate's owner line carries (etcd's key value,
+/// ZooKeeper's node data): `identity=<escaped>`.
+const IDENTITY_FIELD: &str = "identity=";
+
+/// How many space-separated fields [`OwnerMeta::encode`] writes, before any added ones.
+pub const OWNER_FIELDS: usize = 5;
+
+/// `line` (an owner line, with any fields already added) with a candidate's `identity` added
+/// as one more field, `identity=<escaped>`: every byte outside `!`..=`~`, and every `%` and
+/// `=`, is written `%XX` (uppercase hex), so the line stays one line of space-separated
+/// fields that [`OwnerMeta::decode`] still reads, and `host:port` stays readable as it is.
+pub fn with_identity_field(line: &str, identity: &[u8]) -> String {
+    let mut out = format!("{line} {IDENTITY_FIELD}");
+    for &byte in identity {
+        if byte.is_ascii_graphic() && byte != b'%' && byte != b'=' {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+/// The identity [`with_identity_field`] added to an owner line; `None` when the line carries
+/// none (a mutex's record) or a malformed one.
+pub fn identity_field(line: &[u8]) -> Option<Arc<[u8]>> {
+    let text = std::str::from_utf8(line).ok()?;
+    let escaped = text.split(' ').skip(OWNER_FIELDS).find_map(|field| field.strip_prefix(IDENTITY_FIELD))?;
+    unescape(escaped).map(Arc::from)
+}
+
+/// The bytes [`with_identity_field`] escaped; `None` for a malformed escape.
+fn unescape(text: &str) -> Option<Vec<u8>> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while let Some(&byte) = bytes.get(i) {
+        if byte == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(byte);
+            i += 1;
+        }
+    }
+    Some(out)
+}
+
 /// This machine's host name, from the kernel (`uname(2)` on Unix, `COMPUTERNAME` or
 /// `HOSTNAME` elsewhere), or `unknown`; only characters that keep the owner line parseable.
 /// Read once per process: every acquisition records it.
@@ -482,5 +531,18 @@ mod tests {
         let newer = OwnerMeta::decode(&format!("lockkit1 {} build-7 42 1700000000000 kind=read", meta.attempt));
         assert_eq!(newer.map(|m| m.pid), Some(42), "fields a later version adds are ignored");
         assert!(meta.holder(FencingToken::new(3)).owner.contains(&format!("pid {}", meta.pid)));
+    }
+
+    #[test]
+    fn identity_fields_of_any_bytes_round_trip_and_malformed_ones_read_as_none() {
+        let line = OwnerMeta::current(Uuid::new_v4()).encode();
+        for raw in [&b"10.0.0.7:8080"[..], b"a b=c%d", b"\x00\xff\n", "\u{fc}n".as_bytes(), b""] {
+            let with = with_identity_field(&line, raw);
+            assert!(!with.contains('\n') && with.split(' ').count() == OWNER_FIELDS + 1, "{with:?}");
+            assert_eq!(identity_field(with.as_bytes()).as_deref(), Some(raw), "{with}");
+        }
+        assert_eq!(identity_field(line.as_bytes()), None);
+        assert_eq!(unescape("%4"), None);
+        assert_eq!(unescape("%zz"), None);
     }
 }

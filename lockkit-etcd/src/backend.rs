@@ -170,7 +170,7 @@ impl EtcdBackend {
         };
         holder = holder.with_kind(KeyKind::parse(kv.value()).hold_kind());
         // A leader shows its identity (election.rs).
-        if let Some(identity) = crate::election::identity(kv.value()) {
+        if let Some(identity) = lockkit_core::backend::identity_field(kv.value()) {
             holder = holder.with_kind(HoldKind::Candidate { identity });
         }
         if let Ok(Ok(left)) =

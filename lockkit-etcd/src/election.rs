@@ -12,17 +12,10 @@
 //! `since` of the owner line set to that moment, in the transaction that confirms its grant:
 //! `since` is the start of the term, never of the campaign.
 
-use std::sync::Arc;
 use std::time::SystemTime;
 
-use lockkit_core::backend::OwnerMeta;
+use lockkit_core::backend::{OwnerMeta, identity_field, with_identity_field};
 use lockkit_core::{FencingToken, HoldKind, Leader};
-
-/// The key of a candidate's identity field.
-const IDENTITY: &str = "identity=";
-
-/// How many space-separated fields the owner line has before the added ones.
-const OWNER_FIELDS: usize = 5;
 
 /// The value of the key of acquisition `attempt` asking for `kind`: the owner line, and for a
 /// candidate its identity.
@@ -35,17 +28,9 @@ pub(crate) fn record_for(attempt: uuid::Uuid, kind: &HoldKind) -> String {
 /// one more field; the value of any other kind as it is.
 pub(crate) fn with_identity(value: String, kind: &HoldKind) -> String {
     match kind {
-        HoldKind::Candidate { identity } => format!("{value} {IDENTITY}{}", escape(identity)),
+        HoldKind::Candidate { identity } => with_identity_field(&value, identity),
         _ => value,
     }
-}
-
-/// The identity a candidate's value carries; `None` when it carries none (a mutex's key) or a
-/// malformed one.
-pub(crate) fn identity(value: &[u8]) -> Option<Arc<[u8]>> {
-    let text = std::str::from_utf8(value).ok()?;
-    let escaped = text.split(' ').skip(OWNER_FIELDS).find_map(|field| field.strip_prefix(IDENTITY))?;
-    unescape(escaped).map(Arc::from)
 }
 
 /// The owner line `owner` with its `since` set to now: what a candidate writes when it comes to
@@ -70,46 +55,16 @@ fn since(value: &[u8]) -> Option<SystemTime> {
 /// `None` for a key that is not a candidate's (a mutex's key of the same name: then nobody
 /// leads).
 pub(crate) fn leader_of(value: &[u8], create_revision: i64) -> Option<Leader> {
-    let identity = identity(value)?;
+    let identity = identity_field(value)?;
     let term = FencingToken::new(u64::try_from(create_revision).unwrap_or(0));
     Some(Leader::new(identity, term, since(value)))
-}
-
-/// `bytes` with every byte outside `!`..=`~`, and `%`, `=`, written as `%XX`.
-fn escape(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len());
-    for &byte in bytes {
-        if byte.is_ascii_graphic() && byte != b'%' && byte != b'=' {
-            out.push(char::from(byte));
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
-}
-
-/// The bytes [`escape`] wrote; `None` for a malformed escape.
-fn unescape(text: &str) -> Option<Vec<u8>> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while let Some(&byte) = bytes.get(i) {
-        if byte == b'%' {
-            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(byte);
-            i += 1;
-        }
-    }
-    Some(out)
 }
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use std::sync::Arc;
     use uuid::Uuid;
 
     #[test]
@@ -119,12 +74,10 @@ mod tests {
             let attempt = Uuid::new_v4();
             let value = record_for(attempt, &kind);
             assert!(!value.contains('\n'), "{value}");
-            assert_eq!(identity(value.as_bytes()).as_deref(), Some(raw), "{value}");
+            assert_eq!(identity_field(value.as_bytes()).as_deref(), Some(raw), "{value}");
             assert_eq!(OwnerMeta::decode(&value).unwrap().attempt, attempt);
         }
         let mutex = record_for(Uuid::new_v4(), &HoldKind::Exclusive);
-        assert_eq!(identity(mutex.as_bytes()), None);
-        assert_eq!(unescape("%4"), None);
-        assert_eq!(unescape("%zz"), None);
+        assert_eq!(identity_field(mutex.as_bytes()), None);
     }
 }

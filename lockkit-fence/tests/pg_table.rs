@@ -7,12 +7,12 @@
 
 use lockkit_core::{Fence, FenceMode, FencingToken};
 use lockkit_fence::FenceError;
-use lockkit_fence::postgres::{PgFence, PgFencedTable, STALE_SQLSTATE};
+use lockkit_fence::postgres::{PgFence, PgFencedTable};
 use tokio_postgres::Client;
 
 mod support;
 
-use support::{PgHarness, connect, run_psql, runtime, server, write_fence};
+use support::{PgHarness, connect, psql_script_is_fenced, runtime, server, write_fence};
 
 lockkit_testkit::fence_conformance!(crate::PgHarness::start("postgres fenced table", crate::support::open_rows).await);
 
@@ -203,20 +203,11 @@ fn the_documented_psql_update_is_fenced() {
         let url = server().await;
         let client = connect(&url).await;
         let table = accounts(&client).await;
-        let dir = tempfile::tempdir().unwrap();
-        let script = dir.path().join("pay.sql");
         let sql = format!(
             "UPDATE {} SET balance = :balance, lockkit_lock = :'lock_id', lockkit_token = :token WHERE id = 1;\n",
             table.table()
         );
-        std::fs::write(&script, sql).unwrap();
-        let run = |token: u64, balance: i64| run_psql(&url, &script, token, ("balance", &balance.to_string()));
-        let first = run(30, 1);
-        assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
-        let stale = run(29, 2);
-        assert!(!stale.status.success());
-        let stderr = String::from_utf8_lossy(&stale.stderr);
-        assert!(stderr.contains("stale fencing token 29") && stderr.contains(STALE_SQLSTATE), "{stderr}");
+        psql_script_is_fenced(&url, &sql, "balance", ("1", "2"));
         assert_eq!(balance(&client, &table, 1).await, Some(1));
     });
 }

@@ -9,12 +9,12 @@ use std::time::{Duration, Instant};
 
 use lockkit_core::{Fence, FenceMode, FencingToken};
 use lockkit_fence::FenceError;
-use lockkit_fence::postgres::{PgFence, STALE_SQLSTATE};
+use lockkit_fence::postgres::PgFence;
 use tokio_postgres::Client;
 
 mod support;
 
-use support::{PgHarness, connect, run_psql, runtime, server, write_fence};
+use support::{PgHarness, connect, psql_script_is_fenced, runtime, server, write_fence};
 
 lockkit_testkit::fence_conformance!(crate::PgHarness::start("postgres fence", crate::support::open_values).await);
 
@@ -171,24 +171,10 @@ fn the_documented_psql_script_fences_the_update() {
         let url = server().await;
         let client = connect(&url).await;
         let table = orders(&client).await;
-        let dir = tempfile::tempdir().unwrap();
-        let script = dir.path().join("ship.sql");
-        std::fs::write(
-            &script,
-            format!(
-                "BEGIN;\nSELECT lockkit_fence.fence('{table}/42', :'lock_id', :token, 'write');\nUPDATE {table} SET status = :'status' WHERE id = 42;\nCOMMIT;\n"
-            ),
-        )
-        .unwrap();
-        let run = |token: u64, status: &str| {
-            run_psql(&url, &script, token, ("status", status))
-        };
-        let first = run(30, "shipped");
-        assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
-        let stale = run(29, "stale");
-        assert!(!stale.status.success());
-        let stderr = String::from_utf8_lossy(&stale.stderr);
-        assert!(stderr.contains("stale fencing token 29") && stderr.contains(STALE_SQLSTATE), "{stderr}");
+        let sql = format!(
+            "BEGIN;\nSELECT lockkit_fence.fence('{table}/42', :'lock_id', :token, 'write');\nUPDATE {table} SET status = :'status' WHERE id = 42;\nCOMMIT;\n"
+        );
+        psql_script_is_fenced(&url, &sql, "status", ("shipped", "stale"));
         assert_eq!(status(&client, &table).await, "shipped");
     });
 }

@@ -36,6 +36,15 @@ async fn connect(url: &str) -> MultiplexedConnection {
     client.get_multiplexed_async_connection().await.unwrap_or_else(|error| panic!("connect to {url}: {error}"))
 }
 
+/// A server of the test's own (dropped, it stops), a connection to it for raw commands, and
+/// a fence writing through a clone of that connection.
+async fn fenced_server() -> (RedisServer, MultiplexedConnection, RedisFence<MultiplexedConnection>) {
+    let server = RedisServer::start().await.unwrap();
+    let raw = connect(&server.url()).await;
+    let fenced = RedisFence::new(raw.clone());
+    (server, raw, fenced)
+}
+
 #[async_trait]
 impl FenceHarness for SingleHarness {
     fn name(&self) -> String {
@@ -111,9 +120,7 @@ fn assert_stale<T: std::fmt::Debug>(outcome: Result<T, FenceError>, token: u64, 
 #[test]
 fn every_ready_made_write_is_fenced() {
     runtime().block_on(async {
-        let server = RedisServer::start().await.unwrap();
-        let mut raw = connect(&server.url()).await;
-        let fenced = RedisFence::new(raw.clone());
+        let (_server, mut raw, fenced) = fenced_server().await;
         let (key, hash, counter) = (unique("set"), unique("hash"), unique("counter"));
         fenced.set(&key, &fence("a", 5), "five").await.unwrap();
         assert_stale(fenced.set(&key, &fence("a", 4), "four").await, 4, 5);
@@ -148,9 +155,7 @@ fn every_ready_made_write_is_fenced() {
 #[test]
 fn a_script_of_yours_runs_behind_the_fence() {
     runtime().block_on(async {
-        let server = RedisServer::start().await.unwrap();
-        let mut raw = connect(&server.url()).await;
-        let fenced = RedisFence::new(raw.clone());
+        let (_server, mut raw, fenced) = fenced_server().await;
         let tag = uuid::Uuid::new_v4().simple().to_string();
         let (todo, done) = (format!("{{{tag}}}:todo"), format!("{{{tag}}}:done"));
         let _: () = redis::cmd("RPUSH").arg(&todo).arg("job-1").arg("job-2").query_async(&mut raw).await.unwrap();

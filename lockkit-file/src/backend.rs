@@ -111,17 +111,9 @@ impl LockBackend for FileBackend {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            fencing_survives_restart: true,
-            loss_notification: true,
-            inspect: true,
-            cross_process: true,
-            rw_lock: true,
-            semaphore: true,
-            election: true,
-            break_lock: true,
-            ..Capabilities::NONE
-        }
+        // Every guarantee lockkit names but a lease (a flock holds until it is released or its
+        // process ends, not for a time) and a fair queue (with its waiter count).
+        Capabilities { fair: false, lease: false, lease_renewal: false, waiter_count: false, ..Capabilities::ALL }
     }
 
     async fn acquire(&self, request: AcquireRequest) -> Result<Option<Grant>> {

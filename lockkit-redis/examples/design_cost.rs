@@ -372,6 +372,30 @@ fn p50(v: &mut [Duration]) -> f64 {
     v[v.len() / 2].as_secs_f64() * 1e6
 }
 
+/// Prints one run's row of `design` (`per`: server µs per acquire of a new name, of a used
+/// one, per release, then the server's CPU µs of each; the PING and cycle p50 in µs and their
+/// ratio) and adds it to `table`, whose rows are grouped by design.
+fn add_row(table: &mut Vec<(Design, Vec<[f64; 7]>)>, design: Design, per: &[f64], ping: f64, cycle: f64) {
+    println!(
+        "{:<14} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>9.1} {:>9.1} {:>6.2}×",
+        design.label(),
+        per[0],
+        per[1],
+        per[2],
+        per[3],
+        per[4],
+        per[5],
+        ping,
+        cycle,
+        cycle / ping
+    );
+    let row = [per[0], per[1], per[2], per[3], per[4], per[5], cycle / ping];
+    match table.iter_mut().find(|(d, _)| *d == design) {
+        Some((_, rows)) => rows.push(row),
+        None => table.push((design, vec![row])),
+    }
+}
+
 /// The `lockkit` design's figures: as the others', through the provider.
 async fn lockkit_figures(
     provider: &lockkit_redis::RedisLockProvider,
@@ -446,24 +470,7 @@ async fn main() {
             let prefix = format!("{{d}}r{run}-{}-{}", design.label(), uuid::Uuid::new_v4().simple());
             if design == Design::Lockkit {
                 let (per, ping, cycle) = lockkit_figures(&provider, &mut admin, &mut con, &prefix).await;
-                println!(
-                    "{:<14} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>9.1} {:>9.1} {:>6.2}×",
-                    design.label(),
-                    per[0],
-                    per[1],
-                    per[2],
-                    per[3],
-                    per[4],
-                    per[5],
-                    ping,
-                    cycle,
-                    cycle / ping
-                );
-                let row = [per[0], per[1], per[2], per[3], per[4], per[5], cycle / ping];
-                match table.iter_mut().find(|(d, _)| *d == design) {
-                    Some((_, rows)) => rows.push(row),
-                    None => table.push((design, vec![row])),
-                }
+                add_row(&mut table, design, &per, ping, cycle);
                 continue;
             }
             // Warm the script cache.
@@ -518,24 +525,7 @@ async fn main() {
                 }
             }
             let (ping, cycle) = (p50(&mut pings), p50(&mut cycles));
-            println!(
-                "{:<14} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>9.1} {:>9.1} {:>6.2}×",
-                design.label(),
-                per[0],
-                per[1],
-                per[2],
-                per[3],
-                per[4],
-                per[5],
-                ping,
-                cycle,
-                cycle / ping
-            );
-            let row = [per[0], per[1], per[2], per[3], per[4], per[5], cycle / ping];
-            match table.iter_mut().find(|(d, _)| *d == design) {
-                Some((_, rows)) => rows.push(row),
-                None => table.push((design, vec![row])),
-            }
+            add_row(&mut table, design, &per, ping, cycle);
         }
     }
     println!("medians of {runs} runs (ranges)");

@@ -22,6 +22,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use lockkit_core::LockHandle;
 use lockkit_redis::RedisLockProvider;
 use lockkit_testkit::fixture::RedisServer;
 
@@ -219,23 +220,9 @@ async fn run_lockkit(url: &str, options: &Options, round: usize) -> Figures {
     let provider = RedisLockProvider::builder().url(url).lease(LEASE).build().unwrap();
     provider.ping().await.unwrap();
     let lock = provider.lock(&format!("peer-cycle/lockkit/{round}")).unwrap();
-    let mut samples = Vec::with_capacity(options.cycles);
-    for _ in 0..options.cycles {
-        let start = Instant::now();
-        let guard = lock.acquire().await.unwrap();
-        guard.release().await.unwrap();
-        samples.push(start.elapsed());
-    }
     let handles: Vec<_> =
         (0..options.locks).map(|i| provider.lock(&format!("peer-cycle/lockkit/{round}/{i}")).unwrap()).collect();
-    let many = measured(url, options.locks, &["evalsha", "eval"], async {
-        for handle in &handles {
-            let guard = handle.acquire().await.unwrap();
-            guard.release().await.unwrap();
-        }
-    })
-    .await;
-    Figures::of(samples, many)
+    handle_figures(url, options, &lock, &handles).await
 }
 
 /// lockkit's shared kinds: a reader of a read-write lock, or a permit of a semaphore of 3.
@@ -248,6 +235,13 @@ async fn run_shared(url: &str, options: &Options, round: usize, contender: Conte
     };
     let who = format!("{contender:?}").to_lowercase();
     let lock = handle(&format!("peer-cycle/{who}/{round}"));
+    let handles: Vec<_> = (0..options.locks).map(|i| handle(&format!("peer-cycle/{who}/{round}/{i}"))).collect();
+    handle_figures(url, options, &lock, &handles).await
+}
+
+/// The figures of a lockkit kind: `options.cycles` acquire-release cycles of `lock` one after
+/// the other, then one cycle of each of `handles` (each its own name) measured on the server.
+async fn handle_figures(url: &str, options: &Options, lock: &LockHandle, handles: &[LockHandle]) -> Figures {
     let mut samples = Vec::with_capacity(options.cycles);
     for _ in 0..options.cycles {
         let start = Instant::now();
@@ -255,9 +249,8 @@ async fn run_shared(url: &str, options: &Options, round: usize, contender: Conte
         guard.release().await.unwrap();
         samples.push(start.elapsed());
     }
-    let handles: Vec<_> = (0..options.locks).map(|i| handle(&format!("peer-cycle/{who}/{round}/{i}"))).collect();
     let many = measured(url, options.locks, &["evalsha", "eval"], async {
-        for handle in &handles {
+        for handle in handles {
             let guard = handle.acquire().await.unwrap();
             guard.release().await.unwrap();
         }

@@ -466,21 +466,8 @@ impl LockBackend for RedisBackend {
     // Every field is set today; the update keeps this compiling when the core adds one.
     #[allow(clippy::needless_update)]
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            fair: self.settings.fair,
-            fencing_survives_restart: true,
-            lease: true,
-            lease_renewal: true,
-            loss_notification: true,
-            inspect: true,
-            waiter_count: self.settings.fair,
-            cross_process: true,
-            rw_lock: true,
-            semaphore: true,
-            election: true,
-            break_lock: true,
-            ..Capabilities::NONE
-        }
+        // Every guarantee lockkit names; fairness, and so a waiter count, when the queue is on.
+        Capabilities { fair: self.settings.fair, waiter_count: self.settings.fair, ..Capabilities::ALL }
     }
 
     fn renewal_interval(&self) -> Option<Duration> {

@@ -156,6 +156,23 @@ async fn renewed_or_lost(held: &lockkit_core::LockGuard, since: std::time::Insta
     }
 }
 
+/// The end of both topology tests, once the slot of `name` moved (`what`, at `moved`): `held`
+/// is renewed on the new primary or signalled lost (which one is printed), never held beside
+/// another client's hold, and the tokens of `name` keep increasing past `last`.
+async fn after_the_move(
+    what: &str,
+    moved: std::time::Instant,
+    provider: &RedisLockProvider,
+    other: &RedisLockProvider,
+    name: &str,
+    held: lockkit_core::LockGuard,
+    last: u64,
+) {
+    let kept = renewed_or_lost(&held, moved).await;
+    eprintln!("{what}: the hold was {}", if kept { "renewed on the new primary" } else { "signalled lost" });
+    no_second_holder_and_tokens_increase(provider, other, name, held, last).await;
+}
+
 /// Checks that `held` and another client never both hold `name`, then that the tokens of
 /// `name` keep increasing past `last`: the end of both topology tests.
 async fn no_second_holder_and_tokens_increase(
@@ -178,12 +195,36 @@ async fn no_second_holder_and_tokens_increase(
             held.release().await.unwrap();
         }
     }
-    for _ in 0..3 {
-        let guard = within(SETTLE, "an acquisition", provider.lock(name).unwrap().acquire()).await.unwrap();
+    cycles_with_increasing_tokens(provider, name, 3, SETTLE, last).await;
+}
+
+/// `cycles` acquire-release cycles of lock `name` on `provider`, each acquisition within
+/// `bound`, each token greater than the one before (the first greater than `last`); returns
+/// the last token.
+async fn cycles_with_increasing_tokens(
+    provider: &RedisLockProvider,
+    name: &str,
+    cycles: usize,
+    bound: std::time::Duration,
+    mut last: u64,
+) -> u64 {
+    for _ in 0..cycles {
+        let guard = within(bound, "an acquisition", provider.lock(name).unwrap().acquire()).await.unwrap();
         assert!(guard.token().get() > last, "a token went back: {} after {last}", guard.token().get());
         last = guard.token().get();
         guard.release().await.unwrap();
     }
+    last
+}
+
+/// Five acquire-release cycles of lock `name` on `provider`, with increasing tokens, then a
+/// hold of it: the guard and its token.
+async fn cycled_then_held(provider: &RedisLockProvider, name: &str) -> (lockkit_core::LockGuard, u64) {
+    let last = cycles_with_increasing_tokens(provider, name, 5, OPERATION, 0).await;
+    let held = within(OPERATION, "an acquisition to hold", provider.lock(name).unwrap().acquire()).await.unwrap();
+    assert!(held.token().get() > last, "a token went back: {} after {last}", held.token().get());
+    let token = held.token().get();
+    (held, token)
 }
 
 /// `CLUSTER FAILOVER` of the primary that owns a held lock's slot: the hold is renewed on the
@@ -196,24 +237,13 @@ async fn a_hold_survives_a_failover_of_its_slots_primary_or_is_signalled_lost() 
     let other: RedisLockProvider = test_builder().url(fixture.url()).build().unwrap();
     let name = unique("failover");
     let key = provider.record_key(&lockkit_core::LockName::new(&name).unwrap());
-    let mut last = 0;
-    for _ in 0..5 {
-        let guard = within(OPERATION, "an acquisition", provider.lock(&name).unwrap().acquire()).await.unwrap();
-        assert!(guard.token().get() > last);
-        last = guard.token().get();
-        guard.release().await.unwrap();
-    }
-    let held = within(OPERATION, "an acquisition to hold", provider.lock(&name).unwrap().acquire()).await.unwrap();
-    last = held.token().get();
+    let (held, last) = cycled_then_held(&provider, &name).await;
 
     let (old, new) = fixture.failover(&key).await.unwrap();
     assert_ne!(old, new);
     assert_eq!(fixture.primary_of(&key).await.unwrap(), new);
     let failed_over = std::time::Instant::now();
-
-    let kept = renewed_or_lost(&held, failed_over).await;
-    eprintln!("failover: the hold was {}", if kept { "renewed on the new primary" } else { "signalled lost" });
-    no_second_holder_and_tokens_increase(&provider, &other, &name, held, last).await;
+    after_the_move("failover", failed_over, &provider, &other, &name, held, last).await;
 }
 
 /// A held lock's slot migrates to another primary (`SETSLOT … MIGRATING/IMPORTING`,
@@ -227,14 +257,7 @@ async fn a_hold_whose_slot_migrates_is_renewed_there_or_signalled_lost() {
     let other: RedisLockProvider = test_builder().url(fixture.url()).build().unwrap();
     let name = unique("migrate");
     let key = provider.record_key(&lockkit_core::LockName::new(&name).unwrap());
-    let mut last = 0;
-    for _ in 0..5 {
-        let guard = within(OPERATION, "an acquisition", provider.lock(&name).unwrap().acquire()).await.unwrap();
-        last = guard.token().get();
-        guard.release().await.unwrap();
-    }
-    let held = within(OPERATION, "an acquisition to hold", provider.lock(&name).unwrap().acquire()).await.unwrap();
-    last = last.max(held.token().get());
+    let (held, last) = cycled_then_held(&provider, &name).await;
 
     // While the keys sit on the target but the slot is not handed over, renewals are
     // redirected (ASK); a renewal round falls in that window.
@@ -251,8 +274,5 @@ async fn a_hold_whose_slot_migrates_is_renewed_there_or_signalled_lost() {
     assert_ne!(from, to);
     assert_eq!(fixture.primary_of(&key).await.unwrap(), to);
     let migrated = std::time::Instant::now();
-
-    let kept = renewed_or_lost(&held, migrated).await;
-    eprintln!("migration: the hold was {}", if kept { "renewed on the new primary" } else { "signalled lost" });
-    no_second_holder_and_tokens_increase(&provider, &other, &name, held, last).await;
+    after_the_move("migration", migrated, &provider, &other, &name, held, last).await;
 }

@@ -73,7 +73,7 @@ impl NodeKind {
             Self::Write => HoldKind::Write,
             Self::Permit(permits) => HoldKind::Permit { permits },
             Self::Candidate => {
-                HoldKind::Candidate { identity: record::identity(data).unwrap_or_else(|| Arc::from(&[][..])) }
+                HoldKind::Candidate { identity: record::identity_field(data).unwrap_or_else(|| Arc::from(&[][..])) }
             }
         }
     }

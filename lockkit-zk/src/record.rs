@@ -17,11 +17,11 @@
 //! core's 1024) keeps the line one line of space-separated fields, which
 //! [`OwnerMeta::decode`] still reads, and `host:port` stays readable as it is.
 
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use lockkit_core::HoldKind;
-use lockkit_core::backend::OwnerMeta;
+pub(crate) use lockkit_core::backend::identity_field;
+use lockkit_core::backend::{OWNER_FIELDS, OwnerMeta, with_identity_field};
 use uuid::Uuid;
 use zookeeper_client as zk;
 
@@ -30,12 +30,6 @@ const READ: &str = "mode=read";
 
 /// The field of a permit node that was granted.
 const HELD: &str = "held=1";
-
-/// The key of a candidate's identity field.
-const IDENTITY: &str = "identity=";
-
-/// How many space-separated fields the owner line has before the added ones.
-const OWNER_FIELDS: usize = 5;
 
 /// The data of a node of acquisition `attempt`, written at its create.
 pub(crate) fn owner_record(attempt: Uuid) -> String {
@@ -46,47 +40,9 @@ pub(crate) fn owner_record(attempt: Uuid) -> String {
 /// candidate its identity.
 pub(crate) fn record_for(attempt: Uuid, kind: &HoldKind) -> String {
     match kind {
-        HoldKind::Candidate { identity } => format!("{} {IDENTITY}{}", owner_record(attempt), escape(identity)),
+        HoldKind::Candidate { identity } => with_identity_field(&owner_record(attempt), identity),
         _ => owner_record(attempt),
     }
-}
-
-/// The identity a candidate's node data carries; `None` when it carries none (or a malformed one).
-pub(crate) fn identity(data: &[u8]) -> Option<Arc<[u8]>> {
-    let text = std::str::from_utf8(data).ok()?;
-    let escaped = text.split(' ').skip(OWNER_FIELDS).find_map(|field| field.strip_prefix(IDENTITY))?;
-    unescape(escaped).map(Arc::from)
-}
-
-/// `bytes` with every byte outside `!`..=`~`, and `%`, `=`, written as `%XX`.
-fn escape(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len());
-    for &byte in bytes {
-        if byte.is_ascii_graphic() && byte != b'%' && byte != b'=' {
-            out.push(char::from(byte));
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
-}
-
-/// The bytes [`escape`] wrote; `None` for a malformed escape.
-fn unescape(text: &str) -> Option<Vec<u8>> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while let Some(&byte) = bytes.get(i) {
-        if byte == b'%' {
-            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(byte);
-            i += 1;
-        }
-    }
-    Some(out)
 }
 
 /// The data of a write node downgraded to a read.
@@ -130,6 +86,7 @@ pub(crate) fn term_began_at(stat: &zk::Stat) -> Option<SystemTime> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use std::sync::Arc;
 
     #[test]
     fn fields_are_appended_and_the_owner_line_still_decodes() {
@@ -161,16 +118,16 @@ mod tests {
             let kind = HoldKind::Candidate { identity: Arc::from(id) };
             let data = record_for(attempt, &kind);
             assert!(!data.contains('\n') && data.split(' ').count() == OWNER_FIELDS + 1, "{data:?}");
-            assert_eq!(identity(data.as_bytes()).as_deref(), Some(id), "{data:?}");
+            assert_eq!(identity_field(data.as_bytes()).as_deref(), Some(id), "{data:?}");
             assert_eq!(OwnerMeta::decode(&data).unwrap().attempt, attempt, "older readers ignore the field");
             assert!(!says_read(data.as_bytes()) && !says_held(data.as_bytes()));
         }
         assert_eq!(record_for(attempt, &HoldKind::Exclusive), owner_record(attempt));
-        assert_eq!(identity(owner_record(attempt).as_bytes()), None);
-        assert_eq!(identity(b"identity=abc"), None, "only after the owner line");
+        assert_eq!(identity_field(owner_record(attempt).as_bytes()), None);
+        assert_eq!(identity_field(b"identity=abc"), None, "only after the owner line");
         for bad in ["%", "%4", "%zz", "%\u{e9}x"] {
-            assert_eq!(identity(format!("{} {IDENTITY}{bad}", owner_record(attempt)).as_bytes()), None, "{bad}");
+            assert_eq!(identity_field(format!("{} identity={bad}", owner_record(attempt)).as_bytes()), None, "{bad}");
         }
-        assert_eq!(identity(format!("{} {IDENTITY}", owner_record(attempt)).as_bytes()).as_deref(), Some(&[][..]));
+        assert_eq!(identity_field(format!("{} identity=", owner_record(attempt)).as_bytes()).as_deref(), Some(&[][..]));
     }
 }

@@ -7,17 +7,25 @@
 
 mod support;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lockkit_core::{LockGuard, LockProvider, LossReason};
+use lockkit_core::{LockGuard, LossReason};
 use lockkit_testkit::holds::{hold_all, release_all};
-use support::{SESSION_TIMEOUT, ZkHarness, eventually, fresh_name, run, shared_harness};
+use lockkit_zk::ZkLockProvider;
+use support::{ProxyFaults, SESSION_TIMEOUT, ZkHarness, eventually, fresh_name, run, shared_harness};
 
-/// Holds of `count` locks on `provider`, with fresh names: their names and guards.
-async fn hold_many(provider: &LockProvider, what: &str, count: usize) -> (Vec<String>, Vec<LockGuard>) {
+/// A provider of its own behind a fault proxy, holding `count` locks with fresh names: the
+/// provider (to keep while the holds live), its proxy, the names and the guards.
+async fn proxied_holds(
+    h: &ZkHarness,
+    what: &str,
+    count: usize,
+) -> (ZkLockProvider, Arc<ProxyFaults>, Vec<String>, Vec<LockGuard>) {
+    let (provider, proxy) = h.proxied_client().await;
     let names: Vec<String> = (0..count).map(|i| fresh_name(&format!("{what}-{i}"))).collect();
-    let guards = hold_all(provider, &names).await;
-    (names, guards)
+    let guards = hold_all(&provider, &names).await;
+    (provider, proxy, names, guards)
 }
 
 /// Deletes the node of the holder of lock `name`, as an administrator would.
@@ -42,8 +50,7 @@ async fn release_leaving_no_node(h: &ZkHarness, names: &[String], guards: Vec<Lo
 fn a_deleted_node_among_many_holds_loses_that_hold_only() {
     run(async {
         let h = shared_harness().await;
-        let (a, _proxy) = h.proxied_client().await;
-        let (names, guards) = hold_many(&a, "many", 400).await;
+        let (_a, _proxy, names, guards) = proxied_holds(h, "many", 400).await;
         let victims = [17, 377];
         for victim in victims {
             delete_holder_node(h, &names[victim]).await;
@@ -67,8 +74,7 @@ fn a_deleted_node_among_many_holds_loses_that_hold_only() {
 fn a_node_deleted_while_the_connection_was_cut_is_found_after_the_reconnection() {
     run(async {
         let h = shared_harness().await;
-        let (a, a_proxy) = h.proxied_client().await;
-        let (names, guards) = hold_many(&a, "cut", 300).await;
+        let (_a, a_proxy, names, guards) = proxied_holds(h, "cut", 300).await;
         let victim = names.len() - 1;
         a_proxy.proxy().cut_all();
         a_proxy.proxy().blackhole();

@@ -19,6 +19,16 @@ pub const BUSY: i32 = 73;
 pub const TIMEOUT: i32 = 75;
 pub const NOT_FOUND: i32 = 127;
 
+/// The URL of the Redis server these tests share.
+pub async fn redis_url() -> String {
+    lockkit_testkit::fixture::RedisServer::shared().await.expect("redis-server starts").url()
+}
+
+/// The URL of the ZooKeeper server these tests share.
+pub async fn zk_url() -> String {
+    format!("zk://{}", lockkit_testkit::fixture::ZkServer::shared().await.expect("ZooKeeper starts").connect_string())
+}
+
 /// A lock name no other test (nor an earlier run on an external server) uses.
 pub fn unique(what: &str) -> String {
     static NEXT: AtomicU32 = AtomicU32::new(0);

@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use futures_util::future::BoxFuture;
 use lockkit_core::{Fence, FenceMode, FencingToken, LockId, LockName};
 use lockkit_fence::FenceSink;
-use lockkit_fence::postgres::{PgFence, PgFencedRows, PgFencedValues};
+use lockkit_fence::postgres::{PgFence, PgFencedRows, PgFencedValues, STALE_SQLSTATE};
 use lockkit_testkit::fixture::PostgresServer;
 use lockkit_testkit::{FaultResult, FenceHarness, Unsupported};
 use tokio_postgres::{Client, NoTls};
@@ -40,7 +40,7 @@ pub(crate) fn write_fence(name: &str, token: u64) -> Fence {
 /// Runs `script` with `psql` against `url` as `lockkit run` would for the holder of lock `psql`
 /// with `token`: `lock_id` and `token` set, and `variable` as given; stops at the first error
 /// and shows its SQLSTATE.
-pub(crate) fn run_psql(url: &str, script: &Path, token: u64, (variable, value): (&str, &str)) -> Output {
+fn run_psql(url: &str, script: &Path, token: u64, (variable, value): (&str, &str)) -> Output {
     let Some(psql) = ["/usr/bin/psql", "/usr/lib/postgresql/15/bin/psql"].into_iter().find(|p| Path::new(p).exists())
     else {
         panic!("psql not found: install it (Debian: `apt-get install postgresql-client`)");
@@ -53,6 +53,21 @@ pub(crate) fn run_psql(url: &str, script: &Path, token: u64, (variable, value): 
     command.arg("-v").arg(format!("{variable}={value}"));
     command.arg("-f").arg(script);
     command.output().unwrap()
+}
+
+/// Writes `sql` as a psql script and runs it as `lockkit run` would: for the holder of token
+/// 30 with `variable` set to `fresh`, which must succeed, then for the stale token 29 with
+/// `stale`, which must fail with the fence's SQLSTATE.
+pub(crate) fn psql_script_is_fenced(url: &str, sql: &str, variable: &str, (fresh, stale): (&str, &str)) {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("fenced.sql");
+    std::fs::write(&script, sql).unwrap();
+    let first = run_psql(url, &script, 30, (variable, fresh));
+    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    let late = run_psql(url, &script, 29, (variable, stale));
+    assert!(!late.status.success());
+    let stderr = String::from_utf8_lossy(&late.stderr);
+    assert!(stderr.contains("stale fencing token 29") && stderr.contains(STALE_SQLSTATE), "{stderr}");
 }
 
 /// The fence cases' harness: a dedicated server and the sink `open` makes on it.

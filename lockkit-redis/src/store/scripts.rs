@@ -85,9 +85,12 @@ pub(super) static RENEW_LEADER: LazyLock<Script> =
 pub(super) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
 /// Renews a batch of mutex holds in one call, on a server that is not a cluster.
 pub(super) static RENEW_MANY: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/renew_many.lua")));
-pub(super) static RENEW_RW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/renew_rw.lua")));
-pub(super) static RENEW_PERMIT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/renew_permit.lua")));
+pub(super) static RENEW_RW: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(include_str!("scripts/renew_shared.lua"), include_str!("scripts/renew_rw.lua")))
+});
+pub(super) static RENEW_PERMIT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(include_str!("scripts/renew_shared.lua"), include_str!("scripts/renew_permit.lua")))
+});
 
 /// One call of a script: `EVALSHA` with its keys and arguments written straight into the
 /// command it sends (no key is made as a string on the way), sent again after loading the

@@ -121,6 +121,16 @@ impl View {
     pub(super) fn apply(&mut self, outbox: &Outbox) -> std::result::Result<bool, End> {
         self.session_end()?;
         let mut gone = HashSet::new();
+        let relist = self.take_batch(&mut gone);
+        self.remove(&gone);
+        self.settle(false, outbox);
+        Ok(relist)
+    }
+
+    /// Takes the collected events: the sequences of deleted nodes go into `gone`, a node whose
+    /// data changed is marked unread, a children event is kept. Returns whether a list is
+    /// needed (a node's data or the children changed).
+    fn take_batch(&mut self, gone: &mut HashSet<i64>) -> bool {
         let mut relist = false;
         for (target, event) in std::mem::take(&mut self.batch) {
             match (target, event) {
@@ -139,9 +149,7 @@ impl View {
                 }
             }
         }
-        self.remove(&gone);
-        self.settle(false, outbox);
-        Ok(relist)
+        relist
     }
 
     /// Removes the nodes `gone` from the view, gone in an unknown order among themselves and
@@ -295,24 +303,7 @@ impl View {
         outbox: &Outbox,
     ) -> std::result::Result<bool, End> {
         self.session_end()?;
-        let mut again = false;
-        for (target, event) in std::mem::take(&mut self.batch) {
-            match (target, event) {
-                (Target::Node(sequence), Watched::Deleted) => {
-                    gone.insert(sequence);
-                }
-                (Target::Node(sequence), _) => {
-                    if let Some(node) = self.nodes.get_mut(&sequence) {
-                        node.read = false;
-                    }
-                    again = true;
-                }
-                (Target::Children, event) => {
-                    self.children_event = Some(event);
-                    again = true;
-                }
-            }
-        }
+        let again = self.take_batch(&mut gone);
         self.remove(&gone);
         self.listing = Some(listing);
         self.emptied = self.nodes.is_empty();
@@ -367,7 +358,7 @@ impl View {
 /// The leader a candidate's node stands for: its identity, its czxid as the term, and when its
 /// term began ([`term_began_at`]).
 pub(super) fn leader_of(data: &[u8], stat: &zk::Stat) -> Leader {
-    let identity = record::identity(data).unwrap_or_else(|| Arc::from(&[][..]));
+    let identity = record::identity_field(data).unwrap_or_else(|| Arc::from(&[][..]));
     let term = FencingToken::new(u64::try_from(stat.czxid).unwrap_or(0));
     Leader::new(identity, term, term_began_at(stat))
 }
@@ -476,6 +467,14 @@ mod tests {
     impl Sim {
         fn new() -> Self {
             Sim { view: View::new(false), outbox: Outbox::new(BACKEND), parent: 7 }
+        }
+
+        /// A view that listed one candidate, node 0, which leads (its election drained).
+        fn led_by_node_0() -> Self {
+            let mut sim = Self::new();
+            sim.list(&[&candidate(0)], 1, &[], &[], &[]);
+            drain(&sim.outbox);
+            sim
         }
 
         /// A list of `names` at `cversion`, with `with_reply` notified alongside its reply,
@@ -611,10 +610,7 @@ mod tests {
 
     #[test]
     fn an_empty_view_is_vacant_only_once_no_node_can_have_come() {
-        let mut sim = Sim::new();
-        let a = candidate(0);
-        sim.list(&[&a], 1, &[], &[], &[]);
-        drain(&sim.outbox);
+        let mut sim = Sim::led_by_node_0();
         // a goes, and the children watch fired: only a list can tell whether someone leads.
         assert!(sim.notified(&[0]));
         assert_eq!(drain(&sim.outbox), []);
@@ -638,10 +634,7 @@ mod tests {
 
     #[test]
     fn a_znode_made_again_unseen_is_a_gap_and_a_clean_deletion_is_not() {
-        let mut sim = Sim::new();
-        let a = candidate(0);
-        sim.list(&[&a], 1, &[], &[], &[]);
-        drain(&sim.outbox);
+        let mut sim = Sim::led_by_node_0();
         sim.parent = 9;
         let b = candidate(0);
         sim.notified(&[]);

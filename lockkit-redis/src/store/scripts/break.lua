@@ -21,13 +21,7 @@ local function add(kind, owner, left, token)
   owners[#owners + 1] = owner
 end
 
-local record = redis.call('GET', K_RECORD)
-if record and K_TERMS then
-  local last = machinery().last_entry()
-  if last and last.k == 'e' and last.o == record then
-    out[3] = tonumber(last.s)
-  end
-end
+out[3] = machinery().leader_since()
 for _, exclusive in ipairs({{'x', K_RECORD}, {'w', K_WRITER}}) do
   local holder = redis.call('GET', exclusive[2])
   if holder then

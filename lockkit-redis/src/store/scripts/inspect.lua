@@ -9,13 +9,7 @@
 -- lease ran out are left out (at most 1000 readers and 1000 permits are listed).
 local now = now_ms()
 local out = {redis.call('ZCOUNT', K_EXPIRY, '(' .. now, '+inf'), tonumber(redis.call('GET', K_COUNT) or '0'), 0}
-local record = redis.call('GET', K_RECORD)
-if record and K_TERMS then
-  local last = machinery().last_entry()
-  if last and last.k == 'e' and last.o == record then
-    out[3] = tonumber(last.s)
-  end
-end
+out[3] = machinery().leader_since()
 local fence = redis.call('GET', K_FENCE) or '0'
 local function add(kind, owner, left, token)
   out[#out + 1] = kind

@@ -236,6 +236,21 @@ local function machinery()
     return entry
   end
 
+  -- The server ms at which the holder of the mutex record was granted it, when the
+  -- election's journal names that holder as its leader; 0 otherwise (no record, no journal,
+  -- or a journal naming another).
+  function M.leader_since()
+    local record = redis.call('GET', K_RECORD)
+    if not (record and K_TERMS) then
+      return 0
+    end
+    local last = M.last_entry()
+    if last and last.k == 'e' and last.o == record then
+      return tonumber(last.s)
+    end
+    return 0
+  end
+
   -- Appends an entry to the journal (capped) and publishes its id on the journal's channel.
   local function append(...)
     local id = redis.call('XADD', K_TERMS, 'MAXLEN', '~', JOURNAL_LEN, '*', ...)
@@ -319,6 +334,15 @@ local function machinery()
     return string.sub(member, 1, cut - 1), kind, permits, string.sub(rest, second + 1)
   end
 
+  -- What pass_on (below) does when nobody is queued: wakes every waiter on the name's
+  -- channel if a hold was `freed`. Returns 0 (nobody granted).
+  local function wake_unqueued(freed)
+    if freed then
+      redis.call('PUBLISH', K_CHANNEL, '')
+    end
+    return 0
+  end
+
   -- pass_on (below) for a queue headed by `head`.
   function M.hand_over(head, claim_ms, freed, s)
     local now = (s and s.now) or now_ms()
@@ -326,10 +350,7 @@ local function machinery()
       -- Skip the waiters whose entries expired (dead, or gone without a word).
       head = redis.call('ZRANGE', K_QUEUE, 0, 0)[1]
       if not head then
-        if freed then
-          redis.call('PUBLISH', K_CHANNEL, '')
-        end
-        return 0
+        return wake_unqueued(freed)
       end
     end
     s = s or M.holders(now)
@@ -376,10 +397,7 @@ local function machinery()
   function M.pass_on(claim_ms, freed, s)
     local head = redis.call('ZRANGE', K_QUEUE, 0, 0)[1]
     if not head then
-      if freed then
-        redis.call('PUBLISH', K_CHANNEL, '')
-      end
-      return 0
+      return wake_unqueued(freed)
     end
     return M.hand_over(head, claim_ms, freed, s)
   end
