@@ -91,6 +91,10 @@ pub(crate) fn escape(name: &str) -> String {
     out
 }
 
+/// How many holds at once make a session watch the deletions under its whole prefix rather
+/// than list its holds' keys after each keep-alive.
+pub(crate) const MANY_HOLDS: usize = 1000;
+
 lockkit_core::provider_builder! {
     /// Every setting of an [`EtcdLockProvider`](crate::EtcdLockProvider); [`build`](Self::build) checks them and does no
     /// I/O.
@@ -223,7 +227,7 @@ impl EtcdLockProviderBuilder {
             connect_timeout,
             credentials: self.credentials.clone(),
             tls,
-            many_holds: self.many_holds.unwrap_or(crate::session::MANY_HOLDS),
+            many_holds: self.many_holds.unwrap_or(MANY_HOLDS),
         })
     }
 }

@@ -14,7 +14,7 @@
 //!   every key bound to the lease; when the holds' keys would not fit in one reply the client
 //!   decodes (4 MiB; some 40,000 holds of short names), the check reads the holds' keys
 //!   instead, in key order, by pages of up to 3 MiB, and a key not bound to the lease is gone.
-//!   With [`MANY_HOLDS`] holds or more, the session watches the deletions under its whole
+//!   With [`MANY_HOLDS`](crate::config::MANY_HOLDS) holds or more, the session watches the deletions under its whole
 //!   prefix instead ([`PrefixWatch`]): once one listing sent after the watch was set found
 //!   the holds of then, the watch tells every later deletion, and the listing stops (a watch
 //!   set again after it ended needs one listing again). Every deletion under the prefix,
@@ -56,10 +56,6 @@ const REPLY_BUDGET: usize = 3 << 20;
 /// revisions, version and lease too).
 const KEY_OVERHEAD: usize = 48;
 
-/// How many holds at once make a session watch the deletions under its whole prefix rather
-/// than list its holds' keys after each keep-alive.
-pub(crate) const MANY_HOLDS: usize = 1000;
-
 /// How long the watchdog pauses before opening its keep-alive stream again after an error.
 const RETRY: Duration = Duration::from_millis(100);
 
@@ -82,7 +78,7 @@ pub(crate) struct Session {
     pub(crate) keys: Arc<LockWatches>,
     /// The watch of every deletion under the prefix, set while the session has many holds.
     prefix_watch: Arc<PrefixWatch>,
-    /// How many holds at once make the session set the prefix watch ([`MANY_HOLDS`] unless the
+    /// How many holds at once make the session set the prefix watch ([`MANY_HOLDS`](crate::config::MANY_HOLDS) unless the
     /// builder says otherwise).
     many_holds_at: usize,
     /// The key the prefix watch names: the prefix and `/`.

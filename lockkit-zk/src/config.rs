@@ -105,6 +105,10 @@ lockkit_core::option_choices!(LockAcl {
 
 lockkit_core::option_choices!(DisconnectPolicy { Suspend => "suspend", LoseOnDisconnect => "lose_on_disconnect" });
 
+/// How many holds at once make a session watch its base path recursively rather than let
+/// each hold watch its node (a task and a watch per hold: some 1.2 KB each).
+pub(crate) const MANY_HOLDS: usize = 256;
+
 lockkit_core::provider_builder! {
     /// Builds a [`ZkLockProvider`](crate::ZkLockProvider): every setting is checked by [`build`](Self::build), which
     /// does no I/O. The first session is opened when the provider is first used (or at once by
@@ -282,7 +286,7 @@ impl ZkLockProviderBuilder {
             acl,
             drift,
             disconnect_policy: options.value(&DISCONNECT_POLICY)?,
-            many_holds: self.many_holds.unwrap_or(crate::session::MANY_HOLDS),
+            many_holds: self.many_holds.unwrap_or(MANY_HOLDS),
         })
     }
 }

@@ -14,7 +14,7 @@
 //!
 //! A session with few holds lets each hold watch its own node (see the held module): a task
 //! and a data watch per hold, and no event about anyone else's nodes. Once a session has
-//! [`MANY_HOLDS`] holds at once, it sets one persistent recursive watch on its base path
+//! [`MANY_HOLDS`](crate::config::MANY_HOLDS) holds at once, it sets one persistent recursive watch on its base path
 //! (ZooKeeper 3.6 and later), and the holds granted from then on cost an entry in its
 //! [`HoldTable`] and no request, task or watch of their own: the deletion of any node below
 //! the base path reaches the session task, which loses the hold of that node, if it is one's.
@@ -72,10 +72,6 @@ pub(crate) const RETRIES: usize = 8;
 /// How many `exists` requests on the holds' nodes are in flight at once after a reconnection.
 const CHECKS_IN_FLIGHT: usize = 1000;
 
-/// How many holds at once make a session watch its base path recursively rather than let
-/// each hold watch its node (a task and a watch per hold: some 1.2 KB each).
-pub(crate) const MANY_HOLDS: usize = 256;
-
 /// One ZooKeeper session and the holds it carries.
 pub(crate) struct Session {
     pub(crate) client: zk::Client,
@@ -91,7 +87,7 @@ pub(crate) struct Session {
     root: String,
     policy: DisconnectPolicy,
     /// How many holds at once make the session watch its base path recursively
-    /// ([`MANY_HOLDS`] unless the builder says otherwise).
+    /// ([`MANY_HOLDS`](crate::config::MANY_HOLDS) unless the builder says otherwise).
     many_holds_at: usize,
     holds: Mutex<HoldTable>,
     /// Tells the session task that the session has many holds: time for the recursive watch.
