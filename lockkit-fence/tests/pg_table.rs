@@ -176,14 +176,17 @@ fn writers_of_one_row_commit_in_token_order() {
                 (outcome, second)
             })
         };
-        // Wait (bounded) until the older writer is blocked on the row lock.
+        // Wait (bounded) until the older writer is blocked on the row lock. The watcher polls
+        // from its own connection: inside a transaction, `pg_stat_activity` is a snapshot taken
+        // at its first read, so polling from `tx` would never see a wait that began later.
+        let watcher = connect(&url).await;
         let blocked = format!(
             "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'UPDATE {} %'",
             table.table()
         );
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
         loop {
-            let waiting: i64 = tx.query_one(&blocked, &[]).await.unwrap().get(0);
+            let waiting: i64 = watcher.query_one(&blocked, &[]).await.unwrap().get(0);
             if waiting > 0 {
                 break;
             }
