@@ -170,6 +170,9 @@ impl Statements {
 -- The schema is durable whatever the connection's default: a schema lost in a crash would
 -- be created again with a fresh `alive` row, which would open the restart fence.
 SET LOCAL synchronous_commit = on;
+-- Another provider's migration holds the lock below until it commits: wait for it, bounded by
+-- the statement timeout, whatever `lock_timeout` the role sets for its own statements.
+SET LOCAL lock_timeout = 0;
 SELECT pg_advisory_xact_lock({ADVISORY_CLASS}, 0);
 CREATE SCHEMA IF NOT EXISTS {s};
 CREATE SEQUENCE IF NOT EXISTS {s}.tokens AS bigint MINVALUE 1;

@@ -321,13 +321,15 @@ impl Store {
 
     /// Records this provider's lease (and whether it commits grants without waiting for the
     /// disk) in the schema's settings row, durably, before its first grant: the restart fence
-    /// lasts the longest lease of any provider. No write when the row says so already.
+    /// lasts the longest lease of any provider. No write when the row says so already. It waits
+    /// for another provider's registration (the row's lock) within the statement timeout,
+    /// whatever `lock_timeout` the role sets.
     async fn register(&self, client: &Client) -> Result<()> {
         let s = &self.sql.schema;
         let lease_ms = self.settings.lease.as_millis();
         let asynchronous = !self.settings.durable_grants;
         let statement = format!(
-            "BEGIN; SET LOCAL synchronous_commit = on; \
+            "BEGIN; SET LOCAL synchronous_commit = on; SET LOCAL lock_timeout = 0; \
              UPDATE {s}.settings SET longest_lease_ms = greatest(longest_lease_ms, {lease_ms}), \
                async_grants = async_grants OR {asynchronous} \
              WHERE longest_lease_ms < {lease_ms} OR (NOT async_grants AND {asynchronous}); COMMIT;"

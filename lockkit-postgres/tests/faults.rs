@@ -420,6 +420,37 @@ async fn with_durable_grants_a_hold_survives_a_crash_and_nothing_is_fenced() {
     held.release().await.unwrap();
 }
 
+/// A role whose `lock_timeout` is shorter than another provider's migration still creates the
+/// schema: the migration waits out the other's (within the statement timeout), whatever the
+/// role sets for its own statements. Many schemas created at once on a loaded server once
+/// made a migration give up at a 100 ms `lock_timeout`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_with_a_short_lock_timeout_waits_out_another_migration() {
+    let harness = PostgresHarness::shared().await;
+    let admin = harness.admin().await;
+    let role = format!("short_wait_{}", uuid::Uuid::new_v4().simple());
+    let schema = format!("short_wait_{}", uuid::Uuid::new_v4().simple());
+    admin
+        .batch_execute(&format!("CREATE ROLE {role} LOGIN SUPERUSER; ALTER ROLE {role} SET lock_timeout = '100ms'"))
+        .await
+        .unwrap();
+    let url = format!("postgres://{role}@{}/postgres", harness.upstream());
+    let provider = test_builder().url(url).schema(schema.clone()).build().unwrap();
+    // Another provider's migration in progress holds the migrations' advisory lock.
+    let blocker = harness.admin().await;
+    blocker.execute("SELECT pg_advisory_lock($1, 0)", &[&ADVISORY_CLASS]).await.unwrap();
+    let name = unique("short-lock-timeout");
+    let acquiring =
+        tokio::spawn(async move { provider.lock(&name).unwrap().acquire().await.map(|guard| guard.token()) });
+    waiting_for_the_advisory_lock(&admin, &format!("%CREATE SCHEMA IF NOT EXISTS {schema}%"), "the migration").await;
+    // Keep the lock three times the role's lock timeout: a migration that obeyed it gives up.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    blocker.execute("SELECT pg_advisory_unlock($1, 0)", &[&ADVISORY_CLASS]).await.unwrap();
+    let granted = within(OPERATION, "the grant after the other migration", acquiring).await.unwrap();
+    assert!(granted.is_ok(), "the migration gave up at the role's lock timeout: {granted:?}");
+    admin.batch_execute(&format!("DROP SCHEMA {schema} CASCADE; DROP ROLE {role}")).await.unwrap();
+}
+
 /// The first key of the advisory locks the schema's functions take on a name (`sql.rs`).
 const ADVISORY_CLASS: i32 = 0x6c6b_6b74;
 
