@@ -220,6 +220,38 @@ const LUA_STEPS: [(&str, &str); 7] = [
     ),
 ];
 
+/// The prelude of the queue's scripts (what a contended acquire or release pays before its
+/// own commands), with the thirteen keys: the layout and the fence's function alone, then
+/// with `queue.lua`'s functions defined, then with its machinery table made.
+const PRELUDE_STEPS: [(&str, &str); 3] = [
+    (
+        "prelude: layout + fence.lua, return 1 (13 keys)",
+        concat!(
+            include_str!("../src/store/scripts/layout.lua"),
+            include_str!("../src/store/scripts/fence.lua"),
+            "return 1"
+        ),
+    ),
+    (
+        "prelude: + queue.lua's functions",
+        concat!(
+            include_str!("../src/store/scripts/layout.lua"),
+            include_str!("../src/store/scripts/fence.lua"),
+            include_str!("../src/store/scripts/queue.lua"),
+            "return 1"
+        ),
+    ),
+    (
+        "prelude: + machinery() made",
+        concat!(
+            include_str!("../src/store/scripts/layout.lua"),
+            include_str!("../src/store/scripts/fence.lua"),
+            include_str!("../src/store/scripts/queue.lua"),
+            "machinery() return 1"
+        ),
+    ),
+];
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let (batches, calls, pipeline) = (option("--batches", 10), option("--calls", 300), option("--pipeline", 100));
@@ -240,6 +272,10 @@ async fn main() {
     }
     for (label, script) in LUA_STEPS {
         variants.push(Variant::new(&mut admin, label, script, vec![0], vec![OWNER.to_owned()], After::Nothing).await);
+    }
+    for (label, script) in PRELUDE_STEPS {
+        variants
+            .push(Variant::new(&mut admin, label, script, all.clone(), vec![OWNER.to_owned()], After::Nothing).await);
     }
     // The provider's scripts on each kind's uncontended cycle (the pair's mean per script).
     let release = load(&mut admin, PROVIDER_RELEASE).await;
