@@ -2,21 +2,14 @@
 
 use std::time::Duration;
 
-use lockkit_core::config::{ClientTls, Credentials, Key, MAX_DURATION, MAX_HOLD, OptionKey, STORE_ID, TLS_KEYS};
+use lockkit_core::config::{ClientTls, Credentials, Key, MAX_HOLD, OptionKey, STORE_ID, TLS_KEYS, timing};
 use lockkit_core::{LockName, Result};
 
 use crate::BACKEND;
 
-const TTL: Key<Duration> = Key::new("ttl", "the TTL of the provider's lease, which every hold is bound to")
-    .default(DEFAULT_TTL)
-    .range_said("whole seconds, 2s to 1d");
-const DRIFT: Key<Duration> = Key::new("drift", "how much earlier than the lease the guard's deadline falls")
-    .default_said("a tenth of the ttl")
-    .range_said("below half the ttl");
-const CONNECT_TIMEOUT: Key<Duration> =
-    Key::new("connect_timeout", "how long connecting to a member and each request may take")
-        .default(Duration::from_secs(5))
-        .at_least(Duration::from_millis(1));
+const TTL: Key<Duration> = timing::lease("ttl", DEFAULT_TTL, MIN_TTL).range_said("whole seconds, 2s to 1d");
+const DRIFT: Key<Duration> = timing::DRIFT.default_said("a tenth of the ttl").range_said("below half the ttl");
+const CONNECT_TIMEOUT: Key<Duration> = timing::CONNECT_TIMEOUT.default(Duration::from_secs(5));
 const PREFIX: Key<String> =
     Key::new("prefix", "the key prefix under which every lock's keys live (also the URL's path)")
         .default(DEFAULT_PREFIX);
@@ -209,7 +202,7 @@ impl EtcdLockProviderBuilder {
         let endpoints = members.iter().map(|member| format!("{http}://{member}")).collect();
         let prefix = options.value(&PREFIX)?;
         check_prefix(&prefix)?;
-        let ttl = options.within(&TTL, DEFAULT_TTL, MIN_TTL, MAX_DURATION)?;
+        let ttl = options.value(&TTL)?;
         if ttl.subsec_nanos() != 0 {
             return Err(invalid(format!(
                 "ttl is {ttl:?}; etcd counts leases in whole seconds: give a whole number of seconds"
