@@ -95,14 +95,6 @@ impl ProxiedStore for PostgresStore {
         Self { upstream, restarts }
     }
 
-    fn upstream(&self) -> SocketAddr {
-        self.upstream
-    }
-
-    async fn shared_upstream() -> Result<SocketAddr, FixtureError> {
-        PostgresServer::shared().await?.upstream().await
-    }
-
     async fn start(restarts: &Restarts) -> Result<PostgresServer, FixtureError> {
         let mut server = PostgresServer::start().await?;
         if *restarts == Restarts::Crash {
@@ -128,11 +120,8 @@ impl ProxiedStore for PostgresStore {
         url_of(address)
     }
 
-    fn dedicated_name(restarts: &Restarts) -> String {
-        match restarts {
-            Restarts::Clean => "postgres (dedicated)".to_owned(),
-            Restarts::Crash => "postgres (dedicated, crash restarts)".to_owned(),
-        }
+    fn setup_name(restarts: &Restarts) -> Option<&'static str> {
+        (*restarts == Restarts::Crash).then_some("crash restarts")
     }
 
     fn isolated_setup(&self) -> Restarts {
