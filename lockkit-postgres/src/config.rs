@@ -260,14 +260,9 @@ fn check_schema(schema: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-    use super::*;
+    use lockkit_testkit::refused as message;
 
-    fn message(result: Result<Settings>) -> String {
-        match result {
-            Err(Error::InvalidConfig { message, .. }) => message,
-            other => panic!("expected InvalidConfig, got {other:?}"),
-        }
-    }
+    use super::*;
 
     fn from_url(url: &str) -> Result<Settings> {
         PostgresLockProviderBuilder::from_url(&StoreUrl::parse(url)?)?.settings()
