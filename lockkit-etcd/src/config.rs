@@ -150,22 +150,16 @@ impl EtcdLockProviderBuilder {
         /// How long connecting to a member and each request may take; 5 s by default, at least
         /// 1 ms. URL option `connect_timeout`.
         fn connect_timeout(timeout: Duration) => CONNECT_TIMEOUT;
-    }
 
-    /// A user name and password for etcd's authentication.
-    pub fn credentials(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
-        self.credentials = Some(Credentials::new(user, password));
-        self
-    }
+        /// A user name and password for etcd's authentication.
+        fn credentials(user, password) => credentials;
 
-    /// How many holds at once make the provider watch the deletions under its whole prefix
-    /// instead of listing its holds' keys after each keep-alive; 1,000 by default, 0 counts as
-    /// 1. For tests, which run the contract's loss cases on the prefix watch with 1: both ways
-    /// keep the contract, and the default is where the watch costs less than the listing.
-    #[doc(hidden)]
-    pub fn many_holds_threshold(mut self, holds: usize) -> Self {
-        self.many_holds = Some(holds.max(1));
-        self
+        /// How many holds at once make the provider watch the deletions under its whole prefix
+        /// instead of listing its holds' keys after each keep-alive; 1,000 by default, 0 counts as
+        /// 1. For tests, which run the contract's loss cases on the prefix watch with 1: both ways
+        /// keep the contract, and the default is where the watch costs less than the listing.
+        #[doc(hidden)]
+        fn many_holds_threshold(holds) => many_holds;
     }
 
     /// Connects to the members with TLS (what an `etcds://` URL says). Without the `tls`

@@ -176,27 +176,21 @@ impl ZkLockProviderBuilder {
         /// least 1 ms and at most the session timeout. Above 3/5 of the session timeout the
         /// client uses 2/5 of it. URL option `connect_timeout`.
         fn connect_timeout(timeout: Duration) => CONNECT_TIMEOUT;
-    }
 
-    /// How many holds at once make a session watch its base path with one recursive watch
-    /// instead of a watch per hold; 256 by default, 0 counts as 1. For tests, which run the
-    /// contract's loss cases on the recursive watch with 1: both ways keep the contract, and
-    /// the default is where the recursive watch costs less than a watch per hold.
-    #[doc(hidden)]
-    pub fn many_holds_threshold(mut self, holds: usize) -> Self {
-        self.many_holds = Some(holds.max(1));
-        self
-    }
-
-    /// Digest credentials (`user:password`), sent on every (re)connect; the user and password
-    /// of a `zk://` URL. With credentials, lock nodes are created readable and deletable by
-    /// that user only (see [`LockAcl`]). The user must not be empty or contain `:`.
-    pub fn credentials(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
-        self.credentials = Some(Credentials::new(user, password));
-        self
+        /// How many holds at once make a session watch its base path with one recursive watch
+        /// instead of a watch per hold; 256 by default, 0 counts as 1. For tests, which run the
+        /// contract's loss cases on the recursive watch with 1: both ways keep the contract, and
+        /// the default is where the recursive watch costs less than a watch per hold.
+        #[doc(hidden)]
+        fn many_holds_threshold(holds) => many_holds;
     }
 
     lockkit_core::option_setters! {
+        /// Digest credentials (`user:password`), sent on every (re)connect; the user and password
+        /// of a `zk://` URL. With credentials, lock nodes are created readable and deletable by
+        /// that user only (see [`LockAcl`]). The user must not be empty or contain `:`.
+        fn credentials(user, password) => credentials;
+
         /// The znode under which each lock gets its znode; `/lockkit` by default. An absolute
         /// znode path other than `/`, created (with its missing ancestors) when the first session
         /// opens. URL option `base_path`.
