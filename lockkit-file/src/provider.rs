@@ -148,7 +148,6 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use std::time::Duration;
 
-    use lockkit_core::Error;
     use lockkit_testkit::refused as config_message;
 
     use super::*;
