@@ -36,6 +36,7 @@ mod options;
 mod rustls;
 mod scheme;
 mod table;
+pub mod timing;
 mod tls;
 mod tls_mode;
 mod url;

@@ -237,6 +237,15 @@ impl Error {
         }
     }
 
+    /// What to change, for an [`Error::InvalidConfig`] (its message); `None` for any other
+    /// error.
+    pub fn config_message(&self) -> Option<&str> {
+        match self {
+            Self::InvalidConfig { message, .. } => Some(message),
+            _ => None,
+        }
+    }
+
     /// The name of the backend this error comes from (`"lockkit"` for a bad lock name,
     /// which no backend was asked about).
     pub fn backend_name(&self) -> &'static str {
@@ -260,6 +269,18 @@ impl Error {
     /// Builds an [`Error::Backend`] from any error of a client library.
     pub fn backend(backend: &'static str, lock: Option<&LockName>, source: impl Into<BoxError>) -> Self {
         Self::Backend { backend, server: None, lock: lock.cloned(), context: None, source: source.into() }
+    }
+
+    /// Builds an [`Error::Connection`] when `retryable` (the connection broke, the store is
+    /// unavailable or shedding load: trying again may succeed), else an [`Error::Backend`]:
+    /// how a backend maps its client library's errors, after classifying them.
+    pub fn from_client(
+        backend: &'static str,
+        lock: Option<&LockName>,
+        source: impl Into<BoxError>,
+        retryable: bool,
+    ) -> Self {
+        if retryable { Self::connection(backend, lock, source) } else { Self::backend(backend, lock, source) }
     }
 
     /// Builds an [`Error::Unsupported`]: `what` is a noun phrase such as "a read hold".
@@ -392,13 +413,7 @@ mod tests {
     use super::*;
 
     fn chain(error: &dyn std::error::Error) -> Vec<String> {
-        let mut out = vec![error.to_string()];
-        let mut next = error.source();
-        while let Some(source) = next {
-            out.push(source.to_string());
-            next = source.source();
-        }
-        out
+        std::iter::successors(Some(error), |&error| error.source()).map(ToString::to_string).collect()
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! A backend writes only the task (what its store's watches tell); [`observer_task`] does the
 //! rest, the same for every backend. A task that follows its store in attempts (a session or
 //! a watch each, started again after a pause when it breaks) is [`follow_task`]: the backend
-//! writes one attempt ([`Follow`]).
+//! writes one attempt ([`Follow`]), on a follower that keeps its state from task to task.
 //!
 //! The task handles the store's notifications as they come, so their order is kept even when
 //! the consumer is slow, and queues the events for the consumer, up to [`OUTBOX_CAPACITY`]; a
@@ -272,24 +272,29 @@ pub trait Follow: Send + 'static {
     fn follow_once(&mut self, outbox: &Outbox) -> impl Future<Output = FollowEnd> + Send;
 }
 
-/// The observer of election `lock` of `backend` whose task follows the store in attempts,
-/// with pauses growing from [`FOLLOW_FIRST_PAUSE`] to [`FOLLOW_MAX_PAUSE`] after attempts
-/// that break or fail, until the stream is dropped; `start` makes the follower of each task
-/// (see [`observer_task`]: a new one after a task ended with its runtime).
+/// The observer of election `lock` of `backend` whose task follows the store in attempts of
+/// `follower`, with pauses growing from [`FOLLOW_FIRST_PAUSE`] to [`FOLLOW_MAX_PAUSE`] after
+/// attempts that break or fail, until the stream is dropped.
+///
+/// The follower outlives its task: a task that ended with its runtime is started again (see
+/// [`observer_task`]) with the same follower, so what it learnt (a view of the election, a gap
+/// it owes the consumer) goes on. Its fields are its state between tasks: a new task takes it
+/// over once the old one has let it go.
 pub fn follow_task<F: Follow>(
     backend: &'static str,
     lock: LockName,
-    mut start: impl FnMut() -> F + Send + 'static,
+    follower: F,
 ) -> Pin<Box<dyn Stream<Item = Result<LeaderEvent>> + Send>> {
+    let follower = Arc::new(tokio::sync::Mutex::new(follower));
     observer_task(backend, lock.clone(), move |outbox| {
-        let follower = start();
+        let follower = Arc::clone(&follower);
         let span = tracing::debug_span!("lockkit.observe", backend, lock = %lock);
-        Box::pin(follow(backend, outbox, follower).instrument(span))
+        Box::pin(async move { follow(backend, outbox, &mut *follower.lock_owned().await).await }.instrument(span))
     })
 }
 
 /// The task of a [`follow_task`].
-async fn follow<F: Follow>(backend: &'static str, outbox: Arc<Outbox>, mut follower: F) {
+async fn follow<F: Follow>(backend: &'static str, outbox: Arc<Outbox>, follower: &mut F) {
     let mut backoff = Backoff::new(FOLLOW_FIRST_PAUSE, FOLLOW_MAX_PAUSE);
     loop {
         match follower.follow_once(&outbox).await {

@@ -2,21 +2,14 @@
 
 use std::time::Duration;
 
-use lockkit_core::config::{ClientTls, Credentials, Key, MAX_DURATION, MAX_HOLD, OptionKey, STORE_ID, TLS_KEYS};
+use lockkit_core::config::{ClientTls, Credentials, Key, MAX_HOLD, OptionKey, STORE_ID, TLS_KEYS, timing};
 use lockkit_core::{LockName, Result};
 
 use crate::BACKEND;
 
-const TTL: Key<Duration> = Key::new("ttl", "the TTL of the provider's lease, which every hold is bound to")
-    .default(DEFAULT_TTL)
-    .range_said("whole seconds, 2s to 1d");
-const DRIFT: Key<Duration> = Key::new("drift", "how much earlier than the lease the guard's deadline falls")
-    .default_said("a tenth of the ttl")
-    .range_said("below half the ttl");
-const CONNECT_TIMEOUT: Key<Duration> =
-    Key::new("connect_timeout", "how long connecting to a member and each request may take")
-        .default(Duration::from_secs(5))
-        .at_least(Duration::from_millis(1));
+const TTL: Key<Duration> = timing::lease("ttl", DEFAULT_TTL, MIN_TTL).range_said("whole seconds, 2s to 1d");
+const DRIFT: Key<Duration> = timing::DRIFT.default_said("a tenth of the ttl").range_said("below half the ttl");
+const CONNECT_TIMEOUT: Key<Duration> = timing::CONNECT_TIMEOUT.default(Duration::from_secs(5));
 const PREFIX: Key<String> =
     Key::new("prefix", "the key prefix under which every lock's keys live (also the URL's path)")
         .default(DEFAULT_PREFIX);
@@ -157,22 +150,16 @@ impl EtcdLockProviderBuilder {
         /// How long connecting to a member and each request may take; 5 s by default, at least
         /// 1 ms. URL option `connect_timeout`.
         fn connect_timeout(timeout: Duration) => CONNECT_TIMEOUT;
-    }
 
-    /// A user name and password for etcd's authentication.
-    pub fn credentials(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
-        self.credentials = Some(Credentials::new(user, password));
-        self
-    }
+        /// A user name and password for etcd's authentication.
+        fn credentials(user, password) => credentials;
 
-    /// How many holds at once make the provider watch the deletions under its whole prefix
-    /// instead of listing its holds' keys after each keep-alive; 1,000 by default, 0 counts as
-    /// 1. For tests, which run the contract's loss cases on the prefix watch with 1: both ways
-    /// keep the contract, and the default is where the watch costs less than the listing.
-    #[doc(hidden)]
-    pub fn many_holds_threshold(mut self, holds: usize) -> Self {
-        self.many_holds = Some(holds.max(1));
-        self
+        /// How many holds at once make the provider watch the deletions under its whole prefix
+        /// instead of listing its holds' keys after each keep-alive; 1,000 by default, 0 counts as
+        /// 1. For tests, which run the contract's loss cases on the prefix watch with 1: both ways
+        /// keep the contract, and the default is where the watch costs less than the listing.
+        #[doc(hidden)]
+        fn many_holds_threshold(holds) => many_holds;
     }
 
     /// Connects to the members with TLS (what an `etcds://` URL says). Without the `tls`
@@ -209,7 +196,7 @@ impl EtcdLockProviderBuilder {
         let endpoints = members.iter().map(|member| format!("{http}://{member}")).collect();
         let prefix = options.value(&PREFIX)?;
         check_prefix(&prefix)?;
-        let ttl = options.within(&TTL, DEFAULT_TTL, MIN_TTL, MAX_DURATION)?;
+        let ttl = options.value(&TTL)?;
         if ttl.subsec_nanos() != 0 {
             return Err(invalid(format!(
                 "ttl is {ttl:?}; etcd counts leases in whole seconds: give a whole number of seconds"

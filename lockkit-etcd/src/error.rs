@@ -12,30 +12,27 @@ use crate::config::EtcdConfig;
 /// and a refused authentication token (expired or outdated: the session authenticates again)
 /// are retryable connection errors, everything else a backend error.
 pub(crate) fn to_error(error: etcd_client::Error, lock: Option<&LockName>) -> Error {
+    let retryable = is_retryable(&error);
+    Error::from_client(BACKEND, lock, error, retryable)
+}
+
+/// Whether trying again may succeed: see [`to_error`].
+fn is_retryable(error: &etcd_client::Error) -> bool {
     use etcd_client::Error as E;
     use tonic::Code;
-    match &error {
-        E::TransportError(_) | E::IoError(_) | E::LeaseKeepAliveError(_) | E::WatchError(_) => {
-            Error::connection(BACKEND, lock, error)
+    match error {
+        E::TransportError(_) | E::IoError(_) | E::LeaseKeepAliveError(_) | E::WatchError(_) => true,
+        // A shedding member, an expired or outdated authentication token (the session
+        // authenticates again, session.rs, after which the request passes), or the HTTP/2
+        // connection ended under the request (hyper's GOAWAY "too_many_internal_resets",
+        // ENHANCE_YOUR_CALM, comes as ResourceExhausted: a new connection serves the retry).
+        E::GRpcStatus(status) => {
+            matches!(status.code(), Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown)
+                || status.message().starts_with("h2 protocol error")
+                || is_shedding(error)
+                || is_token_refused(error)
         }
-        E::GRpcStatus(status)
-            if matches!(
-                status.code(),
-                Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown
-            ) =>
-        {
-            Error::connection(BACKEND, lock, error)
-        }
-        _ if is_shedding(&error) => Error::connection(BACKEND, lock, error),
-        // An expired or outdated authentication token: the session authenticates again
-        // (session.rs), after which the request passes.
-        _ if is_token_refused(&error) => Error::connection(BACKEND, lock, error),
-        // The HTTP/2 connection ended under the request (hyper's GOAWAY "too_many_internal_resets",
-        // ENHANCE_YOUR_CALM, comes as ResourceExhausted): a new connection serves the retry.
-        E::GRpcStatus(status) if status.message().starts_with("h2 protocol error") => {
-            Error::connection(BACKEND, lock, error)
-        }
-        _ => Error::backend(BACKEND, lock, error),
+        _ => false,
     }
 }
 

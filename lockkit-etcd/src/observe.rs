@@ -39,11 +39,10 @@
 //! is no gap either, unless those revisions were compacted.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use etcd_client::{Client, EventType, GetOptions, SortOrder, SortTarget, WatchOptions};
 use lockkit_core::backend::{Follow, FollowEnd, LastShown, LeaderEvents, Outbox, follow_task};
-use lockkit_core::sync::lock_or_recover;
 use lockkit_core::{LeaderEvent, LockName, Result};
 
 use crate::BACKEND;
@@ -53,29 +52,8 @@ use crate::error::{to_error, unreachable};
 
 /// The changes of leader of election `lock`, followed through `backend`'s clients.
 pub(crate) fn observe(backend: Arc<EtcdBackend>, lock: LockName) -> LeaderEvents {
-    // What the tasks learnt so far, kept for the next task when one ends with its runtime.
-    let progress: Arc<Mutex<Progress>> = Arc::default();
     let prefix = backend.config.lock_prefix(&lock);
-    follow_task(BACKEND, lock.clone(), move || Follower {
-        backend: Arc::clone(&backend),
-        lock: lock.clone(),
-        prefix: prefix.clone(),
-        progress: Arc::clone(&progress),
-    })
-}
-
-/// The view of the election and whether a gap is owed: what a task hands on to the next.
-#[derive(Debug, Default)]
-struct Progress {
-    /// The view, once read; `None` until the first read, and after a compaction.
-    view: Option<View>,
-    /// A gap to hand out before the state the next read gives.
-    gap: bool,
-}
-
-/// Locks `progress`.
-fn lock_progress(progress: &Mutex<Progress>) -> MutexGuard<'_, Progress> {
-    lock_or_recover(progress)
+    follow_task(BACKEND, lock.clone(), Follower { backend, lock, prefix, view: None, gap: false })
 }
 
 /// One put or delete under the election's prefix, as the watch reports it.
@@ -169,13 +147,16 @@ impl View {
     }
 }
 
-/// One task's following of the election: a read of the view when it has none, then a watch
-/// from the view's revision.
+/// The following of the election: a read of the view when it has none, then a watch from
+/// the view's revision. The view and the gap owed go on from one task to the next.
 struct Follower {
     backend: Arc<EtcdBackend>,
     lock: LockName,
     prefix: String,
-    progress: Arc<Mutex<Progress>>,
+    /// The view, once read; `None` until the first read, and after a compaction.
+    view: Option<View>,
+    /// A gap to hand out before the state the next read gives.
+    gap: bool,
 }
 
 impl Follow for Follower {
@@ -184,19 +165,15 @@ impl Follow for Follower {
             Ok(client) => client,
             Err(error) => return FollowEnd::Failed(error),
         };
-        let read_at = lock_progress(&self.progress).view.as_ref().map(|view| view.revision);
-        let after = match read_at {
+        let after = match self.view.as_ref().map(|view| view.revision) {
             Some(revision) => revision,
             None => match read(client.clone(), &self.prefix, &self.lock, &self.backend).await {
                 Ok(mut fresh) => {
-                    let mut progress = lock_progress(&self.progress);
-                    if std::mem::take(&mut progress.gap) {
+                    if std::mem::take(&mut self.gap) {
                         outbox.push(Ok(LeaderEvent::Gap));
                     }
                     fresh.settle(true, outbox);
-                    let revision = fresh.revision;
-                    progress.view = Some(fresh);
-                    revision
+                    self.view.insert(fresh).revision
                 }
                 Err(error) => return FollowEnd::Failed(error),
             },
@@ -224,8 +201,8 @@ async fn read(mut client: Client, prefix: &str, lock: &LockName, backend: &EtcdB
 /// Watches the election's prefix from the revision after `after` (the view's), applying
 /// what comes to the view, until the watch ends: compacted revisions are a gap and a new
 /// read (`Again`), a broken or cancelled watch is watched again from the view (`Pause`).
-async fn watch(mut client: Client, follower: &Follower, after: i64, outbox: &Outbox) -> FollowEnd {
-    let Follower { backend, lock, prefix, progress } = follower;
+async fn watch(mut client: Client, follower: &mut Follower, after: i64, outbox: &Outbox) -> FollowEnd {
+    let Follower { backend, lock, prefix, view, gap } = follower;
     let timeout = backend.config.connect_timeout;
     let options = WatchOptions::new().with_prefix().with_start_revision(after + 1);
     let (mut watcher, mut stream) =
@@ -245,12 +222,11 @@ async fn watch(mut client: Client, follower: &Follower, after: i64, outbox: &Out
                         after,
                         "the revisions the observer missed were compacted: a gap"
                     );
-                    let mut progress = lock_progress(progress);
-                    progress.view = None;
-                    progress.gap = true;
+                    *view = None;
+                    *gap = true;
                     break FollowEnd::Again;
                 }
-                if let Some(view) = lock_progress(progress).view.as_mut() {
+                if let Some(view) = view.as_mut() {
                     view.apply(reply.events().iter().filter_map(Change::of), outbox);
                 }
                 if reply.canceled() {

@@ -148,17 +148,10 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use std::time::Duration;
 
-    use lockkit_core::Error;
+    use lockkit_testkit::refused as config_message;
 
     use super::*;
     use crate::MARKER_FILE;
-
-    fn config_message(result: Result<FileLockProvider>) -> String {
-        match result {
-            Err(Error::InvalidConfig { message, .. }) => message,
-            other => panic!("expected InvalidConfig, got {other:?}"),
-        }
-    }
 
     #[test]
     fn missing_directories_are_created() {

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use lockkit_core::config::{Key, MAX_DURATION, MAX_HOLD, ModeTlsKeys, OptionKey, STORE_ID, StoreUrl, TlsKeys};
+use lockkit_core::config::{Key, MAX_DURATION, MAX_HOLD, ModeTlsKeys, OptionKey, STORE_ID, StoreUrl, TlsKeys, timing};
 use lockkit_core::{Error, Result};
 
 use crate::BACKEND;
@@ -17,24 +17,17 @@ pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_SCHEMA: &str = "lockkit";
 /// The shortest lease accepted.
 const MIN_LEASE: Duration = Duration::from_millis(100);
+/// The shortest response timeout accepted.
+const MIN_RESPONSE_TIMEOUT: Duration = Duration::from_millis(10);
 /// The longest schema name accepted: the notification channel `<schema>_released` must fit
 /// PostgreSQL's 63-byte identifiers.
 const MAX_SCHEMA_LEN: usize = 50;
 
-const LEASE: Key<Duration> =
-    Key::new("lease", "how long a hold outlives its last renewal: a dead holder frees the lock after it")
-        .default(DEFAULT_LEASE)
-        .range(MIN_LEASE, MAX_DURATION);
-const RENEW_EVERY: Key<Duration> = Key::new("renew_every", "how often held locks are renewed")
-    .default_said("a third of the lease")
-    .range_said("above zero, below the lease");
+const LEASE: Key<Duration> = timing::lease("lease", DEFAULT_LEASE, MIN_LEASE);
 const RESPONSE_TIMEOUT: Key<Duration> =
-    Key::new("response_timeout", "how long one statement may go unanswered (also the server's statement_timeout)")
-        .default_said("5s, at most half the lease")
-        .range(Duration::from_millis(10), MAX_DURATION);
-const DRIFT: Key<Duration> = Key::new("drift", "the margin for clock-rate drift, taken off every hold's deadline")
-    .default_said("a sixtieth of the lease")
-    .range_said("below a third of the lease");
+    timing::RESPONSE_TIMEOUT.default_said("5s, at most half the lease").range(MIN_RESPONSE_TIMEOUT, MAX_DURATION);
+const DRIFT: Key<Duration> =
+    timing::DRIFT.default_said("a sixtieth of the lease").range_said("below a third of the lease");
 const SCHEMA: Key<String> =
     Key::new("schema", "the schema of the lock table (a lower-case identifier of at most 50 bytes)")
         .default(DEFAULT_SCHEMA);
@@ -59,7 +52,7 @@ const SSL: ModeTlsKeys = ModeTlsKeys {
 /// (TLS as libpq names it: `sslmode`, and the files `sslrootcert`, `sslcert`, `sslkey`).
 pub const OPTIONS: &[&dyn OptionKey] = &[
     &LEASE,
-    &RENEW_EVERY,
+    &timing::RENEW_EVERY,
     &RESPONSE_TIMEOUT,
     &DRIFT,
     &SCHEMA,
@@ -131,7 +124,7 @@ impl PostgresLockProviderBuilder {
         fn lease(lease: Duration) => LEASE;
 
         /// How often held locks are renewed (a third of the lease by default; less than the lease).
-        fn renew_every(every: Duration) => RENEW_EVERY;
+        fn renew_every(every: Duration) => timing::RENEW_EVERY;
 
         /// How long one statement may go unanswered before its connection is given up as broken
         /// (5 s by default, and at most half the lease by default). It is also the server's
@@ -210,11 +203,11 @@ impl PostgresLockProviderBuilder {
             config.host(server.name()).port(server.port);
         }
         let lease = options.value(&LEASE)?;
-        let renew_every = options.interval_below(&RENEW_EVERY, lease / 3, lease, "the lease")?;
+        let renew_every = options.renew_every(lease)?;
         let response_timeout = options.within(
             &RESPONSE_TIMEOUT,
             DEFAULT_RESPONSE_TIMEOUT.min(lease / 2),
-            Duration::from_millis(10),
+            MIN_RESPONSE_TIMEOUT,
             MAX_DURATION,
         )?;
         let drift = options.below(&DRIFT, lease / 60, lease / 3, "a third of the lease")?;
@@ -267,14 +260,9 @@ fn check_schema(schema: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-    use super::*;
+    use lockkit_testkit::refused as message;
 
-    fn message(result: Result<Settings>) -> String {
-        match result {
-            Err(Error::InvalidConfig { message, .. }) => message,
-            other => panic!("expected InvalidConfig, got {other:?}"),
-        }
-    }
+    use super::*;
 
     fn from_url(url: &str) -> Result<Settings> {
         PostgresLockProviderBuilder::from_url(&StoreUrl::parse(url)?)?.settings()

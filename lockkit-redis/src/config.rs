@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use lockkit_core::Result;
+use lockkit_core::config::timing::{self, MIN_INTERVAL};
 use lockkit_core::config::{self, Key, MAX_DURATION, MAX_HOLD, OptionKey, STORE_ID, StoreUrl, TLS_KEYS};
 
 use crate::BACKEND;
@@ -42,24 +43,12 @@ pub const MIN_DEFAULT_FENCE_RETENTION: Duration = Duration::from_secs(60);
 /// be confirmed in time and every hold would be lost at random.
 pub const MIN_LEASE: Duration = Duration::from_millis(100);
 
-/// The shortest renewal interval and response timeout accepted.
-const MIN_INTERVAL: Duration = Duration::from_millis(1);
-
-const LEASE: Key<Duration> =
-    Key::new("lease", "how long a hold survives without renewal: the time a dead holder keeps the lock")
-        .default(DEFAULT_LEASE)
-        .range(MIN_LEASE, MAX_DURATION);
-const RENEW_EVERY: Key<Duration> = Key::new("renew_every", "how often the watchdog renews held locks")
-    .default_said("a third of the lease")
-    .range_said("1ms to the lease, with response_timeout below the lease minus drift");
+const LEASE: Key<Duration> = timing::lease("lease", DEFAULT_LEASE, MIN_LEASE);
+const RENEW_EVERY: Key<Duration> =
+    timing::RENEW_EVERY.range_said("1ms to below the lease, with response_timeout below the lease minus drift");
 const RESPONSE_TIMEOUT: Key<Duration> =
-    Key::new("response_timeout", "how long one command may take before its outcome counts as unknown")
-        .default_said("2s, at most a fifth of the lease")
-        .range_said("1ms to the lease");
-const DRIFT: Key<Duration> =
-    Key::new("drift", "the margin for clock rate differences, taken off every hold's deadline")
-        .default_said("1 % of the lease plus 2ms")
-        .range_said("below half the lease");
+    timing::RESPONSE_TIMEOUT.default_said("2s, at most a fifth of the lease").range_said("1ms to the lease");
+const DRIFT: Key<Duration> = timing::DRIFT.default_said("1 % of the lease plus 2ms").range_said("below half the lease");
 const KEY_PREFIX: Key<String> =
     Key::new("key_prefix", "the prefix of every key and channel (no braces or control characters)")
         .default(DEFAULT_PREFIX);
@@ -329,15 +318,10 @@ impl RedisLockProviderBuilder {
         let prefix = options.value(&KEY_PREFIX)?;
         check_prefix(&prefix)?;
         let lease = config::whole_millis(options.value(&LEASE)?);
-        let renew_every = config::whole_millis(options.within(&RENEW_EVERY, lease / 3, MIN_INTERVAL, lease)?);
+        let renew_every = config::whole_millis(options.renew_every(lease)?);
         let response_timeout =
             options.within(&RESPONSE_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT.min(lease / 5), MIN_INTERVAL, lease)?;
-        let drift = options.within(
-            &DRIFT,
-            lease / 100 + Duration::from_millis(2),
-            Duration::ZERO,
-            (lease / 2).saturating_sub(MIN_INTERVAL),
-        )?;
+        let drift = options.below(&DRIFT, lease / 100 + Duration::from_millis(2), lease / 2, "half the lease")?;
         let budget = lease.saturating_sub(drift);
         if renew_every.saturating_add(response_timeout) >= budget {
             return Err(invalid(format!(

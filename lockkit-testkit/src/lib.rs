@@ -53,6 +53,18 @@ pub use fenced::{FencedResource, StaleToken};
 pub use harness::{ClientFaults, FaultResult, Harness, NoFaults, TestClient, Timing, Unsupported};
 pub use history::{History, Hold, Violation};
 
+/// The message of the [`Error::InvalidConfig`](lockkit_core::Error::InvalidConfig) that
+/// `result` must be: what a builder's unit tests check.
+///
+/// # Panics
+///
+/// When `result` is anything else, saying what it was.
+#[track_caller]
+pub fn refused<T>(result: lockkit_core::Result<T>) -> String {
+    let Err(error) = result else { panic!("expected InvalidConfig, got a value") };
+    error.config_message().unwrap_or_else(|| panic!("expected InvalidConfig, got {error:?}")).to_owned()
+}
+
 /// The longest one case may run before it fails as hung.
 pub const CASE_LIMIT: Duration = Duration::from_secs(120);
 

@@ -42,18 +42,8 @@ pub trait ProxiedStore: Sized + Send + Sync + 'static {
     /// The lease of test clients.
     const LEASE: Duration;
 
-    /// The store at `upstream`, started with `setup`.
+    /// The store at `upstream` (the harness keeps the address too), started with `setup`.
     fn at(upstream: SocketAddr, setup: Self::Setup) -> Self;
-
-    /// Where the store's server listens (what the proxies connect to).
-    fn upstream(&self) -> SocketAddr;
-
-    /// The address of the test process's shared server.
-    ///
-    /// # Errors
-    ///
-    /// When it cannot be started or resolved, with the fixture's message.
-    async fn shared_upstream() -> Result<SocketAddr, FixtureError>;
 
     /// Starts a dedicated server with `setup`.
     ///
@@ -75,16 +65,11 @@ pub trait ProxiedStore: Sized + Send + Sync + 'static {
     /// The URL of the server at `address`, as a child process reads it from [`URL_ENV`](Self::URL_ENV).
     fn url(address: SocketAddr) -> String;
 
-    /// The harness's name on the shared server with `setup`.
-    fn shared_name(setup: &Self::Setup) -> String {
+    /// What sets `setup` apart from the usual one, in the harness's name ("many holds" makes
+    /// "etcd (many holds)" and "etcd (dedicated, many holds)"); none by default.
+    fn setup_name(setup: &Self::Setup) -> Option<&'static str> {
         let _ = setup;
-        Self::NAME.to_owned()
-    }
-
-    /// The harness's name on a dedicated server started with `setup`.
-    fn dedicated_name(setup: &Self::Setup) -> String {
-        let _ = setup;
-        format!("{} (dedicated)", Self::NAME)
+        None
     }
 
     /// How the store of [`Harness::isolated`] is started: the usual setup unless the backend
@@ -115,6 +100,8 @@ pub trait ProxiedStore: Sized + Send + Sync + 'static {
 /// behind a fault proxy of its own, in front of the shared server or a dedicated one.
 pub struct ProxiedHarness<S: ProxiedStore> {
     name: String,
+    /// Where the store's server listens (what the proxies connect to).
+    upstream: SocketAddr,
     store: S,
     /// The dedicated server of an isolated harness, which may be restarted or paused.
     server: DedicatedServer<S::Server>,
@@ -137,8 +124,8 @@ impl<S: ProxiedStore> ProxiedHarness<S> {
     ///
     /// As [`shared`](Self::shared).
     pub async fn shared_with(setup: S::Setup) -> Self {
-        let upstream = S::shared_upstream().await.unwrap_or_else(|error| Self::no_server(&error));
-        Self { name: S::shared_name(&setup), store: S::at(upstream, setup), server: DedicatedServer::none() }
+        let upstream = S::Server::shared_upstream().await.unwrap_or_else(|error| Self::no_server(&error));
+        Self::on(upstream, setup, false, DedicatedServer::none())
     }
 
     /// A harness on a dedicated server of the usual setup.
@@ -157,11 +144,18 @@ impl<S: ProxiedStore> ProxiedHarness<S> {
     /// As [`shared`](Self::shared).
     pub async fn dedicated_with(setup: S::Setup) -> Self {
         let server = S::start(&setup).await.unwrap_or_else(|error| Self::no_server(&error));
-        Self {
-            name: S::dedicated_name(&setup),
-            store: S::at(server.addr(), setup),
-            server: DedicatedServer::new(server),
-        }
+        Self::on(server.addr(), setup, true, DedicatedServer::new(server))
+    }
+
+    /// The harness on the server at `upstream`, named for the server and `setup`.
+    fn on(upstream: SocketAddr, setup: S::Setup, dedicated: bool, server: DedicatedServer<S::Server>) -> Self {
+        let name = match (dedicated, S::setup_name(&setup)) {
+            (false, None) => S::NAME.to_owned(),
+            (false, Some(setup)) => format!("{} ({setup})", S::NAME),
+            (true, None) => format!("{} (dedicated)", S::NAME),
+            (true, Some(setup)) => format!("{} (dedicated, {setup})", S::NAME),
+        };
+        Self { name, upstream, store: S::at(upstream, setup), server }
     }
 
     fn no_server(error: &FixtureError) -> ! {
@@ -170,7 +164,7 @@ impl<S: ProxiedStore> ProxiedHarness<S> {
 
     /// The server's address, for admin connections that bypass every proxy.
     pub fn upstream(&self) -> SocketAddr {
-        self.store.upstream()
+        self.upstream
     }
 
     /// The dedicated server, if this harness has one.

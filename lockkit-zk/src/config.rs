@@ -4,6 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use lockkit_core::config::timing::{self, MIN_INTERVAL};
 use lockkit_core::config::{Credentials, Key, MAX_DURATION, MAX_HOLD, OptionKey, STORE_ID};
 use lockkit_core::{LockName, Result};
 use zookeeper_client as zk;
@@ -16,19 +17,14 @@ pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 /// The default znode under which lock nodes live (below the chroot, if any).
 pub const DEFAULT_BASE_PATH: &str = "/lockkit";
 
-const SESSION_TIMEOUT: Key<Duration> =
-    Key::new("session_timeout", "the session timeout asked of the server: the lease of every hold")
-        .default(DEFAULT_SESSION_TIMEOUT)
-        .range(MIN_SESSION_TIMEOUT, MAX_SESSION_TIMEOUT);
-const CONNECT_TIMEOUT: Key<Duration> = Key::new("connect_timeout", "how long one connection attempt may take")
-    .default_said("2/5 of the session timeout")
-    .range_said("1ms to the session timeout");
+const SESSION_TIMEOUT: Key<Duration> = timing::lease("session_timeout", DEFAULT_SESSION_TIMEOUT, MIN_SESSION_TIMEOUT);
+const CONNECT_TIMEOUT: Key<Duration> =
+    timing::CONNECT_TIMEOUT.default_said("2/5 of the session timeout").range_said("1ms to the session timeout");
 const BASE_PATH: Key<String> =
     Key::new("base_path", "the znode under which each lock gets its znode").default(DEFAULT_BASE_PATH);
-const DRIFT: Key<Duration> =
-    Key::new("drift", "how much earlier than the server a holder considers its session possibly gone")
-        .default_said("5 % of the negotiated session timeout")
-        .range_said("below a third of the session timeout");
+const DRIFT: Key<Duration> = timing::DRIFT
+    .default_said("5 % of the negotiated session timeout")
+    .range_said("below a third of the session timeout");
 const ACL: Key<LockAcl> =
     Key::new("acl", "who may touch the znodes lockkit creates (creator_only needs credentials)").default(LockAcl::Auto);
 const DISCONNECT_POLICY: Key<DisconnectPolicy> =
@@ -50,14 +46,10 @@ fn invalid(message: impl Into<String>) -> lockkit_core::Error {
 /// grant at least two ticks, 4 s with the default `tickTime`).
 const MIN_SESSION_TIMEOUT: Duration = Duration::from_millis(100);
 
-/// The longest session timeout the builder accepts: lockkit's cap on every duration, a day.
-/// ZooKeeper carries the timeout as a signed 32-bit number of milliseconds (24.8 days); a
-/// longer one would wrap around on the wire.
-const MAX_SESSION_TIMEOUT: Duration = MAX_DURATION;
-const _: () = assert!(MAX_SESSION_TIMEOUT.as_millis() <= i32::MAX as u128);
-
-/// The shortest connect timeout the builder accepts.
-const MIN_CONNECT_TIMEOUT: Duration = Duration::from_millis(1);
+// The longest session timeout the builder accepts is lockkit's cap on every duration, a day.
+// ZooKeeper carries the timeout as a signed 32-bit number of milliseconds (24.8 days); a
+// longer one would wrap around on the wire.
+const _: () = assert!(MAX_DURATION.as_millis() <= i32::MAX as u128);
 
 /// Who may touch the znodes lockkit creates (the base path, each lock's znode and the
 /// contender nodes under it).
@@ -184,27 +176,21 @@ impl ZkLockProviderBuilder {
         /// least 1 ms and at most the session timeout. Above 3/5 of the session timeout the
         /// client uses 2/5 of it. URL option `connect_timeout`.
         fn connect_timeout(timeout: Duration) => CONNECT_TIMEOUT;
-    }
 
-    /// How many holds at once make a session watch its base path with one recursive watch
-    /// instead of a watch per hold; 256 by default, 0 counts as 1. For tests, which run the
-    /// contract's loss cases on the recursive watch with 1: both ways keep the contract, and
-    /// the default is where the recursive watch costs less than a watch per hold.
-    #[doc(hidden)]
-    pub fn many_holds_threshold(mut self, holds: usize) -> Self {
-        self.many_holds = Some(holds.max(1));
-        self
-    }
-
-    /// Digest credentials (`user:password`), sent on every (re)connect; the user and password
-    /// of a `zk://` URL. With credentials, lock nodes are created readable and deletable by
-    /// that user only (see [`LockAcl`]). The user must not be empty or contain `:`.
-    pub fn credentials(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
-        self.credentials = Some(Credentials::new(user, password));
-        self
+        /// How many holds at once make a session watch its base path with one recursive watch
+        /// instead of a watch per hold; 256 by default, 0 counts as 1. For tests, which run the
+        /// contract's loss cases on the recursive watch with 1: both ways keep the contract, and
+        /// the default is where the recursive watch costs less than a watch per hold.
+        #[doc(hidden)]
+        fn many_holds_threshold(holds) => many_holds;
     }
 
     lockkit_core::option_setters! {
+        /// Digest credentials (`user:password`), sent on every (re)connect; the user and password
+        /// of a `zk://` URL. With credentials, lock nodes are created readable and deletable by
+        /// that user only (see [`LockAcl`]). The user must not be empty or contain `:`.
+        fn credentials(user, password) => credentials;
+
         /// The znode under which each lock gets its znode; `/lockkit` by default. An absolute
         /// znode path other than `/`, created (with its missing ancestors) when the first session
         /// opens. URL option `base_path`.
@@ -255,14 +241,11 @@ impl ZkLockProviderBuilder {
         };
         Credentials::check(self.credentials.as_ref(), BACKEND, &[':'])?;
         let session_timeout = options.value(&SESSION_TIMEOUT)?;
-        let connect_timeout = match options.get(&CONNECT_TIMEOUT) {
-            Some(timeout) => Some(options.within(&CONNECT_TIMEOUT, timeout, MIN_CONNECT_TIMEOUT, session_timeout)?),
-            None => None,
-        };
-        let drift = match options.get(&DRIFT) {
-            Some(drift) => Some(check_drift(drift, session_timeout, "asked")?),
-            None => None,
-        };
+        let connect_timeout = options.get(&CONNECT_TIMEOUT);
+        let connect_timeout = connect_timeout
+            .map(|timeout| options.within(&CONNECT_TIMEOUT, timeout, MIN_INTERVAL, session_timeout))
+            .transpose()?;
+        let drift = options.get(&DRIFT).map(|drift| check_drift(drift, session_timeout, "asked")).transpose()?;
         let base = check_path(&options.value(&BASE_PATH)?, "the base path")?
             .ok_or_else(|| invalid("the base path is \"/\": give a dedicated znode such as /lockkit"))?;
         let acl = match (options.value(&ACL)?, self.credentials.is_some()) {
@@ -291,18 +274,10 @@ impl ZkLockProviderBuilder {
     }
 }
 
-/// Checks a drift margin against a session timeout (`which`: "asked" or "granted").
+/// Checks a drift margin against a session timeout (`which`: "asked" or "granted by the
+/// server"): below a third of it, as holds are renewed every third of it.
 pub(crate) fn check_drift(drift: Duration, session_timeout: Duration, which: &str) -> Result<Duration> {
-    if drift > MAX_DURATION {
-        return Err(invalid(format!("drift is {drift:?}; it must be at least 0ns and at most {MAX_DURATION:?}")));
-    }
-    if drift.saturating_mul(3) >= session_timeout {
-        return Err(invalid(format!(
-            "drift is {drift:?}; it must be below a third of the session timeout ({session_timeout:?} {which}), \
-             as holds are renewed every third of it: a few percent of the session timeout is typical"
-        )));
-    }
-    Ok(drift)
+    timing::check_below(BACKEND, &DRIFT, drift, session_timeout / 3, &format!("a third of the session timeout {which}"))
 }
 
 /// A checked configuration, made by [`ZkLockProviderBuilder::build`].
@@ -551,7 +526,7 @@ mod tests {
             let message = refused(builder("h1").option("session_timeout", value).unwrap().check());
             assert!(message.contains("session_timeout") && message.contains("at least 100ms"), "{message}");
         }
-        let day = builder("h1").session_timeout(MAX_SESSION_TIMEOUT).check().unwrap();
+        let day = builder("h1").session_timeout(MAX_DURATION).check().unwrap();
         assert_eq!(day.session_timeout, Duration::from_secs(86_400));
         assert!(i32::try_from(day.session_timeout.as_millis()).is_ok(), "a day fits ZooKeeper's field");
         assert!(builder("h1").session_timeout(MIN_SESSION_TIMEOUT).check().is_ok());
@@ -568,7 +543,7 @@ mod tests {
         let message = refused(builder("h1").option("connect_timeout", "5000000000000000h").unwrap().check());
         assert!(message.contains("connect_timeout"), "{message}");
         assert!(builder("h1").session_timeout(session).connect_timeout(session).check().is_ok());
-        assert!(builder("h1").connect_timeout(MIN_CONNECT_TIMEOUT).check().is_ok());
+        assert!(builder("h1").connect_timeout(MIN_INTERVAL).check().is_ok());
     }
 
     #[test]

@@ -140,6 +140,13 @@ macro_rules! provider_builder {
 /// A line `tls(KEYS);` (with attributes, such as a `cfg`, that apply to both) gives the
 /// PEM setters of core's [`TlsKeys`](crate::config::TlsKeys): `tls_root_certificate` and
 /// `tls_client_certificate`.
+///
+/// A line `fn credentials(user, password) => field;`, with its doc comment, gives
+/// `credentials(user, password)`, which sets the builder's field `field`, an
+/// `Option<`[`Credentials`](crate::config::Credentials)`>` checked by `build`. A line
+/// `fn many_holds_threshold(holds) => field;` (with its doc comment and `#[doc(hidden)]`)
+/// gives the tests' knob of a backend that changes how it watches its holds past a number
+/// of them: it sets the `Option<usize>` field `field` to `holds`, 0 counting as 1.
 #[macro_export]
 macro_rules! option_setters {
     () => {};
@@ -147,6 +154,22 @@ macro_rules! option_setters {
         $(#[$attr])*
         pub fn $name(mut self, $value: $($ty)+) -> Self {
             self.options.set(&$key, ::core::convert::Into::into($value));
+            self
+        }
+        $crate::option_setters!($($rest)*);
+    };
+    ($(#[$attr:meta])* fn credentials(user, password) => $field:ident; $($rest:tt)*) => {
+        $(#[$attr])*
+        pub fn credentials(mut self, user: impl Into<String>, password: impl Into<String>) -> Self {
+            self.$field = Some($crate::config::Credentials::new(user, password));
+            self
+        }
+        $crate::option_setters!($($rest)*);
+    };
+    ($(#[$attr:meta])* fn many_holds_threshold(holds) => $field:ident; $($rest:tt)*) => {
+        $(#[$attr])*
+        pub fn many_holds_threshold(mut self, holds: usize) -> Self {
+            self.$field = Some(holds.max(1));
             self
         }
         $crate::option_setters!($($rest)*);

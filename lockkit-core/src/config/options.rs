@@ -6,6 +6,7 @@ use std::fmt;
 use std::time::Duration;
 
 use super::key::{GivenValue, Key, MAX_HOLD, OptionKey, STORE_ID};
+use super::timing::{MIN_INTERVAL, RENEW_EVERY};
 use super::url::StoreUrl;
 use super::value::OptionValue;
 use std::sync::Arc;
@@ -158,13 +159,10 @@ impl Options {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidConfig`]: "KEY is VALUE; it must be below LIMIT_SAID (LIMIT)".
+    /// [`Error::InvalidConfig`]: "KEY is VALUE; it must be below LIMIT_SAID (LIMIT)", or "…
+    /// at most 86400s" for a value above [`MAX_DURATION`](super::MAX_DURATION).
     pub fn below(&self, key: &Key<Duration>, default: Duration, limit: Duration, limit_said: &str) -> Result<Duration> {
-        let value = self.get(key).unwrap_or(default);
-        if value < limit {
-            return Ok(value);
-        }
-        Err(self.invalid(format!("{} is {value:?}; it must be below {limit_said} ({limit:?})", key.name())))
+        super::timing::check_below(self.backend, key, self.get(key).unwrap_or(default), limit, limit_said)
     }
 
     /// As [`below`](Self::below), and above zero: the check of an interval, such as the
@@ -187,6 +185,18 @@ impl Options {
         }
         let name = key.name();
         Err(self.invalid(format!("{name} is {value:?}; it must be above zero and below {limit_said} ({limit:?})")))
+    }
+
+    /// The renewal interval of holds of `lease` ([`timing::RENEW_EVERY`](super::timing::RENEW_EVERY)):
+    /// what was given, else a third of the lease; at least 1 ms and below the lease (at most
+    /// the lease less 1 ms).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidConfig`]: "renew_every is VALUE; it must be at least 1ms and at most …".
+    pub fn renew_every(&self, lease: Duration) -> Result<Duration> {
+        let most = lease.saturating_sub(MIN_INTERVAL).max(MIN_INTERVAL);
+        self.within(&RENEW_EVERY, lease / 3, MIN_INTERVAL, most)
     }
 
     /// Checks `value` of `key` against `min..=max` (a duration against [`MAX_DURATION`] too).

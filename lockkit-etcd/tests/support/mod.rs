@@ -107,28 +107,12 @@ impl ProxiedStore for EtcdStore {
         Self { upstream, setup }
     }
 
-    fn upstream(&self) -> SocketAddr {
-        self.upstream
-    }
-
-    async fn shared_upstream() -> Result<SocketAddr, FixtureError> {
-        EtcdServer::shared().await?.upstream().await
-    }
-
     async fn start(_: &ClientSetup) -> Result<EtcdServer, FixtureError> {
         EtcdServer::start().await
     }
 
-    fn shared_name(setup: &ClientSetup) -> String {
-        if setup.many_holds.is_some() { "etcd (many holds)".to_owned() } else { "etcd".to_owned() }
-    }
-
-    fn dedicated_name(setup: &ClientSetup) -> String {
-        if setup.many_holds.is_some() {
-            "etcd (dedicated, many holds)".to_owned()
-        } else {
-            "etcd (dedicated)".to_owned()
-        }
+    fn setup_name(setup: &ClientSetup) -> Option<&'static str> {
+        setup.many_holds.map(|_| "many holds")
     }
 
     fn isolated_setup(&self) -> ClientSetup {

@@ -115,14 +115,6 @@ impl ProxiedStore for RedisStore {
         Self { upstream }
     }
 
-    fn upstream(&self) -> SocketAddr {
-        self.upstream
-    }
-
-    async fn shared_upstream() -> Result<SocketAddr, FixtureError> {
-        RedisServer::shared().await?.upstream().await
-    }
-
     async fn start(persistence: &Persistence) -> Result<RedisServer, FixtureError> {
         RedisServer::start_with(RedisConfig { persistence: *persistence, ..RedisConfig::default() }).await
     }

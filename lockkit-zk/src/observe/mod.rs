@@ -73,26 +73,18 @@ use view::{End, Listing, View, collect};
 
 /// The changes of leader of election `lock`, followed through `backend`'s sessions.
 pub(crate) fn observe(backend: Arc<ZkBackend>, lock: LockName) -> LeaderEvents {
-    // Whether a task was started before: a new one starts with a gap.
-    let mut started = false;
     let (parent, address) = (backend.config.lock_path(&lock), backend.config.address());
-    follow_task(BACKEND, lock.clone(), move || SessionFollower {
-        backend: Arc::clone(&backend),
-        lock: lock.clone(),
-        parent: parent.clone(),
-        address: address.clone(),
-        gap: std::mem::replace(&mut started, true),
-    })
+    follow_task(BACKEND, lock.clone(), SessionFollower { backend, lock, parent, address, gap: false })
 }
 
-/// One task's following of the election: on the provider's session, and on a new one
-/// whenever that one ends.
+/// The following of the election: on the provider's session, and on a new one whenever that
+/// one ends (in the same task, or in the next one after a task ended with its runtime).
 struct SessionFollower {
     backend: Arc<ZkBackend>,
     lock: LockName,
     parent: String,
     address: String,
-    /// Whether the next session's first state comes after a gap.
+    /// Whether the next session's first state comes after a gap: after the first session.
     gap: bool,
 }
 
@@ -102,9 +94,8 @@ impl Follow for SessionFollower {
             Ok(session) => session,
             Err(error) => return FollowEnd::Failed(error.with_server(Some(&self.address))),
         };
-        let owes_gap = self.gap || outbox.has_state();
+        let owes_gap = std::mem::replace(&mut self.gap, true) || outbox.has_state();
         let end = Follower::new(&session, &self.lock, &self.parent, outbox, owes_gap).run().await;
-        self.gap = true;
         match end {
             End::Session(state) => {
                 tracing::debug!(backend = BACKEND, ?state, "the observer's session ended; a new one after a gap");
