@@ -21,8 +21,10 @@
 //!   other providers' releases too, then reaches this provider; with fewer holds the listing
 //!   is one request and the watch not worth it. The watch goes when fewer than half as many
 //!   holds are left. A hidden builder setting lowers the threshold, for tests; at one, the
-//!   watch is set as the session opens, before any hold, so that it covers every hold with
-//!   no listing at all, and stays.
+//!   watch is set as the session opens, before any hold (a session whose watch is not set
+//!   within the connect timeout fails to open), so that it covers every hold with no listing
+//!   at all, and stays. [`EtcdLockProvider::hold_coverage`](crate::EtcdLockProvider::hold_coverage)
+//!   tells tests which way follows the holds.
 //! - **A hold lost on its own** (its maximum hold reached) while the lease lives has its key
 //!   deleted at the next check, and again at each check until etcd answers: the lease, kept
 //!   alive by the provider's other holds, would otherwise keep the key, and a stuck holder
@@ -44,7 +46,7 @@ use tokio::runtime::Handle;
 use tracing::Instrument;
 
 use crate::config::EtcdConfig;
-use crate::deletions::PrefixWatch;
+use crate::deletions::{HoldCoverage, PrefixWatch};
 use crate::error::{connect_error, is_token_refused};
 use crate::watch::LockWatches;
 
@@ -228,13 +230,21 @@ impl Session {
         if session.many_holds_at <= 1 {
             // Every hold is to be covered by the prefix watch, the first one too: the watch is
             // set before the session serves any acquisition, and, there being no hold at its
-            // creation, no listing is needed for it (on a timeout, the listing covers).
+            // creation, no listing is needed for it.
+            // That threshold is the tests' way onto the prefix watch, so a session whose
+            // watch is not set in time fails to open rather than falling back to the listing
+            // unseen (dropped, it revokes its lease).
             session.start_prefix_watch();
-            if let Ok(generation) = tokio::time::timeout(config.connect_timeout, session.prefix_watch.created()).await {
-                let mut state = session.state();
-                if state.holds.is_empty() {
-                    state.covered = Some(generation);
-                }
+            let Ok(generation) = tokio::time::timeout(config.connect_timeout, session.prefix_watch.created()).await
+            else {
+                return Err(crate::error::unreachable(config, None).with_context(format!(
+                    "set the watch of the deletions under {} that a many-holds threshold of 1 asks for",
+                    session.watch_key
+                )));
+            };
+            let mut state = session.state();
+            if state.holds.is_empty() {
+                state.covered = Some(generation);
             }
         }
         Ok(session)
@@ -366,6 +376,20 @@ impl Session {
         if self.prefix_watch.is_running() && self.state().holds.len() < self.many_holds_at / 2 {
             self.prefix_watch.stop();
             self.state().covered = None;
+        }
+    }
+
+    /// How the live holds hear of their key's deletion: from the prefix watch alone when it
+    /// runs and needs no listing ([`check_holds`] then sends none), else from the listing.
+    pub(crate) fn coverage(&self) -> HoldCoverage {
+        let generation = self.prefix_watch.generation();
+        let state = self.state();
+        let holds = state.holds.len();
+        let by_watch = generation.is_some() && state.covered == generation;
+        HoldCoverage {
+            store_wide_watch: generation.is_some(),
+            store_wide: if by_watch { holds } else { 0 },
+            per_hold: if by_watch { 0 } else { holds },
         }
     }
 

@@ -188,8 +188,9 @@ impl ZkLockProviderBuilder {
 
     /// How many holds at once make a session watch its base path with one recursive watch
     /// instead of a watch per hold; 256 by default, 0 counts as 1. For tests, which run the
-    /// contract's loss cases on the recursive watch with 1: both ways keep the contract, and
-    /// the default is where the recursive watch costs less than a watch per hold.
+    /// contract's loss cases on the recursive watch with 1 (a session that cannot set the
+    /// watch then fails to open): both ways keep the contract, and the default is where the
+    /// recursive watch costs less than a watch per hold.
     #[doc(hidden)]
     pub fn many_holds_threshold(mut self, holds: usize) -> Self {
         self.many_holds = Some(holds.max(1));

@@ -111,6 +111,7 @@
 mod backend;
 mod client;
 mod config;
+mod coverage;
 mod error;
 mod held;
 mod holds;
@@ -125,6 +126,8 @@ mod session;
 pub use config::{
     DEFAULT_BASE_PATH, DEFAULT_SESSION_TIMEOUT, DisconnectPolicy, LockAcl, OPTIONS, ZkLockProviderBuilder,
 };
+#[doc(hidden)]
+pub use holds::HoldCoverage;
 pub use names::encode_name;
 pub use provider::{SCHEME, ZkLockProvider};
 /// The ZooKeeper client library this backend is built on, re-exported so that

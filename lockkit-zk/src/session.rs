@@ -23,8 +23,10 @@
 //! and fewer than half as many holds are left. Events that happen while the connection is down
 //! are not replayed when it comes back (ZOOKEEPER-4698), so after a reconnection the session
 //! asks once whether each of those holds' nodes still exists. A hidden builder setting lowers
-//! the threshold, for tests; at one, the watch is set as the session opens, so that it covers
-//! every hold, the first included, and stays.
+//! the threshold, for tests; at one, the watch is set as the session opens (a session that
+//! cannot set it fails to open), so that it covers every hold, the first included, and stays.
+//! [`ZkLockProvider::hold_coverage`](crate::ZkLockProvider::hold_coverage) tells tests how
+//! many holds each way covers.
 //!
 //! Session states drive the rest: `Disconnected` suspends the holds (no renewal can be
 //! answered, so the deadline keeps running; with [`DisconnectPolicy::LoseOnDisconnect`] they
@@ -58,7 +60,7 @@ use zookeeper_client as zk;
 
 use crate::config::{DisconnectPolicy, ZkConfig, check_drift};
 use crate::error::{BACKEND, Failure, is_connection, is_loss, loss_for_state, map};
-use crate::holds::{HoldTable, leaves_node};
+use crate::holds::{HoldCoverage, HoldTable, leaves_node};
 
 /// How long the probe waits for a TCP connection to one server at most.
 const PROBE_LIMIT: Duration = Duration::from_secs(2);
@@ -172,18 +174,18 @@ impl Session {
             broken: AtomicBool::new(false),
         });
         // With a threshold of one, every hold is to be covered, the first one too: the watch is
-        // set before the session serves any acquisition.
+        // set before the session serves any acquisition. That threshold is the tests' way onto
+        // the recursive watch, so a session that cannot set it fails to open rather than
+        // falling back to a watch per hold unseen.
         let recursive = if session.many_holds_at <= 1 {
-            match add_recursive_watch(&session).await {
-                Ok(watcher) => {
-                    session.holds().watching = true;
-                    Some(watcher)
-                }
-                Err(error) => {
-                    tracing::debug!(backend = BACKEND, %error, "no recursive watch: holds watch their nodes");
-                    None
-                }
-            }
+            let watcher = add_recursive_watch(&session).await.map_err(|error| {
+                session.error(error, lock).with_context(format!(
+                    "set the recursive watch on {} that a many-holds threshold of 1 asks for (ZooKeeper 3.6 or later)",
+                    session.root
+                ))
+            })?;
+            session.holds().watching = true;
+            Some(watcher)
         } else {
             None
         };
@@ -277,6 +279,11 @@ impl Session {
     /// How many holds are live.
     pub(crate) fn hold_count(&self) -> usize {
         self.holds().len()
+    }
+
+    /// How the live holds hear of their node's deletion, from the table of holds.
+    pub(crate) fn coverage(&self) -> HoldCoverage {
+        self.holds().coverage()
     }
 
     /// Extends every live hold to the deadline of a request sent at `sent_at` and answered.
