@@ -67,6 +67,20 @@ impl HoldTable {
         (watched, gone)
     }
 
+    /// Moves every live hold onto the recursive watch, now set: those that watched their own
+    /// node stop doing so (the session's `take_over_holds`), which frees their task and watch.
+    pub(crate) fn cover_all(&mut self) {
+        for entry in self.holds.values_mut() {
+            entry.watched = true;
+        }
+        self.watched = self.holds.len();
+    }
+
+    /// Whether the hold of the node at `path` is live and covered by the recursive watch.
+    pub(crate) fn is_watched(&self, path: &str) -> bool {
+        self.holds.get(path).is_some_and(|entry| entry.watched)
+    }
+
     /// Forgets a hold (released or lost).
     pub(crate) fn remove(&mut self, path: &str) -> Option<HoldSignal> {
         let entry = self.holds.remove(path)?;

@@ -18,6 +18,8 @@
 //! (ZooKeeper 3.6 and later), and the holds granted from then on cost an entry in its
 //! [`HoldTable`] and no request, task or watch of their own: the deletion of any node below
 //! the base path reaches the session task, which loses the hold of that node, if it is one's.
+//! The holds that watched their own node until then move onto it (their tasks and watches
+//! end; one `exists` each finds a deletion their own watch heard but had not told yet).
 //! The price is that the session hears of every change below its base path, other clients'
 //! included, which is why it is not set for a few holds; it is removed once no hold uses it
 //! and fewer than half as many holds are left. Events that happen while the connection is down
@@ -94,6 +96,8 @@ pub(crate) struct Session {
     holds: Mutex<HoldTable>,
     /// Tells the session task that the session has many holds: time for the recursive watch.
     many_holds: Arc<tokio::sync::Notify>,
+    /// Woken when the recursive watch took over the holds that watched their own node.
+    taken_over: tokio::sync::Notify,
     /// The session task: finished when the session ended or its runtime shut down.
     task: OnceLock<JoinHandle<()>>,
     /// Set when a request or watch failed as only a session whose tasks are gone fails.
@@ -170,6 +174,7 @@ impl Session {
             many_holds_at: config.many_holds,
             holds: Mutex::new(HoldTable::default()),
             many_holds: Arc::new(tokio::sync::Notify::new()),
+            taken_over: tokio::sync::Notify::new(),
             task: OnceLock::new(),
             broken: AtomicBool::new(false),
         });
@@ -274,6 +279,35 @@ impl Session {
     /// Forgets the hold of the node at `path` (released or lost).
     pub(crate) fn unregister(&self, path: &str) {
         self.holds().remove(path);
+    }
+
+    /// The recursive watch is set: it covers the holds registered from now on and, from here,
+    /// those that watched their own node too, whose tasks end (freeing a task and a watch
+    /// each, [`taken_over`](Self::taken_over)). One `exists` per hold then finds a node
+    /// deleted before the watch was set whose own watch's event was not handled yet.
+    fn take_over_holds(self: &Arc<Self>) {
+        {
+            let mut holds = self.holds();
+            holds.watching = true;
+            holds.cover_all();
+        }
+        self.taken_over.notify_waiters();
+        self.check_nodes();
+    }
+
+    /// Resolves once the hold of the node at `path` is covered by the recursive watch (after
+    /// [`take_over_holds`](Self::take_over_holds)): its own watch may go.
+    pub(crate) async fn taken_over(&self, path: &str) {
+        loop {
+            let notified = self.taken_over.notified();
+            let mut notified = std::pin::pin!(notified);
+            // Registered before the check, so that a take-over between the two is not missed.
+            notified.as_mut().enable();
+            if self.holds().is_watched(path) {
+                return;
+            }
+            notified.await;
+        }
     }
 
     /// How many holds are live.
@@ -539,7 +573,7 @@ async fn watch_session(
                 let Some(session) = session.upgrade() else { return };
                 match added {
                     Ok(watcher) => {
-                        session.holds().watching = true;
+                        session.take_over_holds();
                         recursive = Some(watcher);
                         tracing::debug!(backend = BACKEND, session = %id, "watching the base path recursively");
                     }
