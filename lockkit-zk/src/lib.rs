@@ -74,7 +74,7 @@
 //!   timeout and guaranteed until the send time of the last answered request plus the
 //!   granted timeout minus the drift; `Disconnected` suspends it, an expired session or the
 //!   deletion of its node loses it (see [`DisconnectPolicy`]). Each hold watches its node;
-//!   a session with 256 holds or more at once watches its base path recursively instead
+//!   a session with 64 holds or more at once watches its base path recursively instead
 //!   (ZooKeeper 3.6 and later), so that a further hold costs no watch and no request of its
 //!   own, at the price of hearing every change under the base path while it has them.
 //! - **Cancel safety**: an acquisition dropped at any point deletes its node in the

@@ -1,5 +1,5 @@
 //! How a session tells its holds' deletions: each of its first holds watches its node, and
-//! once it has many at once (256) one recursive watch on the base path serves them all, those
+//! once it has many at once (64) one recursive watch on the base path serves them all, those
 //! granted from then on and those it takes over (checked from the session's table of holds,
 //! `hold_coverage`). A deletion reaches the one hold it concerns among many, either way, and a
 //! deletion made while the holder's connection was cut (events the server does not replay to a
@@ -17,7 +17,7 @@ use lockkit_zk::{HoldCoverage, ZkLockProvider};
 use support::{ProxyFaults, SESSION_TIMEOUT, ZkHarness, eventually, fresh_name, run, shared_harness};
 
 /// The default threshold of the recursive watch.
-const MANY_HOLDS: usize = 256;
+const MANY_HOLDS: usize = 64;
 
 /// A provider of its own behind a fault proxy, holding `count` locks with fresh names, the
 /// last `covered` of them taken once the recursive watch is set: the provider (to keep while
