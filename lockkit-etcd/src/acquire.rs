@@ -450,7 +450,7 @@ impl EtcdBackend {
         // The session follows the key from now on (session.rs): a deletion behind the hold's
         // back is a loss, and a hold lost on its own has its key deleted; no task per hold.
         let key: Arc<str> = Arc::from(pending.key.as_str());
-        let id = session.register(&signal, &key, rev);
+        let registered = session.register(&signal, &key, rev);
         let token = FencingToken::new(u64::try_from(rev).unwrap_or(0));
         let held = EtcdHeld {
             backend: self.me.clone(),
@@ -461,7 +461,7 @@ impl EtcdBackend {
             revision: rev,
             read_value: (kind == KeyKind::Write).then(|| KeyKind::Read.value(&pending.owner)),
             void_key: (!voided).then(|| pending.void_key.clone()),
-            id,
+            registered,
             slot: Mutex::new(pending.slot.take()),
         };
         Grant::new(token, signal, Box::new(held))

@@ -113,6 +113,11 @@ impl EtcdBackend {
         lock_or_recover(&self.current)
     }
 
+    /// The session in use, if it is alive; never opens one.
+    pub(crate) fn current_session(&self) -> Option<Arc<Session>> {
+        self.current().as_ref().filter(|s| s.is_alive()).cloned()
+    }
+
     /// The live session, or a new one (client and lease) on lockkit's home runtime, where its
     /// connections, its watchdog and its watches live whatever runtime the provider is used
     /// from.

@@ -156,8 +156,9 @@ impl EtcdLockProviderBuilder {
 
         /// How many holds at once make the provider watch the deletions under its whole prefix
         /// instead of listing its holds' keys after each keep-alive; 1,000 by default, 0 counts as
-        /// 1. For tests, which run the contract's loss cases on the prefix watch with 1: both ways
-        /// keep the contract, and the default is where the watch costs less than the listing.
+        /// 1. For tests, which run the contract's loss cases on the prefix watch with 1 (a session
+        /// whose watch is not set within the connect timeout then fails to open): both ways keep
+        /// the contract, and the default is where the watch costs less than the listing.
         #[doc(hidden)]
         fn many_holds_threshold(holds) => many_holds;
     }

@@ -39,7 +39,8 @@ pub(crate) struct EtcdHeld {
     /// The void key of the acquisition's attempt, when a try of it was in doubt and the grant
     /// could not write it ([`EtcdBackend::void_late_puts`]): the release writes it.
     pub(crate) void_key: Option<String>,
-    pub(crate) id: Option<u64>,
+    /// Whether the session follows the hold (it had not ended at the grant).
+    pub(crate) registered: bool,
     /// The slot the key's name is: reusable once the release deleted the key.
     pub(crate) slot: Mutex<Option<Slot>>,
 }
@@ -57,7 +58,9 @@ impl EtcdHeld {
 impl HeldLock for EtcdHeld {
     async fn release(self: Box<Self>) -> Result<()> {
         tracing::trace!(key = %self.key, "release");
-        self.session.unregister(self.id);
+        if self.registered {
+            self.session.unregister(&self.key, self.revision);
+        }
         let mut client = live_client(&self.backend, &self.session).await?;
         // Deletes the own key only, and only the incarnation this hold created; voids the
         // attempt too when the grant could not (a late put of it is then refused).

@@ -77,6 +77,7 @@ mod acquire;
 mod backend;
 mod client;
 mod config;
+mod coverage;
 mod deletions;
 mod election;
 mod error;
@@ -93,6 +94,8 @@ mod watch;
 pub use etcd_client;
 
 pub use crate::config::{DEFAULT_PREFIX, DEFAULT_TTL, EtcdLockProviderBuilder, MIN_TTL, OPTIONS};
+#[doc(hidden)]
+pub use crate::deletions::HoldCoverage;
 pub use crate::provider::{EtcdLockProvider, SCHEME};
 
 /// The backend's name in errors and spans.

@@ -21,8 +21,10 @@
 //!   other providers' releases too, then reaches this provider; with fewer holds the listing
 //!   is one request and the watch not worth it. The watch goes when fewer than half as many
 //!   holds are left. A hidden builder setting lowers the threshold, for tests; at one, the
-//!   watch is set as the session opens, before any hold, so that it covers every hold with
-//!   no listing at all, and stays.
+//!   watch is set as the session opens, before any hold (a session whose watch is not set
+//!   within the connect timeout fails to open), so that it covers every hold with no listing
+//!   at all, and stays. [`EtcdLockProvider::hold_coverage`](crate::EtcdLockProvider::hold_coverage)
+//!   tells tests which way follows the holds.
 //! - **A hold lost on its own** (its maximum hold reached) while the lease lives has its key
 //!   deleted at the next check, and again at each check until etcd answers: the lease, kept
 //!   alive by the provider's other holds, would otherwise keep the key, and a stuck holder
@@ -44,7 +46,7 @@ use tokio::runtime::Handle;
 use tracing::Instrument;
 
 use crate::config::EtcdConfig;
-use crate::deletions::PrefixWatch;
+use crate::deletions::{HoldCoverage, PrefixWatch};
 use crate::error::{connect_error, is_token_refused};
 use crate::watch::LockWatches;
 
@@ -112,21 +114,18 @@ struct TokenRenewal {
 struct State {
     valid_until: Instant,
     ended: Option<LossReason>,
-    next_id: u64,
-    holds: HashMap<u64, Hold>,
-    /// The hold of each key (a key names one hold at a time: its slot is taken while held).
-    by_key: HashMap<Arc<str>, u64>,
+    /// The hold of each key (a key names one hold at a time: its slot is taken while held),
+    /// shared with the hold's [`EtcdHeld`](crate::held::EtcdHeld): one map, one copy of the key.
+    holds: HashMap<Arc<str>, Hold>,
     /// The generation of the prefix watch that a listing of the holds' keys sent after its
     /// creation completed for: while that watch runs, no listing is needed.
     covered: Option<u64>,
 }
 
-/// A hold bound to the lease: its signal, and its key with the create revision it was granted
-/// at (the key's incarnation).
+/// A hold bound to the lease (its key is the map's): its signal, and the create revision it
+/// was granted at (the key's incarnation).
 struct Hold {
     signal: HoldSignal,
-    /// The key, shared with the index by key (one copy per hold, none per check).
-    key: Arc<str>,
     revision: i64,
     /// When it was registered: a check of the lease's keys sent before this cannot see it.
     since: Instant,
@@ -212,9 +211,7 @@ impl Session {
                 state: Mutex::new(State {
                     valid_until: lease_deadline(sent, ttl, config.drift),
                     ended: None,
-                    next_id: 0,
                     holds: HashMap::new(),
-                    by_key: HashMap::new(),
                     covered: None,
                 }),
                 watchdog_alive: Arc::clone(&alive),
@@ -228,13 +225,21 @@ impl Session {
         if session.many_holds_at <= 1 {
             // Every hold is to be covered by the prefix watch, the first one too: the watch is
             // set before the session serves any acquisition, and, there being no hold at its
-            // creation, no listing is needed for it (on a timeout, the listing covers).
+            // creation, no listing is needed for it.
+            // That threshold is the tests' way onto the prefix watch, so a session whose
+            // watch is not set in time fails to open rather than falling back to the listing
+            // unseen (dropped, it revokes its lease).
             session.start_prefix_watch();
-            if let Ok(generation) = tokio::time::timeout(config.connect_timeout, session.prefix_watch.created()).await {
-                let mut state = session.state();
-                if state.holds.is_empty() {
-                    state.covered = Some(generation);
-                }
+            let Ok(generation) = tokio::time::timeout(config.connect_timeout, session.prefix_watch.created()).await
+            else {
+                return Err(crate::error::unreachable(config, None).with_context(format!(
+                    "set the watch of the deletions under {} that a many-holds threshold of 1 asks for",
+                    session.watch_key
+                )));
+            };
+            let mut state = session.state();
+            if state.holds.is_empty() {
+                state.covered = Some(generation);
             }
         }
         Ok(session)
@@ -326,26 +331,29 @@ impl Session {
     }
 
     /// Binds `signal` to the lease and follows `key`, granted at create revision `revision`:
-    /// renewals extend the signal, the end of the lease or the key's deletion loses it. `None`
+    /// renewals extend the signal, the end of the lease or the key's deletion loses it. False
     /// (and the signal lost) when the lease has ended already.
-    pub(crate) fn register(&self, signal: &HoldSignal, key: &Arc<str>, revision: i64) -> Option<u64> {
+    pub(crate) fn register(&self, signal: &HoldSignal, key: &Arc<str>, revision: i64) -> bool {
         let mut state = self.state();
         if let Some(reason) = state.ended.clone() {
             drop(state);
             signal.lose(reason);
-            return None;
+            return false;
         }
-        let id = state.next_id;
-        state.next_id += 1;
-        let hold = Hold { signal: signal.clone(), key: Arc::clone(key), revision, since: Instant::now() };
-        state.holds.insert(id, hold);
-        state.by_key.insert(Arc::clone(key), id);
+        let hold = Hold { signal: signal.clone(), revision, since: Instant::now() };
+        let replaced = state.holds.insert(Arc::clone(key), hold);
         let many = state.holds.len() >= self.many_holds_at;
         drop(state);
+        if let Some(old) = replaced
+            && old.revision != revision
+        {
+            // An older incarnation of the key, still registered: the key was put anew since.
+            old.signal.lose(LossReason::RecordGone);
+        }
         if many && !self.prefix_watch.is_running() {
             self.start_prefix_watch();
         }
-        Some(id)
+        true
     }
 
     /// Starts the prefix watch, unless it runs: every deletion it hears goes to
@@ -369,15 +377,26 @@ impl Session {
         }
     }
 
-    /// Unbinds a hold that was released (or whose key the session deleted).
-    pub(crate) fn unregister(&self, id: Option<u64>) {
-        if let Some(id) = id {
-            let mut state = self.state();
-            if let Some(hold) = state.holds.remove(&id)
-                && state.by_key.get(&hold.key) == Some(&id)
-            {
-                state.by_key.remove(&hold.key);
-            }
+    /// How the live holds hear of their key's deletion: from the prefix watch alone when it
+    /// runs and needs no listing ([`check_holds`] then sends none), else from the listing.
+    pub(crate) fn coverage(&self) -> HoldCoverage {
+        let generation = self.prefix_watch.generation();
+        let state = self.state();
+        let holds = state.holds.len();
+        let by_watch = generation.is_some() && state.covered == generation;
+        HoldCoverage {
+            store_wide_watch: generation.is_some(),
+            store_wide: if by_watch { holds } else { 0 },
+            per_hold: if by_watch { 0 } else { holds },
+        }
+    }
+
+    /// Unbinds the hold of `key` granted at `revision`, released (or whose key the session
+    /// deleted); a later incarnation of the key stays.
+    pub(crate) fn unregister(&self, key: &str, revision: i64) {
+        let mut state = self.state();
+        if state.holds.get(key).is_some_and(|hold| hold.revision == revision) {
+            state.holds.remove(key);
         }
     }
 
@@ -387,12 +406,7 @@ impl Session {
     pub(crate) fn key_deleted(&self, key: &str, revision: i64) {
         let signal = {
             let state = self.state();
-            state
-                .by_key
-                .get(key)
-                .and_then(|id| state.holds.get(id))
-                .filter(|hold| hold.revision < revision)
-                .map(|hold| hold.signal.clone())
+            state.holds.get(key).filter(|hold| hold.revision < revision).map(|hold| hold.signal.clone())
         };
         if let Some(signal) = signal
             && signal.lose(LossReason::RecordGone)
@@ -432,7 +446,6 @@ impl Session {
                 return;
             }
             state.ended = Some(reason.clone());
-            state.by_key.clear();
             state.holds.drain().map(|(_, hold)| hold.signal).collect()
         };
         for signal in signals {
@@ -526,23 +539,23 @@ fn key_may_remain(reason: &LossReason) -> bool {
 async fn check_holds(session: &Arc<Session>) {
     let mut client = session.client.clone();
     let timeout = session.timeout;
-    let lost: Vec<(u64, Arc<str>, i64)> = {
+    let lost: Vec<(Arc<str>, i64)> = {
         let state = session.state();
         state
             .holds
             .iter()
             .filter(|(_, hold)| hold.signal.loss().as_ref().is_some_and(key_may_remain))
-            .map(|(id, hold)| (*id, hold.key.clone(), hold.revision))
+            .map(|(key, hold)| (Arc::clone(key), hold.revision))
             .collect()
     };
-    for (id, key, revision) in lost {
+    for (key, revision) in lost {
         tracing::debug!(backend = crate::BACKEND, %key, "deleting the key of a hold lost on its own");
         let txn = Txn::new()
             .when([Compare::create_revision(key.as_bytes(), CompareOp::Equal, revision)])
             .and_then([TxnOp::delete(key.as_bytes(), None)]);
         // Deleted, or gone already (the condition names this incarnation only).
         match tokio::time::timeout(timeout, client.txn(txn)).await {
-            Ok(Ok(_)) => session.unregister(Some(id)),
+            Ok(Ok(_)) => session.unregister(&key, revision),
             Ok(Err(error)) => {
                 session.renew_token_after(&error).await;
             }
@@ -556,7 +569,7 @@ async fn check_holds(session: &Arc<Session>) {
         return;
     }
     let sent = Instant::now();
-    let mut keys: Vec<Arc<str>> = session.state().holds.values().map(|hold| Arc::clone(&hold.key)).collect();
+    let mut keys: Vec<Arc<str>> = session.state().holds.keys().cloned().collect();
     // One reply lists every key bound to the lease, a few bytes more than the key each: past
     // what the client decodes (4 MiB, not settable on etcd-client's lease client) the holds'
     // keys are read instead, in key order, by pages that fit (several round trips, each for
@@ -610,9 +623,9 @@ async fn check_holds(session: &Arc<Session>) {
         let state = session.state();
         state
             .holds
-            .values()
-            .filter(|hold| hold.since < sent && hold.signal.is_held() && !bound.contains(hold.key.as_bytes()))
-            .map(|hold| (Arc::clone(&hold.key), hold.signal.clone()))
+            .iter()
+            .filter(|(key, hold)| hold.since < sent && hold.signal.is_held() && !bound.contains(key.as_bytes()))
+            .map(|(key, hold)| (Arc::clone(key), hold.signal.clone()))
             .collect()
     };
     for (key, signal) in gone {

@@ -2,7 +2,8 @@
 //! instead of listing its holds' keys after each keep-alive: a key deleted behind a hold's
 //! back is signalled at once, long before the next listing could find it, whether the hold
 //! was granted before or after the watch was set; a deletion made while the watch's stream is
-//! cut is found by the listing that a new watch needs.
+//! cut is found by the listing that a new watch needs, after which the watch alone follows the
+//! holds again (`hold_coverage`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -11,8 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockkit_core::{LockGuard, LossReason};
-use lockkit_etcd::EtcdLockProvider;
+use lockkit_etcd::{EtcdLockProvider, HoldCoverage};
 use lockkit_testkit::holds::{hold_all, release_all};
+use lockkit_testkit::wait::eventually;
 use support::{EtcdHarness, ProxyFaults, TIMEOUT, within};
 
 /// A lease long enough that the listing after a keep-alive (every third of it) cannot explain
@@ -24,12 +26,29 @@ async fn long_lease_client(h: &EtcdHarness) -> (EtcdLockProvider, Arc<ProxyFault
     h.client_with(EtcdLockProvider::builder().ttl(LONG_TTL).connect_timeout(TIMEOUT)).await.unwrap()
 }
 
-/// Holds of `count` locks on `provider`, named under a fresh prefix: their names and guards.
+/// The default threshold of the prefix watch.
+const MANY_HOLDS: usize = 1000;
+
+/// Holds of `count` locks on `provider`, named under a fresh prefix, those past the threshold
+/// taken once the prefix watch is set: their names and guards.
 async fn hold_many(provider: &EtcdLockProvider, what: &str, count: usize) -> (Vec<String>, Vec<LockGuard>) {
     let base = format!("prefix-watch/{what}/{}", uuid::Uuid::new_v4().simple());
     let names: Vec<String> = (0..count).map(|i| format!("{base}/{i}")).collect();
-    let guards = hold_all(provider, &names).await;
+    let (first, last) = names.split_at(MANY_HOLDS);
+    let mut guards = hold_all(provider, first).await;
+    eventually(TIMEOUT * 5, "the prefix watch is set", || async { provider.hold_coverage().store_wide_watch }).await;
+    guards.extend(hold_all(provider, last).await);
     (names, guards)
+}
+
+/// Waits until the prefix watch alone follows every hold of `provider` (the listing that its
+/// watch needs once found the holds granted before it): `holds` of them, and none listed.
+async fn covered_by_the_watch(provider: &EtcdLockProvider, holds: usize) {
+    let covered = HoldCoverage { store_wide_watch: true, store_wide: holds, per_hold: 0 };
+    eventually(LONG_TTL / 3 + Duration::from_secs(5), "the prefix watch alone follows every hold", || async {
+        provider.hold_coverage() == covered
+    })
+    .await;
 }
 
 /// Releases `guards`, the holds of `names` (those at the indices `lost` were lost), and checks
@@ -57,6 +76,9 @@ async fn a_deleted_key_among_many_holds_is_signalled_at_once() {
     for (i, guard) in guards.iter().enumerate() {
         assert_eq!(guard.is_held(), !victims.contains(&i), "hold {i}: {:?}", guard.watcher().loss());
     }
+    let coverage = a.hold_coverage();
+    assert!(coverage.store_wide_watch, "{coverage:?}");
+    assert_eq!(coverage.store_wide + coverage.per_hold, guards.len(), "{coverage:?}");
     release_all_leaving_no_key(&h, &names, guards, &victims).await;
 }
 
@@ -79,5 +101,6 @@ async fn a_key_deleted_while_the_stream_was_cut_is_found() {
     for (i, guard) in guards.iter().enumerate() {
         assert_eq!(guard.is_held(), i != victim, "hold {i}: {:?}", guard.watcher().loss());
     }
+    covered_by_the_watch(&a, guards.len()).await;
     release_all_leaving_no_key(&h, &names, guards, &[victim]).await;
 }

@@ -99,7 +99,7 @@ lockkit_core::option_choices!(DisconnectPolicy { Suspend => "suspend", LoseOnDis
 
 /// How many holds at once make a session watch its base path recursively rather than let
 /// each hold watch its node (a task and a watch per hold: some 1.2 KB each).
-pub(crate) const MANY_HOLDS: usize = 256;
+pub(crate) const MANY_HOLDS: usize = 64;
 
 lockkit_core::provider_builder! {
     /// Builds a [`ZkLockProvider`](crate::ZkLockProvider): every setting is checked by [`build`](Self::build), which
@@ -178,9 +178,10 @@ impl ZkLockProviderBuilder {
         fn connect_timeout(timeout: Duration) => CONNECT_TIMEOUT;
 
         /// How many holds at once make a session watch its base path with one recursive watch
-        /// instead of a watch per hold; 256 by default, 0 counts as 1. For tests, which run the
-        /// contract's loss cases on the recursive watch with 1: both ways keep the contract, and
-        /// the default is where the recursive watch costs less than a watch per hold.
+        /// instead of a watch per hold; 64 by default, 0 counts as 1. For tests, which run the
+        /// contract's loss cases on the recursive watch with 1 (a session that cannot set the
+        /// watch then fails to open): both ways keep the contract, and the default is where the
+        /// recursive watch costs less than a watch per hold.
         #[doc(hidden)]
         fn many_holds_threshold(holds) => many_holds;
     }

@@ -345,13 +345,18 @@ impl HeldLock for ZkHeld {
 /// session with few holds, or a server before ZooKeeper 3.6): its deletion by someone else is
 /// a loss. Ends when the hold ends; a
 /// hold lost with its node still in place gets its node deleted. `watching` is a watch on the
-/// node set before the grant (by the wait), used first.
-pub(crate) async fn watch_hold(
-    session: Arc<Session>,
-    path: Arc<str>,
-    signal: HoldSignal,
-    mut watching: Option<NodeEvent>,
-) {
+/// node set before the grant (by the wait), used first. Ends too, at any point, once the
+/// session's recursive watch takes the hold over (the session then follows it).
+pub(crate) async fn watch_hold(session: Arc<Session>, path: Arc<str>, signal: HoldSignal, watching: Option<NodeEvent>) {
+    let own = watch_own_node(Arc::clone(&session), Arc::clone(&path), signal, watching);
+    tokio::select! {
+        () = own => {}
+        () = session.taken_over(&path) => {}
+    }
+}
+
+/// The body of [`watch_hold`]: the hold's own watch.
+async fn watch_own_node(session: Arc<Session>, path: Arc<str>, signal: HoldSignal, mut watching: Option<NodeEvent>) {
     // The task rests at the select below for as long as the hold lives, one task per hold: the
     // requests on the way (the watch, the clean-up) are boxed, so that what every hold keeps
     // is the resting state only.

@@ -14,6 +14,21 @@ use lockkit_core::backend::HoldSignal;
 /// run on different tasks) is then still found at the registration.
 const RECENT_DELETIONS: usize = 256;
 
+/// How the live holds of a provider's current session hear of their node's deletion. Not
+/// part of the API: for tests (the many-holds runs check that they ran on the store-wide
+/// watch and did not fall back to a watch per hold).
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HoldCoverage {
+    /// Whether the server confirmed the session's recursive watch on the base path, and the
+    /// session has not removed it since.
+    pub store_wide_watch: bool,
+    /// Live holds whose node's deletion the recursive watch tells.
+    pub store_wide: usize,
+    /// Live holds that watch their own node.
+    pub per_hold: usize,
+}
+
 /// One live hold.
 struct Entry {
     signal: HoldSignal,
@@ -52,6 +67,20 @@ impl HoldTable {
         (watched, gone)
     }
 
+    /// Moves every live hold onto the recursive watch, now set: those that watched their own
+    /// node stop doing so (the session's `take_over_holds`), which frees their task and watch.
+    pub(crate) fn cover_all(&mut self) {
+        for entry in self.holds.values_mut() {
+            entry.watched = true;
+        }
+        self.watched = self.holds.len();
+    }
+
+    /// Whether the hold of the node at `path` is live and covered by the recursive watch.
+    pub(crate) fn is_watched(&self, path: &str) -> bool {
+        self.holds.get(path).is_some_and(|entry| entry.watched)
+    }
+
     /// Forgets a hold (released or lost).
     pub(crate) fn remove(&mut self, path: &str) -> Option<HoldSignal> {
         let entry = self.holds.remove(path)?;
@@ -63,6 +92,15 @@ impl HoldTable {
 
     pub(crate) fn len(&self) -> usize {
         self.holds.len()
+    }
+
+    /// How the live holds hear of their node's deletion.
+    pub(crate) fn coverage(&self) -> HoldCoverage {
+        HoldCoverage {
+            store_wide_watch: self.watching,
+            store_wide: self.watched,
+            per_hold: self.holds.len() - self.watched,
+        }
     }
 
     /// Every live hold's signal.

@@ -74,7 +74,7 @@
 //!   timeout and guaranteed until the send time of the last answered request plus the
 //!   granted timeout minus the drift; `Disconnected` suspends it, an expired session or the
 //!   deletion of its node loses it (see [`DisconnectPolicy`]). Each hold watches its node;
-//!   a session with 256 holds or more at once watches its base path recursively instead
+//!   a session with 64 holds or more at once watches its base path recursively instead
 //!   (ZooKeeper 3.6 and later), so that a further hold costs no watch and no request of its
 //!   own, at the price of hearing every change under the base path while it has them.
 //! - **Cancel safety**: an acquisition dropped at any point deletes its node in the
@@ -111,6 +111,7 @@
 mod backend;
 mod client;
 mod config;
+mod coverage;
 mod error;
 mod held;
 mod holds;
@@ -125,6 +126,8 @@ mod session;
 pub use config::{
     DEFAULT_BASE_PATH, DEFAULT_SESSION_TIMEOUT, DisconnectPolicy, LockAcl, OPTIONS, ZkLockProviderBuilder,
 };
+#[doc(hidden)]
+pub use holds::HoldCoverage;
 pub use names::encode_name;
 pub use provider::{SCHEME, ZkLockProvider};
 /// The ZooKeeper client library this backend is built on, re-exported so that

@@ -18,13 +18,17 @@
 //! (ZooKeeper 3.6 and later), and the holds granted from then on cost an entry in its
 //! [`HoldTable`] and no request, task or watch of their own: the deletion of any node below
 //! the base path reaches the session task, which loses the hold of that node, if it is one's.
+//! The holds that watched their own node until then move onto it (their tasks and watches
+//! end; one `exists` each finds a deletion their own watch heard but had not told yet).
 //! The price is that the session hears of every change below its base path, other clients'
 //! included, which is why it is not set for a few holds; it is removed once no hold uses it
 //! and fewer than half as many holds are left. Events that happen while the connection is down
 //! are not replayed when it comes back (ZOOKEEPER-4698), so after a reconnection the session
 //! asks once whether each of those holds' nodes still exists. A hidden builder setting lowers
-//! the threshold, for tests; at one, the watch is set as the session opens, so that it covers
-//! every hold, the first included, and stays.
+//! the threshold, for tests; at one, the watch is set as the session opens (a session that
+//! cannot set it fails to open), so that it covers every hold, the first included, and stays.
+//! [`ZkLockProvider::hold_coverage`](crate::ZkLockProvider::hold_coverage) tells tests how
+//! many holds each way covers.
 //!
 //! Session states drive the rest: `Disconnected` suspends the holds (no renewal can be
 //! answered, so the deadline keeps running; with [`DisconnectPolicy::LoseOnDisconnect`] they
@@ -58,7 +62,7 @@ use zookeeper_client as zk;
 
 use crate::config::{DisconnectPolicy, ZkConfig, check_drift};
 use crate::error::{BACKEND, Failure, is_connection, is_loss, loss_for_state, map};
-use crate::holds::{HoldTable, leaves_node};
+use crate::holds::{HoldCoverage, HoldTable, leaves_node};
 
 /// How long the probe waits for a TCP connection to one server at most.
 const PROBE_LIMIT: Duration = Duration::from_secs(2);
@@ -92,6 +96,8 @@ pub(crate) struct Session {
     holds: Mutex<HoldTable>,
     /// Tells the session task that the session has many holds: time for the recursive watch.
     many_holds: Arc<tokio::sync::Notify>,
+    /// Woken when the recursive watch took over the holds that watched their own node.
+    taken_over: tokio::sync::Notify,
     /// The session task: finished when the session ended or its runtime shut down.
     task: OnceLock<JoinHandle<()>>,
     /// Set when a request or watch failed as only a session whose tasks are gone fails.
@@ -168,22 +174,23 @@ impl Session {
             many_holds_at: config.many_holds,
             holds: Mutex::new(HoldTable::default()),
             many_holds: Arc::new(tokio::sync::Notify::new()),
+            taken_over: tokio::sync::Notify::new(),
             task: OnceLock::new(),
             broken: AtomicBool::new(false),
         });
         // With a threshold of one, every hold is to be covered, the first one too: the watch is
-        // set before the session serves any acquisition.
+        // set before the session serves any acquisition. That threshold is the tests' way onto
+        // the recursive watch, so a session that cannot set it fails to open rather than
+        // falling back to a watch per hold unseen.
         let recursive = if session.many_holds_at <= 1 {
-            match add_recursive_watch(&session).await {
-                Ok(watcher) => {
-                    session.holds().watching = true;
-                    Some(watcher)
-                }
-                Err(error) => {
-                    tracing::debug!(backend = BACKEND, %error, "no recursive watch: holds watch their nodes");
-                    None
-                }
-            }
+            let watcher = add_recursive_watch(&session).await.map_err(|error| {
+                session.error(error, lock).with_context(format!(
+                    "set the recursive watch on {} that a many-holds threshold of 1 asks for (ZooKeeper 3.6 or later)",
+                    session.root
+                ))
+            })?;
+            session.holds().watching = true;
+            Some(watcher)
         } else {
             None
         };
@@ -274,9 +281,43 @@ impl Session {
         self.holds().remove(path);
     }
 
+    /// The recursive watch is set: it covers the holds registered from now on and, from here,
+    /// those that watched their own node too, whose tasks end (freeing a task and a watch
+    /// each, [`taken_over`](Self::taken_over)). One `exists` per hold then finds a node
+    /// deleted before the watch was set whose own watch's event was not handled yet.
+    fn take_over_holds(self: &Arc<Self>) {
+        {
+            let mut holds = self.holds();
+            holds.watching = true;
+            holds.cover_all();
+        }
+        self.taken_over.notify_waiters();
+        self.check_nodes();
+    }
+
+    /// Resolves once the hold of the node at `path` is covered by the recursive watch (after
+    /// [`take_over_holds`](Self::take_over_holds)): its own watch may go.
+    pub(crate) async fn taken_over(&self, path: &str) {
+        loop {
+            let notified = self.taken_over.notified();
+            let mut notified = std::pin::pin!(notified);
+            // Registered before the check, so that a take-over between the two is not missed.
+            notified.as_mut().enable();
+            if self.holds().is_watched(path) {
+                return;
+            }
+            notified.await;
+        }
+    }
+
     /// How many holds are live.
     pub(crate) fn hold_count(&self) -> usize {
         self.holds().len()
+    }
+
+    /// How the live holds hear of their node's deletion, from the table of holds.
+    pub(crate) fn coverage(&self) -> HoldCoverage {
+        self.holds().coverage()
     }
 
     /// Extends every live hold to the deadline of a request sent at `sent_at` and answered.
@@ -532,7 +573,7 @@ async fn watch_session(
                 let Some(session) = session.upgrade() else { return };
                 match added {
                     Ok(watcher) => {
-                        session.holds().watching = true;
+                        session.take_over_holds();
                         recursive = Some(watcher);
                         tracing::debug!(backend = BACKEND, session = %id, "watching the base path recursively");
                     }

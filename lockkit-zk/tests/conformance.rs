@@ -17,6 +17,27 @@ mod many_holds {
         without: [],
         only: [loss, release, reentrancy, fencing, max_hold, multi, break_lock],
     );
+
+    /// The run above is on the recursive watch: a session that cannot set it fails to open at
+    /// this threshold, and here a client of the same harness shows, from its session's table
+    /// of holds, that every hold it takes is covered by that watch and none watches its node.
+    #[test]
+    fn every_hold_of_the_run_is_covered_by_the_recursive_watch() {
+        use lockkit_testkit::holds::{hold_all, release_all};
+        use lockkit_zk::HoldCoverage;
+
+        crate::support::run(async {
+            let h = crate::support::ZkHarness::shared().await.with_many_holds_threshold(1);
+            let (provider, _proxy) = h.proxied_client().await;
+            let names: Vec<String> = (0..20).map(|i| crate::support::fresh_name(&format!("covered-{i}"))).collect();
+            let guards = hold_all(&provider, &names).await;
+            let covered = HoldCoverage { store_wide_watch: true, store_wide: names.len(), per_hold: 0 };
+            assert_eq!(provider.hold_coverage(), covered);
+            release_all(guards, &[]).await;
+            let released = HoldCoverage { store_wide_watch: true, store_wide: 0, per_hold: 0 };
+            assert_eq!(provider.hold_coverage(), released);
+        });
+    }
 }
 
 // After the module above: the kit's helper macros of a run reach the modules that follow it.

@@ -1,6 +1,7 @@
 //! How a session tells its holds' deletions: each of its first holds watches its node, and
-//! once it has many at once (256) one recursive watch on the base path serves the holds granted
-//! from then on. A deletion reaches the one hold it concerns among many, either way, and a
+//! once it has many at once (64) one recursive watch on the base path serves them all, those
+//! granted from then on and those it takes over (checked from the session's table of holds,
+//! `hold_coverage`). A deletion reaches the one hold it concerns among many, either way, and a
 //! deletion made while the holder's connection was cut (events the server does not replay to a
 //! recursive watch) is still found.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -12,19 +13,32 @@ use std::time::{Duration, Instant};
 
 use lockkit_core::{LockGuard, LossReason};
 use lockkit_testkit::holds::{hold_all, release_all};
-use lockkit_zk::ZkLockProvider;
+use lockkit_zk::{HoldCoverage, ZkLockProvider};
 use support::{ProxyFaults, SESSION_TIMEOUT, ZkHarness, eventually, fresh_name, run, shared_harness};
 
-/// A provider of its own behind a fault proxy, holding `count` locks with fresh names: the
-/// provider (to keep while the holds live), its proxy, the names and the guards.
+/// The default threshold of the recursive watch.
+const MANY_HOLDS: usize = 64;
+
+/// A provider of its own behind a fault proxy, holding `count` locks with fresh names, the
+/// last `covered` of them taken once the recursive watch is set: the provider (to keep while
+/// the holds live), its proxy, the names and the guards. Checks, from the session's table of
+/// holds, that the recursive watch covers every hold: the last ones from their grant, the
+/// first ones (which watched their own node until it was set) since it took them over.
 async fn proxied_holds(
     h: &ZkHarness,
     what: &str,
     count: usize,
+    covered: usize,
 ) -> (ZkLockProvider, Arc<ProxyFaults>, Vec<String>, Vec<LockGuard>) {
+    assert!(count - covered >= MANY_HOLDS, "the holds before the last ones set the recursive watch");
     let (provider, proxy) = h.proxied_client().await;
     let names: Vec<String> = (0..count).map(|i| fresh_name(&format!("{what}-{i}"))).collect();
-    let guards = hold_all(&provider, &names).await;
+    let (first, last) = names.split_at(count - covered);
+    let mut guards = hold_all(&provider, first).await;
+    eventually(SESSION_TIMEOUT, "the recursive watch is set", || async { provider.hold_coverage().store_wide_watch })
+        .await;
+    guards.extend(hold_all(&provider, last).await);
+    assert_eq!(provider.hold_coverage(), HoldCoverage { store_wide_watch: true, store_wide: count, per_hold: 0 });
     (provider, proxy, names, guards)
 }
 
@@ -43,14 +57,15 @@ async fn release_leaving_no_node(h: &ZkHarness, names: &[String], guards: Vec<Lo
     }
 }
 
-/// 400 holds on one provider; an administrator deletes the node of one of the first (watched
-/// by its own task) and of one of the last (watched by the session's recursive watch): those
-/// holds, and no other, are lost, at once; the others release normally.
+/// 400 holds on one provider, the last 100 taken once the recursive watch is set; an
+/// administrator deletes the node of one of the first (which watched its own node until the
+/// recursive watch took it over) and of one of the last (covered from its grant): those holds,
+/// and no other, are lost, at once; the others release normally.
 #[test]
 fn a_deleted_node_among_many_holds_loses_that_hold_only() {
     run(async {
         let h = shared_harness().await;
-        let (_a, _proxy, names, guards) = proxied_holds(h, "many", 400).await;
+        let (_a, _proxy, names, guards) = proxied_holds(h, "many", 400, 100).await;
         let victims = [17, 377];
         for victim in victims {
             delete_holder_node(h, &names[victim]).await;
@@ -66,7 +81,7 @@ fn a_deleted_node_among_many_holds_loses_that_hold_only() {
     });
 }
 
-/// A provider with 300 holds (the last ones watched by the recursive watch) has its
+/// A provider with 300 holds (the last 20 taken once the recursive watch is set) has its
 /// connection cut, shorter than the session timeout; the node of its last hold is deleted
 /// meanwhile, and the connection comes back: the server does not replay the deletion to the
 /// recursive watch, and the session finds it by looking: that hold is lost, the others kept.
@@ -74,7 +89,7 @@ fn a_deleted_node_among_many_holds_loses_that_hold_only() {
 fn a_node_deleted_while_the_connection_was_cut_is_found_after_the_reconnection() {
     run(async {
         let h = shared_harness().await;
-        let (_a, a_proxy, names, guards) = proxied_holds(h, "cut", 300).await;
+        let (_a, a_proxy, names, guards) = proxied_holds(h, "cut", 300, 20).await;
         let victim = names.len() - 1;
         a_proxy.proxy().cut_all();
         a_proxy.proxy().blackhole();

@@ -45,7 +45,7 @@ impl Profile for ZooKeeper {
 
     fn renewal_note(&self) -> Option<&'static str> {
         Some(
-            "ZooKeeper renews the session, not each hold: one ping per third of the session timeout, whatever the number of holds (not counted); from 256 holds one recursive watch on the base path hears every change below it, the server's clean-up of empty lock znodes of earlier runs included (up to 10,000 a minute: some 10 ms of client CPU a second)",
+            "ZooKeeper renews the session, not each hold: one ping per third of the session timeout, whatever the number of holds (not counted); from 64 holds one recursive watch on the base path hears every change below it, the server's clean-up of empty lock znodes of earlier runs included (up to 10,000 a minute: some 10 ms of client CPU a second)",
         )
     }
 
