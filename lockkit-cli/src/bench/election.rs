@@ -77,14 +77,16 @@ impl Bench {
             ("failover_to_observer_p50", "resign → an observer hears of it, p50", &to_observer),
         ] {
             let p50 = latency.micros(0.5);
-            self.report.add_ratio(section, key, label, p50, Unit::Micros, self.ratio(p50));
+            self.report.add(section, key, label, p50, Unit::Micros);
+            self.report.set_ratio(self.ratio(p50));
         }
         for (key, label, latency) in [
             ("failover_to_leader_p99", "resign → next leader, p99", &to_leader),
             ("failover_to_observer_p99", "resign → observer, p99", &to_observer),
         ] {
             let p99 = latency.micros(0.99);
-            self.report.add_ratio(section, key, label, p99, Unit::Micros, self.ratio(p99));
+            self.report.add(section, key, label, p99, Unit::Micros);
+            self.report.set_ratio(self.ratio(p99));
         }
         Ok(())
     }
