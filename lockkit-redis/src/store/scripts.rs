@@ -44,18 +44,25 @@ pub(super) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(queue_script!("scripts/layout.lua", "scripts/release_lean.lua", "scripts/release_shared_lean.lua"
         => "scripts/release.lua"))
 });
-pub(super) static ABANDON: LazyLock<Script> =
-    LazyLock::new(|| Script::new(queue_script!("scripts/layout.lua" => "scripts/abandon.lua")));
-pub(super) static DOWNGRADE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(queue_script!("scripts/layout.lua" => "scripts/downgrade.lua")));
-pub(super) static INSPECT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(queue_script!("scripts/layout.lua" => "scripts/inspect.lua")));
-pub(super) static BREAK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(queue_script!("scripts/layout.lua" => "scripts/break.lua")));
-pub(super) static OBSERVE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(queue_script!("scripts/layout.lua" => "scripts/observe.lua")));
-pub(super) static RENEW_LEADER: LazyLock<Script> =
-    LazyLock::new(|| Script::new(queue_script!("scripts/layout.lua" => "scripts/renew_leader.lua")));
+
+/// Declares the scripts of the wait queue that have no lean path: the layout, the queue's
+/// functions, then the body.
+macro_rules! queue_scripts {
+    ($($name:ident => $body:literal),* $(,)?) => {$(
+        pub(super) static $name: LazyLock<Script> =
+            LazyLock::new(|| Script::new(queue_script!("scripts/layout.lua" => $body)));
+    )*};
+}
+
+queue_scripts! {
+    ABANDON => "scripts/abandon.lua",
+    DOWNGRADE => "scripts/downgrade.lua",
+    INSPECT => "scripts/inspect.lua",
+    BREAK => "scripts/break.lua",
+    OBSERVE => "scripts/observe.lua",
+    RENEW_LEADER => "scripts/renew_leader.lua",
+}
+
 pub(super) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
 /// Renews a batch of mutex holds in one call, on a server that is not a cluster.
 pub(super) static RENEW_MANY: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/renew_many.lua")));
