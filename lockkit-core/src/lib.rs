@@ -106,6 +106,7 @@ pub mod fence;
 mod guard;
 mod handle;
 mod handle_inner;
+mod hold_coverage;
 pub mod home;
 mod journal_observer;
 mod kind;
@@ -132,6 +133,8 @@ pub use error::{BoxError, Error, LossReason, NameUse, Result, error_chain};
 pub use fence::{Fence, FenceMode, LockId};
 pub use guard::LockGuard;
 pub use handle::LockHandle;
+#[doc(hidden)]
+pub use hold_coverage::HoldCoverage;
 pub use kind::HoldKind;
 pub use lock::DistributedLock;
 pub use multi::{MultiGuard, MultiLock, StoreId};

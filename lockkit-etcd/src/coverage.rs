@@ -3,8 +3,8 @@
 //! watch, or the listing of the holds' keys after each keep-alive) they took.
 
 use crate::client::EtcdBackend;
-use crate::deletions::HoldCoverage;
 use crate::provider::EtcdLockProvider;
+use lockkit_core::HoldCoverage;
 
 impl EtcdLockProvider {
     /// How the live holds of the current session hear of their key's deletion; all zero

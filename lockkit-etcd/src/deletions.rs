@@ -22,21 +22,6 @@ use crate::watch::{Notice, Watches};
 /// How long the task pauses before setting the watch again after it ended or failed.
 const RETRY: Duration = Duration::from_millis(200);
 
-/// How the live holds of a provider's session hear of their key's deletion. Not part of the
-/// API: for tests (the many-holds runs check that they ran on the prefix watch and did not
-/// fall back to listing the holds' keys).
-#[doc(hidden)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct HoldCoverage {
-    /// Whether etcd confirmed the creation of the session's prefix watch, and it runs.
-    pub store_wide_watch: bool,
-    /// Live holds that the prefix watch alone follows: the watch runs, and a listing sent
-    /// after its creation found the holds of then (or there were none), so no listing is sent.
-    pub store_wide: usize,
-    /// Live holds that the listing after each keep-alive follows.
-    pub per_hold: usize,
-}
-
 /// The prefix watch of one session.
 #[derive(Default)]
 pub(crate) struct PrefixWatch {

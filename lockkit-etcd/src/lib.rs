@@ -94,9 +94,9 @@ mod watch;
 pub use etcd_client;
 
 pub use crate::config::{DEFAULT_PREFIX, DEFAULT_TTL, EtcdLockProviderBuilder, MIN_TTL, OPTIONS};
-#[doc(hidden)]
-pub use crate::deletions::HoldCoverage;
 pub use crate::provider::{EtcdLockProvider, SCHEME};
+#[doc(hidden)]
+pub use lockkit_core::HoldCoverage;
 
 /// The backend's name in errors and spans.
 pub const BACKEND: &str = "etcd";

@@ -209,6 +209,12 @@ mod tests {
         NonZeroU32::new(permits).unwrap()
     }
 
+    /// The verdict of a key that waits for the deletion of `key` (with `or_put`, for any
+    /// change of its value too).
+    fn waits_on_key(key: &str, or_put: bool) -> Verdict {
+        Verdict::Waits(Wait::Key { key: key.into(), or_put })
+    }
+
     #[test]
     fn values_round_trip_and_a_bare_owner_line_is_a_mutex() {
         let owner = "lockkit1 67e55044-10b1-426f-9247-bb680e5fe0c8 host 42 1700000000000";
@@ -227,10 +233,7 @@ mod tests {
     fn a_lock_waits_for_the_key_just_ahead() {
         assert_eq!(may_be_granted(&KeyKind::Write, &[]), Verdict::Holds);
         let ahead = [entry(1, KeyKind::Read), entry(2, KeyKind::Exclusive)];
-        assert_eq!(
-            may_be_granted(&KeyKind::Write, &ahead),
-            Verdict::Waits(Wait::Key { key: "k2".into(), or_put: false })
-        );
+        assert_eq!(may_be_granted(&KeyKind::Write, &ahead), waits_on_key("k2", false));
     }
 
     #[test]
@@ -238,15 +241,9 @@ mod tests {
         let readers = [entry(1, KeyKind::Read), entry(2, KeyKind::Read)];
         assert_eq!(may_be_granted(&KeyKind::Read, &readers), Verdict::Holds);
         let ahead = [entry(1, KeyKind::Exclusive), entry(2, KeyKind::Write), entry(3, KeyKind::Read)];
-        assert_eq!(
-            may_be_granted(&KeyKind::Read, &ahead),
-            Verdict::Waits(Wait::Key { key: "k2".into(), or_put: true })
-        );
+        assert_eq!(may_be_granted(&KeyKind::Read, &ahead), waits_on_key("k2", true));
         let behind_mutex = [entry(1, KeyKind::Exclusive), entry(2, KeyKind::Read)];
-        assert_eq!(
-            may_be_granted(&KeyKind::Read, &behind_mutex),
-            Verdict::Waits(Wait::Key { key: "k1".into(), or_put: false })
-        );
+        assert_eq!(may_be_granted(&KeyKind::Read, &behind_mutex), waits_on_key("k1", false));
     }
 
     #[test]

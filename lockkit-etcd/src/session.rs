@@ -46,9 +46,10 @@ use tokio::runtime::Handle;
 use tracing::Instrument;
 
 use crate::config::EtcdConfig;
-use crate::deletions::{HoldCoverage, PrefixWatch};
+use crate::deletions::PrefixWatch;
 use crate::error::{connect_error, is_token_refused};
 use crate::watch::LockWatches;
+use lockkit_core::HoldCoverage;
 
 /// What one reply of the holds' check may carry, in bytes: below the client's 4 MiB limit on
 /// a message it decodes, with room for the reply's own fields.

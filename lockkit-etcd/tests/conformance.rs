@@ -23,19 +23,13 @@ mod many_holds {
     /// session, that the watch alone follows every hold it takes (no listing is sent).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn every_hold_of_the_run_is_covered_by_the_prefix_watch() {
-        use lockkit_etcd::HoldCoverage;
-        use lockkit_testkit::holds::{hold_all, release_all};
+        use lockkit_testkit::holds::check_store_wide_coverage;
 
         let h = crate::support::EtcdHarness::shared_with(crate::support::ClientSetup::many_holds(1)).await;
         let (provider, _proxy) = h.client_with(crate::support::test_builder().many_holds_threshold(1)).await.unwrap();
         let base = format!("covered/{}", uuid::Uuid::new_v4().simple());
         let names: Vec<String> = (0..20).map(|i| format!("{base}/{i}")).collect();
-        let guards = hold_all(&provider, &names).await;
-        let covered = HoldCoverage { store_wide_watch: true, store_wide: names.len(), per_hold: 0 };
-        assert_eq!(provider.hold_coverage(), covered);
-        release_all(guards, &[]).await;
-        let released = HoldCoverage { store_wide_watch: true, store_wide: 0, per_hold: 0 };
-        assert_eq!(provider.hold_coverage(), released);
+        check_store_wide_coverage(&provider, &names, || provider.hold_coverage()).await;
     }
 }
 

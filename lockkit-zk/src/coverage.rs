@@ -3,8 +3,8 @@
 //! two ways (the session's recursive watch on the base path, or a watch per hold) they took.
 
 use crate::client::ZkBackend;
-use crate::holds::HoldCoverage;
 use crate::provider::ZkLockProvider;
+use lockkit_core::HoldCoverage;
 
 impl ZkLockProvider {
     /// How the live holds of the current session hear of their node's deletion; all zero

@@ -6,28 +6,13 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-use lockkit_core::LossReason;
 use lockkit_core::backend::HoldSignal;
+use lockkit_core::{HoldCoverage, LossReason};
 
 /// How many deletions of nodes that are no hold's the table remembers: a node deleted
 /// between its create's reply and its hold's registration (the watch's event and the grant
 /// run on different tasks) is then still found at the registration.
 const RECENT_DELETIONS: usize = 256;
-
-/// How the live holds of a provider's current session hear of their node's deletion. Not
-/// part of the API: for tests (the many-holds runs check that they ran on the store-wide
-/// watch and did not fall back to a watch per hold).
-#[doc(hidden)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct HoldCoverage {
-    /// Whether the server confirmed the session's recursive watch on the base path, and the
-    /// session has not removed it since.
-    pub store_wide_watch: bool,
-    /// Live holds whose node's deletion the recursive watch tells.
-    pub store_wide: usize,
-    /// Live holds that watch their own node.
-    pub per_hold: usize,
-}
 
 /// One live hold.
 struct Entry {

@@ -127,7 +127,7 @@ pub use config::{
     DEFAULT_BASE_PATH, DEFAULT_SESSION_TIMEOUT, DisconnectPolicy, LockAcl, OPTIONS, ZkLockProviderBuilder,
 };
 #[doc(hidden)]
-pub use holds::HoldCoverage;
+pub use lockkit_core::HoldCoverage;
 pub use names::encode_name;
 pub use provider::{SCHEME, ZkLockProvider};
 /// The ZooKeeper client library this backend is built on, re-exported so that

@@ -62,7 +62,8 @@ use zookeeper_client as zk;
 
 use crate::config::{DisconnectPolicy, ZkConfig, check_drift};
 use crate::error::{BACKEND, Failure, is_connection, is_loss, loss_for_state, map};
-use crate::holds::{HoldCoverage, HoldTable, leaves_node};
+use crate::holds::{HoldTable, leaves_node};
+use lockkit_core::HoldCoverage;
 
 /// How long the probe waits for a TCP connection to one server at most.
 const PROBE_LIMIT: Duration = Duration::from_secs(2);

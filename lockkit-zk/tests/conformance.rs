@@ -23,19 +23,13 @@ mod many_holds {
     /// of holds, that every hold it takes is covered by that watch and none watches its node.
     #[test]
     fn every_hold_of_the_run_is_covered_by_the_recursive_watch() {
-        use lockkit_testkit::holds::{hold_all, release_all};
-        use lockkit_zk::HoldCoverage;
+        use lockkit_testkit::holds::check_store_wide_coverage;
 
         crate::support::run(async {
             let h = crate::support::ZkHarness::shared().await.with_many_holds_threshold(1);
             let (provider, _proxy) = h.proxied_client().await;
             let names: Vec<String> = (0..20).map(|i| crate::support::fresh_name(&format!("covered-{i}"))).collect();
-            let guards = hold_all(&provider, &names).await;
-            let covered = HoldCoverage { store_wide_watch: true, store_wide: names.len(), per_hold: 0 };
-            assert_eq!(provider.hold_coverage(), covered);
-            release_all(guards, &[]).await;
-            let released = HoldCoverage { store_wide_watch: true, store_wide: 0, per_hold: 0 };
-            assert_eq!(provider.hold_coverage(), released);
+            check_store_wide_coverage(&provider, &names, || provider.hold_coverage()).await;
         });
     }
 }

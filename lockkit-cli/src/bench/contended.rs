@@ -80,38 +80,21 @@ impl Bench {
         let section = "contended";
         let rate = acquisitions as f64 / elapsed;
         let share = if acquisitions == 0 { 0.0 } else { handoffs as f64 / acquisitions as f64 };
-        self.report.add_ratio(
-            section,
-            "acquisitions",
-            format!("acquisitions/s, {clients} clients"),
-            rate,
-            Unit::PerSecond,
-            self.rate_ratio(rate),
-        );
+        self.report.add(section, "acquisitions", format!("acquisitions/s, {clients} clients"), rate, Unit::PerSecond);
+        self.report.set_ratio(self.rate_ratio(rate));
         self.report.add(section, "handoff_share", "share passed to another client", share, Unit::Share);
         if let Some(least) = self.targets.handoff_share {
             self.report.target(format!("≥ {} %", least * 100.0), |v, _| v >= least);
         }
         let (h50, h99) = (handoff.micros(0.5), handoff.micros(0.99));
-        self.report.add_ratio(
-            section,
-            "handoff_p50",
-            "hand-off p50 (release → other's grant)",
-            h50,
-            Unit::Micros,
-            self.ratio(h50),
-        );
+        self.report.add(section, "handoff_p50", "hand-off p50 (release → other's grant)", h50, Unit::Micros);
+        self.report.set_ratio(self.ratio(h50));
         self.target_ratio(self.targets.handoff);
-        self.report.add_ratio(section, "handoff_p99", "hand-off p99", h99, Unit::Micros, self.ratio(h99));
+        self.report.add(section, "handoff_p99", "hand-off p99", h99, Unit::Micros);
+        self.report.set_ratio(self.ratio(h99));
         let r50 = release.micros(0.5);
-        self.report.add_ratio(
-            section,
-            "release_p50",
-            "release call p50 (the holder's side)",
-            r50,
-            Unit::Micros,
-            self.ratio(r50),
-        );
+        self.report.add(section, "release_p50", "release call p50 (the holder's side)", r50, Unit::Micros);
+        self.report.set_ratio(self.ratio(r50));
         let (w50, _, wmax) = self.add_wait(section, "wait", "wait", wait.spread());
         let starvation = if w50 > 0.0 { wmax / w50 } else { 0.0 };
         self.report.add(section, "wait_max_over_p50", "wait max ÷ wait p50", starvation, Unit::Times);

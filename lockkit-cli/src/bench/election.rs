@@ -72,19 +72,15 @@ impl Bench {
         }
         leadership.resign().await.map_err(&fail)?;
         let section = "election";
-        for (key, label, latency) in [
-            ("failover_to_leader_p50", "resign → next leader's campaign returns, p50", &to_leader),
-            ("failover_to_observer_p50", "resign → an observer hears of it, p50", &to_observer),
+        for (key, label, latency, quantile) in [
+            ("failover_to_leader_p50", "resign → next leader's campaign returns, p50", &to_leader, 0.5),
+            ("failover_to_observer_p50", "resign → an observer hears of it, p50", &to_observer, 0.5),
+            ("failover_to_leader_p99", "resign → next leader, p99", &to_leader, 0.99),
+            ("failover_to_observer_p99", "resign → observer, p99", &to_observer, 0.99),
         ] {
-            let p50 = latency.micros(0.5);
-            self.report.add_ratio(section, key, label, p50, Unit::Micros, self.ratio(p50));
-        }
-        for (key, label, latency) in [
-            ("failover_to_leader_p99", "resign → next leader, p99", &to_leader),
-            ("failover_to_observer_p99", "resign → observer, p99", &to_observer),
-        ] {
-            let p99 = latency.micros(0.99);
-            self.report.add_ratio(section, key, label, p99, Unit::Micros, self.ratio(p99));
+            let micros = latency.micros(quantile);
+            self.report.add(section, key, label, micros, Unit::Micros);
+            self.report.set_ratio(self.ratio(micros));
         }
         Ok(())
     }

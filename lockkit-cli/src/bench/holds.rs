@@ -142,11 +142,13 @@ impl Bench {
         let label = format!("acquiring them all, {IN_FLIGHT} at a time");
         self.report.add(section, "acquire_all", label, acquire_time.as_secs_f64(), Unit::Seconds);
         let a = per_hold(acquire_time);
-        self.report.add_ratio(section, "acquire_per_hold", "… per hold", a, Unit::Micros, self.ratio(a));
+        self.report.add(section, "acquire_per_hold", "… per hold", a, Unit::Micros);
+        self.report.set_ratio(self.ratio(a));
         let label = format!("releasing them all, {IN_FLIGHT} at a time");
         self.report.add(section, "release_all", label, release_time.as_secs_f64(), Unit::Seconds);
         let r = per_hold(release_time);
-        self.report.add_ratio(section, "release_per_hold", "… per hold", r, Unit::Micros, self.ratio(r));
+        self.report.add(section, "release_per_hold", "… per hold", r, Unit::Micros);
+        self.report.set_ratio(self.ratio(r));
         if let Some((ticks, trips)) = rounds {
             self.report.add(section, "renewal_rounds", "renewal rounds in the three leases", ticks as f64, Unit::Count);
             let per_round = trips as f64 / ticks.max(1) as f64;

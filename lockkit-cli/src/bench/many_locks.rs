@@ -37,7 +37,8 @@ impl Bench {
             self.report.add(section, key, label, took.as_secs_f64(), Unit::Seconds);
             let per_lock = took.as_secs_f64() * 1e6 / count.max(1) as f64;
             let ratio = self.ratio(per_lock);
-            self.report.add_ratio(section, format!("{key}_per_lock"), "… per lock", per_lock, Unit::Micros, ratio);
+            self.report.add(section, format!("{key}_per_lock"), "… per lock", per_lock, Unit::Micros);
+            self.report.set_ratio(ratio);
         }
         let speedup = sequential.as_secs_f64() / concurrent.as_secs_f64().max(1e-9);
         self.report.add(section, "speedup", "at once ÷ one after another (speed-up)", speedup, Unit::Times);

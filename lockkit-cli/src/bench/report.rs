@@ -161,21 +161,15 @@ impl Report {
         value: f64,
         unit: Unit,
     ) {
-        self.add_ratio(section, key, label, value, unit, None);
+        let (key, label) = (key.into(), label.into());
+        self.figures.push(Figure { section, key, label, value, unit, ratio: None, target: None });
     }
 
-    /// Adds a figure with its ratio to the floor.
-    pub(crate) fn add_ratio(
-        &mut self,
-        section: &'static str,
-        key: impl Into<String>,
-        label: impl Into<String>,
-        value: f64,
-        unit: Unit,
-        ratio: Option<f64>,
-    ) {
-        let (key, label) = (key.into(), label.into());
-        self.figures.push(Figure { section, key, label, value, unit, ratio, target: None });
+    /// Sets the ratio to the floor of the last figure added.
+    pub(crate) fn set_ratio(&mut self, ratio: Option<f64>) {
+        if let Some(figure) = self.figures.last_mut() {
+            figure.ratio = ratio;
+        }
     }
 
     /// Checks the last figure added against `text` with `met(value, ratio)`.
@@ -272,7 +266,8 @@ mod tests {
     #[test]
     fn table_and_json_carry_the_same_figures() {
         let mut report = Report { url: "mem://x".into(), backend: "memory", ..Report::default() };
-        report.add_ratio("uncontended", "p50", "cycle p50", 120.0, Unit::Micros, Some(1.5));
+        report.add("uncontended", "p50", "cycle p50", 120.0, Unit::Micros);
+        report.set_ratio(Some(1.5));
         report.target("≤ 2.2× floor p50", |_, ratio| ratio.is_some_and(|r| r <= 2.2));
         report.add("contended", "handoff_share", "hand-off share", 0.5, Unit::Share);
         let table = report.table();

@@ -61,14 +61,8 @@ impl Bench {
         }
         let section = "shared";
         let p50 = cycles.micros(0.5);
-        self.report.add_ratio(
-            section,
-            "read_cycle_p50",
-            "read acquire+release p50",
-            p50,
-            Unit::Micros,
-            self.ratio(p50),
-        );
+        self.report.add(section, "read_cycle_p50", "read acquire+release p50", p50, Unit::Micros);
+        self.report.set_ratio(self.ratio(p50));
         let against_mutex = if mutex_cycle_p50 > 0.0 { p50 / mutex_cycle_p50 } else { 0.0 };
         self.report.add(
             section,
@@ -94,15 +88,16 @@ impl Bench {
             |tallies: &[Tally]| tallies.iter().map(|t| t.acquisitions).sum::<u64>() as f64 / window.as_secs_f64();
         let (one, eight) = (rate(&alone), rate(&together));
         let section = "shared";
-        self.report.add_ratio(section, "one_reader", "reads/s, one reader", one, Unit::PerSecond, self.rate_ratio(one));
-        self.report.add_ratio(
+        self.report.add(section, "one_reader", "reads/s, one reader", one, Unit::PerSecond);
+        self.report.set_ratio(self.rate_ratio(one));
+        self.report.add(
             section,
             "eight_readers",
             format!("reads/s, {READERS} readers at once"),
             eight,
             Unit::PerSecond,
-            self.rate_ratio(eight),
         );
+        self.report.set_ratio(self.rate_ratio(eight));
         let scaling = if one > 0.0 { eight / one } else { 0.0 };
         self.report.add(section, "readers_scaling", "readers at once ÷ one reader", scaling, Unit::Times);
         if let Some(least) = self.targets.readers_scaling {
@@ -129,22 +124,10 @@ impl Bench {
         let reads = readers.iter().map(|t| t.acquisitions).sum::<u64>() as f64 / seconds;
         let writes = writer.iter().map(|t| t.acquisitions).sum::<u64>() as f64 / seconds;
         let section = "read_heavy";
-        self.report.add_ratio(
-            section,
-            "reads",
-            format!("reads/s, {} readers", READERS - 1),
-            reads,
-            Unit::PerSecond,
-            self.rate_ratio(reads),
-        );
-        self.report.add_ratio(
-            section,
-            "writes",
-            "writes/s, 1 writer",
-            writes,
-            Unit::PerSecond,
-            self.rate_ratio(writes),
-        );
+        self.report.add(section, "reads", format!("reads/s, {} readers", READERS - 1), reads, Unit::PerSecond);
+        self.report.set_ratio(self.rate_ratio(reads));
+        self.report.add(section, "writes", "writes/s, 1 writer", writes, Unit::PerSecond);
+        self.report.set_ratio(self.rate_ratio(writes));
         self.add_wait(section, "read_wait", "read wait", read_wait.spread());
         let write_wait = writer.first().map(|t| &t.wait);
         let (w50, _, wmax) =
@@ -177,14 +160,14 @@ impl Bench {
         tallies.iter().for_each(|t| wait.merge(&t.wait));
         let rate = tallies.iter().map(|t| t.acquisitions).sum::<u64>() as f64 / seconds;
         let section = "semaphore";
-        self.report.add_ratio(
+        self.report.add(
             section,
             "acquisitions",
             format!("permits/s, {SEMAPHORE_CLIENTS} clients, {PERMITS} permits"),
             rate,
             Unit::PerSecond,
-            self.rate_ratio(rate),
         );
+        self.report.set_ratio(self.rate_ratio(rate));
         self.add_wait(section, "wait", "wait", wait.spread());
         let most = in_use.1.load(Ordering::SeqCst) as f64;
         self.report.add(section, "most_in_use", "most permits in use at once (a check)", most, Unit::Count);

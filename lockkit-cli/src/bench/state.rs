@@ -86,14 +86,8 @@ impl Bench {
         let (p50, p99, max) = spread;
         for (suffix, value) in [("p50", p50), ("p99", p99), ("max", max)] {
             let ratio = self.ratio(value);
-            self.report.add_ratio(
-                section,
-                format!("{key}_{suffix}"),
-                format!("{label} {suffix}"),
-                value,
-                Unit::Micros,
-                ratio,
-            );
+            self.report.add(section, format!("{key}_{suffix}"), format!("{label} {suffix}"), value, Unit::Micros);
+            self.report.set_ratio(ratio);
         }
         spread
     }

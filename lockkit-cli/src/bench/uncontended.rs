@@ -38,7 +38,8 @@ impl Bench {
             let p50 = latency.micros(0.5);
             let ratio = if figure.main { Some(1.0) } else { self.ratio(p50) };
             let (key, label) = (figure.key, figure.label);
-            self.report.add_ratio("floor", format!("{key}_p50"), format!("{label} p50"), p50, Unit::Micros, ratio);
+            self.report.add("floor", format!("{key}_p50"), format!("{label} p50"), p50, Unit::Micros);
+            self.report.set_ratio(ratio);
             if figure.p99 {
                 self.report.add(
                     "floor",
@@ -60,11 +61,14 @@ impl Bench {
             cycles.len() as f64,
             Unit::Count,
         );
-        self.report.add_ratio(section, "cycles", "cycles/s, one client", rate, Unit::PerSecond, self.rate_ratio(rate));
-        self.report.add_ratio(section, "cycle_p50", "cycle p50", p50, Unit::Micros, self.ratio(p50));
+        self.report.add(section, "cycles", "cycles/s, one client", rate, Unit::PerSecond);
+        self.report.set_ratio(self.rate_ratio(rate));
+        self.report.add(section, "cycle_p50", "cycle p50", p50, Unit::Micros);
+        self.report.set_ratio(self.ratio(p50));
         self.target_ratio(self.targets.cycle);
         let p99_ratio = main_p99.map(|floor_p99| p99 / floor_p99.max(1e-9));
-        self.report.add_ratio(section, "cycle_p99", "cycle p99 (÷ floor p99)", p99, Unit::Micros, p99_ratio);
+        self.report.add(section, "cycle_p99", "cycle p99 (÷ floor p99)", p99, Unit::Micros);
+        self.report.set_ratio(p99_ratio);
         Ok(())
     }
 }

@@ -13,31 +13,13 @@ use crate::keys::LockKeys;
 /// script's own body.
 /// The acquire and release scripts put their lean paths (the mutex's uncontended case, then
 /// the reader's and the permit's) between the layout and the queue's functions, so that they
-/// run before those are made.
+/// run before those are made: `queue_script!(layout, lean paths… => body)`.
 macro_rules! queue_script {
-    ($layout:literal, $body:literal) => {
+    ($layout:literal $(, $lean:literal)* => $body:literal) => {
         concat!(
             include_str!($layout),
             include_str!("scripts/fence.lua"),
-            include_str!("scripts/queue.lua"),
-            include_str!($body)
-        )
-    };
-    ($layout:literal, $lean:literal, $body:literal) => {
-        concat!(
-            include_str!($layout),
-            include_str!("scripts/fence.lua"),
-            include_str!($lean),
-            include_str!("scripts/queue.lua"),
-            include_str!($body)
-        )
-    };
-    ($layout:literal, $lean:literal, $shared_lean:literal, $body:literal) => {
-        concat!(
-            include_str!($layout),
-            include_str!("scripts/fence.lua"),
-            include_str!($lean),
-            include_str!($shared_lean),
+            $(include_str!($lean),)*
             include_str!("scripts/queue.lua"),
             include_str!($body)
         )
@@ -48,40 +30,39 @@ macro_rules! queue_script {
 /// versions (record, fence counter, void marker, queue, queue expiry times, channel; see
 /// `layout_v1.lua`): the provider's own acquire script in every other respect.
 pub const ACQUIRE_SCRIPT: &str =
-    queue_script!("scripts/layout_v1.lua", "scripts/acquire_lean.lua", "scripts/acquire.lua");
+    queue_script!("scripts/layout_v1.lua", "scripts/acquire_lean.lua" => "scripts/acquire.lua");
 /// The release script of a mutex as benchmarks call it raw, with the five keys of earlier
 /// versions (record, fence counter, queue, queue expiry times, channel; see `layout_v1.lua`).
 pub const RELEASE_SCRIPT: &str =
-    queue_script!("scripts/layout_v1.lua", "scripts/release_lean.lua", "scripts/release.lua");
+    queue_script!("scripts/layout_v1.lua", "scripts/release_lean.lua" => "scripts/release.lua");
 
 pub(super) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(queue_script!(
-        "scripts/layout.lua",
-        "scripts/acquire_lean.lua",
-        "scripts/acquire_shared_lean.lua",
-        "scripts/acquire.lua"
-    ))
+    Script::new(queue_script!("scripts/layout.lua", "scripts/acquire_lean.lua", "scripts/acquire_shared_lean.lua"
+        => "scripts/acquire.lua"))
 });
 pub(super) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(queue_script!(
-        "scripts/layout.lua",
-        "scripts/release_lean.lua",
-        "scripts/release_shared_lean.lua",
-        "scripts/release.lua"
-    ))
+    Script::new(queue_script!("scripts/layout.lua", "scripts/release_lean.lua", "scripts/release_shared_lean.lua"
+        => "scripts/release.lua"))
 });
-pub(super) static ABANDON: LazyLock<Script> =
-    LazyLock::new(|| Script::new(queue_script!("scripts/layout.lua", "scripts/abandon.lua")));
-pub(super) static DOWNGRADE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(queue_script!("scripts/layout.lua", "scripts/downgrade.lua")));
-pub(super) static INSPECT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(queue_script!("scripts/layout.lua", "scripts/inspect.lua")));
-pub(super) static BREAK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(queue_script!("scripts/layout.lua", "scripts/break.lua")));
-pub(super) static OBSERVE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(queue_script!("scripts/layout.lua", "scripts/observe.lua")));
-pub(super) static RENEW_LEADER: LazyLock<Script> =
-    LazyLock::new(|| Script::new(queue_script!("scripts/layout.lua", "scripts/renew_leader.lua")));
+
+/// Declares the scripts of the wait queue that have no lean path: the layout, the queue's
+/// functions, then the body.
+macro_rules! queue_scripts {
+    ($($name:ident => $body:literal),* $(,)?) => {$(
+        pub(super) static $name: LazyLock<Script> =
+            LazyLock::new(|| Script::new(queue_script!("scripts/layout.lua" => $body)));
+    )*};
+}
+
+queue_scripts! {
+    ABANDON => "scripts/abandon.lua",
+    DOWNGRADE => "scripts/downgrade.lua",
+    INSPECT => "scripts/inspect.lua",
+    BREAK => "scripts/break.lua",
+    OBSERVE => "scripts/observe.lua",
+    RENEW_LEADER => "scripts/renew_leader.lua",
+}
+
 pub(super) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/renew.lua")));
 /// Renews a batch of mutex holds in one call, on a server that is not a cluster.
 pub(super) static RENEW_MANY: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/renew_many.lua")));
