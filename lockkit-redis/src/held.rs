@@ -125,9 +125,11 @@ impl HeldLock for RedisHeld {
         let mut backoff = Backoff::up_to(RETRY_MAX);
         let mut ambiguous = false;
         let mut tries = 0;
+        // Written out once for the release's tries.
+        let owner = self.target.owner.to_string();
         loop {
             tries += 1;
-            match self.store.release(&self.lock, &self.target.keys, &self.target.owner, self.target.kind).await {
+            match self.store.release(&self.lock, &self.target.keys, &owner, self.target.kind).await {
                 Ok(Ownership::Ours) => {
                     if let Some(yielding) = &self.yielding {
                         yielding.released_contended(self.target.keys.record());
@@ -163,12 +165,13 @@ impl HeldLock for RedisHeld {
         Some(Box::pin(async move {
             let mut backoff = Backoff::up_to(RETRY_MAX);
             let mut tries = 0;
+            let owner = target.owner.to_string();
             loop {
                 if target.released.load(Ordering::Acquire) {
                     return Ok(());
                 }
                 tries += 1;
-                match store.downgrade(&lock, &target.keys, &target.owner, token).await {
+                match store.downgrade(&lock, &target.keys, &owner, token).await {
                     Ok(Ownership::Ours) => return Ok(()),
                     // The release started after the check above and got there first.
                     Ok(_) if target.released.load(Ordering::Acquire) => return Ok(()),
