@@ -186,7 +186,7 @@ impl RedisBackend {
         // an unfair waiter that yields.
         if queueing.join {
             interest = self.subscriber.watch_queued(&contender.member, true).await;
-        } else if request.deadline.may_wait() && self.yielding.should_yield(keys.record()) {
+        } else if request.deadline.may_wait() && self.yielding.should_yield(&keys.record()) {
             let channel = keys.channel();
             let span = tracing::debug_span!("lockkit.subscribe", backend = BACKEND, channel = %channel);
             interest = Some(self.subscriber.watch(&channel).instrument(span).await);

@@ -132,7 +132,7 @@ impl HeldLock for RedisHeld {
             match self.store.release(&self.lock, &self.target.keys, &owner, self.target.kind).await {
                 Ok(Ownership::Ours) => {
                     if let Some(yielding) = &self.yielding {
-                        yielding.released_contended(self.target.keys.record());
+                        yielding.released_contended(&self.target.keys.record());
                     }
                     return Ok(());
                 }

@@ -194,7 +194,7 @@ impl ToRedisArgs for RenewKeys<'_> {
         let keys = &self.target.keys;
         match self.suffixes() {
             Some(suffixes) => suffixes.iter().for_each(|suffix| keys.arg(suffix).write_redis_args(out)),
-            None => keys.script_args(keys.record(), 13).for_each(|key| key.write_redis_args(out)),
+            None => keys.script_args(&keys.record(), 13).for_each(|key| key.write_redis_args(out)),
         }
     }
 
