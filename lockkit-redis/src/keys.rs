@@ -140,6 +140,11 @@ impl LockKeys {
         Ok(())
     }
 
+    /// The lock's name.
+    pub(crate) fn lock(&self) -> &LockName {
+        &self.lock
+    }
+
     /// The key of `suffix` (`""`: the base) as a command argument.
     pub(crate) fn arg<'a>(&'a self, suffix: &'a str) -> KeyArg<'a> {
         KeyArg::Lock { keys: self, suffix }
