@@ -428,13 +428,8 @@ async fn with_durable_grants_a_hold_survives_a_crash_and_nothing_is_fenced() {
 async fn a_role_with_a_short_lock_timeout_waits_out_another_migration() {
     let harness = PostgresHarness::shared().await;
     let admin = harness.admin().await;
-    let role = format!("short_wait_{}", uuid::Uuid::new_v4().simple());
     let schema = format!("short_wait_{}", uuid::Uuid::new_v4().simple());
-    admin
-        .batch_execute(&format!("CREATE ROLE {role} LOGIN SUPERUSER; ALTER ROLE {role} SET lock_timeout = '100ms'"))
-        .await
-        .unwrap();
-    let url = format!("postgres://{role}@{}/postgres", harness.upstream());
+    let (role, url) = role_with_a_short_lock_timeout(&harness, &admin, "short_wait").await;
     let provider = test_builder().url(url).schema(schema.clone()).build().unwrap();
     // Another provider's migration in progress holds the migrations' advisory lock.
     let blocker = harness.admin().await;
@@ -449,6 +444,22 @@ async fn a_role_with_a_short_lock_timeout_waits_out_another_migration() {
     let granted = within(OPERATION, "the grant after the other migration", acquiring).await.unwrap();
     assert!(granted.is_ok(), "the migration gave up at the role's lock timeout: {granted:?}");
     admin.batch_execute(&format!("DROP SCHEMA {schema} CASCADE; DROP ROLE {role}")).await.unwrap();
+}
+
+/// A new superuser role, named from `prefix`, whose statements wait at most 100 ms for a lock
+/// (then fail with SQLSTATE 55P03), and a URL that logs in as it.
+async fn role_with_a_short_lock_timeout(
+    harness: &PostgresHarness,
+    admin: &tokio_postgres::Client,
+    prefix: &str,
+) -> (String, String) {
+    let role = format!("{prefix}_{}", uuid::Uuid::new_v4().simple());
+    admin
+        .batch_execute(&format!("CREATE ROLE {role} LOGIN SUPERUSER; ALTER ROLE {role} SET lock_timeout = '100ms'"))
+        .await
+        .unwrap();
+    let url = format!("postgres://{role}@{}/postgres", harness.upstream());
+    (role, url)
 }
 
 /// The first key of the advisory locks the schema's functions take on a name (`sql.rs`).
@@ -500,18 +511,9 @@ async fn an_abandon_interrupted_still_completes(interrupt: Interrupt, campaign: 
     let harness = PostgresHarness::shared().await;
     let admin = harness.admin().await;
     let schema = format!("transient_{}", uuid::Uuid::new_v4().simple());
-    let role = format!("transient_{}", uuid::Uuid::new_v4().simple());
-    let url = match interrupt {
-        Interrupt::LockTimeout => {
-            admin
-                .batch_execute(&format!(
-                    "CREATE ROLE {role} LOGIN SUPERUSER; ALTER ROLE {role} SET lock_timeout = '100ms'"
-                ))
-                .await
-                .unwrap();
-            format!("postgres://{role}@{}/postgres", harness.upstream())
-        }
-        Interrupt::Cancel | Interrupt::Terminate => url_of(harness.upstream()),
+    let (role, url) = match interrupt {
+        Interrupt::LockTimeout => role_with_a_short_lock_timeout(&harness, &admin, "transient").await,
+        Interrupt::Cancel | Interrupt::Terminate => (String::new(), url_of(harness.upstream())),
     };
     // A response timeout (and so a statement timeout) far above the test's waits: only the
     // interruption ends the abandon's statement.
@@ -645,12 +647,7 @@ async fn a_release_rolled_back_then_finding_its_row_gone_reports_the_loss() {
     let harness = PostgresHarness::shared().await;
     let admin = harness.admin().await;
     let schema = format!("rolledback_{}", uuid::Uuid::new_v4().simple());
-    let role = format!("rolledback_{}", uuid::Uuid::new_v4().simple());
-    admin
-        .batch_execute(&format!("CREATE ROLE {role} LOGIN SUPERUSER; ALTER ROLE {role} SET lock_timeout = '100ms'"))
-        .await
-        .unwrap();
-    let url = format!("postgres://{role}@{}/postgres", harness.upstream());
+    let (role, url) = role_with_a_short_lock_timeout(&harness, &admin, "rolledback").await;
     // A lease far longer than the test, so that no renewal round notices the deletion first.
     let provider = test_builder()
         .lease(Duration::from_secs(60))
