@@ -186,7 +186,7 @@ impl RedisBackend {
         // an unfair waiter that yields.
         if queueing.join {
             interest = self.subscriber.watch_queued(&contender.member, true).await;
-        } else if request.deadline.may_wait() && self.yielding.should_yield(&keys.record()) {
+        } else if request.deadline.may_wait() && self.yielding.should_yield(keys.record()) {
             let channel = keys.channel();
             let span = tracing::debug_span!("lockkit.subscribe", backend = BACKEND, channel = %channel);
             interest = Some(self.subscriber.watch(&channel).instrument(span).await);
@@ -350,7 +350,7 @@ impl RedisBackend {
     /// not copied).
     fn hold(&self, lock: LockName, keys: LockKeys, contender: Arc<Contender>, taken: Taken, contended: bool) -> Grant {
         let Taken { token, valid_until, handed_over } = taken;
-        let signal = HoldSignal::new(BACKEND, lock, Some(valid_until));
+        let signal = HoldSignal::new(BACKEND, lock.clone(), Some(valid_until));
         let (kind, owner) = match Arc::try_unwrap(contender) {
             Ok(contender) => (contender.kind, contender.owner),
             Err(shared) => (shared.kind, shared.owner.clone()),
@@ -366,6 +366,7 @@ impl RedisBackend {
             watchdog: Arc::clone(&self.watchdog),
             record,
             yielding: (contended && !self.settings.fair).then(|| Arc::clone(&self.yielding)),
+            lock,
             target,
             token,
             id,

@@ -372,7 +372,7 @@ impl RedisLockProviderBuilder {
             connection,
             sentinel,
             cluster,
-            prefix: prefix.into(),
+            prefix,
             lease,
             renew_every,
             response_timeout,
@@ -437,7 +437,7 @@ mod tests {
         assert_eq!(settings.renew_every, Duration::from_secs(10));
         assert_eq!(settings.drift, Duration::from_millis(302));
         assert_eq!(settings.response_timeout, DEFAULT_RESPONSE_TIMEOUT);
-        assert_eq!(&*settings.prefix, "lockkit");
+        assert_eq!(settings.prefix, "lockkit");
         assert!(settings.fair);
         assert!(!base().fair(false).settings().unwrap().fair);
         assert_eq!(settings.claim_window, DEFAULT_CLAIM_WINDOW);
@@ -459,7 +459,7 @@ mod tests {
         let decoded = from_url("redis://app:p%40ss@[::1]:7000/1?key_prefix=a%26b").unwrap();
         assert_eq!(decoded.connection.redis_settings().password(), Some("p@ss"));
         assert_eq!(decoded.address, "redis://[::1]:7000/1");
-        assert_eq!(&*decoded.prefix, "a&b");
+        assert_eq!(decoded.prefix, "a&b");
         assert_eq!(base().settings().unwrap().address, "redis://127.0.0.1:6379/0");
         let unix = base().url("redis+unix:///tmp/redis.sock?db=2").settings().unwrap();
         assert_eq!(unix.connection.redis_settings().db(), 2, "a socket's database is an option");
@@ -475,7 +475,7 @@ mod tests {
         assert_eq!(settings.renew_every, Duration::from_secs(2));
         assert_eq!(settings.response_timeout, Duration::from_millis(500));
         assert_eq!(settings.drift, Duration::from_millis(50));
-        assert_eq!(&*settings.prefix, "app");
+        assert_eq!(settings.prefix, "app");
         assert!(!settings.fair);
         assert_eq!(settings.claim_window, Duration::from_millis(300));
         for old in ["ttl=10s", "renew=1s", "timeout=1s", "prefix=a", "claim=1s", "color=red"] {

@@ -14,9 +14,8 @@
 //! other kinds outlives every hold and waiter of a kind other than the mutex, so that the
 //! mutex's scripts need only seven keys while a name is used by mutexes alone.
 //!
-//! No key is kept: a lock's keys are written into each command from the key prefix (shared by
-//! the provider) and the lock's name (shared with its handle), so that a held lock costs no
-//! key's memory on the client.
+//! Only the base (the mutex record's key) is kept per lock; the other keys are made from it
+//! when a script is called, so that a held lock costs one key's memory on the client.
 
 use std::io::Write as _;
 use std::sync::Arc;
@@ -75,22 +74,20 @@ const SCRIPT_KEYS: [Option<&str>; 13] = [
     Some(TERMS),
 ];
 
-/// The keys and channel of one lock name, under one prefix: the prefix and the name, both
-/// shared, from which every key is written when it is used.
+/// The keys and channel of one lock name, under one prefix, made from its base key (shared:
+/// a hold, its renewals and its release keep one copy).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct LockKeys {
-    prefix: Arc<str>,
-    lock: LockName,
+    base: Arc<str>,
 }
 
-/// A key as a command argument: written into the command from its parts, without being made
-/// as a string first.
+/// A key of a lock as a command argument: written into the command as its base and suffix,
+/// without being made as a string first.
 #[derive(Clone, Copy, Debug)]
-pub(crate) enum KeyArg<'a> {
-    /// The key of `suffix` (`""`: the base) of a lock.
-    Lock { keys: &'a LockKeys, suffix: &'a str },
-    /// A key given whole.
-    Whole(&'a str),
+pub(crate) struct KeyArg<'a> {
+    base: &'a str,
+    /// `""` for the base itself.
+    suffix: &'a str,
 }
 
 impl ToRedisArgs for KeyArg<'_> {
@@ -100,54 +97,24 @@ impl ToRedisArgs for KeyArg<'_> {
     {
         let mut writer = out.writer_for_next_arg();
         // Writing to a command's buffer cannot fail (it grows a Vec).
-        let _ = match self {
-            Self::Lock { keys, suffix } => keys.write_key(&mut writer, suffix),
-            Self::Whole(key) => writer.write_all(key.as_bytes()),
-        };
+        let _ = writer.write_all(self.base.as_bytes());
+        if !self.suffix.is_empty() {
+            let _ = writer.write_all(b":");
+            let _ = writer.write_all(self.suffix.as_bytes());
+        }
     }
 }
 
 impl LockKeys {
     /// The keys of `lock` under `prefix`.
-    pub(crate) fn new(prefix: &Arc<str>, lock: &LockName) -> Self {
-        Self { prefix: Arc::clone(prefix), lock: lock.clone() }
-    }
-
-    /// Writes the key of `suffix` (`""`: the base): `<prefix>:{<escaped name>}[:<suffix>]`,
-    /// the name escaped as the module's documentation says.
-    fn write_key(&self, out: &mut impl std::io::Write, suffix: &str) -> std::io::Result<()> {
-        out.write_all(self.prefix.as_bytes())?;
-        out.write_all(b":{")?;
-        let name = self.lock.as_str().as_bytes();
-        let mut kept = 0;
-        for (at, byte) in name.iter().enumerate() {
-            let escaped: &[u8] = match byte {
-                b'%' => b"%25",
-                b'{' => b"%7b",
-                b'}' => b"%7d",
-                _ => continue,
-            };
-            out.write_all(&name[kept..at])?;
-            out.write_all(escaped)?;
-            kept = at + 1;
-        }
-        out.write_all(&name[kept..])?;
-        out.write_all(b"}")?;
-        if !suffix.is_empty() {
-            out.write_all(b":")?;
-            out.write_all(suffix.as_bytes())?;
-        }
-        Ok(())
-    }
-
-    /// The lock's name.
-    pub(crate) fn lock(&self) -> &LockName {
-        &self.lock
+    pub(crate) fn new(prefix: &str, lock: &LockName) -> Self {
+        let base = format!("{prefix}:{{{}}}", lock.percent_encoded(|byte| byte != b'{' && byte != b'}'));
+        Self { base: Arc::from(base) }
     }
 
     /// The key of `suffix` (`""`: the base) as a command argument.
     pub(crate) fn arg<'a>(&'a self, suffix: &'a str) -> KeyArg<'a> {
-        KeyArg::Lock { keys: self, suffix }
+        KeyArg { base: &self.base, suffix }
     }
 
     /// The keys every script of the wait queue takes, in the order `layout.lua` names them,
@@ -157,22 +124,18 @@ impl LockKeys {
     pub(crate) fn script_args<'a>(&'a self, void: &'a str, count: usize) -> impl Iterator<Item = KeyArg<'a>> + 'a {
         SCRIPT_KEYS.iter().take(count).map(move |suffix| match suffix {
             Some(suffix) => self.arg(suffix),
-            None => KeyArg::Whole(void),
+            None => KeyArg { base: void, suffix: "" },
         })
     }
 
     /// The key of `suffix` (one of the constants above).
     pub(crate) fn key(&self, suffix: &str) -> String {
-        let mut key = Vec::with_capacity(self.prefix.len() + self.lock.as_str().len() + suffix.len() + 8);
-        // Writing to a Vec cannot fail.
-        let _ = self.write_key(&mut key, suffix);
-        // Made of the prefix, the name and the suffix, all UTF-8, and ASCII.
-        String::from_utf8(key).unwrap_or_default()
+        if suffix.is_empty() { self.base.to_string() } else { format!("{}:{suffix}", self.base) }
     }
 
     /// The mutex record ([`RECORD`]).
-    pub(crate) fn record(&self) -> String {
-        self.key(RECORD)
+    pub(crate) fn record(&self) -> &str {
+        &self.base
     }
 
     /// The fencing counter ([`FENCE`]).
@@ -193,7 +156,7 @@ impl LockKeys {
     /// The marker that voids acquisition `attempt` once it was abandoned with its outcome
     /// unknown, so that a delayed request of it can never create a hold nobody renews.
     pub(crate) fn void(&self, attempt: impl std::fmt::Display) -> String {
-        format!("{}:void:{attempt}", self.record())
+        format!("{}:void:{attempt}", self.base)
     }
 }
 
@@ -203,7 +166,7 @@ mod tests {
     use super::*;
 
     fn keys(name: &str) -> LockKeys {
-        LockKeys::new(&Arc::from("app"), &LockName::new(name).unwrap())
+        LockKeys::new("app", &LockName::new(name).unwrap())
     }
 
     /// The hash tag as Redis Cluster computes it: between the first `{` and the next `}`.
@@ -267,25 +230,15 @@ mod tests {
     }
 
     #[test]
-    fn keys_are_the_ones_the_percent_encoded_name_makes() {
-        for name in ["a", "orders/42 é", "a}b", "{x}", "%", "%25", "a%7db", "{%}", "é}é{"] {
-            let lock = LockName::new(name).unwrap();
-            let escaped = lock.percent_encoded(|byte| byte != b'{' && byte != b'}');
-            assert_eq!(keys(name).record(), format!("app:{{{escaped}}}"), "{name}");
-            assert_eq!(keys(name).key(FENCE), format!("app:{{{escaped}}}:fence"), "{name}");
-        }
-    }
-
-    #[test]
     fn braces_cannot_break_the_tag_or_collide() {
         for name in ["a}b", "{x}", "}", "%7d", "a}:fence", "%", "%25", "a}:writer", "a}:terms"] {
             let k = keys(name);
             for key in script_keys(&k, &k.void("v"), 13) {
-                assert_eq!(hash_tag(&key), hash_tag(&k.record()), "{name}: {key}");
+                assert_eq!(hash_tag(&key), hash_tag(k.record()), "{name}: {key}");
             }
         }
         let names = ["a}b", "a%7db", "a%257db", "}", "%7d", "{", "%7b", "%", "%25"];
-        let locks: std::collections::HashSet<_> = names.iter().map(|n| keys(n).record()).collect();
+        let locks: std::collections::HashSet<_> = names.iter().map(|n| keys(n).record().to_owned()).collect();
         assert_eq!(locks.len(), names.len());
     }
 }

@@ -94,7 +94,7 @@ impl Journal for RedisJournal {
         if self.journal.is_none() {
             self.journal = Some(self.subscriber.watch(&self.channel).await);
             if self.keyspace.publishes_deletions(&self.store).await {
-                self.record = Some(self.subscriber.watch(&self.keyspace.channel(&self.keys.record())).await);
+                self.record = Some(self.subscriber.watch(&self.keyspace.channel(self.keys.record())).await);
             }
         }
         for interest in [self.journal.as_mut(), self.record.as_mut()].into_iter().flatten() {

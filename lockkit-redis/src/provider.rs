@@ -104,7 +104,7 @@ impl RedisLockProvider {
     /// it holds the current hold's owner line (`lockkit1`, attempt id, host, pid, start time
     /// in Unix milliseconds), with the remaining lease as its TTL.
     pub fn record_key(&self, lock: &LockName) -> String {
-        LockKeys::new(&self.backend().settings().prefix, lock).record()
+        LockKeys::new(&self.backend().settings().prefix, lock).record().to_owned()
     }
 
     /// How many holds the watchdog currently renews.

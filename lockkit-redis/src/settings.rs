@@ -24,8 +24,7 @@ pub(crate) struct Settings {
     pub(crate) cluster: Option<ClusterSettings>,
     /// The server's address without credentials, for messages.
     pub(crate) address: String,
-    /// The key prefix, shared by the keys of every lock (see `keys`).
-    pub(crate) prefix: std::sync::Arc<str>,
+    pub(crate) prefix: String,
     pub(crate) lease: Duration,
     pub(crate) renew_every: Duration,
     pub(crate) response_timeout: Duration,
@@ -145,7 +144,7 @@ impl Settings {
     /// written: give every provider the same, or set `store_id`), always with the key prefix.
     pub(crate) fn store_identity(&self) -> String {
         let db = self.connection.redis_settings().db().to_string();
-        let mut keyspace = vec![("key_prefix", &*self.prefix)];
+        let mut keyspace = vec![("key_prefix", self.prefix.as_str())];
         let address = match (&self.sentinel, &self.cluster, self.connection.addr()) {
             (Some(sentinel), _, _) => format!("redis+sentinel:///{}/{db}", sentinel.master),
             (None, Some(cluster), _) => format!("redis+cluster://{}", cluster.shown()),

@@ -411,7 +411,7 @@ impl Store {
                 let mut wait = redis::cmd("WAIT");
                 wait.arg(wanted).arg(crate::settings::millis(timeout));
                 // On a cluster, the primary of the lock's slot: the one that made the grant.
-                connection.query_at(&keys.record(), wait).await
+                connection.query_at(keys.record(), wait).await
             })
             .await?;
         if acked < i64::from(wanted) {

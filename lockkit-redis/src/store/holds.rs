@@ -89,7 +89,7 @@ impl Store {
         loop {
             let code: i64 = self
                 .run(Some(lock), |mut connection| async move {
-                    let mut call = ScriptCall::queue(&RELEASE, keys, &keys.record(), short);
+                    let mut call = ScriptCall::queue(&RELEASE, keys, keys.record(), short);
                     call.arg(owner).arg(self.claim_ms);
                     if kind != Kind::Exclusive {
                         call.arg(kind.letter());
@@ -116,7 +116,7 @@ impl Store {
     ) -> Result<Ownership> {
         let code: i64 = self
             .run(Some(lock), |mut connection| async move {
-                ScriptCall::queue(&DOWNGRADE, keys, &keys.record(), false)
+                ScriptCall::queue(&DOWNGRADE, keys, keys.record(), false)
                     .arg(owner)
                     .arg(self.claim_ms)
                     .arg(token.get())

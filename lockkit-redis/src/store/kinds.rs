@@ -10,7 +10,6 @@ use std::time::Duration;
 use lockkit_core::{FencingToken, HoldKind};
 use redis::{RedisWrite, Script, ToRedisArgs};
 
-use super::owner::OwnerId;
 use super::scripts::{RENEW, RENEW_LEADER, RENEW_PERMIT, RENEW_RW};
 use crate::keys::{FENCE, KINDS, LockKeys, PERMIT_COUNT, PERMITS, READERS, RECORD, TOKENS, WRITER};
 
@@ -100,8 +99,7 @@ const PERMIT_KEYS: [&str; 4] = [PERMITS, TOKENS, PERMIT_COUNT, KINDS];
 #[derive(Debug)]
 pub(crate) struct HoldTarget {
     pub(crate) kind: Kind,
-    /// The owner id, in parts (see [`OwnerId`]).
-    pub(crate) owner: OwnerId,
+    pub(crate) owner: String,
     /// The keys of the lock. The renew script of a mutex takes the mutex record and the
     /// fence counter (`renew.lua`); of a write hold and, after a downgrade, a read hold, the
     /// writer record, the readers, their tokens, the marker of the other kinds (see
@@ -118,7 +116,7 @@ pub(crate) struct HoldTarget {
 impl HoldTarget {
     /// The target of `owner`'s hold of `kind` on the lock of `keys`.
     pub(crate) fn new(kind: Kind, keys: LockKeys, owner: String) -> Self {
-        Self { kind, owner: OwnerId::new(owner), keys, released: AtomicBool::new(false) }
+        Self { kind, owner, keys, released: AtomicBool::new(false) }
     }
 
     /// The keys whose deletion (a keyspace event) may end the hold: the mutex record; the
@@ -194,7 +192,7 @@ impl ToRedisArgs for RenewKeys<'_> {
         let keys = &self.target.keys;
         match self.suffixes() {
             Some(suffixes) => suffixes.iter().for_each(|suffix| keys.arg(suffix).write_redis_args(out)),
-            None => keys.script_args(&keys.record(), 13).for_each(|key| key.write_redis_args(out)),
+            None => keys.script_args(keys.record(), 13).for_each(|key| key.write_redis_args(out)),
         }
     }
 

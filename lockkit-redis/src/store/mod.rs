@@ -12,7 +12,7 @@
 //! waits on a runtime that shut down or is not being driven, and takes no thread hop. The
 //! background work, on lockkit's home runtime, uses the home runtime's.
 //!
-//! The parts: the script registry (`scripts`), the scripts' vocabulary (`kinds`), a hold's owner id (`owner`), the
+//! The parts: the script registry (`scripts`), the scripts' vocabulary (`kinds`), the
 //! connections (`connection`), one module per script family (`holds`, `renew`, `election`),
 //! and reading replies and errors (`reply`).
 
@@ -20,7 +20,6 @@ pub(crate) mod connection;
 pub(crate) mod election;
 pub(crate) mod holds;
 pub(crate) mod kinds;
-pub(crate) mod owner;
 pub(crate) mod renew;
 pub(crate) mod reply;
 pub(crate) mod scripts;

@@ -93,7 +93,7 @@ impl Store {
                 let answer = answer?;
                 Ok(match hold.kind {
                     Kind::Exclusive => match parse::<Option<String>>(answer)? {
-                        Some(value) if hold.owner.matches(&value) => Ownership::Ours,
+                        Some(value) if value == hold.owner => Ownership::Ours,
                         Some(_) => Ownership::Other,
                         None => Ownership::Gone,
                     },
