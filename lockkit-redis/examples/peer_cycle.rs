@@ -7,7 +7,8 @@
 //! `--locks` distinct names taken and released one after another by each, and the same for
 //! lockkit's reader (of a read-write lock) and permit (of a semaphore of 3), then those two,
 //! the mutex, rslock's cycle and two PINGs cycle by cycle in turn (the steadier ratios: see
-//! [`interleaved`]). It prints p50 and p99 per contender and round, and for the `--locks` loop its wall time, this process's CPU
+//! [`interleaved`]), then the `--locks` loop of lockkit's mutex and rslock's in turn by blocks
+//! of 100 (see [`many_in_turn`]). It prints p50 and p99 per contender and round, and for the `--locks` loop its wall time, this process's CPU
 //! time per name (the client's work: run the server elsewhere, as the fixture does) and the
 //! server's time per name (`INFO commandstats` of the commands it sends, each script with the
 //! commands it calls; and the main thread's CPU, `INFO cpu`); then the ratios lockkit ÷ rslock and ÷ PING,
@@ -309,6 +310,48 @@ async fn interleaved(url: &str, cycles: usize, round: usize) -> [f64; 5] {
     p50
 }
 
+/// Locks taken one by one per block of [`many_in_turn`].
+const BLOCK: usize = 100;
+
+/// `locks` distinct names taken and released one after another by lockkit's mutex and by
+/// rslock, in turn by blocks of [`BLOCK`] (which of the two goes first alternates from block to
+/// block), so that both see the same machine at the same moments (the rounds above run each
+/// contender's 10,000 at a different moment, and their ratio swung 0.93-2.46× from run to
+/// run). Returns the seconds each spent, lockkit's first.
+async fn many_in_turn(url: &str, locks: usize, round: usize) -> (f64, f64) {
+    let provider = RedisLockProvider::builder().url(url).lease(LEASE).build().unwrap();
+    provider.ping().await.unwrap();
+    let handles: Vec<_> =
+        (0..locks).map(|i| provider.lock(&format!("peer-cycle/in-turn/lockkit/{round}/{i}")).unwrap()).collect();
+    let manager = rslock::LockManager::new(vec![url.to_owned()]);
+    let names: Vec<String> = (0..locks).map(|i| format!("peer-cycle/in-turn/rslock/{round}/{i}")).collect();
+    // One cycle each first: connections open, scripts loaded.
+    let warm = provider.lock(&format!("peer-cycle/in-turn/lockkit/{round}/warm")).unwrap();
+    warm.acquire().await.unwrap().release().await.unwrap();
+    let warm_name = format!("peer-cycle/in-turn/rslock/{round}/warm");
+    let lock = manager.lock(warm_name.as_str(), LEASE).await.unwrap();
+    manager.unlock(&lock).await;
+    let (mut lockkit, mut rslock) = (Duration::ZERO, Duration::ZERO);
+    for (block, (handles, names)) in handles.chunks(BLOCK).zip(names.chunks(BLOCK)).enumerate() {
+        for side in [block % 2, 1 - block % 2] {
+            let start = Instant::now();
+            if side == 0 {
+                for handle in handles {
+                    handle.acquire().await.unwrap().release().await.unwrap();
+                }
+                lockkit += start.elapsed();
+            } else {
+                for name in names {
+                    let lock = manager.lock(name.as_str(), LEASE).await.unwrap();
+                    manager.unlock(&lock).await;
+                }
+                rslock += start.elapsed();
+            }
+        }
+    }
+    (lockkit.as_secs_f64(), rslock.as_secs_f64())
+}
+
 async fn run_rslock(url: &str, options: &Options, round: usize) -> Figures {
     let manager = rslock::LockManager::new(vec![url.to_owned()]);
     let name = format!("peer-cycle/rslock/{round}");
@@ -413,6 +456,16 @@ async fn run(options: Options) {
         turn_permit.push(permit / mutex);
         turn_rslock.push(mutex / rslock);
     }
+    // The locks one by one, lockkit and rslock in turn by blocks (steadier, as above).
+    let mut turn_many = Vec::new();
+    for round in 0..options.rounds {
+        let (lockkit, rslock) = many_in_turn(&url, options.locks, round).await;
+        println!(
+            "in turn {round}: {} locks one by one in blocks of {BLOCK}: lockkit {lockkit:.3} s, rslock {rslock:.3} s",
+            options.locks
+        );
+        turn_many.push(lockkit / rslock);
+    }
     println!("medians over the rounds:");
     println!(
         "  lockkit cycle p50 ÷ rslock's: {:.2}x (ratios {:?})",
@@ -430,6 +483,11 @@ async fn run(options: Options) {
         support::median(ratio_permit.clone())
     );
     println!("  in turn: mutex ÷ rslock {:.2}x (ratios {turn_rslock:?})", support::median(turn_rslock.clone()));
+    println!(
+        "  in turn: {} locks one by one ÷ rslock's {:.2}x (ratios {turn_many:?})",
+        options.locks,
+        support::median(turn_many.clone())
+    );
     println!(
         "  in turn: read ÷ mutex {:.2}x (ratios {turn_read:?}), permit ÷ mutex {:.2}x (ratios {turn_permit:?})",
         support::median(turn_read.clone()),
