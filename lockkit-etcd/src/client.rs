@@ -140,7 +140,7 @@ impl EtcdBackend {
         if let Some(session) = self.current().as_ref().filter(|s| s.is_alive()) {
             return Ok(Arc::clone(session));
         }
-        let session = Session::open(&self.config).await?;
+        let session = Session::open(&self.config, &self.id).await?;
         *self.current() = Some(Arc::clone(&session));
         Ok(session)
     }

@@ -7,9 +7,12 @@
 //! after the revision at which it was created; a hold granted before that is covered once a
 //! listing of the holds' keys sent after the creation found it (session.rs keeps track with
 //! the watch's [`generation`](PrefixWatch::generation)). When the watch ends (its stream broke,
-//! a compaction) it is set again, and that generation needs a listing of its own.
+//! a compaction) it is set again, and that generation needs a listing of its own. A hold whose
+//! key was put before the watch's creation but that registers after that listing was sent
+//! needs one more listing (the session compares its create revision with
+//! [`created_at`](PrefixWatch::created_at)).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -29,6 +32,8 @@ pub(crate) struct PrefixWatch {
     active: AtomicBool,
     /// Counts the watches created: each needs one listing of the holds' keys.
     generation: AtomicU64,
+    /// The revision the latest watch was created at: it hears the deletions after it only.
+    created_at: AtomicI64,
     /// Set while the task runs (the fast check of [`PrefixWatch::is_running`]).
     running: AtomicBool,
     task: Mutex<Option<JoinHandle<()>>>,
@@ -44,6 +49,12 @@ impl PrefixWatch {
         let active = self.active.load(Ordering::SeqCst);
         let generation = self.generation.load(Ordering::SeqCst);
         active.then_some(generation)
+    }
+
+    /// The revision the latest watch was created at (0 before the first): a deletion at or
+    /// before it reached the session only if a listing sent after the creation saw it.
+    pub(crate) fn created_at(&self) -> i64 {
+        self.created_at.load(Ordering::SeqCst)
     }
 
     /// Waits until a watch is set; its generation.
@@ -108,8 +119,11 @@ async fn follow(
         let options = WatchOptions::new().with_prefix().with_filters([WatchFilterType::NoPut]);
         match hub.subscribe(key.clone(), options).await {
             Ok(mut subscription) => match subscription.created().await {
-                Ok(_) => {
+                Ok(revision) => {
                     let Some(watch) = me.upgrade() else { return };
+                    // Before the generation: a session that sees the new generation sees its
+                    // revision too.
+                    watch.created_at.store(revision, Ordering::SeqCst);
                     watch.generation.fetch_add(1, Ordering::SeqCst);
                     watch.active.store(true, Ordering::SeqCst);
                     watch.created.notify_waiters();

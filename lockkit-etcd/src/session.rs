@@ -17,7 +17,10 @@
 //!   With [`MANY_HOLDS`](crate::config::MANY_HOLDS) holds or more, the session watches the deletions under its whole
 //!   prefix instead ([`PrefixWatch`]): once one listing sent after the watch was set found
 //!   the holds of then, the watch tells every later deletion, and the listing stops (a watch
-//!   set again after it ended needs one listing again). Every deletion under the prefix,
+//!   set again after it ended needs one listing again, and so does a hold that registers
+//!   after the watch may have missed its key's deletion: its key put before the watch's
+//!   creation, or one of the provider's keys deleted after the hold's put while no hold had
+//!   it, the race of a grant and a deletion). Every deletion under the prefix,
 //!   other providers' releases too, then reaches this provider; with fewer holds the listing
 //!   is one request and the watch not worth it. The watch goes when fewer than half as many
 //!   holds are left. A hidden builder setting lowers the threshold, for tests; at one, the
@@ -86,6 +89,9 @@ pub(crate) struct Session {
     many_holds_at: usize,
     /// The key the prefix watch names: the prefix and `/`.
     watch_key: String,
+    /// The provider's part of its keys' names (`<lock prefix><id>-<n>`, client.rs), to tell its
+    /// own keys among the deletions the watches hear.
+    id: String,
     /// The session itself, for the prefix watch's callback.
     me: Weak<Session>,
     /// The runtime the client's connections and the watchdog run on.
@@ -121,6 +127,13 @@ struct State {
     /// The generation of the prefix watch that a listing of the holds' keys sent after its
     /// creation completed for: while that watch runs, no listing is needed.
     covered: Option<u64>,
+    /// The latest revision at which a watch heard one of this provider's keys deleted while no
+    /// hold of that key was registered (its own release, or a deletion that came before the
+    /// grant of a hold it was about to register).
+    unmatched: i64,
+    /// Counts the holds registered after a deletion of their key may have gone unheard
+    /// ([`Session::register`]): a listing sent before the latest of them does not cover them.
+    uncovered: u64,
 }
 
 /// A hold bound to the lease (its key is the map's): its signal, and the create revision it
@@ -149,8 +162,9 @@ impl Drop for AliveFlag {
 }
 
 impl Session {
-    /// Connects, grants the lease and starts its watchdog on the current runtime.
-    pub(crate) async fn open(config: &EtcdConfig) -> Result<Arc<Session>> {
+    /// Connects, grants the lease and starts its watchdog on the current runtime, for the
+    /// provider whose keys carry `id`.
+    pub(crate) async fn open(config: &EtcdConfig, id: &str) -> Result<Arc<Session>> {
         let mut options = etcd_client::ConnectOptions::new()
             .with_connect_timeout(config.connect_timeout)
             .with_timeout(config.connect_timeout)
@@ -202,6 +216,7 @@ impl Session {
                 prefix_watch: Arc::new(PrefixWatch::default()),
                 many_holds_at: config.many_holds,
                 watch_key: format!("{}/", config.prefix),
+                id: id.to_owned(),
                 me: me.clone(),
                 kv: client.kv_client(),
                 client,
@@ -214,6 +229,8 @@ impl Session {
                     ended: None,
                     holds: HashMap::new(),
                     covered: None,
+                    unmatched: 0,
+                    uncovered: 0,
                 }),
                 watchdog_alive: Arc::clone(&alive),
                 checking: AtomicBool::new(false),
@@ -343,6 +360,15 @@ impl Session {
         }
         let hold = Hold { signal: signal.clone(), revision, since: Instant::now() };
         let replaced = state.holds.insert(Arc::clone(key), hold);
+        // The prefix watch may have missed this key's deletion: one that came before its
+        // creation (no listing sent since then counts this hold), or one it handed on before
+        // this registration (the key was not ours to lose then). The next check lists the
+        // holds' keys again. Under the same lock as `key_deleted`'s look-up, so a deletion is
+        // either matched there or counted in `unmatched` here.
+        if revision < state.unmatched.max(self.prefix_watch.created_at()) {
+            state.covered = None;
+            state.uncovered += 1;
+        }
         let many = state.holds.len() >= self.many_holds_at;
         drop(state);
         if let Some(old) = replaced
@@ -406,14 +432,25 @@ impl Session {
     /// release is no loss.
     pub(crate) fn key_deleted(&self, key: &str, revision: i64) {
         let signal = {
-            let state = self.state();
-            state.holds.get(key).filter(|hold| hold.revision < revision).map(|hold| hold.signal.clone())
+            let mut state = self.state();
+            let signal = state.holds.get(key).filter(|hold| hold.revision < revision).map(|hold| hold.signal.clone());
+            if signal.is_none() && self.is_own(key) {
+                state.unmatched = state.unmatched.max(revision);
+            }
+            signal
         };
         if let Some(signal) = signal
             && signal.lose(LossReason::RecordGone)
         {
             tracing::debug!(backend = crate::BACKEND, %key, revision, "a held key was deleted");
         }
+    }
+
+    /// Whether `key` is one of this provider's (`<lock prefix><id>-<n>`).
+    fn is_own(&self, key: &str) -> bool {
+        key.rsplit_once('/')
+            .and_then(|(_, last)| last.strip_prefix(self.id.as_str()))
+            .is_some_and(|n| n.starts_with('-'))
     }
 
     /// Starts a check of the holds' keys in the background ([`check_holds`]), unless one runs.
@@ -570,7 +607,10 @@ async fn check_holds(session: &Arc<Session>) {
         return;
     }
     let sent = Instant::now();
-    let mut keys: Vec<Arc<str>> = session.state().holds.keys().cloned().collect();
+    let (mut keys, uncovered): (Vec<Arc<str>>, u64) = {
+        let state = session.state();
+        (state.holds.keys().cloned().collect(), state.uncovered)
+    };
     // One reply lists every key bound to the lease, a few bytes more than the key each: past
     // what the client decodes (4 MiB, not settable on etcd-client's lease client) the holds'
     // keys are read instead, in key order, by pages that fit (several round trips, each for
@@ -635,6 +675,127 @@ async fn check_holds(session: &Arc<Session>) {
         }
     }
     if generation.is_some() && session.prefix_watch.generation() == generation {
-        session.state().covered = generation;
+        let mut state = session.state();
+        // Unless a hold registered since needs a listing sent after it.
+        if state.uncovered == uncovered {
+            state.covered = generation;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use etcd_client::PutOptions;
+    use lockkit_core::LockName;
+    use lockkit_core::config::StoreUrl;
+    use lockkit_testkit::fixture::EtcdServer;
+    use lockkit_testkit::wait::eventually;
+
+    use super::*;
+
+    const BOUND: Duration = Duration::from_secs(10);
+
+    /// A session on the shared member whose holds the prefix watch alone follows (a many-holds
+    /// threshold of one), under a prefix of its own; its provider id is `id`.
+    async fn session(id: &str) -> (Arc<Session>, String) {
+        session_with(id, 1).await
+    }
+
+    /// A session that sets the prefix watch from `many_holds` holds.
+    async fn session_with(id: &str, many_holds: usize) -> (Arc<Session>, String) {
+        let url = EtcdServer::shared().await.unwrap_or_else(|e| panic!("{e}")).url();
+        let prefix = format!("session-test/{}", uuid::Uuid::new_v4().simple());
+        let url = StoreUrl::parse(&format!("{url}/{prefix}?ttl=2s")).unwrap();
+        let config =
+            crate::EtcdLockProviderBuilder::from_url(&url).unwrap().many_holds_threshold(many_holds).config().unwrap();
+        (Session::open(&config, id).await.unwrap(), prefix)
+    }
+
+    /// The race of a grant and a deletion: the key is deleted after the acquisition read it
+    /// (its grant decided) but before the hold registered, and the watch hands the deletion on
+    /// while the key is nobody's. The registration must bring a listing, which finds the key
+    /// gone: without it no listing is sent (the watch covers every hold) and the hold would
+    /// never hear of its loss.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_key_deleted_before_its_hold_registered_is_lost() {
+        let id = "0123456789abcdef";
+        let (session, prefix) = session(id).await;
+        let covered = HoldCoverage { store_wide_watch: true, store_wide: 0, per_hold: 0 };
+        assert_eq!(session.coverage(), covered);
+        let key: Arc<str> = Arc::from(format!("{prefix}/name/{id}-0"));
+        let mut kv = session.kv.clone();
+        let lease = Some(PutOptions::new().with_lease(session.lease));
+        let put = kv.put(key.as_bytes(), "", lease).await.unwrap();
+        let revision = put.header().unwrap().revision();
+        let deleted = kv.delete(key.as_bytes(), None).await.unwrap().header().unwrap().revision();
+        eventually(BOUND, "the prefix watch hands the deletion on", || async { session.state().unmatched >= deleted })
+            .await;
+        let signal = HoldSignal::new(crate::BACKEND, LockName::new("name").unwrap(), Some(session.valid_until()));
+        assert!(session.register(&signal, &key, revision));
+        eventually(BOUND, "the hold is lost with its key gone", || async {
+            signal.loss() == Some(LossReason::RecordGone)
+        })
+        .await;
+    }
+
+    /// A hold put after the deletions the watch handed on stays with the watch (no listing),
+    /// and only this provider's keys count as its own.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_hold_put_after_the_deletions_stays_with_the_watch() {
+        let id = "fedcba9876543210";
+        let (session, prefix) = session(id).await;
+        assert!(session.is_own(&format!("{prefix}/name/{id}-0")));
+        assert!(session.is_own(&format!("{prefix}/a%2Fb/{id}-12")));
+        assert!(!session.is_own(&format!("{prefix}/name/0123456789abcdef-0")));
+        assert!(!session.is_own(&format!("{prefix}/name/{id}")));
+        assert!(!session.is_own(&format!("{prefix}/{id}-0/other")));
+        let mut kv = session.kv.clone();
+        let key: Arc<str> = Arc::from(format!("{prefix}/name/{id}-0"));
+        let lease = Some(PutOptions::new().with_lease(session.lease));
+        kv.put(key.as_bytes(), "", lease.clone()).await.unwrap();
+        let deleted = kv.delete(key.as_bytes(), None).await.unwrap().header().unwrap().revision();
+        eventually(BOUND, "the prefix watch hands the deletion on", || async { session.state().unmatched >= deleted })
+            .await;
+        let revision = kv.put(key.as_bytes(), "", lease).await.unwrap().header().unwrap().revision();
+        let signal = HoldSignal::new(crate::BACKEND, LockName::new("name").unwrap(), Some(session.valid_until()));
+        assert!(session.register(&signal, &key, revision));
+        let covered = HoldCoverage { store_wide_watch: true, store_wide: 1, per_hold: 0 };
+        assert_eq!(session.coverage(), covered);
+    }
+
+    /// A key put before the prefix watch was created and deleted before it too (the watch never
+    /// hears of it), whose hold registers after the listing that followed the creation was
+    /// sent: the registration must bring another listing.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_key_deleted_before_the_watch_was_set_is_lost() {
+        let id = "00112233445566ff";
+        let (session, prefix) = session_with(id, 2).await;
+        let mut kv = session.kv.clone();
+        let lease = Some(PutOptions::new().with_lease(session.lease));
+        let late: Arc<str> = Arc::from(format!("{prefix}/late/{id}-0"));
+        let late_revision = kv.put(late.as_bytes(), "", lease.clone()).await.unwrap().header().unwrap().revision();
+        kv.delete(late.as_bytes(), None).await.unwrap();
+        let mut signals = Vec::new();
+        for name in ["a", "b"] {
+            let key: Arc<str> = Arc::from(format!("{prefix}/{name}/{id}-0"));
+            let revision = kv.put(key.as_bytes(), "", lease.clone()).await.unwrap().header().unwrap().revision();
+            let signal = HoldSignal::new(crate::BACKEND, LockName::new(name).unwrap(), Some(session.valid_until()));
+            assert!(session.register(&signal, &key, revision));
+            signals.push(signal);
+        }
+        let covered = HoldCoverage { store_wide_watch: true, store_wide: 2, per_hold: 0 };
+        eventually(BOUND, "the watch is set and a listing covers both holds", || async {
+            session.coverage() == covered
+        })
+        .await;
+        let signal = HoldSignal::new(crate::BACKEND, LockName::new("late").unwrap(), Some(session.valid_until()));
+        assert!(session.register(&signal, &late, late_revision));
+        eventually(BOUND, "the late hold is lost with its key gone", || async {
+            signal.loss() == Some(LossReason::RecordGone)
+        })
+        .await;
+        assert!(signals.iter().all(HoldSignal::is_held), "the holds whose keys are there stay held");
     }
 }
