@@ -44,27 +44,40 @@ pub trait Journal: Send + 'static {
     /// Reads the journal after the last entry read (the state now, the first time).
     fn read(&mut self) -> impl Future<Output = Result<JournalRead>> + Send;
 
+    /// Whether the store's word of a change can be trusted now: the connection that carries
+    /// it is up (restored first, when it broke). While it cannot, the observer reads every
+    /// [`JOURNAL_POLL`] as a safety net.
+    fn hears(&mut self) -> impl Future<Output = bool> + Send;
+
     /// Waits for the store's word of a change since [`listen`](Self::listen), until `until`
-    /// at the latest (sooner while the store's word cannot be trusted: the backend's
-    /// safety poll).
-    fn wait(&mut self, until: Option<Instant>) -> impl Future<Output = ()> + Send;
+    /// at the latest.
+    fn wait(&mut self, until: Instant) -> impl Future<Output = ()> + Send;
 }
 
+/// How often a [`journal_observer`] reads while its store's word cannot be trusted.
+pub const JOURNAL_POLL: Duration = Duration::from_millis(100);
+
+/// The longest pause of a [`journal_observer`] between reads that failed (the first is
+/// [`Backoff::FIRST`]).
+pub const JOURNAL_RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// How long an observer waits for the store's word when no leader's lease runs out.
+const IDLE: Duration = Duration::from_secs(86_400);
+
 /// The observer of election `lock` of `backend` whose journal `journal` reads; failures
-/// handed out once they last `lease`, retried after pauses from `backoff`.
+/// handed out once they last `lease`, retried after pauses up to [`JOURNAL_RETRY_MAX`].
 pub fn journal_observer<J: Journal>(
     backend: &'static str,
     lock: LockName,
     journal: J,
     lease: Duration,
-    backoff: Backoff,
 ) -> LeaderEvents {
     let observing = Observing {
         backend,
         lock,
         journal,
         lease,
-        backoff,
+        backoff: Backoff::up_to(JOURNAL_RETRY_MAX),
         started: false,
         pending: VecDeque::new(),
         recheck: None,
@@ -106,7 +119,11 @@ impl<J: Journal> Observing<J> {
                 return Ok(event);
             }
             if !self.read_now {
-                self.journal.wait(self.recheck).await;
+                let mut until = self.recheck.unwrap_or_else(|| deadline_after(Instant::now(), IDLE));
+                if !self.journal.hears().await {
+                    until = until.min(deadline_after(Instant::now(), JOURNAL_POLL));
+                }
+                self.journal.wait(until).await;
             }
             self.read_now = false;
             self.journal.listen().await;
