@@ -76,19 +76,25 @@ impl Follow for Follower {
             Ok(client) => client,
             Err(error) => return FollowEnd::Failed(error),
         };
-        let after = match self.view.as_ref().map(|view| view.revision) {
-            Some(revision) => revision,
+        let view = match &mut self.view {
+            Some(view) => view,
             None => match read(client.clone(), &self.prefix, &self.lock, &self.backend).await {
                 Ok(mut fresh) => {
                     if std::mem::take(&mut self.gap) {
                         outbox.push(Ok(LeaderEvent::Gap));
                     }
                     fresh.settle(true, outbox);
-                    self.view.insert(fresh).revision
+                    self.view.insert(fresh)
                 }
                 Err(error) => return FollowEnd::Failed(error),
             },
         };
-        watch(client, self, after, outbox).await
+        let end = watch(client, &self.backend, &self.lock, &self.prefix, view, outbox).await;
+        if let FollowEnd::Again = end {
+            // The revisions after the view were compacted: a gap, then a new read.
+            self.view = None;
+            self.gap = true;
+        }
+        end
     }
 }

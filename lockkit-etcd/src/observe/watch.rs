@@ -1,12 +1,12 @@
 //! etcd's calls of the observer: the read of every key under the election's prefix (the
 //! view), and the watch of the prefix from the view's revision, with what its replies mean
-//! (a compaction, a cancelled or broken watch) for the follower in `observe`.
+//! (a compaction, a cancelled or broken watch) for the follower in `observe` (which, on a
+//! compaction, drops the view and owes a gap).
 
 use etcd_client::{Client, GetOptions, SortOrder, SortTarget, WatchOptions};
 use lockkit_core::backend::{FollowEnd, Outbox};
 use lockkit_core::{LockName, Result};
 
-use super::Follower;
 use super::view::{Change, View};
 use crate::BACKEND;
 use crate::client::EtcdBackend;
@@ -28,21 +28,27 @@ pub(super) async fn read(mut client: Client, prefix: &str, lock: &LockName, back
     Ok(View::read(reply.kvs(), revision))
 }
 
-/// Watches the election's prefix from the revision after `after` (the view's), applying
-/// what comes to the view, until the watch ends: compacted revisions are a gap and a new
-/// read (`Again`), a broken or cancelled watch is watched again from the view (`Pause`).
-pub(super) async fn watch(mut client: Client, follower: &mut Follower, after: i64, outbox: &Outbox) -> FollowEnd {
-    let Follower { backend, lock, prefix, view, gap } = follower;
+/// Watches the election's prefix from the revision after the view's, applying what comes to
+/// the view, until the watch ends: compacted revisions are a gap and a new read (`Again`), a
+/// broken or cancelled watch is watched again from the view (`Pause`).
+pub(super) async fn watch(
+    mut client: Client,
+    backend: &EtcdBackend,
+    lock: &LockName,
+    prefix: &str,
+    view: &mut View,
+    outbox: &Outbox,
+) -> FollowEnd {
+    let after = view.revision;
     let timeout = backend.config.connect_timeout;
     let options = WatchOptions::new().with_prefix().with_start_revision(after + 1);
-    let (mut watcher, mut stream) =
-        match tokio::time::timeout(timeout, client.watch(prefix.as_str(), Some(options))).await {
-            Ok(Ok(watch)) => watch,
-            Ok(Err(error)) => {
-                return FollowEnd::Failed(to_error(error, Some(lock)).with_server(Some(&backend.config.address)));
-            }
-            Err(_) => return FollowEnd::Failed(unreachable(&backend.config, Some(lock))),
-        };
+    let (mut watcher, mut stream) = match tokio::time::timeout(timeout, client.watch(prefix, Some(options))).await {
+        Ok(Ok(watch)) => watch,
+        Ok(Err(error)) => {
+            return FollowEnd::Failed(to_error(error, Some(lock)).with_server(Some(&backend.config.address)));
+        }
+        Err(_) => return FollowEnd::Failed(unreachable(&backend.config, Some(lock))),
+    };
     let end = loop {
         match stream.message().await {
             Ok(Some(reply)) => {
@@ -52,13 +58,9 @@ pub(super) async fn watch(mut client: Client, follower: &mut Follower, after: i6
                         after,
                         "the revisions the observer missed were compacted: a gap"
                     );
-                    *view = None;
-                    *gap = true;
                     break FollowEnd::Again;
                 }
-                if let Some(view) = view.as_mut() {
-                    view.apply(reply.events().iter().filter_map(Change::of), outbox);
-                }
+                view.apply(reply.events().iter().filter_map(Change::of), outbox);
                 if reply.canceled() {
                     if reply.cancel_reason().contains(crate::watch::WATCH_DENIED)
                         && let Ok(session) = backend.session().await
