@@ -1,12 +1,14 @@
 //! The election observer of a store that keeps a journal of its elections' changes of
 //! leader and says when it wrote one (Redis: a stream and a pub/sub channel; PostgreSQL: a
-//! table and `NOTIFY`): the backend writes how to listen, read and wait ([`Journal`]);
+//! table and `NOTIFY`): the backend writes how to listen, read, tell whether it hears and
+//! wait ([`Journal`]);
 //! [`journal_observer`] does the rest, the same for every such backend.
 //!
 //! The observer listens before every read, so that no change after the read goes unheard,
 //! then reads the entries after the last one it saw and hands them out in order. With
 //! nothing left to hand out it waits for the store's word, or for the current leader's lease
-//! to run out (a leader that dies writes nothing; the read after it journals the vacancy).
+//! to run out (a leader that dies writes nothing; the read after it journals the vacancy),
+//! and reads every [`JOURNAL_POLL`] while the store's word cannot be trusted.
 //! When the journal no longer holds the entries after the last one seen, the read gives the
 //! state now and the observer hands out [`LeaderEvent::Gap`] before it. A read that fails is
 //! tried again with a growing pause; the consumer gets the error at once when it is not
