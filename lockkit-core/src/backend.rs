@@ -41,7 +41,7 @@ use uuid::Uuid;
 pub use futures_core::Stream;
 
 pub use crate::backoff::Backoff;
-pub use crate::journal_observer::{Journal, JournalRead, journal_observer};
+pub use crate::journal_observer::{JOURNAL_POLL, JOURNAL_RETRY_MAX, Journal, JournalRead, journal_observer};
 pub use crate::observer_task::{
     FOLLOW_FIRST_PAUSE, FOLLOW_MAX_PAUSE, Follow, FollowEnd, LastShown, OUTBOX_CAPACITY, ObserverTask, Outbox,
     follow_task, observer_task,

@@ -1,12 +1,14 @@
 //! The election observer of a store that keeps a journal of its elections' changes of
 //! leader and says when it wrote one (Redis: a stream and a pub/sub channel; PostgreSQL: a
-//! table and `NOTIFY`): the backend writes how to listen, read and wait ([`Journal`]);
+//! table and `NOTIFY`): the backend writes how to listen, read, tell whether it hears and
+//! wait ([`Journal`]);
 //! [`journal_observer`] does the rest, the same for every such backend.
 //!
 //! The observer listens before every read, so that no change after the read goes unheard,
 //! then reads the entries after the last one it saw and hands them out in order. With
 //! nothing left to hand out it waits for the store's word, or for the current leader's lease
-//! to run out (a leader that dies writes nothing; the read after it journals the vacancy).
+//! to run out (a leader that dies writes nothing; the read after it journals the vacancy),
+//! and reads every [`JOURNAL_POLL`] while the store's word cannot be trusted.
 //! When the journal no longer holds the entries after the last one seen, the read gives the
 //! state now and the observer hands out [`LeaderEvent::Gap`] before it. A read that fails is
 //! tried again with a growing pause; the consumer gets the error at once when it is not
@@ -44,27 +46,40 @@ pub trait Journal: Send + 'static {
     /// Reads the journal after the last entry read (the state now, the first time).
     fn read(&mut self) -> impl Future<Output = Result<JournalRead>> + Send;
 
+    /// Whether the store's word of a change can be trusted now: the connection that carries
+    /// it is up (restored first, when it broke). While it cannot, the observer reads every
+    /// [`JOURNAL_POLL`] as a safety net.
+    fn hears(&mut self) -> impl Future<Output = bool> + Send;
+
     /// Waits for the store's word of a change since [`listen`](Self::listen), until `until`
-    /// at the latest (sooner while the store's word cannot be trusted: the backend's
-    /// safety poll).
-    fn wait(&mut self, until: Option<Instant>) -> impl Future<Output = ()> + Send;
+    /// at the latest.
+    fn wait(&mut self, until: Instant) -> impl Future<Output = ()> + Send;
 }
 
+/// How often a [`journal_observer`] reads while its store's word cannot be trusted.
+pub const JOURNAL_POLL: Duration = Duration::from_millis(100);
+
+/// The longest pause of a [`journal_observer`] between reads that failed (the first is
+/// [`Backoff::FIRST`]).
+pub const JOURNAL_RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// How long an observer waits for the store's word when no leader's lease runs out.
+const IDLE: Duration = Duration::from_secs(86_400);
+
 /// The observer of election `lock` of `backend` whose journal `journal` reads; failures
-/// handed out once they last `lease`, retried after pauses from `backoff`.
+/// handed out once they last `lease`, retried after pauses up to [`JOURNAL_RETRY_MAX`].
 pub fn journal_observer<J: Journal>(
     backend: &'static str,
     lock: LockName,
     journal: J,
     lease: Duration,
-    backoff: Backoff,
 ) -> LeaderEvents {
     let observing = Observing {
         backend,
         lock,
         journal,
         lease,
-        backoff,
+        backoff: Backoff::up_to(JOURNAL_RETRY_MAX),
         started: false,
         pending: VecDeque::new(),
         recheck: None,
@@ -106,7 +121,11 @@ impl<J: Journal> Observing<J> {
                 return Ok(event);
             }
             if !self.read_now {
-                self.journal.wait(self.recheck).await;
+                let mut until = self.recheck.unwrap_or_else(|| deadline_after(Instant::now(), IDLE));
+                if !self.journal.hears().await {
+                    until = until.min(deadline_after(Instant::now(), JOURNAL_POLL));
+                }
+                self.journal.wait(until).await;
             }
             self.read_now = false;
             self.journal.listen().await;

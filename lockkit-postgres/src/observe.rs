@@ -14,8 +14,8 @@
 //! - a leader whose lease runs out notifies nobody, so the observer also reads when the
 //!   leader's row expires on the server; that read journals the vacancy, once, so that every
 //!   observer sees the same vacancy;
-//! - while the listening connection is down, it reads every [`POLL`] as a safety net, as
-//!   waiters do.
+//! - while the listening connection is down, it reads every
+//!   [`JOURNAL_POLL`](lockkit_core::backend::JOURNAL_POLL) as a safety net, as waiters do.
 //!
 //! When entries after the last one it saw were trimmed (the journal keeps the last
 //! [`JOURNAL_RETAINED`](crate::election_sql::JOURNAL_RETAINED) entries of each election), the
@@ -27,7 +27,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lockkit_core::backend::{Backoff, Journal, JournalRead, LeaderEvents, deadline_after, journal_observer};
+use lockkit_core::backend::{Journal, JournalRead, LeaderEvents, journal_observer};
 use lockkit_core::{Leader, LeaderEvent, LockName, Result};
 use tokio::sync::futures::OwnedNotified;
 use tokio_postgres::Row;
@@ -35,14 +35,6 @@ use tokio_postgres::types::Type;
 
 use crate::client::Inner;
 use crate::listener::Slot;
-
-/// How often an observer reads while its provider's listening connection is down.
-const POLL: Duration = Duration::from_millis(100);
-/// The first delay after a read that failed.
-const FIRST_DELAY: Duration = Duration::from_millis(50);
-
-/// The longest delay between reads that failed.
-const RETRY_MAX: Duration = Duration::from_secs(1);
 
 /// The changes of leader of election `lock`, as
 /// [`LockBackend::observe`](lockkit_core::backend::LockBackend::observe) returns them.
@@ -57,7 +49,7 @@ pub(crate) fn observe(inner: Arc<Inner>, lock: LockName) -> LeaderEvents {
         notified: None,
         seen: None,
     };
-    journal_observer(crate::BACKEND, lock, journal, lease, Backoff::new(FIRST_DELAY, RETRY_MAX))
+    journal_observer(crate::BACKEND, lock, journal, lease)
 }
 
 /// One observer's side of the database.
@@ -105,13 +97,13 @@ impl Journal for PostgresJournal {
         Ok(read)
     }
 
-    /// Waits for a notification, `until` (the leader's lease runs out), or (while the
-    /// listening connection is down) the safety poll.
-    async fn wait(&mut self, until: Option<Instant>) {
-        let mut until = until.unwrap_or_else(|| deadline_after(Instant::now(), Duration::from_secs(86_400)));
-        if self.slot.is_none() || !self.inner.wakeups.is_up().await {
-            until = until.min(Instant::now() + POLL);
-        }
+    /// Whether the observer is registered and the listening connection is up.
+    async fn hears(&mut self) -> bool {
+        self.slot.is_some() && self.inner.wakeups.is_up().await
+    }
+
+    /// Waits for a notification or `until` (the leader's lease runs out, or the safety poll).
+    async fn wait(&mut self, until: Instant) {
         match self.notified.take() {
             Some(notified) => drop(tokio::time::timeout_at(until.into(), notified).await),
             None => tokio::time::sleep_until(until.into()).await,

@@ -107,6 +107,7 @@ mod client;
 mod cluster;
 mod config;
 mod error;
+mod eviction;
 mod held;
 mod keys;
 mod keyspace;

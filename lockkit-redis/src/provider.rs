@@ -67,29 +67,11 @@ lockkit_core::provider_constructors! {
     /// the provider.
     connect(provider) {
         provider.ping().await?;
-        provider.warn_if_evicting().await;
+        crate::eviction::warn_if_evicting(provider.backend().store(), &provider.backend().settings().address).await;
     }
 }
 
 impl RedisLockProvider {
-    /// Logs a warning when the server may evict lock records (a `maxmemory` limit with a policy
-    /// other than `noeviction`): an evicted record is a lock another client can take while its
-    /// holder learns of the loss only at its next renewal. A warning and not an error, since
-    /// managed services often set such a policy and the operator may have memory to spare; "Tokens,
-    /// restarts and failovers" on the guide's Redis page (`src/guide/backends/redis.md`) says why
-    /// `noeviction` is needed.
-    async fn warn_if_evicting(&self) {
-        if let Some(eviction) = self.backend().store().eviction().await.filter(|eviction| eviction.may_evict_locks()) {
-            tracing::warn!(
-                server = %self.backend().settings().address,
-                maxmemory = eviction.max_memory,
-                policy = %eviction.policy,
-                "this Redis server may evict lock records when it runs out of memory, which breaks exclusion: \
-                 set maxmemory-policy to noeviction"
-            );
-        }
-    }
-
     /// The lease of this provider's holds.
     pub fn lease(&self) -> Duration {
         self.backend().settings().lease
