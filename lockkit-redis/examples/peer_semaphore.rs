@@ -119,6 +119,14 @@ fn run_peer(url: &str, round: usize, options: &Options) -> Figures {
         let end = rest.find([',', '}']).unwrap_or(rest.len());
         rest[..end].trim().parse().unwrap_or_else(|_| panic!("{name} unreadable in {line}"))
     };
+    println!(
+        "       redis-semaphore, {} clients, per permit: {:.2} scripts, {:.1} commands (in scripts or not), server main thread CPU {:.1} µs, client CPU {:.1} µs",
+        options.clients,
+        field("scripts"),
+        field("commands"),
+        field("server_cpu_us"),
+        field("client_cpu_us")
+    );
     Figures {
         cycle_p50_us: field("cycle_p50_us"),
         cycle_p99_us: field("cycle_p99_us"),
@@ -148,6 +156,7 @@ async fn run_lockkit(url: &str, round: usize, options: &Options) -> Figures {
     }
     let mut admin = redis::Client::open(url).unwrap().get_multiplexed_async_connection().await.unwrap();
     let before = contended_stats(&mut admin).await;
+    let cpu_before = process_cpu_us();
     let stop = Arc::new(AtomicBool::new(false));
     let started = Instant::now();
     let tasks: Vec<_> = providers
@@ -156,24 +165,29 @@ async fn run_lockkit(url: &str, round: usize, options: &Options) -> Figures {
             let handle = provider.semaphore(&format!("{name}/shared"), options.permits).unwrap();
             let stop = Arc::clone(&stop);
             tokio::spawn(async move {
-                let mut waits = Vec::new();
+                let (mut waits, mut releases) = (Vec::new(), Vec::new());
                 while !stop.load(Ordering::Relaxed) {
                     let start = Instant::now();
                     let guard = handle.acquire().await.unwrap();
-                    waits.push(micros(start.elapsed()));
+                    let granted = Instant::now();
+                    waits.push(micros(granted - start));
                     guard.release().await.unwrap();
+                    releases.push(micros(granted.elapsed()));
                 }
-                waits
+                (waits, releases)
             })
         })
         .collect();
     tokio::time::sleep(Duration::from_secs_f64(options.seconds)).await;
     stop.store(true, Ordering::Relaxed);
-    let mut waits = Vec::new();
+    let (mut waits, mut releases) = (Vec::new(), Vec::new());
     for task in tasks {
-        waits.extend(task.await.unwrap());
+        let (w, r) = task.await.unwrap();
+        waits.extend(w);
+        releases.extend(r);
     }
     let elapsed = started.elapsed().as_secs_f64();
+    let cpu = process_cpu_us() - cpu_before;
     let after = contended_stats(&mut admin).await;
     // Where a contended permit's time goes on the server: how many scripts (acquire tries,
     // confirmations of hand-overs, releases) and wake-up messages each permit took.
@@ -185,6 +199,17 @@ async fn run_lockkit(url: &str, round: usize, options: &Options) -> Figures {
         per(2),
         per(3)
     );
+    // The hand-over chain: a permit goes from one holder to the next in one release call (the
+    // release script grants it to the head and publishes the wake), so each permit's turn
+    // takes about one release call; permits ÷ rate is that turn.
+    println!(
+        "       lockkit, {} clients, per permit: {:.1} commands (in scripts or not), client CPU {:.1} µs; release call p50 {:.1} µs; a permit's turn (permits ÷ rate) {:.1} µs",
+        options.clients,
+        per(4),
+        cpu / waits.len().max(1) as f64,
+        percentile(&mut releases, 0.5),
+        f64::from(options.permits) * elapsed / waits.len().max(1) as f64 * 1e6,
+    );
     Figures {
         cycle_p50_us: percentile(&mut cycles, 0.5),
         cycle_p99_us: percentile(&mut cycles, 0.99),
@@ -194,9 +219,21 @@ async fn run_lockkit(url: &str, round: usize, options: &Options) -> Figures {
     }
 }
 
-/// `[EVALSHA calls, EVALSHA µs, PUBLISH calls, server main thread CPU µs]` so far (`INFO
-/// commandstats` and `cpu`; a script's PUBLISH counts under PUBLISH).
-async fn contended_stats(admin: &mut redis::aio::MultiplexedConnection) -> [f64; 4] {
+/// This process's CPU time so far (user and system, µs; from `/proc/self/stat`, in clock
+/// ticks of 10 ms; 0 where there is no `/proc`).
+fn process_cpu_us() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The fields after the command name (which may hold spaces), from the state on: utime and
+    // stime are the 12th and 13th of them.
+    let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let ticks: f64 = rest.split_whitespace().skip(11).take(2).filter_map(|v| v.parse::<f64>().ok()).sum();
+    ticks * 10_000.0
+}
+
+/// `[EVALSHA calls, EVALSHA µs, PUBLISH calls, server main thread CPU µs, commands]` so far
+/// (`INFO commandstats` and `cpu`; a script's PUBLISH counts under PUBLISH; commands are
+/// every command but `EVALSHA` and `INFO`, those the scripts call included).
+async fn contended_stats(admin: &mut redis::aio::MultiplexedConnection) -> [f64; 5] {
     let info: String = redis::cmd("INFO").arg("commandstats").arg("cpu").query_async(admin).await.unwrap();
     let stat = |command: &str, field: &str| -> f64 {
         info.lines()
@@ -210,7 +247,14 @@ async fn contended_stats(admin: &mut redis::aio::MultiplexedConnection) -> [f64;
         .filter(|line| line.starts_with("used_cpu_sys_main_thread:") || line.starts_with("used_cpu_user_main_thread:"))
         .filter_map(|line| line.split_once(':').and_then(|(_, seconds)| seconds.trim().parse::<f64>().ok()))
         .sum();
-    [stat("evalsha", "calls="), stat("evalsha", "usec="), stat("publish", "calls="), cpu * 1e6]
+    let commands: f64 = info
+        .lines()
+        .filter_map(|line| line.strip_prefix("cmdstat_"))
+        .filter(|line| !line.starts_with("evalsha:") && !line.starts_with("info:"))
+        .filter_map(|line| line.split_once(":calls=").and_then(|(_, rest)| rest.split(',').next()))
+        .filter_map(|calls| calls.parse::<f64>().ok())
+        .sum();
+    [stat("evalsha", "calls="), stat("evalsha", "usec="), stat("publish", "calls="), cpu * 1e6, commands]
 }
 
 #[tokio::main]

@@ -27,6 +27,7 @@ const PROVIDER_ACQUIRE: &str = concat!(
     include_str!("../src/store/scripts/fence.lua"),
     include_str!("../src/store/scripts/acquire_lean.lua"),
     include_str!("../src/store/scripts/acquire_shared_lean.lua"),
+    include_str!("../src/store/scripts/acquire_permit_queued.lua"),
     include_str!("../src/store/scripts/queue.lua"),
     include_str!("../src/store/scripts/acquire.lua"),
 );
@@ -35,6 +36,7 @@ const PROVIDER_RELEASE: &str = concat!(
     include_str!("../src/store/scripts/fence.lua"),
     include_str!("../src/store/scripts/release_lean.lua"),
     include_str!("../src/store/scripts/release_shared_lean.lua"),
+    include_str!("../src/store/scripts/release_permit_queued.lua"),
     include_str!("../src/store/scripts/queue.lua"),
     include_str!("../src/store/scripts/release.lua"),
 );

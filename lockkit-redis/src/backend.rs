@@ -39,7 +39,8 @@
 //! grant came later; the server times give the interval between the two, so the hold is
 //! guaranteed until the send time of that try, plus the interval (never more than the local
 //! time elapsed since), plus the claim window, minus the drift margin scaled to that span.
-//! The watchdog then extends the hold to a full lease at once. When too little of the window
+//! The watchdog then extends the hold to a full lease once a quarter of that guarantee has
+//! passed, unless it was released by then (a short hold costs no renewal). When too little of the window
 //! is left for that (a grant announced very late, or a wait so long that the drift margin
 //! eats the window), the waiter asks again instead, and its try finds the record its own.
 
@@ -345,7 +346,7 @@ impl RedisBackend {
     }
 
     /// Makes the hold of `contender`'s grant: its signal, registered with the watchdog, which
-    /// renews a hand-over at once (it was granted for the claim window only).
+    /// renews a hand-over soon (it was granted for the claim window only; see the module docs).
     /// The contender is no longer shared once its doubt was dropped (its owner id is taken,
     /// not copied).
     fn hold(&self, lock: LockName, keys: LockKeys, contender: Arc<Contender>, taken: Taken, contended: bool) -> Grant {
@@ -358,7 +359,7 @@ impl RedisBackend {
         let target = Arc::new(HoldTarget::new(kind, keys, owner));
         let id = self.watchdog.register(Arc::clone(&target), signal.clone());
         if handed_over {
-            self.watchdog.confirm(id);
+            self.watchdog.confirm(id, valid_until);
         }
         let record = self.watch_record(&target);
         let held = RedisHeld {

@@ -12,7 +12,8 @@
 //!   on lockkit's home runtime ([`lockkit_core::home`]), with the home runtime's connection,
 //!   so renewal never depends on the runtime a hold was granted on.
 //! - A hold handed over by a release comes with a claim window's lease only: it is confirmed
-//!   at once by a renewal of its own ([`Watchdog::confirm`]), outside the ticks.
+//!   by a renewal of its own ([`Watchdog::confirm`]), outside the ticks, once a quarter of its
+//!   local validity has passed (a hold released before then needs none).
 //! - Every kind of hold is renewed in the same batches, each by the renew script of its kind
 //!   (a mutex's `renew.lua`; `renew_rw.lua` for a read-write lock's hold, write or read;
 //!   `renew_permit.lua` for a permit): a tick sends as many pipelines as it has batches,
@@ -137,12 +138,15 @@ impl Watchdog {
         &self.stats
     }
 
-    /// Renews hold `id` at once, in the background on the home runtime, retrying until it is
-    /// confirmed or its deadline passes (when its signal reports the loss by itself). A hold
-    /// released meanwhile is left alone.
-    pub(crate) fn confirm(self: &Arc<Self>, id: u64) {
+    /// Renews hold `id`, whose local deadline is `valid_until`, in the background on the home
+    /// runtime, once a quarter of the time left to that deadline has passed, retrying until it
+    /// is confirmed or the deadline passes (when its signal reports the loss by itself). A hold
+    /// released meanwhile is left alone: a short hold handed over costs no renewal at all, and
+    /// three quarters of its claim window are left for the renewal's round trips.
+    pub(crate) fn confirm(self: &Arc<Self>, id: u64, valid_until: Instant) {
         let watchdog = Arc::downgrade(self);
         let task = async move {
+            tokio::time::sleep(valid_until.saturating_duration_since(Instant::now()) / 4).await;
             let mut backoff = None;
             loop {
                 let Some(dog) = watchdog.upgrade() else { return };

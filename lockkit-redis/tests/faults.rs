@@ -449,8 +449,8 @@ async fn dead_waiters_are_skipped(dead: usize, releasers_window: Duration) {
 }
 
 /// A release hands a fair lock over to the head of the queue for a claim window only; the
-/// head takes it without another round trip and has the watchdog extend it to a full lease at
-/// once, before that window closes. (When the hand-over's announcement comes too late to be
+/// head takes it without another round trip and has the watchdog extend it to a full lease
+/// soon (once a quarter of its local validity has passed), before that window closes. (When the hand-over's announcement comes too late to be
 /// taken that way, the head asks again instead; on a loaded machine that can happen, and the
 /// scenario is run again.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -132,3 +132,63 @@ async fn shared_holds_keep_their_keys_and_tokens_as_the_whole_script_does() {
         );
     }
 }
+
+async fn zcard(admin: &mut redis::aio::MultiplexedConnection, key: &str) -> i64 {
+    redis::cmd("ZCARD").arg(key).query_async(admin).await.unwrap()
+}
+
+/// A full semaphore's contended paths: a waiter's try joins the queue and is refused (its entry
+/// and the queue's keys live as the whole script makes them), and the permit a holder frees
+/// goes to the head of the queue with a greater token, its entry gone and its permit and token
+/// in place. An expired entry of a waiter that died ahead of it sends the release to the whole
+/// script, which drops that entry and hands the permit to the live waiter all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_freed_permit_goes_to_the_head_of_the_queue() {
+    let harness = RedisHarness::shared().await;
+    let (provider, _faults) = harness.client_with(test_builder()).await.unwrap();
+    let (other, _other_faults) = harness.client_with(test_builder()).await.unwrap();
+    let mut admin = harness.admin().await;
+    for dead_ahead in [false, true] {
+        let name = unique(if dead_ahead { "permit-dead-ahead" } else { "permit-queued" });
+        let (queue, expiry) = (key(&provider, &name, "queue"), key(&provider, &name, "queue:expiry"));
+        let semaphore = provider.semaphore(&name, 2).unwrap();
+        let first = within(OPERATION, "a first permit", semaphore.acquire()).await.unwrap();
+        let second = within(OPERATION, "a second permit", semaphore.acquire()).await.unwrap();
+        let ghost = "lockkit:wake:ghost\np2\nghost";
+        if dead_ahead {
+            for set in [&queue, &expiry] {
+                let _: () = redis::cmd("ZADD").arg(set).arg(1).arg(ghost).query_async(&mut admin).await.unwrap();
+            }
+        }
+        let waiting = other.semaphore(&name, 2).unwrap();
+        let waiter = tokio::spawn(async move { waiting.acquire().await });
+        let queued = 1 + i64::from(dead_ahead);
+        within(OPERATION, "the waiter's entry in the queue", async {
+            while zcard(&mut admin, &queue).await < queued {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+        assert!(!waiter.is_finished(), "no permit is free: the waiter waits");
+        for set in [&queue, &expiry] {
+            let left = pttl(&mut admin, set).await;
+            assert!(left > 0, "{set} lives {left} ms: the queue's keys expire with its last entry");
+        }
+        first.release().await.unwrap();
+        let handed = within(OPERATION, "the hand-over", waiter).await.unwrap().unwrap();
+        assert!(handed.token() > second.token(), "the hand-over's token is the greatest");
+        assert_eq!(zcard(&mut admin, &queue).await, 0, "the head left the queue (and the dead entry with it)");
+        assert_eq!(zcard(&mut admin, &expiry).await, 0);
+        assert_eq!(zcard(&mut admin, &key(&provider, &name, "permits")).await, 2, "two permits held");
+        let tokens: i64 =
+            redis::cmd("HLEN").arg(key(&provider, &name, "tokens")).query_async(&mut admin).await.unwrap();
+        assert_eq!(tokens, 2, "with their tokens");
+        assert!(semaphore.try_acquire().await.unwrap().is_none(), "still two of two");
+        for guard in [second, handed] {
+            guard.release().await.unwrap();
+        }
+        for suffix in ["permits", "tokens", "kinds", "permits:count", "queue"] {
+            assert!(!exists(&mut admin, &key(&provider, &name, suffix)).await, "{suffix} goes with the last holder");
+        }
+    }
+}

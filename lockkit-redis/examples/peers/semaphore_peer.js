@@ -37,9 +37,32 @@ async function uncontended() {
   return { cycle_p50_us: percentile(samples, 0.5), cycle_p99_us: percentile(samples, 0.99) };
 }
 
+// The server's main thread CPU (µs) and its count of commands (scripts count once; the
+// commands a script calls count under their own names too, so EVALSHA/EVAL are left out of
+// the sum and counted apart) so far.
+async function serverStats(admin) {
+  const info = await admin.info('all');
+  let cpu = 0;
+  let commands = 0;
+  let scripts = 0;
+  for (const line of info.split('\r\n')) {
+    const cpuLine = /^used_cpu_(sys|user)_main_thread:([0-9.]+)/.exec(line);
+    if (cpuLine) cpu += Number(cpuLine[2]) * 1e6;
+    const stat = /^cmdstat_([a-z|]+):calls=([0-9]+)/.exec(line);
+    if (stat && stat[1] !== 'info') {
+      if (stat[1] === 'evalsha' || stat[1] === 'eval') scripts += Number(stat[2]);
+      else commands += Number(stat[2]);
+    }
+  }
+  return { cpu, commands, scripts };
+}
+
 async function contended() {
   const connections = Array.from({ length: clients }, () => new Redis(url));
   await Promise.all(connections.map((connection) => connection.ping()));
+  const admin = new Redis(url);
+  const serverBefore = await serverStats(admin);
+  const cpuBefore = process.cpuUsage();
   const waits = [];
   const end = process.hrtime.bigint() + BigInt(Math.round(seconds * 1e9));
   const started = process.hrtime.bigint();
@@ -55,8 +78,16 @@ async function contended() {
     }),
   );
   const elapsed = micros(started) / 1e6;
+  const cpu = process.cpuUsage(cpuBefore);
+  const serverAfter = await serverStats(admin);
   connections.forEach((connection) => connection.disconnect());
+  admin.disconnect();
+  const per = (n) => n / Math.max(1, waits.length);
   return {
+    client_cpu_us: per(cpu.user + cpu.system),
+    server_cpu_us: per(serverAfter.cpu - serverBefore.cpu),
+    scripts: per(serverAfter.scripts - serverBefore.scripts),
+    commands: per(serverAfter.commands - serverBefore.commands),
     rate_per_s: waits.length / elapsed,
     wait_p50_us: percentile(waits, 0.5),
     wait_max_us: percentile(waits, 1),

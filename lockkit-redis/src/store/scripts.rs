@@ -12,7 +12,7 @@ use crate::keys::LockKeys;
 /// fence counter's raise (`fence.lua`), the queue's functions (`queue.lua`), then the
 /// script's own body.
 /// The acquire and release scripts put their lean paths (the mutex's uncontended case, then
-/// the reader's and the permit's) between the layout and the queue's functions, so that they
+/// the reader's and the permit's, then the contended permit's) between the layout and the queue's functions, so that they
 /// run before those are made: `queue_script!(layout, lean paths… => body)`.
 macro_rules! queue_script {
     ($layout:literal $(, $lean:literal)* => $body:literal) => {
@@ -37,12 +37,12 @@ pub const RELEASE_SCRIPT: &str =
     queue_script!("scripts/layout_v1.lua", "scripts/release_lean.lua" => "scripts/release.lua");
 
 pub(super) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(queue_script!("scripts/layout.lua", "scripts/acquire_lean.lua", "scripts/acquire_shared_lean.lua"
-        => "scripts/acquire.lua"))
+    Script::new(queue_script!("scripts/layout.lua", "scripts/acquire_lean.lua", "scripts/acquire_shared_lean.lua",
+        "scripts/acquire_permit_queued.lua" => "scripts/acquire.lua"))
 });
 pub(super) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(queue_script!("scripts/layout.lua", "scripts/release_lean.lua", "scripts/release_shared_lean.lua"
-        => "scripts/release.lua"))
+    Script::new(queue_script!("scripts/layout.lua", "scripts/release_lean.lua", "scripts/release_shared_lean.lua",
+        "scripts/release_permit_queued.lua" => "scripts/release.lua"))
 });
 
 /// Declares the scripts of the wait queue that have no lean path: the layout, the queue's
