@@ -228,13 +228,13 @@ impl RedisLockProviderBuilder {
         ///
         /// A release grants the lock to the head of the queue for this long only, and tells the
         /// head's provider; a live head takes it at once and, unless it released it by then,
-        /// confirms it (extends it to its lease) once about a quarter of the window has passed, within
-        /// a round trip; a head whose process died lets it expire, after which the next waiter's
-        /// turn comes. So this is what each dead waiter at the head of a queue costs the others,
-        /// and three quarters of it must cover a few round trips of your network plus a pause of
-        /// the waiting process: raise it
-        /// for servers far away, or for clients that stall. A head that misses its window loses
-        /// its place and queues again at the back.
+        /// confirms it (extends it to its lease) once about a quarter of the window has passed,
+        /// within a round trip; a head whose process died lets it expire, after which the next
+        /// waiter's turn comes. So this is what each dead waiter at the head of a queue costs
+        /// the others, and three quarters of it must cover a few round trips of your network
+        /// plus a pause of the waiting process: raise it for servers far away, or for clients
+        /// that stall. A head that misses its window loses its place and queues again at the
+        /// back.
         fn claim_window(window: Duration) => CLAIM_WINDOW;
 
         /// How many replicas must acknowledge each grant and each renewal (default 0: none is
