@@ -713,6 +713,40 @@ mod tests {
         (Session::open(&config, id).await.unwrap(), prefix)
     }
 
+    /// Puts `key` bound to the session's lease; the revision it was created at.
+    async fn put_own(session: &Session, key: &str) -> i64 {
+        let lease = Some(PutOptions::new().with_lease(session.lease));
+        let put = session.kv.clone().put(key.as_bytes(), "", lease).await.unwrap();
+        put.header().unwrap().revision()
+    }
+
+    /// Deletes `key`; the revision of the deletion.
+    async fn delete(session: &Session, key: &str) -> i64 {
+        session.kv.clone().delete(key.as_bytes(), None).await.unwrap().header().unwrap().revision()
+    }
+
+    /// Registers a hold of lock `name` on `key`, created at `revision`; its signal.
+    fn register(session: &Session, name: &str, key: &Arc<str>, revision: i64) -> HoldSignal {
+        let signal = HoldSignal::new(crate::BACKEND, LockName::new(name).unwrap(), Some(session.valid_until()));
+        assert!(session.register(&signal, key, revision));
+        signal
+    }
+
+    /// Waits until `signal` is lost because its key is gone.
+    async fn lost(signal: &HoldSignal) {
+        eventually(BOUND, "the hold is lost with its key gone", || async {
+            signal.loss() == Some(LossReason::RecordGone)
+        })
+        .await;
+    }
+
+    /// Waits until the prefix watch handed on the deletion at `revision` of a key of the
+    /// provider's that no hold had.
+    async fn handed_on(session: &Session, revision: i64) {
+        eventually(BOUND, "the prefix watch hands the deletion on", || async { session.state().unmatched >= revision })
+            .await;
+    }
+
     /// The race of a grant and a deletion: the key is deleted after the acquisition read it
     /// (its grant decided) but before the hold registered, and the watch hands the deletion on
     /// while the key is nobody's. The registration must bring a listing, which finds the key
@@ -725,19 +759,9 @@ mod tests {
         let covered = HoldCoverage { store_wide_watch: true, store_wide: 0, per_hold: 0 };
         assert_eq!(session.coverage(), covered);
         let key: Arc<str> = Arc::from(format!("{prefix}/name/{id}-0"));
-        let mut kv = session.kv.clone();
-        let lease = Some(PutOptions::new().with_lease(session.lease));
-        let put = kv.put(key.as_bytes(), "", lease).await.unwrap();
-        let revision = put.header().unwrap().revision();
-        let deleted = kv.delete(key.as_bytes(), None).await.unwrap().header().unwrap().revision();
-        eventually(BOUND, "the prefix watch hands the deletion on", || async { session.state().unmatched >= deleted })
-            .await;
-        let signal = HoldSignal::new(crate::BACKEND, LockName::new("name").unwrap(), Some(session.valid_until()));
-        assert!(session.register(&signal, &key, revision));
-        eventually(BOUND, "the hold is lost with its key gone", || async {
-            signal.loss() == Some(LossReason::RecordGone)
-        })
-        .await;
+        let revision = put_own(&session, &key).await;
+        handed_on(&session, delete(&session, &key).await).await;
+        lost(&register(&session, "name", &key, revision)).await;
     }
 
     /// A hold put after the deletions the watch handed on stays with the watch (no listing),
@@ -751,16 +775,11 @@ mod tests {
         assert!(!session.is_own(&format!("{prefix}/name/0123456789abcdef-0")));
         assert!(!session.is_own(&format!("{prefix}/name/{id}")));
         assert!(!session.is_own(&format!("{prefix}/{id}-0/other")));
-        let mut kv = session.kv.clone();
         let key: Arc<str> = Arc::from(format!("{prefix}/name/{id}-0"));
-        let lease = Some(PutOptions::new().with_lease(session.lease));
-        kv.put(key.as_bytes(), "", lease.clone()).await.unwrap();
-        let deleted = kv.delete(key.as_bytes(), None).await.unwrap().header().unwrap().revision();
-        eventually(BOUND, "the prefix watch hands the deletion on", || async { session.state().unmatched >= deleted })
-            .await;
-        let revision = kv.put(key.as_bytes(), "", lease).await.unwrap().header().unwrap().revision();
-        let signal = HoldSignal::new(crate::BACKEND, LockName::new("name").unwrap(), Some(session.valid_until()));
-        assert!(session.register(&signal, &key, revision));
+        put_own(&session, &key).await;
+        handed_on(&session, delete(&session, &key).await).await;
+        let signal = register(&session, "name", &key, put_own(&session, &key).await);
+        assert!(signal.is_held());
         let covered = HoldCoverage { store_wide_watch: true, store_wide: 1, per_hold: 0 };
         assert_eq!(session.coverage(), covered);
     }
@@ -772,30 +791,21 @@ mod tests {
     async fn a_key_deleted_before_the_watch_was_set_is_lost() {
         let id = "00112233445566ff";
         let (session, prefix) = session_with(id, 2).await;
-        let mut kv = session.kv.clone();
-        let lease = Some(PutOptions::new().with_lease(session.lease));
         let late: Arc<str> = Arc::from(format!("{prefix}/late/{id}-0"));
-        let late_revision = kv.put(late.as_bytes(), "", lease.clone()).await.unwrap().header().unwrap().revision();
-        kv.delete(late.as_bytes(), None).await.unwrap();
+        let late_revision = put_own(&session, &late).await;
+        delete(&session, &late).await;
         let mut signals = Vec::new();
         for name in ["a", "b"] {
             let key: Arc<str> = Arc::from(format!("{prefix}/{name}/{id}-0"));
-            let revision = kv.put(key.as_bytes(), "", lease.clone()).await.unwrap().header().unwrap().revision();
-            let signal = HoldSignal::new(crate::BACKEND, LockName::new(name).unwrap(), Some(session.valid_until()));
-            assert!(session.register(&signal, &key, revision));
-            signals.push(signal);
+            let revision = put_own(&session, &key).await;
+            signals.push(register(&session, name, &key, revision));
         }
         let covered = HoldCoverage { store_wide_watch: true, store_wide: 2, per_hold: 0 };
         eventually(BOUND, "the watch is set and a listing covers both holds", || async {
             session.coverage() == covered
         })
         .await;
-        let signal = HoldSignal::new(crate::BACKEND, LockName::new("late").unwrap(), Some(session.valid_until()));
-        assert!(session.register(&signal, &late, late_revision));
-        eventually(BOUND, "the late hold is lost with its key gone", || async {
-            signal.loss() == Some(LossReason::RecordGone)
-        })
-        .await;
+        lost(&register(&session, "late", &late, late_revision)).await;
         assert!(signals.iter().all(HoldSignal::is_held), "the holds whose keys are there stay held");
     }
 }
