@@ -313,21 +313,9 @@ async fn main() {
         let script = PROVIDER_ACQUIRE;
         variants.push(Variant::new(&mut admin, label, script, order.clone(), acquire_args(kind), after).await);
     }
-    // The mutex's cycle as the provider sends it: the acquire's first try with the five keys
-    // of its lean path and no queue member (LEAN in `layout.lua`), then the release; on one
-    // name, and on names used once each (the `--locks` loop of `peer_cycle`).
+    // The mutex's cycle on names used once each (the `--locks` loop of `peer_cycle`).
     let mut release_keys = mutex.clone();
     release_keys[2] = 0;
-    let lean_keys = vec![0, 1, 2, 3, 6];
-    let mut lean_args = acquire_args(None);
-    lean_args[5] = String::new();
-    for fresh in [false, true] {
-        let after = After::Script(release.clone(), release_keys.clone(), release_args(None));
-        let label = "provider: mutex cycle, first try of 5 keys, per script";
-        let variant = Variant::new(&mut admin, label, PROVIDER_ACQUIRE, lean_keys.clone(), lean_args.clone(), after);
-        let variant = variant.await;
-        variants.push(if fresh { variant.on_fresh_names() } else { variant });
-    }
     let after = After::Script(release.clone(), release_keys, release_args(None));
     let label = "provider: mutex cycle, per script";
     let variant = Variant::new(&mut admin, label, PROVIDER_ACQUIRE, mutex.clone(), acquire_args(None), after).await;

@@ -181,8 +181,6 @@ impl RedisBackend {
         // The last refused try of a queued acquisition: when it was sent, and where the queue
         // stood. It dates the hand-overs that come after it.
         let mut refused: Option<(Instant, QueueMark)> = None;
-        // The first call is sent with the fewest keys (see Store::acquire).
-        let mut first_try = true;
         // Registered (and armed) before the first try, a Busy reply waits at once: a queued
         // waiter whose provider's wake channel is subscribed already (it costs nothing), and
         // an unfair waiter that yields.
@@ -206,9 +204,7 @@ impl RedisBackend {
             let sent_at = Instant::now();
             doubt.in_flight = true;
             doubt.queued |= queueing.join;
-            let lease_ms = self.settings.lease_millis();
-            let mut reply = self.store.acquire(&lock, &keys, &contender, lease_ms, queueing, first_try).await;
-            first_try = false;
+            let mut reply = self.store.acquire(&lock, &keys, &contender, self.settings.lease_millis(), queueing).await;
             if matches!(reply, Ok(AcquireReply::Granted(_)))
                 && self.store.replicas() > 0
                 && let Err(error) = self.store.replicated(&lock, &keys).await

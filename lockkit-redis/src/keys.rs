@@ -12,8 +12,7 @@
 //! strings, readers and permit holders sorted sets, their tokens a hash, the permit count a
 //! string. Every script that grants looks at the keys of the other kinds. A marker of the
 //! other kinds outlives every hold and waiter of a kind other than the mutex, so that the
-//! mutex's scripts need only seven keys while a name is used by mutexes alone, and the first
-//! try of a mutex's acquisition five (see `layout.lua`).
+//! mutex's scripts need only seven keys while a name is used by mutexes alone.
 //!
 //! Only the base (the mutex record's key) is kept per lock; the other keys are made from it
 //! when a script is called, so that a held lock costs one key's memory on the client.
@@ -75,10 +74,6 @@ const SCRIPT_KEYS: [Option<&str>; 13] = [
     Some(TERMS),
 ];
 
-/// The keys of the first try of a mutex's acquisition, in the order `layout.lua` names them
-/// for it (LEAN): all that the acquire script's lean path reads, the void marker third.
-const LEAN_KEYS: [Option<&str>; 5] = [Some(RECORD), Some(FENCE), None, Some(QUEUE), Some(KINDS)];
-
 /// The keys and channel of one lock name, under one prefix, made from its base key (shared:
 /// a hold, its renewals and its release keep one copy).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -127,21 +122,10 @@ impl LockKeys {
     /// of the name for scripts that void nothing): the first `count` of them (seven for the
     /// mutex's short layout, while the name is used by mutexes alone; thirteen for all).
     pub(crate) fn script_args<'a>(&'a self, void: &'a str, count: usize) -> impl Iterator<Item = KeyArg<'a>> + 'a {
-        SCRIPT_KEYS.iter().take(count).map(move |suffix| self.arg_or_void(*suffix, void))
-    }
-
-    /// The five keys of the first try of a mutex's acquisition (see `layout.lua`), as
-    /// command arguments, with `void` (the acquisition's void marker) third.
-    pub(crate) fn lean_script_args<'a>(&'a self, void: &'a str) -> impl Iterator<Item = KeyArg<'a>> + 'a {
-        LEAN_KEYS.iter().map(move |suffix| self.arg_or_void(*suffix, void))
-    }
-
-    /// The key of `suffix`, or `void` for `None`.
-    fn arg_or_void<'a>(&'a self, suffix: Option<&'a str>, void: &'a str) -> KeyArg<'a> {
-        match suffix {
+        SCRIPT_KEYS.iter().take(count).map(move |suffix| match suffix {
             Some(suffix) => self.arg(suffix),
             None => KeyArg { base: void, suffix: "" },
-        }
+        })
     }
 
     /// The key of `suffix` (one of the constants above).
@@ -234,19 +218,6 @@ mod tests {
         .collect();
         assert_eq!(script_keys(&k, &k.void("v"), 13), expected);
         assert_eq!(script_keys(&k, &k.void("v"), 7), expected[..7], "the mutex's keys are the first seven");
-        let mut cmd = redis::Cmd::new();
-        for arg in k.lean_script_args(&k.void("v")) {
-            cmd.arg(arg);
-        }
-        let lean: Vec<&[u8]> = cmd
-            .args_iter()
-            .map(|arg| match arg {
-                redis::Arg::Simple(bytes) => bytes,
-                _ => &[],
-            })
-            .collect();
-        let wanted = [0, 1, 2, 3, 6].map(|at| expected[at].as_bytes());
-        assert_eq!(lean, wanted, "a first try's keys: record, fence, void, queue, kinds");
     }
 
     #[test]

@@ -9,7 +9,7 @@ mod support;
 
 use lockkit_core::{Error, LockName};
 use lockkit_redis::RedisLockProvider;
-use support::{LEASE, OPERATION, RedisHarness, eventually, test_builder, within};
+use support::{LEASE, OPERATION, RedisHarness, test_builder, within};
 
 fn unique(case: &str) -> String {
     format!("lean/{case}/{}", uuid::Uuid::new_v4().simple())
@@ -131,33 +131,4 @@ async fn shared_holds_keep_their_keys_and_tokens_as_the_whole_script_does() {
             "permit: {suffix} goes with the last holder"
         );
     }
-}
-
-/// A mutex's first try is sent with the keys of its lean path only; when the lock is in use
-/// it is sent again with the mutex's seven keys, which put a waiting acquisition in the wait
-/// queue as before, and the release hands the lock over to it with a greater token.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_first_try_of_a_lock_in_use_goes_on_to_the_queue() {
-    let harness = RedisHarness::shared().await;
-    let (holder, _faults) = harness.client_with(test_builder()).await.unwrap();
-    let (waiter, _waiter_faults) = harness.client_with(test_builder()).await.unwrap();
-    let admin = harness.admin().await;
-    let name = unique("first-try-queued");
-    let held = holder.lock(&name).unwrap().try_acquire().await.unwrap().expect("a free lock");
-    let handle = waiter.lock(&name).unwrap();
-    let waiting = tokio::spawn(async move { handle.acquire().await });
-    let queue = key(&holder, &name, "queue");
-    eventually(OPERATION, "the waiter in the queue", || {
-        let (mut admin, queue) = (admin.clone(), queue.clone());
-        async move {
-            let queued: i64 = redis::cmd("ZCARD").arg(&queue).query_async(&mut admin).await.unwrap();
-            queued == 1
-        }
-    })
-    .await;
-    let first = held.token();
-    held.release().await.unwrap();
-    let handed = within(OPERATION, "the hand-over", waiting).await.unwrap().unwrap();
-    assert!(handed.token() > first, "{:?} after {first:?}", handed.token());
-    handed.release().await.unwrap();
 }

@@ -12,20 +12,9 @@ use crate::BACKEND;
 use crate::error::Failure;
 use crate::keys::LockKeys;
 
-/// The keys an acquire call takes (see `layout.lua`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Layout {
-    /// The five of a mutex's first try (LEAN).
-    Lean,
-    /// The seven of a mutex (SHORT).
-    Short,
-    /// All thirteen.
-    Full,
-}
-
 impl Store {
     /// Runs the acquire script for `contender` with a lease of `lease_ms`, in or out of the
-    /// lock's wait queue as `queueing` says; `first_try` for an acquisition's first call.
+    /// lock's wait queue as `queueing` says.
     pub(crate) async fn acquire(
         &self,
         lock: &LockName,
@@ -33,33 +22,20 @@ impl Store {
         contender: &Contender,
         lease_ms: u64,
         queueing: Queueing,
-        first_try: bool,
     ) -> Result<AcquireReply> {
-        // A mutex's first try is sent with the five keys of its lean path, its later tries
-        // with the short layout (see `layout.lua`); either is sent again with more keys when
-        // the script needs them (it changed nothing): a first try of a lock in use, a name
-        // other kinds use.
-        let mut layout = match (contender.kind, first_try) {
-            (Kind::Exclusive, true) => Layout::Lean,
-            (Kind::Exclusive, false) => Layout::Short,
-            _ => Layout::Full,
-        };
+        // A mutex is asked with the short layout first (see `layout.lua`), and again with all
+        // the keys when other kinds use the name.
+        let mut short = contender.kind == Kind::Exclusive;
         let (code, value, fence, server_ms) = loop {
             let reply: AcquireCode = self
                 .run(Some(lock), |mut connection| async move {
-                    let mut call = match layout {
-                        Layout::Lean => ScriptCall::lean(&ACQUIRE, keys, &contender.void),
-                        _ => ScriptCall::queue(&ACQUIRE, keys, &contender.void, layout == Layout::Short),
-                    };
-                    // The lean path needs no queue member: none is sent (a string the server
-                    // would make at every call).
-                    let member = if layout == Layout::Lean { "" } else { contender.member.as_str() };
+                    let mut call = ScriptCall::queue(&ACQUIRE, keys, &contender.void, short);
                     call.arg(&contender.owner)
                         .arg(lease_ms)
                         .arg(if queueing.join { "1" } else { "0" })
                         .arg(queueing.entry_ttl_ms)
                         .arg(self.claim_ms)
-                        .arg(member)
+                        .arg(&contender.member)
                         .arg(self.fence_retention_ms);
                     if contender.kind != Kind::Exclusive {
                         call.arg(contender.kind.letter()).arg(contender.kind.permits());
@@ -67,8 +43,8 @@ impl Store {
                     call.invoke(&mut connection).await
                 })
                 .await?;
-            if reply.0.0 == -3 && layout != Layout::Full {
-                layout = if layout == Layout::Lean { Layout::Short } else { Layout::Full };
+            if reply.0.0 == -3 && short {
+                short = false;
                 continue;
             }
             break reply.0;

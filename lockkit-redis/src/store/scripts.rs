@@ -101,18 +101,6 @@ impl<'a> ScriptCall<'a> {
         Self { script, cmd }
     }
 
-    /// The first try of a mutex's acquisition: `script` (the acquire script) with the five
-    /// keys of `layout.lua`'s LEAN, `void` third.
-    pub(super) fn lean(script: &'a Script, keys: &LockKeys, void: &str) -> Self {
-        let bytes = 64 + 5 * (keys.record().len() + 16) + void.len() + 192;
-        let mut cmd = Cmd::with_capacity(3 + 5 + 7, bytes);
-        cmd.arg("EVALSHA").arg(script.get_hash()).arg(5);
-        for key in keys.lean_script_args(void) {
-            cmd.arg(key);
-        }
-        Self { script, cmd }
-    }
-
     /// Appends an argument.
     pub(super) fn arg<T: ToRedisArgs>(&mut self, arg: T) -> &mut Self {
         self.cmd.arg(arg);

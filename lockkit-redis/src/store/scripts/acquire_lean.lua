@@ -7,15 +7,9 @@
 -- already there or above, which takes a second SET). It replies with the token
 -- alone, an integer (a table reply costs the server about 1 µs more). Anything else (a
 -- queue, another kind, a holder, a void marker) falls through, having changed nothing, to
--- the whole script below, which decides in the same call; asked with the five keys of a
--- first try (LEAN, see layout.lua), it returns -3 instead.
+-- the whole script below, which decides in the same call.
 if ARGV[8] == nil and redis.call('EXISTS', K_QUEUE, K_KINDS, K_VOID) == 0
     and redis.call('SET', K_RECORD, ARGV[1], 'NX', 'PX', ARGV[2]) then
   local t = redis.call('TIME')
   return raise_fence(K_FENCE, tonumber(t[1]) * 1000000 + tonumber(t[2]), ARGV[7])
-end
-if LEAN then
-  -- Asked with the five keys of a first try (see layout.lua), which name no queue member:
-  -- ask again with seven (nothing was changed).
-  return {-3, 0, 0, 0}
 end

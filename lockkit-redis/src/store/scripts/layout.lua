@@ -16,19 +16,10 @@
 -- used by mutexes alone: every key is a string Lua makes at each call, and the mutex's paths
 -- need no other. When they find the marker of the other kinds, they change nothing and
 -- return -3, and the caller sends them again with all twelve.
---
--- The first try of a mutex's acquisition takes five only (LEAN): the record, the fence
--- counter, the void marker, the queue and the marker of the other kinds, in that order, all
--- that the lean path of acquire_lean.lua reads, and no queue member (ARGV[6] empty). Any
--- other case changes nothing and returns -3, and the caller asks again with seven.
 local K_RECORD, K_FENCE, K_VOID, K_QUEUE, K_EXPIRY, K_CHANNEL = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local K_KINDS, K_WRITER, K_READERS, K_PERMITS, K_TOKENS, K_COUNT = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
 local K_TERMS = KEYS[13]
 local SHORT = #KEYS == 7
-local LEAN = #KEYS == 5
-if LEAN then
-  K_KINDS, K_EXPIRY = KEYS[5], nil
-end
 -- How long the fence counter outlives a grant, in ms, for the scripts that are told (the
 -- acquire script sets it from its arguments; see next_token in queue.lua).
 local FENCE_TTL

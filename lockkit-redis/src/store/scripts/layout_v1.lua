@@ -14,8 +14,6 @@ end
 local K_KINDS = K_RECORD .. ':kinds'
 local K_WRITER, K_READERS, K_PERMITS, K_TOKENS, K_COUNT
 local SHORT = true
--- The provider's five-key first try (see layout.lua) does not exist in this layout.
-local LEAN = false
 local FENCE_TTL
 
 -- The keys in the order of layout.lua, for queue.lua's machinery.
