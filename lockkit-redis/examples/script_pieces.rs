@@ -1,7 +1,8 @@
 //! Where a script's server time goes, piece by piece: the server's µs per `EVALSHA` (`INFO
 //! commandstats`) of scripts that each add one piece of the provider's lean paths (the
 //! arguments, a table reply, each `redis.call`, the Lua around them), and of the provider's
-//! own acquire and release scripts on each kind's uncontended cycle. On a private
+//! own acquire and release scripts on each kind's uncontended cycle, the mutex's also on names
+//! used once each (what a name's first use costs the server: its keys are new Lua strings). On a private
 //! redis-server (or `LOCKKIT_REDIS_URL`):
 //! `cargo run --release -p lockkit-redis --example script_pieces [-- --batches 10 --calls 300 --pipeline 100]`.
 //!
@@ -92,6 +93,9 @@ struct Variant {
     args: Vec<String>,
     after: After,
     keys: Vec<String>,
+    /// Whether each call takes the keys of a name never used before (the `--locks` loop of
+    /// `peer_cycle`), rather than the same name's every time.
+    fresh_names: bool,
     means: Vec<f64>,
 }
 
@@ -122,7 +126,14 @@ impl Variant {
     ) -> Self {
         let sha = load(admin, script).await;
         let keys = keys(&format!("pieces/{}", uuid::Uuid::new_v4().simple()));
-        Self { label: label.to_owned(), sha, key_order, args, after, keys, means: Vec::new() }
+        Self { label: label.to_owned(), sha, key_order, args, after, keys, fresh_names: false, means: Vec::new() }
+    }
+
+    /// The same variant, each call on a name never used before.
+    fn on_fresh_names(mut self) -> Self {
+        self.label.push_str(", a new name each call");
+        self.fresh_names = true;
+        self
     }
 
     async fn batch(&mut self, connection: &mut MultiplexedConnection, calls: usize, pipeline: usize) {
@@ -130,6 +141,9 @@ impl Variant {
         let mut pipe = redis::pipe();
         let mut queued = 0;
         for i in 0..calls {
+            if self.fresh_names {
+                self.keys = keys(&format!("pieces/{}", uuid::Uuid::new_v4().simple()));
+            }
             pipe.add_command(evalsha(&self.sha, &self.keys, &self.key_order, &self.args)).ignore();
             match &self.after {
                 After::Nothing => {}
@@ -275,6 +289,14 @@ async fn main() {
     for (label, script) in LUA_STEPS {
         variants.push(Variant::new(&mut admin, label, script, vec![0], vec![OWNER.to_owned()], After::Nothing).await);
     }
+    // What a name's first use costs the server: every key a script takes is a Lua string the
+    // server makes (and later collects) unless the same string is alive in its Lua state.
+    for fresh in [false, true] {
+        let label = "lua: return 1 (7 keys, 7 args)";
+        let variant = Variant::new(&mut admin, label, "return 1", mutex.clone(), acquire_args(None), After::Nothing);
+        let variant = variant.await;
+        variants.push(if fresh { variant.on_fresh_names() } else { variant });
+    }
     for (label, script) in PRELUDE_STEPS {
         variants
             .push(Variant::new(&mut admin, label, script, all.clone(), vec![OWNER.to_owned()], After::Nothing).await);
@@ -293,6 +315,13 @@ async fn main() {
         let script = PROVIDER_ACQUIRE;
         variants.push(Variant::new(&mut admin, label, script, order.clone(), acquire_args(kind), after).await);
     }
+    // The mutex's cycle on names used once each (the `--locks` loop of `peer_cycle`).
+    let mut release_keys = mutex.clone();
+    release_keys[2] = 0;
+    let after = After::Script(release.clone(), release_keys, release_args(None));
+    let label = "provider: mutex cycle, per script";
+    let variant = Variant::new(&mut admin, label, PROVIDER_ACQUIRE, mutex.clone(), acquire_args(None), after).await;
+    variants.push(variant.on_fresh_names());
     for variant in &mut variants {
         variant.batch(&mut admin, 20, pipeline).await;
         variant.means.clear();
@@ -307,6 +336,6 @@ async fn main() {
     );
     for variant in &variants {
         let (p25, p50, p75) = quartiles(&variant.means);
-        println!("  {:<52} {p50:6.2} [{p25:5.2}-{p75:5.2}]", variant.label);
+        println!("  {:<75} {p50:6.2} [{p25:5.2}-{p75:5.2}]", variant.label);
     }
 }
