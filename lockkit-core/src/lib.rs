@@ -141,7 +141,7 @@ pub use multi::{MultiGuard, MultiLock, StoreId};
 pub use name::LockName;
 pub use options::{AcquireOptions, Wait};
 pub use provider::{LockProvider, MAX_PERMITS};
-pub use renewal::RenewalStats;
+pub use renewal::{RenewalCounters, RenewalStats};
 pub use rw_lock::RwLock;
 pub use signal::{HoldEnd, HoldWatcher};
 pub use token::FencingToken;

@@ -201,9 +201,10 @@ async fn renewals(inner: Weak<Inner>) {
         // Counted together once the round is done, so that a reader between two rounds
         // (`lockkit bench`) never sees a round's round trips without the round.
         let counters = &strong.store.renewals;
-        counters.round_trips.fetch_add(round_trips, std::sync::atomic::Ordering::Relaxed);
         if unanswered.is_empty() {
-            counters.ticks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            counters.round(round_trips);
+        } else {
+            counters.round_trips(round_trips);
         }
         let next = started + every;
         drop(strong);
@@ -243,7 +244,7 @@ async fn renew_chunk(strong: &Arc<Inner>, chunk: &[Renewing]) -> bool {
         match result.get(&(crate::stored_name(lock.as_str()), owner.to_string())) {
             Some((true, _)) => {
                 signal.extend(deadline);
-                counters.renewed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                counters.renewed();
             }
             Some((false, true)) => {
                 signal.lose(LossReason::OwnedByAnother);

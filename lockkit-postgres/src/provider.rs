@@ -88,9 +88,7 @@ impl PostgresLockProvider {
     /// What the renewal task has done since the provider was built (for `lockkit bench`'s
     /// round trips per renewal tick).
     pub fn renewal_stats(&self) -> RenewalStats {
-        use std::sync::atomic::Ordering::Relaxed;
-        let c = &self.backend().inner.store.renewals;
-        RenewalStats::new(c.ticks.load(Relaxed), c.round_trips.load(Relaxed), c.renewed.load(Relaxed))
+        self.backend().inner.store.renewals.stats()
     }
 }
 

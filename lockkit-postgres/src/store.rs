@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use lockkit_core::home::PerRuntime;
-use lockkit_core::{Error, LockName, Result};
+use lockkit_core::{Error, LockName, RenewalCounters, Result};
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, Row, Statement};
 
@@ -118,14 +118,6 @@ pub(crate) struct Store {
     in_flight: tokio::sync::Semaphore,
     /// What the renewal rounds did.
     pub(crate) renewals: RenewalCounters,
-}
-
-/// Counters of the renewal rounds, for [`RenewalStats`](crate::RenewalStats).
-#[derive(Debug, Default)]
-pub(crate) struct RenewalCounters {
-    pub(crate) ticks: std::sync::atomic::AtomicU64,
-    pub(crate) round_trips: std::sync::atomic::AtomicU64,
-    pub(crate) renewed: std::sync::atomic::AtomicU64,
 }
 
 impl Store {

@@ -53,6 +53,7 @@ use lockkit_core::backend::{
     AcquireRequest, Backoff, Deadline, Grant, HoldSignal, HolderInfo, LockBackend, LockInfo, OwnerMeta, deadline_after,
     lease_deadline,
 };
+use lockkit_core::config::millis;
 use lockkit_core::{Capabilities, Error, FencingToken, HoldKind, LockName, Result};
 use tracing::Instrument;
 use uuid::Uuid;
@@ -205,7 +206,7 @@ impl RedisBackend {
             let sent_at = Instant::now();
             doubt.in_flight = true;
             doubt.queued |= queueing.join;
-            let mut reply = self.store.acquire(&lock, &keys, &contender, self.settings.lease_millis(), queueing).await;
+            let mut reply = self.store.acquire(&lock, &keys, &contender, millis(self.settings.lease), queueing).await;
             if matches!(reply, Ok(AcquireReply::Granted(_)))
                 && self.store.replicas() > 0
                 && let Err(error) = self.store.replicated(&lock, &keys).await
@@ -529,7 +530,7 @@ impl Doubt {
     fn new(store: Arc<Store>, lock: LockName, keys: LockKeys, contender: Arc<Contender>, settings: &Settings) -> Self {
         // The void marker outlives any try that can still be on its way: several leases,
         // and at least a minute.
-        let void_ms = settings.lease_millis().saturating_mul(4).max(60_000);
+        let void_ms = millis(settings.lease).saturating_mul(4).max(60_000);
         Self { store, lock, keys, contender, void_ms, in_flight: false, ambiguous: false, queued: false }
     }
 

@@ -529,9 +529,9 @@ mod tests {
         }
         let day = lockkit_core::config::MAX_DURATION;
         let longest = base().lease(day).settings().unwrap();
-        assert_eq!(longest.lease_millis(), 86_400_000);
+        assert_eq!(config::millis(longest.lease), 86_400_000);
         assert_eq!(longest.fence_retention, day, "the retention of the longest lease is a day");
-        assert!(longest.lease_millis().saturating_mul(4) < u64::try_from(i64::MAX).unwrap(), "PX takes it");
+        assert!(config::millis(longest.lease).saturating_mul(4) < u64::try_from(i64::MAX).unwrap(), "PX takes it");
     }
 
     #[test]
@@ -618,7 +618,7 @@ mod tests {
     fn durations_are_whole_milliseconds_as_redis_counts_them() {
         let settings = base().lease(Duration::from_micros(2_000_999)).settings().unwrap();
         assert_eq!(settings.lease, Duration::from_millis(2000));
-        assert_eq!(settings.lease_millis(), 2000);
+        assert_eq!(config::millis(settings.lease), 2000);
     }
 
     #[test]

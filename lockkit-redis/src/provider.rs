@@ -115,9 +115,7 @@ impl RedisLockProvider {
 
     /// Renewal counters of the watchdog: ticks run, pipelines sent, holds renewed.
     pub fn renewal_stats(&self) -> RenewalStats {
-        use std::sync::atomic::Ordering::Relaxed;
-        let c = self.backend().watchdog().stats();
-        RenewalStats::new(c.ticks.load(Relaxed), c.round_trips.load(Relaxed), c.renewed.load(Relaxed))
+        self.backend().watchdog().stats().stats()
     }
 }
 

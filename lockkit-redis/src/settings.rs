@@ -43,26 +43,6 @@ pub(crate) struct Settings {
     pub(crate) tls: ClientTls,
 }
 
-impl Settings {
-    /// The lease in whole milliseconds, as the scripts take it.
-    pub(crate) fn lease_millis(&self) -> u64 {
-        millis(self.lease)
-    }
-
-    /// The claim window in whole milliseconds, as the scripts take it.
-    pub(crate) fn claim_millis(&self) -> u64 {
-        millis(self.claim_window)
-    }
-
-    /// The fence counter's retention in whole milliseconds, as the scripts take it.
-    pub(crate) fn fence_retention_millis(&self) -> u64 {
-        millis(self.fence_retention)
-    }
-}
-
-/// `duration` in whole milliseconds, as Redis takes it (core's).
-pub(crate) use lockkit_core::config::millis;
-
 /// What a server URL names: a server (or, for sentinels and clusters, the connection info
 /// the connections are made from), and the sentinels or the cluster nodes.
 pub(crate) type Target = (redis::ConnectionInfo, Option<SentinelSettings>, Option<ClusterSettings>);

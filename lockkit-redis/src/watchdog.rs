@@ -27,8 +27,8 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
 use futures_util::StreamExt as _;
-use lockkit_core::LossReason;
 use lockkit_core::backend::{HoldSignal, deadline_after, lease_deadline};
+use lockkit_core::{LossReason, RenewalCounters};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tracing::Instrument;
@@ -73,15 +73,7 @@ pub(crate) struct Watchdog {
     /// Records to read at once, as keyspace notifications told.
     suspects: Arc<Suspects>,
     /// Counters for tests and benchmarks.
-    stats: RenewStats,
-}
-
-/// What the watchdog has done so far.
-#[derive(Debug, Default)]
-pub(crate) struct RenewStats {
-    pub(crate) ticks: AtomicU64,
-    pub(crate) round_trips: AtomicU64,
-    pub(crate) renewed: AtomicU64,
+    stats: RenewalCounters,
 }
 
 impl Watchdog {
@@ -96,7 +88,7 @@ impl Watchdog {
             store: Arc::downgrade(store),
             settings,
             suspects,
-            stats: RenewStats::default(),
+            stats: RenewalCounters::default(),
         }
     }
 
@@ -134,7 +126,7 @@ impl Watchdog {
     }
 
     /// The renewal counters.
-    pub(crate) fn stats(&self) -> &RenewStats {
+    pub(crate) fn stats(&self) -> &RenewalCounters {
         &self.stats
     }
 
@@ -283,8 +275,7 @@ async fn run(watchdog: Weak<Watchdog>, renew_every: std::time::Duration) {
             // Counted together once the round is done, so that a reader between two rounds
             // (`lockkit bench`) never sees a round's round trips without the round.
             let round_trips = u64::try_from(batches.len() + usize::from(store.is_cluster())).unwrap_or(u64::MAX);
-            dog.stats.round_trips.fetch_add(round_trips, Ordering::Relaxed);
-            dog.stats.ticks.fetch_add(1, Ordering::Relaxed);
+            dog.stats.round(round_trips);
             drop((dog, store));
             if failed.is_empty() {
                 backoff.reset();
@@ -336,7 +327,7 @@ fn batches<'a>(store: &Store, due: &'a [Due]) -> Vec<Vec<&'a Due>> {
 /// that counts the whole round.
 async fn renew_all(dog: &Watchdog, store: &Store, batches: &[Vec<&Due>]) -> Vec<u64> {
     let settings = &dog.settings;
-    let lease_ms = settings.lease_millis();
+    let lease_ms = lockkit_core::config::millis(settings.lease);
     // By index: a stream of futures that borrow their batch trips up the `Send` proof of the
     // task that runs this.
     let sends =
@@ -359,7 +350,7 @@ async fn renew_all(dog: &Watchdog, store: &Store, batches: &[Vec<&Due>]) -> Vec<
                     match answer {
                         Ownership::Ours if acknowledged.is_err() => failed.push(*id),
                         Ownership::Ours => {
-                            dog.stats.renewed.fetch_add(1, Ordering::Relaxed);
+                            dog.stats.renewed();
                             signal.extend(valid_until);
                         }
                         Ownership::Gone => {

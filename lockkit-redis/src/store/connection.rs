@@ -7,6 +7,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use lockkit_core::config::millis;
 use lockkit_core::home::PerRuntime;
 use lockkit_core::sync::lock_or_recover;
 use lockkit_core::{Error, LockName, Result};
@@ -145,8 +146,8 @@ impl Store {
             links: PerRuntime::new(),
             building: tokio::sync::Mutex::new(()),
             response_timeout: settings.response_timeout,
-            claim_ms: settings.claim_millis(),
-            fence_retention_ms: settings.fence_retention_millis(),
+            claim_ms: millis(settings.claim_window),
+            fence_retention_ms: millis(settings.fence_retention),
             replicas: settings.replicas,
             replicas_timeout: settings.replicas_timeout,
             address: settings.address.clone(),
@@ -409,7 +410,7 @@ impl Store {
         let acked: i64 = self
             .run(Some(lock), |mut connection| async move {
                 let mut wait = redis::cmd("WAIT");
-                wait.arg(wanted).arg(crate::settings::millis(timeout));
+                wait.arg(wanted).arg(millis(timeout));
                 // On a cluster, the primary of the lock's slot: the one that made the grant.
                 connection.query_at(keys.record(), wait).await
             })

@@ -303,7 +303,7 @@ impl Store {
         }
         if self.replicas > 0 && lease_ms.is_some() {
             // The renewals count once the replicas have them (see renew_batch).
-            pipeline.cmd("WAIT").arg(self.replicas).arg(crate::settings::millis(self.replicas_timeout));
+            pipeline.cmd("WAIT").arg(self.replicas).arg(lockkit_core::config::millis(self.replicas_timeout));
         }
         let replies = self
             .run(None, |connection| async move {
