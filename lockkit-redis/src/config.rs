@@ -336,30 +336,18 @@ impl RedisLockProviderBuilder {
                 "replicas is {replicas}, more than {MAX_REPLICAS}: it is the number of replicas that must acknowledge each grant, which the primary must have; write the number your primary has (or fewer)"
             )));
         }
-        let replicas_timeout = config::whole_millis(options.within(
-            &REPLICAS_TIMEOUT,
-            DEFAULT_REPLICAS_TIMEOUT.min(lease / 5),
-            MIN_INTERVAL,
-            lease,
-        )?);
+        // Every duration Redis is sent is in whole milliseconds (PX, PEXPIRE, WAIT).
+        let within = |key, default, min, max| options.within(key, default, min, max).map(config::whole_millis);
+        let replicas_timeout = within(&REPLICAS_TIMEOUT, DEFAULT_REPLICAS_TIMEOUT.min(lease / 5), MIN_INTERVAL, lease)?;
         if replicas > 0 && renew_every + response_timeout + replicas_timeout >= budget {
             return Err(invalid(format!(
                 "renew_every ({renew_every:?}) plus response_timeout ({response_timeout:?}) plus replicas_timeout ({replicas_timeout:?}) must stay below the lease minus the drift margin ({budget:?}), or a hold expires before its renewal is acknowledged; lower replicas_timeout or raise the lease"
             )));
         }
-        let claim_window = config::whole_millis(options.within(
-            &CLAIM_WINDOW,
-            DEFAULT_CLAIM_WINDOW.min(lease),
-            MIN_CLAIM_WINDOW,
-            lease,
-        )?);
+        let claim_window = within(&CLAIM_WINDOW, DEFAULT_CLAIM_WINDOW.min(lease), MIN_CLAIM_WINDOW, lease)?;
         let least = lease.saturating_add(claim_window).min(MAX_DURATION);
-        let fence_retention = config::whole_millis(options.within(
-            &FENCE_RETENTION,
-            lease.saturating_mul(10).max(MIN_DEFAULT_FENCE_RETENTION).min(MAX_DURATION).max(least),
-            least,
-            MAX_DURATION,
-        )?);
+        let retention = lease.saturating_mul(10).max(MIN_DEFAULT_FENCE_RETENTION).min(MAX_DURATION).max(least);
+        let fence_retention = within(&FENCE_RETENTION, retention, least, MAX_DURATION)?;
         // Without the `tls` feature a rediss:// URL is refused above, so certificates come
         // with a URL that does not use TLS, and are refused here.
         let uses_tls = matches!(connection.addr(), redis::ConnectionAddr::TcpTls { .. });

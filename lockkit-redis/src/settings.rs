@@ -62,7 +62,7 @@ pub(crate) fn parse_target(url: &str) -> Result<Target> {
         "rediss+cluster" => (true, true),
         #[cfg(not(feature = "tls"))]
         "rediss+sentinel" | "rediss+cluster" => return Err(invalid(config::tls_not_built(BACKEND))),
-        _ => return Ok((parse_url(url)?, None, None)),
+        _ => return Ok((parse_url(url, &parsed, &shown)?, None, None)),
     };
     if cluster {
         let cluster =
@@ -88,9 +88,7 @@ pub(crate) fn parse_target(url: &str) -> Result<Target> {
 }
 
 /// Reads the URL of one server.
-fn parse_url(url: &str) -> Result<redis::ConnectionInfo> {
-    let shown = config::redact(url);
-    let parsed = StoreUrl::parse_for(BACKEND, url)?;
+fn parse_url(url: &str, parsed: &StoreUrl, shown: &str) -> Result<redis::ConnectionInfo> {
     match parsed.scheme() {
         "redis" | "redis+unix" | "unix" => {}
         #[cfg(feature = "tls")]
