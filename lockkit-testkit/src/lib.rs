@@ -363,33 +363,23 @@ macro_rules! __conformance_cases {
                 $( __lockkit_case!(Mutex, $mgroup, $mcase); )*
             } }
         )*
-        mod write_lock {
-            #[allow(unused_imports)]
-            use super::__LOCKKIT_HARNESS;
-            $(
-                __lockkit_group! { $mgroup mod $mgroup {
-                    $( __lockkit_case!(WriteLock, $mgroup, $mcase); )*
-                } }
-            )*
+        // The mutex cases again on another kind, in a module of its own.
+        macro_rules! __lockkit_variant {
+            ($d module:ident, $d variant:ident) => {
+                mod $d module {
+                    #[allow(unused_imports)]
+                    use super::__LOCKKIT_HARNESS;
+                    $(
+                        __lockkit_group! { $mgroup mod $mgroup {
+                            $( __lockkit_case!($d variant, $mgroup, $mcase); )*
+                        } }
+                    )*
+                }
+            };
         }
-        mod one_permit {
-            #[allow(unused_imports)]
-            use super::__LOCKKIT_HARNESS;
-            $(
-                __lockkit_group! { $mgroup mod $mgroup {
-                    $( __lockkit_case!(OnePermit, $mgroup, $mcase); )*
-                } }
-            )*
-        }
-        mod candidate {
-            #[allow(unused_imports)]
-            use super::__LOCKKIT_HARNESS;
-            $(
-                __lockkit_group! { $mgroup mod $mgroup {
-                    $( __lockkit_case!(Candidate, $mgroup, $mcase); )*
-                } }
-            )*
-        }
+        __lockkit_variant!(write_lock, WriteLock);
+        __lockkit_variant!(one_permit, OnePermit);
+        __lockkit_variant!(candidate, Candidate);
     };
 }
 

@@ -448,8 +448,7 @@ macro_rules! proxy_client_faults {
         #[async_trait::async_trait]
         impl crate::ClientFaults for $faults {
             async fn kill(&self) -> crate::FaultResult {
-                self.proxies().iter().for_each(FaultProxy::blackhole);
-                Ok(())
+                self.blackhole().await
             }
 
             async fn blackhole(&self) -> crate::FaultResult {

@@ -308,30 +308,21 @@ impl ZkBackend {
         lock: &LockName,
         parent: &str,
     ) -> Result<(Vec<String>, Instant)> {
-        let mut last = zk::Error::ConnectionLoss;
-        for _ in 0..RETRIES {
-            let sent_at = Instant::now();
-            match session.client.list_children(parent).await {
-                Ok(children) => return Ok((children, sent_at)),
-                Err(zk::Error::NoNode) => return Ok((Vec::new(), sent_at)),
-                Err(error) if is_loss(&error) => last = error,
-                Err(error) => return Err(session.error(error, Some(lock))),
-            }
-        }
-        Err(session.error(last, Some(lock)).with_context("list the lock's queue"))
+        session
+            .retry_on_loss(lock, "list the lock's queue", || async {
+                let sent_at = Instant::now();
+                match session.client.list_children(parent).await {
+                    Ok(children) => Ok((children, sent_at)),
+                    Err(zk::Error::NoNode) => Ok((Vec::new(), sent_at)),
+                    Err(error) => Err(error),
+                }
+            })
+            .await
     }
 
     /// The stat of a node, `None` when it does not exist; retries on lost connections.
     async fn stat_of(&self, session: &Session, lock: &LockName, path: &str) -> Result<Option<zk::Stat>> {
-        let mut last = zk::Error::ConnectionLoss;
-        for _ in 0..RETRIES {
-            match session.client.check_stat(path).await {
-                Ok(stat) => return Ok(stat),
-                Err(error) if is_loss(&error) => last = error,
-                Err(error) => return Err(session.error(error, Some(lock))),
-            }
-        }
-        Err(session.error(last, Some(lock)).with_context("read the lock node"))
+        session.retry_on_loss(lock, "read the lock node", || session.client.check_stat(path)).await
     }
 
     async fn czxid_of(&self, session: &Session, lock: &LockName, path: &str) -> Result<i64> {
@@ -374,17 +365,16 @@ impl ZkBackend {
         lock: &LockName,
         parent: &str,
     ) -> Result<(Vec<String>, Instant, Option<NodeEvent>)> {
-        let mut last = zk::Error::ConnectionLoss;
-        for _ in 0..RETRIES {
-            let sent_at = Instant::now();
-            match session.client.list_and_watch_children(parent).await {
-                Ok((children, watcher)) => return Ok((children, sent_at, Some(node_event(watcher)))),
-                Err(zk::Error::NoNode) => return Ok((Vec::new(), sent_at, None)),
-                Err(error) if is_loss(&error) => last = error,
-                Err(error) => return Err(session.error(error, Some(lock))),
-            }
-        }
-        Err(session.error(last, Some(lock)).with_context("watch the lock's queue"))
+        session
+            .retry_on_loss(lock, "watch the lock's queue", || async {
+                let sent_at = Instant::now();
+                match session.client.list_and_watch_children(parent).await {
+                    Ok((children, watcher)) => Ok((children, sent_at, Some(node_event(watcher)))),
+                    Err(zk::Error::NoNode) => Ok((Vec::new(), sent_at, None)),
+                    Err(error) => Err(error),
+                }
+            })
+            .await
     }
 
     /// Whether every node of `names` (children of `parent`) is gone or says it is a read, as
@@ -515,21 +505,18 @@ impl ZkBackend {
         path: &str,
         rule: DataRule,
     ) -> Result<Option<NodeEvent>> {
-        let mut last = zk::Error::ConnectionLoss;
-        for _ in 0..RETRIES {
-            match session.client.get_and_watch_data(path).await {
-                Ok((data, _, watcher)) => {
-                    return Ok(match rule.classify(&data) {
+        session
+            .retry_on_loss(lock, "watch the node ahead again", || async {
+                match session.client.get_and_watch_data(path).await {
+                    Ok((data, _, watcher)) => Ok(match rule.classify(&data) {
                         Class::Clear => None,
                         Class::Blocks | Class::Relook => Some(node_event(watcher)),
-                    });
+                    }),
+                    Err(zk::Error::NoNode) => Ok(None),
+                    Err(error) => Err(error),
                 }
-                Err(zk::Error::NoNode) => return Ok(None),
-                Err(error) if is_loss(&error) => last = error,
-                Err(error) => return Err(session.error(error, Some(lock))),
-            }
-        }
-        Err(session.error(last, Some(lock)).with_context("watch the node ahead again"))
+            })
+            .await
     }
 
     /// Waits for the watch on the list of children to fire, or the deadline.

@@ -226,6 +226,30 @@ impl Session {
         }
     }
 
+    /// Sends a request made by `call` again while its connection is lost, at most
+    /// [`RETRIES`] times: its answer, the error it ended with mapped by
+    /// [`error`](Self::error), or the last loss with `context` (what was being done).
+    pub(crate) async fn retry_on_loss<T, F, Fut>(
+        &self,
+        lock: &LockName,
+        context: &'static str,
+        mut call: F,
+    ) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = std::result::Result<T, zk::Error>>,
+    {
+        let mut last = zk::Error::ConnectionLoss;
+        for _ in 0..RETRIES {
+            match call().await {
+                Ok(answer) => return Ok(answer),
+                Err(error) if is_loss(&error) => last = error,
+                Err(error) => return Err(self.error(error, Some(lock))),
+            }
+        }
+        Err(self.error(last, Some(lock)).with_context(context))
+    }
+
     /// Maps a client error of a request on this session: as [`map`], except that the odd
     /// errors of a session whose tasks are gone (zookeeper-client reports them as
     /// `UnexpectedError`) are a retryable connection error, after which the session is no
