@@ -219,6 +219,98 @@ const RELEASE_STEPS: [(&str, &str); 5] = [
         "if redis.call('GET', KEYS[1]) == ARGV[1] and redis.call('EXISTS', KEYS[4], KEYS[7]) == 0 then redis.call('DEL', KEYS[1]) redis.call('PUBLISH', KEYS[6], '') return 1 end return 0",
     ),
 ];
+/// The pieces of a reader's lean acquire on a name nobody holds (each runs beside a `DEL` of
+/// the readers, their tokens and the marker of the other kinds), with the thirteen keys, after
+/// the layout and the fence's function as the provider's script has them.
+macro_rules! shared_prelude {
+    ($body:literal) => {
+        concat!(include_str!("../src/store/scripts/layout.lua"), include_str!("../src/store/scripts/fence.lua"), $body)
+    };
+}
+const READ_ACQUIRE_STEPS: [(&str, &str); 8] = [
+    ("read acquire: return 1 (13 keys, 9 args)", shared_prelude!("return 1")),
+    (
+        "read acquire: + EXISTS of 7 keys",
+        shared_prelude!(
+            "redis.call('EXISTS', K_READERS, K_RECORD, K_WRITER, K_PERMITS, K_COUNT, K_QUEUE, K_VOID) return 1"
+        ),
+    ),
+    (
+        "read acquire: + TIME",
+        shared_prelude!(
+            "redis.call('EXISTS', K_READERS, K_RECORD, K_WRITER, K_PERMITS, K_COUNT, K_QUEUE, K_VOID) local t = redis.call('TIME') return 1"
+        ),
+    ),
+    (
+        "read acquire: + ZADD NX",
+        shared_prelude!(
+            "redis.call('EXISTS', K_READERS, K_RECORD, K_WRITER, K_PERMITS, K_COUNT, K_QUEUE, K_VOID) local t = redis.call('TIME') local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2]) local now = math.floor(now_us / 1000) local lease = tonumber(ARGV[2]) redis.call('ZADD', K_READERS, 'NX', string.format('%d', now + lease), ARGV[1]) return 1"
+        ),
+    ),
+    (
+        "read acquire: + the fence's SET GET",
+        shared_prelude!(
+            "redis.call('EXISTS', K_READERS, K_RECORD, K_WRITER, K_PERMITS, K_COUNT, K_QUEUE, K_VOID) local t = redis.call('TIME') local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2]) local now = math.floor(now_us / 1000) local lease = tonumber(ARGV[2]) redis.call('ZADD', K_READERS, 'NX', string.format('%d', now + lease), ARGV[1]) local token, text = raise_fence(K_FENCE, now_us, ARGV[7]) return token"
+        ),
+    ),
+    (
+        "read acquire: + HSET of the token",
+        shared_prelude!(
+            "redis.call('EXISTS', K_READERS, K_RECORD, K_WRITER, K_PERMITS, K_COUNT, K_QUEUE, K_VOID) local t = redis.call('TIME') local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2]) local now = math.floor(now_us / 1000) local lease = tonumber(ARGV[2]) redis.call('ZADD', K_READERS, 'NX', string.format('%d', now + lease), ARGV[1]) local token, text = raise_fence(K_FENCE, now_us, ARGV[7]) redis.call('HSET', K_TOKENS, ARGV[1], text) return token"
+        ),
+    ),
+    (
+        "read acquire: + PEXPIRE of the readers and the tokens",
+        shared_prelude!(
+            "redis.call('EXISTS', K_READERS, K_RECORD, K_WRITER, K_PERMITS, K_COUNT, K_QUEUE, K_VOID) local t = redis.call('TIME') local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2]) local now = math.floor(now_us / 1000) local lease = tonumber(ARGV[2]) redis.call('ZADD', K_READERS, 'NX', string.format('%d', now + lease), ARGV[1]) local token, text = raise_fence(K_FENCE, now_us, ARGV[7]) redis.call('HSET', K_TOKENS, ARGV[1], text) local keep = string.format('%d', lease * 2) redis.call('PEXPIRE', K_READERS, keep) redis.call('PEXPIRE', K_TOKENS, keep) return token"
+        ),
+    ),
+    (
+        "read acquire: + SET of the marker (= lean)",
+        shared_prelude!(
+            "redis.call('EXISTS', K_READERS, K_RECORD, K_WRITER, K_PERMITS, K_COUNT, K_QUEUE, K_VOID) local t = redis.call('TIME') local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2]) local now = math.floor(now_us / 1000) local lease = tonumber(ARGV[2]) redis.call('ZADD', K_READERS, 'NX', string.format('%d', now + lease), ARGV[1]) local token, text = raise_fence(K_FENCE, now_us, ARGV[7]) redis.call('HSET', K_TOKENS, ARGV[1], text) local keep = string.format('%d', lease * 2) redis.call('PEXPIRE', K_READERS, keep) redis.call('PEXPIRE', K_TOKENS, keep) redis.call('SET', K_KINDS, '1', 'PX', keep) return token"
+        ),
+    ),
+];
+/// The pieces of a reader's lean release as its only holder, each run beside the provider's
+/// acquire of the reader (so that each finds the hold and frees it all with its `DEL`); as for
+/// the `provider:` lines, the figure is the pair's mean per script.
+const READ_RELEASE_STEPS: [(&str, &str); 6] = [
+    (
+        "read release: DEL of readers, tokens, marker (13 keys, 3 args)",
+        shared_prelude!("redis.call('DEL', K_READERS, K_TOKENS, K_KINDS) return 1"),
+    ),
+    (
+        "read release: + EXISTS of 4 keys",
+        shared_prelude!(
+            "redis.call('EXISTS', K_QUEUE, K_WRITER, K_PERMITS, K_COUNT) redis.call('DEL', K_READERS, K_TOKENS, K_KINDS) return 1"
+        ),
+    ),
+    (
+        "read release: + ZRANGE 0 1 WITHSCORES (the lean path before)",
+        shared_prelude!(
+            "redis.call('EXISTS', K_QUEUE, K_WRITER, K_PERMITS, K_COUNT) redis.call('ZRANGE', K_READERS, 0, 1, 'WITHSCORES') redis.call('DEL', K_READERS, K_TOKENS, K_KINDS) return 1"
+        ),
+    ),
+    (
+        "read release: ZSCORE + ZCARD instead (the lean path now)",
+        shared_prelude!(
+            "redis.call('EXISTS', K_QUEUE, K_WRITER, K_PERMITS, K_COUNT) redis.call('ZSCORE', K_READERS, ARGV[1]) redis.call('ZCARD', K_READERS) redis.call('DEL', K_READERS, K_TOKENS, K_KINDS) return 1"
+        ),
+    ),
+    (
+        "read release: + PUBLISH",
+        shared_prelude!(
+            "redis.call('EXISTS', K_QUEUE, K_WRITER, K_PERMITS, K_COUNT) redis.call('ZSCORE', K_READERS, ARGV[1]) redis.call('ZCARD', K_READERS) redis.call('DEL', K_READERS, K_TOKENS, K_KINDS) redis.call('PUBLISH', K_CHANNEL, '') return 1"
+        ),
+    ),
+    (
+        "read release: + TIME (= lean)",
+        shared_prelude!(
+            "redis.call('EXISTS', K_QUEUE, K_WRITER, K_PERMITS, K_COUNT) redis.call('ZSCORE', K_READERS, ARGV[1]) redis.call('ZCARD', K_READERS) redis.call('DEL', K_READERS, K_TOKENS, K_KINDS) redis.call('PUBLISH', K_CHANNEL, '') redis.call('TIME') return 1"
+        ),
+    ),
+];
 /// Lua alone: what a script pays for what it makes, with one key and one argument.
 const LUA_STEPS: [(&str, &str); 7] = [
     ("lua: return 1 (1 key, 1 arg)", "return 1"),
@@ -285,6 +377,21 @@ async fn main() {
     for (label, script) in RELEASE_STEPS {
         let after = After::Command(|k| redis::cmd("SET").arg(&k[0]).arg(OWNER).arg("PX").arg(30_000).clone());
         variants.push(Variant::new(&mut admin, label, script, release_order.clone(), release_args(None), after).await);
+    }
+    // A reader's acquire pieces beside a DEL of its keys, then its release pieces beside the
+    // provider's acquire of the reader.
+    for (label, script) in READ_ACQUIRE_STEPS {
+        let after = After::Command(|k| redis::cmd("DEL").arg(&k[8]).arg(&k[10]).arg(&k[6]).clone());
+        variants.push(Variant::new(&mut admin, label, script, all.clone(), acquire_args(Some(("r", 0))), after).await);
+    }
+    let read_acquire = load(&mut admin, PROVIDER_ACQUIRE).await;
+    let mut read_release_keys = all.clone();
+    read_release_keys[2] = 0;
+    for (label, script) in READ_RELEASE_STEPS {
+        let after = After::Script(read_acquire.clone(), all.clone(), acquire_args(Some(("r", 0))));
+        variants.push(
+            Variant::new(&mut admin, label, script, read_release_keys.clone(), release_args(Some("r")), after).await,
+        );
     }
     for (label, script) in LUA_STEPS {
         variants.push(Variant::new(&mut admin, label, script, vec![0], vec![OWNER.to_owned()], After::Nothing).await);

@@ -11,5 +11,5 @@
 if ARGV[8] == nil and redis.call('EXISTS', K_QUEUE, K_KINDS, K_VOID) == 0
     and redis.call('SET', K_RECORD, ARGV[1], 'NX', 'PX', ARGV[2]) then
   local t = redis.call('TIME')
-  return raise_fence(K_FENCE, tonumber(t[1]) * 1000000 + tonumber(t[2]), ARGV[7])
+  return (raise_fence(K_FENCE, tonumber(t[1]) * 1000000 + tonumber(t[2]), ARGV[7]))
 end

@@ -42,23 +42,26 @@ if (SHARED_KIND == 'r' or SHARED_KIND == 'p') and not SHORT then
       end
     end
     if room and redis.call('ZADD', set, 'NX', string.format('%d', now + lease), ARGV[1]) == 1 then
-      local token = raise_fence(K_FENCE, now_us, ARGV[7])
-      redis.call('HSET', K_TOKENS, ARGV[1], string.format('%d', token))
+      local token, text = raise_fence(K_FENCE, now_us, ARGV[7])
+      redis.call('HSET', K_TOKENS, ARGV[1], text)
+      -- The keys of this kind live 2 × the lease, `keep` ms: a string made once (a number is
+      -- made into one by the server at each call that takes it).
+      local keep = string.format('%d', lease * 2)
       if fresh then
-        redis.call('PEXPIRE', set, lease * 2)
-        redis.call('PEXPIRE', K_TOKENS, lease * 2)
-        redis.call('SET', K_KINDS, '1', 'PX', lease * 2)
+        redis.call('PEXPIRE', set, keep)
+        redis.call('PEXPIRE', K_TOKENS, keep)
+        redis.call('SET', K_KINDS, '1', 'PX', keep)
         if SHARED_KIND == 'p' then
-          redis.call('SET', K_COUNT, ARGV[9], 'PX', lease * 2)
+          redis.call('SET', K_COUNT, ARGV[9], 'PX', keep)
         end
       else
         for _, key in ipairs({set, K_TOKENS, SHARED_KIND == 'p' and K_COUNT or nil}) do
           if redis.call('PTTL', key) < lease then
-            redis.call('PEXPIRE', key, lease * 2)
+            redis.call('PEXPIRE', key, keep)
           end
         end
         if redis.call('PTTL', K_KINDS) < lease then
-          redis.call('SET', K_KINDS, '1', 'PX', lease * 2)
+          redis.call('SET', K_KINDS, '1', 'PX', keep)
         end
       end
       return token

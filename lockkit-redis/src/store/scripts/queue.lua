@@ -58,7 +58,7 @@ end
 -- it was (the head's confirmation, an acquire call, extends it within a claim window).
 local function next_token(fence)
   local t = redis.call('TIME')
-  return raise_fence(fence, tonumber(t[1]) * 1000000 + tonumber(t[2]), FENCE_TTL)
+  return (raise_fence(fence, tonumber(t[1]) * 1000000 + tonumber(t[2]), FENCE_TTL))
 end
 
 -- The mutex's hand-over, for a name that no other kind uses (the marker of the other kinds

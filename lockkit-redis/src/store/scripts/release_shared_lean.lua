@@ -1,11 +1,12 @@
 -- The lean path of the release script for a reader (ARGV[3] 'r') or a permit holder ('p')
 -- while nobody waits and no other kind holds the name (a writer; readers for a permit,
--- permit holders and a count for a reader), before the queue's functions are made: ZRANGE of
--- the first two holders; when the owner is the only one, one DEL of everything of its kind
--- (its set, the tokens, the marker of the other kinds, the permit count); otherwise ZSCORE,
--- ZREM, HDEL (the holders that stay keep the rest alive); then PUBLISH (which wakes the
--- waiters of an unfair lock) and TIME, to say whether the hold was still live. An owner that
--- holds nothing falls through, having changed nothing, to the whole script below.
+-- permit holders and a count for a reader), before the queue's functions are made: ZSCORE of
+-- the owner and ZCARD of its kind's holders (cheaper together than a ZRANGE of the first two
+-- with their scores); when the owner is the only one, one DEL of everything of its kind (its
+-- set, the tokens, the marker of the other kinds, the permit count); otherwise ZREM, HDEL
+-- (the holders that stay keep the rest alive); then PUBLISH (which wakes the waiters of an
+-- unfair lock) and TIME, to say whether the hold was still live. An owner that holds nothing
+-- falls through, having changed nothing, to the whole script below.
 if (ARGV[3] == 'r' or ARGV[3] == 'p') and not SHORT then
   local set, out
   if ARGV[3] == 'r' then
@@ -15,30 +16,22 @@ if (ARGV[3] == 'r' or ARGV[3] == 'p') and not SHORT then
     set = K_PERMITS
     out = redis.call('EXISTS', K_QUEUE, K_WRITER, K_READERS)
   end
-  -- The first two holders: when the owner is the only one, this says its score and that
-  -- everything of this kind goes with it; otherwise ZSCORE.
-  local first = out == 0 and redis.call('ZRANGE', set, 0, 1, 'WITHSCORES')
-  local score
-  if first and first[1] == ARGV[1] and first[3] == nil then
-    score = first[2]
-    -- The last holder: its set, the tokens hash (which holds the tokens of this kind's
-    -- holders only: the other kind has none, as the EXISTS above said), the marker of the
-    -- other kinds and the permit count go in one DEL.
-    if ARGV[3] == 'p' then
-      redis.call('DEL', set, K_TOKENS, K_KINDS, K_COUNT)
+  local score = out == 0 and redis.call('ZSCORE', set, ARGV[1])
+  if score then
+    if redis.call('ZCARD', set) == 1 then
+      -- The last holder: its set, the tokens hash (which holds the tokens of this kind's
+      -- holders only: the other kind has none, as the EXISTS above said), the marker of the
+      -- other kinds and the permit count go in one DEL.
+      if ARGV[3] == 'p' then
+        redis.call('DEL', set, K_TOKENS, K_KINDS, K_COUNT)
+      else
+        redis.call('DEL', set, K_TOKENS, K_KINDS)
+      end
     else
-      redis.call('DEL', set, K_TOKENS, K_KINDS)
-    end
-    redis.call('PUBLISH', K_CHANNEL, '')
-  elseif first and first[1] ~= nil then
-    score = redis.call('ZSCORE', set, ARGV[1])
-    if score then
       redis.call('ZREM', set, ARGV[1])
       redis.call('HDEL', K_TOKENS, ARGV[1])
-      redis.call('PUBLISH', K_CHANNEL, '')
     end
-  end
-  if score then
+    redis.call('PUBLISH', K_CHANNEL, '')
     local t = redis.call('TIME')
     if tonumber(score) > tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) then
       return 1
