@@ -183,6 +183,7 @@ async fn renewals(inner: Weak<Inner>) {
                 unanswered.extend_from_slice(chunk);
             }
         }
+        strong.store.renewals.round_took(crate::BACKEND, batch.len(), started.elapsed(), every);
         // Unanswered statements: their holds again soon, until the next round is due (the
         // holds' deadlines keep running meanwhile; the next round takes them all anyway).
         let retry = (every / 4).max(Duration::from_millis(20));

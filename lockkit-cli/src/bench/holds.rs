@@ -1,7 +1,7 @@
 //! The holds phase (`lockkit bench --holds N`): the cost of many holds on one provider. N
 //! locks are taken with a short lease (the backend's own URL option, from its profile, unless
 //! the URL sets it), kept for three leases, then released. It reports the time to take and to release them all (and
-//! per hold), the renewal rounds in the window with their round trips (where the backend
+//! per hold), the renewal rounds in the window with their round trips and the longest round (where the backend
 //! counts them) and the server's time per round (where the floor reads it), the client's
 //! resident memory per hold (its growth from a baseline read after a warm-up round of
 //! [`IN_FLIGHT`] acquisitions in flight, released, so that the provider's fixed working set,
@@ -117,9 +117,9 @@ impl Bench {
             Some(floor) => floor.script_totals().await,
             None => None,
         };
-        let rounds = rounds_before.zip(counters.as_ref().map(|c| c())).map(|((t0, r0), (t1, r1))| {
-            let ticks = t1.saturating_sub(t0);
-            (ticks, r1.saturating_sub(r0))
+        let rounds = rounds_before.zip(counters.as_ref().map(|c| c())).map(|(before, after)| {
+            let ticks = after.ticks.saturating_sub(before.ticks);
+            (ticks, after.round_trips.saturating_sub(before.round_trips), after.longest_round)
         });
         let lost = lost.iter().filter(|lost| **lost).count();
 
@@ -149,8 +149,10 @@ impl Bench {
         let r = per_hold(release_time);
         self.report.add(section, "release_per_hold", "… per hold", r, Unit::Micros);
         self.report.set_ratio(self.ratio(r));
-        if let Some((ticks, trips)) = rounds {
+        if let Some((ticks, trips, longest)) = rounds {
             self.report.add(section, "renewal_rounds", "renewal rounds in the three leases", ticks as f64, Unit::Count);
+            let label = "the longest renewal round (each hold renewed once)";
+            self.report.add(section, "longest_round", label, longest.as_secs_f64() * 1e3, Unit::Millis);
             let per_round = trips as f64 / ticks.max(1) as f64;
             self.report.add(section, "round_trips_per_round", "round trips per renewal round", per_round, Unit::Count);
             let most = f64::from(count.div_ceil(HOLDS_PER_ROUND_TRIP));

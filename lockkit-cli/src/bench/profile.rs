@@ -125,16 +125,13 @@ pub(crate) trait Floor: Send {
     }
 }
 
-/// Renewal rounds and round trips of one provider so far.
-pub(crate) type Renewals = Box<dyn Fn() -> (u64, u64) + Send + Sync>;
+/// The renewal statistics of one provider so far.
+pub(crate) type Renewals = Box<dyn Fn() -> RenewalStats + Send + Sync>;
 
 /// The [`Renewals`] of `provider`, a backend's typed provider, read from the renewal
 /// statistics `stats` gives (its `renewal_stats` method).
 pub(crate) fn renewals<P: Send + Sync + 'static>(provider: P, stats: fn(&P) -> RenewalStats) -> Renewals {
-    Box::new(move || {
-        let stats = stats(&provider);
-        (stats.ticks, stats.round_trips)
-    })
+    Box::new(move || stats(&provider))
 }
 
 /// A provider with quick renewals for the upkeep phase, and its renewal counters.

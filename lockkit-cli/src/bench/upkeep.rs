@@ -42,7 +42,7 @@ impl Bench {
         let window_start = Instant::now();
         let mut ticks = None;
         if let Some(upkeep) = &upkeep {
-            let (ticks_before, trips_before) = (upkeep.renewals)();
+            let before = (upkeep.renewals)();
             // Nothing but renewals runs while the ticks come: the server's time per renew
             // script is the script time of the window.
             let scripts_before = match &mut self.floor {
@@ -50,7 +50,7 @@ impl Bench {
                 None => None,
             };
             let deadline = Instant::now() + Duration::from_secs(30);
-            while (upkeep.renewals)().0 < ticks_before + 3 && Instant::now() < deadline {
+            while (upkeep.renewals)().ticks < before.ticks + 3 && Instant::now() < deadline {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             let scripts_after = match &mut self.floor {
@@ -60,9 +60,9 @@ impl Bench {
             if let Some(usec) = per_call(scripts_before, scripts_after) {
                 self.scripts.push(("renew_script", "server time per renew script, batched", usec));
             }
-            let (ticks_after, trips_after) = (upkeep.renewals)();
-            let n = ticks_after.saturating_sub(ticks_before).max(1) as f64;
-            ticks = Some((n, trips_after.saturating_sub(trips_before) as f64 / n));
+            let after = (upkeep.renewals)();
+            let n = after.ticks.saturating_sub(before.ticks).max(1) as f64;
+            ticks = Some((n, after.round_trips.saturating_sub(before.round_trips) as f64 / n));
         } else {
             tokio::time::sleep(self.args.duration.min(Duration::from_secs(5))).await;
         }
