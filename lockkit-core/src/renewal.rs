@@ -69,11 +69,8 @@ impl RenewalCounters {
     pub fn round_took(&self, backend: &'static str, holds: usize, took: Duration, every: Duration) -> bool {
         let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
         self.longest_round_us.fetch_max(micros, Ordering::Relaxed);
-        let behind = took > every;
-        let newly = behind && !self.behind.swap(true, Ordering::Relaxed);
-        if !behind {
-            self.behind.store(false, Ordering::Relaxed);
-        }
+        let was_behind = self.behind.swap(took > every, Ordering::Relaxed);
+        let newly = took > every && !was_behind;
         if newly {
             tracing::warn!(
                 backend,
@@ -89,9 +86,12 @@ impl RenewalCounters {
     /// The figures so far.
     pub fn stats(&self) -> RenewalStats {
         let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
-        let mut stats = RenewalStats::new(load(&self.ticks), load(&self.round_trips), load(&self.renewed));
-        stats.longest_round = Duration::from_micros(load(&self.longest_round_us));
-        stats
+        RenewalStats {
+            ticks: load(&self.ticks),
+            round_trips: load(&self.round_trips),
+            renewed: load(&self.renewed),
+            longest_round: Duration::from_micros(load(&self.longest_round_us)),
+        }
     }
 }
 
