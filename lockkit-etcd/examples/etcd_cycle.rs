@@ -18,6 +18,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout, missing_docs)]
 
+mod support;
+
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -26,6 +28,7 @@ use lockkit_etcd::etcd_client::{
     Compare, CompareOp, GetOptions, LockOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
 };
 use lockkit_testkit::fixture::EtcdServer;
+use support::{acquire_txn, release_txn};
 
 /// Per gRPC method: the sum of seconds and the count of etcd's `grpc_server_handling_seconds`.
 type ServerTimes = HashMap<String, (f64, f64)>;
@@ -60,25 +63,6 @@ fn add_delta(acc: &mut ServerTimes, before: &ServerTimes) {
         e.0 += s - s0;
         e.1 += c - c0;
     }
-}
-
-/// lockkit's acquire transaction, as backend.rs sends it: put the own key if absent and the
-/// attempt not voided, and read the queue (with values, in create order) in either branch.
-fn acquire_txn(key: &str, void: &str, prefix: &str, owner: &str, lease: i64) -> Txn {
-    let queue =
-        || TxnOp::get(prefix, Some(GetOptions::new().with_prefix().with_sort(SortTarget::Create, SortOrder::Ascend)));
-    let put = TxnOp::put(key, owner, Some(PutOptions::new().with_lease(lease)));
-    Txn::new()
-        .when([Compare::create_revision(key, CompareOp::Equal, 0), Compare::version(void, CompareOp::Equal, 0)])
-        .and_then([put, queue()])
-        .or_else([queue()])
-}
-
-/// lockkit's release: the own key deleted only in the incarnation the hold created.
-fn release_txn(key: String, revision: i64) -> Txn {
-    Txn::new()
-        .when([Compare::create_revision(key.clone(), CompareOp::Equal, revision)])
-        .and_then([TxnOp::delete(key, None)])
 }
 
 fn p50(samples: &mut [Duration]) -> Duration {

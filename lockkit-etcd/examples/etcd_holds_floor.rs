@@ -13,90 +13,64 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout, missing_docs)]
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt as _;
 use lockkit_etcd::EtcdLockProvider;
-use lockkit_etcd::etcd_client::{
-    Client, Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
-};
+use lockkit_etcd::etcd_client::Client;
 use lockkit_testkit::fixture::EtcdServer;
+use support::{acquire_txn, release_txn};
 
 /// Acquisitions (and releases) in flight at once, as `lockkit bench --holds` sends them.
 const IN_FLIGHT: usize = 100;
 
-/// lockkit's acquire transaction, as acquire.rs sends it: put the own key if absent and the
-/// attempt not voided, and read the queue (with values, in create order) in either branch.
-fn acquire_txn(key: &str, void: &str, prefix: &str, owner: &str, lease: i64) -> Txn {
-    let queue =
-        || TxnOp::get(prefix, Some(GetOptions::new().with_prefix().with_sort(SortTarget::Create, SortOrder::Ascend)));
-    let put = TxnOp::put(key, owner, Some(PutOptions::new().with_lease(lease)));
-    Txn::new()
-        .when([Compare::create_revision(key, CompareOp::Equal, 0), Compare::version(void, CompareOp::Equal, 0)])
-        .and_then([put, queue()])
-        .or_else([queue()])
-}
-
-/// lockkit's release: the own key deleted only in the incarnation the hold created.
-fn release_txn(key: String, revision: i64) -> Txn {
-    Txn::new()
-        .when([Compare::create_revision(key.clone(), CompareOp::Equal, revision)])
-        .and_then([TxnOp::delete(key, None)])
+/// Runs `call` for every item, [`IN_FLIGHT`] at once: the replies, and how long they took.
+async fn in_flight<I, T, F, Fut>(items: I, call: F) -> (Vec<T>, Duration)
+where
+    I: IntoIterator,
+    F: FnMut(I::Item) -> Fut,
+    Fut: Future<Output = T>,
+{
+    let started = Instant::now();
+    let replies = futures_util::stream::iter(items).map(call).buffer_unordered(IN_FLIGHT).collect().await;
+    (replies, started.elapsed())
 }
 
 /// lockkit: `n` locks taken, 100 in flight, then released; the time per hold of each.
 async fn lockkit_holds(provider: &EtcdLockProvider, tag: &str, n: usize) -> (f64, f64) {
-    let started = Instant::now();
-    let guards: Vec<_> = futures_util::stream::iter(0..n)
-        .map(|i| {
-            let lock = provider.lock(&format!("{tag}-{i}")).unwrap();
-            async move { lock.acquire().await.unwrap() }
-        })
-        .buffer_unordered(IN_FLIGHT)
-        .collect()
-        .await;
-    let acquire = started.elapsed();
-    let started = Instant::now();
-    futures_util::stream::iter(guards)
-        .map(|guard| async move { guard.release().await.unwrap() })
-        .buffer_unordered(IN_FLIGHT)
-        .collect::<Vec<_>>()
-        .await;
-    (per_hold(acquire, n), per_hold(started.elapsed(), n))
+    let (guards, acquire) = in_flight(0..n, |i| {
+        let lock = provider.lock(&format!("{tag}-{i}")).unwrap();
+        async move { lock.acquire().await.unwrap() }
+    })
+    .await;
+    let (_, release): (Vec<()>, _) = in_flight(guards, |guard| async move { guard.release().await.unwrap() }).await;
+    (per_hold(acquire, n), per_hold(release, n))
 }
 
 /// The same two transactions sent raw for `n` names: the time per hold of each.
 async fn raw_holds(client: &Client, base: &str, lease: i64, n: usize) -> (f64, f64) {
     let owner = "lockkit1 67e55044-10b1-426f-9247-bb680e5fe0c8 somehost 4242 1700000000000";
-    let started = Instant::now();
-    let keys: Vec<(String, i64)> = futures_util::stream::iter(0..n)
-        .map(|i| {
-            let mut client = client.clone();
-            async move {
-                let prefix = format!("{base}-{i}/");
-                let key = format!("{prefix}{lease:x}");
-                let void = format!("{base}-{i}-void/{lease:x}");
-                let reply = client.txn(acquire_txn(&key, &void, &prefix, owner, lease)).await.unwrap();
-                assert!(reply.succeeded());
-                let revision = reply.header().unwrap().revision();
-                (key, revision)
-            }
-        })
-        .buffer_unordered(IN_FLIGHT)
-        .collect()
-        .await;
-    let acquire = started.elapsed();
-    let started = Instant::now();
-    futures_util::stream::iter(keys)
-        .map(|(key, revision)| {
-            let mut client = client.clone();
-            async move { assert!(client.txn(release_txn(key, revision)).await.unwrap().succeeded()) }
-        })
-        .buffer_unordered(IN_FLIGHT)
-        .collect::<Vec<_>>()
-        .await;
-    (per_hold(acquire, n), per_hold(started.elapsed(), n))
+    let (keys, acquire) = in_flight(0..n, |i| {
+        let mut client = client.clone();
+        async move {
+            let prefix = format!("{base}-{i}/");
+            let key = format!("{prefix}{lease:x}");
+            let void = format!("{base}-{i}-void/{lease:x}");
+            let reply = client.txn(acquire_txn(&key, &void, &prefix, owner, lease)).await.unwrap();
+            assert!(reply.succeeded());
+            (key, reply.header().unwrap().revision())
+        }
+    })
+    .await;
+    let (_, release): (Vec<()>, _) = in_flight(keys, |(key, revision)| {
+        let mut client = client.clone();
+        async move { assert!(client.txn(release_txn(key, revision)).await.unwrap().succeeded()) }
+    })
+    .await;
+    (per_hold(acquire, n), per_hold(release, n))
 }
 
 fn per_hold(took: Duration, n: usize) -> f64 {
