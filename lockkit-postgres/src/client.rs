@@ -2,10 +2,12 @@
 //! statements), its waiters' wake-ups, the holds it renews and the renewal task; and the wait
 //! for a waiter's turn that locks and elections share.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+use futures_util::StreamExt as _;
 use lockkit_core::backend::{AcquireRequest, Deadline, HoldSignal, lease_deadline};
 use lockkit_core::sync::lock_or_recover;
 use lockkit_core::{LockName, LossReason};
@@ -144,17 +146,25 @@ pub(crate) async fn wait_turn(
 /// holds a deadline that counts the whole round.
 const RENEW_CHUNK: usize = 1000;
 
+/// Renewal statements in flight at once on the connection: the server runs the next one as
+/// soon as it finishes one, instead of waiting for the client to read the reply, wake up and
+/// send the next; few enough that a statement does not wait behind a whole round, and that
+/// the holds of the first statements are renewed first.
+const IN_FLIGHT: usize = 4;
+
 /// One hold of a renewal round: its id, lock, owner and signal.
 type Renewing = (u64, LockName, Arc<str>, HoldSignal);
 
 /// The renewal task of one provider: every `renew_every`, `UPDATE`s of [`RENEW_CHUNK`] holds
-/// each renew every hold, the holds that run out first in the first statements; a hold a
-/// statement does not renew is lost. A statement that is not answered is sent again soon, for
-/// its own holds only: the others were renewed.
+/// each renew every hold, the holds that run out first in the first statements, [`IN_FLIGHT`]
+/// statements at a time; a hold a statement does not renew is lost. A statement that is not
+/// answered is sent again soon, for its own holds only: the others were renewed.
 async fn renewals(inner: Weak<Inner>) {
     loop {
         let Some(strong) = inner.upgrade() else { return };
         let settings = &strong.store.settings;
+        // The round counts from here: taking and ordering 100,000 holds is part of it.
+        let started = Instant::now();
         let mut batch: Vec<Renewing> = {
             let mut holds = strong.holds();
             holds.live.retain(|_, (_, _, signal)| signal.is_held());
@@ -164,8 +174,12 @@ async fn renewals(inner: Weak<Inner>) {
                 .map(|(id, (lock, owner, signal))| (*id, lock.clone(), Arc::clone(owner), signal.clone()))
                 .collect()
         };
-        // The most urgent first (a hold without a deadline last: it cannot run out).
-        batch.sort_by_key(|(_, _, _, signal)| (signal.valid_until().is_none(), signal.valid_until()));
+        // The most urgent first (a hold without a deadline last: it cannot run out); each
+        // hold's deadline read once, not at each comparison.
+        batch.sort_by_cached_key(|(_, _, _, signal)| {
+            let until = signal.valid_until();
+            (until.is_none(), until)
+        });
         let every = settings.renew_every;
         if batch.is_empty() {
             let wake = Arc::clone(&strong.renew_wake);
@@ -174,15 +188,8 @@ async fn renewals(inner: Weak<Inner>) {
             let _ = tokio::time::timeout(Duration::from_secs(5), wake.notified()).await;
             continue;
         }
-        let started = Instant::now();
-        let mut unanswered: Vec<Renewing> = Vec::new();
         let mut round_trips = 0;
-        for chunk in batch.chunks(RENEW_CHUNK) {
-            round_trips += 1;
-            if !renew_chunk(&strong, chunk).await {
-                unanswered.extend_from_slice(chunk);
-            }
-        }
+        let mut unanswered = renew_all(&strong, &batch, &mut round_trips).await;
         strong.store.renewals.round_took(crate::BACKEND, batch.len(), started.elapsed(), every);
         // Unanswered statements: their holds again soon, until the next round is due (the
         // holds' deadlines keep running meanwhile; the next round takes them all anyway).
@@ -190,14 +197,7 @@ async fn renewals(inner: Weak<Inner>) {
         while !unanswered.is_empty() && Instant::now() + retry < started + every {
             tokio::time::sleep(retry).await;
             unanswered.retain(|(_, _, _, signal)| signal.is_held());
-            let mut still = Vec::new();
-            for chunk in unanswered.chunks(RENEW_CHUNK) {
-                round_trips += 1;
-                if !renew_chunk(&strong, chunk).await {
-                    still.extend_from_slice(chunk);
-                }
-            }
-            unanswered = still;
+            unanswered = renew_all(&strong, &unanswered, &mut round_trips).await;
         }
         // Counted together once the round is done, so that a reader between two rounds
         // (`lockkit bench`) never sees a round's round trips without the round.
@@ -214,10 +214,31 @@ async fn renewals(inner: Weak<Inner>) {
     }
 }
 
-/// Renews `chunk` in one statement; returns whether the statement was answered.
+/// Renews `holds` in statements of [`RENEW_CHUNK`], [`IN_FLIGHT`] at a time and in order,
+/// counting them in `round_trips`; returns the holds of the statements not answered.
+async fn renew_all(strong: &Arc<Inner>, holds: &[Renewing], round_trips: &mut u64) -> Vec<Renewing> {
+    let chunks: Vec<&[Renewing]> = holds.chunks(RENEW_CHUNK).collect();
+    *round_trips += chunks.len() as u64;
+    // By index: a stream of futures that borrow their chunk trips up the `Send` proof of the
+    // task that runs this.
+    let sends = (0..chunks.len()).map(|at| renew_chunk(strong, chunks.get(at).copied().unwrap_or_default()));
+    let mut answers = futures_util::stream::iter(sends).buffered(IN_FLIGHT);
+    let mut unanswered = Vec::new();
+    let mut at = 0;
+    while let Some(answered) = answers.next().await {
+        if !answered && let Some(chunk) = chunks.get(at) {
+            unanswered.extend_from_slice(chunk);
+        }
+        at += 1;
+    }
+    unanswered
+}
+
+/// Renews `chunk` in one statement, each renewed hold until the lease (less the drift) after
+/// the statement's send; returns whether the statement was answered.
 async fn renew_chunk(strong: &Arc<Inner>, chunk: &[Renewing]) -> bool {
     let settings = &strong.store.settings;
-    let names: Vec<String> = chunk.iter().map(|(_, lock, _, _)| crate::stored_name(lock.as_str())).collect();
+    let names: Vec<Cow<'_, str>> = chunk.iter().map(|(_, lock, _, _)| stored(lock.as_str())).collect();
     let owners: Vec<&str> = chunk.iter().map(|(_, _, owner, _)| &**owner).collect();
     let lease_ms = i64::try_from(settings.lease.as_millis()).unwrap_or(i64::MAX);
     let sent = Instant::now();
@@ -232,31 +253,38 @@ async fn renew_chunk(strong: &Arc<Inner>, chunk: &[Renewing]) -> bool {
     let Ok(rows) = outcome else { return false };
     let counters = &strong.store.renewals;
     let deadline = lease_deadline(sent, settings.lease, settings.drift);
-    let mut result: HashMap<(String, String), (bool, bool)> = HashMap::new();
+    // Each row answers for the hold at its place (from 1) in the statement's arrays; a hold
+    // without a row keeps its deadline.
     for row in rows {
-        let (Ok(name), Ok(owner), Ok(renewed), Ok(present)) =
-            (row.try_get::<_, String>(0), row.try_get::<_, String>(1), row.try_get(2), row.try_get(3))
+        let (Ok(pos), Ok(renewed), Ok(present)) =
+            (row.try_get::<_, i32>(0), row.try_get::<_, bool>(1), row.try_get::<_, bool>(2))
         else {
             continue;
         };
-        result.insert((name, owner), (renewed, present));
-    }
-    for (id, lock, owner, signal) in chunk {
-        match result.get(&(crate::stored_name(lock.as_str()), owner.to_string())) {
-            Some((true, _)) => {
+        let Some((id, _, _, signal)) =
+            usize::try_from(pos).ok().and_then(|pos| pos.checked_sub(1)).and_then(|at| chunk.get(at))
+        else {
+            continue;
+        };
+        match (renewed, present) {
+            (true, _) => {
                 signal.extend(deadline);
                 counters.renewed();
             }
-            Some((false, true)) => {
+            (false, true) => {
                 signal.lose(LossReason::OwnedByAnother);
                 strong.untrack(*id);
             }
-            Some((false, false)) => {
+            (false, false) => {
                 signal.lose(LossReason::RecordGone);
                 strong.untrack(*id);
             }
-            None => {}
         }
     }
     true
+}
+
+/// A lock's name as stored ([`crate::stored_name`]), borrowed when it needs no escape.
+fn stored(name: &str) -> Cow<'_, str> {
+    if name.contains(['%', '\0']) { Cow::Owned(crate::stored_name(name)) } else { Cow::Borrowed(name) }
 }

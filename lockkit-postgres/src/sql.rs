@@ -70,15 +70,17 @@ impl Statements {
                 "SELECT o_meta, o_token, o_since_ms, o_left_ms, o_kind, o_permits FROM {s}.break_lock($1)"
             ),
             downgrade: format!("SELECT {s}.downgrade($1, $2)"),
+            // Each hold's answer by its place in the arrays (1-based), not by its name and owner:
+            // a reply of a few bytes per hold, which the client reads without a string.
             renew: format!(
-                "WITH want AS (SELECT * FROM unnest($1::text[], $2::text[]) AS w(name, owner)), \
+                "WITH want AS (SELECT * FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS w(name, owner, pos)), \
                  renewed AS (UPDATE {s}.locks l SET expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond' \
                    FROM want w WHERE l.name = w.name AND l.owner = w.owner RETURNING l.name, l.owner), \
                  renewed_leaders AS (UPDATE {s}.candidates c \
                    SET expires_at = clock_timestamp() + $3::bigint * interval '1 millisecond' \
                    FROM want w WHERE c.name = w.name AND c.owner = w.owner AND c.token IS NOT NULL \
                      AND c.expires_at > clock_timestamp() RETURNING c.name, c.owner) \
-                 SELECT w.name, w.owner, r.name IS NOT NULL OR rl.name IS NOT NULL, \
+                 SELECT w.pos::integer, r.name IS NOT NULL OR rl.name IS NOT NULL, \
                    CASE WHEN r.name IS NOT NULL OR rl.name IS NOT NULL THEN true \
                    ELSE EXISTS (SELECT 1 FROM {s}.locks l WHERE l.name = w.name) \
                    OR EXISTS (SELECT 1 FROM {s}.candidates c WHERE c.name = w.name AND c.token IS NOT NULL) END \

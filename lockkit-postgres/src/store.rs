@@ -243,9 +243,9 @@ impl Store {
         self.query_now(lock, statement, params).await
     }
 
-    /// As [`query`](Self::query), without waiting for a turn: for the renewal round, one
-    /// statement per round that must not queue behind a burst of acquisitions while the
-    /// holds' deadlines run.
+    /// As [`query`](Self::query), without waiting for a turn: for the renewal round's
+    /// statements (a few at a time, `client.rs`), which must not queue behind a burst of
+    /// acquisitions while the holds' deadlines run.
     pub(crate) async fn query_now(
         &self,
         lock: Option<&LockName>,
