@@ -238,7 +238,7 @@ async fn renew_all(strong: &Arc<Inner>, holds: &[Renewing], round_trips: &mut u6
 /// the statement's send; returns whether the statement was answered.
 async fn renew_chunk(strong: &Arc<Inner>, chunk: &[Renewing]) -> bool {
     let settings = &strong.store.settings;
-    let names: Vec<Cow<'_, str>> = chunk.iter().map(|(_, lock, _, _)| stored(lock.as_str())).collect();
+    let names: Vec<Cow<'_, str>> = chunk.iter().map(|(_, lock, _, _)| crate::stored(lock.as_str())).collect();
     let owners: Vec<&str> = chunk.iter().map(|(_, _, owner, _)| &**owner).collect();
     let lease_ms = i64::try_from(settings.lease.as_millis()).unwrap_or(i64::MAX);
     let sent = Instant::now();
@@ -282,9 +282,4 @@ async fn renew_chunk(strong: &Arc<Inner>, chunk: &[Renewing]) -> bool {
         }
     }
     true
-}
-
-/// A lock's name as stored ([`crate::stored_name`]), borrowed when it needs no escape.
-fn stored(name: &str) -> Cow<'_, str> {
-    if name.contains(['%', '\0']) { Cow::Owned(crate::stored_name(name)) } else { Cow::Borrowed(name) }
 }

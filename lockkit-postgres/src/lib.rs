@@ -97,10 +97,16 @@ pub use tokio_postgres;
 /// NUL (which PostgreSQL's `text` cannot hold) written `%00`, so that distinct names never share
 /// a row. Release notifications carry this value too.
 pub fn stored_name(name: &str) -> String {
+    stored(name).into_owned()
+}
+
+/// [`stored_name`], borrowed when the name needs no escape (the renewal round's thousands of
+/// names).
+pub(crate) fn stored(name: &str) -> std::borrow::Cow<'_, str> {
     if !name.contains(['%', '\0']) {
-        return name.to_owned();
+        return std::borrow::Cow::Borrowed(name);
     }
-    name.replace('%', "%25").replace('\0', "%00")
+    std::borrow::Cow::Owned(name.replace('%', "%25").replace('\0', "%00"))
 }
 
 /// The backend's name in errors and spans.
