@@ -215,7 +215,7 @@ impl RedisBackend {
                 // hands it on to the head of the queue, if any) and go on as after a failed
                 // call. A release that fails leaves the acquisition in doubt, and its retry
                 // or its abandon settles it.
-                let _ = self.store.release(&lock, &keys, &contender.owner, kind).await;
+                let _ = self.store.release(&lock, keys.view(), &contender.owner, kind).await;
                 reply = Err(error);
             }
             doubt.in_flight = false;
@@ -348,17 +348,14 @@ impl RedisBackend {
 
     /// Makes the hold of `contender`'s grant: its signal, registered with the watchdog, which
     /// renews a hand-over soon (it was granted for the claim window only; see the module docs).
-    /// The contender is no longer shared once its doubt was dropped (its owner id is taken,
-    /// not copied).
+    /// The hold copies the owner id and the keys' base into one allocation of its own (see
+    /// [`HoldTarget`]); the acquisition's go with it.
     fn hold(&self, lock: LockName, keys: LockKeys, contender: Arc<Contender>, taken: Taken, contended: bool) -> Grant {
         let Taken { token, valid_until, handed_over } = taken;
-        let signal = HoldSignal::new(BACKEND, lock.clone(), Some(valid_until));
-        let (kind, owner) = match Arc::try_unwrap(contender) {
-            Ok(contender) => (contender.kind, contender.owner),
-            Err(shared) => (shared.kind, shared.owner.clone()),
-        };
-        let target = Arc::new(HoldTarget::new(kind, keys, owner));
-        let id = self.watchdog.register(Arc::clone(&target), signal.clone());
+        let signal = HoldSignal::new(BACKEND, lock, Some(valid_until));
+        let target = Arc::new(HoldTarget::new(contender.kind, keys.view(), &contender.owner, signal.clone()));
+        drop((contender, keys));
+        let id = self.watchdog.register(Arc::clone(&target));
         if handed_over {
             self.watchdog.confirm(id, valid_until);
         }
@@ -368,7 +365,6 @@ impl RedisBackend {
             watchdog: Arc::clone(&self.watchdog),
             record,
             yielding: (contended && !self.settings.fair).then(|| Arc::clone(&self.yielding)),
-            lock,
             target,
             token,
             id,
@@ -396,7 +392,7 @@ impl RedisBackend {
                 slot.keep(subscriber.watch(&channel).await);
             }
         };
-        let span = tracing::debug_span!("lockkit.redis.watch_record", key = target.keys.record());
+        let span = tracing::debug_span!("lockkit.redis.watch_record", key = target.keys().record());
         lockkit_core::home::spawn(task.instrument(span));
         Some(watch)
     }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use lockkit_core::backend::{Backoff, HeldLock};
 use lockkit_core::sync::lock_or_recover;
-use lockkit_core::{Error, FencingToken, LockName, LossReason, Result};
+use lockkit_core::{Error, FencingToken, LossReason, Result};
 
 use crate::BACKEND;
 use crate::store::connection::Store;
@@ -107,8 +107,8 @@ pub(crate) struct RedisHeld {
     /// Set when the acquisition had to wait: the release then makes this provider's next
     /// acquisition of the lock queue up behind the waiters.
     pub(crate) yielding: Option<Arc<Yielding>>,
-    pub(crate) lock: LockName,
-    /// The hold's kind, owner id and keys, shared with the watchdog.
+    /// The hold's kind, owner id, keys and signal (with the lock's name), shared with the
+    /// watchdog.
     pub(crate) target: Arc<HoldTarget>,
     pub(crate) token: FencingToken,
     pub(crate) id: u64,
@@ -122,22 +122,24 @@ impl HeldLock for RedisHeld {
         if let Some(record) = &self.record {
             record.end();
         }
+        let target = &*self.target;
+        let lock = target.signal.lock();
         let mut backoff = Backoff::up_to(RETRY_MAX);
         let mut ambiguous = false;
         let mut tries = 0;
         loop {
             tries += 1;
-            match self.store.release(&self.lock, &self.target.keys, &self.target.owner, self.target.kind).await {
+            match self.store.release(lock, target.keys(), target.owner(), target.kind).await {
                 Ok(Ownership::Ours) => {
                     if let Some(yielding) = &self.yielding {
-                        yielding.released_contended(self.target.keys.record());
+                        yielding.released_contended(target.keys().record());
                     }
                     return Ok(());
                 }
                 // An earlier try whose reply was lost freed it.
                 Ok(Ownership::Gone) if ambiguous => return Ok(()),
-                Ok(Ownership::Gone) => return Err(Error::lost(BACKEND, &self.lock, LossReason::RecordGone)),
-                Ok(Ownership::Other) => return Err(Error::lost(BACKEND, &self.lock, LossReason::OwnedByAnother)),
+                Ok(Ownership::Gone) => return Err(Error::lost(BACKEND, lock, LossReason::RecordGone)),
+                Ok(Ownership::Other) => return Err(Error::lost(BACKEND, lock, LossReason::OwnedByAnother)),
                 Err(error) if error.is_retryable() && tries < RELEASE_TRIES => {
                     tracing::debug!(%error, "release call failed; retrying");
                     ambiguous = true;
@@ -158,9 +160,9 @@ impl HeldLock for RedisHeld {
         if self.target.kind != Kind::Write {
             return None;
         }
-        let (store, lock, target, token) =
-            (Arc::clone(&self.store), self.lock.clone(), Arc::clone(&self.target), self.token);
+        let (store, target, token) = (Arc::clone(&self.store), Arc::clone(&self.target), self.token);
         Some(Box::pin(async move {
+            let lock = target.signal.lock();
             let mut backoff = Backoff::up_to(RETRY_MAX);
             let mut tries = 0;
             loop {
@@ -168,12 +170,12 @@ impl HeldLock for RedisHeld {
                     return Ok(());
                 }
                 tries += 1;
-                match store.downgrade(&lock, &target.keys, &target.owner, token).await {
+                match store.downgrade(lock, target.keys(), target.owner(), token).await {
                     Ok(Ownership::Ours) => return Ok(()),
                     // The release started after the check above and got there first.
                     Ok(_) if target.released.load(Ordering::Acquire) => return Ok(()),
-                    Ok(Ownership::Gone) => return Err(Error::lost(BACKEND, &lock, LossReason::RecordGone)),
-                    Ok(Ownership::Other) => return Err(Error::lost(BACKEND, &lock, LossReason::OwnedByAnother)),
+                    Ok(Ownership::Gone) => return Err(Error::lost(BACKEND, lock, LossReason::RecordGone)),
+                    Ok(Ownership::Other) => return Err(Error::lost(BACKEND, lock, LossReason::OwnedByAnother)),
                     Err(error) if error.is_retryable() && tries < RELEASE_TRIES => {
                         tracing::debug!(%error, "downgrade call failed; retrying");
                         tokio::time::sleep(backoff.next_delay()).await;

@@ -105,23 +105,29 @@ impl ToRedisArgs for KeyArg<'_> {
     }
 }
 
-impl LockKeys {
-    /// The keys of `lock` under `prefix`.
-    pub(crate) fn new(prefix: &str, lock: &LockName) -> Self {
-        let base = format!("{prefix}:{{{}}}", lock.percent_encoded(|byte| byte != b'{' && byte != b'}'));
-        Self { base: Arc::from(base) }
+/// The keys of one lock name, borrowed from where their base key is kept (a [`LockKeys`], or
+/// a hold's target, which keeps the base and the owner id in one allocation).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Keys<'a> {
+    base: &'a str,
+}
+
+impl<'a> Keys<'a> {
+    /// The keys whose base key (the mutex record's) is `base`.
+    pub(crate) fn of_base(base: &'a str) -> Self {
+        Self { base }
     }
 
     /// The key of `suffix` (`""`: the base) as a command argument.
-    pub(crate) fn arg<'a>(&'a self, suffix: &'a str) -> KeyArg<'a> {
-        KeyArg { base: &self.base, suffix }
+    pub(crate) fn arg(self, suffix: &'a str) -> KeyArg<'a> {
+        KeyArg { base: self.base, suffix }
     }
 
     /// The keys every script of the wait queue takes, in the order `layout.lua` names them,
     /// as command arguments, with `void` third (the void marker of an acquisition; any key
     /// of the name for scripts that void nothing): the first `count` of them (seven for the
     /// mutex's short layout, while the name is used by mutexes alone; thirteen for all).
-    pub(crate) fn script_args<'a>(&'a self, void: &'a str, count: usize) -> impl Iterator<Item = KeyArg<'a>> + 'a {
+    pub(crate) fn script_args(self, void: &'a str, count: usize) -> impl Iterator<Item = KeyArg<'a>> + 'a {
         SCRIPT_KEYS.iter().take(count).map(move |suffix| match suffix {
             Some(suffix) => self.arg(suffix),
             None => KeyArg { base: void, suffix: "" },
@@ -129,8 +135,36 @@ impl LockKeys {
     }
 
     /// The key of `suffix` (one of the constants above).
+    pub(crate) fn key(self, suffix: &str) -> String {
+        if suffix.is_empty() { self.base.to_owned() } else { format!("{}:{suffix}", self.base) }
+    }
+
+    /// The mutex record ([`RECORD`]).
+    pub(crate) fn record(self) -> &'a str {
+        self.base
+    }
+
+    /// The fencing counter ([`FENCE`]).
+    pub(crate) fn fence(self) -> String {
+        self.key(FENCE)
+    }
+}
+
+impl LockKeys {
+    /// The keys of `lock` under `prefix`.
+    pub(crate) fn new(prefix: &str, lock: &LockName) -> Self {
+        let base = format!("{prefix}:{{{}}}", lock.percent_encoded(|byte| byte != b'{' && byte != b'}'));
+        Self { base: Arc::from(base) }
+    }
+
+    /// The keys, borrowed.
+    pub(crate) fn view(&self) -> Keys<'_> {
+        Keys { base: &self.base }
+    }
+
+    /// The key of `suffix` (one of the constants above).
     pub(crate) fn key(&self, suffix: &str) -> String {
-        if suffix.is_empty() { self.base.to_string() } else { format!("{}:{suffix}", self.base) }
+        self.view().key(suffix)
     }
 
     /// The mutex record ([`RECORD`]).
@@ -140,7 +174,7 @@ impl LockKeys {
 
     /// The fencing counter ([`FENCE`]).
     pub(crate) fn fence(&self) -> String {
-        self.key(FENCE)
+        self.view().fence()
     }
 
     /// The lock's channel ([`CHANNEL`]).
@@ -179,7 +213,7 @@ mod tests {
     /// The keys `script_args` writes, as a command carries them.
     fn script_keys(k: &LockKeys, void: &str, count: usize) -> Vec<String> {
         let mut cmd = redis::Cmd::new();
-        for arg in k.script_args(void, count) {
+        for arg in k.view().script_args(void, count) {
             cmd.arg(arg);
         }
         cmd.args_iter()

@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
 use futures_util::StreamExt as _;
-use lockkit_core::backend::{HoldSignal, deadline_after, lease_deadline};
+use lockkit_core::backend::{deadline_after, lease_deadline};
 use lockkit_core::{LossReason, RenewalCounters};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
@@ -49,20 +49,14 @@ pub(crate) const BATCH: usize = 1000;
 /// behind a whole round on the connection.
 const IN_FLIGHT: usize = 4;
 
-/// One hold the watchdog keeps alive.
-#[derive(Debug)]
-struct Entry {
-    target: Arc<HoldTarget>,
-    signal: HoldSignal,
-}
-
-/// One hold due for renewal: its id, what to renew, and its signal.
-type Due = (u64, Arc<HoldTarget>, HoldSignal);
+/// One hold due for renewal: its id, and what to renew (with its signal).
+type Due = (u64, Arc<HoldTarget>);
 
 /// The registry of live holds and the renewal task of one provider.
 #[derive(Debug)]
 pub(crate) struct Watchdog {
-    holds: Mutex<HashMap<u64, Entry>>,
+    /// The live holds by id, each with its signal (16 bytes an entry).
+    holds: Mutex<HashMap<u64, Arc<HoldTarget>>>,
     next_id: AtomicU64,
     changed: Arc<Notify>,
     /// The renewal task, when one was started; finished once its runtime shut down.
@@ -94,9 +88,9 @@ impl Watchdog {
 
     /// Registers a granted hold; returns its id for [`forget`](Self::forget). Starts the
     /// renewal task if it is not running.
-    pub(crate) fn register(self: &Arc<Self>, target: Arc<HoldTarget>, signal: HoldSignal) -> u64 {
+    pub(crate) fn register(self: &Arc<Self>, target: Arc<HoldTarget>) -> u64 {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        lock_or_recover(&self.holds).insert(id, Entry { target, signal });
+        lock_or_recover(&self.holds).insert(id, target);
         self.ensure_running();
         self.changed.notify_one();
         id
@@ -159,8 +153,8 @@ impl Watchdog {
     /// Hold `id`, if it is still registered and live.
     fn live(&self, id: u64) -> Option<Due> {
         let holds = lock_or_recover(&self.holds);
-        let entry = holds.get(&id).filter(|entry| entry.signal.is_held())?;
-        Some((id, Arc::clone(&entry.target), entry.signal.clone()))
+        let target = holds.get(&id).filter(|target| target.signal.is_held())?;
+        Some((id, Arc::clone(target)))
     }
 
     /// Reads the live holds whose records were marked suspect since the last look, and
@@ -172,23 +166,23 @@ impl Watchdog {
             let holds = lock_or_recover(&self.holds);
             let live = holds
                 .iter()
-                .filter(|(_, entry)| entry.signal.is_held() && suspects.iter().any(|key| entry.target.watches(key)));
-            live.map(|(id, e)| (*id, Arc::clone(&e.target), e.signal.clone())).collect()
+                .filter(|(_, target)| target.signal.is_held() && suspects.iter().any(|key| target.watches(key)));
+            live.map(|(id, target)| (*id, Arc::clone(target))).collect()
         };
         if held.is_empty() {
             return;
         }
-        let targets: Vec<&HoldTarget> = held.iter().map(|(_, target, _)| &**target).collect();
+        let targets: Vec<&HoldTarget> = held.iter().map(|(_, target)| &**target).collect();
         match store.check(&targets).await {
             Ok(answers) => {
-                for ((_, target, signal), answer) in held.iter().zip(answers) {
+                for ((_, target), answer) in held.iter().zip(answers) {
                     let reason = match answer {
                         Ownership::Ours => continue,
                         Ownership::Other => LossReason::OwnedByAnother,
                         Ownership::Gone => LossReason::RecordGone,
                     };
                     tracing::debug!(key = ?target.watched(), %reason, "a keyspace notification told of the hold's loss");
-                    signal.lose(reason);
+                    target.signal.lose(reason);
                 }
             }
             Err(error) => tracing::debug!(%error, "suspect holds not read; the next renewal checks them"),
@@ -200,11 +194,9 @@ impl Watchdog {
         let mut holds = lock_or_recover(&self.holds);
         // Past its maximum hold a hold is not held (its deadline stops at the cap): it is
         // renewed no more, and its record expires with its lease.
-        holds.retain(|_, entry| entry.signal.is_held());
-        let mut due: Vec<(Option<Instant>, Due)> = holds
-            .iter()
-            .map(|(id, e)| (e.signal.valid_until(), (*id, Arc::clone(&e.target), e.signal.clone())))
-            .collect();
+        holds.retain(|_, target| target.signal.is_held());
+        let mut due: Vec<(Option<Instant>, Due)> =
+            holds.iter().map(|(id, target)| (target.signal.valid_until(), (*id, Arc::clone(target)))).collect();
         drop(holds);
         // The most urgent first: a round that runs late loses the least.
         due.sort_unstable_by_key(|(valid_until, _)| *valid_until);
@@ -351,25 +343,25 @@ async fn renew_all(dog: &Watchdog, store: &Store, batches: &[Vec<&Due>]) -> Vec<
                     // their deadlines stay where the last acknowledged renewal put them.
                     tracing::debug!(%error, holds = batch.len(), "renewal not acknowledged by the replicas; retrying");
                 }
-                for ((id, _, signal), answer) in batch.iter().zip(answers) {
+                for ((id, target), answer) in batch.iter().zip(answers) {
                     match answer {
                         Ownership::Ours if acknowledged.is_err() => failed.push(*id),
                         Ownership::Ours => {
                             dog.stats.renewed();
-                            signal.extend(valid_until);
+                            target.signal.extend(valid_until);
                         }
                         Ownership::Gone => {
-                            signal.lose(LossReason::RecordGone);
+                            target.signal.lose(LossReason::RecordGone);
                         }
                         Ownership::Other => {
-                            signal.lose(LossReason::OwnedByAnother);
+                            target.signal.lose(LossReason::OwnedByAnother);
                         }
                     }
                 }
             }
             Err(error) => {
                 tracing::debug!(%error, holds = batch.len(), "renewal not confirmed; retrying");
-                failed.extend(batch.iter().map(|(id, _, _)| *id));
+                failed.extend(batch.iter().map(|(id, _)| *id));
             }
         }
     }
@@ -382,7 +374,7 @@ async fn renew_batch(
     batch: &[&Due],
     lease_ms: u64,
 ) -> (Instant, lockkit_core::Result<(Vec<Ownership>, lockkit_core::Result<()>)>) {
-    let targets: Vec<&HoldTarget> = batch.iter().map(|(_, target, _)| &**target).collect();
+    let targets: Vec<&HoldTarget> = batch.iter().map(|(_, target)| &**target).collect();
     let sent_at = Instant::now();
     let outcome = store.renew_batch(&targets, lease_ms).await;
     lockkit_core::metrics::renewal_batch(crate::BACKEND, batch.len(), sent_at.elapsed());

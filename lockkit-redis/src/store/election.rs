@@ -22,7 +22,7 @@ impl Store {
     pub(crate) async fn inspect(&self, lock: &LockName, keys: &LockKeys, count_waiters: bool) -> Result<LockInfo> {
         let reply: Vec<Value> = self
             .run(Some(lock), |mut connection| async move {
-                ScriptCall::queue(&INSPECT, keys, keys.record(), false).invoke(&mut connection).await
+                ScriptCall::queue(&INSPECT, keys.view(), keys.record(), false).invoke(&mut connection).await
             })
             .await?;
         holders_reply(lock, &reply, count_waiters, "the inspect script")
@@ -32,7 +32,10 @@ impl Store {
     pub(crate) async fn break_lock(&self, lock: &LockName, keys: &LockKeys) -> Result<Vec<HolderInfo>> {
         let reply: Vec<Value> = self
             .run(Some(lock), |mut connection| async move {
-                ScriptCall::queue(&BREAK, keys, keys.record(), false).arg(self.claim_ms).invoke(&mut connection).await
+                ScriptCall::queue(&BREAK, keys.view(), keys.record(), false)
+                    .arg(self.claim_ms)
+                    .invoke(&mut connection)
+                    .await
             })
             .await?;
         let broken = holders_reply(lock, &reply, false, "the break script")?.holders;
@@ -48,7 +51,7 @@ impl Store {
     pub(crate) async fn observe(&self, lock: &LockName, keys: &LockKeys, seen: Option<&str>) -> Result<Observed> {
         let reply: Vec<Value> = self
             .run(Some(lock), |mut connection| async move {
-                ScriptCall::queue(&OBSERVE, keys, keys.record(), false)
+                ScriptCall::queue(&OBSERVE, keys.view(), keys.record(), false)
                     .arg(seen.unwrap_or(""))
                     .arg(self.claim_ms)
                     .invoke(&mut connection)

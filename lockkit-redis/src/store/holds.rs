@@ -10,7 +10,7 @@ use super::kinds::{AcquireReply, Conflict, Contender, Kind, Ownership, QueueMark
 use super::scripts::{ABANDON, ACQUIRE, DOWNGRADE, RELEASE, ScriptCall};
 use crate::BACKEND;
 use crate::error::Failure;
-use crate::keys::LockKeys;
+use crate::keys::{Keys, LockKeys};
 
 impl Store {
     /// Runs the acquire script for `contender` with a lease of `lease_ms`, in or out of the
@@ -29,7 +29,7 @@ impl Store {
         let (code, value, fence, server_ms) = loop {
             let reply: AcquireCode = self
                 .run(Some(lock), |mut connection| async move {
-                    let mut call = ScriptCall::queue(&ACQUIRE, keys, &contender.void, short);
+                    let mut call = ScriptCall::queue(&ACQUIRE, keys.view(), &contender.void, short);
                     call.arg(&contender.owner)
                         .arg(lease_ms)
                         .arg(if queueing.join { "1" } else { "0" })
@@ -82,7 +82,7 @@ impl Store {
 
     /// Runs the release script: frees `owner`'s hold of `kind` and hands what it freed over to
     /// the head of the queue, or wakes every waiter when nobody is queued.
-    pub(crate) async fn release(&self, lock: &LockName, keys: &LockKeys, owner: &str, kind: Kind) -> Result<Ownership> {
+    pub(crate) async fn release(&self, lock: &LockName, keys: Keys<'_>, owner: &str, kind: Kind) -> Result<Ownership> {
         // A mutex is released with the short layout first (see `layout.lua`), and again with
         // all the keys when other kinds use the name and waiters are queued.
         let mut short = kind == Kind::Exclusive;
@@ -110,7 +110,7 @@ impl Store {
     pub(crate) async fn downgrade(
         &self,
         lock: &LockName,
-        keys: &LockKeys,
+        keys: Keys<'_>,
         owner: &str,
         token: FencingToken,
     ) -> Result<Ownership> {
@@ -139,7 +139,7 @@ impl Store {
     ) -> Result<bool> {
         let code: i64 = self
             .run(Some(lock), |mut connection| async move {
-                ScriptCall::queue(&ABANDON, keys, &contender.void, false)
+                ScriptCall::queue(&ABANDON, keys.view(), &contender.void, false)
                     .arg(&contender.owner)
                     .arg(void_ms)
                     .arg(self.claim_ms)

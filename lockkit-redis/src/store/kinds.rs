@@ -7,11 +7,12 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
+use lockkit_core::backend::HoldSignal;
 use lockkit_core::{FencingToken, HoldKind};
 use redis::{RedisWrite, Script, ToRedisArgs};
 
 use super::scripts::{RENEW, RENEW_LEADER, RENEW_PERMIT, RENEW_RW};
-use crate::keys::{FENCE, KINDS, LockKeys, PERMIT_COUNT, PERMITS, READERS, RECORD, TOKENS, WRITER};
+use crate::keys::{FENCE, KINDS, Keys, PERMIT_COUNT, PERMITS, READERS, RECORD, TOKENS, WRITER};
 
 /// The kinds of hold the scripts grant, as they name them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,38 +95,67 @@ const READ_WRITE_KEYS: [&str; 5] = [WRITER, READERS, TOKENS, KINDS, FENCE];
 const PERMIT_KEYS: [&str; 4] = [PERMITS, TOKENS, PERMIT_COUNT, KINDS];
 
 /// One hold as the watchdog renews it, its release frees it and keyspace notifications watch
-/// it: the hold's owner id and kind, and the keys of its lock (made into the keys of its
-/// kind's renew script as each renewal is written).
+/// it: the hold's kind, owner id, lock keys and signal.
+///
+/// The base of the lock's keys and the owner id are kept in one allocation, `<base>\n<owner>`
+/// (an owner id never holds a newline: queue members are split at newlines, see
+/// [`Contender::member`]), from which the other keys are made as each command is written: a
+/// hold keeps one string, not two (issue 36). The keys of the renew
+/// script of a mutex are the mutex record and the fence counter (`renew.lua`); of a write
+/// hold and, after a downgrade, a read hold, the writer record, the readers, their tokens,
+/// the marker of the other kinds (see `layout.lua`) and the fence counter (`renew_rw.lua`);
+/// of a permit, the permit holders, their tokens, the permit count and the marker of the
+/// other kinds (`renew_permit.lua`); of a leader, every key of the name
+/// (`renew_leader.lua`, which writes the vacancy in the election's journal when it finds the
+/// record gone). The counter of an exclusive hold is kept as long as the hold is renewed,
+/// since its value is the hold's token.
 #[derive(Debug)]
 pub(crate) struct HoldTarget {
     pub(crate) kind: Kind,
-    pub(crate) owner: String,
-    /// The keys of the lock. The renew script of a mutex takes the mutex record and the
-    /// fence counter (`renew.lua`); of a write hold and, after a downgrade, a read hold, the
-    /// writer record, the readers, their tokens, the marker of the other kinds (see
-    /// `layout.lua`) and the fence counter (`renew_rw.lua`); of a permit, the permit holders,
-    /// their tokens, the permit count and the marker of the other kinds (`renew_permit.lua`);
-    /// of a leader, every key of the name (`renew_leader.lua`, which writes the vacancy in
-    /// the election's journal when it finds the record gone). The counter of an exclusive
-    /// hold is kept as long as the hold is renewed, since its value is the hold's token.
-    pub(crate) keys: LockKeys,
+    /// The base key of the lock, a newline, and the owner id.
+    text: Box<str>,
+    /// The hold's signal: its deadline, its loss, its lock's name.
+    pub(crate) signal: HoldSignal,
     /// Set when the release starts, so that a downgrade not sent yet is not sent at all.
     pub(crate) released: AtomicBool,
 }
 
 impl HoldTarget {
-    /// The target of `owner`'s hold of `kind` on the lock of `keys`.
-    pub(crate) fn new(kind: Kind, keys: LockKeys, owner: String) -> Self {
-        Self { kind, owner, keys, released: AtomicBool::new(false) }
+    /// The target of `owner`'s hold of `kind` on the lock of `keys`, with its signal.
+    pub(crate) fn new(kind: Kind, keys: Keys<'_>, owner: &str, signal: HoldSignal) -> Self {
+        debug_assert!(!owner.contains('\n'), "an owner id holds no newline");
+        let base = keys.record();
+        let mut text = String::with_capacity(base.len() + 1 + owner.len());
+        text.push_str(base);
+        text.push('\n');
+        text.push_str(owner);
+        Self { kind, text: text.into_boxed_str(), signal, released: AtomicBool::new(false) }
+    }
+
+    /// The base key and the owner id.
+    fn parts(&self) -> (&str, &str) {
+        // The last newline is the one `new` wrote: the owner id has none (the base may).
+        self.text.rsplit_once('\n').unwrap_or((&self.text, ""))
+    }
+
+    /// The keys of the lock.
+    pub(crate) fn keys(&self) -> Keys<'_> {
+        Keys::of_base(self.parts().0)
+    }
+
+    /// The owner id: the record's value while the hold lasts.
+    pub(crate) fn owner(&self) -> &str {
+        self.parts().1
     }
 
     /// The keys whose deletion (a keyspace event) may end the hold: the mutex record; the
     /// writer record and the readers; the permit holders.
     pub(crate) fn watched(&self) -> Vec<String> {
+        let keys = self.keys();
         match self.kind {
-            Kind::Read | Kind::Write => vec![self.keys.key(WRITER), self.keys.key(READERS)],
-            Kind::Permit(_) => vec![self.keys.key(PERMITS)],
-            Kind::Exclusive | Kind::Candidate => vec![self.keys.record().to_owned()],
+            Kind::Read | Kind::Write => vec![keys.key(WRITER), keys.key(READERS)],
+            Kind::Permit(_) => vec![keys.key(PERMITS)],
+            Kind::Exclusive | Kind::Candidate => vec![keys.record().to_owned()],
         }
     }
 
@@ -189,7 +219,7 @@ impl ToRedisArgs for RenewKeys<'_> {
         if self.counted {
             self.count().write_redis_args(out);
         }
-        let keys = &self.target.keys;
+        let keys = self.target.keys();
         match self.suffixes() {
             Some(suffixes) => suffixes.iter().for_each(|suffix| keys.arg(suffix).write_redis_args(out)),
             None => keys.script_args(keys.record(), 13).for_each(|key| key.write_redis_args(out)),
@@ -343,4 +373,27 @@ pub(crate) fn candidate_identity(owner: &str) -> Option<Arc<[u8]>> {
         .map(|at| hex.get(at..at + 2).and_then(|pair| u8::from_str_radix(pair, 16).ok()))
         .collect();
     bytes.map(Arc::from)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::keys::LockKeys;
+    use lockkit_core::LockName;
+
+    #[test]
+    fn a_target_gives_back_its_keys_and_owner_whatever_the_name() {
+        let owner = "lockkit1 67e55044-10b1-426f-9247-bb680e5fe0c8 host 42 1700000000000 c:00ff";
+        for name in ["a", "line\nbreak", "ends\n", "\n", "é {x}"] {
+            let lock = LockName::new(name).unwrap();
+            let keys = LockKeys::new("app", &lock);
+            let signal = HoldSignal::new(crate::BACKEND, lock, None);
+            let target = HoldTarget::new(Kind::Exclusive, keys.view(), owner, signal);
+            assert_eq!(target.keys().record(), keys.record(), "{name:?}");
+            assert_eq!(target.keys().fence(), keys.fence(), "{name:?}");
+            assert_eq!(target.owner(), owner, "{name:?}");
+            assert_eq!(target.watched(), vec![keys.record().to_owned()]);
+        }
+    }
 }

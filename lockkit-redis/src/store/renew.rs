@@ -33,7 +33,7 @@ impl Store {
             return Group::Server;
         }
         // Every key of a lock is in the slot of its record (they share its hash tag).
-        let slot = key_slot(hold.keys.record().as_bytes());
+        let slot = key_slot(hold.keys().record().as_bytes());
         let map = lock_or_recover(&self.slot_map).clone();
         map.and_then(|map| {
             map.iter()
@@ -93,7 +93,7 @@ impl Store {
                 let answer = answer?;
                 Ok(match hold.kind {
                     Kind::Exclusive => match parse::<Option<String>>(answer)? {
-                        Some(value) if value == hold.owner => Ownership::Ours,
+                        Some(value) if value == hold.owner() => Ownership::Ours,
                         Some(_) => Ownership::Other,
                         None => Ownership::Gone,
                     },
@@ -177,7 +177,7 @@ impl Store {
             for &at in &pending {
                 let Some(hold) = holds.get(at) else { continue };
                 let group = match self.group_of(hold) {
-                    Group::Node(..) if !by_node => Group::Slot(key_slot(hold.keys.record().as_bytes())),
+                    Group::Node(..) if !by_node => Group::Slot(key_slot(hold.keys().record().as_bytes())),
                     group => group,
                 };
                 groups.entry(group).or_default().push(at);
@@ -273,14 +273,14 @@ impl Store {
             own += 1;
             match (hold.kind, lease_ms) {
                 (Kind::Exclusive, None) => {
-                    pipeline.cmd("GET").arg(hold.keys.record());
+                    pipeline.cmd("GET").arg(hold.keys().record());
                 }
                 (_, lease_ms) => {
                     pipeline
                         .cmd("EVALSHA")
                         .arg(hold.renew_script().get_hash())
                         .arg(hold.renew_keys())
-                        .arg(&hold.owner)
+                        .arg(hold.owner())
                         .arg(lease_ms.unwrap_or(0));
                     if hold.kind == Kind::Candidate {
                         // Where it finds the leader gone, it hands over (see renew_leader.lua).
@@ -298,7 +298,7 @@ impl Store {
             }
             call.arg(lease_ms.unwrap_or(0)).arg(self.fence_retention_ms);
             for hold in &mutexes {
-                call.arg(&hold.owner);
+                call.arg(hold.owner());
             }
         }
         if self.replicas > 0 && lease_ms.is_some() {

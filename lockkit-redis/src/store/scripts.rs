@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 use redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, Script, ServerErrorKind, ToRedisArgs};
 
 use super::connection::Connection;
-use crate::keys::LockKeys;
+use crate::keys::Keys;
 
 /// The sources of the scripts of the wait queue: the names of their keys (`layout.lua`), the
 /// fence counter's raise (`fence.lua`), the queue's functions (`queue.lua`), then the
@@ -86,7 +86,7 @@ impl<'a> ScriptCall<'a> {
     /// `layout.lua`, or only the first seven (`short`, for the mutex's acquire and release);
     /// `void` is the void marker of the acquisition (any key of the name for the scripts
     /// that void nothing).
-    pub(super) fn queue(script: &'a Script, keys: &LockKeys, void: &str, short: bool) -> Self {
+    pub(super) fn queue(script: &'a Script, keys: Keys<'_>, void: &str, short: bool) -> Self {
         let count = if short { 7 } else { 13 };
         // EVALSHA, the hash, the key count, the keys and up to nine arguments: room for the
         // keys and for the arguments of a typical call (an owner id, a queue member and a few
