@@ -222,16 +222,8 @@ async fn renew_all(strong: &Arc<Inner>, holds: &[Renewing], round_trips: &mut u6
     // By index: a stream of futures that borrow their chunk trips up the `Send` proof of the
     // task that runs this.
     let sends = (0..chunks.len()).map(|at| renew_chunk(strong, chunks.get(at).copied().unwrap_or_default()));
-    let mut answers = futures_util::stream::iter(sends).buffered(IN_FLIGHT);
-    let mut unanswered = Vec::new();
-    let mut at = 0;
-    while let Some(answered) = answers.next().await {
-        if !answered && let Some(chunk) = chunks.get(at) {
-            unanswered.extend_from_slice(chunk);
-        }
-        at += 1;
-    }
-    unanswered
+    let answered: Vec<bool> = futures_util::stream::iter(sends).buffered(IN_FLIGHT).collect().await;
+    chunks.iter().zip(answered).filter(|(_, answered)| !answered).flat_map(|(chunk, _)| chunk.iter().cloned()).collect()
 }
 
 /// Renews `chunk` in one statement, each renewed hold until the lease (less the drift) after

@@ -97,10 +97,9 @@ const PERMIT_KEYS: [&str; 4] = [PERMITS, TOKENS, PERMIT_COUNT, KINDS];
 /// One hold as the watchdog renews it, its release frees it and keyspace notifications watch
 /// it: the hold's kind, owner id, lock keys and signal.
 ///
-/// The base of the lock's keys and the owner id are kept in one allocation, `<base>\n<owner>`
-/// (an owner id never holds a newline: queue members are split at newlines, see
-/// [`Contender::member`]), from which the other keys are made as each command is written: a
-/// hold keeps one string, not two (issue 36). The keys of the renew
+/// The base of the lock's keys and the owner id are kept in one allocation, the base first,
+/// from which the other keys are made as each command is written: a hold keeps one string,
+/// not two (issue 36). The keys of the renew
 /// script of a mutex are the mutex record and the fence counter (`renew.lua`); of a write
 /// hold and, after a downgrade, a read hold, the writer record, the readers, their tokens,
 /// the marker of the other kinds (see `layout.lua`) and the fence counter (`renew_rw.lua`);
@@ -112,8 +111,10 @@ const PERMIT_KEYS: [&str; 4] = [PERMITS, TOKENS, PERMIT_COUNT, KINDS];
 #[derive(Debug)]
 pub(crate) struct HoldTarget {
     pub(crate) kind: Kind,
-    /// The base key of the lock, a newline, and the owner id.
+    /// The base key of the lock, then the owner id.
     text: Box<str>,
+    /// Where the owner id starts in `text` (a `u32`: it fits beside `released`).
+    owner_at: u32,
     /// The hold's signal: its deadline, its loss, its lock's name.
     pub(crate) signal: HoldSignal,
     /// Set when the release starts, so that a downgrade not sent yet is not sent at all.
@@ -123,19 +124,21 @@ pub(crate) struct HoldTarget {
 impl HoldTarget {
     /// The target of `owner`'s hold of `kind` on the lock of `keys`, with its signal.
     pub(crate) fn new(kind: Kind, keys: Keys<'_>, owner: &str, signal: HoldSignal) -> Self {
-        debug_assert!(!owner.contains('\n'), "an owner id holds no newline");
         let base = keys.record();
-        let mut text = String::with_capacity(base.len() + 1 + owner.len());
+        let mut text = String::with_capacity(base.len() + owner.len());
         text.push_str(base);
-        text.push('\n');
         text.push_str(owner);
-        Self { kind, text: text.into_boxed_str(), signal, released: AtomicBool::new(false) }
+        // A base key is a prefix and an escaped name of at most `LockName::MAX_LEN` bytes: far
+        // below 4 GiB.
+        let owner_at = u32::try_from(base.len()).unwrap_or(u32::MAX);
+        Self { kind, text: text.into_boxed_str(), owner_at, signal, released: AtomicBool::new(false) }
     }
 
     /// The base key and the owner id.
     fn parts(&self) -> (&str, &str) {
-        // The last newline is the one `new` wrote: the owner id has none (the base may).
-        self.text.rsplit_once('\n').unwrap_or((&self.text, ""))
+        // `owner_at` is where `new` ended the base: a char boundary of `text`.
+        let at = usize::try_from(self.owner_at).unwrap_or(usize::MAX);
+        self.text.split_at_checked(at).unwrap_or((&self.text, ""))
     }
 
     /// The keys of the lock.
